@@ -1,0 +1,202 @@
+"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, random rows, or given centers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._client import compute_now, persist_now
+from .._random import stage_generator, stage_key
+from ..exceptions import InputDataError, InvalidParameterError
+from ..passes import oversample
+from ..passes.sampling import sample_without_replacement_graph
+
+INIT_METHODS = ("k-means||", "k-means++", "random")
+
+
+def _dist2_to(points, center):
+    diff = points - center
+    return np.einsum("ij,ij->i", diff, diff)
+
+
+def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=None):
+    """Greedy k-means++ (Arthur & Vassilvitskii) on weighted points, in float64 on the driver.
+
+    Parameters
+    ----------
+    points : ndarray (m, d)
+    weights : ndarray (m,)
+        Non-negative; a point of weight w counts as w copies.
+    n_clusters : int
+    rng : numpy.random.Generator
+    n_local_trials : int, optional
+        Candidates tried per center; default ``2 + floor(log k)`` as in scikit-learn.
+
+    Returns
+    -------
+    ndarray (n_clusters, d)
+
+    Raises
+    ------
+    InputDataError
+        Fewer distinct points (of positive weight) than ``n_clusters``.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    m = points.shape[0]
+    if n_local_trials is None:
+        n_local_trials = 2 + int(math.log(n_clusters))
+    centers = np.empty((n_clusters, points.shape[1]))
+    first = rng.choice(m, p=weights / weights.sum())
+    centers[0] = points[first]
+    closest = _dist2_to(points, centers[0])
+    potential = float(weights @ closest)
+    points_sq = np.einsum("ij,ij->i", points, points)
+    for c in range(1, n_clusters):
+        if potential <= 0:
+            raise InputDataError(
+                f"The data has only {c} distinct row(s) (with positive weight) but n_clusters={n_clusters}; "
+                "lower n_clusters or remove duplicate rows."
+            )
+        cumulative = np.cumsum(weights * closest)
+        targets = rng.random(n_local_trials) * cumulative[-1]
+        trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
+        trial_points = points[trials]
+        d2 = points_sq[None, :] - 2.0 * trial_points @ points.T + points_sq[trials][:, None]
+        np.maximum(d2, 0.0, out=d2)
+        np.minimum(d2, closest[None, :], out=d2)
+        potentials = d2 @ weights
+        best = int(np.argmin(potentials))
+        centers[c] = points[trials[best]]
+        closest = d2[best]
+        potential = float(potentials[best])
+    return centers
+
+
+def _count_distinct(rows) -> int:
+    return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
+
+
+def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0, client=None,
+                    max_extra_rounds=10):
+    """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
+
+    One uniform row, then ``rounds`` rounds that each keep every row independently with probability
+    ``min(1, l w d^2 / phi)`` (``l = oversampling_factor * n_clusters``); candidates are weighted by the weight
+    of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++.
+
+    Returns
+    -------
+    centers : ndarray (n_clusters, d)
+    n_passes : int
+        Full passes over the data spent.
+    """
+    n = array.shape[0]
+    scale_l = oversampling_factor * n_clusters
+    (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights),
+                           client=client)
+    candidates = np.asarray(first[2])
+    passes = 1
+    states = None
+    n_done = 0
+    round_index = 0
+    while True:
+        new = candidates[n_done:]
+        if new.shape[0] or states is None:
+            graphs = oversample.update_state_graph(array, weights, states, new, n_done)
+            states = list(persist_now(*graphs, client=client))
+            n_done = candidates.shape[0]
+            (phi,) = compute_now(oversample.total_cost_graph(states), client=client)
+            passes += 1
+        if phi <= 0:
+            distinct = _count_distinct(candidates)
+            if distinct < n_clusters:
+                raise InputDataError(
+                    f"The data has only {distinct} distinct row(s) (with positive weight) but n_clusters="
+                    f"{n_clusters}; lower n_clusters or remove duplicate rows."
+                )
+            break
+        enough = candidates.shape[0] >= n_clusters
+        if round_index >= rounds and (enough or round_index >= rounds + max_extra_rounds):
+            break
+        key = stage_key(seed, "k-means||", "round", round_index)
+        ((_, rows),) = compute_now(oversample.oversample_graph(array, weights, states, key, scale_l / phi),
+                                   client=client)
+        passes += 1
+        round_index += 1
+        candidates = np.concatenate([candidates, rows.astype(candidates.dtype)])
+    (candidate_weights,) = compute_now(
+        oversample.candidate_weights_graph(array, weights, states, candidates.shape[0]), client=client
+    )
+    keep = candidate_weights > 0
+    rng = stage_generator(seed, "k-means||", "recluster")
+    centers = weighted_kmeans_plusplus(candidates[keep], candidate_weights[keep], n_clusters, rng)
+    return centers.astype(array.dtype), passes
+
+
+def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None):
+    """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass."""
+    n = array.shape[0]
+    m = min(n, sample_size or max(20 * n_clusters, 10_000))
+    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights),
+                            client=client)
+    rows = np.asarray(sample[2])
+    rng = stage_generator(seed, "k-means++", "seed")
+    centers = weighted_kmeans_plusplus(rows, np.ones(rows.shape[0]), n_clusters, rng)
+    return centers.astype(array.dtype), 1
+
+
+def random_rows(array, n_clusters, seed, *, weights=None, client=None):
+    """``n_clusters`` distinct rows drawn at random (weight-proportional when weighted)."""
+    n = array.shape[0]
+    m = min(n, max(2 * n_clusters, n_clusters + 100))
+    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "random", "sample"), weights),
+                            client=client)
+    rows = np.asarray(sample[2])
+    _, first_seen = np.unique(rows, axis=0, return_index=True)
+    distinct = rows[np.sort(first_seen)]
+    if distinct.shape[0] < n_clusters:
+        where = "the data" if m == n else f"a sample of {m} rows"
+        raise InputDataError(
+            f"{where} has only {distinct.shape[0]} distinct row(s) but n_clusters={n_clusters}; lower n_clusters "
+            "or remove duplicate rows (init='k-means||' looks at every row)."
+        )
+    return distinct[:n_clusters].astype(array.dtype), 1
+
+
+def check_init(init, n_clusters, n_features):
+    """Validate ``init``: a method name or an explicit ``(n_clusters, n_features)`` array."""
+    if isinstance(init, str):
+        if init not in INIT_METHODS:
+            raise InvalidParameterError(
+                f"init must be one of {', '.join(repr(m) for m in INIT_METHODS)} or an array of shape "
+                f"(n_clusters, n_features); got {init!r}."
+            )
+        return init
+    centers = np.asarray(init)
+    if centers.dtype.kind not in "fiu":
+        raise InvalidParameterError(f"init array must be numeric, got dtype {centers.dtype}.")
+    if centers.shape != (n_clusters, n_features):
+        raise InvalidParameterError(
+            f"init array has shape {centers.shape}, but n_clusters={n_clusters} and the data has {n_features} "
+            f"features: pass an array of shape ({n_clusters}, {n_features})."
+        )
+    if not np.isfinite(centers).all():
+        raise InvalidParameterError("init array contains NaN or infinity.")
+    return centers
+
+
+def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None, rounds=5, oversampling_factor=2.0,
+                    sample_size=None):
+    """Initial centers by the chosen method; returns ``(centers, passes_over_data)``."""
+    init = check_init(init, n_clusters, array.shape[1])
+    if not isinstance(init, str):
+        return np.array(init, dtype=array.dtype), 0
+    if init == "k-means||":
+        return kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
+                               oversampling_factor=oversampling_factor, client=client)
+    if init == "k-means++":
+        return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,
+                                         client=client)
+    return random_rows(array, n_clusters, seed, weights=weights, client=client)

@@ -1,0 +1,51 @@
+"""The plain result every algorithm returns, and the per-iteration history records."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class FitResult:
+    """Outcome of one run of an algorithm.
+
+    Attributes
+    ----------
+    centers : ndarray (k, d)
+    inertia : float
+        Weighted sum of squared distances to the nearest center, for ``centers``.
+    n_iter : int
+    history : list of dict
+        One record per iteration; every record has ``iteration``, ``energy``, ``wall_time`` and ``passes``.
+    stop_reason : str
+        ``"converged"``, ``"max_iter"``, ``"max_time"`` or an algorithm-specific reason.
+    passes : int
+        Full passes over the data.
+    counts : ndarray (k,)
+        Weight of each cluster for ``centers``.
+    """
+
+    centers: np.ndarray
+    inertia: float
+    n_iter: int
+    history: list = field(default_factory=list)
+    stop_reason: str = "max_iter"
+    passes: int = 0
+    counts: np.ndarray | None = None
+
+
+class Clock:
+    """Wall time since the start of a fit, and the ``max_time`` budget."""
+
+    def __init__(self, max_time=None):
+        self.start = time.perf_counter()
+        self.max_time = max_time
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def out_of_time(self) -> bool:
+        return self.max_time is not None and self.elapsed() >= self.max_time

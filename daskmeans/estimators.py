@@ -1,0 +1,350 @@
+"""The public estimators: thin sklearn-style classes that validate, call an algorithm and keep its results."""
+
+from __future__ import annotations
+
+import inspect
+
+import dask.array as da
+import numpy as np
+
+from ._client import compute_now, persist_now, resolve_client
+from ._random import seed_from_random_state, stage_key
+from ._validation import check_float, check_int, check_max_time
+from .algorithms.init import check_init, initial_centers
+from .algorithms.lloyd import lloyd
+from .algorithms.result import Clock
+from .exceptions import InputDataError, InvalidParameterError, NotFittedError
+from .io import Dataset, open_input
+from .passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
+from .passes.summary import check_summary, finish_summary, summary_graph
+
+
+class ClusteringEstimator:
+    """Shared plumbing: parameters, input handling, prediction, persistence.
+
+    Subclasses define ``__init__`` (parameters only, scikit-learn style) and ``_fit(data, weights, client)``
+    that sets the fitted attributes.
+    """
+
+    _model_arrays: tuple[str, ...] = ("cluster_centers_",)
+    _model_scalars: tuple[str, ...] = ("inertia_", "n_iter_", "n_features_in_", "stop_reason_")
+
+    # -- parameters ---------------------------------------------------------------------------------------
+    @classmethod
+    def _get_param_names(cls):
+        signature = inspect.signature(cls.__init__)
+        return sorted(p.name for p in signature.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD)
+
+    def get_params(self, deep=True):
+        """Parameters of this estimator, as given to ``__init__``."""
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params):
+        """Set parameters; unknown names raise ``InvalidParameterError``."""
+        valid = self._get_param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise InvalidParameterError(
+                    f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters are {valid}."
+                )
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self):
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
+        }
+        changed = []
+        for name in self._get_param_names():
+            value = getattr(self, name)
+            default = defaults.get(name)
+            same = value is default or (
+                not isinstance(value, np.ndarray) and not isinstance(default, np.ndarray) and value == default
+            )
+            if not same:
+                changed.append(f"{name}={'array' if isinstance(value, np.ndarray) else repr(value)}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import Tags, TargetTags, TransformerTags
+
+        return Tags(
+            estimator_type="clusterer",
+            target_tags=TargetTags(required=False),
+            transformer_tags=TransformerTags(),
+            non_deterministic=False,
+        )
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "cluster_centers_")
+
+    # -- data ---------------------------------------------------------------------------------------------
+    def _open(self, X, name="X") -> Dataset:
+        return open_input(X, chunk_rows=getattr(self, "chunk_rows", None), name=name)
+
+    def _weights(self, sample_weight, data: Dataset):
+        if sample_weight is None:
+            return None
+        if isinstance(sample_weight, da.Array):
+            weights = sample_weight
+        else:
+            weights = np.asarray(sample_weight)
+            if weights.ndim == 0:
+                weights = np.full(data.n_samples, float(weights))
+        if weights.ndim != 1 or weights.shape[0] != data.n_samples:
+            raise InputDataError(
+                f"sample_weight must have shape ({data.n_samples},), one weight per sample; got {weights.shape}."
+            )
+        if weights.dtype.kind not in "fiu":
+            raise InputDataError(f"sample_weight must be numeric, got dtype {weights.dtype}.")
+        if isinstance(weights, da.Array):
+            return weights.astype(np.float64).rechunk((data.array.chunks[0],))
+        return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
+
+    def _prepare(self, X, sample_weight, client):
+        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``."""
+        data = self._open(X)
+        weights = self._weights(sample_weight, data)
+        if data.in_memory and client is not None:
+            (array,) = persist_now(data.array, client=client)
+            data.array = array
+        (raw,) = compute_now(summary_graph(data.array, weights), client=client)
+        summary = finish_summary(raw, data.n_samples)
+        check_summary(summary, data.dtype)
+        return data, weights, summary
+
+    def _check_fitted(self):
+        if not hasattr(self, "cluster_centers_"):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
+                "before using this estimator."
+            )
+
+    def _check_predict_input(self, X) -> Dataset:
+        self._check_fitted()
+        data = self._open(X)
+        if data.n_features != self.n_features_in_:
+            raise InputDataError(
+                f"X has {data.n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return data
+
+    def _centers_for(self, data: Dataset):
+        return np.ascontiguousarray(self.cluster_centers_, dtype=data.dtype)
+
+    @staticmethod
+    def _like_input(data: Dataset, lazy, name="labels"):
+        """NumPy in, NumPy out; xarray in, xarray out; otherwise a lazy dask array."""
+        if data.in_memory:
+            return compute_now(lazy)[0]
+        if data.is_xarray:
+            import xarray as xr
+
+            dims = (data.sample_dim,) if lazy.ndim == 1 else (data.sample_dim, "cluster")
+            return xr.DataArray(lazy, dims=dims, coords=data.sample_coords, name=name)
+        return lazy
+
+    # -- public methods -------------------------------------------------------------------------------------
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, xarray.DataArray or path to a Zarr store / .npy file, shape (n, d)
+        y : ignored
+        sample_weight : array-like of shape (n,), optional
+            Non-negative weight of each sample (e.g. coreset weights).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        client = resolve_client(getattr(self, "client", None))
+        data, weights, summary = self._prepare(X, sample_weight, client)
+        if self.n_clusters > data.n_samples:
+            raise InputDataError(
+                f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
+                "pass more data."
+            )
+        self._fit(data, weights, summary, client)
+        self.n_features_in_ = data.n_features
+        self._fitted_data = data
+        return self
+
+    def predict(self, X):
+        """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Fit, then return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def transform(self, X):
+        """Euclidean distance of each sample to every center, shape (n, k) (lazy for dask and Zarr input)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_transform(data.array, self._centers_for(data)), name="distance")
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Fit, then ``transform(X)``."""
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) sum of squared distances of ``X`` to the nearest centers."""
+        data = self._check_predict_input(X)
+        weights = self._weights(sample_weight, data)
+        client = resolve_client(getattr(self, "client", None))
+        (raw,) = compute_now(assign_stats_graph(data.array, self._centers_for(data), weights), client=client)
+        return -finish_stats(raw).inertia
+
+    @property
+    def labels_(self):
+        """Label of each training sample: NumPy for NumPy input, else lazy and chunk-aligned with the input."""
+        self._check_fitted()
+        if getattr(self, "_labels", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError(
+                    "labels_ belong to the data the model was fitted on, which a loaded model does not have; "
+                    "call predict(X) instead."
+                )
+            self._labels = self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+        return self._labels
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        data = state.pop("_fitted_data", None)
+        if data is not None and data.in_memory and state.get("_labels") is None and hasattr(self, "cluster_centers_"):
+            state["_labels"] = self.labels_
+        return state
+
+    def save(self, path, *, overwrite=False):
+        """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
+        from .persistence import save_model
+
+        return save_model(self, path, overwrite=overwrite)
+
+
+class KMeans(ClusteringEstimator):
+    """Exact k-means (Lloyd's algorithm) on data of any size, one distributed pass per iteration.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means||", "k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+        Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, random distinct rows,
+        or given centers.
+    n_init : int, default 1
+        Runs from different seeds; the one with the lowest inertia is kept.
+    max_iter : int, default 300
+    tol : float, default 1e-4
+        Relative tolerance: stop when the sum of squared center shifts is below ``tol`` times the mean
+        per-feature variance of the data (as scikit-learn).
+    max_time : float, optional
+        Wall-clock budget in seconds; the run stops after the iteration that exceeds it.
+    random_state : int, numpy Generator or None
+        Same value, same result on any scheduler and any number of workers.
+    init_rounds : int, default 5
+        Rounds of k-means||.
+    oversampling_factor : float, default 2.0
+        k-means|| draws about ``oversampling_factor * n_clusters`` candidates per round.
+    init_sample_size : int, optional
+        Sample size for ``init="k-means++"`` (default ``max(20 k, 10000)``).
+    chunk_rows : int, optional
+        Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
+    client : distributed.Client, optional
+        Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
+    progress : bool, default False
+        Show a progress bar over iterations with the current energy.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features), dtype of the (float) input
+    labels_ : ndarray or dask array (n_samples,)
+    inertia_ : float
+    n_iter_ : int
+    history_ : list of dict
+        Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
+    stop_reason_ : str
+    """
+
+    def __init__(self, n_clusters=8, *, init="k-means||", n_init=1, max_iter=300, tol=1e-4, max_time=None,
+                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
+                 client=None, progress=False):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.max_time = max_time
+        self.random_state = random_state
+        self.init_rounds = init_rounds
+        self.oversampling_factor = oversampling_factor
+        self.init_sample_size = init_sample_size
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    def _validate_params(self):
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_int(self.n_init, "n_init", minimum=1)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_float(self.tol, "tol", minimum=0.0)
+        check_max_time(self.max_time)
+        check_int(self.init_rounds, "init_rounds", minimum=1)
+        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
+        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
+        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if isinstance(self.init, str):
+            check_init(self.init, self.n_clusters, 0)
+        seed_from_random_state(0 if self.random_state is None else self.random_state)
+
+    def _fit(self, data, weights, summary, client):
+        check_init(self.init, self.n_clusters, data.n_features)
+        seed = seed_from_random_state(self.random_state)
+        tol = self.tol * summary.mean_variance
+        clock = Clock(self.max_time)
+        from .progress import ProgressReporter
+
+        best = None
+        with ProgressReporter(self.progress, total=self.max_iter * self.n_init, desc="k-means") as reporter:
+            for run in range(self.n_init):
+                centers, passes = initial_centers(
+                    data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
+                    client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                    sample_size=self.init_sample_size,
+                )
+                result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
+                               max_iter=self.max_iter, tol=tol, clock=clock, client=client,
+                               callback=reporter.update, passes=passes + 1)
+                if best is None or result.inertia < best.inertia:
+                    best = result
+                if clock.out_of_time():
+                    break
+        self.cluster_centers_ = best.centers
+        self.inertia_ = best.inertia
+        self.n_iter_ = best.n_iter
+        self.history_ = best.history
+        self.stop_reason_ = best.stop_reason
+        self._labels = None
+
+
+def _check_loaded_centers(estimator, path):
+    centers = estimator.cluster_centers_
+    n_features = getattr(estimator, "n_features_in_", None)
+    if centers.ndim != 2 or centers.shape[0] != estimator.n_clusters or centers.shape[1] != n_features:
+        raise_damaged(path, f"cluster_centers has shape {centers.shape}, expected ({estimator.n_clusters}, "
+                            f"{n_features})")
+    if centers.dtype.kind != "f" or not np.isfinite(centers).all():
+        raise_damaged(path, "cluster_centers is not a finite float array")
+
+
+def raise_damaged(path, what):
+    from .exceptions import ModelFileError
+
+    raise ModelFileError(f"{path!r} is damaged: {what}.")
+
+
+ClusteringEstimator._check_loaded = _check_loaded_centers

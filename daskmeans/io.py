@@ -1,0 +1,379 @@
+"""Data in and labels out: every input becomes one row-chunked dask array; labels go back to Zarr.
+
+Accepted inputs: a path to a Zarr array, or to a Zarr group plus an array name (local directory or any
+fsspec URL zarr accepts); a ``.npy`` file; a ``.npz`` file plus an array name (default ``X``); an
+``xarray.DataArray``; a dask array; a NumPy array (or anything ``numpy.asarray`` accepts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+import warnings
+from dataclasses import dataclass, field
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from .exceptions import InputDataError, OutputExistsError
+
+#: Blocks are aimed at this many bytes (as floats) when daskmeans chooses the row chunking.
+TARGET_BLOCK_BYTES = 64 * 2**20
+#: Zarr chunks smaller than this are merged into larger blocks, so that per-task overhead stays small.
+MIN_BLOCK_BYTES = 8 * 2**20
+
+
+@dataclass
+class Dataset:
+    """One input, ready for the passes.
+
+    Attributes
+    ----------
+    array : dask.array.Array
+        ``(n_samples, n_features)`` float32 or float64, chunked along samples only.
+    source_dtype : numpy.dtype
+        The dtype as stored (e.g. uint8 for SIFT descriptors); conversion happens block by block.
+    in_memory : bool
+        True when the input was a NumPy array (the data already lives in the driver's memory).
+    location : str or None
+        Path or URL of the Zarr store or file the data came from.
+    sample_dim : str
+        Name of the sample dimension (xarray input), used for labels.
+    sample_coords : dict
+        Coordinates along the sample dimension (xarray input), attached to labels.
+    """
+
+    array: da.Array
+    source_dtype: np.dtype
+    in_memory: bool = False
+    location: str | None = None
+    sample_dim: str = "sample"
+    sample_coords: dict = field(default_factory=dict)
+    is_xarray: bool = False
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.array.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.array.shape[1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    def row_offsets(self) -> np.ndarray:
+        """Global index of the first row of each block (and n at the end)."""
+        return np.concatenate([[0], np.cumsum(self.array.chunks[0])]).astype(np.int64)
+
+
+def _is_path(source) -> bool:
+    return isinstance(source, (str, os.PathLike))
+
+
+def _compute_dtype(dtype: np.dtype, name: str) -> np.dtype:
+    """float32 and float64 stay; integers and float16 compute as float32; anything else is refused."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float64 or dtype == np.float32:
+        return dtype
+    if dtype.kind in "iu" or dtype == np.float16:
+        return np.dtype(np.float32)
+    kinds = {"b": "boolean", "c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+             "m": "timedelta", "V": "structured"}
+    kind = kinds.get(dtype.kind, str(dtype))
+    raise InputDataError(
+        f"{name} has dtype {dtype} ({kind}); daskmeans clusters real numbers only. "
+        "Convert the data to float32 (or float64, or an integer type) first, e.g. X.astype('float32')."
+    )
+
+
+def _check_shape(shape, name: str):
+    if len(shape) != 2:
+        hint = (
+            " Reshape your data either using X.reshape(-1, 1) if it has a single feature "
+            "or X.reshape(1, -1) if it contains a single sample."
+            if len(shape) == 1
+            else " Flatten the trailing axes first, e.g. X.reshape(len(X), -1)."
+        )
+        raise InputDataError(
+            f"Expected a 2-D array (n_samples, n_features) for {name}, got {len(shape)}-D shape {tuple(shape)}.{hint}"
+        )
+    if shape[0] == 0:
+        raise InputDataError(f"{name} has 0 samples (shape {tuple(shape)}); at least one row is required.")
+    if shape[1] == 0:
+        raise InputDataError(f"{name} has 0 features (shape {tuple(shape)}); at least one column is required.")
+
+
+def _default_rows(n_features: int, itemsize: int, target=TARGET_BLOCK_BYTES) -> int:
+    return max(1024, target // max(1, n_features * itemsize))
+
+
+def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str) -> da.Array:
+    """Rows chunked, features in one chunk, no zero-length blocks, blocks not uselessly small."""
+    if len(array.chunks[1]) > 1:
+        warnings.warn(
+            f"{name} is chunked along features ({len(array.chunks[1])} chunks); rechunking so that each block "
+            "holds whole rows. Store the data with chunks=(rows, n_features) to avoid this extra work.",
+            UserWarning,
+            stacklevel=4,
+        )
+        array = array.rechunk({1: -1})
+    itemsize = 4 if array.dtype.itemsize <= 4 else 8
+    if chunk_rows is not None:
+        return array.rechunk({0: int(chunk_rows)})
+    row_chunks = array.chunks[0]
+    if any(c == 0 for c in row_chunks):
+        array = array.rechunk({0: tuple(c for c in row_chunks if c > 0)})
+        row_chunks = array.chunks[0]
+    largest = max(row_chunks) * array.shape[1] * itemsize
+    if largest < MIN_BLOCK_BYTES and len(row_chunks) > 1:
+        per_block = max(1, _default_rows(array.shape[1], itemsize) // max(row_chunks))
+        array = array.rechunk({0: max(row_chunks) * per_block})
+    return array
+
+
+def _open_path(source, array_name: str | None) -> tuple[object, str]:
+    path = os.fspath(source)
+    lower = path.lower().rstrip("/")
+    if lower.endswith(".npy"):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No such .npy file: {path!r}. Check the path.")
+        return np.load(path, mmap_mode="r", allow_pickle=False), path
+    if lower.endswith(".npz"):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No such .npz file: {path!r}. Check the path.")
+        with np.load(path, allow_pickle=False) as archive:
+            key = array_name or "X"
+            if key not in archive.files:
+                raise InputDataError(
+                    f"{path!r} has no array named {key!r}; it holds {sorted(archive.files)}. Pass array=NAME."
+                )
+            return archive[key], path
+    is_url = "://" in path
+    if not is_url and not os.path.exists(path):
+        raise FileNotFoundError(f"No Zarr store at {path!r}: the path does not exist. Check the path or URL.")
+    if not is_url and not os.access(path, os.R_OK | os.X_OK):
+        raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
+    try:
+        node = zarr.open(store=path, mode="r")
+    except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
+        raise InputDataError(
+            f"{path!r} is not a Zarr array or group (no zarr.json / .zarray / .zgroup found): {error}. "
+            "Point to a Zarr store, or to a .npy file."
+        ) from error
+    except PermissionError as error:
+        raise PermissionError(f"Cannot read the Zarr store at {path!r}: {error}. Fix its permissions.") from error
+    if isinstance(node, zarr.Group):
+        names = sorted(node.array_keys())
+        if array_name is None:
+            if len(names) != 1:
+                raise InputDataError(
+                    f"{path!r} is a Zarr group holding arrays {names}; say which one to cluster with "
+                    "array=NAME (CLI: --array NAME)."
+                )
+            array_name = names[0]
+        if array_name not in names:
+            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names}.")
+        return node[array_name], f"{path.rstrip('/')}/{array_name}"
+    if array_name is not None:
+        raise InputDataError(f"{path!r} is a Zarr array, not a group; drop array={array_name!r}.")
+    return node, path
+
+
+def open_input(source, *, array: str | None = None, chunk_rows: int | None = None, name: str = "X") -> Dataset:
+    """Open any supported input as a :class:`Dataset` without reading its values.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, xarray.DataArray, dask.array.Array, numpy.ndarray or Dataset
+        The data, ``(n_samples, n_features)``.
+    array : str, optional
+        Array name inside a Zarr group or ``.npz`` file.
+    chunk_rows : int, optional
+        Rows per block; by default the store's chunking, merged up to about 64 MiB blocks when it is small.
+    name : str
+        How the input is called in error messages.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    InputDataError
+        Wrong number of dimensions, zero rows or features, or a dtype that is not numeric.
+    FileNotFoundError, PermissionError
+        The path does not exist or cannot be read.
+    """
+    if isinstance(source, Dataset):
+        return source
+    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
+        raise InputDataError(f"chunk_rows must be a positive integer, got {chunk_rows!r}.")
+    location = None
+    in_memory = False
+    sample_dim, sample_coords, is_xarray = "sample", {}, False
+    if _is_path(source):
+        source, location = _open_path(source, array)
+    elif array is not None:
+        raise InputDataError("array= names an array inside a Zarr group or .npz file; pass a path with it.")
+
+    if type(source).__module__.startswith("xarray") and hasattr(source, "dims"):
+        if source.ndim != 2:
+            _check_shape(source.shape, name)
+        sample_dim = source.dims[0]
+        sample_coords = {
+            key: coord.variable for key, coord in source.coords.items() if coord.dims == (sample_dim,)
+        }
+        is_xarray = True
+        source = source.data
+
+    if isinstance(source, da.Array):
+        raw = source
+    elif isinstance(source, zarr.Array):
+        _check_shape(source.shape, name)
+        _compute_dtype(source.dtype, name)
+        raw = da.from_zarr(source)
+    else:
+        if not isinstance(source, np.ndarray):
+            try:
+                source = np.asarray(source)
+            except (ValueError, TypeError) as error:
+                raise InputDataError(f"{name} could not be read as a numeric array: {error}") from error
+            in_memory = True
+        elif location is None:
+            in_memory = True
+        _check_shape(source.shape, name)
+        compute_dtype = _compute_dtype(source.dtype, name)
+        rows = chunk_rows or _default_rows(source.shape[1], compute_dtype.itemsize)
+        raw = da.from_array(source, chunks=(min(rows, source.shape[0]), source.shape[1]),
+                            name=None if location is None else False)
+
+    _check_shape(raw.shape, name)
+    if any(np.isnan(c) for c in raw.chunks[0]):
+        raise InputDataError(f"{name} has unknown chunk sizes; call X.compute_chunk_sizes() first.")
+    compute_dtype = _compute_dtype(raw.dtype, name)
+    source_dtype = raw.dtype
+    raw = _normalize_chunks(raw, chunk_rows, name)
+    if raw.dtype != compute_dtype:
+        raw = raw.astype(compute_dtype)
+    return Dataset(
+        array=raw,
+        source_dtype=np.dtype(source_dtype),
+        in_memory=in_memory,
+        location=location,
+        sample_dim=sample_dim,
+        sample_coords=sample_coords,
+        is_xarray=is_xarray,
+    )
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def prepare_output(path, overwrite: bool) -> str:
+    """Check that an output path may be written; return it as a string.
+
+    Raises
+    ------
+    OutputExistsError
+        ``path`` exists and ``overwrite`` is False.
+    """
+    path = os.fspath(path)
+    if _is_local(path) and os.path.exists(_local(path)) and not overwrite:
+        raise OutputExistsError(
+            f"{path!r} exists already; choose another path or pass overwrite=True (CLI: --overwrite)."
+        )
+    if _is_local(path):
+        parent = os.path.dirname(os.path.abspath(_local(path)))
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"Cannot write {path!r}: the folder {parent!r} does not exist.")
+    return path
+
+
+class atomic_output:
+    """Write a directory-shaped output under a temporary name and move it into place only when complete.
+
+    Use as ``with atomic_output(path, overwrite) as tmp: write to tmp``. On an exception the temporary
+    output is removed and an existing output at ``path`` is left untouched. Remote (fsspec) URLs are written
+    in place, as object stores have no rename.
+    """
+
+    def __init__(self, path, overwrite: bool = False):
+        self.path = prepare_output(path, overwrite)
+        self.local = _is_local(self.path)
+        if self.local:
+            target = os.path.abspath(_local(self.path))
+            self.target = target
+            self.tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:8]}")
+        else:
+            self.target = self.tmp = self.path
+
+    def __enter__(self) -> str:
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.local:
+            return False
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        if os.path.exists(self.target):
+            old = f"{self.tmp}.old"
+            os.rename(self.target, old)
+            os.rename(self.tmp, self.target)
+            shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+        else:
+            os.rename(self.tmp, self.target)
+        return False
+
+
+def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
+    """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
+
+    The array is written under a temporary name and moved into place when complete, so a failure leaves no
+    partial output and an existing array is kept unless ``overwrite`` is True. A natural place is beside the
+    input, e.g. ``"descriptors.zarr/labels"`` for the input group ``descriptors.zarr``.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        Cluster indices, e.g. ``model.labels_`` or ``model.predict(X)``.
+    path : str or os.PathLike
+        Where the Zarr array goes.
+    overwrite : bool
+        Replace an existing array at ``path``.
+    client : distributed.Client, optional
+        Client that computes lazy labels; by default the active one (or the local scheduler).
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    from ._client import compute_now
+
+    dims, coords = None, None
+    if type(labels).__module__.startswith("xarray"):
+        dims = list(labels.dims)
+        labels = labels.data
+    if not isinstance(labels, da.Array):
+        labels = da.from_array(np.asarray(labels))
+    if labels.ndim != 1:
+        raise InputDataError(f"labels must be 1-D (one per sample), got shape {labels.shape}.")
+    chunk = max(labels.chunks[0]) if labels.shape[0] else 1
+    labels = labels.rechunk(chunk)
+    with atomic_output(path, overwrite) as tmp:
+        target = zarr.open_array(store=tmp, mode="w", shape=labels.shape, chunks=(chunk,), dtype=labels.dtype)
+        target.attrs["daskmeans"] = {"kind": "labels"}
+        if dims:
+            target.attrs["_ARRAY_DIMENSIONS"] = dims
+        compute_now(da.store(labels, target, lock=False, compute=False), client=client)
+    return os.fspath(path)

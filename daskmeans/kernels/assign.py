@@ -1,0 +1,150 @@
+"""Nearest center of every row of a block.
+
+Two strategies with one result: a direct Numba loop when ``k * d`` is small, and blocked GEMM
+(``||x||^2 - 2 x.c + ||c||^2`` on a slab of rows against a slab of centers) when it is large, so that the
+distance matrix in memory is never bigger than one slab, whatever ``n`` and ``k``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: Below this many center coordinates (k * d) the direct loop beats BLAS.
+DIRECT_LIMIT = 256
+#: Bytes of one slab of the distance matrix in the GEMM strategy.
+SLAB_BYTES = 8 * 2**20
+
+
+@numba.njit(cache=True, nogil=True)
+def nearest_direct(X, centers):
+    """Nearest center by explicit squared distances (exact, no cancellation).
+
+    Returns
+    -------
+    labels : int32 array (n,)
+    dist2 : float64 array (n,)
+    """
+    n, d = X.shape
+    k = centers.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        best = np.inf
+        best_j = 0
+        for j in range(k):
+            s = 0.0
+            for f in range(d):
+                diff = X[i, f] - centers[j, f]
+                s += diff * diff
+            if s < best:
+                best = s
+                best_j = j
+        labels[i] = best_j
+        dist2[i] = best
+    return labels, dist2
+
+
+@numba.njit(cache=True, nogil=True)
+def _argmin_update(cross, centers_sq, first_center, labels, scores):
+    """For each row, fold ``centers_sq[j] - 2 * cross[i, j]`` into the running minimum."""
+    rows, cols = cross.shape
+    for i in range(rows):
+        best = scores[i]
+        best_j = labels[i]
+        for j in range(cols):
+            value = centers_sq[j] - 2.0 * cross[i, j]
+            if value < best:
+                best = value
+                best_j = first_center + j
+        scores[i] = best
+        labels[i] = best_j
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_dist2(X, centers, labels):
+    """Squared distance of every row to its assigned center, accumulated in float64."""
+    n, d = X.shape
+    out = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        c = labels[i]
+        s = 0.0
+        for f in range(d):
+            diff = np.float64(X[i, f]) - np.float64(centers[c, f])
+            s += diff * diff
+        out[i] = s
+    return out
+
+
+def nearest_gemm(X, centers, centers_sq=None, slab_bytes=SLAB_BYTES):
+    """Nearest center by blocked GEMM; the distance of the winner is then recomputed exactly.
+
+    Parameters
+    ----------
+    X : ndarray (n, d), float32 or float64
+    centers : ndarray (k, d), same dtype as X
+    centers_sq : ndarray (k,), optional
+        Squared norms of the centers (computed when not given).
+    slab_bytes : int
+        Size of the largest distance slab held at once.
+
+    Returns
+    -------
+    labels : int32 array (n,)
+    dist2 : float64 array (n,)
+    """
+    n = X.shape[0]
+    k = centers.shape[0]
+    if centers_sq is None:
+        centers_sq = np.einsum("ij,ij->i", centers, centers)
+    centers_sq = centers_sq.astype(X.dtype, copy=False)
+    itemsize = X.dtype.itemsize
+    center_step = max(1, min(k, 4096))
+    row_step = max(1, min(n, slab_bytes // (center_step * itemsize)))
+    labels = np.zeros(n, dtype=np.int32)
+    scores = np.empty(n, dtype=X.dtype)
+    cross = np.empty((row_step, center_step), dtype=X.dtype)
+    for r0 in range(0, n, row_step):
+        r1 = min(n, r0 + row_step)
+        rows = X[r0:r1]
+        row_labels = labels[r0:r1]
+        row_scores = scores[r0:r1]
+        row_scores[:] = np.inf
+        for c0 in range(0, k, center_step):
+            c1 = min(k, c0 + center_step)
+            out = cross[: r1 - r0, : c1 - c0]
+            np.matmul(rows, centers[c0:c1].T, out=out)
+            _argmin_update(out, centers_sq[c0:c1], c0, row_labels, row_scores)
+    return labels, exact_dist2(X, centers, labels)
+
+
+def nearest_centers(X, centers, centers_sq=None):
+    """Label of the nearest center and the squared distance to it, for every row of ``X``.
+
+    Parameters
+    ----------
+    X : ndarray (n, d), float32 or float64, C-contiguous
+    centers : ndarray (k, d)
+        Cast to the dtype of ``X``.
+    centers_sq : ndarray (k,), optional
+
+    Returns
+    -------
+    labels : int32 array (n,)
+    dist2 : float64 array (n,)
+    """
+    X = np.ascontiguousarray(X)
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    if X.shape[0] == 0:
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
+    if centers.shape[0] * centers.shape[1] <= DIRECT_LIMIT:
+        return nearest_direct(X, centers)
+    return nearest_gemm(X, centers, centers_sq)
+
+
+def all_dist2(X, centers):
+    """The full ``(n, k)`` matrix of squared distances (for ``transform``; one block at a time)."""
+    X = np.asarray(X)
+    centers = np.asarray(centers, dtype=X.dtype)
+    sq = np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * (X @ centers.T) + np.einsum("ij,ij->i", centers, centers)
+    return np.maximum(sq, 0, out=sq)

@@ -1,0 +1,1 @@
+"""Full-data passes: Dask graph reductions over every block, shared by all algorithms."""

@@ -1,0 +1,125 @@
+"""The assign + stats pass: labels, distances and per-cluster sums, counts and SSE, tree-reduced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask.array as da
+import numpy as np
+
+from ..kernels.assign import all_dist2, nearest_centers
+from ..kernels.stats import cluster_stats
+from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
+
+#: Each block reports this many of its farthest rows, the candidates to refill empty clusters.
+N_FAR = 32
+
+
+@dataclass
+class ClusterStats:
+    """The per-cluster statistics of one assignment of the data.
+
+    Attributes
+    ----------
+    sums : float64 (k, d)
+        Weighted sums of the rows assigned to each cluster.
+    counts : float64 (k,)
+        Total weight assigned to each cluster.
+    sse : float64 (k,)
+        Weighted squared distances of each cluster's rows to its center.
+    far_dist2, far_rows, far_labels, far_weights : arrays
+        The rows farthest from their centers (for relocating empty clusters), farthest first.
+    """
+
+    sums: np.ndarray
+    counts: np.ndarray
+    sse: np.ndarray
+    far_dist2: np.ndarray
+    far_rows: np.ndarray
+    far_labels: np.ndarray
+    far_weights: np.ndarray
+
+    @property
+    def inertia(self) -> float:
+        return float(self.sse.sum())
+
+
+def _farthest(dist2, rows, labels, weights, keep):
+    order = np.argsort(-dist2, kind="stable")[:keep]
+    return dist2[order], rows[order], labels[order], weights[order]
+
+
+def _assign_stats_block(block, offset, weights, centers, n_far):
+    block = np.asarray(block)
+    labels, dist2 = nearest_centers(block, centers)
+    sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
+    w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
+    # rows of weight 0 cannot refill an empty cluster
+    eligible = np.flatnonzero(w > 0)
+    far = _farthest(dist2[eligible], block[eligible], labels[eligible], w[eligible], n_far)
+    return sums, counts, sse, far
+
+
+def _combine_stats(parts):
+    sums = parts[0][0].copy()
+    counts = parts[0][1].copy()
+    sse = parts[0][2].copy()
+    for other in parts[1:]:
+        sums += other[0]
+        counts += other[1]
+        sse += other[2]
+    n_far = max(len(p[3][0]) for p in parts)
+    far = [np.concatenate([p[3][i] for p in parts]) for i in range(4)]
+    return sums, counts, sse, _farthest(*far, n_far)
+
+
+def assign_stats_graph(array, centers, weights=None, n_far=N_FAR):
+    """The delayed assign + stats pass of ``array`` against ``centers``."""
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    parts = map_blocks_delayed(
+        _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far
+    )
+    return tree_reduce(parts, _combine_stats, "assign")
+
+
+def finish_stats(result) -> ClusterStats:
+    sums, counts, sse, far = result
+    return ClusterStats(sums, counts, sse, *far)
+
+
+def _labels_block(block, centers):
+    return nearest_centers(np.asarray(block), centers)[0]
+
+
+def _dist2_block(block, centers):
+    return nearest_centers(np.asarray(block), centers)[1]
+
+
+def lazy_labels(array, centers) -> da.Array:
+    """Labels of every row as a lazy dask array, chunk-aligned with ``array``."""
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    return array.map_blocks(
+        _labels_block, centers, drop_axis=1, dtype=np.int32, name="daskmeans-labels", meta=np.empty(0, np.int32)
+    )
+
+
+def lazy_min_dist2(array, centers) -> da.Array:
+    """Squared distance of every row to its nearest center, lazy and chunk-aligned."""
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    return array.map_blocks(
+        _dist2_block, centers, drop_axis=1, dtype=np.float64, name="daskmeans-min-dist2",
+        meta=np.empty(0, np.float64),
+    )
+
+
+def _transform_block(block, centers):
+    return np.sqrt(all_dist2(np.asarray(block), centers))
+
+
+def lazy_transform(array, centers) -> da.Array:
+    """Euclidean distance of every row to every center, ``(n, k)``, lazy (one block at a time)."""
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    return array.map_blocks(
+        _transform_block, centers, chunks=(array.chunks[0], (centers.shape[0],)), dtype=array.dtype,
+        name="daskmeans-transform",
+    )

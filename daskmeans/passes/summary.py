@@ -1,0 +1,139 @@
+"""The summary pass: n, mean, variance, and the data checks, all in the first read of the data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import InputDataError
+from ._graph import block_args, map_blocks_delayed, tree_reduce
+
+
+@dataclass
+class Summary:
+    """What one read of the data tells.
+
+    Attributes
+    ----------
+    n_samples : int
+    mean : float64 (d,)
+        Per-feature mean.
+    variance : float64 (d,)
+        Per-feature variance (population).
+    n_nonfinite : int
+        NaN and inf values.
+    first_nonfinite_row : int
+        Global index of the first row holding one (-1 when none).
+    max_abs : float
+        Largest absolute finite value.
+    total_weight : float
+        Sum of the sample weights (n without weights).
+    n_bad_weights : int
+        Negative or non-finite weights.
+    """
+
+    n_samples: int
+    mean: np.ndarray
+    variance: np.ndarray
+    n_nonfinite: int
+    first_nonfinite_row: int
+    max_abs: float
+    total_weight: float
+    n_bad_weights: int
+    first_bad_weight_row: int
+
+    @property
+    def mean_variance(self) -> float:
+        """Mean of the per-feature variances: the scale of scikit-learn's relative tolerance."""
+        return float(np.mean(self.variance))
+
+
+def _summarize_block(block, offset, weights):
+    block = np.asarray(block)
+    finite_rows = np.isfinite(block).all(axis=1)
+    n_nonfinite = int(block.size - np.count_nonzero(np.isfinite(block)))
+    first = int(offset + np.argmin(finite_rows)) if n_nonfinite else -1
+    good = block if n_nonfinite == 0 else block[finite_rows]
+    n = good.shape[0]
+    mean = good.mean(axis=0, dtype=np.float64) if n else np.zeros(block.shape[1])
+    m2 = ((good - mean) ** 2).sum(axis=0, dtype=np.float64) if n else np.zeros(block.shape[1])
+    max_abs = float(np.abs(good).max()) if n else 0.0
+    if weights is None:
+        total_weight, n_bad, first_bad = float(block.shape[0]), 0, -1
+    else:
+        weights = np.asarray(weights, dtype=np.float64)
+        bad = ~np.isfinite(weights) | (weights < 0)
+        n_bad = int(bad.sum())
+        first_bad = int(offset + np.argmax(bad)) if n_bad else -1
+        total_weight = float(weights[~bad].sum())
+    return n, mean, m2, n_nonfinite, first, max_abs, total_weight, n_bad, first_bad
+
+
+def _first(a, b):
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    return min(a, b)
+
+
+def _combine(parts):
+    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad = parts[0]
+    for other in parts[1:]:
+        n_b, mean_b, m2_b = other[0], other[1], other[2]
+        total = n + n_b
+        if n_b:
+            delta = mean_b - mean
+            mean = mean + delta * (n_b / total)
+            m2 = m2 + m2_b + delta**2 * (n * n_b / total)
+        n = total
+        nonfinite += other[3]
+        first = _first(first, other[4])
+        max_abs = max(max_abs, other[5])
+        weight += other[6]
+        n_bad += other[7]
+        first_bad = _first(first_bad, other[8])
+    return n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad
+
+
+def summary_graph(array, weights=None):
+    """The delayed summary of ``array`` (one read of every block)."""
+    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights))
+    return tree_reduce(parts, _combine, "summary")
+
+
+def finish_summary(result, n_total: int) -> Summary:
+    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad = result
+    variance = m2 / n if n else np.zeros_like(mean)
+    return Summary(n_total, mean, variance, nonfinite, first, max_abs, weight, n_bad, first_bad)
+
+
+def check_summary(summary: Summary, dtype, name: str = "X") -> None:
+    """Raise a clear error for values that cannot be clustered.
+
+    Raises
+    ------
+    InputDataError
+        NaN/inf values, bad sample weights, all-zero weights, or values whose squared distances overflow.
+    """
+    if summary.n_nonfinite:
+        raise InputDataError(
+            f"Input {name} contains {summary.n_nonfinite} non-finite value(s) (NaN or infinity); the first is in "
+            f"row {summary.first_nonfinite_row}. Remove or impute them before clustering."
+        )
+    if summary.n_bad_weights:
+        raise InputDataError(
+            f"sample_weight has {summary.n_bad_weights} negative or non-finite value(s); the first is at row "
+            f"{summary.first_bad_weight_row}. Weights must be finite and >= 0."
+        )
+    if summary.total_weight <= 0:
+        raise InputDataError("sample_weight sums to 0; at least one sample needs a positive weight.")
+    limit = np.finfo(dtype).max
+    spread = 2.0 * summary.max_abs
+    if spread * spread * max(1, summary.mean.shape[0]) >= limit:
+        raise InputDataError(
+            f"Input {name} has values up to {summary.max_abs:.3g} in absolute value: squared distances would "
+            f"overflow {np.dtype(dtype).name}. Rescale the data (e.g. divide by {summary.max_abs:.3g}) "
+            "or pass float64."
+        )

@@ -1,0 +1,218 @@
+"""Models on disk: a Zarr group with arrays and JSON attributes. No pickle anywhere, in writing or reading."""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+
+import numpy as np
+import zarr
+
+from .exceptions import ModelFileError
+from .io import atomic_output
+
+FORMAT = "daskmeans-model"
+FORMAT_VERSION = 1
+#: Codecs a model array may use; anything else (pickle, vlen object codecs, ...) is refused before reading.
+SAFE_CODECS = {
+    "bytes", "blosc", "zstd", "gzip", "zlib", "crc32c", "transpose", "lz4", "bz2", "lzma", "shuffle",
+}
+
+
+def _registry():
+    from . import estimators
+
+    return {cls.__name__: cls for cls in vars(estimators).values()
+            if isinstance(cls, type) and issubclass(cls, estimators.ClusteringEstimator)
+            and cls is not estimators.ClusteringEstimator}
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return None
+
+
+def save_model(estimator, path, *, overwrite=False) -> str:
+    """Write a fitted estimator to a Zarr group at ``path``.
+
+    Arrays (centers, ...) are Zarr arrays; parameters, scalars, version and history are JSON attributes.
+    The group is written under a temporary name and moved into place when complete.
+
+    Raises
+    ------
+    NotFittedError
+        The estimator is not fitted.
+    OutputExistsError
+        ``path`` exists and ``overwrite`` is False.
+    ModelFileError
+        A parameter cannot be stored (e.g. a callable kernel).
+    """
+    from . import __version__
+
+    estimator._check_fitted()
+    params = {}
+    for name, value in estimator.get_params().items():
+        if name in ("client", "progress"):
+            continue
+        if callable(value):
+            raise ModelFileError(
+                f"Parameter {name}={value!r} is a Python callable, which a model file cannot hold without pickle; "
+                "use a named option instead to save this model."
+            )
+        if isinstance(value, np.ndarray):
+            params[name] = {"array": f"param_{name}"}
+        else:
+            stored = _jsonable(value)
+            if stored is None and value is not None:
+                stored = {"unstored": type(value).__name__}
+            params[name] = stored
+    scalars = {name: _jsonable(getattr(estimator, name)) for name in estimator._model_scalars
+               if hasattr(estimator, name)}
+    history = _jsonable(getattr(estimator, "history_", []))
+    with atomic_output(path, overwrite) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+        arrays = {name: np.asarray(getattr(estimator, name)) for name in estimator._model_arrays}
+        arrays.update({f"param_{k}": np.asarray(v) for k, v in estimator.get_params().items()
+                       if isinstance(v, np.ndarray)})
+        for name, value in arrays.items():
+            array = group.create_array(name.rstrip("_"), shape=value.shape, dtype=value.dtype,
+                                       chunks=value.shape or None)
+            array[...] = value
+        group.attrs.update({
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "daskmeans_version": __version__,
+            "estimator": type(estimator).__name__,
+            "params": params,
+            "scalars": scalars,
+            "arrays": sorted(arrays),
+            "history": json.loads(json.dumps(history, allow_nan=True)),
+        })
+    return os.fspath(path)
+
+
+def _codec_names(array) -> set[str]:
+    metadata = array.metadata.to_dict()
+    names = set()
+
+    def visit(node):
+        if isinstance(node, dict):
+            for key in ("name", "id"):
+                if isinstance(node.get(key), str):
+                    names.add(node[key])
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    for key in ("codecs", "filters", "compressor", "compressors"):
+        visit(metadata.get(key))
+    return names
+
+
+def _read_array(group, name, path):
+    try:
+        array = group[name]
+    except KeyError:
+        raise ModelFileError(f"{path!r} is damaged: the array {name!r} is missing.") from None
+    if not isinstance(array, zarr.Array):
+        raise ModelFileError(f"{path!r} is damaged: {name!r} is not an array.")
+    if array.dtype.kind not in "fiub":
+        raise ModelFileError(
+            f"{path!r}: array {name!r} has dtype {array.dtype}; model arrays are numeric. The file is not a "
+            "daskmeans model or was tampered with; it was not read."
+        )
+    unsafe = _codec_names(array) - SAFE_CODECS
+    if unsafe:
+        raise ModelFileError(
+            f"{path!r}: array {name!r} uses codec(s) {sorted(unsafe)}, which a daskmeans model never uses "
+            "(they could run code when decoding); the file was not read."
+        )
+    try:
+        return np.asarray(array[...])
+    except Exception as error:  # a damaged chunk: say which file and array
+        raise ModelFileError(f"{path!r} is damaged: cannot read array {name!r}: {error}") from error
+
+
+def load(path):
+    """Load a model written by ``save``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    estimator
+        A fitted estimator of the saved class (``labels_`` of the training data are not stored: use
+        ``predict``).
+
+    Raises
+    ------
+    ModelFileError
+        Not a daskmeans model, a newer format, or damaged (missing or inconsistent arrays).
+    FileNotFoundError
+        Nothing at ``path``.
+    """
+    path = os.fspath(path)
+    if "://" not in path and not os.path.exists(path):
+        raise FileNotFoundError(f"No model at {path!r}. Check the path.")
+    try:
+        group = zarr.open_group(store=path, mode="r")
+    except Exception as error:
+        raise ModelFileError(f"{path!r} is not a daskmeans model (not a Zarr group): {error}") from error
+    attrs = dict(group.attrs)
+    if attrs.get("format") != FORMAT:
+        raise ModelFileError(
+            f"{path!r} is not a daskmeans model (its 'format' attribute is {attrs.get('format')!r}); "
+            "write models with model.save(path)."
+        )
+    version = attrs.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise ModelFileError(
+            f"{path!r} has model format version {version!r}; this daskmeans reads version {FORMAT_VERSION}. "
+            "Upgrade daskmeans to read it."
+        )
+    registry = _registry()
+    cls = registry.get(attrs.get("estimator"))
+    if cls is None:
+        raise ModelFileError(f"{path!r} holds an unknown estimator {attrs.get('estimator')!r}.")
+    params = attrs.get("params")
+    scalars = attrs.get("scalars")
+    if not isinstance(params, dict) or not isinstance(scalars, dict):
+        raise ModelFileError(f"{path!r} is damaged: its 'params' or 'scalars' attribute is missing.")
+    valid = set(cls._get_param_names())
+    kwargs = {}
+    for name, value in params.items():
+        if name not in valid:
+            raise ModelFileError(f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}.")
+        if isinstance(value, dict) and "array" in value:
+            value = _read_array(group, value["array"], path)
+        elif isinstance(value, dict) and "unstored" in value:
+            value = None
+        kwargs[name] = value
+    try:
+        estimator = cls(**kwargs)
+    except Exception as error:
+        raise ModelFileError(f"{path!r} is damaged: its parameters are invalid: {error}") from error
+    for name in cls._model_arrays:
+        setattr(estimator, name, _read_array(group, name.rstrip("_"), path))
+    for name, value in scalars.items():
+        setattr(estimator, name, value)
+    estimator.history_ = attrs.get("history", [])
+    estimator._labels = None
+    estimator._check_loaded(path)
+    return estimator
