@@ -1,0 +1,39 @@
+"""Names of the algorithms, as the CLI (``--algorithm``) and the benchmark harness know them.
+
+Each entry maps a name to ``(module, class name, fixed keyword arguments)``; the class is imported only when
+used, so importing daskmeans compiles nothing. Every class takes at least ``n_clusters``, ``init``,
+``max_time``, ``random_state``, ``client`` and ``progress``, and has ``fit``/``predict``/``save``,
+``cluster_centers_`` and ``history_``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .exceptions import InvalidParameterError
+
+ALGORITHMS: dict[str, tuple[str, str, dict]] = {
+    "kmeans": ("daskmeans.estimators", "KMeans", {}),
+}
+
+
+def algorithm_names() -> list[str]:
+    """The names accepted by ``--algorithm``."""
+    return list(ALGORITHMS)
+
+
+def make_estimator(name: str, **params):
+    """Build the estimator registered as ``name`` with ``params``.
+
+    Raises
+    ------
+    InvalidParameterError
+        Unknown algorithm name.
+    """
+    if name not in ALGORITHMS:
+        raise InvalidParameterError(
+            f"Unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}."
+        )
+    module, cls_name, fixed = ALGORITHMS[name]
+    cls = getattr(importlib.import_module(module), cls_name)
+    return cls(**fixed, **params)
