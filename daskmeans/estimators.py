@@ -13,7 +13,7 @@ from ._validation import check_float, check_int, check_max_time
 from .algorithms.init import check_init, initial_centers
 from .algorithms.lloyd import lloyd
 from .algorithms.result import Clock
-from .exceptions import InputDataError, InvalidParameterError, NotFittedError
+from .exceptions import InputDataError, InvalidParameterError, NotFittedError, not_fitted_error
 from .io import Dataset, open_input
 from .passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
 from .passes.summary import check_summary, finish_summary, summary_graph
@@ -115,7 +115,7 @@ class ClusteringEstimator:
 
     def _check_fitted(self):
         if not hasattr(self, "cluster_centers_"):
-            raise NotFittedError(
+            raise not_fitted_error(
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
                 "before using this estimator."
             )

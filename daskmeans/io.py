@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from .exceptions import InputDataError, OutputExistsError
+from .exceptions import InputDataError, InputDtypeError, OutputExistsError
 
 #: Blocks are aimed at this many bytes (as floats) when daskmeans chooses the row chunking.
 TARGET_BLOCK_BYTES = 64 * 2**20
@@ -81,7 +81,12 @@ def _compute_dtype(dtype: np.dtype, name: str) -> np.dtype:
         return dtype
     if dtype.kind in "iu" or dtype == np.float16:
         return np.dtype(np.float32)
-    kinds = {"b": "boolean", "c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+    if dtype.kind == "c":
+        raise InputDataError(
+            f"Complex data not supported: {name} has dtype {dtype}. Cluster the real and imaginary parts as "
+            "separate features, e.g. numpy.hstack([X.real, X.imag])."
+        )
+    kinds = {"b": "boolean", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
              "m": "timedelta", "V": "structured"}
     kind = kinds.get(dtype.kind, str(dtype))
     raise InputDataError(
@@ -104,15 +109,20 @@ def _check_shape(shape, name: str):
     if shape[0] == 0:
         raise InputDataError(f"{name} has 0 samples (shape {tuple(shape)}); at least one row is required.")
     if shape[1] == 0:
-        raise InputDataError(f"{name} has 0 features (shape {tuple(shape)}); at least one column is required.")
+        raise InputDataError(
+            f"{name} has 0 feature(s) (shape={tuple(shape)}) while a minimum of 1 is required."
+        )
 
 
 def _default_rows(n_features: int, itemsize: int, target=TARGET_BLOCK_BYTES) -> int:
     return max(1024, target // max(1, n_features * itemsize))
 
 
-def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str) -> da.Array:
-    """Rows chunked, features in one chunk, no zero-length blocks, blocks not uselessly small."""
+def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str, merge_small: bool) -> da.Array:
+    """Rows chunked, features in one chunk, no zero-length blocks; small store chunks merged into larger blocks.
+
+    A dask array's own row chunking is kept (the user chose it); a Zarr store's small chunks are merged.
+    """
     if len(array.chunks[1]) > 1:
         warnings.warn(
             f"{name} is chunked along features ({len(array.chunks[1])} chunks); rechunking so that each block "
@@ -129,10 +139,29 @@ def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str) -> da.
         array = array.rechunk({0: tuple(c for c in row_chunks if c > 0)})
         row_chunks = array.chunks[0]
     largest = max(row_chunks) * array.shape[1] * itemsize
-    if largest < MIN_BLOCK_BYTES and len(row_chunks) > 1:
+    if merge_small and largest < MIN_BLOCK_BYTES and len(row_chunks) > 1:
         per_block = max(1, _default_rows(array.shape[1], itemsize) // max(row_chunks))
         array = array.rechunk({0: max(row_chunks) * per_block})
     return array
+
+
+def _refuse_sparse(source, name):
+    if hasattr(source, "tocsr") and hasattr(source, "nnz"):
+        raise InputDataError(
+            f"Sparse input is not supported: {name} is a {type(source).__name__}. Convert it with X.toarray() "
+            "(or store it dense in Zarr) before clustering."
+        )
+
+
+def _numeric_from_object(source: np.ndarray, name: str) -> np.ndarray:
+    """An object array of numbers becomes float64; anything else is refused with a TypeError."""
+    try:
+        return source.astype(np.float64)
+    except (TypeError, ValueError) as error:
+        raise InputDtypeError(
+            f"{name} has dtype object and holds values that are not numbers ({error}); the argument must be "
+            "a string or a number convertible to float. Convert the data to float32/float64 first."
+        ) from error
 
 
 def _open_path(source, array_name: str | None) -> tuple[object, str]:
@@ -230,6 +259,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         is_xarray = True
         source = source.data
 
+    from_store = isinstance(source, zarr.Array)
     if isinstance(source, da.Array):
         raw = source
     elif isinstance(source, zarr.Array):
@@ -237,6 +267,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         _compute_dtype(source.dtype, name)
         raw = da.from_zarr(source)
     else:
+        _refuse_sparse(source, name)
         if not isinstance(source, np.ndarray):
             try:
                 source = np.asarray(source)
@@ -245,6 +276,8 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
             in_memory = True
         elif location is None:
             in_memory = True
+        if source.dtype == object:
+            source = _numeric_from_object(source, name)
         _check_shape(source.shape, name)
         compute_dtype = _compute_dtype(source.dtype, name)
         rows = chunk_rows or _default_rows(source.shape[1], compute_dtype.itemsize)
@@ -256,7 +289,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         raise InputDataError(f"{name} has unknown chunk sizes; call X.compute_chunk_sizes() first.")
     compute_dtype = _compute_dtype(raw.dtype, name)
     source_dtype = raw.dtype
-    raw = _normalize_chunks(raw, chunk_rows, name)
+    raw = _normalize_chunks(raw, chunk_rows, name, merge_small=from_store)
     if raw.dtype != compute_dtype:
         raw = raw.astype(compute_dtype)
     return Dataset(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functools import partial
+
 import dask.array as da
 import numpy as np
 
+from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.stats import cluster_stats
 from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
@@ -51,6 +54,7 @@ def _farthest(dist2, rows, labels, weights, keep):
 
 def _assign_stats_block(block, offset, weights, centers, n_far):
     block = np.asarray(block)
+    check_finite_block(block, offset)
     labels, dist2 = nearest_centers(block, centers)
     sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
     w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -60,7 +64,7 @@ def _assign_stats_block(block, offset, weights, centers, n_far):
     return sums, counts, sse, far
 
 
-def _combine_stats(parts):
+def _combine_stats(parts, n_far):
     sums = parts[0][0].copy()
     counts = parts[0][1].copy()
     sse = parts[0][2].copy()
@@ -68,7 +72,6 @@ def _combine_stats(parts):
         sums += other[0]
         counts += other[1]
         sse += other[2]
-    n_far = max(len(p[3][0]) for p in parts)
     far = [np.concatenate([p[3][i] for p in parts]) for i in range(4)]
     return sums, counts, sse, _farthest(*far, n_far)
 
@@ -79,7 +82,7 @@ def assign_stats_graph(array, centers, weights=None, n_far=N_FAR):
     parts = map_blocks_delayed(
         _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far
     )
-    return tree_reduce(parts, _combine_stats, "assign")
+    return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign")
 
 
 def finish_stats(result) -> ClusterStats:
@@ -87,12 +90,31 @@ def finish_stats(result) -> ClusterStats:
     return ClusterStats(sums, counts, sse, *far)
 
 
-def _labels_block(block, centers):
-    return nearest_centers(np.asarray(block), centers)[0]
+def check_finite_block(block, offset):
+    """Raise a clear error when a block holds NaN or infinity (predict-time validation, in the same pass)."""
+    finite = np.isfinite(block)
+    if not finite.all():
+        bad_rows = np.flatnonzero(~finite.all(axis=1))
+        raise InputDataError(
+            f"Input X contains {int(block.size - finite.sum())} non-finite value(s) (NaN or infinity) in this block; "
+            f"the first is in row {offset + int(bad_rows[0])}. Remove or impute them first."
+        )
 
 
-def _dist2_block(block, centers):
-    return nearest_centers(np.asarray(block), centers)[1]
+def _offset(block_info):
+    return block_info[0]["array-location"][0][0] if block_info else 0
+
+
+def _labels_block(block, centers, block_info=None):
+    block = np.asarray(block)
+    check_finite_block(block, _offset(block_info))
+    return nearest_centers(block, centers)[0]
+
+
+def _dist2_block(block, centers, block_info=None):
+    block = np.asarray(block)
+    check_finite_block(block, _offset(block_info))
+    return nearest_centers(block, centers)[1]
 
 
 def lazy_labels(array, centers) -> da.Array:
@@ -112,8 +134,10 @@ def lazy_min_dist2(array, centers) -> da.Array:
     )
 
 
-def _transform_block(block, centers):
-    return np.sqrt(all_dist2(np.asarray(block), centers))
+def _transform_block(block, centers, block_info=None):
+    block = np.asarray(block)
+    check_finite_block(block, _offset(block_info))
+    return np.sqrt(all_dist2(block, centers))
 
 
 def lazy_transform(array, centers) -> da.Array:

@@ -6,6 +6,8 @@ sample does not depend on chunking, worker count or scheduler.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from .._random import row_uniforms, stage_generator
@@ -31,11 +33,10 @@ def _bottom_block(block, offset, weights, key, m):
     return keys[order], index[order], block[order]
 
 
-def _merge_bottom(parts):
+def _merge_bottom(parts, m):
     keys = np.concatenate([p[0] for p in parts])
     index = np.concatenate([p[1] for p in parts])
     rows = np.concatenate([p[2] for p in parts])
-    m = max(len(p[0]) for p in parts)
     order = _sort_keys(keys, index)[:m]
     return keys[order], index[order], rows[order]
 
@@ -46,7 +47,7 @@ def sample_without_replacement_graph(array, m: int, key: int, weights=None):
     The result is ``(keys, row_indices, rows)`` in the order of the random keys.
     """
     parts = map_blocks_delayed(_bottom_block, "sample", block_args(array, weights), key, int(m))
-    return tree_reduce(parts, _merge_bottom, "sample")
+    return tree_reduce(parts, partial(_merge_bottom, m=int(m)), "sample")
 
 
 def _gather_block(block, offset, weights, wanted):

@@ -128,8 +128,8 @@ def check_summary(summary: Summary, dtype, name: str = "X") -> None:
             f"{summary.first_bad_weight_row}. Weights must be finite and >= 0."
         )
     if summary.total_weight <= 0:
-        raise InputDataError("sample_weight sums to 0; at least one sample needs a positive weight.")
-    limit = np.finfo(dtype).max
+        raise InputDataError("sample_weight sums to zero; at least one sample needs a positive weight.")
+    limit = float(np.finfo(dtype).max)
     spread = 2.0 * summary.max_abs
     if spread * spread * max(1, summary.mean.shape[0]) >= limit:
         raise InputDataError(

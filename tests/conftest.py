@@ -1,0 +1,53 @@
+"""Shared fixtures: a real LocalCluster with worker processes, the shared datasets, small blob data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_dataset(name: str):
+    """Load ``../shared/data/NAME.npz`` or skip the test when the folder is absent."""
+    path = SHARED_DATA / f"{name}.npz"
+    if not path.exists():
+        pytest.skip(f"{path} is not present (the shared datasets live beside the checkout)")
+    with np.load(path) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    """A LocalCluster with 2 worker processes of 1 thread each, shared by the whole session."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           memory_limit="2GiB")
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def make_blobs(n=3000, d=4, k=5, spread=0.3, seed=0, dtype=np.float64):
+    """Well-separated Gaussian blobs: data, true labels, true centers."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10, 10, size=(k, d))
+    labels = rng.integers(0, k, size=n)
+    X = centers[labels] + spread * rng.standard_normal((n, d))
+    return X.astype(dtype), labels, centers
+
+
+@pytest.fixture
+def blobs():
+    return make_blobs()
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

@@ -1,0 +1,96 @@
+"""Numba kernels against plain NumPy references, in float32 and float64."""
+
+import numpy as np
+import pytest
+
+from daskmeans._random import row_uniforms, stage_key
+from daskmeans.kernels.assign import all_dist2, exact_dist2, nearest_centers, nearest_direct, nearest_gemm
+from daskmeans.kernels.stats import cluster_stats
+
+
+def reference_nearest(X, C):
+    d2 = ((X[:, None, :].astype(np.float64) - C[None, :, :].astype(np.float64)) ** 2).sum(-1)
+    return d2.argmin(axis=1), d2.min(axis=1), d2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k,d", [(3, 2), (7, 30), (300, 16)])
+def test_nearest_centers_matches_numpy(dtype, k, d):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(500, d)).astype(dtype)
+    C = rng.normal(size=(k, d)).astype(dtype)
+    labels, dist2 = nearest_centers(X, C)
+    ref_labels, ref_min, ref_all = reference_nearest(X, C)
+    # ties or float32 cancellation may pick an equally near center; its distance must be the minimum
+    chosen = ref_all[np.arange(len(X)), labels]
+    np.testing.assert_allclose(chosen, ref_min, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-6)
+    assert (labels == ref_labels).mean() > 0.99
+    np.testing.assert_allclose(dist2, chosen, rtol=1e-6, atol=1e-8)
+    assert labels.dtype == np.int32 and dist2.dtype == np.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_and_gemm_agree_with_slabs_smaller_than_the_data(dtype):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(1000, 8)).astype(dtype)
+    C = rng.normal(size=(50, 8)).astype(dtype)
+    direct = nearest_direct(X, C)
+    blocked = nearest_gemm(X, C, slab_bytes=50 * 64 * X.itemsize)  # 64 rows per slab
+    assert (direct[0] == blocked[0]).mean() > 0.99
+    np.testing.assert_allclose(direct[1], blocked[1], rtol=1e-5)
+
+
+def test_gemm_handles_more_centers_than_one_slab():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 4))
+    C = rng.normal(size=(5000, 4))
+    labels, dist2 = nearest_gemm(X, C)
+    ref_labels, ref_min, _ = reference_nearest(X, C)
+    np.testing.assert_array_equal(labels, ref_labels)
+    np.testing.assert_allclose(dist2, ref_min, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exact_dist2_and_all_dist2(dtype):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(100, 5)).astype(dtype)
+    C = rng.normal(size=(6, 5)).astype(dtype)
+    labels = rng.integers(0, 6, size=100).astype(np.int32)
+    _, _, ref = reference_nearest(X, C)
+    np.testing.assert_allclose(exact_dist2(X, C, labels), ref[np.arange(100), labels], rtol=1e-6)
+    np.testing.assert_allclose(all_dist2(X, C), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_empty_block():
+    labels, dist2 = nearest_centers(np.empty((0, 3), np.float32), np.ones((2, 3), np.float32))
+    assert labels.shape == (0,) and dist2.shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cluster_stats_matches_numpy(dtype, weighted):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 6)).astype(dtype)
+    labels = rng.integers(0, 4, size=300).astype(np.int32)
+    dist2 = rng.random(300)
+    w = rng.random(300) if weighted else None
+    sums, counts, sse = cluster_stats(X, labels, dist2, 5, w)
+    ww = w if weighted else np.ones(300)
+    for j in range(5):
+        mask = labels == j
+        np.testing.assert_allclose(sums[j], (ww[mask, None] * X[mask].astype(np.float64)).sum(0), rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_allclose(counts[j], ww[mask].sum())
+        np.testing.assert_allclose(sse[j], (ww[mask] * dist2[mask]).sum())
+    assert counts[4] == 0 and sums.dtype == np.float64
+
+
+def test_row_uniforms_depend_only_on_key_and_row():
+    key = stage_key(7, "test", 1)
+    whole = row_uniforms(key, 0, 1000)
+    parts = np.concatenate([row_uniforms(key, 0, 300), row_uniforms(key, 300, 700)])
+    np.testing.assert_array_equal(whole, parts)
+    assert 0 < whole.min() and whole.max() < 1
+    assert abs(whole.mean() - 0.5) < 0.05
+    assert not np.array_equal(whole, row_uniforms(stage_key(7, "test", 2), 0, 1000))
+    assert not np.array_equal(whole, row_uniforms(stage_key(8, "test", 1), 0, 1000))

@@ -1,0 +1,153 @@
+"""Every accepted input becomes one row-chunked float dask array; bad inputs get clear errors."""
+
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from conftest import is_root
+from daskmeans import InputDataError, OutputExistsError, open_input, write_labels
+from daskmeans.exceptions import InputDtypeError
+
+
+def _zarr_array(path, data, chunks, zarr_format=3):
+    array = zarr.open_array(store=str(path), mode="w", shape=data.shape, chunks=chunks, dtype=data.dtype,
+                            zarr_format=zarr_format)
+    array[...] = data
+    return str(path)
+
+
+def test_zarr_array_v3_and_v2(tmp_path):
+    data = np.arange(600, dtype=np.float32).reshape(200, 3)
+    for fmt in (3, 2):
+        path = _zarr_array(tmp_path / f"v{fmt}.zarr", data, (50, 3), zarr_format=fmt)
+        ds = open_input(path)
+        assert ds.array.dtype == np.float32 and ds.array.shape == (200, 3)
+        assert len(ds.array.chunks[1]) == 1 and ds.location == path and not ds.in_memory
+        np.testing.assert_array_equal(ds.array.compute(), data)
+
+
+def test_zarr_group_needs_an_array_name_when_ambiguous(tmp_path):
+    group = zarr.open_group(store=str(tmp_path / "g.zarr"), mode="w")
+    group.create_array("X", shape=(10, 2), dtype="f8")[...] = 1.0
+    group.create_array("Y", shape=(10, 2), dtype="f8")[...] = 2.0
+    with pytest.raises(InputDataError, match=r"holding arrays \['X', 'Y'\].*array=NAME"):
+        open_input(str(tmp_path / "g.zarr"))
+    assert open_input(str(tmp_path / "g.zarr"), array="Y").array.compute()[0, 0] == 2.0
+    with pytest.raises(InputDataError, match="has no array 'Z'"):
+        open_input(str(tmp_path / "g.zarr"), array="Z")
+
+
+def test_uint8_becomes_float32_block_by_block(tmp_path):
+    data = np.random.default_rng(0).integers(0, 255, size=(100, 8), dtype=np.uint8)
+    ds = open_input(_zarr_array(tmp_path / "u8.zarr", data, (25, 8)))
+    assert ds.source_dtype == np.uint8 and ds.array.dtype == np.float32
+    # conversion is part of the lazy graph, applied per block
+    assert ds.array.npartitions >= 1
+    np.testing.assert_array_equal(ds.array.compute(), data.astype(np.float32))
+
+
+def test_npy_npz_numpy_dask_and_xarray(tmp_path):
+    data = np.random.default_rng(1).normal(size=(50, 4))
+    np.save(tmp_path / "x.npy", data)
+    np.savez(tmp_path / "x.npz", X=data, other=data[:, :2])
+    assert open_input(str(tmp_path / "x.npy")).array.dtype == np.float64
+    np.testing.assert_array_equal(open_input(str(tmp_path / "x.npz")).array.compute(), data)
+    assert open_input(str(tmp_path / "x.npz"), array="other").n_features == 2
+    with pytest.raises(InputDataError, match="no array named 'nope'"):
+        open_input(str(tmp_path / "x.npz"), array="nope")
+    assert open_input(data).in_memory
+    assert open_input(da.from_array(data, chunks=10)).array.chunks[0] == (10,) * 5
+    labelled = xr.DataArray(data, dims=("descriptor", "feature"), coords={"descriptor": np.arange(100, 150)})
+    ds = open_input(labelled)
+    assert ds.is_xarray and ds.sample_dim == "descriptor" and "descriptor" in ds.sample_coords
+
+
+def test_feature_chunking_is_fixed_with_a_warning():
+    array = da.ones((100, 10), chunks=(20, 5))
+    with pytest.warns(UserWarning, match="chunked along features"):
+        ds = open_input(array)
+    assert ds.array.chunks[1] == (10,)
+
+
+def test_zero_length_chunks_are_dropped():
+    array = da.concatenate([da.ones((10, 2), chunks=5), da.ones((0, 2)), da.ones((7, 2), chunks=7)])
+    ds = open_input(array)
+    assert 0 not in ds.array.chunks[0] and ds.n_samples == 17
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.ones(5), "2-D array.*1-D.*reshape"),
+        (np.ones((2, 3, 4)), "2-D array.*3-D"),
+        (np.ones((0, 3)), "0 samples"),
+        (np.ones((3, 0)), "0 feature"),
+        (np.ones((3, 2), dtype=bool), "dtype bool"),
+        (np.ones((3, 2), dtype=complex), "Complex data not supported"),
+        (np.array([["a", "b"]]), "dtype <U1"),
+    ],
+)
+def test_bad_shapes_and_dtypes(bad, match):
+    with pytest.raises(InputDataError, match=match):
+        open_input(bad)
+
+
+def test_object_arrays_of_numbers_work_and_others_are_refused():
+    assert open_input(np.ones((3, 2), dtype=object)).array.dtype == np.float64
+    bad = np.ones((3, 2), dtype=object)
+    bad[0, 0] = {"a": 1}
+    with pytest.raises(InputDtypeError, match="not numbers"):
+        open_input(bad)
+
+
+def test_sparse_input_is_refused():
+    sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(InputDataError, match="Sparse input is not supported.*toarray"):
+        open_input(sparse.csr_matrix(np.eye(3)))
+
+
+def test_missing_path_and_not_a_store(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        open_input(str(tmp_path / "missing.zarr"))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(InputDataError, match="not a Zarr array or group"):
+        open_input(str(tmp_path / "plain"))
+    with pytest.raises(FileNotFoundError, match="No such .npy"):
+        open_input(str(tmp_path / "x.npy"))
+
+
+@pytest.mark.skipif(is_root(), reason="root reads any file, and the interpreter lives in root's home: "
+                    "no unprivileged process can run this test here")
+def test_unreadable_store(tmp_path):
+    path = _zarr_array(tmp_path / "locked.zarr", np.ones((4, 2)), (4, 2))
+    os.chmod(path, 0)
+    try:
+        with pytest.raises(PermissionError, match="permission"):
+            open_input(path)
+    finally:
+        os.chmod(path, 0o755)
+
+
+def test_write_labels_is_atomic_and_refuses_to_overwrite(tmp_path):
+    labels = da.from_array(np.arange(100, dtype=np.int32) % 7, chunks=30)
+    target = tmp_path / "data.zarr"
+    zarr.open_group(store=str(target), mode="w")
+    out = write_labels(labels, str(target / "labels"))
+    np.testing.assert_array_equal(zarr.open_array(store=out, mode="r")[...], np.arange(100) % 7)
+    with pytest.raises(OutputExistsError, match="overwrite=True"):
+        write_labels(labels, out)
+    # a failing computation leaves the existing labels untouched and no temporary output behind
+    broken = labels.map_blocks(lambda b: b / 0 if b[0] > 1000 else (_ for _ in ()).throw(RuntimeError("boom")),
+                               dtype=np.int32)
+    with pytest.raises(RuntimeError, match="boom"):
+        write_labels(broken, out, overwrite=True)
+    np.testing.assert_array_equal(zarr.open_array(store=out, mode="r")[...], np.arange(100) % 7)
+    assert [p for p in os.listdir(target) if "tmp" in p] == []
+    write_labels(labels[::-1], out, overwrite=True)
+    assert zarr.open_array(store=out, mode="r")[0] == 99 % 7
+    with pytest.raises(InputDataError, match="1-D"):
+        write_labels(np.ones((3, 3)), str(tmp_path / "two_d"))
