@@ -70,8 +70,4 @@ def persist_now(*objects, client=None):
         client = resolve_client(None)
     if client is None:
         return dask.persist(*objects)
-    persisted = client.persist(list(objects))
-    from distributed import wait
-
-    wait(persisted)
-    return tuple(persisted)
+    return tuple(client.persist(list(objects)))
