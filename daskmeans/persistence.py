@@ -128,6 +128,11 @@ def _read_array(group, name, path):
         array = group[name]
     except KeyError:
         raise ModelFileError(f"{path!r} is damaged: the array {name!r} is missing.") from None
+    except Exception as error:  # metadata zarr cannot even parse (e.g. an object dtype): nothing was decoded
+        raise ModelFileError(
+            f"{path!r} is damaged or not a daskmeans model: array {name!r} cannot be opened ({error}); "
+            "the file was not read."
+        ) from error
     if not isinstance(array, zarr.Array):
         raise ModelFileError(f"{path!r} is damaged: {name!r} is not an array.")
     if array.dtype.kind not in "fiub":
