@@ -65,10 +65,6 @@ class Dataset:
     def dtype(self) -> np.dtype:
         return self.array.dtype
 
-    def row_offsets(self) -> np.ndarray:
-        """Global index of the first row of each block (and n at the end)."""
-        return np.concatenate([[0], np.cumsum(self.array.chunks[0])]).astype(np.int64)
-
 
 def _is_path(source) -> bool:
     return isinstance(source, (str, os.PathLike))
