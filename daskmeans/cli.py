@@ -36,7 +36,7 @@ def _one_line(error: BaseException) -> str:
 def _module_exists(module: str) -> bool:
     """Whether ``module`` can be imported; only a missing ``module`` (or parent package) counts as absent."""
     parts = module.split(".")
-    missing_names = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
+    missing_names = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError as error:
