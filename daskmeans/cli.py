@@ -17,9 +17,18 @@ import time
 from dataclasses import dataclass
 
 import click
+import numpy as np
+import zarr
+from dask.utils import format_bytes, parse_bytes
 
 from . import __version__
+from ._client import connect
+from .datasets import make_blobs_zarr
+from .demo import check_demo_outputs, run_demo
 from .exceptions import DaskmeansError, InputDataError, InvalidParameterError, SchedulerConnectionError
+from .io import open_input, prepare_output, write_labels
+from .persistence import FORMAT, load
+from .registry import ALGORITHMS, algorithm_names, make_estimator
 
 #: Errors a user causes; they end the command with a one-line message instead of a traceback.
 USER_ERRORS = (DaskmeansError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
@@ -138,11 +147,9 @@ class ClusterSpec:
         """
         from distributed import Client, LocalCluster
 
-        from ._client import connect
-
         if self.scheduler:
             try:
-                client = connect(self.scheduler, timeout=self.connect_timeout)
+                client = connect(self.scheduler, timeout=f"{self.connect_timeout:g}s")
             except ValueError as error:  # malformed address: no scheme, no port, unknown protocol
                 raise SchedulerConnectionError(
                     f"Bad scheduler address {self.scheduler!r}: {error}. Use tcp://HOST:PORT "
@@ -167,8 +174,6 @@ def _announce(client, announce: bool):
 
 def _memory_limit(text: str):
     """``auto``, a fraction of the machine's memory (``0.5``), or a size (``4GiB``, ``500MB``)."""
-    from dask.utils import parse_bytes
-
     if text.strip().lower() == "auto":
         return "auto"
     with contextlib.suppress(ValueError):
@@ -220,8 +225,6 @@ def _is_local(path: str) -> bool:
 
 def _open_data(path: str, array: str | None):
     """Open an input (metadata only), with a clear message for a plain file that is not a data file."""
-    from .io import open_input
-
     if _is_local(path):
         local = path[len("file://"):] if path.startswith("file://") else path
         if os.path.isfile(local) and not local.lower().endswith((".npy", ".npz")):
@@ -240,8 +243,6 @@ def _same_path(a: str, b: str) -> bool:
 
 def _check_outputs(outputs: dict, overwrite: bool, inputs: list):
     """Check every output of a command before any work: may be written, distinct, and not an input."""
-    from .io import prepare_output
-
     given = {option: path for option, path in outputs.items() if path is not None}
     options = list(given)
     for i, first in enumerate(options):
@@ -264,8 +265,6 @@ def _emit(summary: dict, as_json: bool, lines: list[str]):
 
 
 def _json_default(value):
-    import numpy as np
-
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -302,10 +301,6 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
     The data is generated and written one chunk at a time by local threads, so any size fits in memory;
     the values depend on --seed only, not on --chunk-rows.
     """
-    import zarr
-
-    from .datasets import make_blobs_zarr
-
     start = time.perf_counter()
     make_blobs_zarr(out, n_samples, n_features, n_clusters, chunk_rows=chunk_rows, dtype=dtype,
                     cluster_std=cluster_std, random_state=seed, overwrite=overwrite)
@@ -324,17 +319,11 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
 # -- fit ------------------------------------------------------------------------------------------------------------
 
 
-def _algorithm_choice():
-    from .registry import algorithm_names
-
-    return click.Choice(algorithm_names())
-
-
 @main.command("fit", short_help="Cluster a data set; write the model and labels.")
 @click.argument("input_path", metavar="INPUT")
 @click.option("-k", "--clusters", "n_clusters", type=click.IntRange(min=1), required=True, help="Number of clusters.")
 @click.option("--array", metavar="NAME", help="Array inside a Zarr group or .npz file (e.g. X).")
-@click.option("--algorithm", type=_algorithm_choice(), default="kmeans", show_default=True)
+@click.option("--algorithm", type=click.Choice(algorithm_names()), default="kmeans", show_default=True)
 @click.option("--init", metavar="METHOD", help="Seeding, e.g. k-means|| (default), k-means++, random.")
 @click.option("--max-iter", type=click.IntRange(min=1), help="Most iterations (default: the algorithm's).")
 @click.option("--max-time", type=click.FloatRange(min=0, min_open=True), help="Wall-clock budget in seconds.")
@@ -351,8 +340,6 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
 
     Outputs are checked before any work: an existing --out or --labels is an error unless --overwrite.
     """
-    from .registry import make_estimator
-
     dataset = _open_data(input_path, array)
     if n_clusters > dataset.n_samples:
         raise InvalidParameterError(
@@ -375,8 +362,6 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
         estimator.fit(dataset)
         fit_seconds = time.perf_counter() - start
         if labels_path is not None:
-            from .io import write_labels
-
             write_labels(estimator.labels_, labels_path, overwrite=overwrite, client=client)
         if model_path is not None:
             estimator.save(model_path, overwrite=overwrite)
@@ -427,9 +412,6 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
 def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_json):
     """Label every row of INPUT with the nearest center of MODEL and write the labels to OUT."""
-    from .io import write_labels
-    from .persistence import load
-
     model = load(model_path)
     dataset = _open_data(input_path, array)
     if dataset.n_features != model.n_features_in_:
@@ -457,9 +439,6 @@ def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_j
 
 
 def _model_info(path: str, attrs: dict) -> dict:
-    from .persistence import load
-    from .registry import ALGORITHMS
-
     model = load(path)
     algorithm = next((name for name, (_, cls_name, _) in ALGORITHMS.items() if cls_name == type(model).__name__),
                      None)
@@ -483,8 +462,6 @@ def _model_info(path: str, attrs: dict) -> dict:
 
 
 def _array_info(name: str, array) -> dict:
-    import numpy as np
-
     shape = tuple(int(s) for s in array.shape)
     dtype = np.dtype(array.dtype)
     chunks = array.chunks
@@ -503,8 +480,6 @@ def _stored_bytes(path: str) -> int | None:
 
 
 def _data_info(path: str, node, array: str | None) -> dict:
-    import zarr
-
     if node is None or array is not None and isinstance(node, zarr.Group) and array not in node.array_keys():
         dataset = _open_data(path, array)  # .npy, .npz, or a missing array name: open_input says what is wrong
         arrays = [_array_info(array or "X", dataset.array)]
@@ -528,11 +503,6 @@ def _data_info(path: str, node, array: str | None) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
 def info(path, array, as_json):
     """Describe a model (estimator, parameters, k, d, inertia, ...) or a data set (shape, dtype, chunks, size)."""
-    import zarr
-    from dask.utils import format_bytes
-
-    from .persistence import FORMAT
-
     if _is_local(path) and not os.path.exists(path):
         raise FileNotFoundError(f"Nothing at {path!r}. Check the path.")
     node = None
@@ -579,21 +549,22 @@ def info(path, array, as_json):
 @click.option("--samples", "n_samples", type=click.IntRange(min=1), default=200_000, show_default=True)
 @click.option("--features", "n_features", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--clusters", "n_clusters", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--cluster-std", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Noise around each true center; try 4 for overlapping clusters and a longer run.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier demo in DIR.")
 @cluster_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
-def demo(out_dir, n_samples, n_features, n_clusters, seed, overwrite, cluster, quiet, as_json):
+def demo(out_dir, n_samples, n_features, n_clusters, cluster_std, seed, overwrite, cluster, quiet, as_json):
     """Make synthetic blobs in a local Zarr store, cluster them on a Dask cluster, and plot the energy."""
-    from .demo import check_demo_outputs, run_demo
-
     if n_clusters > n_samples:
         raise InvalidParameterError(f"--clusters {n_clusters} is more than --samples {n_samples}; lower it.")
     check_demo_outputs(out_dir, overwrite)
     with cluster.client(announce=not quiet) as client:
         summary = run_demo(out_dir, n_samples=n_samples, n_features=n_features, n_clusters=n_clusters,
-                           random_state=seed, client=client, overwrite=overwrite, progress=not quiet)
+                           cluster_std=cluster_std, random_state=seed, client=client, overwrite=overwrite,
+                           progress=not quiet)
     _emit(summary, as_json, [
         f"daskmeans demo: k-means with k={n_clusters} on {n_samples:,} x {n_features} float32 blobs",
         f"  data         {summary['data']}  (written in {summary['data_seconds']:.1f} s)",

@@ -6,8 +6,13 @@ import os
 import time
 
 import numpy as np
+import zarr
 
-from .io import prepare_output
+from ._validation import check_float
+from .datasets import make_blobs_zarr
+from .estimators import KMeans
+from .io import open_input, prepare_output, write_labels
+from .plots import plot_energy_curves
 
 DEFAULT_DEMO_DIR = "daskmeans-demo"
 
@@ -59,8 +64,8 @@ def recovered_centers(true_centers: np.ndarray, found_centers: np.ndarray, radiu
     return matched
 
 
-def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_clusters=20, random_state=0,
-             client=None, overwrite=False, progress=False) -> dict:
+def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_clusters=20, cluster_std=1.0,
+             random_state=0, client=None, overwrite=False, progress=False) -> dict:
     """Make blobs in ``out_dir/data.zarr``, fit k-means on ``client``, write labels, model and energy plot.
 
     Parameters
@@ -69,6 +74,9 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
         Folder for the outputs (created when missing).
     n_samples, n_features, n_clusters : int
         Size of the synthetic data; k-means looks for ``n_clusters`` clusters.
+    cluster_std : float
+        Noise around each true center (centers lie in a box of side 20): larger values make the clusters
+        overlap, so k-means needs more iterations and may settle in a local optimum.
     random_state : int
         Seed of the data and of the fit.
     client : distributed.Client, optional
@@ -83,35 +91,28 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
     dict
         Paths written and the figures of the run (JSON-able).
     """
-    import zarr
-
-    from .datasets import make_blobs_zarr
-    from .estimators import KMeans
-    from .io import open_input, write_labels
-    from .plots import plot_energy_curves
-
+    check_float(cluster_std, "cluster_std", minimum=0.0, strict_minimum=True)
     paths = check_demo_outputs(out_dir, overwrite)
     model = KMeans(n_clusters=n_clusters, random_state=random_state, client=client, progress=progress)
     model._validate_params()
     os.makedirs(paths["out_dir"], exist_ok=True)
 
     start = time.perf_counter()
-    make_blobs_zarr(paths["data"], n_samples, n_features, n_clusters, random_state=random_state,
-                    overwrite=overwrite, client=client)
+    make_blobs_zarr(paths["data"], n_samples, n_features, n_clusters, cluster_std=cluster_std,
+                    random_state=random_state, overwrite=overwrite, client=client)
     data_seconds = time.perf_counter() - start
     group = zarr.open_group(store=paths["data"], mode="r")
-    cluster_std = float(group.attrs["daskmeans"]["cluster_std"])
     true_centers = np.asarray(group["centers"][...])
 
     dataset = open_input(paths["data"], array="X")
     start = time.perf_counter()
     model.fit(dataset)
     fit_seconds = time.perf_counter() - start
-    write_labels(model.labels_, paths["labels"], overwrite=overwrite, client=client)
+    write_labels(model.labels_, paths["labels"], client=client)  # a fresh group: no labels yet
     model.save(paths["model"], overwrite=overwrite)
     plot_energy_curves(
         {"k-means (Lloyd)": model.history_}, paths["plot"],
-        f"daskmeans demo: k-means, k={n_clusters}, {n_samples:,} x {n_features} float32 blobs",
+        f"daskmeans demo: k-means, k={n_clusters}, {n_samples:,} x {n_features} blobs (std {cluster_std:g})",
     )
     return {
         "command": "demo",
@@ -119,6 +120,7 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
         "n_samples": n_samples,
         "n_features": n_features,
         "n_clusters": n_clusters,
+        "cluster_std": cluster_std,
         "random_state": random_state,
         "energy": model.inertia_ / n_samples,
         "expected_energy": n_features * cluster_std**2,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import uuid
 
+#: The energy axis is logarithmic when the curves span more than this factor.
+LOG_SCALE_RATIO = 20.0
+
 
 def plot_energy_curves(curves: dict, path, title: str) -> str:
     """Plot the energy (mean squared distance to the nearest center) of each run against wall time.
@@ -37,7 +40,7 @@ def plot_energy_curves(curves: dict, path, title: str) -> str:
     figure = Figure(figsize=(7.0, 4.5), dpi=120)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    positive = True
+    lowest, highest = float("inf"), float("-inf")
     for name, records in curves.items():
         records = list(records)
         for record in records:
@@ -45,10 +48,13 @@ def plot_energy_curves(curves: dict, path, title: str) -> str:
                 raise ValueError(f"Curve {name!r} has a record without 'energy' or 'wall_time': {record!r}.")
         times = [float(record["wall_time"]) for record in records]
         energies = [float(record["energy"]) for record in records]
-        positive = positive and all(energy > 0 for energy in energies)
+        lowest, highest = min([lowest, *energies]), max([highest, *energies])
         axes.plot(times, energies, marker="o", markersize=3, linewidth=1.5, label=f"{name} ({len(records)} it.)")
-    if positive:
+    if lowest > 0 and highest / lowest > LOG_SCALE_RATIO:
+        from matplotlib.ticker import ScalarFormatter
+
         axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(ScalarFormatter())
     axes.set_xlabel("wall time since the start of the fit (s)")
     axes.set_ylabel("energy (mean squared distance to nearest center)")
     axes.set_title(title)

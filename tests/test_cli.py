@@ -18,6 +18,7 @@ from distributed import Client, LocalCluster
 import daskmeans
 from daskmeans import cli
 from daskmeans.datasets import make_blobs_zarr
+from daskmeans.demo import recovered_centers
 from daskmeans.plots import plot_energy_curves
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -348,6 +349,20 @@ def test_demo_output_folder_must_be_a_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     assert_user_error(invoke("demo", "--out", tmp_path / "file"), "is a file")
     assert_user_error(invoke("demo", "--out", tmp_path / "a" / "b"), "does not exist")
+
+
+def test_demo_bad_options_are_usage_errors():
+    for args in (["--cluster-std", "0"], ["--samples", "0"], ["--clusters", "30", "--samples", "20"]):
+        result = invoke("demo", *args)
+        assert result.exit_code in (1, 2) and "Error:" in result.stderr and "Traceback" not in result.output
+
+
+def test_recovered_centers_matches_each_found_center_once():
+    true_centers = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    found = np.array([[0.0, 10.2], [0.1, -0.1], [5.0, 0.0]])  # the third true center was missed
+    assert recovered_centers(true_centers, found, radius=0.5) == 2
+    assert recovered_centers(true_centers, found[[1, 1, 0]], radius=0.5) == 2  # one found center, one match
+    assert recovered_centers(true_centers, true_centers[::-1], radius=1e-9) == 3
 
 
 def test_plot_energy_curves(tmp_path):
