@@ -24,8 +24,9 @@ from .passes._graph import map_blocks_delayed, shared
 BLOB_DTYPES = ("float32", "float64", "uint8")
 #: Zarr chunks are aimed at this many bytes as float32 (what each block costs in memory once read).
 TARGET_CHUNK_BYTES = 8 * 2**20
-#: Noise values per generation block; the block's row count is this divided by ``n_features``.
-GENERATION_BLOCK_VALUES = 2**20
+#: Noise values per generation block; the block's row count is this divided by ``n_features``. Small enough
+#: that a chunk which starts inside a block redraws little, large enough that seeding a generator is cheap.
+GENERATION_BLOCK_VALUES = 2**16
 
 _DEFAULT_STD = {"float32": 1.0, "float64": 1.0, "uint8": 12.0}
 _DEFAULT_BOX = {"float32": (-10.0, 10.0), "float64": (-10.0, 10.0), "uint8": (24.0, 232.0)}
@@ -38,7 +39,7 @@ def default_chunk_rows(n_samples: int, n_features: int) -> int:
 
 
 def generation_block_rows(n_features: int) -> int:
-    """Rows per generation block: about a million noise values, so memory stays bounded for any width."""
+    """Rows per generation block: about 65,000 noise values, so memory stays bounded for any width."""
     return max(1, GENERATION_BLOCK_VALUES // n_features)
 
 

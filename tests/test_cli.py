@@ -89,7 +89,8 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     assert made["n_samples"] == 30_000 and made["chunks"] == [5000, 6] and made["seed"] == 2
 
     fitted = run_module("fit", "blobs.zarr", "--array", "X", "-k", 4, "--seed", SEED, "--out", "model.zarr",
-                        "--labels", "blobs.zarr/labels", "--workers", 2, "--threads-per-worker", 1, "--json",
+                        "--labels", "blobs.zarr/labels", "--workers", 2, "--threads-per-worker", 1, "--memory-limit", "1GiB",
+                        "--json",
                         cwd=tmp_path)
     assert fitted.returncode == 0, fitted.stderr
     assert "k-means" in fitted.stderr  # the progress bar

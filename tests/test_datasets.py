@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 
+import dask
 import numpy as np
 import pytest
 import zarr
@@ -50,7 +52,7 @@ def test_rows_are_gaussian_around_their_true_center(tmp_path):
 
 
 def test_values_depend_on_seed_not_on_chunk_rows(tmp_path):
-    n_features = 256  # generation blocks of 4096 rows: the data below spans three of them
+    n_features = 16  # generation blocks of 4096 rows: the data below spans three of them
     assert generation_block_rows(n_features) == 4096
     make_blobs_zarr(tmp_path / "a.zarr", 10_000, n_features, 3, random_state=7)
     make_blobs_zarr(tmp_path / "b.zarr", 10_000, n_features, 3, random_state=7, chunk_rows=777)
@@ -87,6 +89,19 @@ def test_uint8_defaults_look_like_descriptors(tmp_path):
     assert attrs["daskmeans"]["cluster_std"] == 12.0
     assert ((centers >= 24) & (centers <= 232)).all()
     assert np.abs(X.astype(np.float64) - centers[y]).mean() < 12.0
+
+
+def test_memory_stays_bounded_by_the_chunks(tmp_path):
+    n_samples, n_features = 800_000, 16  # 51 MB of float32, in chunks of 0.5 MB
+    make_blobs_zarr(tmp_path / "warm.zarr", 100, n_features, 8, random_state=0)  # imports, compiled kernels
+    tracemalloc.start()
+    try:
+        with dask.config.set(num_workers=2):  # two chunks in flight, whatever the machine
+            make_blobs_zarr(tmp_path / "b.zarr", n_samples, n_features, 8, chunk_rows=8192, random_state=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n_samples * n_features * 4 / 4
 
 
 def test_client_writes_the_same_values_in_parallel(tmp_path, client):
