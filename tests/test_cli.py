@@ -46,15 +46,21 @@ def data(tmp_path_factory):
     return str(path)
 
 
+def environment():
+    """This environment (so the worktree stays on the path), without a scheduler address from outside."""
+    return {key: value for key, value in os.environ.items() if key != "DASK_SCHEDULER_ADDRESS"}
+
+
 def run_module(*args, cwd=None, timeout=240):
-    """``python -m daskmeans ARGS`` in a subprocess, with this environment (so the worktree is on the path)."""
+    """``python -m daskmeans ARGS`` in a subprocess."""
     return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
-                          env=dict(os.environ), cwd=cwd, timeout=timeout)
+                          env=environment(), cwd=cwd, timeout=timeout)
 
 
-def invoke(*args):
+def invoke(*args, env=None):
     """Run the CLI in this process (fast: no interpreter or cluster start-up when --scheduler is given)."""
-    return CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=True)
+    runner = CliRunner(env={"DASK_SCHEDULER_ADDRESS": None, **(env or {})})
+    return runner.invoke(cli.main, [str(a) for a in args], catch_exceptions=True)
 
 
 def assert_user_error(result, *fragments, exit_code=1):
@@ -75,7 +81,7 @@ def test_help_through_python_dash_m_and_dask():
     for command in ("make-data", "fit", "predict", "info", "demo"):
         assert command in result.stdout
     through_dask = subprocess.run([sys.executable, "-m", "dask", "daskmeans", "fit", "--help"],
-                                  capture_output=True, text=True, env=dict(os.environ), timeout=120)
+                                  capture_output=True, text=True, env=environment(), timeout=120)
     assert through_dask.returncode == 0, through_dask.stderr
     assert "dask daskmeans fit [OPTIONS] INPUT" in through_dask.stdout
 
@@ -89,8 +95,8 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     assert made["n_samples"] == 30_000 and made["chunks"] == [5000, 6] and made["seed"] == 2
 
     fitted = run_module("fit", "blobs.zarr", "--array", "X", "-k", 4, "--seed", SEED, "--out", "model.zarr",
-                        "--labels", "blobs.zarr/labels", "--workers", 2, "--threads-per-worker", 1, "--memory-limit", "1GiB",
-                        "--json",
+                        "--labels", "blobs.zarr/labels", "--workers", 2, "--threads-per-worker", 1,
+                        "--memory-limit", "1GiB", "--json",
                         cwd=tmp_path)
     assert fitted.returncode == 0, fitted.stderr
     assert "k-means" in fitted.stderr  # the progress bar
@@ -178,14 +184,18 @@ def test_existing_outputs_are_replaced_only_with_overwrite(tmp_path, cluster, da
     assert sorted(os.listdir(tmp_path)) == ["m.zarr"]
 
 
-def test_predict_on_a_running_scheduler_matches_the_model(tmp_path, cluster, client, data):
+def test_predict_on_the_scheduler_named_by_the_environment(tmp_path, cluster, client, data):
     model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
         daskmeans.open_input(data, array="X"))
     model.save(tmp_path / "m.zarr")
     result = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l.zarr",
-                    "--scheduler", cluster.scheduler_address, "--json")
+                    "--json", env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["n_samples"] == N_SAMPLES
+    # The address came from the environment, as if given with --scheduler:
+    sized = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l2.zarr",
+                   "--workers", 2, env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})
+    assert_user_error(sized, "--workers", "cannot be used with --scheduler")
     np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "l.zarr"), mode="r")[...],
                                   model.labels_.compute())
 
