@@ -309,7 +309,7 @@ class KMeans(ClusteringEstimator):
         from .progress import ProgressReporter
 
         best = None
-        with ProgressReporter(self.progress, total=self.max_iter * self.n_init, desc="k-means") as reporter:
+        with ProgressReporter(self.progress, desc="k-means") as reporter:
             for run in range(self.n_init):
                 centers, passes = initial_centers(
                     data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
