@@ -196,7 +196,8 @@ class ClusteringEstimator:
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
         client = resolve_client(getattr(self, "client", None))
-        (raw,) = compute_now(assign_stats_graph(data.array, self._centers_for(data), weights), client=client)
+        graph = assign_stats_graph(data.array, self._centers_for(data), weights, check_finite=True)
+        (raw,) = compute_now(graph, client=client)
         return -finish_stats(raw).inertia
 
     @property
