@@ -180,6 +180,11 @@ def _open_path(source, array_name: str | None) -> tuple[object, str]:
     is_url = "://" in path
     if not is_url and not os.path.exists(path):
         raise FileNotFoundError(f"No Zarr store at {path!r}: the path does not exist. Check the path or URL.")
+    if not is_url and os.path.isfile(path):
+        raise InputDataError(
+            f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories or URLs), .npy and "
+            ".npz files. Convert the data, e.g. with numpy.save(path + '.npy', X)."
+        )
     if not is_url and not os.access(path, os.R_OK | os.X_OK):
         raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
     try:

@@ -116,6 +116,9 @@ def test_missing_path_and_not_a_store(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(InputDataError, match="not a Zarr array or group"):
         open_input(str(tmp_path / "plain"))
+    (tmp_path / "notes.txt").write_text("not data")
+    with pytest.raises(InputDataError, match="is a file, not a Zarr store"):
+        open_input(str(tmp_path / "notes.txt"))
     with pytest.raises(FileNotFoundError, match="No such .npy"):
         open_input(str(tmp_path / "x.npy"))
 
