@@ -154,3 +154,15 @@ def test_write_labels_is_atomic_and_refuses_to_overwrite(tmp_path):
     assert zarr.open_array(store=out, mode="r")[0] == 99 % 7
     with pytest.raises(InputDataError, match="1-D"):
         write_labels(np.ones((3, 3)), str(tmp_path / "two_d"))
+
+
+def test_fsspec_urls(tmp_path):
+    data = np.arange(40, dtype=np.float32).reshape(20, 2)
+    store = zarr.open_array(store="memory://daskmeans-test/x.zarr", mode="w", shape=data.shape, chunks=(5, 2),
+                            dtype="f4")
+    store[...] = data
+    ds = open_input("memory://daskmeans-test/x.zarr")
+    assert ds.location == "memory://daskmeans-test/x.zarr"
+    np.testing.assert_array_equal(ds.array.compute(scheduler="threads"), data)
+    local = _zarr_array(tmp_path / "f.zarr", data, (5, 2))
+    np.testing.assert_array_equal(open_input(f"file://{local}").array.compute(), data)
