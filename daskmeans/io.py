@@ -163,6 +163,8 @@ def _numeric_from_object(source: np.ndarray, name: str) -> np.ndarray:
 def _open_path(source, array_name: str | None) -> tuple[object, str]:
     path = os.fspath(source)
     lower = path.lower().rstrip("/")
+    if "://" not in path:
+        path = os.path.abspath(path)
     if lower.endswith(".npy"):
         if not os.path.exists(path):
             raise FileNotFoundError(f"No such .npy file: {path!r}. Check the path.")

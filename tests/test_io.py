@@ -166,3 +166,12 @@ def test_fsspec_urls(tmp_path):
     np.testing.assert_array_equal(ds.array.compute(scheduler="threads"), data)
     local = _zarr_array(tmp_path / "f.zarr", data, (5, 2))
     np.testing.assert_array_equal(open_input(f"file://{local}").array.compute(), data)
+
+
+def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
+    _zarr_array(tmp_path / "rel.zarr", np.ones((10, 2), np.float32), (5, 2))
+    monkeypatch.chdir(tmp_path)
+    ds = open_input("rel.zarr")
+    assert ds.location == str(tmp_path / "rel.zarr")
+    monkeypatch.chdir("/")
+    np.testing.assert_array_equal(ds.array.compute(), np.ones((10, 2)))
