@@ -259,6 +259,9 @@ class KMeans(ClusteringEstimator):
         Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
     progress : bool, default False
         Show a progress bar over iterations with the current energy.
+    snapshot_centers : bool, default False
+        Keep a copy of the centers after every iteration in ``center_snapshots_`` (for energy-over-time
+        benchmarks; costs one ``(n_clusters, n_features)`` copy per iteration; not saved with the model).
 
     Attributes
     ----------
@@ -269,11 +272,14 @@ class KMeans(ClusteringEstimator):
     history_ : list of dict
         Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
     stop_reason_ : str
+    center_snapshots_ : list of dict
+        Only with ``snapshot_centers=True``: the initial centers and the centers after each iteration, as
+        ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
     """
 
     def __init__(self, n_clusters=8, *, init="k-means||", n_init=1, max_iter=300, tol=1e-4, max_time=None,
                  random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
-                 client=None, progress=False):
+                 client=None, progress=False, snapshot_centers=False):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -287,6 +293,7 @@ class KMeans(ClusteringEstimator):
         self.chunk_rows = chunk_rows
         self.client = client
         self.progress = progress
+        self.snapshot_centers = snapshot_centers
 
     def _validate_params(self):
         check_int(self.n_clusters, "n_clusters", minimum=1)
@@ -298,6 +305,10 @@ class KMeans(ClusteringEstimator):
         check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
         check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
         check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
+            raise InvalidParameterError(
+                f"snapshot_centers must be True or False, got {self.snapshot_centers!r}."
+            )
         if isinstance(self.init, str):
             check_init(self.init, self.n_clusters, 0)
         seed_from_random_state(0 if self.random_state is None else self.random_state)
@@ -310,6 +321,7 @@ class KMeans(ClusteringEstimator):
         from .progress import ProgressReporter
 
         best = None
+        snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, desc="k-means") as reporter:
             for run in range(self.n_init):
                 centers, passes = initial_centers(
@@ -319,7 +331,7 @@ class KMeans(ClusteringEstimator):
                 )
                 result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
                                max_iter=self.max_iter, tol=tol, clock=clock, client=client,
-                               callback=reporter.update, passes=passes + 1)
+                               callback=reporter.update, passes=passes + 1, snapshots=snapshots)
                 if best is None or result.inertia < best.inertia:
                     best = result
                 if clock.out_of_time():
@@ -329,6 +341,8 @@ class KMeans(ClusteringEstimator):
         self.n_iter_ = best.n_iter
         self.history_ = best.history
         self.stop_reason_ = best.stop_reason
+        if snapshots is not None:
+            self.center_snapshots_ = snapshots
         self._labels = None
 
 

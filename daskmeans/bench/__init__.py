@@ -1,0 +1,12 @@
+"""The benchmark harness (``daskmeans bench``): workloads, peers, exact energy over time, tables and plots.
+
+Every run of a workload starts from the same initial centers; the harness times only the algorithms and
+evaluates the energy of their centers exactly on all rows afterwards. See :mod:`daskmeans.bench.command`
+for the command line and :func:`daskmeans.bench.runner.run_benchmark` for the Python entry point.
+"""
+
+from .peers import PEERS
+from .runner import BenchOptions, run_benchmark
+from .workloads import WORKLOADS, workload_names
+
+__all__ = ["BenchOptions", "run_benchmark", "PEERS", "WORKLOADS", "workload_names"]

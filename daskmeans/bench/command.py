@@ -1,0 +1,107 @@
+"""The ``daskmeans bench`` command (a click command; the main CLI adds it with ``main.add_command(bench)``)."""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from ..exceptions import DaskmeansError
+from .workloads import STORAGES
+
+
+def _names(text):
+    return None if text is None else tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _sizes(text):
+    if text is None:
+        return None
+    try:
+        return tuple(int(float(part)) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise click.BadParameter(f"write row counts separated by commas, e.g. 250000,1e6; got {text!r}") from error
+
+
+@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("workloads", nargs=-1, metavar="WORKLOAD...")
+@click.option("--quick", is_flag=True, help="Small variant of each workload (each under a minute), for smoke tests.")
+@click.option("--out", "out_dir", default="bench-results", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for NAME.json, NAME.md and NAME.png of each workload.")
+@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: all registered; 'none').")
+@click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
+                              "faiss, dask-ml (default: the workload's; 'none').")
+@click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
+@click.option("-k", "--n-clusters", "k", type=int, help="Number of clusters (with --data; overrides the workloads' k).")
+@click.option("--seeds", default=1, show_default=True, type=int,
+              help="Seeds 0..N-1; each draws its own initial centers, shared by every algorithm.")
+@click.option("--time-budget", type=float, help="Seconds each run may take (default: the workload's).")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, kddcup04_bio.npz); "
+                   "default ./data.")
+@click.option("--work-dir", type=click.Path(file_okay=False), help="Where Zarr stores are written (default OUT/data).")
+@click.option("--scheduler", help="Address of a running Dask scheduler (default: start a LocalCluster).")
+@click.option("--workers", "n_workers", type=int, help="Local workers (default: one per CPU / threads per worker).")
+@click.option("--threads-per-worker", default=1, show_default=True, type=int)
+@click.option("--worker-memory", help="Memory limit per local worker, e.g. 2GiB (default: the workload's or Dask's).")
+@click.option("--n-samples", type=int, help="Rows: size of synthetic data, or a subsample of a dataset.")
+@click.option("--n-features", type=int, help="Columns of synthetic data (synthetic, out-of-core, sizing).")
+@click.option("--storage", type=click.Choice(STORAGES),
+              help="memory: data persisted on the workers; zarr: read from a Zarr store at every pass.")
+@click.option("--batch-size", type=int, help="Batch size of the MiniBatchKMeans peer (default 1024).")
+@click.option("--sizes", help="Row counts of the sizing workload, comma-separated (e.g. 250000,1e6,2e6).")
+@click.option("--max-points", default=10, show_default=True, type=int,
+              help="Energies evaluated per run before refinement around the 1% and 2% targets.")
+@click.option("--refine/--no-refine", default=True, show_default=True,
+              help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
+@click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
+@click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
+def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
+          scheduler, n_workers, threads_per_worker, worker_memory, n_samples, n_features, storage, batch_size, sizes,
+          max_points, refine, driver_memory, overwrite):
+    """Benchmark the daskmeans algorithms against scikit-learn, faiss and dask-ml.
+
+    WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), kdd (k=200), out-of-core (synthetic
+    descriptors in Zarr), synthetic (blobs), sizing (pass time against n, extrapolated to 1e9 rows).
+    All runs of a workload start from the same initial centers; energies are exact on all rows and evaluated
+    outside the timed region. Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
+
+    \b
+    Examples:
+      daskmeans bench synthetic --quick
+      daskmeans bench descriptors --data-dir ../shared/data --peers sklearn-lloyd,faiss
+      daskmeans bench --data my.zarr -k 500 --time-budget 120
+    """
+    from .runner import BenchOptions, run_benchmark
+
+    options = BenchOptions(
+        workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
+        data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
+        scheduler=scheduler, n_workers=n_workers, threads_per_worker=threads_per_worker, worker_memory=worker_memory,
+        n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
+        max_points=max_points, refine=refine, driver_memory=driver_memory, overwrite=overwrite,
+        command_line=_command_line(click.get_current_context()),
+    )
+    try:
+        written = run_benchmark(options, echo=click.echo)
+    except (DaskmeansError, FileNotFoundError) as error:
+        raise click.ClickException(str(error)) from error
+    click.echo("wrote " + ", ".join(written))
+
+
+def _command_line(ctx) -> str:
+    """The command as a shell line rebuilt from the parsed options (whatever way it was invoked)."""
+    words = ["daskmeans", "bench", *ctx.params["workloads"]]
+    for param in ctx.command.params:
+        if param.name == "workloads":
+            continue
+        value = ctx.params.get(param.name)
+        if value is None or value == param.default:
+            continue
+        if param.name == "refine":
+            words.append("--no-refine")
+        elif param.is_flag:
+            words.append(param.opts[-1])
+        else:
+            words += [param.opts[-1], str(value)]
+    return shlex.join(words)

@@ -1,0 +1,195 @@
+"""The peers: other k-means implementations, run on the same data from the same initial centers.
+
+Each peer is timed around its own fit call only; data preparation, center copies and energy evaluation
+are outside the timed region. Peers without a way to report intermediate centers run as ladders
+(see :mod:`daskmeans.bench.traces`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .traces import Candidate, Trace, ladder_extender, run_ladder
+
+#: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
+STREAM_SNAPSHOTS = 64
+
+
+@dataclass
+class PeerContext:
+    """Everything a peer run gets.
+
+    Attributes
+    ----------
+    X : ndarray (n, d) float32 or None
+        The data in the driver (None when it does not fit there).
+    array : dask.array.Array
+        The data on the cluster (persisted, or read from Zarr).
+    client : distributed.Client
+    init : ndarray (k, d) float32
+        The initial centers shared by every run of this seed.
+    k : int
+    seed : int
+    budget : float
+        Seconds the run may take.
+    batch_size : int
+        Mini-batch size (mini-batch peers).
+    """
+
+    X: np.ndarray | None
+    array: object
+    client: object
+    init: np.ndarray
+    k: int
+    seed: int
+    budget: float
+    batch_size: int = 1024
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer: its name, what it needs and how it runs.
+
+    Attributes
+    ----------
+    name : str
+        Name on the command line.
+    label : str
+        Name in tables and plots.
+    module : str
+        Module that must be importable.
+    in_memory : bool
+        Needs the whole data as a NumPy array in the driver.
+    run : callable
+        ``run(context) -> Trace``.
+    """
+
+    name: str
+    label: str
+    module: str
+    in_memory: bool
+    run: Callable[[PeerContext], Trace]
+
+
+def availability(peer: Peer) -> tuple[bool, str]:
+    """Whether the peer can run here: ``(True, version)`` or ``(False, reason)``."""
+    try:
+        module = importlib.import_module(peer.module)
+    except ImportError as error:
+        return False, f"{peer.module} is not installed ({error}); install it (pip install daskmeans[bench])."
+    return True, str(getattr(module, "__version__", "unknown"))
+
+
+def _timed_fit(function):
+    start = time.perf_counter()
+    result = function()
+    return result, time.perf_counter() - start
+
+
+# -- scikit-learn KMeans (lloyd / elkan): ladder ------------------------------------------------------------------
+def _sklearn_kmeans(algorithm):
+    def run(ctx: PeerContext) -> Trace:
+        from sklearn.cluster import KMeans
+
+        def fit_rung(m):
+            model = KMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm=algorithm,
+                           random_state=ctx.seed)
+            _, seconds = _timed_fit(lambda: model.fit(ctx.X))
+            n_iter = int(model.n_iter_)
+            return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m,
+                    float(n_iter + 1))
+
+        candidates, total, stop = run_ladder(fit_rung, ctx.budget)
+        last = candidates[-1]
+        return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
+                     extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes,
+                     stop_reason=stop, params={"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
+                     notes=["passes = iterations + the final labelling pass"])
+
+    return run
+
+
+# -- scikit-learn MiniBatchKMeans: snapshots of partial_fit on random batches -------------------------------------
+def _sklearn_minibatch(ctx: PeerContext) -> Trace:
+    from sklearn.cluster import MiniBatchKMeans
+
+    model = MiniBatchKMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, batch_size=ctx.batch_size,
+                            random_state=ctx.seed)
+    rng = np.random.default_rng(ctx.seed)
+    n = ctx.X.shape[0]
+    marks = np.geomspace(min(0.02, ctx.budget / 100), ctx.budget, STREAM_SNAPSHOTS)
+    candidates = []
+    elapsed = 0.0
+    steps = 0
+    mark = 0
+    while elapsed < ctx.budget:
+        start = time.perf_counter()
+        model.partial_fit(ctx.X[rng.integers(0, n, ctx.batch_size)])
+        elapsed += time.perf_counter() - start
+        steps += 1
+        if elapsed >= marks[mark] or elapsed >= ctx.budget:
+            candidates.append(Candidate(step=steps, time=elapsed, centers=model.cluster_centers_.astype(np.float32),
+                                        iteration=steps, passes=steps * ctx.batch_size / n, kind="snapshot"))
+            while mark < len(marks) - 1 and marks[mark] <= elapsed:
+                mark += 1
+    candidates[-1].kind = "final"
+    return Trace(candidates=candidates, fit_seconds=elapsed, timed_seconds=elapsed, n_iter=steps,
+                 passes=steps * ctx.batch_size / n, stop_reason="time_budget",
+                 params={"batch_size": ctx.batch_size, "method": "partial_fit on uniform random batches"},
+                 notes=[f"batch {ctx.batch_size}; passes = rows seen / n"])
+
+
+# -- faiss Kmeans: ladder over niter ----------------------------------------------------------------------------------
+def _faiss(ctx: PeerContext) -> Trace:
+    import faiss
+
+    n, d = ctx.X.shape
+
+    def fit_rung(m):
+        model = faiss.Kmeans(d, ctx.k, niter=m, seed=ctx.seed, verbose=False)
+        _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=ctx.init))
+        n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
+        return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
+
+    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
+    last = candidates[-1]
+    probe = faiss.Kmeans(d, ctx.k)
+    n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
+    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
+                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
+                 params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
+                         "threads": faiss.omp_get_max_threads()},
+                 notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x "
+                        "that fraction"])
+
+
+# -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
+def _dask_ml(ctx: PeerContext) -> Trace:
+    from dask_ml.cluster import KMeans
+
+    def fit_rung(m):
+        model = KMeans(n_clusters=ctx.k, init=ctx.init, max_iter=m, random_state=ctx.seed)
+        _, seconds = _timed_fit(lambda: model.fit(ctx.array))
+        n_iter = int(model.n_iter_)
+        return np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1)
+
+    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
+    last = candidates[-1]
+    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
+                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
+                 params={"tol": 1e-4}, notes=["on the same cluster and dask array as daskmeans"])
+
+
+PEERS: dict[str, Peer] = {
+    "sklearn-lloyd": Peer("sklearn-lloyd", "scikit-learn KMeans (lloyd)", "sklearn", True, _sklearn_kmeans("lloyd")),
+    "sklearn-elkan": Peer("sklearn-elkan", "scikit-learn KMeans (elkan)", "sklearn", True, _sklearn_kmeans("elkan")),
+    "sklearn-minibatch": Peer("sklearn-minibatch", "scikit-learn MiniBatchKMeans", "sklearn", True,
+                              _sklearn_minibatch),
+    "faiss": Peer("faiss", "faiss Kmeans", "faiss", True, _faiss),
+    "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
+}

@@ -1,0 +1,377 @@
+"""Figures, tables and plots, computed from a workload's JSON record only (so they can be rebuilt from it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+
+def output_paths(out_dir, name) -> dict:
+    """Where a workload's outputs go: ``NAME.json``, ``NAME.md`` and ``NAME.png`` in ``out_dir``."""
+    return {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "md", "png")}
+
+
+# -- figures -----------------------------------------------------------------------------------------------------------
+def time_to_reach(points, threshold):
+    """First time at which an evaluated point has ``energy <= threshold`` (None when never)."""
+    times = [p["time"] for p in points if p["energy"] is not None and p["energy"] <= threshold]
+    return min(times) if times else None
+
+
+def _spread(values):
+    """Median, min and max of values where None means 'not reached' (counted as +infinity)."""
+    finite = sorted(v for v in values if v is not None)
+    infinite = len(values) - len(finite)
+    ordered = finite + [math.inf] * infinite
+    if not ordered:
+        return {"median": None, "min": None, "max": None, "values": values, "not_reached": 0}
+    median = float(np.median(ordered))
+    as_value = (lambda v: None if v is None or not math.isfinite(v) else v)
+    return {"median": as_value(median), "min": as_value(ordered[0]), "max": as_value(ordered[-1]),
+            "values": values, "not_reached": infinite}
+
+
+def summarize(record) -> dict:
+    """E*, and per run and per algorithm: time to each target, final energy relative to E*, memory, passes."""
+    ok = [r for r in record["runs"] if r["status"] == "ok"]
+    best = None
+    for run in ok:
+        for point in run["points"]:
+            if best is None or point["energy"] < best[0]:
+                best = (point["energy"], run["name"], run["seed"])
+    summary = {"E_star": None, "E_star_run": None, "runs": [], "algorithms": {}}
+    if best is None:
+        return summary
+    e_star = best[0]
+    summary["E_star"] = e_star
+    summary["E_star_run"] = {"name": best[1], "seed": best[2]}
+    targets = record.get("targets", [0.01, 0.02])
+    by_name = {}
+    for run in record["runs"]:
+        entry = {"name": run["name"], "seed": run["seed"], "status": run["status"]}
+        if run["status"] == "ok":
+            entry["time_to"] = {str(t): time_to_reach(run["points"], e_star * (1 + t)) for t in targets}
+            entry["final_relative"] = run["final_energy"] / e_star if run["final_energy"] is not None else None
+            entry["best_relative"] = min(p["energy"] for p in run["points"]) / e_star
+        summary["runs"].append(entry)
+        by_name.setdefault(run["name"], []).append((run, entry))
+    for name, pairs in by_name.items():
+        ok_pairs = [(r, e) for r, e in pairs if r["status"] == "ok"]
+        first = pairs[0][0]
+        algorithm = {"label": first["label"], "kind": first["kind"], "runs": len(pairs), "ok": len(ok_pairs),
+                     "statuses": sorted({r["status"] for r, _ in pairs}),
+                     "reasons": sorted({r["reason"] for r, _ in pairs if r["reason"]})}
+        if ok_pairs:
+            runs = [r for r, _ in ok_pairs]
+            entries = [e for _, e in ok_pairs]
+            algorithm["time_to"] = {str(t): _spread([e["time_to"][str(t)] for e in entries]) for t in targets}
+            algorithm["final_relative"] = _spread([e["final_relative"] for e in entries])
+            algorithm["best_relative"] = _spread([e["best_relative"] for e in entries])
+            algorithm["fit_seconds"] = _spread([r["fit_seconds"] for r in runs])
+            algorithm["timed_seconds"] = _spread([r["timed_seconds"] for r in runs])
+            algorithm["n_iter"] = _spread([r["n_iter"] for r in runs])
+            algorithm["passes"] = _spread([r["passes"] for r in runs])
+            algorithm["driver_peak_rss"] = max(r["memory"]["driver_peak_rss"] for r in runs)
+            workers = [r["memory"]["worker_peak_rss"] for r in runs
+                       if r.get("uses_cluster", True) and r["memory"].get("worker_peak_rss")]
+            algorithm["worker_peak_rss"] = max(workers) if workers else None
+            algorithm["notes"] = sorted({note for r in runs for note in r.get("notes", [])})
+        summary["algorithms"][name] = algorithm
+    return summary
+
+
+# -- text ---------------------------------------------------------------------------------------------------------------
+def _seconds(value):
+    if value is None:
+        return "not reached"
+    return f"{value:.3g} s" if value < 100 else f"{value:.0f} s"
+
+
+def _g(value):
+    """A rate or size with three significant digits (no exponent for large values)."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def _with_spread(spread, formatter, many):
+    text = formatter(spread["median"])
+    if many and spread["min"] is not None:
+        high = formatter(spread["max"]) if spread["max"] is not None else "not reached"
+        text += f" ({formatter(spread['min'])} to {high})"
+    if spread.get("not_reached") and spread["median"] is not None:
+        text += f", {spread['not_reached']} not reached"
+    return text
+
+
+def _ratio(value):
+    return "" if value is None else f"{value:.4f}"
+
+
+def _gib(value):
+    return "" if not value else f"{value / 2**30:.2f} GiB"
+
+
+def _number(value):
+    if value is None:
+        return ""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.3g}" if value < 10 else f"{value:.0f}"
+    return f"{int(value)}"
+
+
+def gemm_limit(record):
+    """The float32 GEMM rate the cluster's threads could reach: the best of NumPy's rates measured here."""
+    gemm = record["gemm"]
+    threads = min(record["cluster"]["threads"] or 1, record["machine"]["cpus"] or 1)
+    rates = [gemm["all_threads_gflops"]]
+    if gemm.get("one_thread_gflops"):
+        rates.append(gemm["one_thread_gflops"] * threads)
+    return max(rates)
+
+
+def header_lines(record) -> list:
+    """The lines above a workload's table: data, machine, GEMM rate, assign pass, E*."""
+    w, m, c, s = record["workload"], record["machine"], record["cluster"], record["summary"]
+    storage = ("persisted in the workers' memory" if w["storage"] == "memory"
+               else f"read from Zarr at every pass ({w['location']})")
+    lines = [
+        f"### {w['output_name']}: {w['description']}",
+        "",
+        f"{w['n_samples']:,} x {w['n_features']} ({w['source_dtype']} as stored, float32 computed), k = {w['k']}, "
+        f"data {storage}; {w['time_budget']:g} s per run; seeds {record['seeds']}.",
+        f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_bytes'] / 2**30:.1f} GiB"
+        + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
+        + f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
+        + (f", {c['memory_limit_per_worker'][0] / 2**30:.1f} GiB each" if c.get("memory_limit_per_worker") else "")
+        + ".",
+    ]
+    gemm = record["gemm"]
+    one = gemm.get("one_thread_gflops")
+    lines.append(
+        f"float32 GEMM (NumPy, {gemm['size']}^3): "
+        + (f"{_g(one)} GFLOP/s on 1 thread, " if one else "")
+        + f"{_g(gemm['all_threads_gflops'])} GFLOP/s on all threads."
+    )
+    a = record["assign_pass"]
+    limit = gemm_limit(record)
+    lines.append(
+        f"Assign pass ({_g(a['flop'] / 1e9)} GFLOP of distance GEMM): {_seconds(a['median_seconds'])} = "
+        f"{_g(a['gflops'])} GFLOP/s, {a['gflops'] / limit:.1%} of the GEMM limit ({_g(limit)} GFLOP/s, that is "
+        f"{_seconds(a['flop'] / limit / 1e9)} per pass)."
+    )
+    if s["E_star"] is not None:
+        lines.append(
+            f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {s['E_star_run']['name']}, seed "
+            f"{s['E_star_run']['seed']}). Energies are exact on all rows, evaluated outside the timed region "
+            f"({record['evaluation']['method']})."
+        )
+    return lines
+
+
+def markdown_table(record) -> str:
+    """The workload's Markdown section: header lines and one row per algorithm."""
+    summary = record["summary"]
+    many = len(record["seeds"]) > 1
+    targets = record.get("targets", [0.01, 0.02])
+    order = sorted(targets, reverse=True)
+    columns = ["algorithm", "status"] + [f"time to {t:.0%} of E*" for t in order] + [
+        "final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
+    lines = header_lines(record) + ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for name, a in summary["algorithms"].items():
+        if not a["ok"]:
+            status = "/".join(a["statuses"])
+            reason = "; ".join(a["reasons"]).replace("|", "/").replace("\n", " ")
+            cells = [a["label"], status] + [""] * (len(columns) - 3) + [reason]
+        else:
+            status = "ok" if a["ok"] == a["runs"] else f"{a['ok']}/{a['runs']} ok"
+            cells = [a["label"], status]
+            cells += [_with_spread(a["time_to"][str(t)], _seconds, many) for t in order]
+            cells += [_with_spread(a["final_relative"], _ratio, many),
+                      _with_spread(a["fit_seconds"], _seconds, many),
+                      _number(a["n_iter"]["median"]), _number(a["passes"]["median"]),
+                      _gib(a["driver_peak_rss"]), _gib(a["worker_peak_rss"]),
+                      "; ".join(a["notes"] + a["reasons"]).replace("|", "/")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Times are seconds from the start of each fit (ladder peers: the duration of a complete run with "
+              "that iteration limit). Time used: the timed seconds of the result each run ended with."]
+    return "\n".join(lines) + "\n"
+
+
+# -- plot ---------------------------------------------------------------------------------------------------------------
+def plot_energy(record, path):
+    """Energy over wall time, one color per algorithm (a line per seed), on shared axes; PNG at ``path``.
+
+    Left: the energy; right: its excess over E* on a log scale, with the 1% and 2% targets. Time is on a log
+    scale; the shared initial centers (time 0) are drawn at the left edge.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    e_star = record["summary"]["E_star"]
+    runs = [r for r in record["runs"] if r["status"] == "ok" and r["points"]]
+    positive = [p["time"] for r in runs for p in r["points"] if p["time"] > 0]
+    floor = min(positive) / 2 if positive else 1e-3
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    colors = plt.get_cmap("tab10")
+    names = []
+    tops = []
+    for run in runs:
+        if run["name"] not in names:
+            names.append(run["name"])
+        color = colors(names.index(run["name"]) % 10)
+        label = run["label"] if run["seed"] == record["seeds"][0] else None
+        times = [max(p["time"], floor) for p in run["points"]]
+        energies = [p["energy"] for p in run["points"]]
+        tops.extend(energies[1:2])
+        left.step(times, energies, where="post", color=color, marker="o", markersize=3, label=label)
+        if e_star:
+            excess = [max(e / e_star - 1, 1e-6) for e in energies]
+            right.step(times, excess, where="post", color=color, marker="o", markersize=3, label=label)
+    if e_star:
+        left.axhline(e_star, color="black", linewidth=0.8, linestyle=":", label="E*")
+        top = max(tops) if tops else e_star * 1.1
+        left.set_ylim(e_star * 0.995, max(e_star * 1.02, min(top, e_star * 1.5)))
+        for target in record.get("targets", []):
+            right.axhline(target, color="grey", linewidth=0.8, linestyle="--")
+            right.annotate(f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right",
+                           va="bottom", color="grey")
+        right.set_yscale("log")
+        right.set_ylabel("energy / E* - 1")
+    w = record["workload"]
+    left.set_ylabel("energy (mean squared distance to the nearest center)")
+    for axis in (left, right):
+        axis.set_xscale("log")
+        axis.set_xlabel("wall time since the start of the fit (s)")
+        axis.grid(True, alpha=0.3, which="both")
+    left.legend(fontsize=8)
+    figure.suptitle(f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}, "
+                    f"{w['time_budget']:g} s per run")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# -- files --------------------------------------------------------------------------------------------------------------
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _write_text(path, text):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_outputs(record, out_dir) -> list:
+    """Write ``NAME.json``, ``NAME.md`` and ``NAME.png``; each file appears complete or not at all."""
+    paths = output_paths(out_dir, record["workload"]["output_name"])
+    _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
+    _write_text(paths["md"], markdown_table(record))
+    tmp = paths["png"][:-4] + ".tmp.png"
+    plot_energy(record, tmp)
+    os.replace(tmp, paths["png"])
+    return list(paths.values())
+
+
+def rebuild(json_path, out_dir=None) -> list:
+    """Rebuild the table and plot of a workload from its JSON record alone."""
+    with open(json_path) as f:
+        record = json.load(f)
+    out_dir = out_dir or os.path.dirname(os.path.abspath(json_path))
+    paths = output_paths(out_dir, record["workload"]["output_name"])
+    _write_text(paths["md"], markdown_table(record))
+    plot_energy(record, paths["png"])
+    return [paths["md"], paths["png"]]
+
+
+# -- sizing -------------------------------------------------------------------------------------------------------------
+def sizing_table(record) -> str:
+    """Measured sizes and the extrapolation to a billion rows, as Markdown."""
+    c, m = record["cluster"], record["machine"]
+    model = record["model"]
+    lines = [
+        f"### {record['name']}: assign pass and k-means on synthetic descriptors in Zarr",
+        "",
+        f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, {record['chunk_rows']:,} "
+        f"rows per block; machine: {m['cpu']}, {m['cpus']} CPUs; cluster: {c['n_workers']} workers x "
+        f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads).",
+        "",
+        "| rows | on disk | assign pass | rows/s per thread | GFLOP/s | k-means iteration | k-means fit "
+        "(iterations) | worker peak RSS | driver peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in record["sizes"]:
+        lines.append(
+            f"| {size['n_samples']:,} | {_gib(size['bytes'])} | {size['assign_seconds']:.2f} s | "
+            f"{size['rows_per_second_per_thread']:,.0f} | {size['gflops']:.0f} | "
+            f"{size['iteration_seconds']:.2f} s | {size['fit_seconds']:.1f} s ({size['n_iter']}) | "
+            f"{_gib(size['worker_peak_rss'])} | {_gib(size['driver_peak_rss'])} |"
+        )
+    lines += [
+        "",
+        f"Model: t_pass(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, with a = {model['a']:.3f} s "
+        f"(fixed cost per pass), b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread (fitted on the "
+        f"sizes above), tau = {model['tau'] * 1e3:.2f} ms scheduler time per task (measured with "
+        f"{model['tau_tasks']} empty tasks), T = {model['threads_per_worker']} thread(s) per worker. "
+        "Assumptions: passes scale with n / W; the scheduler's per-task time is serial; the worker memory peak "
+        "does not grow with n (blocks are streamed from Zarr); storage bandwidth scales with W.",
+        "",
+        f"| workers W | assign pass at {record['target_rows']:,.0f} rows | k-means, {record['target_iterations']} "
+        "iterations |",
+        "|---|---|---|",
+    ]
+    for row in record["extrapolation"]:
+        lines.append(f"| {row['workers']} | {_duration(row['pass_seconds'])} | {_duration(row['kmeans_seconds'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds):
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plot_sizing(record, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = record["sizes"]
+    n = [s["n_samples"] for s in sizes]
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot(n, [s["assign_seconds"] for s in sizes], marker="o", label="assign pass")
+    axis.plot(n, [s["iteration_seconds"] for s in sizes], marker="s", label="k-means iteration")
+    model = record["model"]
+    grid = np.linspace(0, max(n), 50)
+    threads = record["cluster"]["threads"]
+    axis.plot(grid, model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
+              linestyle="--", color="grey", label="model")
+    axis.set_xlabel("rows")
+    axis.set_ylabel("seconds")
+    axis.grid(True, alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_sizing_outputs(record, out_dir) -> list:
+    paths = output_paths(out_dir, record["name"])
+    _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
+    _write_text(paths["md"], sizing_table(record))
+    tmp = paths["png"][:-4] + ".tmp.png"
+    plot_sizing(record, tmp)
+    os.replace(tmp, paths["png"])
+    return list(paths.values())

@@ -1,0 +1,518 @@
+"""Run workloads: start (or join) a cluster, run every algorithm and peer per seed, evaluate, write outputs."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import logging
+import os
+import platform
+import socket
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import dask.array as da
+import numpy as np
+import psutil
+
+from .. import __version__
+from .._client import connect, persist_now
+from ..exceptions import InvalidParameterError, OutputExistsError
+from ..registry import ALGORITHMS, make_estimator
+from . import report
+from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
+from .monitor import MemoryMonitor, worker_processes
+from .peers import PEERS, PeerContext, availability
+from .traces import Candidate, Trace, drop_repeats, evaluate, refine, release_centers, select_spread
+from .workloads import SIZING, Workload, _parse_memory, load_data, resolve_workloads
+
+SCHEMA = "daskmeans-bench/1"
+#: Relative distances to E* whose first-reach times the tables report.
+TARGETS = (0.01, 0.02)
+
+
+@dataclass
+class BenchOptions:
+    """What ``daskmeans bench`` was asked to do (see :mod:`daskmeans.bench.command` for each option)."""
+
+    workloads: tuple = ()
+    quick: bool = False
+    out_dir: str = "bench-results"
+    algorithms: tuple | None = None
+    peers: tuple | None = None
+    data_path: str | None = None
+    k: int | None = None
+    seeds: int = 1
+    time_budget: float | None = None
+    data_dir: str | None = None
+    work_dir: str | None = None
+    scheduler: str | None = None
+    n_workers: int | None = None
+    threads_per_worker: int = 1
+    worker_memory: str | None = None
+    n_samples: int | None = None
+    n_features: int | None = None
+    storage: str | None = None
+    batch_size: int | None = None
+    sizes: tuple | None = None
+    max_points: int = 10
+    refine: bool = True
+    driver_memory: str | None = None
+    overwrite: bool = False
+    command_line: str = ""
+    resolved: list = field(default_factory=list)
+
+
+def _split_names(values, known, what):
+    if values is None:
+        return None
+    names = tuple(v for v in values if v)
+    if names in ((), ("none",)):
+        return ()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InvalidParameterError(
+            f"Unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)} (or 'none')."
+        )
+    return names
+
+
+def check_options(options: BenchOptions) -> BenchOptions:
+    """Check every option and the files the workloads need, before any expensive work.
+
+    Raises
+    ------
+    InvalidParameterError, FileNotFoundError, OutputExistsError
+    """
+    if not options.workloads and options.data_path is None:
+        raise InvalidParameterError(
+            "Name at least one workload (e.g. 'daskmeans bench descriptors --quick') or pass your data with "
+            "--data PATH -k K."
+        )
+    options.algorithms = _split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
+    options.peers = _split_names(options.peers, list(PEERS), "peer(s)")
+    if not isinstance(options.seeds, int) or options.seeds < 1:
+        raise InvalidParameterError(f"--seeds must be a positive integer, got {options.seeds!r}.")
+    if not isinstance(options.max_points, int) or options.max_points < 2:
+        raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")
+    if options.n_workers is not None and options.n_workers < 1:
+        raise InvalidParameterError(f"--workers must be a positive integer, got {options.n_workers!r}.")
+    if options.threads_per_worker < 1:
+        raise InvalidParameterError(f"--threads-per-worker must be positive, got {options.threads_per_worker!r}.")
+    if options.scheduler is not None and (options.n_workers is not None or options.worker_memory is not None):
+        raise InvalidParameterError("--workers and --worker-memory set up a local cluster; drop them with --scheduler.")
+    if options.driver_memory is not None:
+        _parse_memory(options.driver_memory)
+    if options.sizes is not None:
+        if SIZING not in options.workloads:
+            raise InvalidParameterError("--sizes applies to the 'sizing' workload; add 'sizing' to the workloads.")
+        if not options.sizes or any(not isinstance(s, int) or s < 2 for s in options.sizes):
+            raise InvalidParameterError(f"--sizes must be row counts >= 2, e.g. 250000,1000000; got {options.sizes!r}.")
+    options.resolved = resolve_workloads(
+        options.workloads, quick=options.quick, data_path=options.data_path, k=options.k,
+        data_dir=options.data_dir, n_samples=options.n_samples, n_features=options.n_features,
+        time_budget=options.time_budget, storage=options.storage, worker_memory=options.worker_memory,
+        batch_size=options.batch_size,
+    )
+    if os.path.exists(options.out_dir) and not os.path.isdir(options.out_dir):
+        raise InvalidParameterError(f"--out {options.out_dir!r} is a file; give a folder.")
+    names = [w.output_name for w in options.resolved]
+    if SIZING in options.workloads:
+        names.append("sizing-quick" if options.quick else "sizing")
+    if not options.overwrite:
+        existing = [p for name in names for p in report.output_paths(options.out_dir, name).values()
+                    if os.path.exists(p)]
+        if existing:
+            raise OutputExistsError(
+                f"{existing[0]!r} exists already (results of an earlier run); choose another --out or pass "
+                "--overwrite."
+            )
+    return options
+
+
+# -- machine and cluster ---------------------------------------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module):
+    try:
+        return str(__import__(module).__version__)
+    except Exception:  # noqa: BLE001 - absent or broken modules are reported as such
+        return None
+
+
+def machine_info() -> dict:
+    """The machine the benchmark ran on."""
+    memory = psutil.virtual_memory()
+    return {
+        "host": socket.gethostname(),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": int(memory.total),
+        "available_memory_bytes": int(memory.available),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in ("numpy", "dask", "distributed", "zarr", "numba", "sklearn",
+                                                        "faiss", "dask_ml", "threadpoolctl")}
+        | {"daskmeans": __version__},
+    }
+
+
+def _cluster_info(client) -> dict:
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    return {
+        "scheduler": info.get("address"),
+        "n_workers": len(workers),
+        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+        "threads_per_worker": sorted({w.get("nthreads", 0) for w in workers.values()}),
+        "memory_limit_per_worker": sorted({int(w.get("memory_limit") or 0) for w in workers.values()}),
+    }
+
+
+@contextmanager
+def bench_client(options: BenchOptions, worker_memory=None):
+    """A client on ``--scheduler``, or on a LocalCluster with worker processes that is closed afterwards."""
+    if options.scheduler:
+        client = connect(options.scheduler)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    from distributed import Client, LocalCluster
+
+    n_workers = options.n_workers or max(1, (os.cpu_count() or 1) // options.threads_per_worker)
+    memory = worker_memory or "auto"
+    with LocalCluster(n_workers=n_workers, threads_per_worker=options.threads_per_worker, processes=True,
+                      memory_limit=memory, dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def warm_up(client, algorithms, n_features):
+    """Compile the Numba kernels in the driver and on every worker before anything is timed."""
+    from ..kernels.assign import nearest_centers
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, max(16, n_features)), dtype=np.float32)
+    for k, d in ((2, 2), (32, X.shape[1])):
+        nearest_centers(X[:100, :d].copy(), X[:k, :d].copy())
+        for name in algorithms:
+            try:
+                estimator = make_estimator(name, n_clusters=k, init=X[:k, :d].copy(), max_time=0.2, random_state=0,
+                                           client=client, progress=False)
+                estimator.fit(da.from_array(np.ascontiguousarray(X[:, :d]), chunks=(750, d)))
+            except Exception:  # noqa: BLE001 - a failing algorithm is recorded by its real run
+                pass
+
+
+def warm_up_peers(peers, client):
+    """Run each peer once on tiny data, untimed, so that no run pays for imports or first-call set-up."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 4), dtype=np.float32)
+    (array,) = persist_now(da.from_array(X, chunks=(150, 4)), client=client)
+    for peer in peers:
+        if availability(peer)[0]:
+            context = PeerContext(X=X, array=array, client=client, init=X[:3].copy(), k=3, seed=0, budget=0.05,
+                                  batch_size=64)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    peer.run(context)
+            except Exception:  # noqa: BLE001 - a failing peer is recorded by its real run
+                pass
+
+
+# -- runs ---------------------------------------------------------------------------------------------------------------
+def _warning_texts(caught) -> list:
+    texts = []
+    for w in caught:
+        text = f"{w.category.__name__}: {w.message}"
+        if text not in texts:
+            texts.append(text)
+    return texts[:5]
+
+
+def _jsonable_history(history) -> list:
+    records = []
+    for record in history or []:
+        records.append({key: (value.item() if isinstance(value, np.generic) else value)
+                        for key, value in record.items()
+                        if isinstance(value, (int, float, str, bool, np.generic)) or value is None})
+    return records
+
+
+def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
+    """Fit a daskmeans algorithm from ``init``; its center snapshots become the candidates."""
+    estimator = make_estimator(name, n_clusters=k, init=init, max_time=budget, random_state=seed, client=client,
+                               progress=False)
+    snapshots_supported = "snapshot_centers" in estimator.get_params()
+    if snapshots_supported:
+        estimator.set_params(snapshot_centers=True)
+    start = time.perf_counter()
+    estimator.fit(data.fit_input)
+    fit_seconds = time.perf_counter() - start
+    history = getattr(estimator, "history_", [])
+    candidates = [
+        Candidate(step=0, time=snap["perf_counter"] - start, centers=snap["centers"], iteration=snap["iteration"],
+                  kind="snapshot")
+        for snap in getattr(estimator, "center_snapshots_", None) or []
+    ]
+    candidates.append(Candidate(step=0, time=fit_seconds, centers=np.asarray(estimator.cluster_centers_),
+                                iteration=getattr(estimator, "n_iter_", None), kind="final"))
+    passes = [r.get("passes") for r in history if r.get("passes") is not None]
+    by_iteration = {r.get("iteration"): r.get("passes") for r in history}
+    for candidate in candidates:
+        candidate.passes = by_iteration.get(candidate.iteration)
+    notes = [] if snapshots_supported else [
+        "no center snapshots: exact energy known at the end only (history energies are in the record)"
+    ]
+    if passes:
+        notes.append("passes as counted by the algorithm; fit adds one summary pass and one final statistics pass")
+    return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
+                 n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
+                 stop_reason=getattr(estimator, "stop_reason_", None), history=_jsonable_history(history),
+                 notes=notes, params={k: v for k, v in estimator.get_params().items()
+                                      if isinstance(v, (int, float, str, bool)) or v is None})
+
+
+def _guarded(function, monitor_args):
+    """Run ``function()`` under a memory monitor, catching its warnings and failures."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monitor = MemoryMonitor(*monitor_args)
+        try:
+            with monitor:
+                trace = function()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a failing run (out of memory too) is a result, not a crash
+            trace, error = None, f"{type(exc).__name__}: {exc}"
+    return trace, error, monitor.result, _warning_texts(caught)
+
+
+@dataclass
+class Run:
+    """One algorithm on one seed: its trace (when it ran) and everything the record says about it."""
+
+    name: str
+    label: str
+    kind: str
+    seed: int
+    status: str
+    reason: str | None = None
+    version: str | None = None
+    trace: Trace | None = None
+    memory: dict | None = None
+    warnings: list = field(default_factory=list)
+    uses_cluster: bool = True
+
+    def as_record(self) -> dict:
+        record = {"name": self.name, "label": self.label, "kind": self.kind, "seed": self.seed,
+                  "status": self.status, "reason": self.reason, "version": self.version, "memory": self.memory,
+                  "uses_cluster": self.uses_cluster, "warnings": self.warnings}
+        trace = self.trace
+        if trace is not None:
+            points = sorted((c.as_record() for c in trace.candidates if c.energy is not None),
+                            key=lambda p: (p["time"], p["step"]))
+            record.update({
+                "fit_seconds": trace.fit_seconds, "timed_seconds": trace.timed_seconds, "n_iter": trace.n_iter,
+                "passes": trace.passes, "stop_reason": trace.stop_reason, "params": trace.params,
+                "notes": trace.notes, "points": points, "final_energy": trace.final().energy,
+                "final_time": trace.final().time, "candidates_total": len(trace.candidates),
+                "history": trace.history,
+            })
+        return record
+
+
+def run_workload(workload: Workload, options: BenchOptions, client, machine, sgemm, echo=print) -> dict:
+    """Every algorithm and peer on every seed of one workload; returns the complete JSON record."""
+    began = time.perf_counter()
+
+    def say(text):
+        echo(f"  [{time.perf_counter() - began:6.1f} s] {text}")
+
+    cluster = _cluster_info(client)
+    driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
+                     else int(psutil.virtual_memory().available * 0.5))
+    work_dir = options.work_dir or os.path.join(options.out_dir, "data")
+    data = load_data(workload, client=client, total_threads=cluster["threads"], work_dir=work_dir,
+                     driver_memory=driver_memory)
+    say(f"data ready: {data.n_samples:,} x {data.n_features}")
+    algorithms = list(ALGORITHMS) if options.algorithms is None else list(options.algorithms)
+    peer_names = list(workload.peers) if options.peers is None else list(options.peers)
+    warm_up(client, algorithms, data.n_features)
+    warm_up_peers([PEERS[name] for name in peer_names], client)
+    say("warmed up")
+    energy = InMemoryEnergy(data.X) if data.X is not None else DaskEnergy(data.array, client)
+    processes = worker_processes(client)
+    seeds = list(range(options.seeds))
+    k = workload.k
+
+    init0 = data.rows(np.random.default_rng(0).choice(data.n_samples, k, replace=False), client)
+    assign_pass = measure_assign_pass(data.array, init0, client, repeats=1 if workload.quick else 3)
+    say(f"assign pass {assign_pass['median_seconds']:.3g} s")
+
+    runs = []
+    for seed in seeds:
+        index = np.random.default_rng(seed).choice(data.n_samples, k, replace=False)
+        init = init0 if seed == 0 else data.rows(index, client)
+        init_energy = float(energy(init))
+        for name in algorithms:
+            trace, error, memory, caught = _guarded(
+                lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client), (client, 0.05, processes))
+            run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
+                      status="ok" if trace else "failed", reason=error, version=__version__, trace=trace,
+                      memory=memory, warnings=caught)
+            _finish_trace(run, init, init_energy, energy, options.max_points)
+            runs.append(run)
+            say(_progress_line(run))
+            gc.collect()
+        for name in peer_names:
+            peer = PEERS[name]
+            ok, version = availability(peer)
+            run = Run(name=name, label=peer.label, kind="peer", seed=seed, status="skipped",
+                      version=version if ok else None, uses_cluster=not peer.in_memory)
+            if not ok:
+                run.reason = version
+            elif peer.in_memory and data.X is None:
+                run.reason = f"in-memory peer: {data.in_driver_reason}"
+            else:
+                context = PeerContext(X=data.X, array=data.array, client=client, init=init, k=k, seed=seed,
+                                      budget=workload.time_budget, batch_size=workload.minibatch_batch_size)
+                trace, error, memory, caught = _guarded(lambda: peer.run(context), (client, 0.05, processes))
+                run.status, run.reason, run.trace, run.memory, run.warnings = (
+                    "ok" if trace else "failed", error, trace, memory, caught)
+                _finish_trace(run, init, init_energy, energy, options.max_points)
+            runs.append(run)
+            say(_progress_line(run))
+            gc.collect()
+
+    if options.refine:
+        _refine_all(runs, energy, workload.time_budget)
+        say("refined the times to the targets")
+    for run in runs:
+        if run.trace is not None:
+            release_centers(run.trace)
+            run.trace.extend = None
+
+    record = {
+        "schema": SCHEMA,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": options.command_line,
+        "workload": {
+            **{key: value for key, value in asdict(workload).items() if key != "extra"},
+            "output_name": workload.output_name,
+            "n_samples": data.n_samples, "n_features": data.n_features, "source_dtype": data.source_dtype,
+            "location": data.location, "in_driver": data.X is not None,
+        },
+        "machine": machine,
+        "cluster": cluster,
+        "gemm": sgemm,
+        "assign_pass": assign_pass,
+        "seeds": seeds,
+        "targets": list(TARGETS),
+        "evaluation": {"method": "driver, blocked GEMM" if data.X is not None else "cluster pass",
+                       "seconds": energy.seconds, "calls": energy.calls,
+                       "note": "exact energy on all rows, outside every timed region"},
+        "runs": [run.as_record() for run in runs],
+    }
+    record["summary"] = report.summarize(record)
+    return record
+
+
+def _progress_line(run) -> str:
+    if run.trace is None:
+        return f"{run.label} (seed {run.seed}): {run.status}: {run.reason}"
+    final = run.trace.final()
+    return (f"{run.label} (seed {run.seed}): {run.trace.fit_seconds:.3g} s, final energy {final.energy:.6g}, "
+            f"{run.trace.timed_seconds:.3g} s timed in all")
+
+
+def _finish_trace(run: Run, init, init_energy, energy, max_points):
+    """Add the shared initial centers at time 0, drop repeated centers, evaluate a spread of candidates."""
+    trace = run.trace
+    if trace is None:
+        return
+    start = Candidate(step=0, time=0.0, centers=init, iteration=0, passes=0.0, kind="init", energy=init_energy,
+                      eval_seconds=0.0)
+    if trace.extend is None:
+        trace.candidates = drop_repeats([start, *trace.candidates])
+    else:
+        trace.candidates = [start, *trace.candidates]
+    evaluate(select_spread(trace.candidates, max_points), energy)
+    final = trace.final()
+    if final.energy is None:
+        evaluate([final], energy)
+
+
+def _refine_all(runs, energy, budget):
+    """Pin down when each run first came within each target of E*, twice (E* may drop on the way)."""
+    for _ in range(2):
+        best = _best_energy(runs)
+        if best is None:
+            return
+        for run in runs:
+            if run.trace is None:
+                continue
+            for target in TARGETS:
+                ladder = run.trace.extend is not None
+                try:
+                    refine(run.trace, best * (1 + target), energy, max_steps=3 if ladder else 6,
+                           ladder_budget=budget)
+                except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
+                    run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
+                    run.trace.extend = None
+        if _best_energy(runs) == best:
+            return
+
+
+def _best_energy(runs):
+    energies = [c.energy for run in runs if run.trace is not None for c in run.trace.candidates
+                if c.energy is not None]
+    return min(energies) if energies else None
+
+
+# -- the whole command --------------------------------------------------------------------------------------------------
+def run_benchmark(options: BenchOptions, echo=print) -> list:
+    """Check the options, run every workload and write its JSON record, Markdown table and plot.
+
+    Returns
+    -------
+    list of str
+        Paths written.
+    """
+    options = check_options(options)
+    os.makedirs(options.out_dir, exist_ok=True)
+    machine = machine_info()
+    echo("measuring the float32 GEMM rate ...")
+    sgemm = measure_sgemm(size=1024 if options.quick else 2048)
+    written = []
+    for workload in options.resolved:
+        echo(f"workload {workload.output_name}: {workload.description}, k={workload.k}, "
+             f"{workload.time_budget:g} s per run")
+        memory = None if options.scheduler else (workload.worker_memory or options.worker_memory)
+        with bench_client(options, worker_memory=memory) as client:
+            record = run_workload(workload, options, client, machine, sgemm, echo=echo)
+        written.extend(report.write_outputs(record, options.out_dir))
+        echo(report.markdown_table(record))
+    if SIZING in options.workloads:
+        from .sizing import run_sizing
+
+        echo("workload sizing")
+        with bench_client(options, worker_memory=options.worker_memory) as client:
+            record = run_sizing(options, client, machine, sgemm)
+        written.extend(report.write_sizing_outputs(record, options.out_dir))
+        echo(report.sizing_table(record))
+    return written

@@ -1,0 +1,129 @@
+"""The ``sizing`` workload: how a pass and a k-means fit grow with n, and what that means at a billion rows.
+
+Synthetic uint8 descriptors are written to Zarr on disk at growing n; for each n the harness times the assign
+pass (the pass Lloyd spends each iteration) and a KMeans fit of a few iterations, both reading from Zarr, and
+records the workers' peak memory. A linear model fitted on those times, plus a measured per-task scheduler
+cost, extrapolates the time of a pass to ``target_rows`` on W workers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import numpy as np
+from dask import delayed
+
+from .._client import compute_now
+from ..estimators import KMeans
+from ..io import open_input
+from .energy import measure_assign_pass
+from .monitor import MemoryMonitor, worker_processes
+from .workloads import BLOCK_BYTES, write_synthetic_zarr
+
+TARGET_ROWS = 1_000_000_000
+TARGET_ITERATIONS = 20
+EXTRAPOLATE_WORKERS = (1, 4, 16, 64, 256)
+
+
+def _noop(i):
+    return i
+
+
+def measure_task_overhead(client, n_tasks=500) -> float:
+    """Seconds of scheduling per task: a graph of ``n_tasks`` empty tasks and one sum, divided by ``n_tasks``."""
+    compute_now(delayed(sum)([delayed(_noop, pure=False)(i) for i in range(8)]), client=client)
+    start = time.perf_counter()
+    compute_now(delayed(sum)([delayed(_noop, pure=False)(i) for i in range(n_tasks)]), client=client)
+    return (time.perf_counter() - start) / n_tasks
+
+
+def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
+    """Least-squares ``seconds = a + slope * n``; the per-thread row cost is the slope less the task share."""
+    n = np.asarray(n_samples, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if len(n) >= 2 and np.ptp(n) > 0:
+        slope, intercept = np.polyfit(n, t, 1)
+    else:
+        slope, intercept = t[0] / n[0], 0.0
+    intercept = max(float(intercept), 0.0)
+    per_row = max(float(slope) - tau / chunk_rows, 1e-12)
+    return {"a": intercept, "slope": float(slope), "b_per_thread": per_row * threads, "tau": tau}
+
+
+def run_sizing(options, client, machine, sgemm) -> dict:
+    """Run the sizing workload and return its JSON record (tables and plot come from it)."""
+    from .runner import _cluster_info, warm_up
+
+    quick = options.quick
+    sizes = list(options.sizes) if options.sizes else ([20_000, 40_000, 80_000] if quick
+                                                        else [250_000, 1_000_000, 2_000_000])
+    d = options.n_features or (32 if quick else 128)
+    k = options.k or (20 if quick else 1000)
+    iterations = 2 if quick else 3
+    cluster = _cluster_info(client)
+    threads = max(1, cluster["threads"])
+    chunk_rows = int(min(BLOCK_BYTES // (4 * d), max(1024, min(sizes) // (4 * threads))))
+    work_dir = options.work_dir or os.path.join(options.out_dir, "data")
+    os.makedirs(work_dir, exist_ok=True)
+    warm_up(client, ["kmeans"], d)
+    processes = worker_processes(client)
+    tau = measure_task_overhead(client)
+    measured = []
+    for n in sizes:
+        path = os.path.join(work_dir, f"sizing-uint8-n{n}-d{d}-b{k}-c{chunk_rows}.zarr")
+        start = time.perf_counter()
+        written = write_synthetic_zarr(path, n, d, n_blobs=k, seed=0, dtype=np.uint8, chunk_rows=chunk_rows,
+                                       client=client)
+        write_seconds = time.perf_counter() - start
+        array = open_input(path, chunk_rows=chunk_rows).array
+        index = np.sort(np.random.default_rng(0).choice(n, k, replace=False))
+        (init,) = compute_now(array[index], client=client)
+        init = np.ascontiguousarray(init, dtype=np.float32)
+        with MemoryMonitor(client, 0.05, processes) as pass_memory:
+            assign = measure_assign_pass(array, init, client, repeats=2)
+        model = KMeans(n_clusters=k, init=init, max_iter=iterations, tol=0.0, random_state=0, client=client,
+                       chunk_rows=chunk_rows)
+        with MemoryMonitor(client, 0.05, processes) as fit_memory:
+            start = time.perf_counter()
+            model.fit(path)
+            fit_seconds = time.perf_counter() - start
+        walls = [0.0] + [r["wall_time"] for r in model.history_]
+        iteration_seconds = float(np.median(np.diff(walls)))
+        measured.append({
+            "n_samples": n, "path": path, "bytes": written["bytes"], "reused_store": written["reused"],
+            "write_seconds": write_seconds, "assign_seconds": assign["median_seconds"],
+            "assign_all_seconds": assign["seconds"], "gflops": assign["gflops"],
+            "rows_per_second_per_thread": n / assign["median_seconds"] / threads,
+            "iteration_seconds": iteration_seconds, "fit_seconds": fit_seconds, "n_iter": model.n_iter_,
+            "history": [{key: value for key, value in r.items() if isinstance(value, (int, float, str))}
+                        for r in model.history_],
+            "worker_peak_rss": max(filter(None, [pass_memory.result["worker_peak_rss"],
+                                                 fit_memory.result["worker_peak_rss"]]), default=None),
+            "driver_peak_rss": max(pass_memory.result["driver_peak_rss"], fit_memory.result["driver_peak_rss"]),
+            "memory": {"assign": pass_memory.result, "fit": fit_memory.result},
+        })
+    model = fit_pass_model([m["n_samples"] for m in measured], [m["assign_seconds"] for m in measured],
+                           chunk_rows, threads, tau)
+    per_worker = max(cluster["threads_per_worker"] or [1])
+    model.update({"tau_tasks": 500, "threads_per_worker": per_worker})
+    extrapolation = []
+    for workers in EXTRAPOLATE_WORKERS:
+        pass_seconds = (model["a"] + TARGET_ROWS * model["b_per_thread"] / (workers * per_worker)
+                        + TARGET_ROWS / chunk_rows * tau)
+        extrapolation.append({"workers": workers, "pass_seconds": pass_seconds,
+                              "kmeans_seconds": pass_seconds * (TARGET_ITERATIONS + 2)})
+    return {
+        "schema": "daskmeans-bench-sizing/1",
+        "name": "sizing-quick" if quick else "sizing",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": options.command_line,
+        "machine": machine, "cluster": cluster, "gemm": sgemm,
+        "n_features": d, "k": k, "dtype": "uint8", "chunk_rows": chunk_rows, "kmeans_iterations": iterations,
+        "sizes": measured, "model": model, "target_rows": TARGET_ROWS, "target_iterations": TARGET_ITERATIONS,
+        "extrapolation": extrapolation,
+        "assumptions": "t_pass(n, W) = a + n b / (W T) + (n / rows_per_block) tau; k-means = iterations + 2 passes "
+                       "(summary and final statistics); worker memory independent of n; storage bandwidth "
+                       "scales with W.",
+    }

@@ -1,0 +1,489 @@
+"""Workloads: which data, which k, how long each run may take, and how the data reaches the algorithms.
+
+A workload's data is held in two forms: a NumPy float32 array in the driver (for the in-memory peers and the
+exact energy evaluation), when it fits, and what the daskmeans algorithms are given: a dask array persisted on
+the cluster (``storage="memory"``) or a Zarr store on disk that every pass reads again (``storage="zarr"``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+
+import dask.array as da
+import numpy as np
+import zarr
+from dask import delayed
+
+from .._client import compute_now, persist_now
+from .._random import stage_generator, stage_key
+from ..exceptions import InputDataError, InvalidParameterError
+from ..io import atomic_output, open_input
+
+STORAGES = ("memory", "zarr")
+#: Row blocks are aimed at this many bytes of float32.
+BLOCK_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark set-up.
+
+    Attributes
+    ----------
+    name : str
+        Name on the command line (``descriptors``, ``mnist``, ...); the outputs are named after it.
+    description : str
+    k : int
+        Number of clusters.
+    time_budget : float
+        Seconds each run (one algorithm, one seed) may take.
+    source : str
+        ``"file"`` (a built-in dataset file in the data folder), ``"user"`` (``--data PATH``) or ``"synthetic"``.
+    file : str or None
+        File name in the data folder (``source="file"``) or the user's path (``source="user"``).
+    n_samples : int or None
+        Rows: the size of synthetic data, or a cap on the rows of a file (a seeded uniform subsample).
+    n_features : int or None
+        Columns of synthetic data.
+    storage : str
+        ``"memory"`` or ``"zarr"``.
+    synthetic_dtype : str
+        dtype of synthetic data as stored (``uint8`` descriptors or ``float32`` blobs).
+    n_blobs : int or None
+        Gaussian blobs of synthetic data (default ``k``).
+    peers : tuple of str
+        Peers run when ``--peers`` is not given.
+    worker_memory : str or None
+        Memory limit of each local worker (``"2GiB"``); None for Dask's default.
+    minibatch_batch_size : int
+        Batch size of the scikit-learn ``MiniBatchKMeans`` peer.
+    quick : bool
+    """
+
+    name: str
+    description: str
+    k: int
+    time_budget: float
+    source: str
+    file: str | None = None
+    n_samples: int | None = None
+    n_features: int | None = None
+    storage: str = "memory"
+    synthetic_dtype: str = "float32"
+    n_blobs: int | None = None
+    peers: tuple = ("sklearn-lloyd", "sklearn-elkan", "sklearn-minibatch", "faiss", "dask-ml")
+    worker_memory: str | None = None
+    minibatch_batch_size: int = 1024
+    quick: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def output_name(self) -> str:
+        return f"{self.name}-quick" if self.quick else self.name
+
+
+#: name -> (full workload, quick workload). ``sizing`` is a workload of its own kind (see sizing.py).
+WORKLOADS: dict[str, tuple[Workload, Workload]] = {
+    "descriptors": (
+        Workload("descriptors", "cifar_dsift: 960,000 x 128 dense SIFT descriptors", k=1000, time_budget=60.0,
+                 source="file", file="cifar_dsift.npz"),
+        Workload("descriptors", "cifar_dsift, 30,000 rows sampled", k=100, time_budget=2.0, source="file",
+                 file="cifar_dsift.npz", n_samples=30_000, quick=True),
+    ),
+    "mnist": (
+        Workload("mnist", "MNIST: 70,000 x 784 digits", k=50, time_budget=30.0, source="file", file="mnist.npz"),
+        Workload("mnist", "MNIST, 10,000 rows sampled", k=50, time_budget=2.0, source="file", file="mnist.npz",
+                 n_samples=10_000, quick=True),
+    ),
+    "kdd": (
+        Workload("kdd", "KDD Cup 2004 bio: 145,751 x 74", k=200, time_budget=30.0, source="file",
+                 file="kddcup04_bio.npz"),
+        Workload("kdd", "KDD Cup 2004 bio, 20,000 rows sampled", k=50, time_budget=2.0, source="file",
+                 file="kddcup04_bio.npz", n_samples=20_000, quick=True),
+    ),
+    "out-of-core": (
+        Workload("out-of-core", "synthetic uint8 descriptors in Zarr, larger than the workers' memory", k=1000,
+                 time_budget=300.0, source="synthetic", n_samples=20_000_000, n_features=128, storage="zarr",
+                 synthetic_dtype="uint8", worker_memory="2GiB"),
+        Workload("out-of-core", "synthetic uint8 descriptors in Zarr (small)", k=20, time_budget=2.0,
+                 source="synthetic", n_samples=60_000, n_features=32, storage="zarr", synthetic_dtype="uint8",
+                 worker_memory="2GiB", quick=True),
+    ),
+    "synthetic": (
+        Workload("synthetic", "Gaussian blobs in memory", k=100, time_budget=20.0, source="synthetic",
+                 n_samples=200_000, n_features=32),
+        Workload("synthetic", "Gaussian blobs in memory (tiny)", k=8, time_budget=1.5, source="synthetic",
+                 n_samples=4_000, n_features=8, quick=True),
+    ),
+}
+
+SIZING = "sizing"
+
+
+def workload_names() -> list[str]:
+    """Names accepted on the command line."""
+    return [*WORKLOADS, SIZING]
+
+
+def _parse_memory(text) -> int:
+    from dask.utils import parse_bytes
+
+    try:
+        return int(parse_bytes(text))
+    except (ValueError, TypeError) as error:
+        raise InvalidParameterError(f"Cannot read {text!r} as an amount of memory; write e.g. '2GiB' or '500MB'.") from error
+
+
+def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=None, n_samples=None,
+                      n_features=None, time_budget=None, storage=None, worker_memory=None, batch_size=None):
+    """The workloads to run, with the command line's overrides applied, checked before any work starts.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Built-in workload names (``sizing`` is left to the caller).
+    quick : bool
+    data_path : str, optional
+        The user's data (``.npy``, ``.npz`` or a Zarr store); needs ``k``.
+    k : int, optional
+        Number of clusters (required with ``data_path``; overrides the workloads' own k otherwise).
+    data_dir : str, optional
+        Folder holding the built-in datasets (``cifar_dsift.npz`` ...).
+    n_samples, n_features, time_budget, storage, worker_memory, batch_size : optional overrides
+
+    Returns
+    -------
+    list of Workload
+
+    Raises
+    ------
+    InvalidParameterError
+        Unknown names, missing ``k``, bad values.
+    FileNotFoundError
+        A dataset file that a workload needs is absent.
+    """
+    unknown = [n for n in names if n not in WORKLOADS and n != SIZING]
+    if unknown:
+        raise InvalidParameterError(
+            f"Unknown workload(s) {', '.join(map(repr, unknown))}; choose from {', '.join(workload_names())} "
+            "(or pass your own data with --data PATH -k K)."
+        )
+    if data_path is not None and k is None:
+        raise InvalidParameterError("--data needs the number of clusters: add -k K.")
+    if k is not None and (not isinstance(k, int) or k < 1):
+        raise InvalidParameterError(f"-k must be a positive integer, got {k!r}.")
+    for value, label in ((n_samples, "--n-samples"), (n_features, "--n-features"), (batch_size, "--batch-size")):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise InvalidParameterError(f"{label} must be a positive integer, got {value!r}.")
+    if time_budget is not None and not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget)
+                                        and time_budget > 0):
+        raise InvalidParameterError(f"--time-budget must be a positive number of seconds, got {time_budget!r}.")
+    if storage is not None and storage not in STORAGES:
+        raise InvalidParameterError(f"--storage must be one of {', '.join(STORAGES)}; got {storage!r}.")
+    if worker_memory is not None:
+        _parse_memory(worker_memory)
+
+    chosen = []
+    for name in names:
+        if name == SIZING:
+            continue
+        workload = WORKLOADS[name][1 if quick else 0]
+        changes = {}
+        if k is not None:
+            changes["k"] = k
+        if n_samples is not None:
+            changes["n_samples"] = n_samples
+        if n_features is not None:
+            if workload.source != "synthetic":
+                raise InvalidParameterError(
+                    f"--n-features sets the width of synthetic data; the {name!r} workload reads a file."
+                )
+            changes["n_features"] = n_features
+        if time_budget is not None:
+            changes["time_budget"] = float(time_budget)
+        if storage is not None:
+            changes["storage"] = storage
+        if worker_memory is not None:
+            changes["worker_memory"] = worker_memory
+        if batch_size is not None:
+            changes["minibatch_batch_size"] = batch_size
+        workload = replace(workload, **changes)
+        if workload.source == "file":
+            folder = data_dir if data_dir is not None else "data"
+            path = os.path.join(folder, workload.file)
+            if not os.path.exists(path):
+                raise FileNotFoundError(
+                    f"The {name!r} workload needs the dataset file {workload.file!r}, which is not in the data "
+                    f"folder {os.path.abspath(folder)!r}. Put it there, point to the folder holding it with "
+                    "--data-dir DIR, or benchmark your own file with --data PATH -k K."
+                )
+            workload = replace(workload, file=os.path.abspath(path))
+        chosen.append(workload)
+
+    if data_path is not None:
+        path = os.fspath(data_path)
+        if not os.path.exists(path) and "://" not in path:
+            raise FileNotFoundError(f"--data {path!r} does not exist; give a .npy/.npz file or a Zarr store.")
+        is_zarr = not path.lower().rstrip("/").endswith((".npy", ".npz"))
+        stem = os.path.splitext(os.path.basename(path.rstrip("/")))[0] or "data"
+        chosen.append(Workload(
+            name=f"data-{stem}", description=f"user data {path}", k=k,
+            time_budget=float(time_budget) if time_budget is not None else (3.0 if quick else 60.0),
+            source="user", file=path, n_samples=n_samples,
+            storage=storage or ("zarr" if is_zarr else "memory"), worker_memory=worker_memory,
+            minibatch_batch_size=batch_size or 1024, quick=quick,
+        ))
+    return chosen
+
+
+# -- data --------------------------------------------------------------------------------------------------------
+@dataclass
+class BenchData:
+    """A workload's data, ready for the runs.
+
+    Attributes
+    ----------
+    X : ndarray (n, d) float32 or None
+        The data in the driver (None when it does not fit there).
+    array : dask.array.Array
+        The same data on the cluster: persisted (memory storage) or read from Zarr at every pass.
+    fit_input : dask array or str
+        What the daskmeans estimators are given: the persisted dask array or the Zarr path.
+    location : str or None
+        Zarr path (zarr storage).
+    source_dtype : str
+    in_driver_reason : str or None
+        Why ``X`` is None.
+    """
+
+    X: np.ndarray | None
+    array: da.Array
+    fit_input: object
+    location: str | None
+    source_dtype: str
+    in_driver_reason: str | None = None
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.array.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.array.shape[1])
+
+    @property
+    def float32_bytes(self) -> int:
+        return self.n_samples * self.n_features * 4
+
+    def rows(self, index, client=None) -> np.ndarray:
+        """The rows ``index`` (in that order) as float32."""
+        index = np.asarray(index, dtype=np.int64)
+        if self.X is not None:
+            return np.ascontiguousarray(self.X[index], dtype=np.float32)
+        order = np.argsort(index, kind="stable")
+        (picked,) = compute_now(self.array[index[order]], client=client)
+        rows = np.empty_like(np.asarray(picked, dtype=np.float32))
+        rows[order] = picked
+        return rows
+
+
+def block_rows(n_samples, n_features, total_threads) -> int:
+    """Rows per block: about 64 MiB of float32, and at least four blocks per worker thread when the data is small."""
+    by_bytes = max(1024, BLOCK_BYTES // (4 * n_features))
+    by_threads = max(1, math.ceil(n_samples / (4 * max(1, total_threads))))
+    return int(max(1, min(by_bytes, by_threads, n_samples)))
+
+
+def subsample_index(n_total, n_samples) -> np.ndarray:
+    """A seeded uniform subsample of rows, in increasing order (the same on every run)."""
+    rng = stage_generator(0, "bench", "subsample")
+    return np.sort(rng.choice(n_total, n_samples, replace=False))
+
+
+def synthetic_centers(n_blobs, n_features, seed, dtype):
+    """Centers of the Gaussian blobs: descriptor-like (non-negative, uint8 range) or standard normal."""
+    rng = stage_generator(seed, "bench", "synthetic-centers")
+    if np.dtype(dtype) == np.uint8:
+        return np.minimum(rng.gamma(1.0, 30.0, size=(n_blobs, n_features)), 230.0)
+    return rng.normal(0.0, 5.0, size=(n_blobs, n_features))
+
+
+def synthetic_block(centers, first_row, rows, seed, dtype):
+    """Rows ``first_row .. first_row + rows - 1`` of synthetic blobs; the same for any chunking of the calls."""
+    rng = np.random.default_rng(stage_key(seed, "bench", "synthetic-block", first_row))
+    labels = rng.integers(0, centers.shape[0], size=rows)
+    spread = 12.0 if np.dtype(dtype) == np.uint8 else 1.0
+    values = centers[labels] + rng.normal(0.0, spread, size=(rows, centers.shape[1]))
+    if np.dtype(dtype) == np.uint8:
+        return np.clip(np.rint(values), 0, 255).astype(np.uint8)
+    return values.astype(dtype)
+
+
+def _synthetic_chunks(n_samples, chunk):
+    return [(start, min(chunk, n_samples - start)) for start in range(0, n_samples, chunk)]
+
+
+def _zarr_matches(path, attrs) -> bool:
+    try:
+        node = zarr.open_array(store=path, mode="r")
+    except Exception:  # noqa: BLE001 - anything unreadable is rewritten
+        return False
+    return dict(node.attrs).get("daskmeans_bench") == attrs
+
+
+def write_synthetic_zarr(path, n_samples, n_features, *, n_blobs, seed, dtype, chunk_rows, client=None):
+    """Write synthetic blobs to a Zarr array at ``path`` (kept and reused when its parameters match).
+
+    The blocks are generated and written by the cluster, each from its own seeded generator, under a
+    temporary name moved into place when complete.
+
+    Returns
+    -------
+    dict
+        ``{"path", "reused", "bytes"}``.
+    """
+    attrs = {"n_samples": int(n_samples), "n_features": int(n_features), "n_blobs": int(n_blobs),
+             "seed": int(seed), "dtype": str(np.dtype(dtype)), "chunk_rows": int(chunk_rows)}
+    nbytes = int(n_samples) * int(n_features) * np.dtype(dtype).itemsize
+    if _zarr_matches(path, attrs):
+        return {"path": path, "reused": True, "bytes": nbytes}
+    centers = synthetic_centers(n_blobs, n_features, seed, dtype)
+    with atomic_output(path, overwrite=True) as tmp:
+        target = zarr.open_array(store=tmp, mode="w", shape=(n_samples, n_features),
+                                 chunks=(chunk_rows, n_features), dtype=dtype)
+        target.attrs["daskmeans_bench"] = attrs
+        parts = [
+            da.from_delayed(delayed(synthetic_block, pure=True)(centers, start, rows, seed, dtype),
+                            shape=(rows, n_features), dtype=dtype)
+            for start, rows in _synthetic_chunks(n_samples, chunk_rows)
+        ]
+        compute_now(da.store(da.concatenate(parts), target, lock=False, compute=False), client=client)
+    return {"path": path, "reused": False, "bytes": nbytes}
+
+
+def write_array_zarr(path, X, chunk_rows, attrs):
+    """Write a NumPy array (kept in its dtype, as a user would store it) to a Zarr array at ``path``."""
+    if _zarr_matches(path, attrs):
+        return path
+    with atomic_output(path, overwrite=True) as tmp:
+        target = zarr.open_array(store=tmp, mode="w", shape=X.shape, chunks=(chunk_rows, X.shape[1]), dtype=X.dtype)
+        target.attrs["daskmeans_bench"] = attrs
+        for start in range(0, X.shape[0], chunk_rows):
+            target[start:start + chunk_rows] = X[start:start + chunk_rows]
+    return path
+
+
+def _load_file(path):
+    """A .npz (array ``X``) or .npy file as it is stored."""
+    if path.lower().endswith(".npz"):
+        with np.load(path, allow_pickle=False) as archive:
+            if "X" not in archive.files:
+                raise InputDataError(f"{path!r} has no array named 'X'; it holds {sorted(archive.files)}.")
+            return archive["X"]
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def load_data(workload: Workload, *, client, total_threads, work_dir, driver_memory) -> BenchData:
+    """Read or generate the workload's data and place it where the runs need it.
+
+    Parameters
+    ----------
+    workload : Workload
+    client : distributed.Client
+    total_threads : int
+        Worker threads of the cluster (sets how many blocks small data is cut into).
+    work_dir : str
+        Folder for Zarr stores written by the harness.
+    driver_memory : int
+        Bytes the driver may use for a float32 copy of the data (twice the data must fit: the peers copy it).
+
+    Raises
+    ------
+    InputDataError
+        The data cannot be clustered as it is, has fewer rows than k, or memory storage was asked for data
+        that does not fit in the driver.
+    """
+    fits = None
+
+    def check_fits(n, d):
+        need = 2 * n * d * 4
+        if need > driver_memory:
+            return (f"the data needs {need / 2**30:.1f} GiB in the driver (float32, twice: the peers copy it); "
+                    f"the limit is {driver_memory / 2**30:.1f} GiB (--driver-memory)")
+        return None
+
+    os.makedirs(work_dir, exist_ok=True)
+    source_dtype = None
+    location = None
+    X = None
+    from_file = workload.source == "file" or (
+        workload.source == "user" and workload.file.lower().rstrip("/").endswith((".npy", ".npz"))
+    )
+    if from_file:
+        raw = _load_file(workload.file)
+        if raw.ndim != 2 or raw.shape[0] == 0 or raw.shape[1] == 0:
+            raise InputDataError(f"{workload.file!r} holds an array of shape {raw.shape}; a 2-D (n, d) array "
+                                 "with rows and columns is needed.")
+        open_input(raw[:1])  # dtype check with daskmeans's own message
+        source_dtype = str(raw.dtype)
+        if workload.n_samples is not None and workload.n_samples < raw.shape[0]:
+            raw = raw[subsample_index(raw.shape[0], workload.n_samples)]
+        fits = check_fits(*raw.shape)
+        if fits is not None and workload.storage == "memory":
+            raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr (data read from disk at each pass) "
+                                 "or raise --driver-memory.")
+        n, d = raw.shape
+        rows = block_rows(n, d, total_threads)
+        if workload.storage == "zarr":
+            location = os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr")
+            write_array_zarr(location, np.asarray(raw), rows,
+                             {"source": os.path.abspath(workload.file), "n_samples": int(n)})
+        if fits is None:
+            X = np.ascontiguousarray(raw, dtype=np.float32)
+    elif workload.source == "user":
+        opened = open_input(workload.file)
+        source_dtype = str(opened.source_dtype)
+        n, d = opened.n_samples, opened.n_features
+        if workload.n_samples is not None and workload.n_samples < n:
+            raise InvalidParameterError("--n-samples cannot subsample a Zarr store; pass a .npy/.npz file instead.")
+        fits = check_fits(n, d)
+        if fits is not None and workload.storage == "memory":
+            raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or raise --driver-memory.")
+        if workload.storage == "zarr":
+            location = workload.file
+        if fits is None:
+            (X,) = compute_now(opened.array, client=client)
+            X = np.ascontiguousarray(X, dtype=np.float32)
+    else:
+        n, d = workload.n_samples, workload.n_features
+        dtype = np.dtype(workload.synthetic_dtype)
+        source_dtype = str(dtype)
+        rows = block_rows(n, d, total_threads)
+        blobs = workload.n_blobs or workload.k
+        fits = check_fits(n, d)
+        if workload.storage == "zarr":
+            location = os.path.join(work_dir, f"synthetic-{dtype}-n{n}-d{d}-b{blobs}.zarr")
+            write_synthetic_zarr(location, n, d, n_blobs=blobs, seed=0, dtype=dtype, chunk_rows=rows, client=client)
+            if fits is None:
+                X = np.ascontiguousarray(zarr.open_array(store=location, mode="r")[...], dtype=np.float32)
+        else:
+            if fits is not None:
+                raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
+            centers = synthetic_centers(blobs, d, 0, dtype)
+            X = np.concatenate([synthetic_block(centers, s, r, 0, dtype)
+                                for s, r in _synthetic_chunks(n, rows)]).astype(np.float32)
+
+    if n < workload.k:
+        raise InputDataError(f"{workload.name}: the data has {n} rows but k={workload.k}; lower -k.")
+    rows = block_rows(n, d, total_threads)
+    if location is not None:
+        opened = open_input(location)
+        array = opened.array
+        fit_input = location
+    else:
+        (array,) = persist_now(da.from_array(X, chunks=(rows, d)), client=client)
+        fit_input = array
+    return BenchData(X=X, array=array, fit_input=fit_input, location=location, source_dtype=source_dtype,
+                     in_driver_reason=fits)

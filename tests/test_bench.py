@@ -1,0 +1,266 @@
+"""The benchmark harness works: records complete and well formed, tables and plots written, skips and
+failures recorded with their reasons, bad input refused early. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from distributed import LocalCluster
+
+from daskmeans import KMeans
+from daskmeans.bench import report
+from daskmeans.bench.command import bench
+from daskmeans.bench.peers import PEERS, PeerContext, availability
+from daskmeans.bench.runner import _guarded
+from daskmeans.exceptions import InvalidParameterError
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
+def invoke(*args):
+    result = CliRunner().invoke(bench, [str(a) for a in args], catch_exceptions=False)
+    return result
+
+
+def load_record(out, name):
+    paths = report.output_paths(str(out), name)
+    for path in paths.values():
+        assert os.path.getsize(path) > 0, path
+    with open(paths["png"], "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+    with open(paths["json"]) as f:
+        record = json.load(f)
+    with open(paths["md"]) as f:
+        table = f.read()
+    return record, table
+
+
+def check_record(record, table):
+    """Schema-like checks that hold for any workload record."""
+    for key in ("schema", "created", "command", "workload", "machine", "cluster", "gemm", "assign_pass", "seeds",
+                "targets", "evaluation", "runs", "summary"):
+        assert key in record, key
+    assert record["schema"] == "daskmeans-bench/1"
+    assert record["command"].startswith("daskmeans bench")
+    workload = record["workload"]
+    for key in ("name", "output_name", "k", "time_budget", "n_samples", "n_features", "storage", "source_dtype"):
+        assert key in workload, key
+    assert record["gemm"]["all_threads_gflops"] > 0
+    assert record["assign_pass"]["flop"] == 2.0 * workload["n_samples"] * workload["k"] * workload["n_features"]
+    assert record["assign_pass"]["median_seconds"] > 0
+    assert record["cluster"]["n_workers"] >= 1
+    energies = []
+    for run in record["runs"]:
+        for key in ("name", "label", "kind", "seed", "status", "reason", "memory"):
+            assert key in run, key
+        assert run["status"] in ("ok", "skipped", "failed")
+        if run["status"] != "ok":
+            assert run["reason"], run
+            continue
+        for key in ("fit_seconds", "timed_seconds", "points", "final_energy", "n_iter", "passes", "history",
+                    "stop_reason", "notes", "params"):
+            assert key in run, key
+        points = run["points"]
+        assert points[0]["kind"] == "init" and points[0]["time"] == 0.0
+        assert [p["time"] for p in points] == sorted(p["time"] for p in points)
+        assert all(math.isfinite(p["energy"]) and p["energy"] >= 0 for p in points)
+        assert run["final_energy"] in [p["energy"] for p in points]
+        assert run["timed_seconds"] >= run["fit_seconds"] > 0
+        assert run["memory"]["driver_peak_rss"] >= run["memory"]["driver_baseline_rss"] > 0
+        energies.extend(p["energy"] for p in points)
+    # every run of one seed starts from the same centers
+    for seed in record["seeds"]:
+        starts = {run["points"][0]["energy"] for run in record["runs"]
+                  if run["status"] == "ok" and run["seed"] == seed}
+        assert len(starts) <= 1
+    summary = record["summary"]
+    assert summary["E_star"] == min(energies)
+    for entry in summary["runs"]:
+        if entry["status"] == "ok":
+            assert entry["final_relative"] >= 1.0
+            for value in entry["time_to"].values():
+                assert value is None or value >= 0
+    assert f"E* = {summary['E_star']:,.6g}" in table
+    for algorithm in summary["algorithms"].values():
+        assert algorithm["label"] in table
+    # the table is rebuilt from the JSON alone
+    assert report.markdown_table(record) == table
+
+
+def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
+    result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
+                    "--time-budget", 0.5, "--peers", "sklearn-lloyd,sklearn-minibatch,faiss,dask-ml")
+    assert result.exit_code == 0, result.output
+    record, table = load_record(tmp_path, "synthetic-quick")
+    check_record(record, table)
+    runs = record["runs"]
+    assert sorted({r["name"] for r in runs}) == sorted(["kmeans", "sklearn-lloyd", "sklearn-minibatch", "faiss",
+                                                        "dask-ml"])
+    assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
+    for run in runs:
+        installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]
+        if installed:
+            assert run["status"] == "ok", (run["name"], run["reason"])
+        else:  # CI installs the test extra only: a peer that is not installed is skipped, with the reason
+            assert run["status"] == "skipped" and "not installed" in run["reason"]
+    kmeans = [r for r in runs if r["name"] == "kmeans"]
+    # daskmeans KMeans hands out a snapshot per iteration: more than the start and the end are known
+    assert all(r["candidates_total"] > 2 and r["history"] for r in kmeans)
+    spread = record["summary"]["algorithms"]["kmeans"]["final_relative"]
+    assert spread["min"] <= spread["median"] <= spread["max"] and len(spread["values"]) == 2
+    assert record["workload"]["time_budget"] == 0.5
+
+
+def test_out_of_core_zarr_skips_in_memory_peers_with_reason(scheduler, tmp_path):
+    result = invoke("out-of-core", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--n-samples", 6000,
+                    "--n-features", 8, "-k", 5, "--time-budget", 0.5, "--algorithms", "kmeans",
+                    "--peers", "sklearn-lloyd,dask-ml", "--driver-memory", "64KB")
+    assert result.exit_code == 0, result.output
+    record, table = load_record(tmp_path, "out-of-core-quick")
+    check_record(record, table)
+    assert record["workload"]["storage"] == "zarr" and record["workload"]["in_driver"] is False
+    assert os.path.isdir(record["workload"]["location"])
+    assert record["evaluation"]["method"] == "cluster pass"
+    by_name = {r["name"]: r for r in record["runs"]}
+    assert by_name["sklearn-lloyd"]["status"] == "skipped"
+    assert "in-memory peer" in by_name["sklearn-lloyd"]["reason"] and "--driver-memory" in by_name["sklearn-lloyd"]["reason"]
+    assert by_name["dask-ml"]["status"] == "ok" and by_name["kmeans"]["status"] == "ok"
+    assert "skipped" in table and "in-memory peer" in table
+
+
+def test_user_npy_file(scheduler, tmp_path):
+    X = np.random.default_rng(0).normal(size=(3000, 5)).astype(np.float32)
+    np.save(tmp_path / "points.npy", X)
+    out = tmp_path / "out"
+    result = invoke("--data", tmp_path / "points.npy", "-k", 4, "--quick", "--scheduler", scheduler, "--out", out,
+                    "--time-budget", 0.5, "--algorithms", "kmeans", "--peers", "sklearn-elkan", "--no-refine")
+    assert result.exit_code == 0, result.output
+    record, table = load_record(out, "data-points-quick")
+    check_record(record, table)
+    assert record["workload"]["n_samples"] == 3000 and record["workload"]["k"] == 4
+    assert "--no-refine" in record["command"]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "kddcup04_bio.npz").exists(), reason="shared datasets not present")
+def test_quick_slice_of_a_shared_dataset(scheduler, tmp_path):
+    result = invoke("kdd", "--quick", "--data-dir", SHARED_DATA, "--n-samples", 2000, "-k", 10, "--scheduler",
+                    scheduler, "--out", tmp_path, "--time-budget", 0.5, "--algorithms", "kmeans",
+                    "--peers", "sklearn-lloyd")
+    assert result.exit_code == 0, result.output
+    record, table = load_record(tmp_path, "kdd-quick")
+    check_record(record, table)
+    assert record["workload"]["n_samples"] == 2000 and record["workload"]["n_features"] == 74
+
+
+def test_sizing_quick(scheduler, tmp_path):
+    result = invoke("sizing", "--quick", "--sizes", "4000,8000", "--n-features", 8, "-k", 4, "--scheduler",
+                    scheduler, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    paths = report.output_paths(str(tmp_path), "sizing-quick")
+    with open(paths["json"]) as f:
+        record = json.load(f)
+    assert [s["n_samples"] for s in record["sizes"]] == [4000, 8000]
+    for size in record["sizes"]:
+        assert size["assign_seconds"] > 0 and size["iteration_seconds"] > 0 and size["n_iter"] == 2
+        assert os.path.isdir(size["path"])
+    assert record["model"]["b_per_thread"] > 0 and record["model"]["tau"] > 0
+    assert [row["workers"] for row in record["extrapolation"]] == [1, 4, 16, 64, 256]
+    assert all(row["kmeans_seconds"] > row["pass_seconds"] > 0 for row in record["extrapolation"])
+    with open(paths["md"]) as f:
+        assert "1,000,000,000 rows" in f.read()
+    with open(paths["png"], "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "Name at least one workload"),
+    (["nope"], "Unknown workload"),
+    (["--data", "x.npy"], "-k"),
+    (["--data", "missing.npy", "-k", "3"], "does not exist"),
+    (["synthetic", "--peers", "sklearn,faiss"], "Unknown peer"),
+    (["synthetic", "--algorithms", "nope"], "Unknown algorithm"),
+    (["synthetic", "--seeds", "0"], "--seeds"),
+    (["synthetic", "--time-budget", "-1"], "--time-budget"),
+    (["synthetic", "-k", "0"], "-k"),
+    (["descriptors", "--n-features", "3"], "--n-features"),
+    (["synthetic", "--worker-memory", "lots"], "amount of memory"),
+    (["synthetic", "--sizes", "10,20"], "sizing"),
+    (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
+])
+def test_bad_input_is_refused_before_any_work(tmp_path, args, message):
+    result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert message in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_dataset_names_the_file_and_the_fix(tmp_path):
+    result = CliRunner().invoke(bench, ["descriptors", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0
+    assert "cifar_dsift.npz" in result.output and "--data-dir" in result.output
+
+
+def test_existing_outputs_are_kept_without_overwrite(tmp_path):
+    (tmp_path / "synthetic-quick.md").write_text("earlier results")
+    result = CliRunner().invoke(bench, ["synthetic", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "--overwrite" in result.output
+    assert (tmp_path / "synthetic-quick.md").read_text() == "earlier results"
+
+
+def test_memory_storage_larger_than_the_driver_limit_is_refused(scheduler, tmp_path):
+    result = CliRunner().invoke(bench, ["synthetic", "--quick", "--scheduler", scheduler, "--driver-memory", "1KB",
+                                        "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "--storage zarr" in result.output
+    assert not (tmp_path / "synthetic-quick.json").exists()
+
+
+def test_a_failing_peer_is_recorded_with_its_reason():
+    X = np.random.default_rng(0).normal(size=(200, 3)).astype(np.float32)
+    context = PeerContext(X=X, array=None, client=None, init=X[:4, :2].copy(), k=4, seed=0, budget=0.2)
+    trace, error, memory, _ = _guarded(lambda: PEERS["sklearn-lloyd"].run(context), (None, 0.05, {}))
+    assert trace is None
+    assert error.startswith("ValueError") and "shape" in error
+    assert memory["driver_peak_rss"] > 0
+
+
+def test_module_entry_point():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    ok = subprocess.run([sys.executable, "-m", "daskmeans.bench", "--help"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "WORKLOAD" in ok.stdout and "--time-budget" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "daskmeans.bench", "nope"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "Unknown workload" in bad.stderr
+
+
+def test_kmeans_center_snapshots():
+    X = np.random.default_rng(1).normal(size=(500, 3)).astype(np.float32)
+    init = X[:4].copy()
+    model = KMeans(4, init=init, max_iter=5, tol=0.0, snapshot_centers=True).fit(X)
+    snapshots = model.center_snapshots_
+    assert [s["iteration"] for s in snapshots] == list(range(model.n_iter_ + 1))
+    np.testing.assert_array_equal(snapshots[0]["centers"], init)
+    np.testing.assert_array_equal(snapshots[-1]["centers"], model.cluster_centers_)
+    walls = [s["wall_time"] for s in snapshots]
+    assert walls == sorted(walls)
+    # snapshot i holds the centers whose energy the algorithm reports at iteration i + 1
+    for snapshot, record in zip(snapshots[:-1], model.history_):
+        labels_energy = np.min(((X[:, None, :] - snapshot["centers"][None]) ** 2).sum(-1), axis=1).mean()
+        assert record["energy"] == pytest.approx(labels_energy, rel=1e-5)
+    assert not hasattr(KMeans(4, init=init, max_iter=2).fit(X), "center_snapshots_")
+    with pytest.raises(InvalidParameterError, match="snapshot_centers"):
+        KMeans(4, snapshot_centers="yes").fit(X)
