@@ -317,11 +317,13 @@ class Run:
     memory: dict | None = None
     warnings: list = field(default_factory=list)
     uses_cluster: bool = True
+    load_average: float | None = None
 
     def as_record(self) -> dict:
         record = {"name": self.name, "label": self.label, "kind": self.kind, "seed": self.seed,
                   "status": self.status, "reason": self.reason, "version": self.version, "memory": self.memory,
-                  "uses_cluster": self.uses_cluster, "warnings": self.warnings}
+                  "uses_cluster": self.uses_cluster, "load_average_at_start": self.load_average,
+                  "warnings": self.warnings}
         trace = self.trace
         if trace is not None:
             points = sorted((c.as_record() for c in trace.candidates if c.energy is not None),
@@ -370,11 +372,12 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         init = init0 if seed == 0 else data.rows(index, client)
         init_energy = float(energy(init))
         for name in algorithms:
+            load = _load_average()
             trace, error, memory, caught = _guarded(
                 lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client), (client, 0.05, processes))
             run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
                       status="ok" if trace else "failed", reason=error, version=__version__, trace=trace,
-                      memory=memory, warnings=caught)
+                      memory=memory, warnings=caught, load_average=load)
             _finish_trace(run, init, init_energy, energy, options.max_points)
             runs.append(run)
             say(_progress_line(run))
@@ -383,7 +386,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             peer = PEERS[name]
             ok, version = availability(peer)
             run = Run(name=name, label=peer.label, kind="peer", seed=seed, status="skipped",
-                      version=version if ok else None, uses_cluster=not peer.in_memory)
+                      version=version if ok else None, uses_cluster=not peer.in_memory, load_average=_load_average())
             if not ok:
                 run.reason = version
             elif peer.in_memory and data.X is None:
@@ -430,6 +433,11 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     }
     record["summary"] = report.summarize(record)
     return record
+
+
+def _load_average():
+    """The 1-minute load average (how busy the machine was; None where the OS does not say)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _progress_line(run) -> str:

@@ -66,7 +66,6 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     threads = max(1, cluster["threads"])
     chunk_rows = int(min(BLOCK_BYTES // (4 * d), max(1024, min(sizes) // (4 * threads))))
     work_dir = options.work_dir or os.path.join(options.out_dir, "data")
-    os.makedirs(work_dir, exist_ok=True)
     warm_up(client, ["kmeans"], d)
     processes = worker_processes(client)
     tau = measure_task_overhead(client)

@@ -349,6 +349,7 @@ def write_synthetic_zarr(path, n_samples, n_features, *, n_blobs, seed, dtype, c
     nbytes = int(n_samples) * int(n_features) * np.dtype(dtype).itemsize
     if _zarr_matches(path, attrs):
         return {"path": path, "reused": True, "bytes": nbytes}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     centers = synthetic_centers(n_blobs, n_features, seed, dtype)
     with atomic_output(path, overwrite=True) as tmp:
         target = zarr.open_array(store=tmp, mode="w", shape=(n_samples, n_features),
@@ -367,6 +368,7 @@ def write_array_zarr(path, X, chunk_rows, attrs):
     """Write a NumPy array (kept in its dtype, as a user would store it) to a Zarr array at ``path``."""
     if _zarr_matches(path, attrs):
         return path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_output(path, overwrite=True) as tmp:
         target = zarr.open_array(store=tmp, mode="w", shape=X.shape, chunks=(chunk_rows, X.shape[1]), dtype=X.dtype)
         target.attrs["daskmeans_bench"] = attrs
@@ -414,7 +416,6 @@ def load_data(workload: Workload, *, client, total_threads, work_dir, driver_mem
                     f"the limit is {driver_memory / 2**30:.1f} GiB (--driver-memory)")
         return None
 
-    os.makedirs(work_dir, exist_ok=True)
     source_dtype = None
     location = None
     X = None
