@@ -34,7 +34,8 @@ class Candidate:
     step : int
         Snapshot index (snapshot runs) or iteration limit (ladder runs); orders the candidates.
     time : float
-        Seconds since the start of the timed region.
+        Seconds since the start of the timed region until a user could hold these centers as the result
+        of the fit (a snapshot plus the work the fit does after its last iteration).
     centers : ndarray or None
         Dropped once evaluated.
     iteration : int or None
@@ -44,6 +45,8 @@ class Candidate:
         ``"init"``, ``"snapshot"``, ``"rung"`` or ``"final"``.
     energy : float or None
         Exact energy on the full data, once evaluated.
+    available_time : float or None
+        When the centers first existed in the run, if earlier than ``time``.
     """
 
     step: int
@@ -54,10 +57,12 @@ class Candidate:
     kind: str = "snapshot"
     energy: float | None = None
     eval_seconds: float | None = None
+    available_time: float | None = None
 
     def as_record(self) -> dict:
         return {"step": self.step, "time": self.time, "energy": self.energy, "iteration": self.iteration,
-                "passes": self.passes, "kind": self.kind, "eval_seconds": self.eval_seconds}
+                "passes": self.passes, "kind": self.kind, "eval_seconds": self.eval_seconds,
+                "available_time": self.time if self.available_time is None else self.available_time}
 
 
 @dataclass

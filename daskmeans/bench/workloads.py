@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 from dask import delayed
 
-from .._client import compute_now, persist_now
+from .._client import compute_now
 from .._random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..io import atomic_output, open_input
@@ -377,6 +377,14 @@ def write_array_zarr(path, X, chunk_rows, attrs):
     return path
 
 
+def scatter_rows(X, rows, client) -> da.Array:
+    """``X`` as a dask array whose row blocks are sent to the workers once (not embedded in every graph)."""
+    starts = range(0, X.shape[0], rows)
+    futures = client.scatter([X[s:s + rows] for s in starts])
+    return da.concatenate([da.from_delayed(f, shape=(min(rows, X.shape[0] - s), X.shape[1]), dtype=X.dtype)
+                           for f, s in zip(futures, starts)])
+
+
 def _load_file(path):
     """A .npz (array ``X``) or .npy file as it is stored."""
     if path.lower().endswith(".npz"):
@@ -484,7 +492,7 @@ def load_data(workload: Workload, *, client, total_threads, work_dir, driver_mem
         array = opened.array
         fit_input = location
     else:
-        (array,) = persist_now(da.from_array(X, chunks=(rows, d)), client=client)
+        array = scatter_rows(X, rows, client)
         fit_input = array
     return BenchData(X=X, array=array, fit_input=fit_input, location=location, source_dtype=source_dtype,
                      in_driver_reason=fits)
