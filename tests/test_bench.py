@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from distributed import LocalCluster
+from conftest import SHARED_DATA
 
 from daskmeans import KMeans
 from daskmeans.bench import report
@@ -22,14 +22,13 @@ from daskmeans.bench.peers import PEERS, PeerContext, availability
 from daskmeans.bench.runner import _guarded
 from daskmeans.exceptions import InvalidParameterError
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def scheduler():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        yield cluster.scheduler_address
+@pytest.fixture
+def scheduler(cluster_client):
+    """The address of the session's LocalCluster: the harness connects to it instead of starting its own."""
+    return cluster_client.scheduler.address
 
 
 def invoke(*args):
@@ -41,8 +40,9 @@ def load_record(out, name):
     paths = report.output_paths(str(out), name)
     for path in paths.values():
         assert os.path.getsize(path) > 0, path
-    with open(paths["png"], "rb") as f:
-        assert f.read(8) == PNG_SIGNATURE
+    for image in (paths["png"], paths["excess"]):
+        with open(image, "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE
     with open(paths["json"]) as f:
         record = json.load(f)
     with open(paths["md"]) as f:
@@ -245,6 +245,9 @@ def test_module_entry_point():
     assert ok.returncode == 0 and "WORKLOAD" in ok.stdout and "--time-budget" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "daskmeans.bench", "nope"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "Unknown workload" in bad.stderr
+    main = subprocess.run([sys.executable, "-m", "daskmeans", "bench", "--help"], capture_output=True, text=True,
+                          env=env)
+    assert main.returncode == 0 and "--peers" in main.stdout
 
 
 def test_kmeans_center_snapshots():

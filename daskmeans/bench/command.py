@@ -6,7 +6,7 @@ import shlex
 
 import click
 
-from ..exceptions import DaskmeansError
+from ..cli import USER_ERRORS
 from .workloads import STORAGES
 
 
@@ -84,7 +84,7 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
     )
     try:
         written = run_benchmark(options, echo=click.echo)
-    except (DaskmeansError, FileNotFoundError) as error:
+    except USER_ERRORS as error:
         raise click.ClickException(str(error)) from error
     click.echo("wrote " + ", ".join(written))
 

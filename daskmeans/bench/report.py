@@ -10,8 +10,11 @@ import numpy as np
 
 
 def output_paths(out_dir, name) -> dict:
-    """Where a workload's outputs go: ``NAME.json``, ``NAME.md`` and ``NAME.png`` in ``out_dir``."""
-    return {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "md", "png")}
+    """Where a workload's outputs go in ``out_dir``: ``NAME.json``, ``NAME.md``, ``NAME.png`` (energy over wall
+    time) and ``NAME-excess.png`` (energy relative to E*, with the targets)."""
+    paths = {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "md", "png")}
+    paths["excess"] = os.path.join(out_dir, f"{name}-excess.png")
+    return paths
 
 
 # -- figures -----------------------------------------------------------------------------------------------------------
@@ -131,6 +134,11 @@ def gemm_limit(record):
     return max(rates)
 
 
+def _load_range(record) -> str:
+    loads = [r.get("load_average_at_start") for r in record["runs"] if r.get("load_average_at_start") is not None]
+    return f" ({min(loads):.1f} to {max(loads):.1f} as the runs started)" if loads else ""
+
+
 def header_lines(record) -> list:
     """The lines above a workload's table: data, machine, GEMM rate, assign pass, E*."""
     w, m, c, s = record["workload"], record["machine"], record["cluster"], record["summary"]
@@ -143,6 +151,7 @@ def header_lines(record) -> list:
         f"data {storage}; {w['time_budget']:g} s per run; seeds {record['seeds']}.",
         f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_bytes'] / 2**30:.1f} GiB"
         + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
+        + _load_range(record)
         + f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
         + (f", {c['memory_limit_per_worker'][0] / 2**30:.1f} GiB each" if c.get("memory_limit_per_worker") else "")
         + ".",
@@ -194,65 +203,78 @@ def markdown_table(record) -> str:
                       _gib(a["driver_peak_rss"]), _gib(a["worker_peak_rss"]),
                       "; ".join(a["notes"] + a["reasons"]).replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Times are seconds from the start of each fit (ladder peers: the duration of a complete run with "
-              "that iteration limit). Time used: the timed seconds of the result each run ended with."]
+    lines += ["", "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
+              "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, faiss or "
+              "dask-ml point is a complete run with that iteration limit; a MiniBatchKMeans point is the time spent in "
+              "partial_fit so far. Time used: the timed seconds of the result each run ended with."]
     return "\n".join(lines) + "\n"
 
 
 # -- plot ---------------------------------------------------------------------------------------------------------------
+def _run_curve_name(run, record):
+    return run["label"] if len(record["seeds"]) == 1 else f"{run['label']}, seed {run['seed']}"
+
+
 def plot_energy(record, path):
-    """Energy over wall time, one color per algorithm (a line per seed), on shared axes; PNG at ``path``.
+    """Energy over wall time, one line per run on shared axes (:func:`daskmeans.plots.plot_energy_curves`).
 
-    Left: the energy; right: its excess over E* on a log scale, with the 1% and 2% targets. Time is on a log
-    scale; the shared initial centers (time 0) are drawn at the left edge.
+    The shared initial centers (time 0) are left out so that the scale shows the runs.
     """
-    import matplotlib
+    from ..plots import plot_energy_curves
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    curves = {
+        _run_curve_name(run, record): [{"energy": p["energy"], "wall_time": p["time"]} for p in run["points"]
+                                       if p["kind"] != "init"]
+        for run in record["runs"] if run["status"] == "ok" and len(run["points"]) > 1
+    }
+    w = record["workload"]
+    title = f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}"
+    if not curves:
+        curves = {"no run finished": [{"energy": 0.0, "wall_time": 0.0}]}
+    plot_energy_curves(curves, path, title)
+
+
+def plot_excess(record, path):
+    """Energy relative to E* (``E / E* - 1``, log scale) over wall time (log scale), with the 1% and 2% targets.
+
+    One color per algorithm, a line per seed; the shared initial centers are drawn at the left edge.
+    """
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     e_star = record["summary"]["E_star"]
     runs = [r for r in record["runs"] if r["status"] == "ok" and r["points"]]
     positive = [p["time"] for r in runs for p in r["points"] if p["time"] > 0]
     floor = min(positive) / 2 if positive else 1e-3
-    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    colors = plt.get_cmap("tab10")
+    figure = Figure(figsize=(8.0, 5.0), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    colors = colormaps["tab10"]
     names = []
-    tops = []
-    for run in runs:
+    for run in runs if e_star else []:
         if run["name"] not in names:
             names.append(run["name"])
-        color = colors(names.index(run["name"]) % 10)
-        label = run["label"] if run["seed"] == record["seeds"][0] else None
         times = [max(p["time"], floor) for p in run["points"]]
-        energies = [p["energy"] for p in run["points"]]
-        tops.extend(energies[1:2])
-        left.step(times, energies, where="post", color=color, marker="o", markersize=3, label=label)
-        if e_star:
-            excess = [max(e / e_star - 1, 1e-6) for e in energies]
-            right.step(times, excess, where="post", color=color, marker="o", markersize=3, label=label)
-    if e_star:
-        left.axhline(e_star, color="black", linewidth=0.8, linestyle=":", label="E*")
-        top = max(tops) if tops else e_star * 1.1
-        left.set_ylim(e_star * 0.995, max(e_star * 1.02, min(top, e_star * 1.5)))
-        for target in record.get("targets", []):
-            right.axhline(target, color="grey", linewidth=0.8, linestyle="--")
-            right.annotate(f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right",
-                           va="bottom", color="grey")
-        right.set_yscale("log")
-        right.set_ylabel("energy / E* - 1")
+        excess = [max(p["energy"] / e_star - 1, 1e-6) for p in run["points"]]
+        axes.step(times, excess, where="post", color=colors(names.index(run["name"]) % 10), marker="o",
+                  markersize=3, label=run["label"] if run["seed"] == record["seeds"][0] else None)
+    for target in record.get("targets", []):
+        axes.axhline(target, color="grey", linewidth=0.8, linestyle="--")
+        axes.annotate(f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right",
+                      va="bottom", color="grey")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("wall time since the start of the fit (s)")
+    axes.set_ylabel("energy / E* - 1")
+    axes.grid(True, alpha=0.3, which="both")
+    if names:
+        axes.legend(fontsize=8)
     w = record["workload"]
-    left.set_ylabel("energy (mean squared distance to the nearest center)")
-    for axis in (left, right):
-        axis.set_xscale("log")
-        axis.set_xlabel("wall time since the start of the fit (s)")
-        axis.grid(True, alpha=0.3, which="both")
-    left.legend(fontsize=8)
-    figure.suptitle(f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}, "
-                    f"{w['time_budget']:g} s per run")
+    star = f"E* = {e_star:,.6g}" if e_star else "no energy"
+    axes.set_title(f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}; {star}")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    figure.savefig(path, format="png")
 
 
 # -- files --------------------------------------------------------------------------------------------------------------
@@ -276,21 +298,23 @@ def write_outputs(record, out_dir) -> list:
     paths = output_paths(out_dir, record["workload"]["output_name"])
     _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
     _write_text(paths["md"], markdown_table(record))
-    tmp = paths["png"][:-4] + ".tmp.png"
-    plot_energy(record, tmp)
-    os.replace(tmp, paths["png"])
+    plot_energy(record, paths["png"])
+    tmp = paths["excess"][:-4] + ".tmp.png"
+    plot_excess(record, tmp)
+    os.replace(tmp, paths["excess"])
     return list(paths.values())
 
 
 def rebuild(json_path, out_dir=None) -> list:
-    """Rebuild the table and plot of a workload from its JSON record alone."""
+    """Rebuild the table and plots of a workload from its JSON record alone."""
     with open(json_path) as f:
         record = json.load(f)
     out_dir = out_dir or os.path.dirname(os.path.abspath(json_path))
     paths = output_paths(out_dir, record["workload"]["output_name"])
     _write_text(paths["md"], markdown_table(record))
     plot_energy(record, paths["png"])
-    return [paths["md"], paths["png"]]
+    plot_excess(record, paths["excess"])
+    return [paths["md"], paths["png"], paths["excess"]]
 
 
 # -- sizing -------------------------------------------------------------------------------------------------------------
@@ -343,14 +367,14 @@ def _duration(seconds):
 
 
 def plot_sizing(record, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     sizes = record["sizes"]
     n = [s["n_samples"] for s in sizes]
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure = Figure(figsize=(6, 4), dpi=110)
+    FigureCanvasAgg(figure)
+    axis = figure.add_subplot()
     axis.plot(n, [s["assign_seconds"] for s in sizes], marker="o", label="assign pass")
     axis.plot(n, [s["iteration_seconds"] for s in sizes], marker="s", label="k-means iteration")
     model = record["model"]
@@ -363,12 +387,12 @@ def plot_sizing(record, path):
     axis.grid(True, alpha=0.3)
     axis.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    figure.savefig(path, format="png")
 
 
 def write_sizing_outputs(record, out_dir) -> list:
     paths = output_paths(out_dir, record["name"])
+    del paths["excess"]
     _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
     _write_text(paths["md"], sizing_table(record))
     tmp = paths["png"][:-4] + ".tmp.png"

@@ -20,7 +20,7 @@ from ..estimators import KMeans
 from ..io import open_input
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
-from .workloads import BLOCK_BYTES, write_synthetic_zarr
+from .workloads import BLOCK_BYTES, ensure_blobs
 
 TARGET_ROWS = 1_000_000_000
 TARGET_ITERATIONS = 20
@@ -71,11 +71,11 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     tau = measure_task_overhead(client)
     measured = []
     for n in sizes:
-        path = os.path.join(work_dir, f"sizing-uint8-n{n}-d{d}-b{k}-c{chunk_rows}.zarr")
         start = time.perf_counter()
-        written = write_synthetic_zarr(path, n, d, n_blobs=k, seed=0, dtype=np.uint8, chunk_rows=chunk_rows,
-                                       client=client)
+        written = ensure_blobs(os.path.join(work_dir, f"sizing-uint8-n{n}-d{d}-c{k}-r{chunk_rows}.zarr"), n, d, k,
+                               "uint8", chunk_rows=chunk_rows, client=client)
         write_seconds = time.perf_counter() - start
+        path = written["array"]
         array = open_input(path, chunk_rows=chunk_rows).array
         index = np.sort(np.random.default_rng(0).choice(n, k, replace=False))
         (init,) = compute_now(array[index], client=client)

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, replace
 import dask.array as da
 import numpy as np
 import zarr
-from dask import delayed
 
 from .._client import compute_now
-from .._random import stage_generator, stage_key
+from .._random import stage_generator
 from ..exceptions import InputDataError, InvalidParameterError
 from ..io import atomic_output, open_input
 
@@ -302,66 +301,35 @@ def subsample_index(n_total, n_samples) -> np.ndarray:
     return np.sort(rng.choice(n_total, n_samples, replace=False))
 
 
-def synthetic_centers(n_blobs, n_features, seed, dtype):
-    """Centers of the Gaussian blobs: descriptor-like (non-negative, uint8 range) or standard normal."""
-    rng = stage_generator(seed, "bench", "synthetic-centers")
-    if np.dtype(dtype) == np.uint8:
-        return np.minimum(rng.gamma(1.0, 30.0, size=(n_blobs, n_features)), 230.0)
-    return rng.normal(0.0, 5.0, size=(n_blobs, n_features))
-
-
-def synthetic_block(centers, first_row, rows, seed, dtype):
-    """Rows ``first_row .. first_row + rows - 1`` of synthetic blobs; the same for any chunking of the calls."""
-    rng = np.random.default_rng(stage_key(seed, "bench", "synthetic-block", first_row))
-    labels = rng.integers(0, centers.shape[0], size=rows)
-    spread = 12.0 if np.dtype(dtype) == np.uint8 else 1.0
-    values = centers[labels] + rng.normal(0.0, spread, size=(rows, centers.shape[1]))
-    if np.dtype(dtype) == np.uint8:
-        return np.clip(np.rint(values), 0, 255).astype(np.uint8)
-    return values.astype(dtype)
-
-
-def _synthetic_chunks(n_samples, chunk):
-    return [(start, min(chunk, n_samples - start)) for start in range(0, n_samples, chunk)]
-
-
 def _zarr_matches(path, attrs) -> bool:
     try:
-        node = zarr.open_array(store=path, mode="r")
+        node = zarr.open(store=path, mode="r")
     except Exception:  # noqa: BLE001 - anything unreadable is rewritten
         return False
-    return dict(node.attrs).get("daskmeans_bench") == attrs
+    return dict(node.attrs).get("daskmeans_bench") == attrs or dict(node.attrs).get("daskmeans") == attrs
 
 
-def write_synthetic_zarr(path, n_samples, n_features, *, n_blobs, seed, dtype, chunk_rows, client=None):
-    """Write synthetic blobs to a Zarr array at ``path`` (kept and reused when its parameters match).
-
-    The blocks are generated and written by the cluster, each from its own seeded generator, under a
-    temporary name moved into place when complete.
+def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, client=None) -> dict:
+    """Synthetic blobs (:func:`daskmeans.datasets.make_blobs_zarr`, seed 0) at ``path``, kept when already there.
 
     Returns
     -------
     dict
-        ``{"path", "reused", "bytes"}``.
+        ``{"path", "array", "reused", "bytes"}``; ``array`` is the path of the data array in the group.
     """
-    attrs = {"n_samples": int(n_samples), "n_features": int(n_features), "n_blobs": int(n_blobs),
-             "seed": int(seed), "dtype": str(np.dtype(dtype)), "chunk_rows": int(chunk_rows)}
-    nbytes = int(n_samples) * int(n_features) * np.dtype(dtype).itemsize
-    if _zarr_matches(path, attrs):
-        return {"path": path, "reused": True, "bytes": nbytes}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    centers = synthetic_centers(n_blobs, n_features, seed, dtype)
-    with atomic_output(path, overwrite=True) as tmp:
-        target = zarr.open_array(store=tmp, mode="w", shape=(n_samples, n_features),
-                                 chunks=(chunk_rows, n_features), dtype=dtype)
-        target.attrs["daskmeans_bench"] = attrs
-        parts = [
-            da.from_delayed(delayed(synthetic_block, pure=True)(centers, start, rows, seed, dtype),
-                            shape=(rows, n_features), dtype=dtype)
-            for start, rows in _synthetic_chunks(n_samples, chunk_rows)
-        ]
-        compute_now(da.store(da.concatenate(parts), target, lock=False, compute=False), client=client)
-    return {"path": path, "reused": False, "bytes": nbytes}
+    from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, make_blobs_zarr
+
+    dtype = str(np.dtype(dtype))
+    attrs = {"kind": "blobs", "data": "X", "n_samples": int(n_samples), "n_features": int(n_features),
+             "n_clusters": int(n_blobs), "cluster_std": _DEFAULT_STD[dtype], "center_box": list(_DEFAULT_BOX[dtype]),
+             "dtype": dtype, "seed": 0}
+    reused = _zarr_matches(path, attrs)
+    if not reused:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        make_blobs_zarr(path, n_samples, n_features, n_blobs, chunk_rows=chunk_rows, dtype=dtype, random_state=0,
+                        overwrite=True, client=client)
+    return {"path": path, "array": os.path.join(path, "X"), "reused": reused,
+            "bytes": int(n_samples) * int(n_features) * np.dtype(dtype).itemsize}
 
 
 def write_array_zarr(path, X, chunk_rows, attrs):
@@ -472,17 +440,14 @@ def load_data(workload: Workload, *, client, total_threads, work_dir, driver_mem
         rows = block_rows(n, d, total_threads)
         blobs = workload.n_blobs or workload.k
         fits = check_fits(n, d)
+        if fits is not None and workload.storage == "memory":
+            raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
+        store = ensure_blobs(os.path.join(work_dir, f"blobs-{dtype}-n{n}-d{d}-c{blobs}.zarr"), n, d, blobs, dtype,
+                             chunk_rows=rows, client=client)
         if workload.storage == "zarr":
-            location = os.path.join(work_dir, f"synthetic-{dtype}-n{n}-d{d}-b{blobs}.zarr")
-            write_synthetic_zarr(location, n, d, n_blobs=blobs, seed=0, dtype=dtype, chunk_rows=rows, client=client)
-            if fits is None:
-                X = np.ascontiguousarray(zarr.open_array(store=location, mode="r")[...], dtype=np.float32)
-        else:
-            if fits is not None:
-                raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
-            centers = synthetic_centers(blobs, d, 0, dtype)
-            X = np.concatenate([synthetic_block(centers, s, r, 0, dtype)
-                                for s, r in _synthetic_chunks(n, rows)]).astype(np.float32)
+            location = store["array"]
+        if fits is None:
+            X = np.ascontiguousarray(zarr.open_array(store=store["array"], mode="r")[...], dtype=np.float32)
 
     if n < workload.k:
         raise InputDataError(f"{workload.name}: the data has {n} rows but k={workload.k}; lower -k.")
