@@ -198,7 +198,7 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--time-budget", "-1"], "--time-budget"),
     (["synthetic", "-k", "0"], "-k"),
     (["descriptors", "--n-features", "3"], "--n-features"),
-    (["synthetic", "--worker-memory", "lots"], "amount of memory"),
+    (["synthetic", "--memory-limit", "lots"], "not a memory size"),
     (["synthetic", "--sizes", "10,20"], "sizing"),
     (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
 ])

@@ -6,7 +6,7 @@ import shlex
 
 import click
 
-from ..cli import USER_ERRORS
+from ..cli import USER_ERRORS, cluster_options
 from .workloads import STORAGES
 
 
@@ -23,7 +23,17 @@ def _sizes(text):
         raise click.BadParameter(f"write row counts separated by commas, e.g. 250000,1e6; got {text!r}") from error
 
 
-@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
+class BenchCommand(click.Command):
+    """Ends on a user's mistake with a one-line message (exit status 1), also when run on its own."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as error:
+            raise click.ClickException(" ".join(str(error).split())) from error
+
+
+@click.command("bench", cls=BenchCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("workloads", nargs=-1, metavar="WORKLOAD...")
 @click.option("--quick", is_flag=True, help="Small variant of each workload (each under a minute), for smoke tests.")
 @click.option("--out", "out_dir", default="bench-results", show_default=True, type=click.Path(file_okay=False),
@@ -40,10 +50,6 @@ def _sizes(text):
               help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, kddcup04_bio.npz); "
                    "default ./data.")
 @click.option("--work-dir", type=click.Path(file_okay=False), help="Where Zarr stores are written (default OUT/data).")
-@click.option("--scheduler", help="Address of a running Dask scheduler (default: start a LocalCluster).")
-@click.option("--workers", "n_workers", type=int, help="Local workers (default: one per CPU / threads per worker).")
-@click.option("--threads-per-worker", default=1, show_default=True, type=int)
-@click.option("--worker-memory", help="Memory limit per local worker, e.g. 2GiB (default: the workload's or Dask's).")
 @click.option("--n-samples", type=int, help="Rows: size of synthetic data, or a subsample of a dataset.")
 @click.option("--n-features", type=int, help="Columns of synthetic data (synthetic, out-of-core, sizing).")
 @click.option("--storage", type=click.Choice(STORAGES),
@@ -56,9 +62,9 @@ def _sizes(text):
               help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
+@cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
-          scheduler, n_workers, threads_per_worker, worker_memory, n_samples, n_features, storage, batch_size, sizes,
-          max_points, refine, driver_memory, overwrite):
+          n_samples, n_features, storage, batch_size, sizes, max_points, refine, driver_memory, overwrite, cluster):
     """Benchmark the daskmeans algorithms against scikit-learn, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), kdd (k=200), out-of-core (synthetic
@@ -77,15 +83,11 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
     options = BenchOptions(
         workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
-        scheduler=scheduler, n_workers=n_workers, threads_per_worker=threads_per_worker, worker_memory=worker_memory,
-        n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
+        cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
         max_points=max_points, refine=refine, driver_memory=driver_memory, overwrite=overwrite,
         command_line=_command_line(click.get_current_context()),
     )
-    try:
-        written = run_benchmark(options, echo=click.echo)
-    except USER_ERRORS as error:
-        raise click.ClickException(str(error)) from error
+    written = run_benchmark(options, echo=click.echo)
     click.echo("wrote " + ", ".join(written))
 
 
@@ -93,8 +95,8 @@ def _command_line(ctx) -> str:
     """The command as a shell line rebuilt from the parsed options (whatever way it was invoked)."""
     words = ["daskmeans", "bench", *ctx.params["workloads"]]
     for param in ctx.command.params:
-        if param.name == "workloads":
-            continue
+        if param.name == "workloads" or (param.name == "scheduler" and ctx.params.get(param.name)):
+            continue  # a scheduler address is this session's, not part of the recipe
         value = ctx.params.get(param.name)
         if value is None or value == param.default:
             continue

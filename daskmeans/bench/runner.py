@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import datetime
 import gc
-import logging
 import os
 import platform
 import socket
 import time
 import warnings
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import dask.array as da
 import numpy as np
 import psutil
 
 from .. import __version__
-from .._client import connect
+from ..cli import ClusterSpec
 from ..exceptions import InvalidParameterError, OutputExistsError
+from ..persistence import _jsonable
 from ..registry import ALGORITHMS, make_estimator
 from . import report
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
@@ -48,10 +47,7 @@ class BenchOptions:
     time_budget: float | None = None
     data_dir: str | None = None
     work_dir: str | None = None
-    scheduler: str | None = None
-    n_workers: int | None = None
-    threads_per_worker: int = 1
-    worker_memory: str | None = None
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
     n_samples: int | None = None
     n_features: int | None = None
     storage: str | None = None
@@ -97,12 +93,6 @@ def check_options(options: BenchOptions) -> BenchOptions:
         raise InvalidParameterError(f"--seeds must be a positive integer, got {options.seeds!r}.")
     if not isinstance(options.max_points, int) or options.max_points < 2:
         raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")
-    if options.n_workers is not None and options.n_workers < 1:
-        raise InvalidParameterError(f"--workers must be a positive integer, got {options.n_workers!r}.")
-    if options.threads_per_worker < 1:
-        raise InvalidParameterError(f"--threads-per-worker must be positive, got {options.threads_per_worker!r}.")
-    if options.scheduler is not None and (options.n_workers is not None or options.worker_memory is not None):
-        raise InvalidParameterError("--workers and --worker-memory set up a local cluster; drop them with --scheduler.")
     if options.driver_memory is not None:
         _parse_memory(options.driver_memory)
     if options.sizes is not None:
@@ -113,8 +103,7 @@ def check_options(options: BenchOptions) -> BenchOptions:
     options.resolved = resolve_workloads(
         options.workloads, quick=options.quick, data_path=options.data_path, k=options.k,
         data_dir=options.data_dir, n_samples=options.n_samples, n_features=options.n_features,
-        time_budget=options.time_budget, storage=options.storage, worker_memory=options.worker_memory,
-        batch_size=options.batch_size,
+        time_budget=options.time_budget, storage=options.storage, batch_size=options.batch_size,
     )
     if os.path.exists(options.out_dir) and not os.path.isdir(options.out_dir):
         raise InvalidParameterError(f"--out {options.out_dir!r} is a file; give a folder.")
@@ -181,27 +170,13 @@ def _cluster_info(client) -> dict:
     }
 
 
-@contextmanager
-def bench_client(options: BenchOptions, worker_memory=None):
-    """A client on ``--scheduler``, or on a LocalCluster with worker processes that is closed afterwards."""
-    if options.scheduler:
-        client = connect(options.scheduler)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    from distributed import Client, LocalCluster
-
-    n_workers = options.n_workers or max(1, (os.cpu_count() or 1) // options.threads_per_worker)
-    memory = worker_memory or "auto"
-    with warnings.catch_warnings():
-        # another cluster on this machine holding port 8787 is no concern of a cluster without dashboard
-        warnings.filterwarnings("ignore", message="Port 8787 is already in use")
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=options.threads_per_worker, processes=True,
-                               memory_limit=memory, dashboard_address=None, silence_logs=logging.ERROR)
-    with cluster, Client(cluster) as client:
-        yield client
+def cluster_for(options: BenchOptions, workload_memory=None) -> ClusterSpec:
+    """The cluster of a workload: ``--scheduler``, or a local cluster whose workers get the workload's memory
+    limit unless ``--memory-limit`` gave one."""
+    spec = options.cluster
+    if spec.scheduler or spec.memory_limit is not None or workload_memory is None:
+        return spec
+    return replace(spec, memory_limit=_parse_memory(workload_memory))
 
 
 def warm_up(client, algorithms, n_features):
@@ -248,15 +223,6 @@ def _warning_texts(caught) -> list:
     return texts[:5]
 
 
-def _jsonable_history(history) -> list:
-    records = []
-    for record in history or []:
-        records.append({key: (value.item() if isinstance(value, np.generic) else value)
-                        for key, value in record.items()
-                        if isinstance(value, (int, float, str, bool, np.generic)) or value is None})
-    return records
-
-
 def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
     """Fit a daskmeans algorithm from ``init``; its center snapshots become the candidates."""
     estimator = make_estimator(name, n_clusters=k, init=init, max_time=budget, random_state=seed, client=client,
@@ -294,7 +260,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
         notes.append(f"snapshot times include the {tail:.3g} s the fit spent after its last iteration")
     return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
                  n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
-                 stop_reason=getattr(estimator, "stop_reason_", None), history=_jsonable_history(history),
+                 stop_reason=getattr(estimator, "stop_reason_", None), history=_jsonable(list(history)),
                  notes=notes, params={k: v for k, v in estimator.get_params().items()
                                       if isinstance(v, (int, float, str, bool)) or v is None})
 
@@ -521,8 +487,7 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
     for workload in options.resolved:
         echo(f"workload {workload.output_name}: {workload.description}, k={workload.k}, "
              f"{workload.time_budget:g} s per run")
-        memory = None if options.scheduler else (workload.worker_memory or options.worker_memory)
-        with bench_client(options, worker_memory=memory) as client:
+        with cluster_for(options, workload.worker_memory).client() as client:
             record = run_workload(workload, options, client, machine, sgemm, echo=echo)
         written.extend(report.write_outputs(record, options.out_dir))
         echo(report.markdown_table(record))
@@ -530,7 +495,7 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
         from .sizing import run_sizing
 
         echo("workload sizing")
-        with bench_client(options, worker_memory=options.worker_memory) as client:
+        with options.cluster.client() as client:
             record = run_sizing(options, client, machine, sgemm)
         written.extend(report.write_sizing_outputs(record, options.out_dir))
         echo(report.sizing_table(record))

@@ -55,7 +55,8 @@ class Workload:
     peers : tuple of str
         Peers run when ``--peers`` is not given.
     worker_memory : str or None
-        Memory limit of each local worker (``"2GiB"``); None for Dask's default.
+        Memory limit of each local worker (``"2GiB"``) unless ``--memory-limit`` says otherwise; None for
+        Dask's default.
     minibatch_batch_size : int
         Batch size of the scikit-learn ``MiniBatchKMeans`` peer.
     quick : bool
@@ -136,7 +137,7 @@ def _parse_memory(text) -> int:
 
 
 def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=None, n_samples=None,
-                      n_features=None, time_budget=None, storage=None, worker_memory=None, batch_size=None):
+                      n_features=None, time_budget=None, storage=None, batch_size=None):
     """The workloads to run, with the command line's overrides applied, checked before any work starts.
 
     Parameters
@@ -150,7 +151,7 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
         Number of clusters (required with ``data_path``; overrides the workloads' own k otherwise).
     data_dir : str, optional
         Folder holding the built-in datasets (``cifar_dsift.npz`` ...).
-    n_samples, n_features, time_budget, storage, worker_memory, batch_size : optional overrides
+    n_samples, n_features, time_budget, storage, batch_size : optional overrides
 
     Returns
     -------
@@ -181,8 +182,6 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
         raise InvalidParameterError(f"--time-budget must be a positive number of seconds, got {time_budget!r}.")
     if storage is not None and storage not in STORAGES:
         raise InvalidParameterError(f"--storage must be one of {', '.join(STORAGES)}; got {storage!r}.")
-    if worker_memory is not None:
-        _parse_memory(worker_memory)
 
     chosen = []
     for name in names:
@@ -204,8 +203,6 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
             changes["time_budget"] = float(time_budget)
         if storage is not None:
             changes["storage"] = storage
-        if worker_memory is not None:
-            changes["worker_memory"] = worker_memory
         if batch_size is not None:
             changes["minibatch_batch_size"] = batch_size
         workload = replace(workload, **changes)
@@ -231,7 +228,7 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
             name=f"data-{stem}", description=f"user data {path}", k=k,
             time_budget=float(time_budget) if time_budget is not None else (3.0 if quick else 60.0),
             source="user", file=path, n_samples=n_samples,
-            storage=storage or ("zarr" if is_zarr else "memory"), worker_memory=worker_memory,
+            storage=storage or ("zarr" if is_zarr else "memory"),
             minibatch_batch_size=batch_size or 1024, quick=quick,
         ))
     return chosen
