@@ -170,6 +170,8 @@ def header_lines(record) -> list:
         f"{_g(a['gflops'])} GFLOP/s, {a['gflops'] / limit:.1%} of the GEMM limit ({_g(limit)} GFLOP/s, that is "
         f"{_seconds(a['flop'] / limit / 1e9)} per pass)."
     )
+    if record.get("command"):
+        lines.append(f"Command: `{record['command']}` ({record['created']}).")
     if s["E_star"] is not None:
         lines.append(
             f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {s['E_star_run']['name']}, seed "
@@ -335,26 +337,30 @@ def sizing_table(record) -> str:
     ]
     for size in record["sizes"]:
         lines.append(
-            f"| {size['n_samples']:,} | {_gib(size['bytes'])} | {size['assign_seconds']:.2f} s | "
+            f"| {size['n_samples']:,} | {_gib(size.get('stored_bytes', size['bytes']))} | {size['assign_seconds']:.2f} s | "
             f"{size['rows_per_second_per_thread']:,.0f} | {size['gflops']:.0f} | "
             f"{size['iteration_seconds']:.2f} s | {size['fit_seconds']:.1f} s ({size['n_iter']}) | "
             f"{_gib(size['worker_peak_rss'])} | {_gib(size['driver_peak_rss'])} |"
         )
+    iteration = record["iteration_model"]
     lines += [
         "",
-        f"Model: t_pass(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, with a = {model['a']:.3f} s "
-        f"(fixed cost per pass), b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread (fitted on the "
-        f"sizes above), tau = {model['tau'] * 1e3:.2f} ms scheduler time per task (measured with "
-        f"{model['tau_tasks']} empty tasks), T = {model['threads_per_worker']} thread(s) per worker. "
-        "Assumptions: passes scale with n / W; the scheduler's per-task time is serial; the worker memory peak "
-        "does not grow with n (blocks are streamed from Zarr); storage bandwidth scales with W.",
+        f"Model: t(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, fitted on the sizes above: assign pass "
+        f"a = {model['a']:.3f} s, b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread; k-means "
+        f"iteration a = {iteration['a']:.3f} s, b = {iteration['b_per_thread'] * 1e6:.3f} s per million rows per "
+        f"thread; tau = {model['tau'] * 1e3:.2f} ms of scheduler time per task (measured with {model['tau_tasks']} "
+        f"empty tasks), {record['chunk_rows']:,} rows per block, T = {model['threads_per_worker']} thread(s) per "
+        f"worker. A k-means fit = 2 passes (summary, final statistics) + {record['target_iterations']} iterations. "
+        "Assumptions: work per pass scales with n / W; the scheduler's per-task time is serial; the worker memory "
+        "peak does not grow with n (blocks are streamed from Zarr); storage bandwidth grows with W.",
         "",
-        f"| workers W | assign pass at {record['target_rows']:,.0f} rows | k-means, {record['target_iterations']} "
-        "iterations |",
-        "|---|---|---|",
+        f"| workers W | assign pass at {record['target_rows']:,.0f} rows | k-means iteration | k-means, "
+        f"{record['target_iterations']} iterations |",
+        "|---|---|---|---|",
     ]
     for row in record["extrapolation"]:
-        lines.append(f"| {row['workers']} | {_duration(row['pass_seconds'])} | {_duration(row['kmeans_seconds'])} |")
+        lines.append(f"| {row['workers']} | {_duration(row['pass_seconds'])} | "
+                     f"{_duration(row['iteration_seconds'])} | {_duration(row['kmeans_seconds'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -261,8 +261,8 @@ def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
     return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
                  n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
                  stop_reason=getattr(estimator, "stop_reason_", None), history=_jsonable(list(history)),
-                 notes=notes, params={k: v for k, v in estimator.get_params().items()
-                                      if isinstance(v, (int, float, str, bool)) or v is None})
+                 notes=notes, params={key: value for key, value in estimator.get_params().items()
+                                      if isinstance(value, (int, float, str, bool)) or value is None})
 
 
 def _guarded(function, monitor_args):

@@ -39,6 +39,14 @@ def measure_task_overhead(client, n_tasks=500) -> float:
     return (time.perf_counter() - start) / n_tasks
 
 
+def stored_bytes(path) -> int:
+    """Bytes a (local) Zarr store takes on disk."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total
+
+
 def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
     """Least-squares ``seconds = a + slope * n``; the per-thread row cost is the slope less the task share."""
     n = np.asarray(n_samples, dtype=np.float64)
@@ -64,7 +72,8 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     iterations = 2 if quick else 3
     cluster = _cluster_info(client)
     threads = max(1, cluster["threads"])
-    chunk_rows = int(min(BLOCK_BYTES // (4 * d), max(1024, min(sizes) // (4 * threads))))
+    # the block size a large store would have, so that the per-task term extrapolates as it would
+    chunk_rows = int(BLOCK_BYTES // (4 * d))
     work_dir = options.work_dir or os.path.join(options.out_dir, "data")
     warm_up(client, ["kmeans"], d)
     processes = worker_processes(client)
@@ -91,7 +100,8 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         walls = [0.0] + [r["wall_time"] for r in model.history_]
         iteration_seconds = float(np.median(np.diff(walls)))
         measured.append({
-            "n_samples": n, "path": path, "bytes": written["bytes"], "reused_store": written["reused"],
+            "n_samples": n, "path": path, "bytes": written["bytes"], "stored_bytes": stored_bytes(path),
+            "reused_store": written["reused"],
             "write_seconds": write_seconds, "assign_seconds": assign["median_seconds"],
             "assign_all_seconds": assign["seconds"], "gflops": assign["gflops"],
             "rows_per_second_per_thread": n / assign["median_seconds"] / threads,
@@ -103,16 +113,22 @@ def run_sizing(options, client, machine, sgemm) -> dict:
             "driver_peak_rss": max(pass_memory.result["driver_peak_rss"], fit_memory.result["driver_peak_rss"]),
             "memory": {"assign": pass_memory.result, "fit": fit_memory.result},
         })
-    model = fit_pass_model([m["n_samples"] for m in measured], [m["assign_seconds"] for m in measured],
-                           chunk_rows, threads, tau)
+    rows = [m["n_samples"] for m in measured]
+    model = fit_pass_model(rows, [m["assign_seconds"] for m in measured], chunk_rows, threads, tau)
+    iteration_model = fit_pass_model(rows, [m["iteration_seconds"] for m in measured], chunk_rows, threads, tau)
     per_worker = max(cluster["threads_per_worker"] or [1])
     model.update({"tau_tasks": 500, "threads_per_worker": per_worker})
+
+    def extrapolate(fitted, workers):
+        return (fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker)
+                + TARGET_ROWS / chunk_rows * tau)
+
     extrapolation = []
     for workers in EXTRAPOLATE_WORKERS:
-        pass_seconds = (model["a"] + TARGET_ROWS * model["b_per_thread"] / (workers * per_worker)
-                        + TARGET_ROWS / chunk_rows * tau)
-        extrapolation.append({"workers": workers, "pass_seconds": pass_seconds,
-                              "kmeans_seconds": pass_seconds * (TARGET_ITERATIONS + 2)})
+        pass_seconds = extrapolate(model, workers)
+        iteration_seconds = extrapolate(iteration_model, workers)
+        extrapolation.append({"workers": workers, "pass_seconds": pass_seconds, "iteration_seconds": iteration_seconds,
+                              "kmeans_seconds": 2 * pass_seconds + TARGET_ITERATIONS * iteration_seconds})
     return {
         "schema": "daskmeans-bench-sizing/1",
         "name": "sizing-quick" if quick else "sizing",
@@ -120,9 +136,9 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         "command": options.command_line,
         "machine": machine, "cluster": cluster, "gemm": sgemm,
         "n_features": d, "k": k, "dtype": "uint8", "chunk_rows": chunk_rows, "kmeans_iterations": iterations,
-        "sizes": measured, "model": model, "target_rows": TARGET_ROWS, "target_iterations": TARGET_ITERATIONS,
+        "sizes": measured, "model": model, "iteration_model": iteration_model, "target_rows": TARGET_ROWS, "target_iterations": TARGET_ITERATIONS,
         "extrapolation": extrapolation,
-        "assumptions": "t_pass(n, W) = a + n b / (W T) + (n / rows_per_block) tau; k-means = iterations + 2 passes "
-                       "(summary and final statistics); worker memory independent of n; storage bandwidth "
-                       "scales with W.",
+        "assumptions": "t(n, W) = a + n b / (W T) + (n / rows_per_block) tau, fitted separately for the assign "
+                       "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
+                       "worker memory independent of n; storage bandwidth scales with W.",
     }
