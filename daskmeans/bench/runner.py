@@ -392,7 +392,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": options.command_line,
         "workload": {
-            **{key: value for key, value in asdict(workload).items() if key != "extra"},
+            **asdict(workload),
             "output_name": workload.output_name,
             "n_samples": data.n_samples, "n_features": data.n_features, "source_dtype": data.source_dtype,
             "location": data.location, "in_driver": data.X is not None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import dask.array as da
 import numpy as np
@@ -77,7 +77,6 @@ class Workload:
     worker_memory: str | None = None
     minibatch_batch_size: int = 1024
     quick: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def output_name(self) -> str:
@@ -269,10 +268,6 @@ class BenchData:
     def n_features(self) -> int:
         return int(self.array.shape[1])
 
-    @property
-    def float32_bytes(self) -> int:
-        return self.n_samples * self.n_features * 4
-
     def rows(self, index, client=None) -> np.ndarray:
         """The rows ``index`` (in that order) as float32."""
         index = np.asarray(index, dtype=np.int64)
@@ -298,12 +293,13 @@ def subsample_index(n_total, n_samples) -> np.ndarray:
     return np.sort(rng.choice(n_total, n_samples, replace=False))
 
 
-def _zarr_matches(path, attrs) -> bool:
+def _zarr_matches(path, key, attrs) -> bool:
+    """Whether a Zarr node at ``path`` exists and its attribute ``key`` is ``attrs`` (then it is reused)."""
     try:
         node = zarr.open(store=path, mode="r")
     except Exception:  # noqa: BLE001 - anything unreadable is rewritten
         return False
-    return dict(node.attrs).get("daskmeans_bench") == attrs or dict(node.attrs).get("daskmeans") == attrs
+    return dict(node.attrs).get(key) == attrs
 
 
 def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, client=None) -> dict:
@@ -320,7 +316,7 @@ def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, cli
     attrs = {"kind": "blobs", "data": "X", "n_samples": int(n_samples), "n_features": int(n_features),
              "n_clusters": int(n_blobs), "cluster_std": _DEFAULT_STD[dtype], "center_box": list(_DEFAULT_BOX[dtype]),
              "dtype": dtype, "seed": 0}
-    reused = _zarr_matches(path, attrs)
+    reused = _zarr_matches(path, "daskmeans", attrs)
     if not reused:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         make_blobs_zarr(path, n_samples, n_features, n_blobs, chunk_rows=chunk_rows, dtype=dtype, random_state=0,
@@ -331,7 +327,7 @@ def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, cli
 
 def write_array_zarr(path, X, chunk_rows, attrs):
     """Write a NumPy array (kept in its dtype, as a user would store it) to a Zarr array at ``path``."""
-    if _zarr_matches(path, attrs):
+    if _zarr_matches(path, "daskmeans_bench", attrs):
         return path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_output(path, overwrite=True) as tmp:
