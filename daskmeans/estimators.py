@@ -11,7 +11,7 @@ from ._client import compute_now, persist_now, resolve_client
 from ._random import seed_from_random_state, stage_key
 from ._validation import check_float, check_int, check_max_time
 from .algorithms.init import check_init, initial_centers
-from .algorithms.lloyd import lloyd
+from .algorithms.lloyd import final_inertia, lloyd
 from .algorithms.result import Clock
 from .exceptions import InputDataError, InvalidParameterError, NotFittedError, not_fitted_error
 from .io import Dataset, open_input
@@ -171,6 +171,7 @@ class ClusteringEstimator:
         self._fit(data, weights, summary, client)
         self.n_features_in_ = data.n_features
         self._fitted_data = data
+        self._fitted_weights = weights
         return self
 
     def predict(self, X):
@@ -214,11 +215,33 @@ class ClusteringEstimator:
             self._labels = self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
         return self._labels
 
+    @property
+    def inertia_(self):
+        """Weighted sum of squared distances of the training samples to their nearest center.
+
+        A fit that stops while the centers still move leaves this to one more pass, made on first access.
+        """
+        self._check_fitted()
+        if getattr(self, "_inertia", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
+            client = resolve_client(getattr(self, "client", None))
+            self._inertia = final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
+        return self._inertia
+
+    @inertia_.setter
+    def inertia_(self, value):
+        self._inertia = value
+
     def __getstate__(self):
+        if getattr(self, "_fitted_data", None) is not None:
+            self.inertia_  # noqa: B018  (the data does not travel with a pickled model: settle it now)
+            if self._fitted_data.in_memory:
+                self.labels_  # noqa: B018
         state = self.__dict__.copy()
-        data = state.pop("_fitted_data", None)
-        if data is not None and data.in_memory and state.get("_labels") is None and hasattr(self, "cluster_centers_"):
-            state["_labels"] = self.labels_
+        state.pop("_fitted_data", None)
+        state.pop("_fitted_weights", None)
         return state
 
     def save(self, path, *, overwrite=False):
@@ -332,6 +355,8 @@ class KMeans(ClusteringEstimator):
                 result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
                                max_iter=self.max_iter, tol=tol, clock=clock, client=client,
                                callback=reporter.update, passes=passes + 1, snapshots=snapshots)
+                if self.n_init > 1 and result.inertia is None:
+                    result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
                 if clock.out_of_time():

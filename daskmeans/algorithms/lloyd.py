@@ -63,6 +63,7 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
     Returns
     -------
     FitResult
+        ``inertia`` is None when the last iteration moved the centers (see :func:`final_inertia`).
     """
     clock = clock or Clock()
     history = []
@@ -95,7 +96,13 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
         if clock.out_of_time():
             stop_reason = "max_time"
             break
+    # centers that did not move have the inertia of the last pass; otherwise it is left to final_inertia,
+    # so that a fit ends with its last iteration
+    inertia = stats.inertia if shift == 0.0 else None
+    return FitResult(centers, inertia, n_iter, history, stop_reason, passes, None)
+
+
+def final_inertia(array, centers, weights=None, client=None) -> float:
+    """Inertia of ``centers`` on the data: one assign + stats pass."""
     (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
-    stats = finish_stats(raw)
-    passes += 1
-    return FitResult(centers, stats.inertia, n_iter, history, stop_reason, passes, stats.counts)
+    return finish_stats(raw).inertia
