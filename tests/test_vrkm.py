@@ -271,7 +271,7 @@ def test_doubling_epochs_weights_and_relocation():
     overlapping, _, _ = make_blobs(n=2000, d=2, k=4, spread=4.0, seed=8)
     model = VRKMeans(4, epoch_size="doubling", init="random", max_epochs=3, tol=0.0, random_state=1).fit(overlapping)
     assert [r["epoch_size"] for r in model.history_] == [2, 4, 8]
-    assert model.stop_reason_ == "max_epochs" and model.n_iter_ == 3
+    assert model.stop_reason_ == "max_epochs" == model.history_[-1]["stop_reason"] and model.n_iter_ == 3
     # an init center far from all data gets no rows: it is relocated, never left at the origin or far away
     init = np.vstack([centers[:3], [[1e3, 1e3]]])
     relocated = VRKMeans(4, init=init, random_state=1).fit(X)
@@ -289,6 +289,7 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     X, _, _ = make_blobs(n=2000, d=3, k=5, spread=1.0, seed=9)
     model = make_estimator("vrkm", n_clusters=5, max_time=1e-9, random_state=3).fit(X)
     assert model.variant == "vrkm" and model.stop_reason_ == "max_time" and model.n_iter_ == 1
+    assert model.history_[-1]["stop_reason"] == "max_time"
     model.save(tmp_path / "model.zarr")
     loaded = load(tmp_path / "model.zarr")
     assert type(loaded) is VRKMeans and loaded.variant == "vrkm" and loaded.eta_ == model.eta_

@@ -12,9 +12,9 @@ Each epoch:
    (Algorithm 4) ``c~new`` = the cluster means and ``G = 0``. Over the same partition ``G`` is zero up to float64
    rounding, which is why the paper finds both variants give the same clustering; VRKM still computes and applies
    it, as Algorithm 3 does;
-3. the inner loop (:mod:`daskmeans.kernels.vrkm`) runs the ``T`` steps from ``C_0 = C~new``, on the driver when the
-   sample fits ``driver_sample_bytes``, else on one pinned worker that streams the sample segment by segment
-   (the same result either way);
+3. the inner loop (:mod:`daskmeans.kernels.vrkm`) runs the ``T`` steps from ``C_0 = C~new``, on the driver, or
+   on one pinned worker when the sample is larger than ``driver_sample_bytes``; either way the sample stays on the
+   workers that gathered it and streams in one segment at a time, and the result is the same;
 4. ``C~ = C_T``.
 
 It stops after ``max_epochs``, when the energy changed by at most ``tol`` (relative) between two passes (the
@@ -317,4 +317,6 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
         final_stats = finish_stats(raw)
         passes += 1
+    if history:
+        history[-1]["stop_reason"] = stop_reason
     return FitResult(centers, final_stats.inertia, n_epochs, history, stop_reason, passes, final_stats.counts)
