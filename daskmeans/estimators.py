@@ -350,6 +350,10 @@ def raise_damaged(path, what):
 ClusteringEstimator._check_loaded = _check_loaded_centers
 
 
+#: The multiplier of ``n_clusters / n_samples`` that ``VRKMeans(learning_rate="auto")`` uses.
+AUTO_LEARNING_RATE = 4.0
+
+
 class VRKMeans(ClusteringEstimator):
     """Variance-reduced k-means: VRKM and VRKM++ (Zhao et al.), one distributed pass per epoch.
 
@@ -363,10 +367,12 @@ class VRKMeans(ClusteringEstimator):
     variant : {"vrkm++", "vrkm"}, default "vrkm++"
         VRKM++ (Algorithm 4) corrects the positions to the cluster means and needs no batch gradient; VRKM
         (Algorithms 2-3) corrects them by a gradient step and adds the batch gradient to every update.
-    learning_rate : float, default 4.0
-        Multiplier of the paper's constant learning rate ``eta = n_clusters / n_samples``. The paper finds larger
-        values than 1 help on large data; 4 did best of 1, 2, 4, 8 and 16 on 960,000 SIFT descriptors with
-        k = 1000 and ``epoch_size=0.5`` (8 and more stall at a higher energy, as does 4 with ``epoch_size=1.0``).
+    learning_rate : float or "auto", default "auto"
+        Multiplier of the paper's constant learning rate ``eta = n_clusters / n_samples``; ``eta`` must stay
+        below 1. The paper finds values larger than 1 help on large data; 4 did best of 1, 2, 4, 8 and 16 on
+        960,000 SIFT descriptors with k = 1000 and ``epoch_size=0.5`` (8 and more stall at a higher energy, as
+        does 4 with ``epoch_size=1.0``). ``"auto"`` is 4, lowered where needed so that ``eta <= 0.5`` (small
+        data with many clusters).
     epoch_size : float, int or "doubling", default 0.5
         Inner steps per epoch: a float is a fraction of ``n_samples``, an int a number of steps, ``"doubling"``
         the paper's ``2**s`` in epoch ``s``.
@@ -418,7 +424,7 @@ class VRKMeans(ClusteringEstimator):
 
     _model_scalars = ClusteringEstimator._model_scalars + ("eta_",)
 
-    def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate=4.0, epoch_size=0.5, max_epochs=100,
+    def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-4, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
                  driver_sample_bytes=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None,
                  chunk_rows=None, client=None, progress=False):
@@ -448,7 +454,12 @@ class VRKMeans(ClusteringEstimator):
 
         check_int(self.n_clusters, "n_clusters", minimum=1)
         check_choice(self.variant, "variant", VARIANTS)
-        check_float(self.learning_rate, "learning_rate", minimum=0.0, strict_minimum=True)
+        if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
+            if isinstance(self.learning_rate, str):
+                raise InvalidParameterError(
+                    f"learning_rate must be a number > 0 or 'auto'; got {self.learning_rate!r}."
+                )
+            check_float(self.learning_rate, "learning_rate", minimum=0.0, strict_minimum=True)
         if isinstance(self.epoch_size, str):
             check_choice(self.epoch_size, "epoch_size", ("doubling",))
         elif isinstance(self.epoch_size, (int, np.integer)) and not isinstance(self.epoch_size, (bool, np.bool_)):
@@ -479,7 +490,10 @@ class VRKMeans(ClusteringEstimator):
         from .progress import ProgressReporter
 
         check_init(self.init, self.n_clusters, data.n_features)
-        eta = float(self.learning_rate) * self.n_clusters / data.n_samples
+        if self.learning_rate == "auto":
+            eta = min(AUTO_LEARNING_RATE * self.n_clusters / data.n_samples, 0.5)
+        else:
+            eta = float(self.learning_rate) * self.n_clusters / data.n_samples
         if eta > 1.0:
             raise InvalidParameterError(
                 f"The learning rate eta = learning_rate * n_clusters / n_samples = {self.learning_rate} * "

@@ -292,7 +292,7 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     assert model.history_[-1]["stop_reason"] == "max_time"
     model.save(tmp_path / "model.zarr")
     loaded = load(tmp_path / "model.zarr")
-    assert type(loaded) is VRKMeans and loaded.variant == "vrkm" and loaded.eta_ == model.eta_
+    assert type(loaded) is VRKMeans and loaded.variant == "vrkm" and loaded.eta_ == model.eta_ == 4.0 * 5 / 2000
     np.testing.assert_array_equal(loaded.predict(X), model.labels_)
 
 
@@ -300,6 +300,7 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
     (dict(learning_rate=-1.0), "learning_rate must be > 0"),
     (dict(learning_rate=1e6), "exceeds 1"),
+    (dict(learning_rate="fast"), "learning_rate must be a number > 0 or 'auto'"),
     (dict(epoch_size=0), "epoch_size .a number of steps. must be >= 1"),
     (dict(epoch_size=-0.5), "epoch_size .a fraction of n_samples. must be > 0"),
     (dict(epoch_size=True), "epoch_size must be a fraction"),
