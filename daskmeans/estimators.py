@@ -400,6 +400,9 @@ class VRKMeans(ClusteringEstimator):
         Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
     progress : bool, default False
         Show a progress bar over epochs with the current energy.
+    snapshot_centers : bool, default False
+        Keep a copy of the centers after every epoch in ``center_snapshots_`` (for energy-over-time benchmarks;
+        not saved with the model).
 
     Attributes
     ----------
@@ -418,6 +421,9 @@ class VRKMeans(ClusteringEstimator):
         were remade), ``pass_time``, ``inner_time``, ``inner_on`` (driver or worker address), ``relocated``,
         ``wall_time`` (at the end of the pass), ``passes``; the last record also has ``stop_reason``. The epoch
         that stops the run (tolerance or time reached at its pass) has no inner-loop fields.
+    center_snapshots_ : list of dict
+        Only with ``snapshot_centers=True``: the initial centers and the centers after each epoch's inner loop,
+        as ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch).
     stop_reason_ : str
         ``"converged"``, ``"max_epochs"`` or ``"max_time"``.
     """
@@ -427,7 +433,7 @@ class VRKMeans(ClusteringEstimator):
     def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-4, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
                  driver_sample_bytes=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None,
-                 chunk_rows=None, client=None, progress=False):
+                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
         self.n_clusters = n_clusters
         self.variant = variant
         self.learning_rate = learning_rate
@@ -446,6 +452,7 @@ class VRKMeans(ClusteringEstimator):
         self.chunk_rows = chunk_rows
         self.client = client
         self.progress = progress
+        self.snapshot_centers = snapshot_centers
 
     def _validate_params(self):
         from ._validation import check_choice
@@ -481,6 +488,8 @@ class VRKMeans(ClusteringEstimator):
         check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
         check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
         check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
+            raise InvalidParameterError(f"snapshot_centers must be True or False, got {self.snapshot_centers!r}.")
         if isinstance(self.init, str):
             check_init(self.init, self.n_clusters, 0)
         seed_from_random_state(0 if self.random_state is None else self.random_state)
@@ -506,13 +515,14 @@ class VRKMeans(ClusteringEstimator):
             data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
             rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
         )
+        snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, total=self.max_epochs, desc=self.variant) as reporter:
             result = vrkm(
                 data.array, centers, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
                 max_epochs=self.max_epochs, tol=self.tol, seed=seed, weights=weights,
                 total_weight=summary.total_weight, agree_rule=self.agree_rule, n_candidates=self.n_candidates,
                 driver_sample_bytes=self.driver_sample_bytes, clock=clock, client=client,
-                callback=reporter.update, passes=passes + 1,
+                callback=reporter.update, passes=passes + 1, snapshots=snapshots,
             )
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
@@ -520,4 +530,6 @@ class VRKMeans(ClusteringEstimator):
         self.eta_ = eta
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
+        if snapshots is not None:
+            self.center_snapshots_ = snapshots
         self._labels = None

@@ -267,6 +267,9 @@ def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(c
 def test_doubling_epochs_weights_and_relocation():
     X, _, centers = make_blobs(n=2000, d=2, k=4, spread=0.2, seed=8)
     assert [epoch_sizes("doubling", 2000)(s) for s in (1, 2, 3, 4)] == [2, 4, 8, 16]
+    snapshots = VRKMeans(4, max_epochs=2, tol=0.0, random_state=1, snapshot_centers=True).fit(X)
+    assert [s["iteration"] for s in snapshots.center_snapshots_] == [0, 1, 2]
+    np.testing.assert_array_equal(snapshots.center_snapshots_[-1]["centers"], snapshots.cluster_centers_)
     assert epoch_sizes(0.25, 2000)(7) == 500 and epoch_sizes(300, 2000)(1) == 300
     overlapping, _, _ = make_blobs(n=2000, d=2, k=4, spread=4.0, seed=8)
     model = VRKMeans(4, epoch_size="doubling", init="random", max_epochs=3, tol=0.0, random_state=1).fit(overlapping)
@@ -310,6 +313,7 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     (dict(max_epochs=0), "max_epochs must be >= 1"),
     (dict(n_candidates=0), "n_candidates must be >= 1"),
     (dict(tol=-1.0), "tol must be >= 0"),
+    (dict(snapshot_centers="yes"), "snapshot_centers must be True or False"),
 ])
 def test_bad_parameters_give_clear_errors(params, match):
     X, _, _ = make_blobs(n=300, d=2, k=3, seed=10)

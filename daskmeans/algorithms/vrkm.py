@@ -189,9 +189,15 @@ def _epoch_pass(array, centers, draws, weights, n_candidates, client):
     return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
 
 
+def _snapshot(snapshots, epoch, clock, centers):
+    if snapshots is not None:
+        snapshots.append({"iteration": epoch, "wall_time": clock.elapsed(), "perf_counter": time.perf_counter(),
+                          "centers": np.array(centers, copy=True)})
+
+
 def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
          weights=None, total_weight=None, agree_rule="paper", n_candidates=16, driver_sample_bytes=None,
-         clock=None, client=None, callback=None, passes=0):
+         clock=None, client=None, callback=None, passes=0, snapshots=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
@@ -225,6 +231,10 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         Called with each epoch's record.
     passes : int
         Passes already spent, carried into the records.
+    snapshots : list, optional
+        When given, a copy of the centers is appended at the start and after every epoch's inner loop, as
+        ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch), for benchmarks
+        that evaluate intermediate centers outside the timed region.
 
     Returns
     -------
@@ -242,6 +252,7 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
     if weights is not None:
         (block_totals,) = compute_now(weight_totals_graph(weights), client=client)
     history = []
+    _snapshot(snapshots, 0, clock, centers)
     previous_energy = None
     stop_reason = "max_epochs"
     final_stats = None
@@ -297,6 +308,7 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
             centers, counts, remade = run_segments(pieces, starts, steps, snapshot, centers, eta, **options,
                                                    compute=lambda graph: compute_now(graph, client=client)[0])
         del pieces
+        _snapshot(snapshots, epoch, clock, centers)
         record.update({
             "inner_steps": counts.steps,
             "changed": counts.changed,
