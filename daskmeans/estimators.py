@@ -196,7 +196,8 @@ class ClusteringEstimator:
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
         client = resolve_client(getattr(self, "client", None))
-        (raw,) = compute_now(assign_stats_graph(data.array, self._centers_for(data), weights), client=client)
+        graph = assign_stats_graph(data.array, self._centers_for(data), weights, check_finite=True)
+        (raw,) = compute_now(graph, client=client)
         return -finish_stats(raw).inertia
 
     @property
@@ -309,7 +310,7 @@ class KMeans(ClusteringEstimator):
         from .progress import ProgressReporter
 
         best = None
-        with ProgressReporter(self.progress, total=self.max_iter * self.n_init, desc="k-means") as reporter:
+        with ProgressReporter(self.progress, desc="k-means") as reporter:
             for run in range(self.n_init):
                 centers, passes = initial_centers(
                     data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,

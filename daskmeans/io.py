@@ -65,10 +65,6 @@ class Dataset:
     def dtype(self) -> np.dtype:
         return self.array.dtype
 
-    def row_offsets(self) -> np.ndarray:
-        """Global index of the first row of each block (and n at the end)."""
-        return np.concatenate([[0], np.cumsum(self.array.chunks[0])]).astype(np.int64)
-
 
 def _is_path(source) -> bool:
     return isinstance(source, (str, os.PathLike))
@@ -167,6 +163,8 @@ def _numeric_from_object(source: np.ndarray, name: str) -> np.ndarray:
 def _open_path(source, array_name: str | None) -> tuple[object, str]:
     path = os.fspath(source)
     lower = path.lower().rstrip("/")
+    if "://" not in path:
+        path = os.path.abspath(path)
     if lower.endswith(".npy"):
         if not os.path.exists(path):
             raise FileNotFoundError(f"No such .npy file: {path!r}. Check the path.")
@@ -184,6 +182,11 @@ def _open_path(source, array_name: str | None) -> tuple[object, str]:
     is_url = "://" in path
     if not is_url and not os.path.exists(path):
         raise FileNotFoundError(f"No Zarr store at {path!r}: the path does not exist. Check the path or URL.")
+    if not is_url and os.path.isfile(path):
+        raise InputDataError(
+            f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories or URLs), .npy and "
+            ".npz files. Convert the data, e.g. with numpy.save(path + '.npy', X)."
+        )
     if not is_url and not os.access(path, os.R_OK | os.X_OK):
         raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
     try:

@@ -116,6 +116,9 @@ def test_missing_path_and_not_a_store(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(InputDataError, match="not a Zarr array or group"):
         open_input(str(tmp_path / "plain"))
+    (tmp_path / "notes.txt").write_text("not data")
+    with pytest.raises(InputDataError, match="is a file, not a Zarr store"):
+        open_input(str(tmp_path / "notes.txt"))
     with pytest.raises(FileNotFoundError, match="No such .npy"):
         open_input(str(tmp_path / "x.npy"))
 
@@ -151,3 +154,24 @@ def test_write_labels_is_atomic_and_refuses_to_overwrite(tmp_path):
     assert zarr.open_array(store=out, mode="r")[0] == 99 % 7
     with pytest.raises(InputDataError, match="1-D"):
         write_labels(np.ones((3, 3)), str(tmp_path / "two_d"))
+
+
+def test_fsspec_urls(tmp_path):
+    data = np.arange(40, dtype=np.float32).reshape(20, 2)
+    store = zarr.open_array(store="memory://daskmeans-test/x.zarr", mode="w", shape=data.shape, chunks=(5, 2),
+                            dtype="f4")
+    store[...] = data
+    ds = open_input("memory://daskmeans-test/x.zarr")
+    assert ds.location == "memory://daskmeans-test/x.zarr"
+    np.testing.assert_array_equal(ds.array.compute(scheduler="threads"), data)
+    local = _zarr_array(tmp_path / "f.zarr", data, (5, 2))
+    np.testing.assert_array_equal(open_input(f"file://{local}").array.compute(), data)
+
+
+def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
+    _zarr_array(tmp_path / "rel.zarr", np.ones((10, 2), np.float32), (5, 2))
+    monkeypatch.chdir(tmp_path)
+    ds = open_input("rel.zarr")
+    assert ds.location == str(tmp_path / "rel.zarr")
+    monkeypatch.chdir("/")
+    np.testing.assert_array_equal(ds.array.compute(), np.ones((10, 2)))

@@ -228,3 +228,17 @@ def test_scikit_learn_estimator_checks():
     failed = [(r["check_name"], repr(r["exception"])[:300]) for r in results if r["status"] == "failed"]
     assert failed == []
     assert sum(r["status"] == "passed" for r in results) > 40
+
+
+def test_weighted_lloyd_on_candidates_matches_numpy():
+    from daskmeans.algorithms.init import weighted_lloyd
+
+    rng = np.random.default_rng(14)
+    points = rng.normal(size=(200, 3))
+    weights = rng.random(200)
+    start = points[:4].copy()
+    centers = weighted_lloyd(points, weights, start, max_iter=1)
+    labels = ((points[:, None] - start[None]) ** 2).sum(-1).argmin(1)
+    for j in range(4):
+        m = labels == j
+        np.testing.assert_allclose(centers[j], (weights[m, None] * points[m]).sum(0) / weights[m].sum())

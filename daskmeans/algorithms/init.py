@@ -74,17 +74,41 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     return centers
 
 
+def weighted_lloyd(points, weights, centers, max_iter=30):
+    """Lloyd iterations on a small weighted point set on the driver (reclustering of k-means|| candidates).
+
+    A center that loses all its points keeps its position.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    centers = np.array(centers, dtype=np.float64)
+    points_sq = np.einsum("ij,ij->i", points, points)
+    labels = None
+    for _ in range(max_iter):
+        d2 = points_sq[:, None] - 2.0 * points @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+        new_labels = np.argmin(d2, axis=1)
+        if labels is not None and np.array_equal(new_labels, labels):
+            break
+        labels = new_labels
+        totals = np.bincount(labels, weights=weights, minlength=centers.shape[0])
+        sums = np.zeros_like(centers)
+        np.add.at(sums, labels, weights[:, None] * points)
+        filled = totals > 0
+        centers[filled] = sums[filled] / totals[filled, None]
+    return centers
+
+
 def _count_distinct(rows) -> int:
     return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
 
 
 def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0, client=None,
-                    max_extra_rounds=10):
+                    max_extra_rounds=10, recluster_iter=30):
     """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
 
     One uniform row, then ``rounds`` rounds that each keep every row independently with probability
     ``min(1, l w d^2 / phi)`` (``l = oversampling_factor * n_clusters``); candidates are weighted by the weight
-    of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++.
+    of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++, then refined by up to
+    ``recluster_iter`` weighted Lloyd iterations on the candidates (as Spark MLlib does; cheap, on the driver).
 
     Returns
     -------
@@ -131,7 +155,9 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
     )
     keep = candidate_weights > 0
     rng = stage_generator(seed, "k-means||", "recluster")
-    centers = weighted_kmeans_plusplus(candidates[keep], candidate_weights[keep], n_clusters, rng)
+    points, point_weights = candidates[keep], candidate_weights[keep]
+    centers = weighted_kmeans_plusplus(points, point_weights, n_clusters, rng)
+    centers = weighted_lloyd(points, point_weights, centers, max_iter=recluster_iter)
     return centers.astype(array.dtype), passes
 
 

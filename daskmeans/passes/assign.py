@@ -48,13 +48,18 @@ class ClusterStats:
 
 
 def _farthest(dist2, rows, labels, weights, keep):
-    order = np.argsort(-dist2, kind="stable")[:keep]
+    if len(dist2) > keep:
+        top = np.argpartition(-dist2, keep - 1)[:keep]
+        order = top[np.argsort(-dist2[top], kind="stable")]
+    else:
+        order = np.argsort(-dist2, kind="stable")
     return dist2[order], rows[order], labels[order], weights[order]
 
 
-def _assign_stats_block(block, offset, weights, centers, n_far):
+def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
     block = np.asarray(block)
-    check_finite_block(block, offset)
+    if check_finite:
+        check_finite_block(block, offset)
     labels, dist2 = nearest_centers(block, centers)
     sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
     w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -76,11 +81,15 @@ def _combine_stats(parts, n_far):
     return sums, counts, sse, _farthest(*far, n_far)
 
 
-def assign_stats_graph(array, centers, weights=None, n_far=N_FAR):
-    """The delayed assign + stats pass of ``array`` against ``centers``."""
+def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=False):
+    """The delayed assign + stats pass of ``array`` against ``centers``.
+
+    ``check_finite`` validates the values on the way (for data that no summary pass has checked, e.g. ``score``).
+    """
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     parts = map_blocks_delayed(
-        _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far
+        _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
+        bool(check_finite),
     )
     return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign")
 

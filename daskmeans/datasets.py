@@ -1,0 +1,197 @@
+"""Synthetic data written straight to chunked Zarr stores: Gaussian blobs of any size in bounded memory.
+
+The values depend on the seed and the shape only, never on ``chunk_rows``, the scheduler or the number of
+workers: the noise of row ``i`` comes from a generator keyed by the fixed *generation block* holding ``i``
+(a size that depends on ``n_features`` only), and the label of row ``i`` from the counter-based
+:func:`daskmeans._random.row_uniforms`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dask
+import numpy as np
+import zarr
+
+from ._random import row_uniforms, seed_from_random_state, stage_generator, stage_key
+from ._validation import check_choice, check_float, check_int
+from .exceptions import InvalidParameterError
+from .io import atomic_output
+from .passes._graph import map_blocks_delayed, shared
+
+#: dtypes ``make_blobs_zarr`` can write; uint8 mimics SIFT-like descriptors (values clipped to 0..255).
+BLOB_DTYPES = ("float32", "float64", "uint8")
+#: Zarr chunks are aimed at this many bytes as float32 (what each block costs in memory once read).
+TARGET_CHUNK_BYTES = 8 * 2**20
+#: Noise values per generation block; the block's row count is this divided by ``n_features``. Small enough
+#: that a chunk which starts inside a block redraws little, large enough that seeding a generator is cheap.
+GENERATION_BLOCK_VALUES = 2**16
+
+_DEFAULT_STD = {"float32": 1.0, "float64": 1.0, "uint8": 12.0}
+_DEFAULT_BOX = {"float32": (-10.0, 10.0), "float64": (-10.0, 10.0), "uint8": (24.0, 232.0)}
+
+
+def default_chunk_rows(n_samples: int, n_features: int) -> int:
+    """Rows per Zarr chunk: about 8 MiB of float32 per chunk (at least 1024 rows), never more than ``n_samples``."""
+    rows = max(1024, TARGET_CHUNK_BYTES // (4 * n_features))
+    return int(min(rows, n_samples))
+
+
+def generation_block_rows(n_features: int) -> int:
+    """Rows per generation block: about 65,000 noise values, so memory stays bounded for any width."""
+    return max(1, GENERATION_BLOCK_VALUES // n_features)
+
+
+def blob_rows(seed: int, centers: np.ndarray, cluster_std: float, dtype: str, start: int, stop: int):
+    """Rows ``start .. stop - 1`` of the blobs data set and their true labels.
+
+    Parameters
+    ----------
+    seed : int
+        Root seed (from :func:`daskmeans._random.seed_from_random_state`).
+    centers : ndarray (k, d)
+        True centers.
+    cluster_std : float
+        Standard deviation of the Gaussian noise around each center.
+    dtype : {"float32", "float64", "uint8"}
+    start, stop : int
+        Global row range.
+
+    Returns
+    -------
+    values : ndarray (stop - start, d) of ``dtype``
+    labels : ndarray (stop - start,) of int32
+    """
+    n_clusters, n_features = centers.shape
+    count = stop - start
+    labels = np.floor(row_uniforms(stage_key(seed, "make-blobs-labels"), start, count) * n_clusters)
+    labels = np.minimum(labels.astype(np.int32), n_clusters - 1)
+
+    noise_dtype = np.float64 if dtype == "float64" else np.float32
+    noise = np.empty((count, n_features), dtype=noise_dtype)
+    block_rows = generation_block_rows(n_features)
+    row = start
+    while row < stop:
+        block = row // block_rows
+        block_start = block * block_rows
+        needed_end = min(stop, block_start + block_rows)
+        # A generator fills row-major, so drawing only the prefix up to ``needed_end`` gives the same rows
+        # as drawing the whole block: the values never depend on where the chunks fall.
+        rng = np.random.default_rng(stage_key(seed, "make-blobs-noise", block))
+        drawn = rng.standard_normal((needed_end - block_start, n_features), dtype=noise_dtype)
+        noise[row - start:needed_end - start] = drawn[row - block_start:]
+        row = needed_end
+
+    noise *= noise_dtype(cluster_std)
+    noise += centers[labels].astype(noise_dtype, copy=False)
+    if dtype == "uint8":
+        np.rint(noise, out=noise)
+        np.clip(noise, 0, 255, out=noise)
+        return noise.astype(np.uint8), labels
+    return noise, labels
+
+
+def _write_rows(start, stop, path, array_name, seed, centers, cluster_std, dtype):
+    values, labels = blob_rows(seed, centers, cluster_std, dtype, start, stop)
+    zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
+    zarr.open_array(store=path, path="y", mode="r+")[start:stop] = labels
+
+
+def _check_blob_params(n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, center_box, array_name):
+    n_samples = check_int(n_samples, "n_samples", minimum=1)
+    n_features = check_int(n_features, "n_features", minimum=1)
+    n_clusters = check_int(n_clusters, "n_clusters", minimum=1)
+    chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+    dtype = check_choice(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype, "dtype", BLOB_DTYPES)
+    cluster_std = _DEFAULT_STD[dtype] if cluster_std is None else cluster_std
+    cluster_std = check_float(cluster_std, "cluster_std", minimum=0.0)
+    low, high = _DEFAULT_BOX[dtype] if center_box is None else center_box
+    low = check_float(low, "center_box[0]")
+    high = check_float(high, "center_box[1]")
+    if not low < high:
+        raise InvalidParameterError(f"center_box must be (low, high) with low < high, got {(low, high)}.")
+    if not isinstance(array_name, str) or not array_name or "/" in array_name or array_name in ("y", "centers"):
+        raise InvalidParameterError(
+            f"array_name must be a plain name other than 'y' and 'centers' (which hold the truth), got {array_name!r}."
+        )
+    return n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, (low, high)
+
+
+def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None, dtype="float32",
+                    cluster_std=None, center_box=None, random_state=None, array_name="X", overwrite=False,
+                    client=None) -> str:
+    """Write isotropic Gaussian blobs to a chunked Zarr group, one chunk at a time.
+
+    The group holds the data ``array_name`` ``(n_samples, n_features)``, the true labels ``y``
+    ``(n_samples,)`` int32 and the true centers ``centers`` ``(n_clusters, n_features)`` float64. Each row
+    belongs to a cluster drawn uniformly at random. The group is written under a temporary name and moved
+    into place when complete, so a failure leaves nothing behind.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Where the Zarr group goes (a local directory, or an fsspec URL zarr accepts).
+    n_samples, n_features, n_clusters : int
+    chunk_rows : int, optional
+        Rows per Zarr chunk; default about 8 MiB of float32 per chunk. Does not change the values.
+    dtype : {"float32", "float64", "uint8"}, default "float32"
+        ``"uint8"`` gives SIFT-like descriptors: values rounded and clipped to 0..255.
+    cluster_std : float, optional
+        Noise standard deviation; default 1.0 for floats, 12.0 for uint8.
+    center_box : (float, float), optional
+        Centers are drawn uniformly in this box; default (-10, 10) for floats, (24, 232) for uint8.
+    random_state : int, numpy Generator or None
+        Same value, same data (whatever ``chunk_rows`` and ``client``). The seed used is stored in the
+        group's attributes.
+    array_name : str, default "X"
+        Name of the data array in the group.
+    overwrite : bool, default False
+        Replace an existing output at ``path``.
+    client : distributed.Client, optional
+        Write the chunks in parallel on this cluster (its workers must see ``path``). Without it the chunks
+        are written by local threads.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    InvalidParameterError
+        A size, dtype or other parameter is invalid.
+    OutputExistsError
+        ``path`` exists and ``overwrite`` is False.
+    """
+    n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, center_box = _check_blob_params(
+        n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, center_box, array_name
+    )
+    seed = seed_from_random_state(random_state)
+    chunk_rows = min(chunk_rows or default_chunk_rows(n_samples, n_features), n_samples)
+    centers = stage_generator(seed, "make-blobs-centers").uniform(*center_box, size=(n_clusters, n_features))
+
+    with atomic_output(path, overwrite) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype)
+        group.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype="int32")
+        group.create_array("centers", shape=centers.shape, chunks=centers.shape, dtype="float64")[...] = centers
+        group.attrs["daskmeans"] = {
+            "kind": "blobs",
+            "data": array_name,
+            "n_samples": n_samples,
+            "n_features": n_features,
+            "n_clusters": n_clusters,
+            "cluster_std": cluster_std,
+            "center_box": list(center_box),
+            "dtype": dtype,
+            "seed": seed,
+        }
+        ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
+        writes = map_blocks_delayed(_write_rows, "make-blobs", ranges, tmp, array_name, seed,
+                                    shared(centers, "blob-centers"), cluster_std, dtype)
+        if client is not None:
+            client.gather(client.compute(writes))
+        else:
+            dask.compute(*writes, scheduler="threads")
+    return os.fspath(path)

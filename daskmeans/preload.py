@@ -1,0 +1,164 @@
+"""Worker preload: compile daskmeans' Numba kernels when a Dask worker starts.
+
+The kernels are compiled (or loaded from Numba's on-disk cache) on tiny arrays before the worker joins the
+scheduler, so the first real task runs at full speed instead of paying one to several seconds of compilation
+per kernel and dtype. Use it with::
+
+    dask worker tcp://scheduler:8786 --preload daskmeans.preload
+
+or, where the worker command cannot be changed (dask-gateway, the operator), with the Dask configuration
+``DASK_DISTRIBUTED__WORKER__PRELOAD='["daskmeans.preload"]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import numpy as np
+
+#: Logged under ``distributed.`` so that the worker's own log configuration shows it.
+logger = logging.getLogger("distributed.preload.daskmeans")
+
+#: The dtypes daskmeans computes in (integer and float16 input is converted to float32 block by block).
+COMPUTE_DTYPES = (np.float32, np.float64)
+
+#: Variables that cap the threads of BLAS, OpenMP and Numba inside one worker thread.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+#: Of those, the ones that matter to daskmeans' own work (its kernels never use Numba's parallel threads).
+BLAS_THREAD_VARIABLES = THREAD_VARIABLES[:3]
+
+
+def _tiny_block(dtype, rows=8, features=3):
+    """A small C-contiguous block of the given dtype, with distinct rows."""
+    values = np.arange(rows * features, dtype=np.float64).reshape(rows, features) / (rows * features)
+    return np.ascontiguousarray(values, dtype=dtype)
+
+
+def _warm_assign(dtype):
+    """``nearest_direct``, and through ``nearest_gemm`` the ``_argmin_update`` and ``exact_dist2`` kernels."""
+    from .kernels.assign import _argmin_update, nearest_direct, nearest_gemm
+
+    block = _tiny_block(dtype)
+    centers = np.ascontiguousarray(block[:2])
+    nearest_direct(block, centers)
+    labels, dist2 = nearest_gemm(block, centers)
+    # With more than one slab of centers, the last slab of the distance matrix is a strided view.
+    cross = np.zeros((block.shape[0], 2), dtype=dtype)
+    _argmin_update(cross[:, :1], np.zeros(1, dtype=dtype), 0, np.zeros(block.shape[0], np.int32),
+                   np.full(block.shape[0], np.inf, dtype=dtype))
+    return labels, dist2
+
+
+def _warm_stats(dtype):
+    """``_cluster_stats`` without and with sample weights (one compiled signature serves both)."""
+    from .kernels.stats import cluster_stats
+
+    block = _tiny_block(dtype)
+    labels, dist2 = _warm_assign(dtype)
+    cluster_stats(block, labels, dist2, 2)
+    cluster_stats(block, labels, dist2, 2, weights=np.ones(block.shape[0]))
+
+
+def _warm_random(dtype):
+    """The counter-based uniforms used by every sampling pass (independent of the data's dtype)."""
+    from ._random import row_uniforms
+
+    row_uniforms(12345, 0, 4)
+
+
+#: name -> function(dtype) that runs the kernels of one concern once on tiny arrays.
+WARMUPS = {
+    "kernels.assign": _warm_assign,
+    "kernels.stats": _warm_stats,
+    "_random": _warm_random,
+}
+
+
+def _dispatchers():
+    """The Numba dispatchers warmed here, by qualified name."""
+    from . import _random
+    from .kernels import assign, stats
+
+    return {
+        "kernels.assign.nearest_direct": assign.nearest_direct,
+        "kernels.assign._argmin_update": assign._argmin_update,
+        "kernels.assign.exact_dist2": assign.exact_dist2,
+        "kernels.stats._cluster_stats": stats._cluster_stats,
+        "_random._row_uniforms": _random._row_uniforms,
+    }
+
+
+def compiled_signatures() -> dict[str, list[str]]:
+    """The argument types each kernel has been compiled for in this process.
+
+    Returns
+    -------
+    dict
+        Qualified kernel name -> list of signatures (as text), e.g. ``"(Array(float32, 2, 'C'), ...)"``.
+    """
+    return {name: sorted(str(sig) for sig in dispatcher.signatures) for name, dispatcher in _dispatchers().items()}
+
+
+def warm_kernels(dtypes=COMPUTE_DTYPES) -> dict[str, float]:
+    """Compile (or load from Numba's cache) every daskmeans kernel for each compute dtype.
+
+    Parameters
+    ----------
+    dtypes : sequence of numpy dtypes
+        The dtypes to compile for; float32 and float64 by default.
+
+    Returns
+    -------
+    dict
+        ``"concern/dtype"`` -> seconds it took.
+    """
+    seconds = {}
+    for name, warm in WARMUPS.items():
+        for dtype in dtypes:
+            start = time.perf_counter()
+            warm(np.dtype(dtype))
+            seconds[f"{name}/{np.dtype(dtype).name}"] = time.perf_counter() - start
+    return seconds
+
+
+def thread_settings() -> dict[str, str | None]:
+    """The thread-capping variables as this process sees them (None where unset)."""
+    return {name: os.environ.get(name) for name in THREAD_VARIABLES}
+
+
+async def dask_setup(dask_object):
+    """Preload entry point: warm the kernels on a worker (off the event loop), and log what was done.
+
+    Parameters
+    ----------
+    dask_object : distributed.Worker, distributed.Scheduler or distributed.Client
+        Given by Dask. Only workers run kernels; on anything else this logs and does nothing.
+    """
+    from distributed import Worker
+
+    if not isinstance(dask_object, Worker):
+        logger.info("daskmeans.preload: %s runs no kernels; nothing to warm", type(dask_object).__name__)
+        return
+    start = time.perf_counter()
+    seconds = await asyncio.to_thread(warm_kernels)
+    total = time.perf_counter() - start
+    slowest = max(seconds, key=seconds.get)
+    logger.info(
+        "daskmeans.preload: warmed %d kernels for %s in %.2fs (slowest %s: %.2fs); NUMBA_CACHE_DIR=%s",
+        len(_dispatchers()), "/".join(np.dtype(d).name for d in COMPUTE_DTYPES), total, slowest,
+        seconds[slowest], os.environ.get("NUMBA_CACHE_DIR", "(next to the sources)"),
+    )
+    threads = dask_object.state.nthreads
+    settings = thread_settings()
+    uncapped = [name for name in BLAS_THREAD_VARIABLES if settings[name] != "1"]
+    if threads and threads > 1 and uncapped:
+        logger.warning(
+            "daskmeans.preload: this worker runs %d threads but %s %s not 1; BLAS/OpenMP may "
+            "oversubscribe the cores (set them to 1, as the daskmeans image does)",
+            threads, ", ".join(uncapped), "is" if len(uncapped) == 1 else "are",
+        )
+    else:
+        logger.info("daskmeans.preload: thread settings %s", settings)
