@@ -1,6 +1,6 @@
 """daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
 
-from .estimators import KMeans
+from .estimators import KMeans, VRKMeans
 from .exceptions import (
     DaskmeansError,
     InputDataError,
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KMeans",
+    "VRKMeans",
     "open_input",
     "write_labels",
     "load",

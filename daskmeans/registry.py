@@ -14,6 +14,8 @@ from .exceptions import InvalidParameterError
 
 ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "kmeans": ("daskmeans.estimators", "KMeans", {}),
+    "vrkm": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm"}),
+    "vrkm++": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++"}),
 }
 
 

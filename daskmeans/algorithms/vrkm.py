@@ -1,0 +1,334 @@
+"""VRKM and VRKM++ (Zhao et al., "Large-scale k-means clustering via variance reduction"): epochs of one full pass,
+a position correction and a sequential inner loop of variance-reduced steps with a constant learning rate.
+
+Each epoch:
+
+1. the epoch pass (:mod:`daskmeans.passes.epoch`) assigns every row to the current centers ``C~`` (its energy is
+   recorded) and gathers the epoch's ``T`` sampled rows, drawn uniformly with replacement (weight-proportionally
+   with sample weights), with their snapshot labels;
+2. empty clusters are refilled with far rows (never reset to zero), then the position correction: VRKM
+   (Algorithms 2-3) ``c~new = c~ - grad f~(c~)`` with ``grad f~(c~) = (1/v) sum (c~ - x)`` over the cluster, and
+   the batch gradient ``G = (1/v) sum (c~new - x)`` at ``c~new`` for the variance-reduced steps; VRKM++
+   (Algorithm 4) ``c~new`` = the cluster means and ``G = 0``. Over the same partition ``G`` is zero up to float64
+   rounding, which is why the paper finds both variants give the same clustering; VRKM still computes and applies
+   it, as Algorithm 3 does;
+3. the inner loop (:mod:`daskmeans.kernels.vrkm`) runs the ``T`` steps from ``C_0 = C~new``, on the driver, or
+   on one pinned worker when the sample is larger than ``driver_sample_bytes``; either way the sample stays on the
+   workers that gathered it and streams in one segment at a time, and the result is the same;
+4. ``C~ = C_T``.
+
+It stops after ``max_epochs``, when the energy changed by at most ``tol`` (relative) between two passes (the
+centers of that pass are kept), or when ``max_time`` is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+
+import numpy as np
+
+from .._client import compute_now, persist_now
+from ..kernels.vrkm import InnerLoop
+from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
+from ..passes.sampling import (
+    uniform_indices_with_replacement,
+    weight_totals_graph,
+    weighted_indices_with_replacement_graph,
+)
+from .relocation import centers_from_stats, relocate_empty_clusters
+from .result import Clock, FitResult
+
+VARIANTS = ("vrkm++", "vrkm")
+#: The sample streams in at least this many segments (the unit in which candidate lists are remade).
+MIN_SEGMENTS = 8
+#: Remake the candidate lists once a step needs this many times more distances than a list holds.
+REMAKE_COST = 4
+
+
+def epoch_sizes(epoch_size, n_samples: int):
+    """The number of inner steps of epoch ``s`` (1-based), as a function.
+
+    Parameters
+    ----------
+    epoch_size : int, float or "doubling"
+        An int is a number of steps, a float a fraction of ``n_samples`` (rounded up), ``"doubling"`` is the
+        paper's ``T = 2**s``.
+    """
+    if isinstance(epoch_size, str):
+        return lambda s: 2**s
+    if isinstance(epoch_size, (int, np.integer)):
+        return lambda s: int(epoch_size)
+    steps = max(1, math.ceil(float(epoch_size) * n_samples))
+    return lambda s: steps
+
+
+def position_correction(stats, centers, variant):
+    """The corrected snapshot centers ``C~new`` and the batch gradient at them (None for VRKM++).
+
+    Parameters
+    ----------
+    stats : ClusterStats
+        Sums and counts of the partition by ``centers`` (after relocating empty clusters).
+    centers : ndarray (k, d)
+        ``C~``, the centers of the pass.
+    variant : {"vrkm++", "vrkm"}
+
+    Returns
+    -------
+    corrected : ndarray (k, d), dtype of ``centers``
+    batch_gradient : float64 ndarray (k, d) or None
+        ``(1/v) sum (c~new - x)`` per cluster (zero for clusters without weight).
+    """
+    if variant == "vrkm++":
+        return centers_from_stats(stats, centers), None
+    filled = stats.counts > 0
+    means = stats.sums[filled] / stats.counts[filled, None]
+    current = centers.astype(np.float64)
+    gradient = np.zeros_like(current)
+    gradient[filled] = current[filled] - means  # grad f~(c~) = (1/v) sum (c~ - x)
+    corrected = current - gradient
+    batch_gradient = np.zeros_like(current)
+    batch_gradient[filled] = corrected[filled] - means  # grad f~(c~new), same partition
+    return corrected.astype(centers.dtype), batch_gradient
+
+
+def _draws(n, steps, seed, epoch, weights, block_totals, client):
+    if weights is None:
+        return uniform_indices_with_replacement(n, steps, seed, "vrkm", epoch)
+    graph = weighted_indices_with_replacement_graph(weights, block_totals, steps, seed, "vrkm", epoch)
+    return compute_now(graph, client=client)[0]
+
+
+def _pinned_worker(client) -> str:
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise RuntimeError("the Dask cluster has no workers to run the VRKM inner loop on")
+    return workers[0]
+
+
+def segment_rows_for(n_draws: int, array) -> int:
+    """Draws per segment: at least ``MIN_SEGMENTS`` segments (the candidate lists are remade for each), and none
+    larger than one block of the data."""
+    return max(1, min(math.ceil(n_draws / MIN_SEGMENTS), int(max(array.chunks[0]))))
+
+
+def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_gradient, agree_rule, n_candidates,
+                 compute):
+    """The inner loop over a sample kept on the cluster, one segment at a time.
+
+    The candidate lists made in the pass are used while they keep the steps cheap; once the centers have drifted
+    so far from the pass's that a step needs more than ``REMAKE_COST`` distances per listed candidate, each
+    remaining segment gets its lists remade against the centers of that moment. This changes the speed only.
+
+    Parameters
+    ----------
+    pieces : list of list of Delayed or Future
+        ``pieces[s][b]``: block ``b``'s part of segment ``s``.
+    starts : int array
+        First draw of each segment.
+    n_draws : int
+    snapshot : ndarray (k, d)
+        ``C~new``.
+    pass_centers : ndarray (k, d)
+        ``C~``, the centers the pass made the candidate lists against.
+    compute : callable
+        Computes a delayed object and returns its value (driver client, worker client or local scheduler).
+
+    Returns
+    -------
+    centers : ndarray (k, d)
+    counts : InnerLoopCounts
+    remade : int
+        Segments whose candidate lists were remade.
+    """
+    loop = InnerLoop(snapshot, eta, batch_gradient=batch_gradient, agree_rule=agree_rule,
+                     reference_centers=pass_centers)
+    ends = list(starts[1:]) + [n_draws]
+    pass_lists = True
+    remade = 0
+    for segment, first, last in zip(pieces, starts, ends):
+        done = 0
+        if pass_lists:
+            sample = finish_segment(compute(segment_graph(segment)), int(first), int(last - first))
+            done = loop.run(*sample.as_tuple(), max_cost=REMAKE_COST * (n_candidates + 1))
+            pass_lists = done == sample.rows.shape[0]
+        if done < last - first:
+            loop.rebase()
+            sample = finish_segment(compute(segment_graph(segment, loop.centers(), n_candidates)), int(first),
+                                    int(last - first))
+            loop.run(*(values[done:] for values in sample.as_tuple()))
+            remade += 1
+        del sample
+    return loop.centers(), loop.counts(), remade
+
+
+def _inner_loop_on_worker(keys, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
+                          n_candidates):
+    """Runs on one pinned worker: the sample streams in, segment by segment, from the workers that hold it."""
+    from distributed import Future, worker_client
+
+    with worker_client() as client:
+        pieces = [[Future(key, client=client) for key in segment] for segment in keys]
+        return run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, batch_gradient=batch_gradient,
+                            agree_rule=agree_rule, n_candidates=n_candidates,
+                            compute=lambda graph: client.compute(graph).result())
+
+
+def _epoch_pass(array, centers, draws, weights, n_candidates, client):
+    """Run the epoch pass; the sample stays where it was computed (the workers, or this process)."""
+    segment_rows = segment_rows_for(draws.size, array)
+    stats_graph, segments = epoch_pass_graph(array, centers, draws, weights=weights, segment_rows=segment_rows,
+                                             n_candidates=n_candidates)
+    persisted = persist_now(stats_graph, *[piece for segment in segments for piece in segment], client=client)
+    (raw,) = compute_now(persisted[0], client=client)
+    n_blocks = len(segments[0])
+    pieces = [list(persisted[1 + s * n_blocks:1 + (s + 1) * n_blocks]) for s in range(len(segments))]
+    return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
+
+
+def _snapshot(snapshots, epoch, clock, centers):
+    if snapshots is not None:
+        snapshots.append({"iteration": epoch, "wall_time": clock.elapsed(), "perf_counter": time.perf_counter(),
+                          "centers": np.array(centers, copy=True)})
+
+
+def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
+         weights=None, total_weight=None, agree_rule="paper", n_candidates=16, driver_sample_bytes=None,
+         clock=None, client=None, callback=None, passes=0, snapshots=None):
+    """Run VRKM or VRKM++ epochs from ``centers``.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    variant : {"vrkm++", "vrkm"}
+    eta : float
+        The constant learning rate.
+    epoch_size : int, float or "doubling"
+        Inner steps per epoch (see :func:`epoch_sizes`).
+    max_epochs : int
+    tol : float
+        Stop when ``|E_prev - E| <= tol * E_prev`` between two consecutive passes.
+    seed : int
+        Root seed of the draws.
+    weights : dask.array.Array (n,), optional
+        Sample weights: draws are weight-proportional and the statistics weighted.
+    total_weight : float
+        Sum of the weights (n without weights), to report the energy as a mean.
+    agree_rule : {"paper", "reference"}
+    n_candidates : int
+        Candidate centers per sampled row (speed only: the result does not depend on it).
+    driver_sample_bytes : int, optional
+        With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
+        is at most this, else on one worker; either way the sample streams in one segment at a time and the
+        result is the same. Default: a quarter of the driver's available memory.
+    clock : Clock, optional
+    client : distributed.Client, optional
+    callback : callable, optional
+        Called with each epoch's record.
+    passes : int
+        Passes already spent, carried into the records.
+    snapshots : list, optional
+        When given, a copy of the centers is appended at the start and after every epoch's inner loop, as
+        ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch), for benchmarks
+        that evaluate intermediate centers outside the timed region.
+
+    Returns
+    -------
+    FitResult
+    """
+    clock = clock or Clock()
+    n, n_features = array.shape
+    total_weight = float(n if total_weight is None else total_weight)
+    sizes = epoch_sizes(epoch_size, n)
+    if driver_sample_bytes is None:
+        import psutil
+
+        driver_sample_bytes = psutil.virtual_memory().available // 4
+    block_totals = None
+    if weights is not None:
+        (block_totals,) = compute_now(weight_totals_graph(weights), client=client)
+    history = []
+    _snapshot(snapshots, 0, clock, centers)
+    previous_energy = None
+    stop_reason = "max_epochs"
+    final_stats = None
+    n_epochs = 0
+    for epoch in range(1, max_epochs + 1):
+        steps = int(sizes(epoch))
+        draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
+        started = time.perf_counter()
+        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, n_candidates, client)
+        passes += 1
+        n_empty = int(np.sum(stats.counts <= 0))
+        if n_empty > stats.far_rows.shape[0]:
+            (raw,) = compute_now(assign_stats_graph(array, centers, weights, n_far=n_empty), client=client)
+            stats = finish_stats(raw)
+            passes += 1
+        energy = stats.inertia / total_weight
+        record = {
+            "iteration": epoch,
+            "epoch": epoch,
+            "energy": energy,
+            "inertia": stats.inertia,
+            "epoch_size": steps,
+            "pass_time": time.perf_counter() - started,
+            "wall_time": clock.elapsed(),
+            "passes": passes,
+        }
+        n_epochs = epoch
+        converged = previous_energy is not None and abs(previous_energy - energy) <= tol * previous_energy
+        if converged or clock.out_of_time():
+            # these centers are the result: their energy is known, no inner loop nor final pass is needed
+            stop_reason = "converged" if converged else "max_time"
+            final_stats = stats
+            history.append(record)
+            if callback is not None:
+                callback(record)
+            break
+        record["relocated"] = relocate_empty_clusters(stats)
+        snapshot, batch_gradient = position_correction(stats, centers, variant)
+        started = time.perf_counter()
+        options = dict(batch_gradient=batch_gradient, agree_rule=agree_rule, n_candidates=n_candidates)
+        on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
+        if on_worker:
+            where = _pinned_worker(client)
+            future = client.submit(
+                _inner_loop_on_worker, [[piece.key for piece in segment] for segment in pieces], starts, steps,
+                snapshot, centers, eta, batch_gradient, agree_rule, n_candidates, workers=[where],
+                allow_other_workers=False, pure=False, key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}",
+            )
+            centers, counts, remade = future.result()
+            del future
+        else:
+            where = "driver"
+            centers, counts, remade = run_segments(pieces, starts, steps, snapshot, centers, eta, **options,
+                                                   compute=lambda graph: compute_now(graph, client=client)[0])
+        del pieces
+        _snapshot(snapshots, epoch, clock, centers)
+        record.update({
+            "inner_steps": counts.steps,
+            "changed": counts.changed,
+            "agree_updates": counts.agree_updates,
+            "distances_per_step": counts.distances / max(1, counts.steps),
+            "lists_remade": remade,
+            "inner_time": time.perf_counter() - started,
+            "inner_on": where,
+        })
+        history.append(record)
+        if callback is not None:
+            callback(record)
+        previous_energy = energy
+        if clock.out_of_time():
+            stop_reason = "max_time"
+            break
+    if final_stats is None:
+        (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
+        final_stats = finish_stats(raw)
+        passes += 1
+    if history:
+        history[-1]["stop_reason"] = stop_reason
+    return FitResult(centers, final_stats.inertia, n_epochs, history, stop_reason, passes, final_stats.counts)

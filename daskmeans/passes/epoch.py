@@ -1,0 +1,181 @@
+"""The VRKM epoch pass: one read of every block gives the assignment statistics and the epoch's sample.
+
+Every row is assigned to the current centers ``C~`` (per-cluster sums, counts and SSE, tree-reduced as in the
+assign pass, so the energy comes free), and the rows at the epoch's drawn indices are gathered with their snapshot
+labels. The draws are global row indices decided on the driver, so the sample depends on the seed and ``n`` only,
+never on chunking.
+
+Each sampled row also gets its candidate list (:func:`daskmeans.kernels.vrkm.candidate_lists`: its nearest
+centers and a bound on its distance to the others), in place of its plain nearest center, so no row is compared
+twice. The sample is cut into segments of consecutive draws, kept on the workers as one piece per (segment, block).
+When the centers have moved too far from the pass's for those lists to help, :func:`segment_graph` remakes a
+segment's lists against the centers of that moment, on the workers that hold its pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from ..kernels.assign import nearest_centers
+from ..kernels.stats import cluster_stats
+from ..kernels.vrkm import candidate_lists
+from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
+from .assign import N_FAR, _combine_stats, _farthest
+from .sampling import _gather_block
+
+
+@dataclass
+class EpochSample:
+    """Sampled rows in draw order, with what the inner loop needs about each.
+
+    Attributes
+    ----------
+    rows : ndarray (t, d)
+    labels : int32 (t,)
+        Nearest center in the pass (the snapshot label).
+    candidates : int32 (t, m)
+        The ``m`` nearest of the centers given to :func:`segment_graph`, nearest first.
+    lower : float64 (t,)
+        Lower bound of the distance to every other of those centers.
+    """
+
+    rows: np.ndarray
+    labels: np.ndarray
+    candidates: np.ndarray
+    lower: np.ndarray
+
+    def as_tuple(self):
+        return self.rows, self.labels, self.candidates, self.lower
+
+
+def segment_starts(n_draws: int, segment_rows: int) -> np.ndarray:
+    """First draw of each segment."""
+    if n_draws == 0:
+        return np.zeros(1, dtype=np.int64)
+    return np.arange(0, n_draws, max(1, int(segment_rows)), dtype=np.int64)
+
+
+def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n_far):
+    block = np.asarray(block)
+    positions, rows = _gather_block(block, offset, weights, draws)
+    sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
+    labels = np.empty(block.shape[0], dtype=np.int32)
+    dist2 = np.empty(block.shape[0], dtype=np.float64)
+    others = np.ones(block.shape[0], dtype=bool)
+    others[sampled] = False
+    # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
+    if sampled.size < block.shape[0]:
+        labels[others], dist2[others] = nearest_centers(block[others], centers)
+    s_labels, s_dist2, s_candidates, s_lower = candidate_lists(block[sampled], centers, n_candidates)
+    labels[sampled] = s_labels
+    dist2[sampled] = s_dist2
+    sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
+    w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
+    eligible = np.flatnonzero(w > 0)  # rows of weight 0 cannot refill an empty cluster
+    far = _farthest(dist2[eligible], block[eligible], labels[eligible], w[eligible], n_far)
+    # positions come sorted (np.flatnonzero): each segment is a slice
+    cuts = np.append(np.searchsorted(positions, starts), positions.size)
+    pieces = []
+    for s in range(len(starts)):
+        part = slice(cuts[s], cuts[s + 1])
+        which = inverse[part]
+        pieces.append((positions[part], rows[part], s_labels[which], s_candidates[which], s_lower[which]))
+    return (sums, counts, sse, far), tuple(pieces)
+
+
+def _stats_of(part):
+    return part[0]
+
+
+def _piece_of(part, segment):
+    return part[1][segment]
+
+
+def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_candidates=16, n_far=N_FAR):
+    """The delayed epoch pass of ``array`` against ``centers``, sampling the rows at ``draws``.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    draws : int array (t,)
+        Global row indices, in step order (repeats allowed).
+    weights : dask.array.Array (n,), optional
+    segment_rows : int
+        Draws per segment.
+    n_candidates : int
+        Candidate centers listed per sampled row.
+    n_far : int
+        Farthest rows kept for relocating empty clusters.
+
+    Returns
+    -------
+    stats : Delayed
+        Reduces to the assign pass's result (use :func:`daskmeans.passes.assign.finish_stats`).
+    segments : list of list of Delayed
+        ``segments[s][b]`` is block ``b``'s part of segment ``s``: ``(positions, rows, labels, candidates,
+        lower)``, the candidate lists made against ``centers``.
+    """
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    draws = np.ascontiguousarray(draws, dtype=np.int64)
+    starts = segment_starts(draws.size, segment_rows)
+    parts = map_blocks_delayed(
+        _epoch_block, "vrkm-epoch", block_args(array, weights), shared(centers, "centers"),
+        shared(draws, "draws"), starts, int(n_candidates), int(n_far),
+    )
+    stats = tree_reduce(
+        map_blocks_delayed(_stats_of, "vrkm-epoch-stats", [[p] for p in parts]),
+        partial(_combine_stats, n_far=int(n_far)), "vrkm-epoch-stats",
+    )
+    segments = [map_blocks_delayed(_piece_of, "vrkm-epoch-segment", [[p] for p in parts], s)
+                for s in range(len(starts))]
+    return stats, segments
+
+
+def _candidates_of_piece(piece, centers, n_candidates):
+    positions, rows, labels = piece[:3]
+    _, _, candidates, lower = candidate_lists(rows, centers, n_candidates)
+    return positions, rows, labels, candidates, lower
+
+
+def _merge_pieces(parts):
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(5))
+
+
+def segment_graph(pieces, centers=None, n_candidates=16):
+    """Delayed merge of one segment's pieces, with candidate lists remade against ``centers`` if given.
+
+    Parameters
+    ----------
+    pieces : list of Delayed or Future
+        The segment's part of each block (``epoch_pass_graph``'s ``segments[s]``, persisted).
+    centers : ndarray (k, d), optional
+        Remake the candidate lists against these centers (on the workers holding the pieces); None keeps the
+        lists of the pass.
+    n_candidates : int
+
+    Returns
+    -------
+    Delayed
+        ``(positions, rows, labels, candidates, lower)``; :func:`finish_segment` puts it in draw order.
+    """
+    if centers is None:
+        return tree_reduce(list(pieces), _merge_pieces, "vrkm-segment")
+    centers = np.ascontiguousarray(centers)
+    parts = map_blocks_delayed(_candidates_of_piece, "vrkm-candidates", [[p] for p in pieces],
+                               shared(centers, "centers"), int(n_candidates))
+    return tree_reduce(parts, _merge_pieces, "vrkm-candidates")
+
+
+def finish_segment(merged, first_draw: int, n_draws: int) -> EpochSample:
+    """Put a merged segment in draw order."""
+    positions, rows, labels, candidates, lower = merged
+    if positions.size != n_draws:
+        raise RuntimeError(f"a segment of the VRKM sample has {positions.size} rows, expected {n_draws}")
+    where = positions - first_draw
+    order = np.empty(n_draws, dtype=np.int64)
+    order[where] = np.arange(n_draws)
+    return EpochSample(rows[order], labels[order], candidates[order], lower[order])
