@@ -109,8 +109,10 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
     runs = record["runs"]
-    assert sorted({r["name"] for r in runs}) == sorted(["kmeans", "sklearn-lloyd", "sklearn-minibatch", "faiss",
-                                                        "dask-ml"])
+    from daskmeans.registry import algorithm_names
+
+    assert sorted({r["name"] for r in runs}) == sorted([*algorithm_names(), "sklearn-lloyd", "sklearn-minibatch",
+                                                        "faiss", "dask-ml"])
     assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
     for run in runs:
         installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]
