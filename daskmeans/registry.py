@@ -16,6 +16,8 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "kmeans": ("daskmeans.estimators", "KMeans", {}),
     "vrkm": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm"}),
     "vrkm++": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++"}),
+    # VRKM++ with the reference code's update when a sample keeps its label (the paper leaves C unchanged)
+    "vrkm++-reference": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
 }
 
 
