@@ -1,6 +1,7 @@
 """daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
 
 from .estimators import KMeans
+from .estimators import MiniBatchKMeans, NestedMiniBatchKMeans
 from .exceptions import (
     DaskmeansError,
     InputDataError,
@@ -17,6 +18,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KMeans",
+    "NestedMiniBatchKMeans",
+    "MiniBatchKMeans",
     "open_input",
     "write_labels",
     "load",

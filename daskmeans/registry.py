@@ -14,6 +14,8 @@ from .exceptions import InvalidParameterError
 
 ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "kmeans": ("daskmeans.estimators", "KMeans", {}),
+    "nmbatch": ("daskmeans.estimators", "NestedMiniBatchKMeans", {}),
+    "minibatch": ("daskmeans.estimators", "MiniBatchKMeans", {}),
 }
 
 

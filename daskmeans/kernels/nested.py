@@ -1,0 +1,527 @@
+"""Nested mini-batch k-means (Newling & Fleuret 2016) on one block of the active batch.
+
+Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
+(:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Blocked GEMM only
+proposes candidates: a row whose best and second-best GEMM scores are closer than the rounding error of the
+GEMM (a bound proven from the float format, :func:`score_error_allowance`) is settled by exact distances.
+Distance bounds only ever skip centers that cannot win, so labels are the same with any bounds or none.
+
+Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
+group except the sample's own. One group per center is Elkan's scheme (k bounds per sample), one group of
+all centers is Hamerly's (one bound), a few groups of nearby centers is yinyang (Ding et al. 2015). After the
+centers move by ``p`` (per center), a group's bound drops by the largest ``p`` in the group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from .assign import SLAB_BYTES
+
+#: Relative slack of a stored lower bound: float32 storage rounds it *down* by at least this much.
+_STORE_SHRINK = 1.0 - 2.0**-21
+#: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
+TEST_MARGIN = 1e-9
+#: Bound schemes accepted by ``bounds=``.
+BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
+#: Yinyang groups hold about this many centers.
+YINYANG_GROUP_SIZE = 10
+
+
+# -- exact distances -------------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pair_dist2(x, c):
+    """Squared distance in float64 with eight interleaved partial sums, always combined in the same order.
+
+    The lanes are independent, so the compiler may vectorize them without changing a single rounding: the
+    value depends on the two vectors only, wherever this is called from.
+    """
+    d = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    f = 0
+    while f + 8 <= d:
+        t0 = np.float64(x[f]) - np.float64(c[f])
+        t1 = np.float64(x[f + 1]) - np.float64(c[f + 1])
+        t2 = np.float64(x[f + 2]) - np.float64(c[f + 2])
+        t3 = np.float64(x[f + 3]) - np.float64(c[f + 3])
+        t4 = np.float64(x[f + 4]) - np.float64(c[f + 4])
+        t5 = np.float64(x[f + 5]) - np.float64(c[f + 5])
+        t6 = np.float64(x[f + 6]) - np.float64(c[f + 6])
+        t7 = np.float64(x[f + 7]) - np.float64(c[f + 7])
+        a0 += t0 * t0
+        a1 += t1 * t1
+        a2 += t2 * t2
+        a3 += t3 * t3
+        a4 += t4 * t4
+        a5 += t5 * t5
+        a6 += t6 * t6
+        a7 += t7 * t7
+        f += 8
+    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    while f < d:
+        t = np.float64(x[f]) - np.float64(c[f])
+        total += t * t
+        f += 1
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_dist2(X, centers, labels):
+    """Exact squared distance (float64) of every row of ``X`` to its center ``centers[labels[i]]``."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(X.shape[0]):
+        out[i] = _pair_dist2(X[i], centers[labels[i]])
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_nearest(X, centers):
+    """Reference assignment by exact distances to every center (ties to the lowest index).
+
+    Returns
+    -------
+    labels : int32 (n,)
+    dist2 : float64 (n,)
+    """
+    n = X.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        best = np.inf
+        best_j = 0
+        for j in range(centers.shape[0]):
+            value = _pair_dist2(X[i], centers[j])
+            if value < best:
+                best = value
+                best_j = j
+        labels[i] = best_j
+        dist2[i] = best
+    return labels, dist2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store_lower(value):
+    """A float32 that is certainly not above ``value`` (a lower bound stays a lower bound)."""
+    return np.float32(max(value, 0.0) * _STORE_SHRINK)
+
+
+@numba.njit(cache=True, nogil=True)
+def row_sq_norms(X):
+    """Squared norm of every row, accumulated in float64."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(X.shape[0]):
+        s = 0.0
+        for f in range(X.shape[1]):
+            v = np.float64(X[i, f])
+            s += v * v
+        out[i] = s
+    return out
+
+
+def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
+    """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
+
+    A dot product of ``d`` terms in floating point, in any summation order, is within
+    ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
+    with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    sec. 3.1). Twice that covers ``2 x.c``; a little more covers the float64 terms.
+    """
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 2
+    gamma = terms * unit / (1 - terms * unit)
+    norms = np.sqrt(x_sq)
+    return 2.0 * gamma * norms * max_center_norm * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+
+
+# -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
+@numba.njit(cache=True, nogil=True)
+def _assign_slab(X, centers, cross, sorted_sq, group_ptr, column_center, x_sq, allowance, labels, dist2, lower):
+    """Exact nearest center of each row of a slab from its GEMM ``cross`` against the group-sorted centers,
+    and the rows' group lower bounds.
+
+    The score of column ``col`` is ``sorted_sq[col] - 2 cross[i, col]`` (the squared distance less
+    ``||x||^2``). Rows whose best two scores are within twice the GEMM rounding bound are settled by exact
+    distances among the candidate columns (lowest center index among equals).
+    """
+    rows = cross.shape[0]
+    n_groups = group_ptr.shape[0] - 1
+    gmin = np.empty(n_groups, dtype=np.float64)
+    garg = np.empty(n_groups, dtype=np.int64)
+    rechecked = 0
+    for i in range(rows):
+        best_g = 0
+        for g in range(n_groups):
+            m = np.inf
+            a = group_ptr[g]
+            for col in range(group_ptr[g], group_ptr[g + 1]):
+                score = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
+                if score < m:
+                    m = score
+                    a = col
+            gmin[g] = m
+            garg[g] = a
+            if m < gmin[best_g] or (m == gmin[best_g] and column_center[a] < column_center[garg[best_g]]):
+                best_g = g
+        best_col = garg[best_g]
+        best = gmin[best_g]
+        # the second smallest score: other groups' minima, and the best group without its winner
+        own_second = np.inf
+        for col in range(group_ptr[best_g], group_ptr[best_g + 1]):
+            if col != best_col:
+                score = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
+                if score < own_second:
+                    own_second = score
+        second = own_second
+        for g in range(n_groups):
+            if g != best_g and gmin[g] < second:
+                second = gmin[g]
+        label = column_center[best_col]
+        if second - best <= 2.0 * allowance[i]:
+            rechecked += 1
+            limit = best + 2.0 * allowance[i]
+            best_exact = np.inf
+            for col in range(cross.shape[1]):
+                if sorted_sq[col] - 2.0 * np.float64(cross[i, col]) > limit:
+                    continue
+                j = column_center[col]
+                value = _pair_dist2(X[i], centers[j])
+                if value < best_exact or (value == best_exact and j < label):
+                    best_exact = value
+                    label = j
+            dist2[i] = best_exact
+        else:
+            dist2[i] = _pair_dist2(X[i], centers[label])
+        labels[i] = label
+        if lower.shape[1] == 0:
+            continue
+        for g in range(n_groups):
+            if column_center[garg[g]] != label:
+                score = gmin[g]
+            elif label == column_center[best_col]:
+                score = own_second
+            else:
+                # the label's own group: its smallest score among the other centers
+                score = np.inf
+                for col in range(group_ptr[g], group_ptr[g + 1]):
+                    if column_center[col] != label:
+                        value = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
+                        if value < score:
+                            score = value
+            if score == np.inf:
+                lower[i, g] = np.float32(np.inf)
+            else:
+                lower[i, g] = _store_lower(math.sqrt(max(score + x_sq[i] - allowance[i], 0.0)))
+    return rechecked
+
+
+def assign_with_bounds(X, centers, groups, slab_bytes=SLAB_BYTES, with_bounds=True):
+    """Exact nearest center of every row, and fresh group lower bounds.
+
+    Parameters
+    ----------
+    X : ndarray (n, d), float32 or float64
+    centers : ndarray (k, d), same dtype
+    groups : CenterGroups
+    slab_bytes : int
+        Size of the largest GEMM slab held at once (at least one row against all centers).
+    with_bounds : bool
+        False skips the bounds (``lower`` is then ``(n, 0)``).
+
+    Returns
+    -------
+    labels : int32 (n,)
+    dist2 : float64 (n,)
+        Exact squared distance to the assigned center.
+    lower : float32 (n, n_groups)
+        Lower bound on the distance to every center of each group other than the assigned one
+        (``inf`` for a group holding only the assigned center).
+    rechecked : int
+        Rows whose GEMM scores were too close to call and were settled by exact distances.
+    """
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    sorted_centers = np.ascontiguousarray(np.asarray(centers)[groups.members], dtype=X.dtype)
+    k = sorted_centers.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    lower = np.empty((n, groups.n_groups if with_bounds else 0), dtype=np.float32)
+    if n == 0:
+        return labels, dist2, lower, 0
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    sorted_sq = row_sq_norms(sorted_centers)
+    x_sq = row_sq_norms(X)
+    allowance = score_error_allowance(x_sq, math.sqrt(float(sorted_sq.max())), d, X.dtype)
+    row_step = max(1, min(n, slab_bytes // (k * X.dtype.itemsize)))
+    cross = np.empty((row_step, k), dtype=X.dtype)
+    rechecked = 0
+    for r0 in range(0, n, row_step):
+        r1 = min(n, r0 + row_step)
+        out = cross[: r1 - r0]
+        np.matmul(X[r0:r1], sorted_centers.T, out=out)
+        rechecked += _assign_slab(X[r0:r1], centers, out, sorted_sq, groups.ptr, groups.members, x_sq[r0:r1],
+                                  allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
+    return labels, dist2, lower, rechecked
+
+
+# -- revisiting samples of the batch ---------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
+             new_labels, new_dist2, new_lower, needs_full):
+    n = X.shape[0]
+    k = centers.shape[0]
+    n_groups = lower.shape[1]
+    values = np.empty(k, dtype=np.float64)
+    decreased = np.empty(n_groups, dtype=np.float64)
+    failing = np.zeros(n_groups, dtype=np.bool_)
+    computed = 0
+    for i in range(n):
+        a = labels[i]
+        d2 = _pair_dist2(X[i], centers[a])
+        computed += 1
+        dist = math.sqrt(d2)
+        threshold = dist * (1.0 + TEST_MARGIN)
+        smallest = np.inf
+        for g in range(n_groups):
+            bound = np.float64(lower[i, g]) - group_shift[g]
+            decreased[g] = bound
+            smallest = min(smallest, bound)
+        if smallest > threshold:
+            # every group is ruled out: the common case once the centers settle
+            new_labels[i] = a
+            new_dist2[i] = d2
+            for g in range(n_groups):
+                new_lower[i, g] = _store_lower(decreased[g])
+            continue
+        need = 0
+        for g in range(n_groups):
+            failing[g] = decreased[g] <= threshold
+            if failing[g]:
+                need += group_ptr[g + 1] - group_ptr[g]
+        if need > scalar_limit:
+            needs_full[i] = True
+            continue
+        best = a
+        best_d2 = d2
+        best_dist = dist
+        for g in range(n_groups):
+            if not failing[g]:
+                continue
+            old_bound = np.float64(lower[i, g])
+            for t in range(group_ptr[g], group_ptr[g + 1]):
+                j = members[t]
+                if j == a:
+                    values[j] = dist
+                    continue
+                own_bound = old_bound - shift[j]
+                if own_bound > best_dist * (1.0 + TEST_MARGIN):
+                    values[j] = own_bound
+                    continue
+                value = _pair_dist2(X[i], centers[j])
+                computed += 1
+                values[j] = math.sqrt(value)
+                if value < best_d2 or (value == best_d2 and j < best):
+                    best = j
+                    best_d2 = value
+                    best_dist = values[j]
+        new_labels[i] = best
+        new_dist2[i] = best_d2
+        for g in range(n_groups):
+            if failing[g]:
+                bound = np.inf
+                for t in range(group_ptr[g], group_ptr[g + 1]):
+                    j = members[t]
+                    if j != best and values[j] < bound:
+                        bound = values[j]
+            else:
+                bound = decreased[g]
+                if best != a and group_of[a] == g and dist < bound:
+                    bound = dist
+            new_lower[i, g] = np.float32(np.inf) if bound == np.inf else _store_lower(bound)
+    return computed
+
+
+def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None):
+    """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
+
+    Parameters
+    ----------
+    X : ndarray (m, d)
+    centers : ndarray (k, d)
+        The new centers.
+    labels : int32 (m,)
+        Assignment before the move.
+    lower : float32 (m, n_groups)
+        Group lower bounds valid for the centers before the move.
+    shift : float64 (k,)
+        Distance each center moved (an upper bound of it).
+    groups : CenterGroups
+    scalar_limit : int, optional
+        A sample whose failing groups hold more centers than this is reassigned by GEMM against all centers
+        (cheaper than many single distances); default ``k // 8``.
+
+    Returns
+    -------
+    labels : int32 (m,)
+    dist2 : float64 (m,)
+        Exact squared distance to the new assignment.
+    lower : float32 (m, n_groups)
+        Bounds valid for the new centers.
+    computed : int
+        Distances computed (one per center per sample reassigned by GEMM).
+    """
+    X = np.ascontiguousarray(X)
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    m = X.shape[0]
+    k = centers.shape[0]
+    if scalar_limit is None:
+        scalar_limit = max(1, k // 8)
+    new_labels = np.empty(m, dtype=np.int32)
+    new_dist2 = np.empty(m, dtype=np.float64)
+    new_lower = np.empty_like(lower)
+    needs_full = np.zeros(m, dtype=np.bool_)
+    group_shift = groups.group_shift(shift)
+    computed = _revisit(X, centers, labels, lower, np.asarray(shift, dtype=np.float64), group_shift,
+                        groups.ptr, groups.members, groups.group_of, int(scalar_limit), new_labels, new_dist2,
+                        new_lower, needs_full)
+    full = np.flatnonzero(needs_full)
+    if full.size:
+        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
+        new_labels[full] = f_labels
+        new_dist2[full] = f_dist2
+        new_lower[full] = f_lower
+        computed += full.size * k
+    return new_labels, new_dist2, new_lower, int(computed)
+
+
+# -- one sample, one vote --------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, n_reused, k):
+    d = X.shape[1]
+    sums = np.zeros((k, d), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.float64)
+    sse = np.zeros(k, dtype=np.float64)
+    changed = 0
+    for i in range(X.shape[0]):
+        b = new_labels[i]
+        sse[b] += new_dist2[i]
+        if i < n_reused:
+            a = old_labels[i]
+            sse[a] -= old_dist2[i]
+            if a == b:
+                continue
+            changed += 1
+            counts[a] -= 1.0
+            for f in range(d):
+                sums[a, f] -= np.float64(X[i, f])
+        counts[b] += 1.0
+        for f in range(d):
+            sums[b, f] += np.float64(X[i, f])
+    return sums, counts, sse, changed
+
+
+def batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k):
+    """Per-cluster changes of the sums S, counts v and SSE when samples are (re)assigned.
+
+    The first ``len(old_labels)`` rows of ``X`` were in the batch already: their old contribution
+    (``old_labels``, ``old_dist2``) is removed and the new one added, so each sample counts exactly once.
+    The other rows are new and only added. A sample that keeps its label leaves S and v untouched.
+
+    Returns
+    -------
+    sums : float64 (k, d)
+    counts : float64 (k,)
+    sse : float64 (k,)
+    changed : int
+        Reused samples whose label changed.
+    """
+    old_labels = np.asarray(old_labels, dtype=np.int32)
+    old_dist2 = np.asarray(old_dist2, dtype=np.float64)
+    return _batch_deltas(np.ascontiguousarray(X), old_labels, old_dist2, np.asarray(new_labels, dtype=np.int32),
+                         np.asarray(new_dist2, dtype=np.float64), old_labels.shape[0], int(k))
+
+
+# -- groups of centers -----------------------------------------------------------------------------------
+class CenterGroups:
+    """A partition of the centers into groups that share one lower bound per sample.
+
+    Attributes
+    ----------
+    group_of : int32 (k,)
+    ptr, members : int64 (n_groups + 1,), int32 (k,)
+        Centers of group ``g`` are ``members[ptr[g]:ptr[g + 1]]``, in increasing order.
+    scheme : str
+        ``"elkan"``, ``"yinyang"``, ``"hamerly"`` or ``"none"``.
+    """
+
+    def __init__(self, group_of, scheme):
+        group_of = np.asarray(group_of, dtype=np.int32)
+        self.scheme = scheme
+        self.group_of = group_of
+        self.n_groups = int(group_of.max()) + 1 if group_of.size else 1
+        order = np.argsort(group_of, kind="stable")
+        self.members = order.astype(np.int32)
+        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(group_of, minlength=self.n_groups))]).astype(np.int64)
+
+    def group_shift(self, shift):
+        """Largest move of a center in each group (how much the group's bounds drop)."""
+        out = np.zeros(self.n_groups, dtype=np.float64)
+        np.maximum.at(out, self.group_of, np.asarray(shift, dtype=np.float64))
+        return out
+
+    def __dask_tokenize__(self):
+        return ("daskmeans-center-groups", self.scheme, self.group_of.tobytes())
+
+
+def choose_bounds(bounds, n_clusters, row_bytes):
+    """Resolve ``bounds="auto"`` and return ``(scheme, n_groups)``.
+
+    ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
+    O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
+    ``YINYANG_GROUP_SIZE`` centers (fewer groups if they still would not fit), else Hamerly's single bound.
+    """
+    if bounds == "none":
+        return "none", 1
+    if bounds == "hamerly" or n_clusters == 1:
+        return "hamerly", 1
+    if bounds == "elkan":
+        return "elkan", n_clusters
+    yinyang_groups = max(1, -(-n_clusters // YINYANG_GROUP_SIZE))
+    if bounds == "yinyang":
+        return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
+    if 4 * n_clusters <= row_bytes:
+        return "elkan", n_clusters
+    n_groups = min(yinyang_groups, max(1, row_bytes // 4))
+    return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
+
+
+def make_groups(centers, scheme, n_groups, rng):
+    """Group the centers for ``scheme``; yinyang groups are a few k-means iterations over the centers.
+
+    Parameters
+    ----------
+    centers : ndarray (k, d)
+    scheme : str
+    n_groups : int
+    rng : numpy.random.Generator
+    """
+    k = centers.shape[0]
+    if scheme == "elkan":
+        return CenterGroups(np.arange(k), scheme)
+    if scheme in ("hamerly", "none") or n_groups <= 1:
+        return CenterGroups(np.zeros(k, dtype=np.int32), scheme)
+    points = np.asarray(centers, dtype=np.float64)
+    means = points[np.sort(rng.choice(k, n_groups, replace=False))]
+    group_of = np.zeros(k, dtype=np.int64)
+    for _ in range(5):
+        d2 = (points**2).sum(1)[:, None] - 2.0 * points @ means.T + (means**2).sum(1)[None, :]
+        group_of = np.argmin(d2, axis=1)
+        for g in range(n_groups):
+            mine = group_of == g
+            if mine.any():
+                means[g] = points[mine].mean(axis=0)
+    # empty groups are dropped: renumber the groups that hold centers
+    _, group_of = np.unique(group_of, return_inverse=True)
+    return CenterGroups(group_of, scheme)
