@@ -75,12 +75,13 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
     bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}
     max_iter : int
     tol : float
-        Absolute tolerance on the sum of squared center moves, checked once the batch holds all n samples.
+        Absolute tolerance on the sum of squared center moves, checked after iterations that revisit all n
+        samples (and add none).
     clock : Clock, optional
     client : distributed.Client, optional
     callback : callable, optional
-        Called with each history record (and the record's ``centers`` under the key ``"_centers"`` removed
-        before it is stored).
+        Called with each history record, plus (under keys starting with ``_``, not stored in the history)
+        the new centers, the :class:`NestedBatch` and the running S, v and SSE.
     passes : int
         Passes already spent (seeding).
     max_blocks, min_block_rows : int, optional
@@ -136,14 +137,15 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
         }
         history.append(record)
         if callback is not None:
-            callback(dict(record, _centers=new_centers))
+            callback(dict(record, _centers=new_centers, _batch=batch, _sums=sums.copy(), _counts=counts.copy(),
+                          _sse=sse.copy()))
         n_iter = iteration
         converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
         centers = new_centers
         if converged:
             stop_reason = "converged"
             break
-        if batch.size == n and record["center_shift"] <= tol:
+        if batch.size == n and counters["new"] == 0 and record["center_shift"] <= tol:
             stop_reason = "tol"
             break
         if clock.out_of_time():

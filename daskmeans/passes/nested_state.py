@@ -11,8 +11,8 @@ ever reaches the driver.
 
 The batch is split into state blocks (rows, row ids, labels, squared distances, group lower bounds). As in
 section 3.3 of the paper, every state block receives an equal share of the rows added at each growth, so
-that blocks cost the same to revisit; a block is split in two (every other row, so each half keeps an equal
-share of every growth) when the batch has grown enough for more blocks.
+that blocks cost the same to revisit; when the batch has grown enough for more blocks, every block is split in
+two (every other row, so each half keeps an equal share of every growth).
 """
 
 from __future__ import annotations
@@ -237,11 +237,19 @@ class NestedBatch:
         return len(self.outputs)
 
     def _blocks_for(self, size: int) -> int:
-        """State blocks for a batch of ``size`` rows: at most twice the current number (blocks split in two)."""
-        wanted = max(1, min(self.max_blocks, size // self.min_block_rows))
+        """State blocks for a batch of ``size`` rows.
+
+        The count only ever doubles (every block splits in two), so blocks stay equal: it is one of
+        ``max_blocks / 2**j``, the smallest that gives blocks of at most ``min_block_rows`` rows.
+        """
+        allowed = [self.max_blocks]
+        while allowed[-1] % 2 == 0:
+            allowed.append(allowed[-1] // 2)
+        wanted = min(self.max_blocks, -(-size // self.min_block_rows))
+        blocks = min(b for b in allowed if b >= wanted)
         if self.outputs:
-            wanted = min(max(wanted, self.n_blocks), 2 * self.n_blocks)
-        return wanted
+            blocks = max(self.n_blocks, min(blocks, 2 * self.n_blocks))
+        return blocks
 
     def lane_counts(self, size: int) -> np.ndarray:
         """Rows each lane contributes to the first ``size`` rows of the order (lanes take turns; one that runs
