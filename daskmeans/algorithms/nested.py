@@ -9,6 +9,9 @@ The batch doubles (up to n) when ``min_j sigma_C(j) / p(j) > rho``, with
 
 from __future__ import annotations
 
+import contextlib
+
+import dask
 import numpy as np
 
 from .._client import compute_now
@@ -20,6 +23,27 @@ from .result import Clock, FitResult
 
 #: Relative inflation of the center displacements handed to the bounds (covers float64 rounding of ``p``).
 _SHIFT_SAFETY = 1.0 + 1e-12
+
+
+@contextlib.contextmanager
+def one_blas_thread_per_task(client):
+    """On the local threaded scheduler, let each task use one BLAS thread.
+
+    The scheduler's threads already run the state blocks in parallel; BLAS threads on top of them only compete
+    for the same cores (Dask's distributed workers set this up themselves). Needs ``threadpoolctl``; without it
+    nothing changes.
+    """
+    scheduler = dask.config.get("scheduler", None)
+    if client is not None or scheduler in ("sync", "synchronous", "single-threaded", "processes"):
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def default_initial_batch_size(n_clusters: int) -> int:
@@ -95,7 +119,13 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
         ``stop_reason`` is ``"converged"`` (an iteration over all n samples changed no assignment),
         ``"tol"``, ``"max_iter"`` or ``"max_time"``.
     """
-    clock = clock or Clock()
+    with one_blas_thread_per_task(client):
+        return _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol,
+                                 clock or Clock(), client, callback, passes, max_blocks, min_block_rows, keep_batch)
+
+
+def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol, clock, client, callback,
+                      passes, max_blocks, min_block_rows, keep_batch):
     n, d = (int(s) for s in array.shape)
     k = centers.shape[0]
     scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)

@@ -267,15 +267,61 @@ def assign_with_bounds(X, centers, groups, slab_bytes=SLAB_BYTES, with_bounds=Tr
 
 
 # -- revisiting samples of the batch ---------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _approx_dist2(x, c):
+    """Squared distance in the precision of the data (eight interleaved partial sums).
+
+    Relative error at most ``gamma_{d+3}`` of the exact value (each term is a rounded difference squared and
+    rounded, then summed), whatever the order: :func:`approx_relative_error`.
+    """
+    d = x.shape[0]
+    zero = x[0] - x[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+    f = 0
+    while f + 8 <= d:
+        t0 = x[f] - c[f]
+        t1 = x[f + 1] - c[f + 1]
+        t2 = x[f + 2] - c[f + 2]
+        t3 = x[f + 3] - c[f + 3]
+        t4 = x[f + 4] - c[f + 4]
+        t5 = x[f + 5] - c[f + 5]
+        t6 = x[f + 6] - c[f + 6]
+        t7 = x[f + 7] - c[f + 7]
+        a0 += t0 * t0
+        a1 += t1 * t1
+        a2 += t2 * t2
+        a3 += t3 * t3
+        a4 += t4 * t4
+        a5 += t5 * t5
+        a6 += t6 * t6
+        a7 += t7 * t7
+        f += 8
+    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    while f < d:
+        t = x[f] - c[f]
+        total += t * t
+        f += 1
+    return np.float64(total)
+
+
+def approx_relative_error(n_features, dtype):
+    """Bound on the relative error of :func:`_approx_dist2` (with a safety factor of two)."""
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 3
+    return 2.0 * terms * unit / (1 - terms * unit)
+
+
 @numba.njit(cache=True, nogil=True)
-def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
+def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit, rel_error,
              new_labels, new_dist2, new_lower, needs_full):
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
     values = np.empty(k, dtype=np.float64)
+    candidates = np.empty(k, dtype=np.int64)
+    low = np.empty(k, dtype=np.float64)
+    high = np.empty(k, dtype=np.float64)
     decreased = np.empty(n_groups, dtype=np.float64)
-    failing = np.zeros(n_groups, dtype=np.bool_)
     computed = 0
     for i in range(n):
         a = labels[i]
@@ -295,19 +341,10 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
             for g in range(n_groups):
                 new_lower[i, g] = _store_lower(decreased[g])
             continue
-        need = 0
+        # centers of the failing groups whose own bound (group bound less their own move) fails too
+        n_candidates = 0
         for g in range(n_groups):
-            failing[g] = decreased[g] <= threshold
-            if failing[g]:
-                need += group_ptr[g + 1] - group_ptr[g]
-        if need > scalar_limit:
-            needs_full[i] = True
-            continue
-        best = a
-        best_d2 = d2
-        best_dist = dist
-        for g in range(n_groups):
-            if not failing[g]:
+            if decreased[g] > threshold:
                 continue
             old_bound = np.float64(lower[i, g])
             for t in range(group_ptr[g], group_ptr[g + 1]):
@@ -316,20 +353,53 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
                     values[j] = dist
                     continue
                 own_bound = old_bound - shift[j]
-                if own_bound > best_dist * (1.0 + TEST_MARGIN):
+                if own_bound > threshold:
                     values[j] = own_bound
+                else:
+                    candidates[n_candidates] = j
+                    n_candidates += 1
+        if n_candidates > scalar_limit:
+            needs_full[i] = True
+            continue
+        # approximate distances with a proven error bound; exact ones only where they cannot decide
+        best_high = d2
+        for c in range(n_candidates):
+            value = _approx_dist2(X[i], centers[candidates[c]])
+            low[c] = value * (1.0 - rel_error)
+            high[c] = value * (1.0 + rel_error)
+            best_high = min(best_high, high[c])
+        computed += n_candidates
+        survivors = 1 if d2 <= best_high else 0
+        last = -1
+        for c in range(n_candidates):
+            values[candidates[c]] = math.sqrt(max(low[c], 0.0))
+            if low[c] <= best_high:
+                survivors += 1
+                last = c
+        best = a
+        best_d2 = d2
+        if survivors == 1 and last >= 0:
+            best = candidates[last]
+            best_d2 = _pair_dist2(X[i], centers[best])
+            computed += 1
+            values[best] = math.sqrt(best_d2)
+        elif survivors > 1:
+            if d2 > best_high:
+                best_d2 = np.inf
+            for c in range(n_candidates):
+                if low[c] > best_high:
                     continue
+                j = candidates[c]
                 value = _pair_dist2(X[i], centers[j])
                 computed += 1
                 values[j] = math.sqrt(value)
                 if value < best_d2 or (value == best_d2 and j < best):
                     best = j
                     best_d2 = value
-                    best_dist = values[j]
         new_labels[i] = best
         new_dist2[i] = best_d2
         for g in range(n_groups):
-            if failing[g]:
+            if decreased[g] <= threshold:
                 bound = np.inf
                 for t in range(group_ptr[g], group_ptr[g + 1]):
                     j = members[t]
@@ -384,8 +454,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
     computed = _revisit(X, centers, labels, lower, np.asarray(shift, dtype=np.float64), group_shift,
-                        groups.ptr, groups.members, groups.group_of, int(scalar_limit), new_labels, new_dist2,
-                        new_lower, needs_full)
+                        groups.ptr, groups.members, groups.group_of, int(scalar_limit),
+                        approx_relative_error(X.shape[1], X.dtype), new_labels, new_dist2, new_lower, needs_full)
     full = np.flatnonzero(needs_full)
     if full.size:
         f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)

@@ -1,13 +1,12 @@
 """The active batch of nested mini-batch k-means, kept on the workers as persisted state blocks.
 
 The data is shuffled once without moving it. The row blocks (chunks) are put in a random order and dealt
-round-robin to ``L`` lanes; each chunk's rows get a random order of their own (from
-:func:`daskmeans._random.row_uniforms`: it depends on the seed and the row only). The shuffled order takes
-rows from the lanes in turn, so any prefix holds about the same number of rows from each lane: the batch of
-size ``b`` (the first ``b`` rows of the order) mixes ``L`` chunks from the start, even when the stored order
-of the rows is not random (sorted by class, by time...), while a growth reads only the next part of one or two
-chunks per lane. The workers read the new rows from the store themselves; nothing but ``k x d`` statistics
-ever reaches the driver.
+round-robin to ``L`` lanes; the rows of each chunk get a random order of their own (:func:`chunk_order`). The
+shuffled order takes rows from the lanes in turn, so any prefix holds about the same number of rows from each
+lane: the batch of size ``b`` (the first ``b`` rows of the order) mixes ``L`` chunks from the start, even when
+the stored order of the rows is not random (sorted by class, by time...), while a growth reads only the next
+part of one or two chunks per lane. The workers read the new rows from the store themselves; nothing but
+``k x d`` statistics ever reaches the driver.
 
 The batch is split into state blocks (rows, row ids, labels, squared distances, group lower bounds). As in
 section 3.3 of the paper, every state block receives an equal share of the rows added at each growth, so
@@ -20,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._client import resolve_client
-from .._random import row_uniforms, stage_generator, stage_key
+from .._random import stage_generator, stage_key
 from ..kernels.nested import assign_with_bounds, batch_deltas, revisit_with_bounds
 from ._graph import block_offsets, blocks_of, dask, map_blocks_delayed, shared, tree_reduce
 
@@ -105,10 +104,15 @@ class _Held:
 COUNTERS = ("reused", "new", "changed", "computed", "skipped")
 
 
+def chunk_order(key: int, offset: int, size: int) -> np.ndarray:
+    """The random order of the rows of the chunk that starts at global row ``offset`` (local indices)."""
+    return np.random.default_rng([key, offset, size]).permutation(size)
+
+
 def _read_new_rows(block, offset, weights, key, start, stop):
     """Rows ``start:stop`` of a chunk's own random order, with their global indices."""
     block = np.asarray(block)
-    order = np.argsort(row_uniforms(key, offset, block.shape[0]), kind="stable")[start:stop]
+    order = chunk_order(key, offset, block.shape[0])[start:stop]
     return offset + order.astype(np.int64), np.ascontiguousarray(block[order])
 
 
@@ -219,9 +223,9 @@ class NestedBatch:
         self.client = client if client is not None else resolve_client(None)
         self.chunk_sizes = np.asarray(array.chunks[0], dtype=np.int64)
         self.offsets = block_offsets(array)
-        chunk_order = stage_generator(seed, "nmbatch", "chunk-order").permutation(len(self.chunk_sizes))
+        order_of_chunks = stage_generator(seed, "nmbatch", "chunk-order").permutation(len(self.chunk_sizes))
         self.n_lanes = min(len(self.chunk_sizes), MAX_LANES if max_lanes is None else int(max_lanes))
-        self.lane_chunks = [chunk_order[lane:: self.n_lanes] for lane in range(self.n_lanes)]
+        self.lane_chunks = [order_of_chunks[lane:: self.n_lanes] for lane in range(self.n_lanes)]
         self.lane_ends = [np.cumsum(self.chunk_sizes[chunks]) for chunks in self.lane_chunks]
         self.lane_lengths = np.array([ends[-1] for ends in self.lane_ends], dtype=np.int64)
         self.row_key = stage_key(seed, "nmbatch", "row-order")
