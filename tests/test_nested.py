@@ -92,7 +92,7 @@ SCHEMES = [("elkan", None), ("yinyang", 4), ("hamerly", 1)]
 
 def groups_for(centers, scheme, n_groups):
     n_groups = centers.shape[0] if n_groups is None else n_groups
-    return kn.make_groups(centers, scheme, n_groups, np.random.default_rng(5))
+    return kn.make_groups(centers, scheme, n_groups)
 
 
 def tied_problem(dtype, n=1500, d=7, k=24, seed=0):
@@ -201,7 +201,7 @@ def test_batch_deltas_match_numpy(dtype):
 def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
     C = np.random.default_rng(0).standard_normal((57, 3))
     for scheme, n_groups in [("elkan", 57), ("yinyang", 6), ("hamerly", 1)]:
-        groups = kn.make_groups(C, scheme, n_groups, np.random.default_rng(0))
+        groups = kn.make_groups(C, scheme, n_groups)
         np.testing.assert_array_equal(np.sort(groups.members), np.arange(57))
         for g in range(groups.n_groups):
             members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
@@ -209,6 +209,12 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
         shift = np.random.default_rng(1).random(57)
         expected = [shift[groups.group_of == g].max() for g in range(groups.n_groups)]
         np.testing.assert_array_equal(groups.group_shift(shift), expected)
+        sizes = np.diff(groups.ptr)
+        assert groups.n_groups == n_groups and sizes.max() - sizes.min() <= 1
+        # the slot layout lists every center once, padding as -1
+        slots = groups.slot_center.reshape(-1, groups.n_groups)
+        np.testing.assert_array_equal(np.sort(slots[slots >= 0]), np.arange(57))
+        assert np.all(groups.group_of[slots[0]] == np.arange(groups.n_groups))
     # auto: k bounds when they are no larger than a row, else yinyang groups that fit, else one bound
     assert kn.choose_bounds("auto", 50, 784 * 4) == ("elkan", 50)
     assert kn.choose_bounds("auto", 1000, 128 * 4) == ("yinyang", 100)
@@ -246,7 +252,7 @@ def test_doubling_rule_on_a_constructed_case():
     first = seen[0]
     # iteration 1 by hand: the batch's mean, its SSE to the start center, sigma_C / p
     index = np.sort(result.batch.content()[0])
-    order = NestedBatch(array, 7, kn.make_groups(start, "elkan", 1, np.random.default_rng(0)))
+    order = NestedBatch(array, 7, kn.make_groups(start, "elkan", 1))
     rows = X[_first_rows(order, 8)]
     mean = rows.mean(axis=0)
     sse = ((rows - start[0]) ** 2).sum()
@@ -311,7 +317,7 @@ def test_one_sample_one_vote_invariants_after_every_iteration():
 def test_state_blocks_hold_equal_shares_of_every_growth():
     X, _, _ = make_blobs(n=6000, d=3, k=4, seed=2)
     array = da.from_array(X, chunks=(1000, 3))  # 6 chunks, 6 lanes
-    groups = kn.make_groups(X[:4], "hamerly", 1, np.random.default_rng(0))
+    groups = kn.make_groups(X[:4], "hamerly", 1)
     batch = NestedBatch(array, 5, groups, min_block_rows=256)
     centers = X[:4]
     for size in (600, 1200, 2400, 4800, 6000):

@@ -15,7 +15,6 @@ import dask
 import numpy as np
 
 from .._client import compute_now
-from .._random import stage_generator
 from ..kernels.nested import choose_bounds, make_groups
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.nested_state import NestedBatch
@@ -91,7 +90,7 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
     seed : int
-        Root seed (fixes the shuffle and the center groups of the bounds).
+        Root seed (fixes the shuffle).
     initial_batch_size : int, optional
         Default :func:`default_initial_batch_size`.
     rho : float
@@ -129,7 +128,7 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
     n, d = (int(s) for s in array.shape)
     k = centers.shape[0]
     scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
-    groups = make_groups(centers, scheme, n_groups, stage_generator(seed, "nmbatch", "groups"))
+    groups = make_groups(centers, scheme, n_groups)
     layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
     batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, **layout)
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))

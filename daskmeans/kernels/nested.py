@@ -127,89 +127,82 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     A dot product of ``d`` terms in floating point, in any summation order, is within
     ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
     with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
-    sec. 3.1). Twice that covers ``2 x.c``; a little more covers the float64 terms.
+    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's precision
+    and the sum; a little more covers the float64 terms.
     """
     unit = np.finfo(dtype).eps / 2
     terms = n_features + 2
     gamma = terms * unit / (1 - terms * unit)
     norms = np.sqrt(x_sq)
-    return 2.0 * gamma * norms * max_center_norm * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+    return 2.0 * gamma * (norms * max_center_norm + max_center_norm**2) * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
-@numba.njit(cache=True, nogil=True)
-def _assign_slab(X, centers, cross, sorted_sq, group_ptr, column_center, x_sq, allowance, labels, dist2, lower):
-    """Exact nearest center of each row of a slab from its GEMM ``cross`` against the group-sorted centers,
-    and the rows' group lower bounds.
+#: Bytes of the score slab of the full assignment (small enough to stay in the L2 cache).
+ASSIGN_SLAB_BYTES = 2**20
 
-    The score of column ``col`` is ``sorted_sq[col] - 2 cross[i, col]`` (the squared distance less
-    ``||x||^2``). Rows whose best two scores are within twice the GEMM rounding bound are settled by exact
-    distances among the candidate columns (lowest center index among equals).
+
+@numba.njit(cache=True, nogil=True)
+def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_center, n_groups, x_sq, allowance,
+                 labels, dist2, lower):
+    """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
+
+    ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
+    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group.
+    ``own_second`` (when not empty) holds the second smallest score of each row's best group. Rows whose best
+    two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
+    among equals).
     """
-    rows = cross.shape[0]
-    n_groups = group_ptr.shape[0] - 1
-    gmin = np.empty(n_groups, dtype=np.float64)
-    garg = np.empty(n_groups, dtype=np.int64)
+    rows, columns = scores.shape
+    width = columns // n_groups
+    with_bounds = lower.shape[1] > 0
     rechecked = 0
     for i in range(rows):
-        best_g = 0
+        col = best_col[i]
+        best = scores[i, col]
+        best_group = col % n_groups
+        if own_second.shape[0] > 0:
+            second_own = own_second[i]
+        else:
+            second_own = np.inf
+            for t in range(width):
+                other = t * n_groups + best_group
+                if other != col and scores[i, other] < second_own:
+                    second_own = scores[i, other]
+        second = second_own
         for g in range(n_groups):
-            m = np.inf
-            a = group_ptr[g]
-            for col in range(group_ptr[g], group_ptr[g + 1]):
-                score = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
-                if score < m:
-                    m = score
-                    a = col
-            gmin[g] = m
-            garg[g] = a
-            if m < gmin[best_g] or (m == gmin[best_g] and column_center[a] < column_center[garg[best_g]]):
-                best_g = g
-        best_col = garg[best_g]
-        best = gmin[best_g]
-        # the second smallest score: other groups' minima, and the best group without its winner
-        own_second = np.inf
-        for col in range(group_ptr[best_g], group_ptr[best_g + 1]):
-            if col != best_col:
-                score = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
-                if score < own_second:
-                    own_second = score
-        second = own_second
-        for g in range(n_groups):
-            if g != best_g and gmin[g] < second:
-                second = gmin[g]
-        label = column_center[best_col]
+            if g != best_group and group_min[i, g] < second:
+                second = group_min[i, g]
+        label = slot_center[col]
+        label_group = best_group
         if second - best <= 2.0 * allowance[i]:
+            # a near tie: only exact distances decide
             rechecked += 1
             limit = best + 2.0 * allowance[i]
             best_exact = np.inf
-            for col in range(cross.shape[1]):
-                if sorted_sq[col] - 2.0 * np.float64(cross[i, col]) > limit:
+            for c in range(columns):
+                j = slot_center[c]
+                if j < 0 or scores[i, c] > limit:
                     continue
-                j = column_center[col]
                 value = _pair_dist2(X[i], centers[j])
                 if value < best_exact or (value == best_exact and j < label):
                     best_exact = value
                     label = j
+                    label_group = c % n_groups
             dist2[i] = best_exact
+            if label != slot_center[col]:
+                second_own = np.inf
+                for t in range(width):
+                    c = t * n_groups + label_group
+                    if slot_center[c] != label and scores[i, c] < second_own:
+                        second_own = scores[i, c]
         else:
             dist2[i] = _pair_dist2(X[i], centers[label])
         labels[i] = label
-        if lower.shape[1] == 0:
+        if not with_bounds:
             continue
         for g in range(n_groups):
-            if column_center[garg[g]] != label:
-                score = gmin[g]
-            elif label == column_center[best_col]:
-                score = own_second
-            else:
-                # the label's own group: its smallest score among the other centers
-                score = np.inf
-                for col in range(group_ptr[g], group_ptr[g + 1]):
-                    if column_center[col] != label:
-                        value = sorted_sq[col] - 2.0 * np.float64(cross[i, col])
-                        if value < score:
-                            score = value
+            score = second_own if g == label_group else group_min[i, g]
             if score == np.inf:
                 lower[i, g] = np.float32(np.inf)
             else:
@@ -217,8 +210,12 @@ def _assign_slab(X, centers, cross, sorted_sq, group_ptr, column_center, x_sq, a
     return rechecked
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=SLAB_BYTES, with_bounds=True):
+def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True):
     """Exact nearest center of every row, and fresh group lower bounds.
+
+    The scores ``||c||^2 - 2 x.c`` come from one GEMM per slab of rows against the centers laid out slot by
+    slot (slot ``t`` of every group side by side), so that the group minima, the overall minimum and its
+    position are plain vectorized NumPy reductions.
 
     Parameters
     ----------
@@ -226,7 +223,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=SLAB_BYTES, with_bounds=Tr
     centers : ndarray (k, d), same dtype
     groups : CenterGroups
     slab_bytes : int
-        Size of the largest GEMM slab held at once (at least one row against all centers).
+        Size of the largest score slab held at once (at least one row).
     with_bounds : bool
         False skips the bounds (``lower`` is then ``(n, 0)``).
 
@@ -243,26 +240,51 @@ def assign_with_bounds(X, centers, groups, slab_bytes=SLAB_BYTES, with_bounds=Tr
     """
     X = np.ascontiguousarray(X)
     n, d = X.shape
-    sorted_centers = np.ascontiguousarray(np.asarray(centers)[groups.members], dtype=X.dtype)
-    k = sorted_centers.shape[0]
+    n_groups = groups.n_groups
     labels = np.empty(n, dtype=np.int32)
     dist2 = np.empty(n, dtype=np.float64)
-    lower = np.empty((n, groups.n_groups if with_bounds else 0), dtype=np.float32)
+    lower = np.empty((n, n_groups if with_bounds else 0), dtype=np.float32)
     if n == 0:
         return labels, dist2, lower, 0
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
-    sorted_sq = row_sq_norms(sorted_centers)
+    slot_center = groups.slot_center
+    padding = slot_center < 0
+    # -2 c is exact in floating point; padding slots get a zero row and an infinite norm
+    slots = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).astype(X.dtype)
+    slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
+    cmax = math.sqrt(float(np.max(slot_sq[~padding])))
     x_sq = row_sq_norms(X)
-    allowance = score_error_allowance(x_sq, math.sqrt(float(sorted_sq.max())), d, X.dtype)
-    row_step = max(1, min(n, slab_bytes // (k * X.dtype.itemsize)))
-    cross = np.empty((row_step, k), dtype=X.dtype)
+    allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
+    slot_sq = slot_sq.astype(X.dtype)
+    columns = slot_center.shape[0]
+    width = columns // n_groups
+    row_step = max(1, min(n, slab_bytes // (columns * X.dtype.itemsize)))
+    buffer = np.empty((row_step, columns), dtype=X.dtype)
     rechecked = 0
+    no_second = np.empty(0, dtype=X.dtype)
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
-        out = cross[: r1 - r0]
-        np.matmul(X[r0:r1], sorted_centers.T, out=out)
-        rechecked += _assign_slab(X[r0:r1], centers, out, sorted_sq, groups.ptr, groups.members, x_sq[r0:r1],
-                                  allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
+        scores = buffer[: r1 - r0]
+        np.matmul(X[r0:r1], slots.T, out=scores)
+        scores += slot_sq
+        best_col = scores.argmin(axis=1)
+        if n_groups == 1:
+            rows = np.arange(r1 - r0)
+            best = scores[rows, best_col]
+            scores[rows, best_col] = np.inf
+            own_second = scores.min(axis=1)
+            scores[rows, best_col] = best
+            group_min = best[:, None]
+        else:
+            own_second = no_second
+            if width == 1:
+                group_min = scores
+            else:
+                group_min = scores[:, :n_groups].copy()
+                for t in range(1, width):
+                    np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
+        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, slot_center, n_groups,
+                                  x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
     return labels, dist2, lower, rechecked
 
 
@@ -430,7 +452,7 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     groups : CenterGroups
     scalar_limit : int, optional
         A sample whose failing groups hold more centers than this is reassigned by GEMM against all centers
-        (cheaper than many single distances); default ``k // 8``.
+        (cheaper than many single distances); default ``k // 16``.
 
     Returns
     -------
@@ -447,7 +469,7 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     m = X.shape[0]
     k = centers.shape[0]
     if scalar_limit is None:
-        scalar_limit = max(1, k // 8)
+        scalar_limit = max(1, k // 16)
     new_labels = np.empty(m, dtype=np.int32)
     new_dist2 = np.empty(m, dtype=np.float64)
     new_lower = np.empty_like(lower)
@@ -522,6 +544,9 @@ class CenterGroups:
     group_of : int32 (k,)
     ptr, members : int64 (n_groups + 1,), int32 (k,)
         Centers of group ``g`` are ``members[ptr[g]:ptr[g + 1]]``, in increasing order.
+    slot_center : int32 (n_groups * width,)
+        The centers slot by slot: entry ``t * n_groups + g`` is the ``t``-th center of group ``g``, or -1 where
+        the group has fewer than ``width`` centers.
     scheme : str
         ``"elkan"``, ``"yinyang"``, ``"hamerly"`` or ``"none"``.
     """
@@ -533,7 +558,13 @@ class CenterGroups:
         self.n_groups = int(group_of.max()) + 1 if group_of.size else 1
         order = np.argsort(group_of, kind="stable")
         self.members = order.astype(np.int32)
-        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(group_of, minlength=self.n_groups))]).astype(np.int64)
+        sizes = np.bincount(group_of, minlength=self.n_groups)
+        self.ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        width = int(sizes.max())
+        slots = np.full((width, self.n_groups), -1, dtype=np.int32)
+        for g in range(self.n_groups):
+            slots[: sizes[g], g] = self.members[self.ptr[g]:self.ptr[g + 1]]
+        self.slot_center = slots.ravel()
 
     def group_shift(self, shift):
         """Largest move of a center in each group (how much the group's bounds drop)."""
@@ -567,31 +598,40 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
 
 
-def make_groups(centers, scheme, n_groups, rng):
-    """Group the centers for ``scheme``; yinyang groups are a few k-means iterations over the centers.
+def _bisect(points, index, n_groups, group_of, next_group):
+    """Split ``index`` into ``n_groups`` groups of nearly equal size by halving along the principal axis."""
+    if n_groups == 1:
+        group_of[index] = next_group
+        return next_group + 1
+    part = points[index]
+    centered = part - part.mean(axis=0)
+    direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+    order = np.argsort(centered @ direction, kind="stable")
+    first = n_groups // 2
+    cut = int(round(len(index) * first / n_groups))
+    next_group = _bisect(points, index[order[:cut]], first, group_of, next_group)
+    return _bisect(points, index[order[cut:]], n_groups - first, group_of, next_group)
+
+
+def make_groups(centers, scheme, n_groups):
+    """Group the centers for ``scheme``.
+
+    Yinyang groups are nearby centers in groups of equal size (at most one apart), by recursive halving of
+    the centers along their principal axis: equal sizes keep the slot layout of :func:`assign_with_bounds`
+    free of padding, nearby centers keep each group's bound tight.
 
     Parameters
     ----------
     centers : ndarray (k, d)
     scheme : str
     n_groups : int
-    rng : numpy.random.Generator
     """
     k = centers.shape[0]
     if scheme == "elkan":
         return CenterGroups(np.arange(k), scheme)
+    n_groups = min(int(n_groups), k)
     if scheme in ("hamerly", "none") or n_groups <= 1:
         return CenterGroups(np.zeros(k, dtype=np.int32), scheme)
-    points = np.asarray(centers, dtype=np.float64)
-    means = points[np.sort(rng.choice(k, n_groups, replace=False))]
-    group_of = np.zeros(k, dtype=np.int64)
-    for _ in range(5):
-        d2 = (points**2).sum(1)[:, None] - 2.0 * points @ means.T + (means**2).sum(1)[None, :]
-        group_of = np.argmin(d2, axis=1)
-        for g in range(n_groups):
-            mine = group_of == g
-            if mine.any():
-                means[g] = points[mine].mean(axis=0)
-    # empty groups are dropped: renumber the groups that hold centers
-    _, group_of = np.unique(group_of, return_inverse=True)
+    group_of = np.empty(k, dtype=np.int32)
+    _bisect(np.asarray(centers, dtype=np.float64), np.arange(k), n_groups, group_of, 0)
     return CenterGroups(group_of, scheme)
