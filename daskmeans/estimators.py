@@ -517,10 +517,14 @@ class MiniBatchKMeans(ClusteringEstimator):
     tol : float, default 0.0
         Stop when a step moves the centers by less than ``tol`` times the mean per-feature variance (squared;
         0 disables).
+    reassignment_ratio : float, default 0.01
+        Now and then (every ``10 * n_clusters`` samples), centers that received less than this fraction of
+        the largest center's weight are moved onto random rows of the batch, as scikit-learn does (0 disables).
     max_time : float, optional
         Wall-clock budget in seconds.
     random_state : int, numpy Generator or None
-        Fixes the seeding and every batch: same value, same result on any scheduler, worker count or chunking.
+        Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler, worker
+        count or chunking.
     init_rounds, oversampling_factor, init_sample_size :
         Seeding options, as for :class:`KMeans`.
     chunk_rows : int, optional
@@ -550,8 +554,9 @@ class MiniBatchKMeans(ClusteringEstimator):
     _model_scalars = ClusteringEstimator._model_scalars + ("n_steps_",)
 
     def __init__(self, n_clusters=8, *, init="k-means||", batch_size=1024, learning_rate="sklearn", max_iter=100,
-                 max_no_improvement=10, tol=0.0, max_time=None, random_state=None, init_rounds=5,
-                 oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False):
+                 max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, max_time=None, random_state=None,
+                 init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
+                 progress=False):
         self.n_clusters = n_clusters
         self.init = init
         self.batch_size = batch_size
@@ -559,6 +564,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         self.max_iter = max_iter
         self.max_no_improvement = max_no_improvement
         self.tol = tol
+        self.reassignment_ratio = reassignment_ratio
         self.max_time = max_time
         self.random_state = random_state
         self.init_rounds = init_rounds
@@ -578,6 +584,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         check_int(self.max_iter, "max_iter", minimum=1)
         check_int(self.max_no_improvement, "max_no_improvement", minimum=1, allow_none=True)
         check_float(self.tol, "tol", minimum=0.0)
+        check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
         check_max_time(self.max_time)
         check_int(self.init_rounds, "init_rounds", minimum=1)
         check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
@@ -603,8 +610,9 @@ class MiniBatchKMeans(ClusteringEstimator):
             result = minibatch_kmeans(
                 data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
                 batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
-                tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement, clock=clock,
-                client=client, callback=reporter.update, passes=passes + 1,
+                tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
+                reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=reporter.update,
+                passes=passes + 1,
             )
         self.cluster_centers_ = result.centers
         self.counts_ = result.seen_counts
@@ -617,6 +625,9 @@ class MiniBatchKMeans(ClusteringEstimator):
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """One mini-batch step with all of ``X`` as the batch (the first call also seeds the centers on ``X``).
+
+        Starved centers are not reassigned here (``fit`` does that); each call reads ``X`` twice: once to check
+        its values, once for the step.
 
         Parameters
         ----------

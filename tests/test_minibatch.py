@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daskmeans import InvalidParameterError, MiniBatchKMeans, load
-from daskmeans.kernels.minibatch import EarlyStopping, learning_rates, minibatch_update, run_steps
+from daskmeans.kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update, run_steps
 from daskmeans.passes.minibatch_pool import step_indices
 from daskmeans.registry import make_estimator
 
@@ -126,6 +126,28 @@ def test_early_stopping_follows_scikit_learn():
     assert tol_stop.update(1.0, 0.1) == "converged"
 
 
+def test_starved_centers_are_reassigned_to_batch_rows_reproducibly():
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((40, 3))
+    centers = rng.standard_normal((5, 3))
+    seen = np.array([100.0, 0.0, 50.0, 0.5, 80.0])
+    moved = {}
+    for attempt in range(2):
+        c, counts = centers.copy(), seen.copy()
+        assert Reassignment(0.01, 5, seed=9).apply(3, rows, None, c, counts) == 2
+        moved[attempt] = c
+        # centers 1 (nothing seen) and 3 (0.5 < 0.01 * 100) now sit on batch rows, weighted like the lightest other
+        for j in (1, 3):
+            assert np.any(np.all(rows == c[j], axis=1))
+        np.testing.assert_array_equal(counts, [100.0, 50.0, 50.0, 50.0, 80.0])
+        np.testing.assert_array_equal(c[[0, 2, 4]], centers[[0, 2, 4]])
+    np.testing.assert_array_equal(moved[0], moved[1])
+    # not due yet: fewer than 10 k samples since the last time and every center has weight
+    later = Reassignment(0.01, 5, seed=9)
+    assert later.apply(0, rows, None, centers.copy(), np.ones(5)) == 0
+    assert Reassignment(0.0, 5, seed=9).apply(0, rows, None, centers.copy(), seen.copy()) == 0
+
+
 # -- the estimator ---------------------------------------------------------------------------------------------
 def test_fit_finds_blobs_with_both_rates():
     X, labels, _ = make_blobs(n=6000, d=4, k=6, spread=0.4, seed=8, dtype=np.float32)
@@ -210,6 +232,8 @@ def test_partial_fit_streams_batches_and_continues_after_load(tmp_path):
     ({"max_iter": 0}, "max_iter must be >= 1"),
     ({"max_no_improvement": 0}, "max_no_improvement must be >= 1"),
     ({"tol": -0.1}, "tol must be >= 0"),
+    ({"reassignment_ratio": -0.1}, "reassignment_ratio must be >= 0"),
+    ({"reassignment_ratio": 2.0}, "reassignment_ratio must be <= 1"),
 ])
 def test_bad_parameters_fail_before_any_work(params, message):
     never_computed = da.random.random((10**10, 4), chunks=(10**6, 4))

@@ -234,6 +234,11 @@ def test_doubling_ratio_by_hand():
     assert doubling_ratio(sse, counts, moved) == pytest.approx(expected)
     assert doubling_ratio(sse, counts, np.zeros(4)) == np.inf
     assert default_initial_batch_size(10) == 5000 and default_initial_batch_size(1000) == 10_000
+    # S / v, and a cluster without samples keeps its center
+    previous = np.array([[1.0, 1.0], [5.0, 5.0]], dtype=np.float32)
+    new = centers_from_sums(np.array([[4.0, 6.0], [0.0, 0.0]]), np.array([2.0, 0.0]), previous)
+    np.testing.assert_array_equal(new, [[2.0, 3.0], [5.0, 5.0]])
+    assert new.dtype == np.float32
 
 
 def test_doubling_rule_on_a_constructed_case():

@@ -7,15 +7,15 @@ import math
 import numpy as np
 
 from .._client import compute_now
-from ..kernels.minibatch import EarlyStopping, learning_rates, minibatch_update
+from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.minibatch_pool import POOL_ROWS, pool_graph, step_indices
 from .result import Clock, FitResult
 
 
 def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, learning_rate="sklearn", max_iter=100,
-                     tol=0.0, max_no_improvement=10, clock=None, client=None, callback=None, passes=0,
-                     pool_rows=POOL_ROWS):
+                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, clock=None, client=None, callback=None,
+                     passes=0, pool_rows=POOL_ROWS):
     """Run mini-batch k-means from ``centers``.
 
     Parameters
@@ -35,6 +35,9 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         Absolute tolerance on the squared center move of a step (0 disables).
     max_no_improvement : int or None
         Stop after this many steps without improvement of the smoothed batch inertia.
+    reassignment_ratio : float
+        Centers with less than this fraction of the largest weight are moved onto batch rows now and then
+        (:class:`~daskmeans.kernels.minibatch.Reassignment`; 0 disables).
     clock : Clock, optional
     client : distributed.Client, optional
     callback : callable, optional
@@ -57,6 +60,7 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
     steps_per_pool = max(1, pool_rows // batch_size)
     seen = np.zeros(k)
     stopping = EarlyStopping(n, batch_size, max_no_improvement, tol)
+    reassignment = Reassignment(reassignment_ratio, k, seed)
     history = []
     stop_reason = "max_iter"
     step = 0
@@ -64,8 +68,9 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         n_steps = min(steps_per_pool, total_steps - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
         time_left = None if clock.max_time is None else max(0.0, clock.max_time - clock.elapsed())
-        ((centers, seen, records, reason, stopping),) = compute_now(
-            pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights), client=client
+        ((centers, seen, records, reason, stopping, reassignment),) = compute_now(
+            pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights, reassignment, step),
+            client=client,
         )
         step += len(records)
         record = {

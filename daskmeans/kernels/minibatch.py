@@ -112,7 +112,45 @@ class EarlyStopping:
         return None
 
 
-def run_steps(batches, centers, seen_counts, learning_rate, stopping=None, time_left=None, batch_weights=None):
+class Reassignment:
+    """scikit-learn's random reassignment of starved centers, step by step.
+
+    Every ``10 k`` samples (or as soon as a center has received nothing), the centers whose weight is below
+    ``ratio`` times the largest are moved onto rows of the current batch drawn with probability
+    proportional to their weight (at most half the batch); their weight becomes the smallest weight of the
+    others. Rows are drawn from a generator keyed by the seed and the step, so runs are reproducible.
+    """
+
+    def __init__(self, ratio, n_clusters, seed):
+        self.ratio = float(ratio)
+        self.n_clusters = int(n_clusters)
+        self.seed = int(seed)
+        self.samples_since = 0
+
+    def apply(self, step, rows, weights, centers, seen_counts):
+        """Reassign in place after step ``step``; return the number of centers moved."""
+        if self.ratio <= 0:
+            return 0
+        self.samples_since += rows.shape[0]
+        if not (seen_counts == 0).any() and self.samples_since < 10 * self.n_clusters:
+            return 0
+        self.samples_since = 0
+        starved = seen_counts < self.ratio * seen_counts.max()
+        if starved.sum() > 0.5 * rows.shape[0]:
+            starved[np.argsort(seen_counts, kind="stable")[int(0.5 * rows.shape[0]):]] = False
+        n_moved = int(starved.sum())
+        if n_moved == 0:
+            return 0
+        p = None if weights is None else weights / weights.sum()
+        rng = np.random.default_rng([self.seed, step])
+        picks = rng.choice(rows.shape[0], size=n_moved, replace=False, p=p)
+        centers[starved] = rows[picks]
+        seen_counts[starved] = np.min(seen_counts[~starved])
+        return n_moved
+
+
+def run_steps(batches, centers, seen_counts, learning_rate, stopping=None, time_left=None, batch_weights=None,
+              reassignment=None, first_step=0):
     """Mini-batch steps, one per batch, in order; stops early when ``stopping`` or the time budget says so.
 
     Parameters
@@ -128,6 +166,10 @@ def run_steps(batches, centers, seen_counts, learning_rate, stopping=None, time_
         Seconds left in the budget; checked after each step.
     batch_weights : list of float64 (b,), optional
         Sample weights of each batch.
+    reassignment : Reassignment, optional
+        Updated in place.
+    first_step : int
+        Global index of the first step (keys the reassignment draws).
 
     Returns
     -------
@@ -154,6 +196,8 @@ def run_steps(batches, centers, seen_counts, learning_rate, stopping=None, time_
         shift = float(np.sum((new_centers.astype(np.float64) - centers) ** 2))
         seen_counts += counts
         centers = new_centers
+        if reassignment is not None:
+            reassignment.apply(first_step + t, rows, weights, centers, seen_counts)
         inertia = float(sse.sum())
         records.append((inertia, shift))
         if stopping is not None:

@@ -1,10 +1,11 @@
 """Nested mini-batch k-means (Newling & Fleuret 2016) on one block of the active batch.
 
 Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
-(:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Blocked GEMM only
-proposes candidates: a row whose best and second-best GEMM scores are closer than the rounding error of the
-GEMM (a bound proven from the float format, :func:`score_error_allowance`) is settled by exact distances.
-Distance bounds only ever skip centers that cannot win, so labels are the same with any bounds or none.
+(:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Faster computations only
+propose candidates: GEMM scores and distances in the data's precision come with error bounds proven from the
+float format (:func:`score_error_allowance`, :func:`approx_relative_error`), and whatever they cannot
+decide is settled by exact distances. Distance bounds only ever skip centers that cannot win, so labels are
+the same with any bounds or none.
 
 Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
 group except the sample's own. One group per center is Elkan's scheme (k bounds per sample), one group of
@@ -18,8 +19,6 @@ import math
 
 import numba
 import numpy as np
-
-from .assign import SLAB_BYTES
 
 #: Relative slack of a stored lower bound: float32 storage rounds it *down* by at least this much.
 _STORE_SHRINK = 1.0 - 2.0**-21
@@ -36,8 +35,8 @@ YINYANG_GROUP_SIZE = 10
 def _pair_dist2(x, c):
     """Squared distance in float64 with eight interleaved partial sums, always combined in the same order.
 
-    The lanes are independent, so the compiler may vectorize them without changing a single rounding: the
-    value depends on the two vectors only, wherever this is called from.
+    No reassociation is allowed, so the value depends on the two vectors only, wherever this is called from;
+    the eight independent chains keep the additions pipelined.
     """
     d = x.shape[0]
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
@@ -127,14 +126,15 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     A dot product of ``d`` terms in floating point, in any summation order, is within
     ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
     with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
-    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's precision
-    and the sum; a little more covers the float64 terms.
+    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's
+    precision and the sum; a little more covers the float64 terms.
     """
     unit = np.finfo(dtype).eps / 2
     terms = n_features + 2
     gamma = terms * unit / (1 - terms * unit)
     norms = np.sqrt(x_sq)
-    return 2.0 * gamma * (norms * max_center_norm + max_center_norm**2) * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+    scale = norms * max_center_norm + max_center_norm**2
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------

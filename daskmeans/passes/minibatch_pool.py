@@ -36,7 +36,7 @@ def _take_rows(block, offset, weights, positions, local):
 
 
 def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_counts, learning_rate, stopping,
-              time_left, weighted):
+              time_left, weighted, reassignment, first_step):
     rows = np.empty((n_steps * batch_size, n_features), dtype=dtype)
     weights = np.empty(n_steps * batch_size) if weighted else None
     for positions, taken, taken_weights in pieces:
@@ -47,16 +47,18 @@ def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_coun
     batches = [rows[s] for s in steps]
     batch_weights = [weights[s] for s in steps] if weighted else None
     stopping = copy.deepcopy(stopping)
-    centers, seen_counts, records, stop_reason = run_steps(batches, centers, seen_counts, learning_rate,
-                                                           stopping, time_left, batch_weights)
-    return centers, seen_counts, records, stop_reason, stopping
+    reassignment = copy.deepcopy(reassignment)
+    centers, seen_counts, records, stop_reason = run_steps(batches, centers, seen_counts, learning_rate, stopping,
+                                                           time_left, batch_weights, reassignment, first_step)
+    return centers, seen_counts, records, stop_reason, stopping, reassignment
 
 
-def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None):
+def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None,
+               reassignment=None, first_step=0):
     """Delayed run of the mini-batch steps whose rows are ``indices`` (one row of it per step).
 
-    Returns (when computed) ``(centers, seen_counts, records, stop_reason, stopping)`` as
-    :func:`daskmeans.kernels.minibatch.run_steps`, with the updated ``stopping`` state.
+    Returns (when computed) ``(centers, seen_counts, records, stop_reason, stopping, reassignment)`` as
+    :func:`daskmeans.kernels.minibatch.run_steps`, with the updated ``stopping`` and ``reassignment`` states.
     """
     n_steps, batch_size = indices.shape
     flat = indices.ravel()
@@ -75,6 +77,6 @@ def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=Non
     (run,) = map_blocks_delayed(
         _run_pool, "minibatch-steps", [[pieces]], n_steps, batch_size, array.shape[1], array.dtype,
         shared(np.asarray(centers), "minibatch-centers"), np.asarray(seen_counts, dtype=np.float64), learning_rate,
-        stopping, time_left, weights is not None,
+        stopping, time_left, weights is not None, reassignment, int(first_step),
     )
     return run

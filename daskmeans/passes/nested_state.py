@@ -134,20 +134,18 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
             labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
                                                                  shift, groups)
         else:
-            labels, dist2, _, _ = assign_with_bounds(block.rows, centers, groups)
-            lower, computed = block.lower, len(block) * k
+            labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
+            computed = len(block) * k
         d_sums, d_counts, d_sse, changed = batch_deltas(block.rows, block.labels, block.dist2, labels, dist2, k)
         sums += d_sums
         counts += d_counts
         sse += d_sse
-        counters += (len(block), 0, changed, computed, len(block) * k - computed)
+        counters += (len(block), 0, changed, computed, max(0, len(block) * k - computed))
         parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower))
     if pieces:
         index = np.concatenate([piece[0][a:b] for piece, a, b in pieces])
         rows = np.concatenate([piece[1][a:b] for piece, a, b in pieces])
-        labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups)
-        if not use_bounds:
-            lower = np.empty((rows.shape[0], 0), dtype=np.float32)
+        labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
         empty = np.empty(0, dtype=np.int32)
         d_sums, d_counts, d_sse, _ = batch_deltas(rows, empty, np.empty(0), labels, dist2, k)
         sums += d_sums
