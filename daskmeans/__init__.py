@@ -1,6 +1,6 @@
 """daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
 
-from .estimators import KMeans, VRKMeans
+from .estimators import KMeans, MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
 from .exceptions import (
     DaskmeansError,
     InputDataError,
@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 __all__ = [
     "KMeans",
     "VRKMeans",
+    "NestedMiniBatchKMeans",
+    "MiniBatchKMeans",
     "open_input",
     "write_labels",
     "load",

@@ -18,6 +18,8 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "vrkm++": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++"}),
     # VRKM++ with the reference code's update when a sample keeps its label (the paper leaves C unchanged)
     "vrkm++-reference": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
+    "nmbatch": ("daskmeans.estimators", "NestedMiniBatchKMeans", {}),
+    "minibatch": ("daskmeans.estimators", "MiniBatchKMeans", {}),
 }
 
 

@@ -1,0 +1,119 @@
+"""Mini-batch k-means (Sculley 2010) on the engine: random batches drawn by the workers, pools of steps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._client import compute_now
+from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
+from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.minibatch_pool import POOL_ROWS, pool_graph, step_indices
+from .result import Clock, FitResult
+
+
+def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, learning_rate="sklearn", max_iter=100,
+                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, clock=None, client=None, callback=None,
+                     passes=0, pool_rows=POOL_ROWS):
+    """Run mini-batch k-means from ``centers``.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    seed : int
+        Fixes the rows of every step.
+    weights : dask.array.Array (n,), optional
+        Sample weights: rows are drawn uniformly and weigh in the sums and counts (as scikit-learn).
+    batch_size : int
+    learning_rate : {"sklearn", "beta"}
+        See :func:`daskmeans.kernels.minibatch.learning_rates`.
+    max_iter : int
+        Epochs: the run takes at most ``max_iter * n // batch_size`` steps (as scikit-learn).
+    tol : float
+        Absolute tolerance on the squared center move of a step (0 disables).
+    max_no_improvement : int or None
+        Stop after this many steps without improvement of the smoothed batch inertia.
+    reassignment_ratio : float
+        Centers with less than this fraction of the largest weight are moved onto batch rows now and then
+        (:class:`~daskmeans.kernels.minibatch.Reassignment`; 0 disables).
+    clock : Clock, optional
+    client : distributed.Client, optional
+    callback : callable, optional
+        Called after each pool of steps with its history record (plus ``"_centers"``).
+    passes : int
+        Passes already spent (seeding).
+    pool_rows : int
+        Rows drawn per pool of steps.
+
+    Returns
+    -------
+    FitResult
+        ``stop_reason``: ``"converged"`` (tol), ``"no_improvement"``, ``"max_iter"`` or ``"max_time"``;
+        ``history`` has one record per pool of steps.
+    """
+    clock = clock or Clock()
+    n = int(array.shape[0])
+    k = centers.shape[0]
+    total_steps = max(1, (max_iter * n) // batch_size)
+    steps_per_pool = max(1, pool_rows // batch_size)
+    seen = np.zeros(k)
+    stopping = EarlyStopping(n, batch_size, max_no_improvement, tol)
+    reassignment = Reassignment(reassignment_ratio, k, seed)
+    history = []
+    stop_reason = "max_iter"
+    step = 0
+    while step < total_steps:
+        n_steps = min(steps_per_pool, total_steps - step)
+        indices = step_indices(n, batch_size, seed, step, n_steps)
+        time_left = None if clock.max_time is None else max(0.0, clock.max_time - clock.elapsed())
+        ((centers, seen, records, reason, stopping, reassignment),) = compute_now(
+            pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights, reassignment, step),
+            client=client,
+        )
+        step += len(records)
+        record = {
+            "iteration": len(history) + 1,
+            "steps": step,
+            "batch_size": batch_size,
+            "energy": stopping.ewa,
+            "batch_inertia": records[-1][0],
+            "center_shift": records[-1][1],
+            "wall_time": clock.elapsed(),
+            "passes": passes + step * batch_size / n,
+        }
+        history.append(record)
+        if callback is not None:
+            callback(dict(record, _centers=centers))
+        if reason is not None:
+            stop_reason = reason
+            break
+        if clock.out_of_time():
+            stop_reason = "max_time"
+            break
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
+    stats = finish_stats(raw)
+    result = FitResult(centers, stats.inertia, math.ceil(step * batch_size / n), history, stop_reason,
+                       passes + step * batch_size / n + 1, stats.counts)
+    result.n_steps = step
+    result.seen_counts = seen
+    return result
+
+
+def minibatch_partial_step(array, centers, seen_counts, learning_rate, weights=None, client=None):
+    """One mini-batch update with all of ``array`` as the batch (``partial_fit``).
+
+    Returns
+    -------
+    centers : ndarray (k, d)
+    seen_counts : float64 (k,)
+    batch_inertia : float
+        Weighted SSE of the batch for the centers before the update.
+    """
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
+    stats = finish_stats(raw)
+    total = float(stats.counts.sum())
+    rates = learning_rates(learning_rate, stats.counts, total, seen_counts)
+    new_centers = minibatch_update(centers, stats.sums, stats.counts, rates)
+    return new_centers, np.asarray(seen_counts, dtype=np.float64) + stats.counts, stats.inertia

@@ -1,0 +1,199 @@
+"""Nested mini-batch k-means, nmbatch (Newling & Fleuret, NIPS 2016), on the workers' state blocks.
+
+Each iteration revisits the whole active batch with distance bounds, adds the new rows of a growth with a
+full first assignment, and updates the centers from the running per-cluster sums S, counts v and SSE, in
+which every active sample counts exactly once (its old contribution is removed before the new one is added).
+The batch doubles (up to n) when ``min_j sigma_C(j) / p(j) > rho``, with
+``sigma_C(j) = sqrt(sse(j) / (v(j) (v(j) - 1)))`` and ``p(j)`` the distance center j moved last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import dask
+import numpy as np
+
+from .._client import compute_now
+from ..kernels.nested import choose_bounds, make_groups
+from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.nested_state import NestedBatch
+from .result import Clock, FitResult
+
+#: Relative inflation of the center displacements handed to the bounds (covers float64 rounding of ``p``).
+_SHIFT_SAFETY = 1.0 + 1e-12
+
+
+@contextlib.contextmanager
+def one_blas_thread_per_task(client):
+    """On the local threaded scheduler, let each task use one BLAS thread.
+
+    The scheduler's threads already run the state blocks in parallel; BLAS threads on top of them only compete
+    for the same cores (Dask's distributed workers set this up themselves). Needs ``threadpoolctl``; without it
+    nothing changes.
+    """
+    scheduler = dask.config.get("scheduler", None)
+    if client is not None or scheduler in ("sync", "synchronous", "single-threaded", "processes"):
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def default_initial_batch_size(n_clusters: int) -> int:
+    """``max(5000, 10 k)``: about ten samples per cluster to start with."""
+    return max(5000, 10 * int(n_clusters))
+
+
+def center_displacement(new_centers, old_centers):
+    """Euclidean distance each center moved, in float64."""
+    diff = np.asarray(new_centers, dtype=np.float64) - np.asarray(old_centers, dtype=np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+
+def doubling_ratio(sse, counts, displacement):
+    """``min_j sigma_C(j) / p(j)`` over clusters with at least two samples that moved.
+
+    ``sigma_C(j) = sqrt(sse(j) / (v(j) (v(j) - 1)))`` estimates how far the center would move if the batch
+    doubled (sec. 3.2 of the paper); ``p(j)`` is how far it just moved. A cluster that did not move, or has
+    fewer than two samples, does not hold the batch back (``inf``).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    displacement = np.asarray(displacement, dtype=np.float64)
+    usable = (counts >= 2) & (displacement > 0)
+    if not usable.any():
+        return np.inf
+    sigma = np.sqrt(np.maximum(sse[usable], 0.0) / (counts[usable] * (counts[usable] - 1)))
+    return float(np.min(sigma / displacement[usable]))
+
+
+def centers_from_sums(sums, counts, previous_centers):
+    """``S(j) / v(j)``; a cluster without samples keeps its center."""
+    centers = np.array(previous_centers, dtype=np.float64)
+    filled = counts > 0
+    centers[filled] = sums[filled] / counts[filled, None]
+    return centers.astype(previous_centers.dtype)
+
+
+def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0, bounds="auto", max_iter=1000,
+                     tol=0.0, clock=None, client=None, callback=None, passes=0, max_blocks=None,
+                     min_block_rows=None, keep_batch=False):
+    """Run nmbatch from ``centers``.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    seed : int
+        Root seed (fixes the shuffle).
+    initial_batch_size : int, optional
+        Default :func:`default_initial_batch_size`.
+    rho : float
+        Doubling threshold.
+    bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}
+    max_iter : int
+    tol : float
+        Absolute tolerance on the sum of squared center moves, checked after iterations that revisit all n
+        samples (and add none).
+    clock : Clock, optional
+    client : distributed.Client, optional
+    callback : callable, optional
+        Called with each history record, plus (under keys starting with ``_``, not stored in the history)
+        the new centers, the :class:`NestedBatch` and the running S, v and SSE.
+    passes : int
+        Passes already spent (seeding).
+    max_blocks, min_block_rows : int, optional
+        State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
+    keep_batch : bool
+        Return the :class:`NestedBatch` too (tests inspect it); otherwise it is released.
+
+    Returns
+    -------
+    FitResult
+        ``stop_reason`` is ``"converged"`` (an iteration over all n samples changed no assignment),
+        ``"tol"``, ``"max_iter"`` or ``"max_time"``.
+    """
+    with one_blas_thread_per_task(client):
+        return _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol,
+                                 clock or Clock(), client, callback, passes, max_blocks, min_block_rows, keep_batch)
+
+
+def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol, clock, client, callback,
+                      passes, max_blocks, min_block_rows, keep_batch):
+    n, d = (int(s) for s in array.shape)
+    k = centers.shape[0]
+    scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
+    groups = make_groups(centers, scheme, n_groups)
+    layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
+    batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, **layout)
+    size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
+    sums = np.zeros((k, d))
+    counts = np.zeros(k)
+    sse = np.zeros(k)
+    shift = np.zeros(k)
+    history = []
+    stop_reason = "max_iter"
+    n_iter = 0
+    converged = False
+    for iteration in range(1, max_iter + 1):
+        d_sums, d_counts, d_sse, counters = batch.step(centers, shift * _SHIFT_SAFETY, size)
+        sums += d_sums
+        counts += d_counts
+        sse += d_sse
+        new_centers = centers_from_sums(sums, counts, centers)
+        shift = center_displacement(new_centers, centers)
+        ratio = doubling_ratio(sse, counts, shift)
+        batch_inertia = float(sse.sum())
+        record = {
+            "iteration": iteration,
+            "batch_size": batch.size,
+            "new_samples": counters["new"],
+            "changed": counters["changed"],
+            "distances_computed": counters["computed"],
+            "distances_skipped": counters["skipped"],
+            "energy": batch_inertia / batch.size,
+            "inertia": batch_inertia,
+            "center_shift": float(np.sum(shift**2)),
+            "doubling_ratio": ratio if np.isfinite(ratio) else None,
+            "bounds": scheme,
+            "wall_time": clock.elapsed(),
+            "passes": passes + batch.rows_read / n,
+        }
+        history.append(record)
+        if callback is not None:
+            callback(dict(record, _centers=new_centers, _batch=batch, _sums=sums.copy(), _counts=counts.copy(),
+                          _sse=sse.copy()))
+        n_iter = iteration
+        converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
+        centers = new_centers
+        if converged:
+            stop_reason = "converged"
+            break
+        if batch.size == n and counters["new"] == 0 and record["center_shift"] <= tol:
+            stop_reason = "tol"
+            break
+        if clock.out_of_time():
+            stop_reason = "max_time"
+            break
+        if ratio > rho and size < n:
+            size = min(2 * size, n)
+    total_passes = passes + batch.rows_read / n
+    if converged:
+        inertia, final_counts = float(sse.sum()), counts.copy()
+    else:
+        (raw,) = compute_now(assign_stats_graph(array, centers), client=client)
+        stats = finish_stats(raw)
+        inertia, final_counts = stats.inertia, stats.counts
+        total_passes += 1
+    result = FitResult(centers, inertia, n_iter, history, stop_reason, total_passes, final_counts)
+    if keep_batch:
+        result.batch = batch
+        result.state = (sums, counts, sse)
+    else:
+        batch.release()
+    return result

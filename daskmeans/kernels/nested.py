@@ -1,0 +1,637 @@
+"""Nested mini-batch k-means (Newling & Fleuret 2016) on one block of the active batch.
+
+Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
+(:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Faster computations only
+propose candidates: GEMM scores and distances in the data's precision come with error bounds proven from the
+float format (:func:`score_error_allowance`, :func:`approx_relative_error`), and whatever they cannot
+decide is settled by exact distances. Distance bounds only ever skip centers that cannot win, so labels are
+the same with any bounds or none.
+
+Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
+group except the sample's own. One group per center is Elkan's scheme (k bounds per sample), one group of
+all centers is Hamerly's (one bound), a few groups of nearby centers is yinyang (Ding et al. 2015). After the
+centers move by ``p`` (per center), a group's bound drops by the largest ``p`` in the group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+#: Relative slack of a stored lower bound: float32 storage rounds it *down* by at least this much.
+_STORE_SHRINK = 1.0 - 2.0**-21
+#: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
+TEST_MARGIN = 1e-9
+#: Bound schemes accepted by ``bounds=``.
+BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
+#: Yinyang groups hold about this many centers.
+YINYANG_GROUP_SIZE = 10
+
+
+# -- exact distances -------------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pair_dist2(x, c):
+    """Squared distance in float64 with eight interleaved partial sums, always combined in the same order.
+
+    No reassociation is allowed, so the value depends on the two vectors only, wherever this is called from;
+    the eight independent chains keep the additions pipelined.
+    """
+    d = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    f = 0
+    while f + 8 <= d:
+        t0 = np.float64(x[f]) - np.float64(c[f])
+        t1 = np.float64(x[f + 1]) - np.float64(c[f + 1])
+        t2 = np.float64(x[f + 2]) - np.float64(c[f + 2])
+        t3 = np.float64(x[f + 3]) - np.float64(c[f + 3])
+        t4 = np.float64(x[f + 4]) - np.float64(c[f + 4])
+        t5 = np.float64(x[f + 5]) - np.float64(c[f + 5])
+        t6 = np.float64(x[f + 6]) - np.float64(c[f + 6])
+        t7 = np.float64(x[f + 7]) - np.float64(c[f + 7])
+        a0 += t0 * t0
+        a1 += t1 * t1
+        a2 += t2 * t2
+        a3 += t3 * t3
+        a4 += t4 * t4
+        a5 += t5 * t5
+        a6 += t6 * t6
+        a7 += t7 * t7
+        f += 8
+    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    while f < d:
+        t = np.float64(x[f]) - np.float64(c[f])
+        total += t * t
+        f += 1
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_dist2(X, centers, labels):
+    """Exact squared distance (float64) of every row of ``X`` to its center ``centers[labels[i]]``."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(X.shape[0]):
+        out[i] = _pair_dist2(X[i], centers[labels[i]])
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_nearest(X, centers):
+    """Reference assignment by exact distances to every center (ties to the lowest index).
+
+    Returns
+    -------
+    labels : int32 (n,)
+    dist2 : float64 (n,)
+    """
+    n = X.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        best = np.inf
+        best_j = 0
+        for j in range(centers.shape[0]):
+            value = _pair_dist2(X[i], centers[j])
+            if value < best:
+                best = value
+                best_j = j
+        labels[i] = best_j
+        dist2[i] = best
+    return labels, dist2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store_lower(value):
+    """A float32 that is certainly not above ``value`` (a lower bound stays a lower bound)."""
+    return np.float32(max(value, 0.0) * _STORE_SHRINK)
+
+
+@numba.njit(cache=True, nogil=True)
+def row_sq_norms(X):
+    """Squared norm of every row, accumulated in float64."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(X.shape[0]):
+        s = 0.0
+        for f in range(X.shape[1]):
+            v = np.float64(X[i, f])
+            s += v * v
+        out[i] = s
+    return out
+
+
+def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
+    """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
+
+    A dot product of ``d`` terms in floating point, in any summation order, is within
+    ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
+    with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's
+    precision and the sum; a little more covers the float64 terms.
+    """
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 2
+    gamma = terms * unit / (1 - terms * unit)
+    norms = np.sqrt(x_sq)
+    scale = norms * max_center_norm + max_center_norm**2
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+
+
+# -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
+#: Bytes of the score slab of the full assignment (small enough to stay in the L2 cache).
+ASSIGN_SLAB_BYTES = 2**20
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_center, n_groups, x_sq, allowance,
+                 labels, dist2, lower):
+    """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
+
+    ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
+    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group.
+    ``own_second`` (when not empty) holds the second smallest score of each row's best group. Rows whose best
+    two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
+    among equals).
+    """
+    rows, columns = scores.shape
+    width = columns // n_groups
+    with_bounds = lower.shape[1] > 0
+    rechecked = 0
+    for i in range(rows):
+        col = best_col[i]
+        best = scores[i, col]
+        best_group = col % n_groups
+        if own_second.shape[0] > 0:
+            second_own = own_second[i]
+        else:
+            second_own = np.inf
+            for t in range(width):
+                other = t * n_groups + best_group
+                if other != col and scores[i, other] < second_own:
+                    second_own = scores[i, other]
+        second = second_own
+        for g in range(n_groups):
+            if g != best_group and group_min[i, g] < second:
+                second = group_min[i, g]
+        label = slot_center[col]
+        label_group = best_group
+        if second - best <= 2.0 * allowance[i]:
+            # a near tie: only exact distances decide
+            rechecked += 1
+            limit = best + 2.0 * allowance[i]
+            best_exact = np.inf
+            for c in range(columns):
+                j = slot_center[c]
+                if j < 0 or scores[i, c] > limit:
+                    continue
+                value = _pair_dist2(X[i], centers[j])
+                if value < best_exact or (value == best_exact and j < label):
+                    best_exact = value
+                    label = j
+                    label_group = c % n_groups
+            dist2[i] = best_exact
+            if label != slot_center[col]:
+                second_own = np.inf
+                for t in range(width):
+                    c = t * n_groups + label_group
+                    if slot_center[c] != label and scores[i, c] < second_own:
+                        second_own = scores[i, c]
+        else:
+            dist2[i] = _pair_dist2(X[i], centers[label])
+        labels[i] = label
+        if not with_bounds:
+            continue
+        for g in range(n_groups):
+            score = second_own if g == label_group else group_min[i, g]
+            if score == np.inf:
+                lower[i, g] = np.float32(np.inf)
+            else:
+                lower[i, g] = _store_lower(math.sqrt(max(score + x_sq[i] - allowance[i], 0.0)))
+    return rechecked
+
+
+def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True):
+    """Exact nearest center of every row, and fresh group lower bounds.
+
+    The scores ``||c||^2 - 2 x.c`` come from one GEMM per slab of rows against the centers laid out slot by
+    slot (slot ``t`` of every group side by side), so that the group minima, the overall minimum and its
+    position are plain vectorized NumPy reductions.
+
+    Parameters
+    ----------
+    X : ndarray (n, d), float32 or float64
+    centers : ndarray (k, d), same dtype
+    groups : CenterGroups
+    slab_bytes : int
+        Size of the largest score slab held at once (at least one row).
+    with_bounds : bool
+        False skips the bounds (``lower`` is then ``(n, 0)``).
+
+    Returns
+    -------
+    labels : int32 (n,)
+    dist2 : float64 (n,)
+        Exact squared distance to the assigned center.
+    lower : float32 (n, n_groups)
+        Lower bound on the distance to every center of each group other than the assigned one
+        (``inf`` for a group holding only the assigned center).
+    rechecked : int
+        Rows whose GEMM scores were too close to call and were settled by exact distances.
+    """
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    n_groups = groups.n_groups
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    lower = np.empty((n, n_groups if with_bounds else 0), dtype=np.float32)
+    if n == 0:
+        return labels, dist2, lower, 0
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    slot_center = groups.slot_center
+    padding = slot_center < 0
+    # -2 c is exact in floating point; padding slots get a zero row and an infinite norm
+    slots = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).astype(X.dtype)
+    slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
+    cmax = math.sqrt(float(np.max(slot_sq[~padding])))
+    x_sq = row_sq_norms(X)
+    allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
+    slot_sq = slot_sq.astype(X.dtype)
+    columns = slot_center.shape[0]
+    width = columns // n_groups
+    row_step = max(1, min(n, slab_bytes // (columns * X.dtype.itemsize)))
+    buffer = np.empty((row_step, columns), dtype=X.dtype)
+    rechecked = 0
+    no_second = np.empty(0, dtype=X.dtype)
+    for r0 in range(0, n, row_step):
+        r1 = min(n, r0 + row_step)
+        scores = buffer[: r1 - r0]
+        np.matmul(X[r0:r1], slots.T, out=scores)
+        scores += slot_sq
+        best_col = scores.argmin(axis=1)
+        if n_groups == 1:
+            rows = np.arange(r1 - r0)
+            best = scores[rows, best_col]
+            scores[rows, best_col] = np.inf
+            own_second = scores.min(axis=1)
+            scores[rows, best_col] = best
+            group_min = best[:, None]
+        else:
+            own_second = no_second
+            if width == 1:
+                group_min = scores
+            else:
+                group_min = scores[:, :n_groups].copy()
+                for t in range(1, width):
+                    np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
+        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, slot_center, n_groups,
+                                  x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
+    return labels, dist2, lower, rechecked
+
+
+# -- revisiting samples of the batch ---------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _approx_dist2(x, c):
+    """Squared distance in the precision of the data (eight interleaved partial sums).
+
+    Relative error at most ``gamma_{d+3}`` of the exact value (each term is a rounded difference squared and
+    rounded, then summed), whatever the order: :func:`approx_relative_error`.
+    """
+    d = x.shape[0]
+    zero = x[0] - x[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+    f = 0
+    while f + 8 <= d:
+        t0 = x[f] - c[f]
+        t1 = x[f + 1] - c[f + 1]
+        t2 = x[f + 2] - c[f + 2]
+        t3 = x[f + 3] - c[f + 3]
+        t4 = x[f + 4] - c[f + 4]
+        t5 = x[f + 5] - c[f + 5]
+        t6 = x[f + 6] - c[f + 6]
+        t7 = x[f + 7] - c[f + 7]
+        a0 += t0 * t0
+        a1 += t1 * t1
+        a2 += t2 * t2
+        a3 += t3 * t3
+        a4 += t4 * t4
+        a5 += t5 * t5
+        a6 += t6 * t6
+        a7 += t7 * t7
+        f += 8
+    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    while f < d:
+        t = x[f] - c[f]
+        total += t * t
+        f += 1
+    return np.float64(total)
+
+
+def approx_relative_error(n_features, dtype):
+    """Bound on the relative error of :func:`_approx_dist2` (with a safety factor of two)."""
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 3
+    return 2.0 * terms * unit / (1 - terms * unit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit, rel_error,
+             new_labels, new_dist2, new_lower, needs_full):
+    n = X.shape[0]
+    k = centers.shape[0]
+    n_groups = lower.shape[1]
+    values = np.empty(k, dtype=np.float64)
+    candidates = np.empty(k, dtype=np.int64)
+    low = np.empty(k, dtype=np.float64)
+    high = np.empty(k, dtype=np.float64)
+    decreased = np.empty(n_groups, dtype=np.float64)
+    computed = 0
+    for i in range(n):
+        a = labels[i]
+        d2 = _pair_dist2(X[i], centers[a])
+        computed += 1
+        dist = math.sqrt(d2)
+        threshold = dist * (1.0 + TEST_MARGIN)
+        smallest = np.inf
+        for g in range(n_groups):
+            bound = np.float64(lower[i, g]) - group_shift[g]
+            decreased[g] = bound
+            smallest = min(smallest, bound)
+        if smallest > threshold:
+            # every group is ruled out: the common case once the centers settle
+            new_labels[i] = a
+            new_dist2[i] = d2
+            for g in range(n_groups):
+                new_lower[i, g] = _store_lower(decreased[g])
+            continue
+        # centers of the failing groups whose own bound (group bound less their own move) fails too
+        n_candidates = 0
+        for g in range(n_groups):
+            if decreased[g] > threshold:
+                continue
+            old_bound = np.float64(lower[i, g])
+            for t in range(group_ptr[g], group_ptr[g + 1]):
+                j = members[t]
+                if j == a:
+                    values[j] = dist
+                    continue
+                own_bound = old_bound - shift[j]
+                if own_bound > threshold:
+                    values[j] = own_bound
+                else:
+                    candidates[n_candidates] = j
+                    n_candidates += 1
+        if n_candidates > scalar_limit:
+            needs_full[i] = True
+            continue
+        # approximate distances with a proven error bound; exact ones only where they cannot decide
+        best_high = d2
+        for c in range(n_candidates):
+            value = _approx_dist2(X[i], centers[candidates[c]])
+            low[c] = value * (1.0 - rel_error)
+            high[c] = value * (1.0 + rel_error)
+            best_high = min(best_high, high[c])
+        computed += n_candidates
+        survivors = 1 if d2 <= best_high else 0
+        last = -1
+        for c in range(n_candidates):
+            values[candidates[c]] = math.sqrt(max(low[c], 0.0))
+            if low[c] <= best_high:
+                survivors += 1
+                last = c
+        best = a
+        best_d2 = d2
+        if survivors == 1 and last >= 0:
+            best = candidates[last]
+            best_d2 = _pair_dist2(X[i], centers[best])
+            computed += 1
+            values[best] = math.sqrt(best_d2)
+        elif survivors > 1:
+            if d2 > best_high:
+                best_d2 = np.inf
+            for c in range(n_candidates):
+                if low[c] > best_high:
+                    continue
+                j = candidates[c]
+                value = _pair_dist2(X[i], centers[j])
+                computed += 1
+                values[j] = math.sqrt(value)
+                if value < best_d2 or (value == best_d2 and j < best):
+                    best = j
+                    best_d2 = value
+        new_labels[i] = best
+        new_dist2[i] = best_d2
+        for g in range(n_groups):
+            if decreased[g] <= threshold:
+                bound = np.inf
+                for t in range(group_ptr[g], group_ptr[g + 1]):
+                    j = members[t]
+                    if j != best and values[j] < bound:
+                        bound = values[j]
+            else:
+                bound = decreased[g]
+                if best != a and group_of[a] == g and dist < bound:
+                    bound = dist
+            new_lower[i, g] = np.float32(np.inf) if bound == np.inf else _store_lower(bound)
+    return computed
+
+
+def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None):
+    """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
+
+    Parameters
+    ----------
+    X : ndarray (m, d)
+    centers : ndarray (k, d)
+        The new centers.
+    labels : int32 (m,)
+        Assignment before the move.
+    lower : float32 (m, n_groups)
+        Group lower bounds valid for the centers before the move.
+    shift : float64 (k,)
+        Distance each center moved (an upper bound of it).
+    groups : CenterGroups
+    scalar_limit : int, optional
+        A sample whose failing groups hold more centers than this is reassigned by GEMM against all centers
+        (cheaper than many single distances); default ``k // 16``.
+
+    Returns
+    -------
+    labels : int32 (m,)
+    dist2 : float64 (m,)
+        Exact squared distance to the new assignment.
+    lower : float32 (m, n_groups)
+        Bounds valid for the new centers.
+    computed : int
+        Distances computed (one per center per sample reassigned by GEMM).
+    """
+    X = np.ascontiguousarray(X)
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    m = X.shape[0]
+    k = centers.shape[0]
+    if scalar_limit is None:
+        scalar_limit = max(1, k // 16)
+    new_labels = np.empty(m, dtype=np.int32)
+    new_dist2 = np.empty(m, dtype=np.float64)
+    new_lower = np.empty_like(lower)
+    needs_full = np.zeros(m, dtype=np.bool_)
+    group_shift = groups.group_shift(shift)
+    computed = _revisit(X, centers, labels, lower, np.asarray(shift, dtype=np.float64), group_shift,
+                        groups.ptr, groups.members, groups.group_of, int(scalar_limit),
+                        approx_relative_error(X.shape[1], X.dtype), new_labels, new_dist2, new_lower, needs_full)
+    full = np.flatnonzero(needs_full)
+    if full.size:
+        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
+        new_labels[full] = f_labels
+        new_dist2[full] = f_dist2
+        new_lower[full] = f_lower
+        computed += full.size * k
+    return new_labels, new_dist2, new_lower, int(computed)
+
+
+# -- one sample, one vote --------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, n_reused, k):
+    d = X.shape[1]
+    sums = np.zeros((k, d), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.float64)
+    sse = np.zeros(k, dtype=np.float64)
+    changed = 0
+    for i in range(X.shape[0]):
+        b = new_labels[i]
+        sse[b] += new_dist2[i]
+        if i < n_reused:
+            a = old_labels[i]
+            sse[a] -= old_dist2[i]
+            if a == b:
+                continue
+            changed += 1
+            counts[a] -= 1.0
+            for f in range(d):
+                sums[a, f] -= np.float64(X[i, f])
+        counts[b] += 1.0
+        for f in range(d):
+            sums[b, f] += np.float64(X[i, f])
+    return sums, counts, sse, changed
+
+
+def batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k):
+    """Per-cluster changes of the sums S, counts v and SSE when samples are (re)assigned.
+
+    The first ``len(old_labels)`` rows of ``X`` were in the batch already: their old contribution
+    (``old_labels``, ``old_dist2``) is removed and the new one added, so each sample counts exactly once.
+    The other rows are new and only added. A sample that keeps its label leaves S and v untouched.
+
+    Returns
+    -------
+    sums : float64 (k, d)
+    counts : float64 (k,)
+    sse : float64 (k,)
+    changed : int
+        Reused samples whose label changed.
+    """
+    old_labels = np.asarray(old_labels, dtype=np.int32)
+    old_dist2 = np.asarray(old_dist2, dtype=np.float64)
+    return _batch_deltas(np.ascontiguousarray(X), old_labels, old_dist2, np.asarray(new_labels, dtype=np.int32),
+                         np.asarray(new_dist2, dtype=np.float64), old_labels.shape[0], int(k))
+
+
+# -- groups of centers -----------------------------------------------------------------------------------
+class CenterGroups:
+    """A partition of the centers into groups that share one lower bound per sample.
+
+    Attributes
+    ----------
+    group_of : int32 (k,)
+    ptr, members : int64 (n_groups + 1,), int32 (k,)
+        Centers of group ``g`` are ``members[ptr[g]:ptr[g + 1]]``, in increasing order.
+    slot_center : int32 (n_groups * width,)
+        The centers slot by slot: entry ``t * n_groups + g`` is the ``t``-th center of group ``g``, or -1 where
+        the group has fewer than ``width`` centers.
+    scheme : str
+        ``"elkan"``, ``"yinyang"``, ``"hamerly"`` or ``"none"``.
+    """
+
+    def __init__(self, group_of, scheme):
+        group_of = np.asarray(group_of, dtype=np.int32)
+        self.scheme = scheme
+        self.group_of = group_of
+        self.n_groups = int(group_of.max()) + 1 if group_of.size else 1
+        order = np.argsort(group_of, kind="stable")
+        self.members = order.astype(np.int32)
+        sizes = np.bincount(group_of, minlength=self.n_groups)
+        self.ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        width = int(sizes.max())
+        slots = np.full((width, self.n_groups), -1, dtype=np.int32)
+        for g in range(self.n_groups):
+            slots[: sizes[g], g] = self.members[self.ptr[g]:self.ptr[g + 1]]
+        self.slot_center = slots.ravel()
+
+    def group_shift(self, shift):
+        """Largest move of a center in each group (how much the group's bounds drop)."""
+        out = np.zeros(self.n_groups, dtype=np.float64)
+        np.maximum.at(out, self.group_of, np.asarray(shift, dtype=np.float64))
+        return out
+
+    def __dask_tokenize__(self):
+        return ("daskmeans-center-groups", self.scheme, self.group_of.tobytes())
+
+
+def choose_bounds(bounds, n_clusters, row_bytes):
+    """Resolve ``bounds="auto"`` and return ``(scheme, n_groups)``.
+
+    ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
+    O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
+    ``YINYANG_GROUP_SIZE`` centers (fewer groups if they still would not fit), else Hamerly's single bound.
+    """
+    if bounds == "none":
+        return "none", 1
+    if bounds == "hamerly" or n_clusters == 1:
+        return "hamerly", 1
+    if bounds == "elkan":
+        return "elkan", n_clusters
+    yinyang_groups = max(1, -(-n_clusters // YINYANG_GROUP_SIZE))
+    if bounds == "yinyang":
+        return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
+    if 4 * n_clusters <= row_bytes:
+        return "elkan", n_clusters
+    n_groups = min(yinyang_groups, max(1, row_bytes // 4))
+    return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
+
+
+def _bisect(points, index, n_groups, group_of, next_group):
+    """Split ``index`` into ``n_groups`` groups of nearly equal size by halving along the principal axis."""
+    if n_groups == 1:
+        group_of[index] = next_group
+        return next_group + 1
+    part = points[index]
+    centered = part - part.mean(axis=0)
+    direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+    order = np.argsort(centered @ direction, kind="stable")
+    first = n_groups // 2
+    cut = int(round(len(index) * first / n_groups))
+    next_group = _bisect(points, index[order[:cut]], first, group_of, next_group)
+    return _bisect(points, index[order[cut:]], n_groups - first, group_of, next_group)
+
+
+def make_groups(centers, scheme, n_groups):
+    """Group the centers for ``scheme``.
+
+    Yinyang groups are nearby centers in groups of equal size (at most one apart), by recursive halving of
+    the centers along their principal axis: equal sizes keep the slot layout of :func:`assign_with_bounds`
+    free of padding, nearby centers keep each group's bound tight.
+
+    Parameters
+    ----------
+    centers : ndarray (k, d)
+    scheme : str
+    n_groups : int
+    """
+    k = centers.shape[0]
+    if scheme == "elkan":
+        return CenterGroups(np.arange(k), scheme)
+    n_groups = min(int(n_groups), k)
+    if scheme in ("hamerly", "none") or n_groups <= 1:
+        return CenterGroups(np.zeros(k, dtype=np.int32), scheme)
+    group_of = np.empty(k, dtype=np.int32)
+    _bisect(np.asarray(centers, dtype=np.float64), np.arange(k), n_groups, group_of, 0)
+    return CenterGroups(group_of, scheme)

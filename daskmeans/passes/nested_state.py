@@ -1,0 +1,366 @@
+"""The active batch of nested mini-batch k-means, kept on the workers as persisted state blocks.
+
+The data is shuffled once without moving it. The row blocks (chunks) are put in a random order and dealt
+round-robin to ``L`` lanes; the rows of each chunk get a random order of their own (:func:`chunk_order`). The
+shuffled order takes rows from the lanes in turn, so any prefix holds about the same number of rows from each
+lane: the batch of size ``b`` (the first ``b`` rows of the order) mixes ``L`` chunks from the start, even when
+the stored order of the rows is not random (sorted by class, by time...), while a growth reads only the next
+part of one or two chunks per lane. The workers read the new rows from the store themselves; nothing but
+``k x d`` statistics ever reaches the driver.
+
+The batch is split into state blocks (rows, row ids, labels, squared distances, group lower bounds). As in
+section 3.3 of the paper, every state block receives an equal share of the rows added at each growth, so
+that blocks cost the same to revisit; when the batch has grown enough for more blocks, every block is split in
+two (every other row, so each half keeps an equal share of every growth).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._client import resolve_client
+from .._random import stage_generator, stage_key
+from ..kernels.nested import assign_with_bounds, batch_deltas, revisit_with_bounds
+from ._graph import block_offsets, blocks_of, dask, map_blocks_delayed, shared, tree_reduce
+
+#: A state block is split only while both halves keep at least this many rows.
+MIN_BLOCK_ROWS = 4096
+#: Most lanes the chunks are dealt to (the first batches mix this many chunks).
+MAX_LANES = 64
+
+
+class BatchBlock:
+    """One state block of the active batch.
+
+    Attributes
+    ----------
+    rows : ndarray (m, d)
+    index : int64 (m,)
+        Global row index of each sample.
+    labels : int32 (m,)
+    dist2 : float64 (m,)
+        Exact squared distance to the center the sample was last assigned to.
+    lower : float32 (m, n_groups)
+        Group lower bounds (``(m, 0)`` without bounds).
+    """
+
+    __slots__ = ("rows", "index", "labels", "dist2", "lower")
+
+    def __init__(self, rows, index, labels, dist2, lower):
+        self.rows = rows
+        self.index = index
+        self.labels = labels
+        self.dist2 = dist2
+        self.lower = lower
+
+    def __len__(self):
+        return self.rows.shape[0]
+
+    def half(self, which):
+        """Every other sample, starting at ``which`` (0 or 1)."""
+        part = slice(which, None, 2)
+        return BatchBlock(np.ascontiguousarray(self.rows[part]), self.index[part].copy(), self.labels[part].copy(),
+                          self.dist2[part].copy(), np.ascontiguousarray(self.lower[part]))
+
+    def __getstate__(self):
+        return (self.rows, self.index, self.labels, self.dist2, self.lower)
+
+    def __setstate__(self, state):
+        self.rows, self.index, self.labels, self.dist2, self.lower = state
+
+
+class StepOutput:
+    """What one state block task returns: the new block and its report (kept together on the worker)."""
+
+    __slots__ = ("block", "report")
+
+    def __init__(self, block, report):
+        self.block = block
+        self.report = report
+
+    def __getstate__(self):
+        return (self.block, self.report)
+
+    def __setstate__(self, state):
+        self.block, self.report = state
+
+
+class _Held:
+    """A computed value kept in the driver's memory (local scheduler), with a cheap token."""
+
+    __slots__ = ("value", "token")
+    _counter = 0
+
+    def __init__(self, value):
+        _Held._counter += 1
+        self.value = value
+        self.token = _Held._counter
+
+    def __dask_tokenize__(self):
+        return ("daskmeans-held", id(self), self.token)
+
+
+#: Counters in a report, in order.
+COUNTERS = ("reused", "new", "changed", "computed", "skipped")
+
+
+def chunk_order(key: int, offset: int, size: int) -> np.ndarray:
+    """The random order of the rows of the chunk that starts at global row ``offset`` (local indices)."""
+    return np.random.default_rng([key, offset, size]).permutation(size)
+
+
+def _read_new_rows(block, offset, weights, key, start, stop):
+    """Rows ``start:stop`` of a chunk's own random order, with their global indices."""
+    block = np.asarray(block)
+    order = chunk_order(key, offset, block.shape[0])[start:stop]
+    return offset + order.astype(np.int64), np.ascontiguousarray(block[order])
+
+
+def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
+    """Revisit a block's samples with the new centers, add its share of new rows, report the deltas."""
+    if isinstance(previous, _Held):
+        previous = previous.value
+    k = centers.shape[0]
+    block = previous.block if previous is not None else None
+    if block is not None and half is not None:
+        block = block.half(half)
+    sums = np.zeros((k, n_features))
+    counts = np.zeros(k)
+    sse = np.zeros(k)
+    counters = np.zeros(len(COUNTERS), dtype=np.int64)
+    parts = []
+    if block is not None and len(block):
+        if use_bounds:
+            labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
+                                                                 shift, groups)
+        else:
+            labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
+            computed = len(block) * k
+        d_sums, d_counts, d_sse, changed = batch_deltas(block.rows, block.labels, block.dist2, labels, dist2, k)
+        sums += d_sums
+        counts += d_counts
+        sse += d_sse
+        counters += (len(block), 0, changed, computed, max(0, len(block) * k - computed))
+        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower))
+    if pieces:
+        index = np.concatenate([piece[0][a:b] for piece, a, b in pieces])
+        rows = np.concatenate([piece[1][a:b] for piece, a, b in pieces])
+        labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
+        empty = np.empty(0, dtype=np.int32)
+        d_sums, d_counts, d_sse, _ = batch_deltas(rows, empty, np.empty(0), labels, dist2, k)
+        sums += d_sums
+        counts += d_counts
+        sse += d_sse
+        counters += (0, rows.shape[0], 0, rows.shape[0] * k, 0)
+        parts.append(BatchBlock(rows, index, labels, dist2, lower))
+    if not parts:
+        new_block = BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
+                               np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32))
+    elif len(parts) == 1:
+        new_block = parts[0]
+    else:
+        new_block = BatchBlock(*(np.concatenate([getattr(p, name) for p in parts])
+                                 for name in BatchBlock.__slots__))
+    return StepOutput(new_block, (sums, counts, sse, counters))
+
+
+def _report_of(output):
+    if isinstance(output, _Held):
+        output = output.value
+    return output.report
+
+
+def _combine_reports(parts):
+    sums, counts, sse, counters = (np.array(a, copy=True) for a in parts[0])
+    for other in parts[1:]:
+        sums += other[0]
+        counts += other[1]
+        sse += other[2]
+        counters += other[3]
+    return sums, counts, sse, counters
+
+
+def _block_content(output):
+    if isinstance(output, _Held):
+        output = output.value
+    block = output.block
+    return block.index, block.labels, block.dist2, block.lower
+
+
+def _block_size(output):
+    if isinstance(output, _Held):
+        output = output.value
+    return len(output.block)
+
+
+class NestedBatch:
+    """The growing, shuffled batch on the workers.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    seed : int
+        Root seed; fixes the order of chunks and of rows within each chunk.
+    groups : CenterGroups
+    client : distributed.Client, optional
+        ``None`` runs on the local threaded scheduler (the blocks then live in this process).
+    max_blocks : int, optional
+        Most state blocks; default the number of row blocks of ``array``.
+    min_block_rows : int
+        Blocks are split only while the halves keep this many rows.
+    max_lanes : int, optional
+        Most lanes (default :data:`MAX_LANES`).
+    """
+
+    def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=MIN_BLOCK_ROWS,
+                 max_lanes=None):
+        self.array = array
+        self.n_samples, self.n_features = (int(s) for s in array.shape)
+        self.groups = groups
+        self.use_bounds = groups.scheme != "none"
+        self.client = client if client is not None else resolve_client(None)
+        self.chunk_sizes = np.asarray(array.chunks[0], dtype=np.int64)
+        self.offsets = block_offsets(array)
+        order_of_chunks = stage_generator(seed, "nmbatch", "chunk-order").permutation(len(self.chunk_sizes))
+        self.n_lanes = min(len(self.chunk_sizes), MAX_LANES if max_lanes is None else int(max_lanes))
+        self.lane_chunks = [order_of_chunks[lane:: self.n_lanes] for lane in range(self.n_lanes)]
+        self.lane_ends = [np.cumsum(self.chunk_sizes[chunks]) for chunks in self.lane_chunks]
+        self.lane_lengths = np.array([ends[-1] for ends in self.lane_ends], dtype=np.int64)
+        self.row_key = stage_key(seed, "nmbatch", "row-order")
+        self.max_blocks = int(max_blocks or len(self.chunk_sizes))
+        self.min_block_rows = int(min_block_rows)
+        self.data_blocks = blocks_of(array)
+        self.size = 0
+        self.outputs = []
+        self.rows_read = 0
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.outputs)
+
+    def _blocks_for(self, size: int) -> int:
+        """State blocks for a batch of ``size`` rows.
+
+        The count only ever doubles (every block splits in two), so blocks stay equal: it is one of
+        ``max_blocks / 2**j``, the smallest that gives blocks of at most ``min_block_rows`` rows.
+        """
+        allowed = [self.max_blocks]
+        while allowed[-1] % 2 == 0:
+            allowed.append(allowed[-1] // 2)
+        wanted = min(self.max_blocks, -(-size // self.min_block_rows))
+        blocks = min(b for b in allowed if b >= wanted)
+        if self.outputs:
+            blocks = max(self.n_blocks, min(blocks, 2 * self.n_blocks))
+        return blocks
+
+    def lane_counts(self, size: int) -> np.ndarray:
+        """Rows each lane contributes to the first ``size`` rows of the order (lanes take turns; one that runs
+        out of rows drops out)."""
+        lengths = self.lane_lengths
+        low, high = 0, int(lengths.max())
+        while low < high:  # the largest h with sum(min(lengths, h)) <= size
+            mid = (low + high + 1) // 2
+            if np.minimum(lengths, mid).sum() <= size:
+                low = mid
+            else:
+                high = mid - 1
+        counts = np.minimum(lengths, low)
+        extra = int(size - counts.sum())
+        counts[np.flatnonzero(lengths > low)[:extra]] += 1
+        return counts
+
+    def _pieces(self, lo: int, hi: int):
+        """``(chunk, start, stop)``: the rows at shuffled positions ``lo .. hi - 1`` as ranges of the chunks' own
+        orders."""
+        pieces = []
+        for lane, (a, b) in enumerate(zip(self.lane_counts(lo), self.lane_counts(hi))):
+            ends = self.lane_ends[lane]
+            position = int(a)
+            rank = int(np.searchsorted(ends, position, side="right"))
+            while position < b:
+                chunk = int(self.lane_chunks[lane][rank])
+                chunk_start = int(ends[rank] - self.chunk_sizes[chunk])
+                stop = min(int(b), int(ends[rank]))
+                pieces.append((chunk, position - chunk_start, stop - chunk_start))
+                position = stop
+                rank += 1
+        return pieces
+
+    def step(self, centers, shift, target_size):
+        """Revisit the batch with ``centers`` (which moved by ``shift``) and grow it to ``target_size``.
+
+        Returns
+        -------
+        sums : float64 (k, d)
+        counts, sse : float64 (k,)
+            Changes of S, v and SSE.
+        counters : dict
+            ``reused``, ``new``, ``changed``, ``computed``, ``skipped`` of this iteration.
+        """
+        target_size = int(min(max(target_size, self.size), self.n_samples))
+        old_blocks = self.n_blocks
+        n_blocks = self._blocks_for(target_size)
+        n_split = n_blocks - old_blocks if old_blocks else 0
+        parents = []
+        for s in range(n_blocks):
+            if not old_blocks:
+                parents.append((None, None))
+            elif s < old_blocks:
+                parents.append((self.outputs[s], 0 if s < n_split else None))
+            else:
+                parents.append((self.outputs[s - old_blocks], 1))
+        # the new rows: an equal share of the order's next rows per state block, one read task per chunk touched
+        lo, hi = self.size, target_size
+        shares = np.linspace(lo, hi, n_blocks + 1).round().astype(np.int64)
+        share_pieces = [self._pieces(int(shares[s]), int(shares[s + 1])) for s in range(n_blocks)]
+        extent = {}
+        for pieces in share_pieces:
+            for chunk, a, b in pieces:
+                first, last = extent.get(chunk, (a, b))
+                extent[chunk] = (min(first, a), max(last, b))
+        chunks = sorted(extent)
+        read_args = [[self.data_blocks[c], int(self.offsets[c]), None, self.row_key, *extent[c]] for c in chunks]
+        reads = dict(zip(chunks, map_blocks_delayed(_read_new_rows, "nmbatch-read", read_args))) if chunks else {}
+        block_pieces = [[(reads[c], a - extent[c][0], b - extent[c][0]) for c, a, b in pieces]
+                        for pieces in share_pieces]
+        centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
+        outputs = map_blocks_delayed(
+            _step_block, "nmbatch-step",
+            [[parent, half, pieces] for (parent, half), pieces in zip(parents, block_pieces)],
+            shared(centers, "nmbatch-centers"), shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"),
+            shared(self.groups, "nmbatch-groups"), self.use_bounds, self.n_features,
+        )
+        reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
+        total = tree_reduce(reports, _combine_reports, "nmbatch-deltas")
+        if self.client is None:
+            values = dask.compute(*outputs, total)
+            self.outputs = [_Held(v) for v in values[:-1]]
+            report = values[-1]
+        else:
+            futures = self.client.compute([*outputs, total])
+            report = futures[-1].result()
+            self.outputs = futures[:-1]
+        self.rows_read += hi - lo
+        self.size = target_size
+        sums, counts, sse, counters = report
+        return sums, counts, sse, dict(zip(COUNTERS, (int(c) for c in counters)))
+
+    def content(self):
+        """Row indices, labels, squared distances and bounds of the whole batch (for tests and checks)."""
+        parts = map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs])
+        if self.client is None:
+            values = dask.compute(*parts)
+        else:
+            values = self.client.gather(self.client.compute(parts))
+        return tuple(np.concatenate([v[i] for v in values]) for i in range(4))
+
+    def block_sizes(self):
+        """Rows in each state block."""
+        parts = map_blocks_delayed(_block_size, "nmbatch-sizes", [[o] for o in self.outputs])
+        if self.client is None:
+            return list(dask.compute(*parts))
+        return list(self.client.gather(self.client.compute(parts)))
+
+    def release(self):
+        """Drop the state blocks (the workers free their memory)."""
+        self.outputs = []

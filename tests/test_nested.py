@@ -1,0 +1,486 @@
+"""Nested mini-batch k-means: exact kernels and bounds, one sample one vote, doubling, reproducibility, memory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, load
+from daskmeans.algorithms.nested import (
+    center_displacement,
+    centers_from_sums,
+    default_initial_batch_size,
+    doubling_ratio,
+    nested_minibatch,
+)
+from daskmeans.kernels import nested as kn
+from daskmeans.passes.nested_state import NestedBatch, chunk_order
+from daskmeans.registry import make_estimator
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    """A LocalCluster with 2 worker processes of 1 thread each, shared by this module."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           memory_limit="2GiB")
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def make_blobs(n=3000, d=4, k=5, spread=0.3, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10, 10, size=(k, d))
+    labels = rng.integers(0, k, size=n)
+    X = centers[labels] + spread * rng.standard_normal((n, d))
+    return X.astype(dtype), labels, centers
+
+
+# -- NumPy references ----------------------------------------------------------------------------------------
+def ref_dist2(X, C):
+    """All squared distances in float64 (the exact distances the kernels must agree with)."""
+    X64, C64 = X.astype(np.float64), C.astype(np.float64)
+    return ((X64[:, None, :] - C64[None, :, :]) ** 2).sum(-1)
+
+
+def ref_assign(X, C):
+    D = ref_dist2(X, C)
+    labels = np.argmin(D, axis=1)
+    return labels, D[np.arange(len(X)), labels], D
+
+
+def ref_group_minima(D, labels, groups):
+    """Distance from each row to the nearest center of each group other than its own center."""
+    out = np.full((D.shape[0], groups.n_groups), np.inf)
+    for g in range(groups.n_groups):
+        members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
+        sub = np.sqrt(D[:, members])
+        sub[members[None, :] == labels[:, None]] = np.inf
+        out[:, g] = sub.min(axis=1)
+    return out
+
+
+def ref_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k):
+    m = len(old_labels)
+    sums = np.zeros((k, X.shape[1]))
+    counts = np.zeros(k)
+    sse = np.zeros(k)
+    np.add.at(sums, new_labels, X.astype(np.float64))
+    np.add.at(counts, new_labels, 1.0)
+    np.add.at(sse, new_labels, new_dist2)
+    np.add.at(sums, old_labels, -X[:m].astype(np.float64))
+    np.add.at(counts, old_labels, -1.0)
+    np.add.at(sse, old_labels, -old_dist2)
+    return sums, counts, sse
+
+
+SCHEMES = [("elkan", None), ("yinyang", 4), ("hamerly", 1)]
+
+
+def groups_for(centers, scheme, n_groups):
+    n_groups = centers.shape[0] if n_groups is None else n_groups
+    return kn.make_groups(centers, scheme, n_groups)
+
+
+def tied_problem(dtype, n=1500, d=7, k=24, seed=0):
+    """Random rows and centers, with an exact duplicate center and rows sitting on centers (ties)."""
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, d)) * 3).astype(dtype)
+    C = X[rng.choice(n, k, replace=False)].copy()
+    C[3] = C[11]
+    return X, C
+
+
+# -- kernels -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exact_distances_and_nearest_match_numpy(dtype):
+    X, C = tied_problem(dtype)
+    labels, dist2, D = ref_assign(X, C)
+    np.testing.assert_allclose(kn.exact_dist2(X, C, labels.astype(np.int32)), dist2, rtol=1e-13)
+    found, found_d2 = kn.exact_nearest(X, C)
+    np.testing.assert_array_equal(found, labels)
+    np.testing.assert_allclose(found_d2, dist2, rtol=1e-13)
+    np.testing.assert_allclose(kn.row_sq_norms(X), (X.astype(np.float64) ** 2).sum(1), rtol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scheme, n_groups", SCHEMES)
+def test_full_assignment_is_exact_and_bounds_are_valid_and_tight(dtype, scheme, n_groups):
+    X, C = tied_problem(dtype)
+    groups = groups_for(C, scheme, n_groups)
+    labels, dist2, lower, rechecked = kn.assign_with_bounds(X, C, groups)
+    ref_labels, ref_d2, D = ref_assign(X, C)
+    np.testing.assert_array_equal(labels, ref_labels)  # ties go to the lowest index, like numpy's argmin
+    np.testing.assert_array_equal(dist2, kn.exact_nearest(X, C)[1])
+    assert rechecked > 0  # the duplicate center forces exact tie-breaking
+    truth = ref_group_minima(D, ref_labels, groups)
+    assert np.all(lower <= truth)
+    finite = np.isfinite(truth)
+    slack = 1e-3 if dtype == np.float32 else 1e-6  # bounds are stored as float32
+    assert np.all(lower[finite] >= truth[finite] * (1 - slack) - slack)
+    assert np.array_equal(np.isinf(lower), np.isinf(truth))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_full_assignment_in_small_slabs_matches(dtype):
+    X, C = tied_problem(dtype, n=700)
+    groups = groups_for(C, "yinyang", 5)
+    whole = kn.assign_with_bounds(X, C, groups)
+    slabs = kn.assign_with_bounds(X, C, groups, slab_bytes=C.shape[0] * X.dtype.itemsize * 3)
+    for a, b in zip(whole[:3], slabs[:3]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scheme, n_groups", SCHEMES)
+@pytest.mark.parametrize("move", [0.02, 0.5, 3.0])
+def test_revisit_gives_exact_labels_and_valid_bounds_after_centers_move(dtype, scheme, n_groups, move):
+    X, C = tied_problem(dtype)
+    groups = groups_for(C, scheme, n_groups)
+    labels, _, lower, _ = kn.assign_with_bounds(X, C, groups)
+    rng = np.random.default_rng(1)
+    C2 = (C + move * rng.standard_normal(C.shape)).astype(dtype)
+    C2[3] = C2[11]
+    shift = center_displacement(C2, C) * (1 + 1e-12)
+    new_labels, new_dist2, new_lower, computed = kn.revisit_with_bounds(X, C2, labels, lower, shift, groups)
+    ref_labels, ref_d2, D = ref_assign(X, C2)
+    np.testing.assert_array_equal(new_labels, ref_labels)
+    np.testing.assert_array_equal(new_dist2, kn.exact_nearest(X, C2)[1])
+    assert np.all(new_lower <= ref_group_minima(D, ref_labels, groups))
+    assert len(X) <= computed <= len(X) * (C.shape[0] + 1)
+    if move == 0.02:
+        assert computed < 0.5 * len(X) * C.shape[0]  # small moves: the bounds rule out most centers
+
+
+@pytest.mark.parametrize("scheme, n_groups", SCHEMES)
+def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
+    X, C = tied_problem(np.float32, n=600)
+    groups = groups_for(C, scheme, n_groups)
+    labels, _, lower, _ = kn.assign_with_bounds(X, C, groups)
+    rng = np.random.default_rng(2)
+    for step in range(25):
+        C2 = (C + 0.05 * rng.standard_normal(C.shape)).astype(np.float32)
+        shift = center_displacement(C2, C) * (1 + 1e-12)
+        labels, _, lower, _ = kn.revisit_with_bounds(X, C2, labels, lower, shift, groups)
+        C = C2
+        ref_labels, _, D = ref_assign(X, C)
+        np.testing.assert_array_equal(labels, ref_labels)
+        assert np.all(lower <= ref_group_minima(D, ref_labels, groups))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_deltas_match_numpy(dtype):
+    rng = np.random.default_rng(3)
+    k, m, extra = 6, 300, 120
+    X = rng.standard_normal((m + extra, 5)).astype(dtype)
+    old_labels = rng.integers(0, k, m).astype(np.int32)
+    new_labels = np.where(rng.random(m + extra) < 0.3, rng.integers(0, k, m + extra),
+                          np.concatenate([old_labels, rng.integers(0, k, extra)])).astype(np.int32)
+    old_d2, new_d2 = rng.random(m), rng.random(m + extra)
+    sums, counts, sse, changed = kn.batch_deltas(X, old_labels, old_d2, new_labels, new_d2, k)
+    ref = ref_deltas(X, old_labels, old_d2, new_labels, new_d2, k)
+    np.testing.assert_allclose(sums, ref[0], atol=1e-9)
+    np.testing.assert_allclose(counts, ref[1])
+    np.testing.assert_allclose(sse, ref[2], atol=1e-12)
+    assert changed == int(np.sum(old_labels != new_labels[:m]))
+
+
+def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
+    C = np.random.default_rng(0).standard_normal((57, 3))
+    for scheme, n_groups in [("elkan", 57), ("yinyang", 6), ("hamerly", 1)]:
+        groups = kn.make_groups(C, scheme, n_groups)
+        np.testing.assert_array_equal(np.sort(groups.members), np.arange(57))
+        for g in range(groups.n_groups):
+            members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
+            assert np.all(groups.group_of[members] == g) and np.all(np.diff(members) > 0)
+        shift = np.random.default_rng(1).random(57)
+        expected = [shift[groups.group_of == g].max() for g in range(groups.n_groups)]
+        np.testing.assert_array_equal(groups.group_shift(shift), expected)
+        sizes = np.diff(groups.ptr)
+        assert groups.n_groups == n_groups and sizes.max() - sizes.min() <= 1
+        # the slot layout lists every center once, padding as -1
+        slots = groups.slot_center.reshape(-1, groups.n_groups)
+        np.testing.assert_array_equal(np.sort(slots[slots >= 0]), np.arange(57))
+        assert np.all(groups.group_of[slots[0]] == np.arange(groups.n_groups))
+    # auto: k bounds when they are no larger than a row, else yinyang groups that fit, else one bound
+    assert kn.choose_bounds("auto", 50, 784 * 4) == ("elkan", 50)
+    assert kn.choose_bounds("auto", 1000, 128 * 4) == ("yinyang", 100)
+    assert kn.choose_bounds("auto", 1000, 16 * 4) == ("yinyang", 16)
+    assert kn.choose_bounds("auto", 1000, 4) == ("hamerly", 1)
+    assert kn.choose_bounds("elkan", 1000, 4) == ("elkan", 1000)
+    assert kn.choose_bounds("none", 10, 40) == ("none", 1)
+
+
+# -- the doubling rule ---------------------------------------------------------------------------------------
+def test_doubling_ratio_by_hand():
+    sse = np.array([8.0, 18.0, 5.0, 1.0])
+    counts = np.array([3.0, 4.0, 1.0, 10.0])
+    moved = np.array([0.1, 0.5, 9.0, 0.0])
+    # clusters 2 (one sample) and 3 (did not move) do not vote
+    expected = min(np.sqrt(8 / 6) / 0.1, np.sqrt(18 / 12) / 0.5)
+    assert doubling_ratio(sse, counts, moved) == pytest.approx(expected)
+    assert doubling_ratio(sse, counts, np.zeros(4)) == np.inf
+    assert default_initial_batch_size(10) == 5000 and default_initial_batch_size(1000) == 10_000
+    # S / v, and a cluster without samples keeps its center
+    previous = np.array([[1.0, 1.0], [5.0, 5.0]], dtype=np.float32)
+    new = centers_from_sums(np.array([[4.0, 6.0], [0.0, 0.0]]), np.array([2.0, 0.0]), previous)
+    np.testing.assert_array_equal(new, [[2.0, 3.0], [5.0, 5.0]])
+    assert new.dtype == np.float32
+
+
+def test_doubling_rule_on_a_constructed_case():
+    # one cluster: the first iteration moves the center from far away (ratio tiny: no doubling), the next
+    # changes nothing (p = 0: the batch doubles), and so on until all 64 rows are in and nothing changes
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 2))
+    array = da.from_array(X, chunks=(16, 2))
+    start = np.array([[50.0, 0.0]])
+    seen = []
+    result = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=100.0, bounds="elkan",
+                              callback=seen.append, keep_batch=True)
+    sizes = [r["batch_size"] for r in result.history]
+    assert sizes == [8, 8, 16, 16, 32, 32, 64, 64]
+    assert result.stop_reason == "converged"
+    first = seen[0]
+    # iteration 1 by hand: the batch's mean, its SSE to the start center, sigma_C / p
+    index = np.sort(result.batch.content()[0])
+    order = NestedBatch(array, 7, kn.make_groups(start, "elkan", 1))
+    rows = X[_first_rows(order, 8)]
+    mean = rows.mean(axis=0)
+    sse = ((rows - start[0]) ** 2).sum()
+    p = np.linalg.norm(mean - start[0])
+    assert first["inertia"] == pytest.approx(sse)
+    assert first["doubling_ratio"] == pytest.approx(np.sqrt(sse / (8 * 7)) / p)
+    np.testing.assert_allclose(first["_centers"][0], mean)
+    np.testing.assert_array_equal(index, np.arange(64))
+    # a tiny rho doubles at every iteration
+    fast = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=1e-12, bounds="none")
+    assert [r["batch_size"] for r in fast.history][:4] == [8, 16, 32, 64]
+
+
+def _first_rows(batch, size):
+    """Global indices of the first ``size`` rows of a batch's shuffled order."""
+    rows = []
+    for chunk, a, b in batch._pieces(0, size):
+        offset = int(batch.offsets[chunk])
+        order = chunk_order(batch.row_key, offset, int(batch.chunk_sizes[chunk]))
+        rows.extend(offset + order[a:b])
+    return np.array(rows)
+
+
+# -- the batch on the workers: nesting, one sample one vote, balance ---------------------------------------------
+def test_one_sample_one_vote_invariants_after_every_iteration():
+    X, _, _ = make_blobs(n=5000, d=5, k=7, spread=2.0, seed=11, dtype=np.float32)
+    array = da.from_array(X, chunks=(700, 5))
+    start = X[:7].copy()
+    snapshots = []
+
+    def check(record):
+        batch = record["_batch"]
+        index, labels, dist2, lower = batch.content()
+        snapshots.append(np.sort(index))
+        previous = start if len(snapshots) == 1 else check.centers
+        # every sample of the batch once, assigned exactly to the centers of this iteration
+        assert len(np.unique(index)) == len(index) == record["batch_size"]
+        ref_labels, ref_d2, _ = ref_assign(X[index], previous)
+        np.testing.assert_array_equal(labels, ref_labels)
+        np.testing.assert_allclose(dist2, ref_d2, rtol=1e-12)
+        # S, v and SSE hold each active sample's current assignment exactly once
+        sums, counts, sse = record["_sums"], record["_counts"], record["_sse"]
+        ref_sums, ref_counts, ref_sse = ref_deltas(X[index], np.empty(0, int), np.empty(0), labels, dist2, 7)
+        np.testing.assert_allclose(sums, ref_sums, rtol=1e-9, atol=1e-6)
+        np.testing.assert_array_equal(counts, ref_counts)
+        np.testing.assert_allclose(sse, ref_sse, rtol=1e-9, atol=1e-6)
+        assert record["energy"] == pytest.approx(ref_sse.sum() / len(index))
+        check.centers = record["_centers"]
+
+    result = nested_minibatch(array, start, seed=3, initial_batch_size=300, rho=5.0, bounds="yinyang",
+                              callback=check, min_block_rows=200)
+    assert len(snapshots) == result.n_iter >= 5
+    for smaller, larger in zip(snapshots, snapshots[1:]):
+        assert np.isin(smaller, larger).all()  # nested batches
+    assert result.history[-1]["batch_size"] == 5000
+    assert result.stop_reason == "converged"
+    # converged at the full batch: the final inertia is exact
+    _, ref_d2, _ = ref_assign(X, result.centers)
+    assert result.inertia == pytest.approx(ref_d2.sum(), rel=1e-9)
+
+
+def test_state_blocks_hold_equal_shares_of_every_growth():
+    X, _, _ = make_blobs(n=6000, d=3, k=4, seed=2)
+    array = da.from_array(X, chunks=(1000, 3))  # 6 chunks, 6 lanes
+    groups = kn.make_groups(X[:4], "hamerly", 1)
+    batch = NestedBatch(array, 5, groups, min_block_rows=256)
+    centers = X[:4]
+    for size in (600, 1200, 2400, 4800, 6000):
+        batch.step(centers, np.zeros(4), size)
+        sizes = batch.block_sizes()
+        assert sum(sizes) == size and max(sizes) - min(sizes) <= 2 * len(sizes)
+        index = batch.content()[0]
+        # the first rows mix every lane (chunk) from the start
+        per_chunk = np.bincount(index // 1000, minlength=6)
+        assert per_chunk.min() >= size // 6 - 1
+    assert len(sizes) == 6  # split up to one state block per data block
+
+
+# -- bounds never change a result; schedulers, workers and chunking ------------------------------------------------
+def test_labels_with_bounds_are_the_labels_without_them():
+    X, _, _ = make_blobs(n=4000, d=6, k=30, spread=3.0, seed=5, dtype=np.float32)
+    runs = {}
+    for bounds in ("none", "hamerly", "yinyang", "elkan", "auto"):
+        model = NestedMiniBatchKMeans(30, init=X[:30], initial_batch_size=500, bounds=bounds, random_state=1,
+                                      chunk_rows=800, tol=0.0).fit(X)
+        runs[bounds] = model
+    reference = runs["none"]
+    for bounds, model in runs.items():
+        np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+        np.testing.assert_array_equal(model.labels_, reference.labels_)
+        assert [h["changed"] for h in model.history_] == [h["changed"] for h in reference.history_]
+        assert [h["batch_size"] for h in model.history_] == [h["batch_size"] for h in reference.history_]
+    computed = {b: sum(h["distances_computed"] for h in m.history_) for b, m in runs.items()}
+    skipped = {b: sum(h["distances_skipped"] for h in m.history_) for b, m in runs.items()}
+    assert skipped["none"] == 0
+    assert computed["elkan"] < computed["yinyang"] < computed["none"]
+    assert computed["hamerly"] < computed["none"]
+    assert runs["auto"].bounds_ == "yinyang" and runs["elkan"].bounds_ == "elkan"
+
+
+def test_same_seed_same_result_on_every_scheduler_and_worker_count(cluster_client):
+    X, _, _ = make_blobs(n=6000, d=6, k=8, spread=2.5, seed=4, dtype=np.float32)
+    params = dict(n_clusters=8, random_state=123, initial_batch_size=700, max_iter=60, init="k-means++")
+    for chunks in (900, 1700):
+        array = da.from_array(X, chunks=(chunks, 6))
+        with dask.config.set(scheduler="sync"):
+            sync = NestedMiniBatchKMeans(**params).fit(array)
+        with dask.config.set(scheduler="threads"):
+            threads = NestedMiniBatchKMeans(**params).fit(array)
+        distributed = NestedMiniBatchKMeans(**params, client=cluster_client).fit(array)
+        for other in (threads, distributed):
+            np.testing.assert_array_equal(other.cluster_centers_, sync.cluster_centers_)
+            assert [h["changed"] for h in other.history_] == [h["changed"] for h in sync.history_]
+            assert other.inertia_ == sync.inertia_
+        assert sync.stop_reason_ in ("converged", "tol")
+        np.testing.assert_array_equal(np.asarray(distributed.labels_), np.asarray(sync.labels_))
+
+
+def test_result_is_close_to_lloyd_on_blobs_and_models_round_trip(tmp_path):
+    X, labels, centers = make_blobs(n=5000, d=4, k=6, spread=0.4, seed=8)
+    model = NestedMiniBatchKMeans(6, random_state=0, initial_batch_size=500).fit(X)
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(labels, model.labels_) == 1.0
+    assert model.stop_reason_ in ("converged", "tol")
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+    assert model.score(X) == pytest.approx(-model.inertia_)
+    assert model.history_[-1]["batch_size"] == 5000 and model.history_[-1]["new_samples"] == 0
+    assert model.history_[-1]["passes"] >= 1.0
+    model.save(tmp_path / "m.zarr")
+    back = load(tmp_path / "m.zarr")
+    assert isinstance(back, NestedMiniBatchKMeans) and back.bounds_ == model.bounds_
+    np.testing.assert_array_equal(back.predict(X), model.labels_)
+    assert make_estimator("nmbatch", n_clusters=3).n_clusters == 3
+
+
+def test_stops_at_max_iter_and_max_time():
+    X, _, _ = make_blobs(n=3000, d=4, k=5, spread=3.0, seed=9)
+    capped = NestedMiniBatchKMeans(5, random_state=0, max_iter=3, initial_batch_size=200).fit(X)
+    assert capped.stop_reason_ == "max_iter" and capped.n_iter_ == 3
+    assert capped.inertia_ == pytest.approx(-capped.score(X))
+    timed = NestedMiniBatchKMeans(5, random_state=0, max_time=1e-6, initial_batch_size=200).fit(X)
+    assert timed.stop_reason_ == "max_time" and timed.n_iter_ == 1
+
+
+def test_real_descriptors_bounds_skip_most_distances():
+    path = SHARED_DATA / "cifar_dsift.npz"
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    X = np.load(path)["X"][:40_000].astype(np.float32)
+    init = X[np.random.default_rng(0).choice(len(X), 200, replace=False)]
+    model = NestedMiniBatchKMeans(200, init=init, random_state=0, max_iter=25, rho=1.0,
+                                  initial_batch_size=4000).fit(X)
+    computed = sum(h["distances_computed"] for h in model.history_)
+    skipped = sum(h["distances_skipped"] for h in model.history_)
+    assert skipped > computed
+    from sklearn.cluster import KMeans as SKKMeans
+
+    reference = SKKMeans(200, init=init, n_init=1, max_iter=10).fit(X)
+    assert model.history_[-1]["batch_size"] == len(X)
+    assert model.inertia_ < 1.02 * reference.inertia_
+
+
+# -- out of core ---------------------------------------------------------------------------------------------
+def _bytes_spilled(dask_worker):
+    metrics = getattr(dask_worker.data, "cumulative_metrics", {})
+    return sum(value for (label, unit), value in metrics.items() if label == "disk-write" and unit == "bytes")
+
+
+def test_out_of_core_under_a_worker_memory_limit(tmp_path):
+    from distributed import Client, LocalCluster
+
+    n, d, k = 300_000, 128, 4
+    rng = np.random.default_rng(0)
+    truth = rng.uniform(-20, 20, size=(k, d)).astype(np.float32)
+    store = zarr.open_array(str(tmp_path / "big.zarr"), mode="w", shape=(n, d), chunks=(25_000, d), dtype="f4")
+    for start in range(0, n, 25_000):
+        labels = rng.integers(0, k, 25_000)
+        store[start:start + 25_000] = truth[labels] + rng.standard_normal((25_000, d), dtype=np.float32)
+    data_bytes = n * d * 4
+    limit = 100 * 2**20
+    assert data_bytes > 1.4 * limit
+    # the limit is below the data (and below a worker's own footprint): the workers must spill the batch to disk
+    config = {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
+    with dask.config.set(config):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                               memory_limit=limit)
+        client = Client(cluster, set_as_default=False)
+        try:
+            start = time.perf_counter()
+            model = NestedMiniBatchKMeans(k, init=truth + 0.5, random_state=0, client=client, chunk_rows=25_000,
+                                          initial_batch_size=20_000).fit(str(tmp_path / "big.zarr"))
+            elapsed = time.perf_counter() - start
+            written = client.run(_bytes_spilled)
+        finally:
+            client.close()
+            cluster.close()
+    assert model.stop_reason_ == "converged"
+    assert model.history_[-1]["batch_size"] == n
+    assert np.abs(np.sort(model.cluster_centers_, axis=0) - np.sort(truth, axis=0)).max() < 0.05
+    assert elapsed < 120
+    # the batch (all n rows at the end) went through the workers' disks
+    assert sum(written.values()) > data_bytes
+
+
+# -- bad parameters ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params, message", [
+    ({"rho": 0.0}, "rho must be > 0"),
+    ({"rho": -1.0}, "rho must be > 0"),
+    ({"initial_batch_size": 0}, "initial_batch_size must be >= 1"),
+    ({"initial_batch_size": -5}, "initial_batch_size must be >= 1"),
+    ({"bounds": "kd-tree"}, "bounds must be one of"),
+    ({"max_iter": 0}, "max_iter must be >= 1"),
+    ({"tol": -1.0}, "tol must be >= 0"),
+    ({"max_time": 0}, "max_time must be > 0"),
+])
+def test_bad_parameters_fail_before_any_work(params, message):
+    never_computed = da.random.random((10**10, 4), chunks=(10**6, 4))
+    with pytest.raises(InvalidParameterError, match=message):
+        NestedMiniBatchKMeans(3, **params).fit(never_computed)
+
+
+def test_sample_weight_is_refused_clearly():
+    X, _, _ = make_blobs(n=200)
+    with pytest.raises(InvalidParameterError, match="does not take sample_weight"):
+        NestedMiniBatchKMeans(3).fit(X, sample_weight=np.ones(200))
