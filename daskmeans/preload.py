@@ -38,18 +38,13 @@ def _tiny_block(dtype, rows=8, features=3):
 
 
 def _warm_assign(dtype):
-    """``nearest_direct``, and through ``nearest_gemm`` the ``_argmin_update`` and ``exact_dist2`` kernels."""
-    from .kernels.assign import _argmin_update, nearest_direct, nearest_gemm
+    """``nearest_direct``, and through ``nearest_gemm`` the ``exact_dist2`` kernel."""
+    from .kernels.assign import nearest_direct, nearest_gemm
 
     block = _tiny_block(dtype)
     centers = np.ascontiguousarray(block[:2])
     nearest_direct(block, centers)
-    labels, dist2 = nearest_gemm(block, centers)
-    # With more than one slab of centers, the last slab of the distance matrix is a strided view.
-    cross = np.zeros((block.shape[0], 2), dtype=dtype)
-    _argmin_update(cross[:, :1], np.zeros(1, dtype=dtype), 0, np.zeros(block.shape[0], np.int32),
-                   np.full(block.shape[0], np.inf, dtype=dtype))
-    return labels, dist2
+    return nearest_gemm(block, centers)
 
 
 def _warm_stats(dtype):
@@ -84,7 +79,6 @@ def _dispatchers():
 
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
-        "kernels.assign._argmin_update": assign._argmin_update,
         "kernels.assign.exact_dist2": assign.exact_dist2,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": _random._row_uniforms,

@@ -46,22 +46,6 @@ def nearest_direct(X, centers):
 
 
 @numba.njit(cache=True, nogil=True)
-def _argmin_update(cross, centers_sq, first_center, labels, scores):
-    """For each row, fold ``centers_sq[j] - 2 * cross[i, j]`` into the running minimum."""
-    rows, cols = cross.shape
-    for i in range(rows):
-        best = scores[i]
-        best_j = labels[i]
-        for j in range(cols):
-            value = centers_sq[j] - 2.0 * cross[i, j]
-            if value < best:
-                best = value
-                best_j = first_center + j
-        scores[i] = best
-        labels[i] = best_j
-
-
-@numba.njit(cache=True, nogil=True)
 def exact_dist2(X, centers, labels):
     """Squared distance of every row to its assigned center, accumulated in float64."""
     n, d = X.shape
@@ -78,6 +62,9 @@ def exact_dist2(X, centers, labels):
 
 def nearest_gemm(X, centers, centers_sq=None, slab_bytes=SLAB_BYTES):
     """Nearest center by blocked GEMM; the distance of the winner is then recomputed exactly.
+
+    For each slab, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2, one vectorized addition
+    and NumPy's SIMD argmin (``||x||^2`` is the same for every center and is left out).
 
     Parameters
     ----------
@@ -98,23 +85,29 @@ def nearest_gemm(X, centers, centers_sq=None, slab_bytes=SLAB_BYTES):
     if centers_sq is None:
         centers_sq = np.einsum("ij,ij->i", centers, centers)
     centers_sq = centers_sq.astype(X.dtype, copy=False)
+    scaled = (-2.0 * centers).astype(X.dtype)
     itemsize = X.dtype.itemsize
     center_step = max(1, min(k, 4096))
     row_step = max(1, min(n, slab_bytes // (center_step * itemsize)))
     labels = np.zeros(n, dtype=np.int32)
-    scores = np.empty(n, dtype=X.dtype)
-    cross = np.empty((row_step, center_step), dtype=X.dtype)
-    for r0 in range(0, n, row_step):
-        r1 = min(n, r0 + row_step)
-        rows = X[r0:r1]
-        row_labels = labels[r0:r1]
-        row_scores = scores[r0:r1]
-        row_scores[:] = np.inf
-        for c0 in range(0, k, center_step):
-            c1 = min(k, c0 + center_step)
-            out = cross[: r1 - r0, : c1 - c0]
-            np.matmul(rows, centers[c0:c1].T, out=out)
-            _argmin_update(out, centers_sq[c0:c1], c0, row_labels, row_scores)
+    best = np.full(n, np.inf, dtype=X.dtype)
+    buffer = np.empty((row_step, center_step), dtype=X.dtype)
+    for c0 in range(0, k, center_step):
+        c1 = min(k, c0 + center_step)
+        for r0 in range(0, n, row_step):
+            r1 = min(n, r0 + row_step)
+            scores = buffer[: r1 - r0, : c1 - c0]
+            np.matmul(X[r0:r1], scaled[c0:c1].T, out=scores)
+            scores += centers_sq[c0:c1]
+            winner = np.argmin(scores, axis=1)
+            value = scores[np.arange(r1 - r0), winner]
+            if c0 == 0:
+                labels[r0:r1] = winner
+                best[r0:r1] = value
+            else:
+                closer = value < best[r0:r1]
+                labels[r0:r1][closer] = winner[closer] + c0
+                best[r0:r1][closer] = value[closer]
     return labels, exact_dist2(X, centers, labels)
 
 
