@@ -2,9 +2,9 @@
 
 Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
 (:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Faster computations only
-propose candidates: GEMM scores and distances in the data's precision come with error bounds proven from the
-float format (:func:`score_error_allowance`, :func:`approx_relative_error`), and whatever they cannot
-decide is settled by exact distances. Distance bounds only ever skip centers that cannot win, so labels are
+propose candidates: GEMM scores and vectorized dot products in the data's precision come with an error bound
+proven from the float format (:func:`score_error_allowance`), and whatever they cannot decide is settled by
+exact distances. Distance bounds only ever skip centers that cannot win, so labels are
 the same with any bounds or none.
 
 Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
@@ -120,6 +120,19 @@ def row_sq_norms(X):
     return out
 
 
+def _gamma(n_features, dtype):
+    """``gamma_{d+2} = (d + 2) u / (1 - (d + 2) u)`` for the unit roundoff ``u`` of ``dtype``."""
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 2
+    return terms * unit / (1 - terms * unit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _allowance(x_sq, center_norm, gamma):
+    scale = math.sqrt(x_sq) * center_norm + center_norm * center_norm
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
+
+
 def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
 
@@ -129,11 +142,8 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's
     precision and the sum; a little more covers the float64 terms.
     """
-    unit = np.finfo(dtype).eps / 2
-    terms = n_features + 2
-    gamma = terms * unit / (1 - terms * unit)
-    norms = np.sqrt(x_sq)
-    scale = norms * max_center_norm + max_center_norm**2
+    gamma = _gamma(n_features, dtype)
+    scale = np.sqrt(x_sq) * max_center_norm + max_center_norm**2
     return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
 
 
@@ -289,53 +299,18 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
 
 
 # -- revisiting samples of the batch ---------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, inline="always")
-def _approx_dist2(x, c):
-    """Squared distance in the precision of the data (eight interleaved partial sums).
-
-    Relative error at most ``gamma_{d+3}`` of the exact value (each term is a rounded difference squared and
-    rounded, then summed), whatever the order: :func:`approx_relative_error`.
-    """
-    d = x.shape[0]
-    zero = x[0] - x[0]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-    f = 0
-    while f + 8 <= d:
-        t0 = x[f] - c[f]
-        t1 = x[f + 1] - c[f + 1]
-        t2 = x[f + 2] - c[f + 2]
-        t3 = x[f + 3] - c[f + 3]
-        t4 = x[f + 4] - c[f + 4]
-        t5 = x[f + 5] - c[f + 5]
-        t6 = x[f + 6] - c[f + 6]
-        t7 = x[f + 7] - c[f + 7]
-        a0 += t0 * t0
-        a1 += t1 * t1
-        a2 += t2 * t2
-        a3 += t3 * t3
-        a4 += t4 * t4
-        a5 += t5 * t5
-        a6 += t6 * t6
-        a7 += t7 * t7
-        f += 8
-    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-    while f < d:
-        t = x[f] - c[f]
-        total += t * t
-        f += 1
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+def _fast_dot(x, c):
+    """``x . c`` in the data's precision, vectorized (any summation order: the GEMM error bound holds)."""
+    total = x[0] - x[0]
+    for f in range(x.shape[0]):
+        total += x[f] * c[f]
     return np.float64(total)
 
 
-def approx_relative_error(n_features, dtype):
-    """Bound on the relative error of :func:`_approx_dist2` (with a safety factor of two)."""
-    unit = np.finfo(dtype).eps / 2
-    terms = n_features + 3
-    return 2.0 * terms * unit / (1 - terms * unit)
-
-
 @numba.njit(cache=True, nogil=True)
-def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit, rel_error,
-             new_labels, new_dist2, new_lower, needs_full):
+def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit, centers_sq,
+             gamma, center_norm, new_labels, new_dist2, new_lower, needs_full):
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
@@ -383,12 +358,17 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
         if n_candidates > scalar_limit:
             needs_full[i] = True
             continue
-        # approximate distances with a proven error bound; exact ones only where they cannot decide
+        # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide
+        x_sq = 0.0
+        for f in range(X.shape[1]):
+            x_sq += np.float64(X[i, f]) * np.float64(X[i, f])
+        allowance = _allowance(x_sq, center_norm, gamma)
         best_high = d2
         for c in range(n_candidates):
-            value = _approx_dist2(X[i], centers[candidates[c]])
-            low[c] = value * (1.0 - rel_error)
-            high[c] = value * (1.0 + rel_error)
+            j = candidates[c]
+            value = centers_sq[j] - 2.0 * _fast_dot(X[i], centers[j]) + x_sq
+            low[c] = value - allowance
+            high[c] = value + allowance
             best_high = min(best_high, high[c])
         computed += n_candidates
         survivors = 1 if d2 <= best_high else 0
@@ -475,9 +455,11 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     new_lower = np.empty_like(lower)
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
+    centers_sq = row_sq_norms(centers)
     computed = _revisit(X, centers, labels, lower, np.asarray(shift, dtype=np.float64), group_shift,
-                        groups.ptr, groups.members, groups.group_of, int(scalar_limit),
-                        approx_relative_error(X.shape[1], X.dtype), new_labels, new_dist2, new_lower, needs_full)
+                        groups.ptr, groups.members, groups.group_of, int(scalar_limit), centers_sq,
+                        _gamma(X.shape[1], X.dtype), math.sqrt(float(centers_sq.max())), new_labels, new_dist2,
+                        new_lower, needs_full)
     full = np.flatnonzero(needs_full)
     if full.size:
         f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
