@@ -576,6 +576,43 @@ class VRKMeans(ClusteringEstimator):
 
 
 # -- nested mini-batch k-means and mini-batch k-means -------------------------------------------------------
+class SnapshotRecorder:
+    """Copies of the centers with their wall times (``snapshot_centers=True``), fed by an algorithm's callback.
+
+    Parameters
+    ----------
+    enabled : bool
+    clock : Clock
+    reporter : ProgressReporter
+        Still updated with every record.
+    """
+
+    def __init__(self, enabled, clock, reporter):
+        self.snapshots = [] if enabled else None
+        self.clock = clock
+        self.reporter = reporter
+
+    def start(self, centers):
+        self._add(0, self.clock.elapsed(), centers)
+
+    def _add(self, iteration, wall_time, centers):
+        if self.snapshots is not None:
+            import time
+
+            self.snapshots.append({"iteration": iteration, "wall_time": wall_time,
+                                   "perf_counter": time.perf_counter(), "centers": np.array(centers, copy=True)})
+
+    def __call__(self, record):
+        self.reporter.update(record)
+        if "_centers" in record:
+            self._add(record["iteration"], record["wall_time"], record["_centers"])
+
+
+def _check_snapshot_flag(value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidParameterError(f"snapshot_centers must be True or False, got {value!r}.")
+
+
 def _check_random_state(random_state):
     seed_from_random_state(0 if random_state is None else random_state)
 
@@ -653,7 +690,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     def __init__(self, n_clusters=8, *, init="k-means||", initial_batch_size=None, rho=100.0, bounds="auto",
                  max_iter=1000, max_time=None, tol=1e-4, random_state=None, init_rounds=5, oversampling_factor=2.0,
-                 init_sample_size=None, chunk_rows=None, client=None, progress=False):
+                 init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.init = init
         self.initial_batch_size = initial_batch_size
@@ -678,6 +716,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         check_int(self.initial_batch_size, "initial_batch_size", minimum=1, allow_none=True)
         check_float(self.rho, "rho", minimum=0.0, strict_minimum=True)
         check_choice(self.bounds, "bounds", BOUND_SCHEMES)
+        _check_snapshot_flag(self.snapshot_centers)
         check_int(self.max_iter, "max_iter", minimum=1)
         check_float(self.tol, "tol", minimum=0.0)
         check_max_time(self.max_time)
@@ -706,11 +745,15 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
             rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
         )
         with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
+            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
+            recorder.start(centers)
             result = nested_minibatch(
                 data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
                 rho=self.rho, bounds=self.bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                clock=clock, client=client, callback=reporter.update, passes=passes + 1,
+                clock=clock, client=client, callback=recorder, passes=passes + 1,
             )
+        if recorder.snapshots is not None:
+            self.center_snapshots_ = recorder.snapshots
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
@@ -781,7 +824,8 @@ class MiniBatchKMeans(ClusteringEstimator):
     def __init__(self, n_clusters=8, *, init="k-means||", batch_size=1024, learning_rate="sklearn", max_iter=100,
                  max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, max_time=None, random_state=None,
                  init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
-                 progress=False):
+                 progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.init = init
         self.batch_size = batch_size
@@ -806,6 +850,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         check_int(self.n_clusters, "n_clusters", minimum=1)
         check_int(self.batch_size, "batch_size", minimum=1)
         check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
+        _check_snapshot_flag(self.snapshot_centers)
         check_int(self.max_iter, "max_iter", minimum=1)
         check_int(self.max_no_improvement, "max_no_improvement", minimum=1, allow_none=True)
         check_float(self.tol, "tol", minimum=0.0)
@@ -832,13 +877,17 @@ class MiniBatchKMeans(ClusteringEstimator):
         )
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
         with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
+            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
+            recorder.start(centers)
             result = minibatch_kmeans(
                 data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
                 batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
                 tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
-                reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=reporter.update,
+                reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=recorder,
                 passes=passes + 1,
             )
+        if recorder.snapshots is not None:
+            self.center_snapshots_ = recorder.snapshots
         self.cluster_centers_ = result.centers
         self.counts_ = result.seen_counts
         self.inertia_ = result.inertia

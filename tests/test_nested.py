@@ -484,3 +484,18 @@ def test_sample_weight_is_refused_clearly():
     X, _, _ = make_blobs(n=200)
     with pytest.raises(InvalidParameterError, match="does not take sample_weight"):
         NestedMiniBatchKMeans(3).fit(X, sample_weight=np.ones(200))
+
+
+@pytest.mark.parametrize("name", ["nmbatch", "minibatch"])
+def test_center_snapshots_for_the_benchmark(name):
+    from daskmeans.registry import make_estimator
+
+    X = np.random.default_rng(0).normal(size=(3000, 4)).astype(np.float32)
+    model = make_estimator(name, n_clusters=5, random_state=0, snapshot_centers=True, max_iter=5).fit(X)
+    snaps = model.center_snapshots_
+    assert snaps[0]["iteration"] == 0 and len(snaps) >= 2
+    times = [s["wall_time"] for s in snaps]
+    assert times == sorted(times)
+    np.testing.assert_array_equal(snaps[-1]["centers"], model.cluster_centers_)
+    with pytest.raises(InvalidParameterError, match="snapshot_centers"):
+        make_estimator(name, n_clusters=5, snapshot_centers="yes").fit(X)
