@@ -78,6 +78,20 @@ class ClusteringEstimator:
     def __sklearn_is_fitted__(self):
         return hasattr(self, "cluster_centers_")
 
+    def _validate_common_params(self):
+        """Checks every estimator shares: seeding, chunking, snapshots, random_state."""
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_max_time(self.max_time)
+        check_int(self.init_rounds, "init_rounds", minimum=1)
+        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
+        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
+        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
+            raise InvalidParameterError(f"snapshot_centers must be True or False, got {self.snapshot_centers!r}.")
+        if isinstance(self.init, str):
+            check_init(self.init, self.n_clusters, 0)
+        seed_from_random_state(0 if self.random_state is None else self.random_state)
+
     # -- data ---------------------------------------------------------------------------------------------
     def _open(self, X, name="X") -> Dataset:
         return open_input(X, chunk_rows=getattr(self, "chunk_rows", None), name=name)
@@ -323,18 +337,7 @@ class KMeans(ClusteringEstimator):
         check_int(self.n_init, "n_init", minimum=1)
         check_int(self.max_iter, "max_iter", minimum=1)
         check_float(self.tol, "tol", minimum=0.0)
-        check_max_time(self.max_time)
-        check_int(self.init_rounds, "init_rounds", minimum=1)
-        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
-            raise InvalidParameterError(
-                f"snapshot_centers must be True or False, got {self.snapshot_centers!r}."
-            )
-        if isinstance(self.init, str):
-            check_init(self.init, self.n_clusters, 0)
-        seed_from_random_state(0 if self.random_state is None else self.random_state)
+        self._validate_common_params()
 
     def _fit(self, data, weights, summary, client):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -524,15 +527,7 @@ class VRKMeans(ClusteringEstimator):
         check_choice(self.agree_rule, "agree_rule", AGREE_RULES)
         check_int(self.n_candidates, "n_candidates", minimum=1)
         check_int(self.driver_sample_bytes, "driver_sample_bytes", minimum=0, allow_none=True)
-        check_int(self.init_rounds, "init_rounds", minimum=1)
-        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
-            raise InvalidParameterError(f"snapshot_centers must be True or False, got {self.snapshot_centers!r}.")
-        if isinstance(self.init, str):
-            check_init(self.init, self.n_clusters, 0)
-        seed_from_random_state(0 if self.random_state is None else self.random_state)
+        self._validate_common_params()
 
     def _fit(self, data, weights, summary, client):
         from .algorithms.vrkm import vrkm
@@ -606,15 +601,6 @@ class SnapshotRecorder:
         self.reporter.update(record)
         if "_centers" in record:
             self._add(record["iteration"], record["wall_time"], record["_centers"])
-
-
-def _check_snapshot_flag(value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(f"snapshot_centers must be True or False, got {value!r}.")
-
-
-def _check_random_state(random_state):
-    seed_from_random_state(0 if random_state is None else random_state)
 
 
 def _refuse_weights(estimator, sample_weight):
@@ -716,17 +702,9 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         check_int(self.initial_batch_size, "initial_batch_size", minimum=1, allow_none=True)
         check_float(self.rho, "rho", minimum=0.0, strict_minimum=True)
         check_choice(self.bounds, "bounds", BOUND_SCHEMES)
-        _check_snapshot_flag(self.snapshot_centers)
         check_int(self.max_iter, "max_iter", minimum=1)
         check_float(self.tol, "tol", minimum=0.0)
-        check_max_time(self.max_time)
-        check_int(self.init_rounds, "init_rounds", minimum=1)
-        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if isinstance(self.init, str):
-            check_init(self.init, self.n_clusters, 0)
-        _check_random_state(self.random_state)
+        self._validate_common_params()
 
     def fit(self, X, y=None, sample_weight=None):
         """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote)."""
@@ -850,19 +828,11 @@ class MiniBatchKMeans(ClusteringEstimator):
         check_int(self.n_clusters, "n_clusters", minimum=1)
         check_int(self.batch_size, "batch_size", minimum=1)
         check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
-        _check_snapshot_flag(self.snapshot_centers)
         check_int(self.max_iter, "max_iter", minimum=1)
         check_int(self.max_no_improvement, "max_no_improvement", minimum=1, allow_none=True)
         check_float(self.tol, "tol", minimum=0.0)
         check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
-        check_max_time(self.max_time)
-        check_int(self.init_rounds, "init_rounds", minimum=1)
-        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if isinstance(self.init, str):
-            check_init(self.init, self.n_clusters, 0)
-        _check_random_state(self.random_state)
+        self._validate_common_params()
 
     def _fit(self, data, weights, summary, client):
         from .algorithms.minibatch import minibatch_kmeans

@@ -396,7 +396,7 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     """
     from ._client import compute_now
 
-    dims, coords = None, None
+    dims = None
     if type(labels).__module__.startswith("xarray"):
         dims = list(labels.dims)
         labels = labels.data

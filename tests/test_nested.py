@@ -9,6 +9,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import make_blobs
 import zarr
 
 from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, load
@@ -24,29 +25,6 @@ from daskmeans.passes.nested_state import NestedBatch, chunk_order
 from daskmeans.registry import make_estimator
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-@pytest.fixture(scope="module")
-def cluster_client():
-    """A LocalCluster with 2 worker processes of 1 thread each, shared by this module."""
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           memory_limit="2GiB")
-    client = Client(cluster, set_as_default=False)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
-
-
-def make_blobs(n=3000, d=4, k=5, spread=0.3, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    centers = rng.uniform(-10, 10, size=(k, d))
-    labels = rng.integers(0, k, size=n)
-    X = centers[labels] + spread * rng.standard_normal((n, d))
-    return X.astype(dtype), labels, centers
 
 
 # -- NumPy references ----------------------------------------------------------------------------------------

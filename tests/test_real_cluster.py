@@ -266,7 +266,7 @@ def test_helm_tls_values_secure_a_real_cluster(tmp_path):
     """Scheduler, worker and notebook started with the command lines and environments that dask-values.yaml plus
     dask-values-tls.yaml give the pods: the cluster works over TLS and refuses plain TCP."""
     pytest.importorskip("cryptography", reason="cryptography is needed to make a test certificate")
-    from distributed import Client, Security
+    from distributed import Security
     from test_deploy import DASK_TLS_VALUES, DASK_VALUES, dask_chart_objects, load, merge_values
 
     objects = dask_chart_objects(merge_values(load(DASK_VALUES), load(DASK_TLS_VALUES)))

@@ -116,7 +116,6 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
     n_passes : int
         Full passes over the data spent.
     """
-    n = array.shape[0]
     scale_l = oversampling_factor * n_clusters
     (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights),
                            client=client)
