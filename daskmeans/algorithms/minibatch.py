@@ -92,10 +92,9 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         if clock.out_of_time():
             stop_reason = "max_time"
             break
-    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
-    stats = finish_stats(raw)
-    result = FitResult(centers, stats.inertia, math.ceil(step * batch_size / n), history, stop_reason,
-                       passes + step * batch_size / n + 1, stats.counts)
+    # the inertia of the final centers is one pass, made by the estimator on demand
+    result = FitResult(centers, None, math.ceil(step * batch_size / n), history, stop_reason,
+                       passes + step * batch_size / n, None)
     result.n_steps = step
     result.seen_counts = seen
     return result

@@ -14,9 +14,7 @@ import contextlib
 import dask
 import numpy as np
 
-from .._client import compute_now
 from ..kernels.nested import choose_bounds, make_groups
-from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.nested_state import NestedBatch
 from .result import Clock, FitResult
 
@@ -183,14 +181,9 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
         if ratio > rho and size < n:
             size = min(2 * size, n)
     total_passes = passes + batch.rows_read / n
-    if converged:
-        inertia, final_counts = float(sse.sum()), counts.copy()
-    else:
-        (raw,) = compute_now(assign_stats_graph(array, centers), client=client)
-        stats = finish_stats(raw)
-        inertia, final_counts = stats.inertia, stats.counts
-        total_passes += 1
-    result = FitResult(centers, inertia, n_iter, history, stop_reason, total_passes, final_counts)
+    # without convergence the inertia of the final centers is one pass, made by the estimator on demand
+    inertia = float(sse.sum()) if converged else None
+    result = FitResult(centers, inertia, n_iter, history, stop_reason, total_passes, None)
     if keep_batch:
         result.batch = batch
         result.state = (sums, counts, sse)

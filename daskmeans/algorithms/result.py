@@ -15,8 +15,10 @@ class FitResult:
     Attributes
     ----------
     centers : ndarray (k, d)
-    inertia : float
-        Weighted sum of squared distances to the nearest center, for ``centers``.
+    inertia : float or None
+        Weighted sum of squared distances to the nearest center, for ``centers``; None when the algorithm
+        stopped without a pass over the final centers (the estimator's ``inertia_`` then makes that pass
+        on first access).
     n_iter : int
     history : list of dict
         One record per iteration; every record has ``iteration``, ``energy``, ``wall_time`` and ``passes``.
@@ -24,8 +26,8 @@ class FitResult:
         ``"converged"``, ``"max_iter"``, ``"max_time"`` or an algorithm-specific reason.
     passes : int
         Full passes over the data.
-    counts : ndarray (k,)
-        Weight of each cluster for ``centers``.
+    counts : ndarray (k,), optional
+        Weight of each cluster for ``centers``, where the algorithm knows it.
     """
 
     centers: np.ndarray

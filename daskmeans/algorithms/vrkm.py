@@ -325,10 +325,8 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         if clock.out_of_time():
             stop_reason = "max_time"
             break
-    if final_stats is None:
-        (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
-        final_stats = finish_stats(raw)
-        passes += 1
     if history:
         history[-1]["stop_reason"] = stop_reason
-    return FitResult(centers, final_stats.inertia, n_epochs, history, stop_reason, passes, final_stats.counts)
+    # centers that moved after the last pass: their inertia is one pass, made by the estimator on demand
+    inertia = None if final_stats is None else final_stats.inertia
+    return FitResult(centers, inertia, n_epochs, history, stop_reason, passes, None)
