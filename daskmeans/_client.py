@@ -22,7 +22,16 @@ def connect(address: str, *, timeout=_CONNECT_TIMEOUT, security=None):
         TLS certificates for ``tls://`` addresses.
     """
     from distributed import Client
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
 
+    try:
+        get_backend(parse_address(address, strict=True)[0])
+    except ValueError as error:
+        raise SchedulerConnectionError(
+            f"Bad scheduler address {address!r}: {error}. Use tcp://HOST:PORT (or tls://HOST:PORT), the address "
+            "the scheduler prints when it starts."
+        ) from error
     try:
         return Client(address, timeout=timeout, security=security, set_as_default=True)
     except (OSError, TimeoutError) as error:

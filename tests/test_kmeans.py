@@ -242,3 +242,9 @@ def test_weighted_lloyd_on_candidates_matches_numpy():
     for j in range(4):
         m = labels == j
         np.testing.assert_allclose(centers[j], (weights[m, None] * points[m]).sum(0) / weights[m].sum())
+
+
+@pytest.mark.parametrize("address", ["notanaddress", "foo://host:1"])
+def test_malformed_scheduler_address_is_refused_before_connecting(address):
+    with pytest.raises(SchedulerConnectionError, match="Bad scheduler address"):
+        connect(address)
