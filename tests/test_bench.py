@@ -98,8 +98,42 @@ def check_record(record, table):
     assert f"E* = {summary['E_star']:,.6g}" in table
     for algorithm in summary["algorithms"].values():
         assert algorithm["label"] in table
+    kmeans_runs = {run["seed"]: run for run in record["runs"] if run["name"] == "kmeans" and run["status"] == "ok"}
+    assert set(map(int, summary["kmeans_reference"])) == set(kmeans_runs)
+    for entry in summary["runs"]:
+        if entry["status"] == "ok" and entry["seed"] in kmeans_runs:
+            reference = summary["kmeans_reference"][str(entry["seed"])]
+            assert reference["energy"] == min(p["energy"] for p in kmeans_runs[entry["seed"]]["points"])
+            if entry["name"] == "kmeans":
+                assert entry["speedup_vs_kmeans"] == 1.0
     # the table is rebuilt from the JSON alone
     assert report.markdown_table(record) == table
+
+
+def test_time_to_the_kmeans_final_energy_and_speedup():
+    """The VRKM paper's yardstick: when each run first reached the energy k-means ended with (same seed)."""
+    def run(name, seed, points):
+        return {"name": name, "label": name, "kind": "daskmeans", "seed": seed, "status": "ok", "reason": None,
+                "points": [{"time": t, "energy": e} for t, e in points], "final_energy": points[-1][1],
+                "fit_seconds": points[-1][0], "timed_seconds": points[-1][0], "n_iter": 1, "passes": 1,
+                "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1}, "stop_reason": "max_time"}
+
+    record = {"targets": [0.01], "runs": [
+        run("kmeans", 0, [(0.0, 10.0), (4.0, 2.0), (8.0, 1.5)]),
+        run("vrkm", 0, [(0.0, 10.0), (2.0, 1.6), (3.0, 1.4)]),
+        run("kmeans", 1, [(0.0, 9.0), (6.0, 3.0)]),
+        run("vrkm", 1, [(0.0, 9.0), (5.0, 3.5)]),
+    ]}
+    summary = report.summarize(record)
+    assert summary["kmeans_reference"] == {"0": {"energy": 1.5, "time": 8.0, "stop_reason": "max_time"},
+                                           "1": {"energy": 3.0, "time": 6.0, "stop_reason": "max_time"}}
+    by_run = {(e["name"], e["seed"]): e for e in summary["runs"]}
+    assert by_run[("vrkm", 0)]["time_to_kmeans_final"] == 3.0
+    assert by_run[("vrkm", 0)]["speedup_vs_kmeans"] == 8.0 / 3.0
+    assert by_run[("vrkm", 1)]["time_to_kmeans_final"] is None
+    assert by_run[("vrkm", 1)]["speedup_vs_kmeans"] == 0.0  # not reached: no speedup
+    assert summary["algorithms"]["vrkm"]["speedup_vs_kmeans"]["values"] == [8.0 / 3.0, 0.0]
+    assert summary["algorithms"]["kmeans"]["speedup_vs_kmeans"]["median"] == 1.0
 
 
 def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):

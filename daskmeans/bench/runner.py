@@ -460,7 +460,27 @@ def _refine_all(runs, energy, budget):
                     run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
                     run.trace.extend = None
         if _best_energy(runs) == best:
-            return
+            break
+    _refine_to_kmeans(runs, energy, budget)
+
+
+def _refine_to_kmeans(runs, energy, budget):
+    """Pin down when each run first reached the energy the ``kmeans`` run of its seed ended with."""
+    reference = {}
+    for run in runs:
+        if run.name == report.KMEANS_REFERENCE and run.trace is not None:
+            energies = [c.energy for c in run.trace.candidates if c.energy is not None]
+            if energies:
+                reference[run.seed] = min(energies)
+    for run in runs:
+        if run.trace is None or run.seed not in reference:
+            continue
+        try:
+            refine(run.trace, reference[run.seed] * (1 + 1e-12), energy,
+                   max_steps=3 if run.trace.extend is not None else 6, ladder_budget=budget)
+        except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
+            run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
+            run.trace.extend = None
 
 
 def _best_energy(runs):
