@@ -85,8 +85,10 @@ def summarize(record) -> dict:
                 reached = time_to_reach(run["points"], ref["energy"] * (1 + 1e-12))
                 entry["time_to_kmeans_final"] = reached
                 # not reached counts as no speedup at all, so medians over seeds order correctly
-                entry["speedup_vs_kmeans"] = (ref["time"] / reached if reached else math.inf) if reached is not None \
-                    else 0.0
+                if reached is None:
+                    entry["speedup_vs_kmeans"] = 0.0
+                else:
+                    entry["speedup_vs_kmeans"] = ref["time"] / reached if reached > 0 else None
             entry["final_relative"] = run["final_energy"] / e_star if run["final_energy"] is not None else None
             entry["best_relative"] = min(p["energy"] for p in run["points"]) / e_star
         summary["runs"].append(entry)
@@ -367,9 +369,12 @@ def write_outputs(record, out_dir) -> list:
 
 
 def rebuild(json_path, out_dir=None) -> list:
-    """Rebuild the table and plots of a workload from its JSON record alone."""
+    """Rebuild the summary, table and plots of a workload from its JSON record alone (the summary is recomputed
+    from the runs' evaluated points, so figures added to the report since the run appear too)."""
     with open(json_path) as f:
         record = json.load(f)
+    record["summary"] = summarize(record)
+    _write_text(json_path, json.dumps(record, indent=1, default=_json_default, allow_nan=False))
     out_dir = out_dir or os.path.dirname(os.path.abspath(json_path))
     paths = output_paths(out_dir, record["workload"]["output_name"])
     _write_text(paths["md"], markdown_table(record))
