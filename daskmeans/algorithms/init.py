@@ -239,7 +239,8 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     proposals = np.minimum(np.searchsorted(np.cumsum(q), rng.random(n_proposals) * q.sum(), side="right"), m - 1)
     uniforms = rng.random(n_proposals)
     centers, _, n_distances = afkmc2_chains(
-        np.ascontiguousarray(points[proposals]), weights[proposals], q[proposals], points[first], int(n_clusters),
+        np.ascontiguousarray(points[proposals]), weights[proposals], q[proposals], points[first].astype(np.float64),
+        int(n_clusters),
         int(chain_length), uniforms,
     )
     _too_few_distinct(centers, n_clusters)
