@@ -70,9 +70,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
         at most the number of samples; None: no coreset, EM runs on all the data with the sample weights (or 1).
         Must be at least ``n_components``.
     n_truncated : int, default 5
-        ``C'``: clusters in each point's truncated posterior, ``1 <= C' <= n_components``.
+        ``C'``: clusters in each point's truncated posterior (>= 1). A value above ``n_components`` means all of
+        them (the exact posterior); ``n_truncated_`` is the value used.
     search_size : int, default 5
-        ``G``: nearest clusters each cluster keeps as the search neighbourhood, ``1 <= G <= n_components``.
+        ``G``: nearest clusters each cluster keeps as the search neighbourhood (>= 1; capped at ``n_components``
+        likewise, see ``search_size_``).
     random_exploration : bool, default True
         Search one random cluster more per point and iteration (the paper's ``+1``).
     chain_length : int, default 20
@@ -115,6 +117,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
     n_iter_ : int
     converged_ : bool
     coreset_size_ : int
+    n_truncated_, search_size_ : int
+        ``C'`` and ``G`` as used: the parameters, at most ``n_components``.
     seeding_distances_ : int
         Distance evaluations of the seeding.
     history_ : list of dict
@@ -126,7 +130,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
 
     _model_arrays = ("means_", "weights_")
     _model_scalars = ("covariance_", "lower_bound_", "inertia_", "n_iter_", "n_features_in_", "stop_reason_",
-                      "converged_", "coreset_size_", "seeding_distances_")
+                      "converged_", "coreset_size_", "seeding_distances_", "n_truncated_", "search_size_")
     #: The registry's ``n_clusters`` is this estimator's ``n_components``.
     _n_clusters_parameter = "n_components"
 
@@ -179,15 +183,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
                     f"component. Use coreset_size >= {k} (or 'auto')."
                 )
         check_int(self.n_truncated, "n_truncated (C')", minimum=1)
-        if self.n_truncated > k:
-            raise InvalidParameterError(
-                f"n_truncated (C') = {self.n_truncated} exceeds n_components = {k}; use 1 <= n_truncated <= {k}."
-            )
         check_int(self.search_size, "search_size (G)", minimum=1)
-        if self.search_size > k:
-            raise InvalidParameterError(
-                f"search_size (G) = {self.search_size} exceeds n_components = {k}; use 1 <= search_size <= {k}."
-            )
         if not isinstance(self.random_exploration, (bool, np.bool_)):
             raise InvalidParameterError(f"random_exploration must be True or False, got {self.random_exploration!r}.")
         check_int(self.chain_length, "chain_length", minimum=1)
@@ -230,9 +226,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
             self.coreset_size_ = int(m)
         means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
         passes += spent
+        self.n_truncated_ = min(int(self.n_truncated), k)
+        self.search_size_ = min(int(self.search_size), k)
         with ProgressReporter(self.progress, total=self.max_iter, desc="vc-GMM") as reporter:
             result = truncated_em(
-                points, point_weights, means, n_truncated=self.n_truncated, search_size=self.search_size,
+                points, point_weights, means, n_truncated=self.n_truncated_, search_size=self.search_size_,
                 random_exploration=bool(self.random_exploration), tol=self.tol, max_iter=self.max_iter,
                 seed=stage_key(seed, "em"), clock=clock, client=client, where=self.estep_on,
                 callback=reporter.update, passes=passes,
@@ -301,7 +299,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         means, sigma2 = self._means64(), float(self.covariance_)
         if not sparse:
             lazy = data.array.map_blocks(
-                _dense_posterior_block, means, sigma2, int(self.n_truncated),
+                _dense_posterior_block, means, sigma2, int(self.n_truncated_),
                 chunks=(data.array.chunks[0], (means.shape[0],)), dtype=np.float64,
                 name="daskmeans-vc-gmm-posterior",
             )
@@ -309,7 +307,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         from scipy import sparse as scipy_sparse
 
         parts = map_blocks_delayed(_posterior_block, "vc-gmm-posterior", block_args(data.array),
-                                   shared(means, "means"), sigma2, int(self.n_truncated), True)
+                                   shared(means, "means"), sigma2, int(self.n_truncated_), True)
         blocks = compute_now(*parts, client=resolve_client(getattr(self, "client", None)))
         indices = np.concatenate([b[0] for b in blocks]).astype(np.int64)
         probabilities = np.concatenate([b[1] for b in blocks])
@@ -329,7 +327,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
         parts = map_blocks_delayed(_log_likelihood_block, "vc-gmm-score", block_args(data.array, weights),
-                                   shared(self._means64(), "means"), float(self.covariance_), int(self.n_truncated))
+                                   shared(self._means64(), "means"), float(self.covariance_), int(self.n_truncated_))
         (total,) = compute_now(tree_reduce(parts, _sum_parts, "vc-gmm-score"),
                                client=resolve_client(getattr(self, "client", None)))
         return float(total[0] / total[1])
