@@ -11,6 +11,12 @@ synchronous scheduler, no transfers: a few ms of overhead per iteration); a larg
 is spread over the Dask workers, which keep its blocks and their ``K_n`` in memory. Both run the very same
 block tasks and the same fixed reduction tree, so they give the same numbers.
 
+Initial E-steps: ``K_n`` and ``G_c`` start at random (as in var-GMM-S). An M-step on random ``K_n`` would pull
+every mean towards the data mean and undo the seeding, so E-steps alone run first (the paper's Suppl. F; no
+variance is needed for them): each moves every point's ``K_n`` towards its nearest seeds along the ``G_c``
+graph, until the weighted sum of nearest distances improves by less than :data:`INITIAL_ESTEP_RTOL` (at most
+:data:`MAX_INITIAL_ESTEPS`). Their distance evaluations are counted in the first history record.
+
 Free energy (the lower bound): ``F = sum_n w_n log sum_{c in K_n} N(x_n; mu_c, sigma^2 I) / k``, reported per
 unit of weight. Each iteration computes it for the parameters it starts with and the ``K_n`` its E-step found;
 it never decreases from one iteration to the next (the E-step only ever replaces a cluster of ``K_n`` by a
@@ -36,6 +42,10 @@ from .result import Clock
 DRIVER_MAX_ROWS = 200_000
 #: Rows per E-step block (the unit of work, on the driver as on the workers).
 BLOCK_ROWS = 20_000
+#: Initial E-steps (no M-step) at most, before the first M-step ...
+MAX_INITIAL_ESTEPS = 20
+#: ... stopped once the weighted sum of nearest distances improves by less than this fraction.
+INITIAL_ESTEP_RTOL = 0.01
 #: Placements of the E-step blocks.
 PLACEMENTS = ("auto", "driver", "workers")
 
@@ -199,7 +209,8 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         ``history`` has per iteration: ``free_energy`` (per unit weight), ``energy`` (weighted mean squared
         distance of the points to their nearest mean found), ``sigma2`` (after the M-step), ``distances``
         (distance evaluations of the E-step), ``distances_per_point``, ``full_search_distances`` (``m k``),
-        ``wall_time`` and ``passes``.
+        ``initial_esteps`` and ``initial_distances`` (the E-steps before the first M-step, in the first record
+        only; 0 in the others), ``wall_time`` and ``passes``.
     """
     import dask.array as da
 
@@ -231,6 +242,28 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         stage_key(seed, "truncation"), n_clusters, n_truncated,
     )
     truncations = runner.persist(truncation_parts)
+
+    initial_distances = 0
+    initial_steps = 0
+    previous_nearest = None
+    n_initial = 0 if n_truncated == n_clusters else MAX_INITIAL_ESTEPS
+    for step in range(n_initial):
+        explore_key = stage_key(seed, "initial-explore", step) if random_exploration else None
+        estep_parts = runner.persist(map_blocks_delayed(
+            _estep_block, "vc-gmm-initial-estep", block_args(array, weights, truncations),
+            shared(means, "means"), shared(neighbours, "neighbours"), explore_key, n_clusters,
+        ))
+        summaries = map_blocks_delayed(_estep_summary, "vc-gmm-estep-summary", [[p] for p in estep_parts])
+        ((pairs, n_distances, nearest_sum),) = runner.compute(
+            tree_reduce(summaries, partial(_combine_summaries, n_clusters=n_clusters), "vc-gmm-estep-summary")
+        )
+        truncations = estep_parts
+        neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours
+        initial_distances += int(n_distances)
+        initial_steps += 1
+        if previous_nearest is not None and nearest_sum >= (1.0 - INITIAL_ESTEP_RTOL) * previous_nearest:
+            break
+        previous_nearest = nearest_sum
 
     history = []
     sigma2 = None
@@ -286,6 +319,8 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
             "full_search_distances": int(m) * int(n_clusters),
             "empty_clusters": int(np.sum(~filled)),
             "where": placement,
+            "initial_esteps": initial_steps if iteration == 1 else 0,
+            "initial_distances": initial_distances if iteration == 1 else 0,
             "wall_time": clock.elapsed(),
             "passes": passes,
         }
