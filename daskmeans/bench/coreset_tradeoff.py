@@ -38,8 +38,8 @@ NAME = "vc-gmm"
 
 
 def coreset_sizes(n, k):
-    """vc-GMM coreset sizes: 10, 25, 50 and 100 rows per cluster (at most ``n / 2``)."""
-    return sorted({int(min(n // 2, f * k)) for f in (10, 25, 50, 100)})
+    """vc-GMM coreset sizes: 10, 25, 50, 100 and 200 rows per cluster (at most ``n / 2``)."""
+    return sorted({int(min(n // 2, f * k)) for f in (10, 25, 50, 100, 200)})
 
 
 def baseline_sizes(n, k):

@@ -19,6 +19,10 @@ import numba
 import numpy as np
 
 
+#: Up to this many (best, candidate) pairs (k^2), :func:`aggregate_pairs` counts them in a dense array.
+DENSE_PAIRS_LIMIT = 2**22
+
+
 @numba.njit(cache=True, nogil=True)
 def random_truncation(uniforms, n_clusters):
     """Initial ``K_n``: ``C'`` distinct clusters per point, drawn uniformly (partial Fisher-Yates).
@@ -156,6 +160,12 @@ def aggregate_pairs(pair_best, pair_candidate, pair_dist2, n_clusters):
     counts : float64 (n_unique,)
     """
     keys = pair_best.astype(np.int64) * int(n_clusters) + pair_candidate.astype(np.int64)
+    if n_clusters * n_clusters <= DENSE_PAIRS_LIMIT:
+        # few clusters: one bincount over all k^2 pairs beats sorting the keys (same sums, same order)
+        counts = np.bincount(keys, minlength=n_clusters * n_clusters)
+        unique = np.flatnonzero(counts)
+        sums = np.bincount(keys, weights=pair_dist2, minlength=n_clusters * n_clusters)[unique]
+        return unique.astype(np.int64), sums, counts[unique].astype(np.float64)
     unique, inverse = np.unique(keys, return_inverse=True)
     sums = np.bincount(inverse, weights=pair_dist2, minlength=unique.shape[0])
     counts = np.bincount(inverse, minlength=unique.shape[0]).astype(np.float64)

@@ -189,3 +189,13 @@ def test_truncated_posterior_matches_numpy(dtype):
     exact = -D / (2 * sigma2) - 0.5 * 4 * math.log(2 * math.pi * sigma2) - math.log(9)
     np.testing.assert_allclose(full_ll, np.logaddexp.reduce(exact, axis=1), rtol=1e-10)
     assert np.allclose(full_p.sum(1), 1.0)
+
+
+def test_dense_and_sorted_pair_aggregation_agree(monkeypatch):
+    X, means, truncation, neighbours, extra = random_state(n=300, k=30)
+    pairs = kernels.truncated_estep(X, means, truncation, neighbours, extra)[2:5]
+    dense = kernels.aggregate_pairs(*pairs, 30)
+    monkeypatch.setattr(kernels, "DENSE_PAIRS_LIMIT", 0)
+    by_sorting = kernels.aggregate_pairs(*pairs, 30)
+    for a, b in zip(dense, by_sorting):
+        np.testing.assert_array_equal(a, b)
