@@ -234,3 +234,16 @@ def test_cli_fits_vc_gmm(tmp_path):
     assert summary["algorithm"] == "vc-gmm" and summary["n_clusters"] == 4
     model = load(tmp_path / "model.zarr")
     assert isinstance(model, CoresetGaussianMixture) and model.n_components == 4
+
+
+def test_all_rows_as_the_coreset_on_a_cluster(cluster_client):
+    """coreset_size=None with data persisted on the cluster: the rows come to the driver (small) or stay (workers)."""
+    X, _, _ = make_blobs(n=3000, d=3, k=5, seed=15)
+    array = cluster_client.persist(da.from_array(X, chunks=(1000, 3)))
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, 3000)
+    params = dict(coreset_size=None, n_truncated=2, search_size=3, max_iter=5, random_state=0, client=cluster_client)
+    on_driver = CoresetGaussianMixture(5, **params).fit(array, sample_weight=weights)
+    on_workers = CoresetGaussianMixture(5, estep_on="workers", **params).fit(array, sample_weight=weights)
+    assert on_driver.history_[0]["where"] == "driver" and on_workers.history_[0]["where"] == "workers"
+    np.testing.assert_array_equal(on_driver.means_, on_workers.means_)
+    assert on_driver.coreset_size_ == 3000

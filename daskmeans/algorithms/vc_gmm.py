@@ -228,6 +228,14 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         weights = weights.rechunk((array.chunks[0],))
     placement = choose_placement(m, where, client)
     runner = _Runner(client if placement == "workers" else None)
+    if placement == "driver" and client is not None and isinstance(points, da.Array):
+        # rows that live on the cluster (e.g. all the data as the "coreset") come to the driver once
+        from .._client import compute_now
+
+        fetched = compute_now(array, *([weights] if weights is not None else []), client=client)
+        array = da.from_array(np.ascontiguousarray(fetched[0]), chunks=(array.chunks[0], n_features), name=False)
+        if weights is not None:
+            weights = da.from_array(np.asarray(fetched[1], dtype=np.float64), chunks=(array.chunks[0],), name=False)
     if placement == "workers":
         persisted = runner.persist([array] + ([weights] if weights is not None else []))
         array = persisted[0]
