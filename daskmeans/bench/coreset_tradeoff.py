@@ -144,12 +144,14 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
         ref_inertia = final_inertia(data.array, centers.astype(data.array.dtype), None, client)
         ref_distances = kmeanspp_distances(n, k, ref_iter)
         record["runs"].append({"method": "k-means++", "seed": seed, "size": n, "seconds": ref_seconds,
+                               "load_average_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                                "inertia": ref_inertia, "error": 0.0, "speedup": 1.0, "n_iter": ref_iter,
                                "distances": ref_distances, "distance_speedup": 1.0})
         say(f"k-means++ on all rows (seed {seed}): {ref_seconds:.1f} s, {ref_iter} iterations")
 
         def add(method, size, result):
             result.pop("centers")
+            result["load_average_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             result.update({"method": method, "seed": seed, "size": size,
                            "error": result["inertia"] / ref_inertia - 1.0,
                            "speedup": ref_seconds / result["seconds"],
