@@ -92,7 +92,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         any number of workers (for a given chunking of the data).
     estep_on : {"auto", "driver", "workers"}, default "auto"
         Where the E-step blocks run: coresets of up to 200,000 rows on the driver, larger ones on the Dask
-        workers (``"workers"`` forces them there when a distributed client is in use). Same result either way.
+        workers (``"workers"`` forces them there when a distributed client is in use; without one there are no
+        workers and the driver runs them). Same result either way.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input.
     client : distributed.Client, optional
