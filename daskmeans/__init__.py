@@ -1,5 +1,6 @@
 """daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
 
+from .coreset import lightweight_coreset
 from .estimators import KMeans, MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
 from .exceptions import (
     DaskmeansError,
@@ -11,6 +12,7 @@ from .exceptions import (
     SchedulerConnectionError,
 )
 from .io import open_input, write_labels
+from .mixture import CoresetGaussianMixture
 from .persistence import load
 
 __version__ = "0.1.0"
@@ -20,6 +22,8 @@ __all__ = [
     "VRKMeans",
     "NestedMiniBatchKMeans",
     "MiniBatchKMeans",
+    "CoresetGaussianMixture",
+    "lightweight_coreset",
     "open_input",
     "write_labels",
     "load",

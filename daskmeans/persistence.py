@@ -21,9 +21,9 @@ SAFE_CODECS = {
 
 
 def _registry():
-    from . import estimators
+    from . import estimators, mixture
 
-    return {cls.__name__: cls for cls in vars(estimators).values()
+    return {cls.__name__: cls for module in (estimators, mixture) for cls in vars(module).values()
             if isinstance(cls, type) and issubclass(cls, estimators.ClusteringEstimator)
             and cls is not estimators.ClusteringEstimator}
 

@@ -64,24 +64,57 @@ def _warm_random(dtype):
     row_uniforms(12345, 0, 4)
 
 
+def _warm_afkmc2(dtype):
+    """The AFK-MC2 Markov chains (float64 weights, proposals and uniforms; rows of the data's dtype)."""
+    from .kernels.afkmc2 import afkmc2_chains
+
+    block = _tiny_block(dtype)
+    ones = np.ones(block.shape[0])
+    afkmc2_chains(block, ones, ones / block.shape[0], block[0].astype(np.float64), 3, 4, np.full(block.shape[0], 0.5))
+
+
+def _warm_truncated_em(dtype):
+    """The vc-GMM kernels: initial truncation, E-step, neighbourhood update, posteriors (float64 means)."""
+    from .kernels import truncated_em as kernels
+
+    block = _tiny_block(dtype)
+    rows = block.shape[0]
+    means = np.ascontiguousarray(block[:3], dtype=np.float64)
+    truncation = kernels.random_truncation(np.full((rows, 2), 0.5), 3)
+    neighbours = np.array([[0, 1], [1, 2], [2, 0]], dtype=np.int32)
+    result = kernels.truncated_estep(block, means, truncation, neighbours, np.full(rows, -1, dtype=np.int32))
+    keys, sums, counts = kernels.aggregate_pairs(result[2], result[3], result[4], 3)
+    kernels.update_neighbours(neighbours, keys, sums, counts)
+    kernels.posterior_stats(block, np.ones(rows), result[0], result[1], 1.0, 3)
+    kernels.truncated_posterior(block, means, 1.0, 2)
+
+
 #: name -> function(dtype) that runs the kernels of one concern once on tiny arrays.
 WARMUPS = {
     "kernels.assign": _warm_assign,
     "kernels.stats": _warm_stats,
     "_random": _warm_random,
+    "kernels.afkmc2": _warm_afkmc2,
+    "kernels.truncated_em": _warm_truncated_em,
 }
 
 
 def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
     from . import _random
-    from .kernels import assign, stats
+    from .kernels import afkmc2, assign, stats, truncated_em
 
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
         "kernels.assign.exact_dist2": assign.exact_dist2,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": _random._row_uniforms,
+        "kernels.afkmc2.afkmc2_chains": afkmc2.afkmc2_chains,
+        "kernels.truncated_em.random_truncation": truncated_em.random_truncation,
+        "kernels.truncated_em.truncated_estep": truncated_em.truncated_estep,
+        "kernels.truncated_em.update_neighbours": truncated_em.update_neighbours,
+        "kernels.truncated_em.posterior_stats": truncated_em.posterior_stats,
+        "kernels.truncated_em.truncated_posterior": truncated_em.truncated_posterior,
     }
 
 

@@ -3,7 +3,8 @@
 Each entry maps a name to ``(module, class name, fixed keyword arguments)``; the class is imported only when
 used, so importing daskmeans compiles nothing. Every class takes at least ``n_clusters``, ``init``,
 ``max_time``, ``random_state``, ``client`` and ``progress``, and has ``fit``/``predict``/``save``,
-``cluster_centers_`` and ``history_``.
+``cluster_centers_`` and ``history_`` (a class whose number of clusters has another name, e.g. ``n_components``,
+says so in ``_n_clusters_parameter``; ``n_clusters`` is passed under that name).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "vrkm++-reference": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
     "nmbatch": ("daskmeans.estimators", "NestedMiniBatchKMeans", {}),
     "minibatch": ("daskmeans.estimators", "MiniBatchKMeans", {}),
+    # vc-GMM: isotropic GMM by truncated variational EM on a lightweight coreset, AFK-MC2 seeding
+    "vc-gmm": ("daskmeans.mixture", "CoresetGaussianMixture", {}),
 }
 
 
@@ -42,4 +45,8 @@ def make_estimator(name: str, **params):
         )
     module, cls_name, fixed = ALGORITHMS[name]
     cls = getattr(importlib.import_module(module), cls_name)
+    # a class that calls the number of clusters otherwise (n_components) names it in _n_clusters_parameter
+    renamed = getattr(cls, "_n_clusters_parameter", None)
+    if renamed is not None and "n_clusters" in params:
+        params[renamed] = params.pop("n_clusters")
     return cls(**fixed, **params)

@@ -644,6 +644,13 @@ for dtype in (np.float32, np.float64):
         cluster_stats(X, labels, dist2, k)
         cluster_stats(X, labels, dist2, k, weights=rng.random(n))
 row_uniforms(7, 10**12, 5)
+from daskmeans import CoresetGaussianMixture, KMeans   # the vc-GMM kernels, run as the estimator runs them
+for dtype in (np.float32, np.float64):
+    X = rng.random((400, 3)).astype(dtype)
+    model = CoresetGaussianMixture(6, coreset_size=100, n_truncated=2, search_size=3, max_iter=3,
+                                   random_state=0).fit(X)
+    model.predict_proba(X[:5])
+    KMeans(6, init="afk-mc2", max_iter=2, random_state=0).fit(X)
 print(json.dumps({"before": before, "after": preload.compiled_signatures()}))
 """
 

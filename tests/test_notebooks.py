@@ -85,7 +85,8 @@ def images(notebook) -> int:
 
 
 def test_the_notebooks_are_there():
-    assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb"]
+    assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb",
+                                                 "03-coreset-gmm.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -130,6 +131,17 @@ def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
     assert "the memory of one worker" in output and "best: " in output
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
+
+
+def test_coreset_gmm_runs(tmp_path):
+    notebook = execute_notebook(ROOT / "notebooks" / "03-coreset-gmm.ipynb", tmp_path,
+                                env={name: None for name in CLUSTER_VARIABLES})
+    output = text_output(notebook)
+    assert "local cluster: 2 workers" in output
+    assert "sum of weights" in output and "distances per coreset point and iteration" in output
+    assert "saved and loaded: CoresetGaussianMixture" in output
+    assert images(notebook) == 1
+    assert (tmp_path / "daskmeans-coreset-gmm" / "model.zarr").is_dir()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, random rows, or given centers."""
+"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, AFK-MC2, random rows, or given centers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from ..exceptions import InputDataError, InvalidParameterError
 from ..passes import oversample
 from ..passes.sampling import sample_without_replacement_graph
 
-INIT_METHODS = ("k-means||", "k-means++", "random")
+INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2")
+#: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
+AFKMC2_CHAIN_LENGTH = 20
 
 
 def _dist2_to(points, center):
@@ -190,6 +192,105 @@ def random_rows(array, n_clusters, seed, *, weights=None, client=None):
     return distinct[:n_clusters].astype(array.dtype), 1
 
 
+def _too_few_distinct(centers, n_clusters, where="the data"):
+    distinct = _count_distinct(centers)
+    if distinct < n_clusters:
+        raise InputDataError(
+            f"AFK-MC2 seeding found only {distinct} distinct center(s) for n_clusters={n_clusters}: {where} has too "
+            "few distinct rows with positive weight. Lower n_clusters or remove duplicate rows."
+        )
+
+
+def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN_LENGTH):
+    """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset).
+
+    Parameters
+    ----------
+    points : ndarray (m, d)
+    weights : ndarray (m,)
+        Non-negative, positive sum.
+    n_clusters : int
+    rng : numpy.random.Generator
+        Draws the first center, the proposals and the acceptance uniforms (all before the chains run).
+    chain_length : int
+        Length of each Markov chain (>= 1; 1 takes every first proposal).
+
+    Returns
+    -------
+    centers : ndarray (n_clusters, d), dtype of ``points``
+    n_distances : int
+        Distance evaluations: one per point for the proposal, then one per proposal and center so far.
+
+    Raises
+    ------
+    InputDataError
+        Fewer distinct points of positive weight than ``n_clusters``.
+    """
+    from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution
+
+    points = np.ascontiguousarray(points)
+    weights = np.asarray(weights, dtype=np.float64)
+    m = points.shape[0]
+    first = int(rng.choice(m, p=weights / weights.sum()))
+    if n_clusters == 1:
+        return points[first][None, :].copy(), 0
+    q = proposal_distribution(points, weights, points[first])
+    n_proposals = (n_clusters - 1) * chain_length
+    proposals = np.minimum(np.searchsorted(np.cumsum(q), rng.random(n_proposals) * q.sum(), side="right"), m - 1)
+    uniforms = rng.random(n_proposals)
+    centers, _, n_distances = afkmc2_chains(
+        np.ascontiguousarray(points[proposals]), weights[proposals], q[proposals], points[first].astype(np.float64),
+        int(n_clusters),
+        int(chain_length), uniforms,
+    )
+    _too_few_distinct(centers, n_clusters)
+    return centers.astype(points.dtype), int(n_distances) + m
+
+
+def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AFKMC2_CHAIN_LENGTH, client=None):
+    """AFK-MC2 seeding of a dask array: the proposal comes from distributed passes, the chains run on the driver.
+
+    One pass draws the first center (weight-proportional), one measures each block's proposal mass; the
+    ``(n_clusters - 1) * chain_length`` proposals are then located and read in the blocks they fall in, and
+    the Markov chains run on the driver over those rows only.
+
+    Returns
+    -------
+    centers : ndarray (n_clusters, d)
+    n_passes : int
+    """
+    from ..kernels.afkmc2 import afkmc2_chains
+    from ..passes import afkmc2 as proposal_pass
+    from ..passes.sampling import finish_gather, gather_rows_graph, weighted_indices_with_replacement_graph
+
+    (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights),
+                           client=client)
+    first_center = np.asarray(first[2])[0].astype(np.float64)
+    if n_clusters == 1:
+        return first_center[None, :].astype(array.dtype), 1
+    (masses,) = compute_now(proposal_pass.block_masses_graph(array, first_center, weights), client=client)
+    q = proposal_pass.lazy_proposal(array, first_center, masses, weights)
+    totals = proposal_pass.block_proposal_totals(masses)
+    n_proposals = (n_clusters - 1) * chain_length
+    (indices,) = compute_now(
+        weighted_indices_with_replacement_graph(q, totals, n_proposals, seed, "afk-mc2", "proposals"), client=client
+    )
+    unique, inverse = np.unique(indices, return_inverse=True)
+    graphs = [gather_rows_graph(array, unique), gather_rows_graph(q[:, None], unique)]
+    if weights is not None:
+        graphs.append(gather_rows_graph(weights[:, None], unique))
+    gathered = compute_now(*graphs, client=client)
+    rows = finish_gather(gathered[0], len(unique), array.shape[1], array.dtype)[inverse]
+    candidate_q = finish_gather(gathered[1], len(unique), 1, np.float64)[inverse, 0]
+    candidate_w = (finish_gather(gathered[2], len(unique), 1, np.float64)[inverse, 0] if weights is not None
+                   else np.ones(n_proposals))
+    uniforms = stage_generator(seed, "afk-mc2", "accept").random(n_proposals)
+    centers, _, _ = afkmc2_chains(np.ascontiguousarray(rows), candidate_w, candidate_q, first_center,
+                                  int(n_clusters), int(chain_length), uniforms)
+    _too_few_distinct(centers, n_clusters, where="a sample of the data")
+    return centers.astype(array.dtype), 4
+
+
 def check_init(init, n_clusters, n_features):
     """Validate ``init``: a method name or an explicit ``(n_clusters, n_features)`` array."""
     if isinstance(init, str):
@@ -221,6 +322,8 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
     if init == "k-means||":
         return kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
                                oversampling_factor=oversampling_factor, client=client)
+    if init == "afk-mc2":
+        return afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
     if init == "k-means++":
         return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,
                                          client=client)

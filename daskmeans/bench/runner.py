@@ -107,7 +107,9 @@ def check_options(options: BenchOptions) -> BenchOptions:
     )
     if os.path.exists(options.out_dir) and not os.path.isdir(options.out_dir):
         raise InvalidParameterError(f"--out {options.out_dir!r} is a file; give a folder.")
-    names = [w.output_name for w in options.resolved]
+    names = [w.output_name for w in options.resolved if _regular_runs(options, w)]
+    if _tradeoff_asked(options):
+        names += [f"{w.output_name}-vc-gmm" for w in options.resolved]
     if SIZING in options.workloads:
         names.append("sizing-quick" if options.quick else "sizing")
     if not options.overwrite:
@@ -119,6 +121,22 @@ def check_options(options: BenchOptions) -> BenchOptions:
                 "--overwrite."
             )
     return options
+
+
+def _tradeoff_asked(options: BenchOptions) -> bool:
+    """``--algorithms`` names vc-gmm: its error-vs-speedup study runs (see :mod:`.coreset_tradeoff`)."""
+    from .coreset_tradeoff import NAME
+
+    return options.algorithms is not None and NAME in options.algorithms
+
+
+def _regular_runs(options: BenchOptions, workload) -> bool:
+    """Whether the energy-over-time runs have anything to run besides the vc-gmm study."""
+    if not _tradeoff_asked(options):
+        return True
+    others = [name for name in options.algorithms if name != "vc-gmm"]
+    peers = list(workload.peers) if options.peers is None else list(options.peers)
+    return bool(others or peers)
 
 
 # -- machine and cluster ---------------------------------------------------------------------------------------------
@@ -489,6 +507,25 @@ def _best_energy(runs):
     return min(energies) if energies else None
 
 
+def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
+    """vc-GMM's error-vs-speedup study on one workload, beside its LWCS and uniform-sample baselines."""
+    from . import coreset_tradeoff
+
+    with cluster_for(options, workload.worker_memory).client() as client:
+        cluster = _cluster_info(client)
+        driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
+                         else int(psutil.virtual_memory().available * 0.5))
+        data = load_data(workload, client=client, total_threads=cluster["threads"],
+                         work_dir=options.work_dir or os.path.join(options.out_dir, "data"),
+                         driver_memory=driver_memory)
+        record = coreset_tradeoff.run_tradeoff(workload, data, client, machine, seeds=tuple(range(options.seeds)),
+                                               echo=echo)
+    record["command"] = options.command_line
+    record["cluster"] = cluster
+    echo(coreset_tradeoff.markdown_table(record))
+    return coreset_tradeoff.write_outputs(record, options.out_dir)
+
+
 # -- the whole command --------------------------------------------------------------------------------------------------
 def run_benchmark(options: BenchOptions, echo=print) -> list:
     """Check the options, run every workload and write its JSON record, Markdown table and plot.
@@ -507,6 +544,10 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
     for workload in options.resolved:
         echo(f"workload {workload.output_name}: {workload.description}, k={workload.k}, "
              f"{workload.time_budget:g} s per run")
+        if _tradeoff_asked(options):
+            written.extend(_run_tradeoff(workload, options, machine, echo))
+        if not _regular_runs(options, workload):
+            continue
         with cluster_for(options, workload.worker_memory).client() as client:
             record = run_workload(workload, options, client, machine, sgemm, echo=echo)
         written.extend(report.write_outputs(record, options.out_dir))

@@ -1,0 +1,93 @@
+"""Lightweight coresets (Bachem, Lucic & Krause, KDD 2018) of data of any size, as distributed passes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._client import compute_now, resolve_client
+from ._random import seed_from_random_state, stage_key
+from ._validation import check_int
+from .passes import coreset as coreset_pass
+
+
+def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
+    """The coreset of a validated dask array whose mean is known (the summary pass gives it).
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    m : int
+        Number of draws (with replacement).
+    seed : int
+        Stage key of the draws.
+    mean : ndarray (d,)
+    weights : dask.array.Array (n,), optional
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    indices : int64 (m,)
+        Global row of each draw (block order; a row drawn twice appears twice).
+    points : ndarray (m, d), dtype of ``array``
+    coreset_weights : float64 (m,)
+    passes : int
+        Passes over the data made here (2: masses and draws; the draws read only the blocks that got some).
+    """
+    (masses,) = compute_now(coreset_pass.block_masses_graph(array, mean, weights), client=client)
+    (drawn,) = compute_now(coreset_pass.draw_graph(array, masses, mean, m, seed, weights), client=client)
+    indices, points, coreset_weights = drawn
+    return indices, np.ascontiguousarray(points), coreset_weights, 2
+
+
+def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_rows=None, client=None):
+    """A lightweight coreset of ``X``: ``m`` rows drawn with replacement, and their weights.
+
+    Every row ``x`` is drawn with probability ``q(x) = 1/(2n) + ||x - mu||^2 / (2 sum ||x' - mu||^2)``
+    (``mu``: the mean of the rows) and gets the weight ``1 / (m q(x))``; weighted sums over the coreset are
+    unbiased estimates of the sums over the data, and k-means or a GMM fitted to the weighted coreset
+    approximates the one fitted to all of ``X`` (Bachem et al. 2018). With ``sample_weight`` the probabilities
+    and weights carry the sample weights: ``q(x) = w/(2 sum w) + w ||x - mu||^2 / (2 sum w ||x' - mu||^2)``, weight
+    ``w / (m q(x))``.
+
+    Three passes over the data: the summary (mean, and the checks every fit makes), the spread of every block,
+    and the draws (which read only the blocks that received draws). The ``m`` draws are split among the blocks
+    by one multinomial on the block masses, then drawn inside each block.
+
+    Parameters
+    ----------
+    X : array-like, dask array, xarray.DataArray or path to a Zarr store / .npy file, shape (n, d)
+    m : int
+        Coreset size (>= 1; may exceed n: draws are with replacement).
+    random_state : int, numpy Generator or None
+        Same value, same coreset on any scheduler and any number of workers, for a given chunking of ``X``
+        (another chunking draws an equally valid but different coreset).
+    sample_weight : array-like (n,), optional
+        Non-negative weight of each row.
+    chunk_rows : int, optional
+        Rows per block when daskmeans chunks the input.
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    points : ndarray (m, d)
+        The drawn rows (float32 or float64, as the data is computed in).
+    weights : float64 ndarray (m,)
+        Their coreset weights; pass them as ``sample_weight`` to any daskmeans estimator.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``m`` is not a positive integer.
+    InputDataError
+        Non-finite values or bad weights in the data.
+    """
+    from .estimators import KMeans
+
+    m = check_int(m, "m (the coreset size)", minimum=1)
+    seed = seed_from_random_state(random_state)
+    client = resolve_client(client)
+    helper = KMeans(n_clusters=1, chunk_rows=chunk_rows, client=client)
+    data, weights, summary = helper._prepare(X, sample_weight, client)
+    _, points, coreset_weights, _ = draw_coreset(data.array, m, stage_key(seed, "lwcs"), mean=summary.mean,
+                                                 weights=weights, client=client)
+    return points, coreset_weights

@@ -1,0 +1,343 @@
+"""vc-GMM (Hirschberger, Forster & Lücke): an isotropic Gaussian mixture fitted on a lightweight coreset by
+truncated variational EM, seeded by AFK-MC2, for data of any size."""
+
+from __future__ import annotations
+
+import numbers
+
+import dask.array as da
+import numpy as np
+
+from ._client import compute_now, resolve_client
+from ._random import seed_from_random_state, stage_generator, stage_key
+from ._validation import check_choice, check_float, check_int, check_max_time
+from .algorithms.init import INIT_METHODS, afkmc2_in_memory, check_init, initial_centers
+from .algorithms.result import Clock
+from .algorithms.vc_gmm import PLACEMENTS, truncated_em
+from .estimators import ClusteringEstimator
+from .exceptions import InvalidParameterError
+from .passes._graph import block_args, map_blocks_delayed, shared, tree_reduce
+from .passes.assign import assign_stats_graph, check_finite_block, finish_stats
+
+#: ``coreset_size="auto"``: this many rows per component, and at least :data:`AUTO_CORESET_MIN` rows.
+AUTO_CORESET_PER_COMPONENT = 20
+AUTO_CORESET_MIN = 10_000
+
+
+def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
+    from .kernels.truncated_em import truncated_posterior
+
+    block = np.ascontiguousarray(block)
+    if check_finite:
+        check_finite_block(block, offset)
+    return truncated_posterior(block, means, sigma2, n_truncated)
+
+
+def _log_likelihood_block(block, offset, weights, means, sigma2, n_truncated):
+    _, _, log_likelihood = _posterior_block(block, offset, weights, means, sigma2, n_truncated, True)
+    w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    return np.array([float(w @ log_likelihood), float(w.sum())])
+
+
+def _dense_posterior_block(block, means, sigma2, n_truncated, block_info=None):
+    offset = block_info[0]["array-location"][0][0] if block_info else 0
+    indices, probabilities, _ = _posterior_block(block, offset, None, means, sigma2, n_truncated, True)
+    out = np.zeros((block.shape[0], means.shape[0]), dtype=np.float64)
+    np.put_along_axis(out, indices.astype(np.int64), probabilities, axis=1)
+    return out
+
+
+def _sum_parts(parts):
+    return np.sum(parts, axis=0)
+
+
+class CoresetGaussianMixture(ClusteringEstimator):
+    """vc-GMM: an isotropic Gaussian mixture fitted by truncated variational EM on a lightweight coreset.
+
+    The fit makes three passes over the data for the coreset (summary, block spreads, draws; see
+    :func:`daskmeans.lightweight_coreset`), seeds the means on the coreset by AFK-MC2, runs truncated variational
+    EM (var-GMM-S, Forster & Lücke 2018) on the coreset, and makes one last pass over all the data for the labels'
+    quantization error. The model has equal mixing proportions and one shared variance ``sigma^2``; each coreset
+    point keeps its ``n_truncated`` best clusters and each cluster its ``search_size`` nearest clusters, so an
+    EM iteration costs ``O(coreset_size * n_truncated * search_size * d)`` whatever ``n_components``.
+
+    Parameters
+    ----------
+    n_components : int, default 8
+        Number of Gaussians (clusters).
+    coreset_size : int, "auto" or None, default "auto"
+        Rows drawn (with replacement) for the lightweight coreset; ``"auto"``: ``max(10000, 20 n_components)``,
+        at most the number of samples; None: no coreset, EM runs on all the data with the sample weights (or 1).
+        Must be at least ``n_components``.
+    n_truncated : int, default 5
+        ``C'``: clusters in each point's truncated posterior (>= 1). A value above ``n_components`` means all of
+        them (the exact posterior); ``n_truncated_`` is the value used.
+    search_size : int, default 5
+        ``G``: nearest clusters each cluster keeps as the search neighbourhood (>= 1; capped at ``n_components``
+        likewise, see ``search_size_``).
+    random_exploration : bool, default True
+        Search one random cluster more per point and iteration (the paper's ``+1``).
+    chain_length : int, default 20
+        Length of AFK-MC2's Markov chains (>= 1).
+    tol : float, default 1e-4
+        Stop when the free energy changes by less than ``tol`` times its absolute value.
+    max_iter : int, default 100
+        EM iterations at most.
+    init : {"afk-mc2", "k-means||", "k-means++", "random"} or ndarray (n_components, n_features), default "afk-mc2"
+        Seeding of the means, made on the coreset (AFK-MC2 runs its chains on the driver), or given means.
+    max_time : float, optional
+        Wall-clock budget in seconds for the EM iterations (the coreset and the final pass always run).
+    random_state : int, numpy Generator or None
+        Fixes the coreset, the seeding and the EM's random choices: same value, same result on any scheduler and
+        any number of workers (for a given chunking of the data).
+    estep_on : {"auto", "driver", "workers"}, default "auto"
+        Where the E-step blocks run: coresets of up to 200,000 rows on the driver, larger ones on the Dask
+        workers (``"workers"`` forces them there when a distributed client is in use; without one there are no
+        workers and the driver runs them). Same result either way.
+    chunk_rows : int, optional
+        Rows per block when daskmeans chunks the input.
+    client : distributed.Client, optional
+    progress : bool, default False
+        Progress bar over EM iterations.
+
+    Attributes
+    ----------
+    means_ : ndarray (n_components, n_features)
+        The Gaussians' means (also ``cluster_centers_``).
+    covariance_ : float
+        The shared variance ``sigma^2`` (per feature).
+    weights_ : ndarray (n_components,)
+        Mixing proportions (equal: ``1 / n_components``).
+    lower_bound_ : float
+        Free energy of the last iteration, per unit of coreset weight (a lower bound of the coreset
+        log-likelihood per sample).
+    inertia_ : float
+        Quantization error: (weighted) sum of squared distances of every training sample to its nearest mean
+        (its MAP cluster), from the final pass over all the data.
+    labels_ : ndarray or dask array (n_samples,)
+    n_iter_ : int
+    converged_ : bool
+    coreset_size_ : int
+    n_truncated_, search_size_ : int
+        ``C'`` and ``G`` as used: the parameters, at most ``n_components``.
+    seeding_distances_ : int
+        Distance evaluations of the seeding.
+    history_ : list of dict
+        Per EM iteration: ``free_energy``, ``energy`` (weighted mean squared distance of the coreset to its
+        nearest mean found), ``sigma2``, ``distances`` (E-step distance evaluations), ``distances_per_point``,
+        ``full_search_distances`` (what a full E-step would need), ``wall_time``, ``passes``.
+    stop_reason_ : str
+    """
+
+    _model_arrays = ("means_", "weights_")
+    _model_scalars = ("covariance_", "lower_bound_", "inertia_", "n_iter_", "n_features_in_", "stop_reason_",
+                      "converged_", "coreset_size_", "seeding_distances_", "n_truncated_", "search_size_")
+    #: The registry's ``n_clusters`` is this estimator's ``n_components``.
+    _n_clusters_parameter = "n_components"
+
+    def __init__(self, n_components=8, *, coreset_size="auto", n_truncated=5, search_size=5, random_exploration=True,
+                 chain_length=20, tol=1e-4, max_iter=100, init="afk-mc2", max_time=None, random_state=None,
+                 estep_on="auto", chunk_rows=None, client=None, progress=False):
+        self.n_components = n_components
+        self.coreset_size = coreset_size
+        self.n_truncated = n_truncated
+        self.search_size = search_size
+        self.random_exploration = random_exploration
+        self.chain_length = chain_length
+        self.tol = tol
+        self.max_iter = max_iter
+        self.init = init
+        self.max_time = max_time
+        self.random_state = random_state
+        self.estep_on = estep_on
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    # -- names the shared plumbing uses ------------------------------------------------------------------------
+    @property
+    def n_clusters(self):
+        """Same as ``n_components``."""
+        return self.n_components
+
+    @property
+    def cluster_centers_(self):
+        """Same as ``means_``."""
+        return self.means_
+
+    @cluster_centers_.setter
+    def cluster_centers_(self, value):
+        self.means_ = value
+
+    def _validate_params(self):
+        k = check_int(self.n_components, "n_components", minimum=1)
+        if isinstance(self.coreset_size, str):
+            if self.coreset_size != "auto":
+                raise InvalidParameterError(
+                    f"coreset_size must be an integer >= n_components, 'auto' or None; got {self.coreset_size!r}."
+                )
+        elif self.coreset_size is not None:
+            size = check_int(self.coreset_size, "coreset_size")
+            if size < k:
+                raise InvalidParameterError(
+                    f"coreset_size={size} is smaller than n_components={k}: a coreset needs at least one point per "
+                    f"component. Use coreset_size >= {k} (or 'auto')."
+                )
+        check_int(self.n_truncated, "n_truncated (C')", minimum=1)
+        check_int(self.search_size, "search_size (G)", minimum=1)
+        if not isinstance(self.random_exploration, (bool, np.bool_)):
+            raise InvalidParameterError(f"random_exploration must be True or False, got {self.random_exploration!r}.")
+        check_int(self.chain_length, "chain_length", minimum=1)
+        check_float(self.tol, "tol", minimum=0.0)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_max_time(self.max_time)
+        check_choice(self.estep_on, "estep_on", PLACEMENTS)
+        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if isinstance(self.init, str):
+            if self.init not in INIT_METHODS:
+                raise InvalidParameterError(
+                    f"init must be one of {', '.join(repr(m) for m in INIT_METHODS)} or an array of shape "
+                    f"(n_components, n_features); got {self.init!r}."
+                )
+        seed_from_random_state(0 if self.random_state is None else self.random_state)
+
+    # -- fitting ---------------------------------------------------------------------------------------------------
+    def _coreset_rows(self, n_samples):
+        if self.coreset_size == "auto":
+            return min(n_samples, max(AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT * self.n_components))
+        return self.coreset_size
+
+    def _fit(self, data, weights, summary, client):
+        from .coreset import draw_coreset
+        from .progress import ProgressReporter
+
+        k = self.n_components
+        check_init(self.init, k, data.n_features)
+        seed = seed_from_random_state(self.random_state)
+        clock = Clock(self.max_time)
+        passes = 1  # the summary pass of fit
+        if self.coreset_size is None:
+            points, point_weights = data.array, weights
+            self.coreset_size_ = data.n_samples
+        else:
+            m = self._coreset_rows(data.n_samples)
+            _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(seed, "lwcs"),
+                                                           mean=summary.mean, weights=weights, client=client)
+            passes += spent
+            self.coreset_size_ = int(m)
+        means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
+        passes += spent
+        self.n_truncated_ = min(int(self.n_truncated), k)
+        self.search_size_ = min(int(self.search_size), k)
+        with ProgressReporter(self.progress, total=self.max_iter, desc="vc-GMM") as reporter:
+            result = truncated_em(
+                points, point_weights, means, n_truncated=self.n_truncated_, search_size=self.search_size_,
+                random_exploration=bool(self.random_exploration), tol=self.tol, max_iter=self.max_iter,
+                seed=stage_key(seed, "em"), clock=clock, client=client, where=self.estep_on,
+                callback=reporter.update, passes=passes,
+            )
+        means = np.ascontiguousarray(result.means, dtype=data.dtype)
+        # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error
+        (raw,) = compute_now(assign_stats_graph(data.array, means, weights), client=client)
+        stats = finish_stats(raw)
+        self.means_ = means
+        self.covariance_ = result.sigma2
+        self.weights_ = np.full(k, 1.0 / k)
+        self.lower_bound_ = result.lower_bound
+        self.inertia_ = stats.inertia
+        self.n_iter_ = result.n_iter
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+        self.converged_ = result.stop_reason == "converged"
+        self.seeding_distances_ = int(seeding_distances)
+        self.estep_on_ = result.where
+        self._labels = None
+
+    def _seed(self, points, point_weights, seed, client):
+        """Initial means on the (coreset) points: ``(means, distance evaluations, passes over the data)``."""
+        k = self.n_components
+        if not isinstance(self.init, str):
+            return np.array(self.init, dtype=np.float64), 0, 0
+        in_memory = isinstance(points, np.ndarray)
+        if self.init == "afk-mc2" and in_memory:
+            rng = stage_generator(seed, "afk-mc2")
+            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length), 0)
+        if in_memory:
+            array = da.from_array(points, chunks=(max(1, points.shape[0]),) + points.shape[1:])
+            weights = da.from_array(np.asarray(point_weights, dtype=np.float64), chunks=array.chunks[0])
+            means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), weights=weights, client=None)
+            return means.astype(np.float64), 0, 0
+        if self.init == "afk-mc2":
+            from .algorithms.init import afkmc2_distributed
+
+            means, spent = afkmc2_distributed(points, k, stage_key(seed, "init"), weights=point_weights,
+                                              chain_length=self.chain_length, client=client)
+            return means.astype(np.float64), 0, spent
+        means, spent = initial_centers(points, k, self.init, stage_key(seed, "init"), weights=point_weights,
+                                       client=client)
+        return means.astype(np.float64), 0, spent
+
+    # -- the model on new data -------------------------------------------------------------------------------------
+    def _means64(self):
+        return np.ascontiguousarray(self.means_, dtype=np.float64)
+
+    def predict_proba(self, X, sparse=False):
+        """The truncated posterior of each sample: its ``n_truncated`` nearest components, softmax-weighted.
+
+        Parameters
+        ----------
+        X : array-like, dask array, xarray.DataArray or path, shape (n, d)
+        sparse : bool, default False
+            False: a dense ``(n, n_components)`` array with zeros outside each sample's ``n_truncated`` components
+            (NumPy for NumPy input, else lazy). True: a ``scipy.sparse.csr_matrix`` holding only the
+            ``n_truncated`` non-zeros per row (computed now, whatever the input).
+
+        Returns
+        -------
+        ndarray, dask array, xarray.DataArray or scipy.sparse.csr_matrix
+        """
+        data = self._check_predict_input(X)
+        means, sigma2 = self._means64(), float(self.covariance_)
+        if not sparse:
+            lazy = data.array.map_blocks(
+                _dense_posterior_block, means, sigma2, int(self.n_truncated_),
+                chunks=(data.array.chunks[0], (means.shape[0],)), dtype=np.float64,
+                name="daskmeans-vc-gmm-posterior",
+            )
+            return self._like_input(data, lazy, name="posterior")
+        from scipy import sparse as scipy_sparse
+
+        parts = map_blocks_delayed(_posterior_block, "vc-gmm-posterior", block_args(data.array),
+                                   shared(means, "means"), sigma2, int(self.n_truncated_), True)
+        blocks = compute_now(*parts, client=resolve_client(getattr(self, "client", None)))
+        indices = np.concatenate([b[0] for b in blocks]).astype(np.int64)
+        probabilities = np.concatenate([b[1] for b in blocks])
+        n, c = indices.shape
+        indptr = np.arange(0, n * c + 1, c)
+        matrix = scipy_sparse.csr_matrix((probabilities.ravel(), indices.ravel(), indptr),
+                                         shape=(n, means.shape[0]))
+        matrix.sort_indices()
+        return matrix
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean truncated log-likelihood per sample, ``log sum_{c in K(x)} N(x; mu_c, sigma^2 I) / k``.
+
+        ``K(x)``: the ``n_truncated`` nearest components of ``x`` (the model's own approximation; with
+        ``n_truncated = n_components`` it is the exact log-likelihood). One pass over ``X``.
+        """
+        data = self._check_predict_input(X)
+        weights = self._weights(sample_weight, data)
+        parts = map_blocks_delayed(_log_likelihood_block, "vc-gmm-score", block_args(data.array, weights),
+                                   shared(self._means64(), "means"), float(self.covariance_), int(self.n_truncated_))
+        (total,) = compute_now(tree_reduce(parts, _sum_parts, "vc-gmm-score"),
+                               client=resolve_client(getattr(self, "client", None)))
+        return float(total[0] / total[1])
+
+    def _check_loaded(self, path):
+        from .estimators import _check_loaded_centers, raise_damaged
+
+        _check_loaded_centers(self, path)
+        if not isinstance(self.covariance_, numbers.Real) or not self.covariance_ > 0:
+            raise_damaged(path, f"covariance is {self.covariance_!r}, expected a positive number")
+        if np.asarray(self.weights_).shape != (self.n_components,):
+            raise_damaged(path, "weights has the wrong shape")

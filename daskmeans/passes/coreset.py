@@ -1,0 +1,98 @@
+"""The lightweight coreset passes (Bachem, Lucic & Krause, KDD 2018).
+
+With ``mu`` the (weighted) data mean, every row is drawn with probability
+``q(x) = 1/2 w_x / sum(w) + 1/2 w_x ||x - mu||^2 / sum(w ||x' - mu||^2)`` (``w = 1`` without sample weights)
+and a drawn row gets the weight ``w_x / (m q(x))``, so that ``sum_i weight_i f(x_i)`` is an unbiased estimate of
+``sum_x w_x f(x)`` for any ``f``.
+
+Passes: the mean comes from the summary pass every fit makes anyway (:mod:`daskmeans.passes.summary`); one pass
+here gives each block's ``sum(w ||x - mu||^2)`` and ``sum(w)``; the ``m`` draws are allocated to the blocks by one
+multinomial draw on the block masses, and a last pass draws each block's share inside the block, reading only
+the blocks that received draws.
+
+Randomness: the multinomial comes from ``stage_generator(seed, "lwcs", "allocate")``; the draws inside block
+``b`` from a generator keyed by ``(seed, "lwcs", "block", first row of b, rows of b)``. The coreset is therefore
+the same on any scheduler and any number of workers for a given chunking of the data; a different chunking
+gives a different coreset from the same distribution (an equally valid sample, not the same rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._random import stage_generator, stage_key
+from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
+
+
+def _weights_of(block, weights):
+    return np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+
+
+def _spread(block, mean):
+    diff = np.asarray(block, dtype=np.float64) - mean
+    return np.einsum("ij,ij->i", diff, diff)
+
+
+def _masses_block(block, offset, weights, mean):
+    block = np.asarray(block)
+    w = _weights_of(block, weights)
+    return np.array([[float(w @ _spread(block, mean)), float(w.sum())]])
+
+
+def block_masses_graph(array, mean, weights=None):
+    """Delayed ``(n_blocks, 2)`` array: per block ``sum(w ||x - mean||^2)`` and ``sum(w)``."""
+    mean = np.asarray(mean, dtype=np.float64)
+    parts = map_blocks_delayed(_masses_block, "lwcs-masses", block_args(array, weights), shared(mean, "mean"))
+    return tree_reduce(parts, np.concatenate, "lwcs-masses")
+
+
+def block_probabilities(masses) -> np.ndarray:
+    """Total draw probability of each block, from :func:`block_masses_graph`'s result."""
+    total_spread, total_weight = float(masses[:, 0].sum()), float(masses[:, 1].sum())
+    probabilities = 0.5 * masses[:, 1] / total_weight
+    if total_spread > 0:
+        probabilities = probabilities + 0.5 * masses[:, 0] / total_spread
+    else:  # every row sits on the mean: q is the weight alone
+        probabilities = 2.0 * probabilities
+    return probabilities
+
+
+def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
+    """How many of the ``m`` draws fall in each block: one multinomial on the block probabilities."""
+    probabilities = block_probabilities(masses)
+    probabilities = probabilities / probabilities.sum()
+    return stage_generator(seed, "lwcs", "allocate").multinomial(int(m), probabilities)
+
+
+def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weight, m, seed):
+    block = np.asarray(block)
+    w = _weights_of(block, weights)
+    q = 0.5 * w / total_weight
+    if total_spread > 0:
+        q = q + 0.5 * w * _spread(block, mean) / total_spread
+    else:
+        q = 2.0 * q
+    # inside the block, rows are drawn proportionally to q (the block's share of the draws is fixed already)
+    cumulative = np.cumsum(q)
+    rng = np.random.default_rng(stage_key(seed, "lwcs", "block", int(offset), int(block.shape[0])))
+    local = np.searchsorted(cumulative, rng.random(int(n_draws)) * cumulative[-1], side="right")
+    local = np.minimum(local, block.shape[0] - 1)
+    return offset + local, block[local], w[local] / (m * q[local])
+
+
+def _concatenate(parts):
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+def draw_graph(array, masses, mean, m: int, seed: int, weights=None):
+    """Delayed ``(row_indices, rows, coreset_weights)`` of ``m`` draws, in block order.
+
+    Only the blocks that received at least one draw are read.
+    """
+    counts = allocate_draws(masses, m, seed)
+    total_spread, total_weight = float(masses[:, 0].sum()), float(masses[:, 1].sum())
+    args = block_args(array, weights)
+    wanted = [args[i] + [int(counts[i])] for i in np.flatnonzero(counts)]
+    parts = map_blocks_delayed(_draw_block, "lwcs-draw", wanted, shared(np.asarray(mean, np.float64), "mean"),
+                               total_spread, total_weight, int(m), int(seed))
+    return tree_reduce(parts, _concatenate, "lwcs-draw")

@@ -1,0 +1,96 @@
+"""The AFK-MC2 chain kernel and the in-memory seeding against plain NumPy references, float32 and float64."""
+
+import numpy as np
+import pytest
+
+from daskmeans.algorithms.init import afkmc2_in_memory
+from daskmeans.exceptions import InputDataError
+from daskmeans.kernels.afkmc2 import afkmc2_chains, proposal_distribution
+
+
+def reference_proposal(points, weights, first):
+    d2 = ((points.astype(np.float64) - first.astype(np.float64)) ** 2).sum(1)
+    return 0.5 * weights * d2 / (weights * d2).sum() + 0.5 * weights / weights.sum()
+
+
+def reference_chains(candidates, weights, q, first, k, chain_length, uniforms):
+    """AFK-MC2 (Bachem et al. 2016, Algorithm 1 with weights), written plainly."""
+    centers = [first.astype(np.float64)]
+
+    def d2(row):
+        return min(float(((row.astype(np.float64) - c) ** 2).sum()) for c in centers)
+
+    chosen = []
+    for c in range(1, k):
+        base = (c - 1) * chain_length
+        x = base
+        for y in range(base + 1, base + chain_length):
+            target_y, target_x = weights[y] * d2(candidates[y]), weights[x] * d2(candidates[x])
+            if target_x == 0 or target_y * q[x] / (target_x * q[y]) >= uniforms[y]:
+                x = y
+        chosen.append(x)
+        centers.append(candidates[x].astype(np.float64))
+    return np.array(centers), np.array(chosen)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k,chain_length", [(2, 1), (5, 3), (12, 20)])
+def test_chains_match_numpy(dtype, k, chain_length):
+    rng = np.random.default_rng(k)
+    points = rng.normal(size=(400, 6)).astype(dtype)
+    weights = rng.uniform(0.1, 3.0, size=400)
+    first = points[7].astype(np.float64)
+    q = proposal_distribution(points, weights, first)
+    np.testing.assert_allclose(q, reference_proposal(points, weights, first), rtol=1e-12)
+    assert q.sum() == pytest.approx(1.0)
+    proposals = rng.choice(400, size=(k - 1) * chain_length, p=q)
+    uniforms = rng.random(proposals.shape[0])
+    candidates = np.ascontiguousarray(points[proposals])
+    centers, chosen, n_distances = afkmc2_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
+                                                 uniforms)
+    ref_centers, ref_chosen = reference_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
+                                               uniforms)
+    np.testing.assert_array_equal(chosen, ref_chosen)
+    np.testing.assert_allclose(centers, ref_centers)
+    # every proposal is measured against every center chosen before it
+    assert n_distances == sum(c * chain_length for c in range(1, k))
+
+
+def test_a_chain_never_moves_to_a_proposal_of_zero_weight_times_distance():
+    points = np.array([[0.0], [0.0], [5.0], [6.0]])
+    weights = np.ones(4)
+    first = points[0]
+    q = proposal_distribution(points, weights, first)
+    candidates = points[[2, 1]]  # start at 5.0, then propose a copy of the first center
+    centers, chosen, _ = afkmc2_chains(candidates, weights[[2, 1]], q[[2, 1]], first, 2, 2, np.array([0.5, 1e-9]))
+    assert chosen[0] == 0 and centers[1, 0] == 5.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_in_memory_seeding_is_reproducible_and_spreads_the_centers(dtype):
+    rng = np.random.default_rng(3)
+    blob_centers = rng.uniform(-50, 50, size=(8, 3))
+    points = (blob_centers[rng.integers(0, 8, 2000)] + rng.normal(size=(2000, 3))).astype(dtype)
+    weights = rng.uniform(0.5, 2.0, 2000)
+    a, n_distances = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50)
+    b, _ = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50)
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == dtype and n_distances == 2000 + sum(c * 50 for c in range(1, 8))
+    # seeding with long chains approximates k-means++: most blobs get a center
+    nearest_blob = ((a[:, None, :] - blob_centers[None]) ** 2).sum(-1).argmin(1)
+    assert len(set(nearest_blob)) >= 6
+
+
+def test_zero_weight_points_are_never_centers():
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(300, 2))
+    weights = np.where(np.arange(300) % 2 == 0, 1.0, 0.0)
+    centers, _ = afkmc2_in_memory(points, weights, 10, np.random.default_rng(0))
+    allowed = points[weights > 0]
+    assert all(np.any(np.all(allowed == c, axis=1)) for c in centers)
+
+
+def test_too_few_distinct_points_is_a_clear_error():
+    points = np.repeat(np.eye(3), 50, axis=0)
+    with pytest.raises(InputDataError, match="distinct"):
+        afkmc2_in_memory(points, np.ones(150), 5, np.random.default_rng(0))

@@ -1,0 +1,249 @@
+"""CoresetGaussianMixture (vc-GMM) end to end: exact EM in the limit, monotone free energy, cost independent of k,
+reproducibility across schedulers, weighted coresets and AFK-MC2 seeding in every estimator, persistence, CLI."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from conftest import make_blobs
+from daskmeans import CoresetGaussianMixture, KMeans, lightweight_coreset, load
+from daskmeans.exceptions import InputDataError, InvalidParameterError
+from daskmeans.registry import algorithm_names, make_estimator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def exact_isotropic_em(X, means, n_iter):
+    """Full EM for the isotropic GMM with equal mixing proportions and one shared variance, in NumPy.
+
+    The initial variance is the paper's Eq. (8): the mean squared distance to the nearest initial mean per feature.
+    Returns the means, the variance and the free energy (= log-likelihood here) per sample of every iteration.
+    """
+    n, d = X.shape
+    k = means.shape[0]
+    means = means.astype(np.float64).copy()
+    D = ((X[:, None, :] - means[None]) ** 2).sum(-1)
+    sigma2 = D.min(1).sum() / (n * d)
+    energies = []
+    for _ in range(n_iter):
+        D = ((X[:, None, :] - means[None]) ** 2).sum(-1)
+        log_joint = -D / (2 * sigma2) - 0.5 * d * math.log(2 * math.pi * sigma2) - math.log(k)
+        log_likelihood = np.logaddexp.reduce(log_joint, axis=1)
+        energies.append(log_likelihood.mean())
+        q = np.exp(log_joint - log_likelihood[:, None])
+        resp = q.sum(0)
+        means = (q.T @ X) / resp[:, None]
+        D_new = ((X[:, None, :] - means[None]) ** 2).sum(-1)
+        sigma2 = (q * D_new).sum() / (n * d)
+    return means, sigma2, np.array(energies)
+
+
+def test_with_c_and_g_equal_to_k_and_unit_weights_it_is_exact_em():
+    X, _, _ = make_blobs(n=400, d=3, k=4, spread=1.5, seed=2)
+    init = X[[0, 1, 2, 3]].copy()
+    model = CoresetGaussianMixture(4, coreset_size=None, n_truncated=4, search_size=4, random_exploration=False,
+                                   init=init, tol=0.0, max_iter=15, random_state=0).fit(X)
+    means, sigma2, energies = exact_isotropic_em(X, init, 15)
+    np.testing.assert_allclose([r["free_energy"] for r in model.history_], energies, rtol=1e-10)
+    np.testing.assert_allclose(model.means_, means, rtol=1e-9, atol=1e-9)
+    assert model.covariance_ == pytest.approx(sigma2, rel=1e-9)
+    assert model.n_iter_ == 15 and model.stop_reason_ == "max_iter"
+    # every distance of the full E-step is evaluated: m k per iteration
+    assert all(r["distances"] == 400 * 4 for r in model.history_)
+
+
+@pytest.mark.parametrize("n_truncated,search_size,exploration", [(1, 1, True), (2, 3, True), (3, 5, False)])
+def test_free_energy_never_decreases(n_truncated, search_size, exploration):
+    X, _, _ = make_blobs(n=3000, d=5, k=30, spread=1.0, seed=4)
+    model = CoresetGaussianMixture(30, coreset_size=800, n_truncated=n_truncated, search_size=search_size,
+                                   random_exploration=exploration, tol=0.0, max_iter=25, random_state=1).fit(X)
+    energies = np.array([r["free_energy"] for r in model.history_])
+    assert len(energies) == 25
+    assert np.all(np.diff(energies) >= -1e-10 * np.abs(energies[1:])), np.diff(energies).min()
+    assert model.lower_bound_ == energies[-1]
+
+
+def test_distance_evaluations_per_iteration_do_not_grow_with_k():
+    X, _, _ = make_blobs(n=4000, d=4, k=50, spread=2.0, seed=5)
+    per_point = {}
+    for k in (20, 80, 320):
+        model = CoresetGaussianMixture(k, coreset_size=1000, n_truncated=3, search_size=3, tol=0.0, max_iter=6,
+                                       random_state=0).fit(X)
+        counts = [r["distances"] for r in model.history_]
+        assert all(c <= 1000 * (3 * 3 + 1) for c in counts)
+        assert all(r["full_search_distances"] == 1000 * k for r in model.history_)
+        per_point[k] = np.mean([r["distances_per_point"] for r in model.history_])
+    assert per_point[320] <= 1.25 * per_point[20]
+    assert per_point[320] < 320 / 20
+
+
+def test_converges_by_tol_and_reports_a_quantization_error():
+    X, _, centers = make_blobs(n=5000, d=4, k=8, spread=0.5, seed=7)
+    model = CoresetGaussianMixture(8, coreset_size=1500, random_state=3).fit(X)
+    assert model.converged_ and model.stop_reason_ == "converged" and model.n_iter_ < 100
+    # the final pass: inertia_ is the quantization error of the nearest-mean labels on all rows
+    assert model.inertia_ == pytest.approx(float(((X - model.means_[model.labels_]) ** 2).sum()), rel=1e-9)
+    nearest = ((X[:, None, :] - model.means_[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(model.labels_, nearest)
+    assert model.means_.dtype == X.dtype and model.weights_ == pytest.approx(np.full(8, 1 / 8))
+    assert model.coreset_size_ == 1500 and model.seeding_distances_ > 0
+    assert model.history_[0]["passes"] == 3  # summary, block spreads, draws
+
+
+def test_same_seed_same_result_on_a_cluster_and_synchronously(cluster_client):
+    X, _, _ = make_blobs(n=6000, d=4, k=12, spread=1.0, seed=8)
+    array = da.from_array(X.astype(np.float32), chunks=(1500, 4))
+    params = dict(coreset_size=2000, n_truncated=3, search_size=3, max_iter=10, random_state=11)
+    local = CoresetGaussianMixture(12, **params).fit(array)
+    remote = CoresetGaussianMixture(12, estep_on="workers", client=cluster_client, **params).fit(array)
+    assert local.history_[0]["where"] == "driver" and remote.history_[0]["where"] == "workers"
+    np.testing.assert_array_equal(local.means_, remote.means_)
+    assert local.lower_bound_ == remote.lower_bound_ and local.covariance_ == remote.covariance_
+    assert local.inertia_ == remote.inertia_
+    assert [r["distances"] for r in local.history_] == [r["distances"] for r in remote.history_]
+
+
+def test_the_e_step_blocks_give_the_same_numbers_on_the_driver_and_on_the_workers(cluster_client):
+    """A coreset of several E-step blocks: one block or several, driver or workers, same result."""
+    from daskmeans.algorithms.vc_gmm import truncated_em
+
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(5000, 3))
+    weights = rng.uniform(0.5, 2, 5000)
+    means = points[:15].copy()
+    options = dict(n_truncated=2, search_size=4, max_iter=8, tol=0.0, seed=5, block_rows=1200)
+    on_driver = truncated_em(points, weights, means, **options)
+    on_workers = truncated_em(points, weights, means, client=cluster_client, where="workers", **options)
+    np.testing.assert_array_equal(on_driver.means, on_workers.means)
+    assert on_driver.lower_bound == on_workers.lower_bound
+
+
+def test_predict_proba_score_and_predict_agree():
+    X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.0, seed=9)
+    model = CoresetGaussianMixture(6, coreset_size=600, n_truncated=2, search_size=3, random_state=0).fit(X)
+    dense = model.predict_proba(X[:50])
+    sparse = model.predict_proba(X[:50], sparse=True)
+    assert dense.shape == (50, 6) and np.allclose(dense.sum(1), 1.0)
+    assert np.all((dense > 0).sum(1) <= 2)
+    np.testing.assert_allclose(sparse.toarray(), dense)
+    np.testing.assert_array_equal(dense.argmax(1), model.predict(X[:50]))
+    lazy = model.predict_proba(da.from_array(X[:50], chunks=(20, 3)))
+    np.testing.assert_allclose(lazy.compute(), dense)
+    full = CoresetGaussianMixture(6)
+    full.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    full.n_truncated_ = 6
+    assert full.score(X) >= model.score(X) - 1e-12  # more terms in the truncated sum, never less likelihood
+    assert np.isfinite(model.score(X))
+
+
+def test_save_and_load_round_trip(tmp_path):
+    X, _, _ = make_blobs(n=1500, d=3, k=5, seed=10)
+    model = CoresetGaussianMixture(5, coreset_size=500, random_state=0).fit(X)
+    model.save(tmp_path / "gmm.zarr")
+    loaded = load(tmp_path / "gmm.zarr")
+    assert type(loaded) is CoresetGaussianMixture
+    np.testing.assert_array_equal(loaded.means_, model.means_)
+    assert loaded.covariance_ == model.covariance_ and loaded.lower_bound_ == model.lower_bound_
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_allclose(loaded.predict_proba(X[:10]), model.predict_proba(X[:10]))
+    assert loaded.history_[-1]["free_energy"] == model.history_[-1]["free_energy"]
+    assert loaded.get_params() == {**model.get_params(), "client": None}
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_every_estimator_takes_the_weighted_coreset_or_says_why_not(name):
+    X, _, _ = make_blobs(n=3000, d=3, k=4, seed=11)
+    points, weights = lightweight_coreset(X, 600, random_state=0)
+    estimator = make_estimator(name, n_clusters=4, random_state=0, max_time=5.0)
+    if name == "nmbatch":
+        with pytest.raises(InvalidParameterError, match="sample_weight"):
+            estimator.fit(points, sample_weight=weights)
+        return
+    estimator.fit(points, sample_weight=weights)
+    assert estimator.cluster_centers_.shape == (4, 3)
+    # clusters found on the weighted coreset are reasonable on all the data (within 50% of a full fit)
+    full = KMeans(4, random_state=0).fit(X)
+    assert -KMeans(4, init=estimator.cluster_centers_, max_iter=1).fit(X).score(X) <= 1.5 * full.inertia_
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_every_estimator_accepts_afk_mc2_seeding(name):
+    X, _, _ = make_blobs(n=2000, d=3, k=5, seed=12)
+    estimator = make_estimator(name, n_clusters=5, init="afk-mc2", random_state=0, max_time=5.0)
+    estimator.fit(da.from_array(X, chunks=(500, 3)))
+    assert estimator.cluster_centers_.shape == (5, 3) and np.isfinite(estimator.cluster_centers_).all()
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"coreset_size": 3}, "smaller than n_components"),
+    ({"coreset_size": "big"}, "coreset_size"),
+    ({"coreset_size": 2.5}, "coreset_size"),
+    ({"n_truncated": 0}, "n_truncated"),
+    ({"search_size": 0}, "search_size"),
+    ({"chain_length": 0}, "chain_length"),
+    ({"tol": -1.0}, "tol"),
+    ({"max_iter": 0}, "max_iter"),
+    ({"init": "kmeans"}, "init must be one of"),
+    ({"init": np.zeros((3, 2))}, "init array has shape"),
+    ({"estep_on": "gpu"}, "estep_on"),
+    ({"random_exploration": "yes"}, "random_exploration"),
+    ({"n_components": 0}, "n_components"),
+])
+def test_bad_parameters_are_clear_errors(params, match):
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    with pytest.raises(InvalidParameterError, match=match):
+        CoresetGaussianMixture(**{"n_components": 8, **params}).fit(X)
+
+
+def test_c_and_g_above_k_mean_all_clusters():
+    X, _, _ = make_blobs(n=500, d=2, k=3, seed=14)
+    model = CoresetGaussianMixture(3, coreset_size=200, n_truncated=5, search_size=9, random_state=0).fit(X)
+    assert (model.n_truncated_, model.search_size_) == (3, 3)
+    assert all(r["distances_per_point"] == 3 for r in model.history_)
+
+
+def test_too_few_distinct_points_is_a_clear_error():
+    X = np.repeat(np.eye(3), 100, axis=0)
+    with pytest.raises(InputDataError, match="distinct"):
+        CoresetGaussianMixture(5, coreset_size=100, random_state=0).fit(X)
+
+
+def test_more_components_than_samples_is_a_clear_error():
+    with pytest.raises(InputDataError, match="n_clusters"):
+        CoresetGaussianMixture(50, coreset_size=60).fit(np.random.default_rng(0).normal(size=(20, 2)))
+
+
+def test_cli_fits_vc_gmm(tmp_path):
+    X, _, _ = make_blobs(n=2000, d=3, k=4, seed=13)
+    np.save(tmp_path / "X.npy", X.astype(np.float32))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-m", "daskmeans", "fit", str(tmp_path / "X.npy"), "-k", "4", "--algorithm", "vc-gmm",
+         "--seed", "0", "--max-iter", "30", "--out", str(tmp_path / "model.zarr"), "--json", "-q",
+         "--workers", "1"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["algorithm"] == "vc-gmm" and summary["n_clusters"] == 4
+    model = load(tmp_path / "model.zarr")
+    assert isinstance(model, CoresetGaussianMixture) and model.n_components == 4
+
+
+def test_all_rows_as_the_coreset_on_a_cluster(cluster_client):
+    """coreset_size=None with data persisted on the cluster: the rows come to the driver (small) or stay (workers)."""
+    X, _, _ = make_blobs(n=3000, d=3, k=5, seed=15)
+    array = cluster_client.persist(da.from_array(X, chunks=(1000, 3)))
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, 3000)
+    params = dict(coreset_size=None, n_truncated=2, search_size=3, max_iter=5, random_state=0, client=cluster_client)
+    on_driver = CoresetGaussianMixture(5, **params).fit(array, sample_weight=weights)
+    on_workers = CoresetGaussianMixture(5, estep_on="workers", **params).fit(array, sample_weight=weights)
+    assert on_driver.history_[0]["where"] == "driver" and on_workers.history_[0]["where"] == "workers"
+    np.testing.assert_array_equal(on_driver.means_, on_workers.means_)
+    assert on_driver.coreset_size_ == 3000
