@@ -2,6 +2,8 @@
 
 from .estimators import KMeans, MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
 from .exceptions import (
+    CheckpointError,
+    CheckpointMismatchError,
     DaskmeansError,
     InputDataError,
     InvalidParameterError,
@@ -23,6 +25,8 @@ __all__ = [
     "open_input",
     "write_labels",
     "load",
+    "CheckpointError",
+    "CheckpointMismatchError",
     "DaskmeansError",
     "InputDataError",
     "InvalidParameterError",

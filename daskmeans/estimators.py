@@ -115,10 +115,15 @@ class ClusteringEstimator:
             return weights.astype(np.float64).rechunk((data.array.chunks[0],))
         return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
 
-    def _prepare(self, X, sample_weight, client):
-        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``."""
+    def _prepare(self, X, sample_weight, client, on_opened=None):
+        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``.
+
+        ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
+        """
         data = self._open(X)
         weights = self._weights(sample_weight, data)
+        if on_opened is not None:
+            on_opened(data, weights)
         if data.in_memory and client is not None:
             (array,) = persist_now(data.array, client=client)
             data.array = array
@@ -160,7 +165,10 @@ class ClusteringEstimator:
         return lazy
 
     # -- public methods -------------------------------------------------------------------------------------
-    def fit(self, X, y=None, sample_weight=None):
+    #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).
+    _supports_checkpoint = False
+
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
         """Fit the model to ``X``.
 
         Parameters
@@ -169,20 +177,39 @@ class ClusteringEstimator:
         y : ignored
         sample_weight : array-like of shape (n,), optional
             Non-negative weight of each sample (e.g. coreset weights).
+        checkpoint : str or os.PathLike, optional
+            A directory where the fit's state is saved after every iteration; running the same fit again with
+            the same directory resumes from it, with the same result as an uninterrupted run. A checkpoint of
+            other data or other parameters is refused (:mod:`daskmeans.checkpoint`).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        opened = []
+        if checkpoint is not None:
+            from .checkpoint import open_checkpoint
+
+            if not self._supports_checkpoint:
+                open_checkpoint(checkpoint, self, None, None)  # says that this estimator cannot checkpoint
         client = resolve_client(getattr(self, "client", None))
-        data, weights, summary = self._prepare(X, sample_weight, client)
+
+        def open_checkpoint_for(data, weights):
+            if checkpoint is not None:
+                opened.append(open_checkpoint(checkpoint, self, data, weights))
+
+        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=open_checkpoint_for)
         if self.n_clusters > data.n_samples:
             raise InputDataError(
                 f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
                 "pass more data."
             )
-        self._fit(data, weights, summary, client)
+        if opened:
+            opened[0].check_content(summary)
+            self._fit(data, weights, summary, client, checkpoint=opened[0])
+        else:
+            self._fit(data, weights, summary, client)
         self.n_features_in_ = data.n_features
         self._fitted_data = data
         self._fitted_weights = weights
@@ -339,30 +366,52 @@ class KMeans(ClusteringEstimator):
         check_float(self.tol, "tol", minimum=0.0)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        from .checkpoint import restore_clock, result_from_state, result_to_state
+
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
+        saved = checkpoint.state if checkpoint is not None else None
+        seed = saved["seed"] if saved is not None else seed_from_random_state(self.random_state)
         tol = self.tol * summary.mean_variance
         clock = Clock(self.max_time)
+        if saved is not None:
+            restore_clock(clock, saved["elapsed"])
         from .progress import ProgressReporter
 
-        best = None
+        best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
+        first_run = saved["run"] if saved is not None else 0
+
+        def state(run, run_state):
+            return {"seed": seed, "elapsed": clock.elapsed(), "run": run,
+                    "best": None if best is None else result_to_state(best), "run_state": run_state}
+
         snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, desc="k-means") as reporter:
-            for run in range(self.n_init):
-                centers, passes = initial_centers(
-                    data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
-                    client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                    sample_size=self.init_sample_size,
-                )
+            for run in range(first_run, self.n_init):
+                hook = None
+                run_state = saved["run_state"] if saved is not None and run == first_run else None
+                if checkpoint is not None:
+                    hook = checkpoint.hook(run_state, wrap=lambda lloyd_state, run=run: state(run, lloyd_state))
+                centers, passes = None, 0
+                if run_state is None:
+                    centers, passes = initial_centers(
+                        data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
+                        client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                        sample_size=self.init_sample_size,
+                    )
                 result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
                                max_iter=self.max_iter, tol=tol, clock=clock, client=client,
-                               callback=reporter.update, passes=passes + 1, snapshots=snapshots)
+                               callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook)
                 if self.n_init > 1 and result.inertia is None:
                     result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
-                if clock.out_of_time():
+                out_of_time = clock.out_of_time()
+                if checkpoint is not None:
+                    checkpoint.save(state(self.n_init if out_of_time else run + 1, None))
+                if out_of_time:
                     break
         self.cluster_centers_ = best.centers
         self.inertia_ = best.inertia
