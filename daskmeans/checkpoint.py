@@ -37,9 +37,10 @@ An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and 
     these, at any depth. Values come back exactly, with their types (NumPy scalars as NumPy scalars of the same
     dtype), but tuples come back as lists. ``extra_writer(directory)``, when given, is called first and may write anything
     (Zarr groups made by :func:`write_group`, typically by the workers) into ``directory``, inside the new
-    version; what it returns (JSON-able) comes back as ``resume["_extra"]``.
-``checkpoint.extra_directory``
-    Where the resumed version's extra files are (read them with :func:`read_group`).
+    version; what it returns (JSON-able) comes back as ``checkpoint.extra``.
+``checkpoint.extra_directory``, ``checkpoint.extra``
+    Where the resumed version's extra files are (read them with :func:`read_group`), and what its
+    ``extra_writer`` returned.
 
 Save the state *after* deciding whether the run stops (include the stop reason), so that a resumed run makes
 no decision twice. Randomness must come from keys (``daskmeans._random.stage_key``) of the seed and the
@@ -300,12 +301,15 @@ class CheckpointHook:
         The algorithm's state to resume from.
     extra_directory : str or None
         Folder of the resumed version's extra files.
+    extra : JSON-able or None
+        What the ``extra_writer`` of the resumed version returned.
     """
 
     def __init__(self, checkpoint, resume, wrap):
         self.checkpoint = checkpoint
         self.resume = resume
         self.extra_directory = checkpoint.extra_directory if resume is not None else None
+        self.extra = (checkpoint.state or {}).get("_extra") if resume is not None else None
         self._wrap = wrap
 
     def save(self, state: dict, extra_writer=None):

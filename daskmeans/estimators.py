@@ -423,6 +423,27 @@ class KMeans(ClusteringEstimator):
         self._labels = None
 
 
+def _resume_point(checkpoint, random_state, clock):
+    """The root seed and the algorithm's checkpoint hook (None without a checkpoint).
+
+    A resumed fit takes the seed and the elapsed time from the checkpoint; the algorithm's own state is under
+    ``"algorithm"``.
+    """
+    if checkpoint is None:
+        return seed_from_random_state(random_state), None
+    from .checkpoint import restore_clock
+
+    saved = checkpoint.state
+    if saved is None:
+        seed = seed_from_random_state(random_state)
+    else:
+        seed = saved["seed"]
+        restore_clock(clock, saved["elapsed"])
+    hook = checkpoint.hook(None if saved is None else saved["algorithm"],
+                           wrap=lambda state: {"seed": seed, "elapsed": clock.elapsed(), "algorithm": state})
+    return seed, hook
+
+
 def _check_loaded_centers(estimator, path):
     centers = estimator.cluster_centers_
     n_features = getattr(estimator, "n_features_in_", None)
@@ -578,7 +599,9 @@ class VRKMeans(ClusteringEstimator):
         check_int(self.driver_sample_bytes, "driver_sample_bytes", minimum=0, allow_none=True)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.vrkm import vrkm
         from .progress import ProgressReporter
 
@@ -593,12 +616,15 @@ class VRKMeans(ClusteringEstimator):
                 f"{self.n_clusters} / {data.n_samples} = {eta:.3g} exceeds 1, so each step would overshoot the "
                 f"sample; use learning_rate <= {data.n_samples / self.n_clusters:.3g}."
             )
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
+                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, total=self.max_epochs, desc=self.variant) as reporter:
             result = vrkm(
@@ -606,7 +632,7 @@ class VRKMeans(ClusteringEstimator):
                 max_epochs=self.max_epochs, tol=self.tol, seed=seed, weights=weights,
                 total_weight=summary.total_weight, agree_rule=self.agree_rule, n_candidates=self.n_candidates,
                 driver_sample_bytes=self.driver_sample_bytes, clock=clock, client=client,
-                callback=reporter.update, passes=passes + 1, snapshots=snapshots,
+                callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook,
             )
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
@@ -755,29 +781,39 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         check_float(self.tol, "tol", minimum=0.0)
         self._validate_common_params()
 
-    def fit(self, X, y=None, sample_weight=None):
-        """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote)."""
-        _refuse_weights(self, sample_weight)
-        return super().fit(X, y)
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote).
 
-    def _fit(self, data, weights, summary, client):
+        With ``checkpoint=PATH`` the workers write the batch's state blocks into the checkpoint themselves:
+        ``PATH`` must be on a filesystem they share with the driver (see :mod:`daskmeans.checkpoint`).
+        """
+        _refuse_weights(self, sample_weight)
+        return super().fit(X, y, checkpoint=checkpoint)
+
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.nested import nested_minibatch
         from .progress import ProgressReporter
 
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), client=client,
+                rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            recorder.start(centers)
+            if centers is not None:
+                recorder.start(centers)
             result = nested_minibatch(
                 data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
                 rho=self.rho, bounds=self.bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                clock=clock, client=client, callback=recorder, passes=passes + 1,
+                clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
             )
         if recorder.snapshots is not None:
             self.center_snapshots_ = recorder.snapshots
@@ -883,27 +919,33 @@ class MiniBatchKMeans(ClusteringEstimator):
         check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.minibatch import minibatch_kmeans
         from .progress import ProgressReporter
 
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
+                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
         with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            recorder.start(centers)
+            if centers is not None:
+                recorder.start(centers)
             result = minibatch_kmeans(
                 data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
                 batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
                 tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
                 reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=recorder,
-                passes=passes + 1,
+                passes=passes + 1, checkpoint=hook,
             )
         if recorder.snapshots is not None:
             self.center_snapshots_ = recorder.snapshots
