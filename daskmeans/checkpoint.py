@@ -9,14 +9,16 @@ On disk
 ``PATH`` is a directory on a local or shared filesystem::
 
     PATH/daskmeans-checkpoint.json   marker: this directory is a daskmeans checkpoint
-    PATH/CURRENT                     pointer: {"format", "format_version", "version": N}
-    PATH/v00000N/                    Zarr group (format 3) of version N: arrays + JSON attributes
-    PATH/v00000N/arrays/aI           the state's arrays
-    PATH/v00000N/extra/...           what an algorithm's workers wrote themselves (nmbatch state blocks)
+    PATH/CURRENT                     pointer: {"format", "format_version", "version": N, "directory": ...}
+    PATH/v0000000N-TOKEN/            Zarr group (format 3) of version N: arrays + JSON attributes
+    PATH/v0000000N-TOKEN/arrays/aI   the state's arrays
+    PATH/v0000000N-TOKEN/extra/...   what an algorithm's workers wrote themselves (nmbatch state blocks)
 
 A save writes version ``N + 1`` completely (files flushed with fsync), then replaces ``CURRENT`` atomically
 (``os.replace`` of a flushed temporary file), then deletes the older versions. A crash at any moment leaves
 ``CURRENT`` naming a complete version; a half-written newer version is ignored and removed by the next save.
+Each version directory has a random ``TOKEN``, so that a task of a dead driver still writing on a worker can
+never write into the version of the run that resumed.
 
 Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
 :data:`daskmeans.persistence.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
@@ -81,22 +83,17 @@ MARKER = "daskmeans-checkpoint.json"
 POINTER = "CURRENT"
 #: Parameters that change neither the result nor the state (where and how a fit is shown).
 UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
-_VERSION_NAME = re.compile(r"^v(\d{8})$")
+_VERSION_NAME = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 
 
 # -- reading and writing Zarr groups of arrays ---------------------------------------------------------------------
 
 
 def _fsync_tree(directory):
-    """Flush every file and folder under ``directory`` to disk."""
+    """Flush every file under ``directory``, and ``directory`` itself, to disk."""
     for folder, _, files in os.walk(directory):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(folder)
+        _fsync_files(folder, *files)
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory):
@@ -112,6 +109,15 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
+def _fsync_files(directory, *names):
+    for name in names:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def write_group(directory, arrays: dict, attrs: dict | None = None):
     """Write NumPy arrays (numeric or bool) as one Zarr group at ``directory`` and flush it to disk.
 
@@ -119,17 +125,16 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
     """
     import zarr
 
-    group = zarr.open_group(store=os.fspath(directory), mode="w", zarr_format=3)
+    group = zarr.create_group(store=os.fspath(directory), zarr_format=3, overwrite=True, attributes=attrs or {})
     for name, value in arrays.items():
         value = np.ascontiguousarray(value)
         if value.dtype.kind not in "fiub":
             raise CheckpointError(f"checkpoint array {name!r} has dtype {value.dtype}; only numbers can be saved.")
         array = group.create_array(name, shape=value.shape, dtype=value.dtype,
-                                   chunks=tuple(max(1, s) for s in value.shape) or None)
+                                   chunks=tuple(max(1, s) for s in value.shape) or None,
+                                   chunk_key_encoding={"name": "v2", "separator": "."})
         if value.size:
             array[...] = value
-    if attrs:
-        group.attrs.update(attrs)
     _fsync_tree(directory)
 
 
@@ -347,6 +352,7 @@ class Checkpoint:
         self.path = os.path.abspath(path)
         self.fingerprint = fingerprint
         self.version = 0
+        self.directory = None
         self.state = None
         self._attrs = None
         self._check_directory()
@@ -384,23 +390,23 @@ class Checkpoint:
             raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not a daskmeans checkpoint pointer. "
                                   f"Delete {self.path!r} to start the fit afresh.")
         version = content.get("version")
-        if content.get("format_version") != FORMAT_VERSION or not isinstance(version, int) or version < 1:
+        directory = content.get("directory")
+        if content.get("format_version") != FORMAT_VERSION or not isinstance(version, int) or version < 1 or \
+                not isinstance(directory, str) or not _VERSION_NAME.match(directory):
             raise CheckpointError(
                 f"{self._describe()} has format version {content.get('format_version')!r} (pointer {content!r}); "
                 f"this daskmeans reads version {FORMAT_VERSION}. Delete {self.path!r} or use the daskmeans that "
                 "wrote it."
             )
-        return version
-
-    def _version_path(self, version):
-        return os.path.join(self.path, f"v{version:08d}")
+        return version, directory
 
     def _load(self):
-        version = self._read_pointer()
-        if version is None:
+        pointer = self._read_pointer()
+        if pointer is None:
             return
+        version, name = pointer
         what = f"{self._describe()} (version {version})"
-        directory = self._version_path(version)
+        directory = os.path.join(self.path, name)
         if not os.path.isdir(directory):
             raise CheckpointError(f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
                                   f"missing. Delete {self.path!r} to start the fit afresh.")
@@ -431,6 +437,7 @@ class Checkpoint:
         if not isinstance(self.state, dict):
             raise CheckpointError(f"{what} is damaged: its state is not a dict.")
         self.version = version
+        self.directory = directory
         self._attrs = attrs
 
     def check_content(self, summary):
@@ -452,7 +459,7 @@ class Checkpoint:
     @property
     def extra_directory(self):
         """Folder of the current version's extra files (written by an ``extra_writer``)."""
-        return os.path.join(self._version_path(self.version), "extra") if self.version else None
+        return os.path.join(self.directory, "extra") if self.directory else None
 
     def hook(self, resume=None, wrap=None):
         """A :class:`CheckpointHook` for an algorithm.
@@ -477,23 +484,22 @@ class Checkpoint:
             with open(marker, "w", encoding="utf-8") as handle:
                 json.dump({"format": FORMAT, "format_version": FORMAT_VERSION}, handle)
         version = self.version + 1
-        directory = self._version_path(version)
-        if os.path.exists(directory):  # a version half-written by a run that crashed
-            shutil.rmtree(directory)
+        name = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
+        directory = os.path.join(self.path, name)
         if "content" not in self.fingerprint:
             raise CheckpointError("internal: Checkpoint.check_content must run before the first save.")
         import zarr
 
-        group = zarr.open_group(store=directory, mode="w", zarr_format=3)
+        os.makedirs(directory)
         state = dict(state)
-        if extra_writer is not None:
+        if extra_writer is not None:  # the writers flush their own files
             os.makedirs(os.path.join(directory, "extra"))
             state["_extra"] = extra_writer(os.path.join(directory, "extra"))
         arrays = {}
         tree = _encode(state, arrays, "state")
         if arrays:
             write_group(os.path.join(directory, "arrays"), arrays)
-        group.attrs.update({
+        zarr.create_group(store=directory, zarr_format=3, attributes={
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "fingerprint": self.fingerprint,
@@ -501,17 +507,20 @@ class Checkpoint:
             "state": json.dumps(tree, allow_nan=True),
             "arrays": sorted(arrays),
         })
-        _fsync_tree(directory)
+        _fsync_files(directory, "zarr.json")
+        _fsync_dir(directory)
         _fsync_dir(self.path)
-        self._switch(version)
+        self._switch(version, name)
         self.version = version
-        self._remove_other_versions(version)
+        self.directory = directory
+        self._remove_other_versions(name)
 
-    def _switch(self, version):
+    def _switch(self, version, name):
         pointer = os.path.join(self.path, POINTER)
         temporary = f"{pointer}.tmp-{uuid.uuid4().hex}"
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump({"format": FORMAT, "format_version": FORMAT_VERSION, "version": version}, handle)
+            json.dump({"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name},
+                      handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, pointer)
@@ -519,8 +528,7 @@ class Checkpoint:
 
     def _remove_other_versions(self, keep):
         for name in os.listdir(self.path):
-            match = _VERSION_NAME.match(name)
-            if (match and int(match.group(1)) != keep) or name.startswith(f"{POINTER}.tmp-"):
+            if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-"):
                 target = os.path.join(self.path, name)
                 if os.path.isdir(target):
                     shutil.rmtree(target, ignore_errors=True)

@@ -422,13 +422,11 @@ class NestedBatch:
         if self.client is None:
             self.outputs = [_Held(value) for value in dask.compute(*parts)]
         else:
-            from distributed import wait
-
             futures = self.client.compute(parts)
-            wait(futures)
-            for future in futures:
-                if future.status == "error":
-                    future.result()
+            for future in futures:  # wait for every block (nothing comes back to the driver)
+                error = future.exception()
+                if error is not None:
+                    raise error
             self.outputs = futures
         self.size = int(size)
         self.rows_read = rows_read
