@@ -29,37 +29,49 @@ chunking and a digest of the summary pass's statistics); resuming with anything 
 
 Interface for algorithms
 ------------------------
-An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and uses three things:
+An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and uses:
 
 ``checkpoint.resume``
     The state dict it saved last (or None: start afresh). Restore every variable of the loop from it.
 ``checkpoint.save(state, extra_writer=None)``
-    Call at the end of every iteration (and once before the first, after seeding) with a dict whose values are
-    NumPy arrays, NumPy scalars, ``None``, bools, ints, floats, strings, and lists / dicts (string keys) of
-    these, at any depth. Values come back exactly, with their types (NumPy scalars as NumPy scalars of the same
-    dtype), but tuples come back as lists. ``extra_writer(directory)``, when given, is called first and may write anything
-    (Zarr groups made by :func:`write_group`, typically by the workers) into ``directory``, inside the new
-    version; what it returns (JSON-able) comes back as ``checkpoint.extra``.
+    Call once after seeding and at the end of every iteration with a dict whose values are NumPy arrays, NumPy
+    scalars, ``None``, bools, ints, floats, strings, and lists / dicts (string keys) of these, at any depth.
+    Values come back exactly, with their types (NumPy scalars as NumPy scalars of the same dtype); tuples come
+    back as lists. ``extra_writer(directory)``, when given, is called first and may write anything (Zarr groups
+    made by :func:`write_group`, typically by the workers, where the data lives) into ``directory``, inside the
+    new version; what it returns (JSON-able) comes back as ``checkpoint.extra``.
 ``checkpoint.extra_directory``, ``checkpoint.extra``
-    Where the resumed version's extra files are (read them with :func:`read_group`), and what its
-    ``extra_writer`` returned.
+    Where the resumed version's extra files are (read them with :func:`read_group`, which applies the same
+    checks), and what its ``extra_writer`` returned.
 
 Save the state *after* deciding whether the run stops (include the stop reason), so that a resumed run makes
 no decision twice. Randomness must come from keys (``daskmeans._random.stage_key``) of the seed and the
-iteration, so that the iteration index is the RNG position; the estimator stores the root seed. For example
-(Lloyd)::
+iteration, so that the iteration index is the position of the random stream. For example (Lloyd)::
 
+    n_iter = 0
     if checkpoint is not None and checkpoint.resume is not None:
-        state = checkpoint.resume
-        centers, history, first = state["centers"], state["history"], state["iteration"] + 1
-    for iteration in range(first, max_iter + 1):
+        centers, history, n_iter = (checkpoint.resume[key] for key in ("centers", "history", "iteration"))
+        if checkpoint.resume["stop_reason"] is not None:
+            return ...  # the run had ended: rebuild its result from the state
+    elif checkpoint is not None:
+        checkpoint.save({"iteration": 0, "centers": centers, "history": [], "stop_reason": None})
+    for iteration in range(n_iter + 1, max_iter + 1):
         ...
-        if checkpoint is not None:
-            checkpoint.save({"iteration": iteration, "centers": centers, "history": history, ...})
+        checkpoint.save({"iteration": iteration, "centers": centers, "history": history, "stop_reason": stop})
 
-An estimator opts in with ``_supports_checkpoint = True`` and ``_fit(..., checkpoint=None)``, which receives a
-:class:`Checkpoint`; :meth:`Checkpoint.hook` makes the hook (optionally nested in the estimator's own state,
-as ``KMeans`` does for ``n_init`` runs). Without ``checkpoint=`` nothing of this module runs.
+An estimator opts in with ``_supports_checkpoint = True`` and ``_fit(data, weights, summary, client,
+checkpoint=None)``, which receives an open :class:`Checkpoint` (``fit`` has checked the fingerprint, so
+``checkpoint.state`` belongs to this fit). ``estimators._resume_point(checkpoint, random_state, clock)`` gives
+the root seed (the saved one when resuming) and the hook, keeps the seed and the elapsed time in the state, and
+restores the clock; skip the seeding when ``hook.resume`` is not None. ``KMeans`` nests the hook in its own
+state (best of ``n_init`` runs) with :meth:`Checkpoint.hook`. Without ``checkpoint=`` nothing of this module
+runs, and results are bitwise those of a fit without checkpoint.
+
+Nested mini-batch k-means keeps per-sample state blocks on the workers. They are saved, not recomputed: each
+worker writes its blocks into the new version (``extra_writer``) and, on resume, reads them back; recomputed
+labels and distances could differ in the last bits, and recomputed bounds would be tighter than the decayed
+ones, which changes the distance counters of the history. The cost: an nmbatch checkpoint is about as large as
+the active batch (rows plus bounds) and is rewritten every iteration, on a filesystem the workers share.
 """
 
 from __future__ import annotations
@@ -539,6 +551,12 @@ class Checkpoint:
                         pass
 
 
+def check_supported(estimator):
+    """Raise ``InvalidParameterError`` when ``estimator`` cannot checkpoint its fits."""
+    if not getattr(type(estimator), "_supports_checkpoint", False):
+        raise InvalidParameterError(f"{type(estimator).__name__} does not support checkpoint= yet; fit without it.")
+
+
 def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
     """Open (or prepare) the checkpoint of a fit of ``estimator`` on ``data``; checks all but the values.
 
@@ -548,8 +566,7 @@ def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
         The estimator cannot checkpoint, or ``path`` is not a filesystem path.
     CheckpointError, CheckpointMismatchError
     """
-    if not getattr(type(estimator), "_supports_checkpoint", False):
-        raise InvalidParameterError(f"{type(estimator).__name__} does not support checkpoint= yet; fit without it.")
+    check_supported(estimator)
     return Checkpoint(path, fit_fingerprint(estimator, data, weights))
 
 

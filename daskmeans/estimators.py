@@ -189,13 +189,12 @@ class ClusteringEstimator:
         self._validate_params()
         opened = []
         if checkpoint is not None:
-            from .checkpoint import open_checkpoint
+            from .checkpoint import check_supported, open_checkpoint
 
-            if not self._supports_checkpoint:
-                open_checkpoint(checkpoint, self, None, None)  # says that this estimator cannot checkpoint
+            check_supported(self)
         client = resolve_client(getattr(self, "client", None))
 
-        def open_checkpoint_for(data, weights):
+        def open_checkpoint_for(data, weights):  # before the summary pass: all but the values are checked
             if checkpoint is not None:
                 opened.append(open_checkpoint(checkpoint, self, data, weights))
 
