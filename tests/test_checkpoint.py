@@ -389,3 +389,19 @@ def test_a_checkpoint_carrying_a_pickle_is_never_unpickled(dtype, cluster, clien
     with pytest.raises(CheckpointError, match="not read|damaged"):
         KMeans(**ALGORITHMS["kmeans"][1], **COMMON, client=client).fit(data, checkpoint=checkpoint)
     assert not marker.exists()
+
+
+def test_the_command_line_refuses_a_foreign_checkpoint_before_starting_a_cluster(cluster, data, workdir, tmp_path):
+    from click.testing import CliRunner
+
+    from daskmeans import cli
+
+    checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(cli.main, ["fit", data, "-k", "12", "--checkpoint", checkpoint, "--quiet"])
+    assert result.exit_code == 1
+    assert "parameter n_clusters: 16 in the checkpoint, 12 now" in result.output
+    assert "use another checkpoint path" in result.output and "Traceback" not in result.output
+    model = str(tmp_path / "model.zarr")
+    result = runner.invoke(cli.main, ["fit", data, "-k", "16", "--checkpoint", model, "--out", model, "--quiet"])
+    assert result.exit_code == 1 and "--out too" in result.output
