@@ -82,6 +82,7 @@ import numbers
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 
@@ -144,7 +145,7 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
             raise CheckpointError(f"checkpoint array {name!r} has dtype {value.dtype}; only numbers can be saved.")
         array = group.create_array(name, shape=value.shape, dtype=value.dtype,
                                    chunks=tuple(max(1, s) for s in value.shape) or None,
-                                   chunk_key_encoding={"name": "v2", "separator": "."})
+                                   chunk_key_encoding={"name": "v2", "separator": "."}, compressors=None)
         if value.size:
             array[...] = value
     _fsync_tree(directory)
@@ -366,6 +367,7 @@ class Checkpoint:
         self.version = 0
         self.directory = None
         self.state = None
+        self._cleanup = None
         self._attrs = None
         self._check_directory()
         self._load()
@@ -500,6 +502,7 @@ class Checkpoint:
         directory = os.path.join(self.path, name)
         if "content" not in self.fingerprint:
             raise CheckpointError("internal: Checkpoint.check_content must run before the first save.")
+        self.close()  # the previous save's cleanup
         import zarr
 
         os.makedirs(directory)
@@ -539,16 +542,30 @@ class Checkpoint:
         _fsync_dir(self.path)
 
     def _remove_other_versions(self, keep):
-        for name in os.listdir(self.path):
-            if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-"):
-                target = os.path.join(self.path, name)
-                if os.path.isdir(target):
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    try:
-                        os.remove(target)
-                    except OSError:
-                        pass
+        """Delete every version but ``keep`` (and stray pointer files), in a thread, while the fit goes on."""
+        stale = [os.path.join(self.path, name) for name in os.listdir(self.path)
+                 if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-")]
+        if stale:
+            self._cleanup = threading.Thread(target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup",
+                                             daemon=True)
+            self._cleanup.start()
+
+    def close(self):
+        """Wait until the older versions are deleted (``fit`` calls this when it ends)."""
+        if self._cleanup is not None:
+            self._cleanup.join()
+            self._cleanup = None
+
+
+def _remove_all(paths):
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
 
 def check_supported(estimator):

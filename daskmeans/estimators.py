@@ -205,8 +205,11 @@ class ClusteringEstimator:
                 "pass more data."
             )
         if opened:
-            opened[0].check_content(summary)
-            self._fit(data, weights, summary, client, checkpoint=opened[0])
+            try:
+                opened[0].check_content(summary)
+                self._fit(data, weights, summary, client, checkpoint=opened[0])
+            finally:
+                opened[0].close()
         else:
             self._fit(data, weights, summary, client)
         self.n_features_in_ = data.n_features
