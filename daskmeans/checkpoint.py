@@ -225,6 +225,16 @@ def _encode(value, arrays, where):
                           "store without pickle; save arrays, numbers, strings, lists and dicts.")
 
 
+class SavedState(dict):
+    """A dict of a loaded state; a key it lacks means a damaged checkpoint, said as such."""
+
+    what = "The checkpoint"
+
+    def __missing__(self, key):
+        raise CheckpointError(f"{self.what} is damaged: its state has no {key!r}. Delete the checkpoint to start the "
+                              "fit afresh.")
+
+
 def _decode(value, arrays, what):
     if isinstance(value, list):
         return [_decode(v, arrays, what) for v in value]
@@ -242,7 +252,9 @@ def _decode(value, arrays, what):
             if dtype.kind not in "fiub":
                 raise CheckpointError(f"{what} is damaged: scalar type {dtype} is not numeric.")
             return dtype.type(value["value"])
-        return {key: _decode(item, arrays, what) for key, item in value.items()}
+        state = SavedState((key, _decode(item, arrays, what)) for key, item in value.items())
+        state.what = what
+        return state
     return value
 
 

@@ -333,6 +333,13 @@ def _state_not_json(checkpoint):
     group.attrs["state"] = "{truncated"
 
 
+def _state_without_centers(checkpoint):
+    group = zarr.open_group(_version_directory(checkpoint), mode="r+")
+    state = json.loads(group.attrs["state"])
+    del state["run_state"]["centers"]
+    group.attrs["state"] = json.dumps(state)
+
+
 def _truncated_chunk(checkpoint):
     array_dir = os.path.join(_version_directory(checkpoint), "arrays", "a0")
     with open(os.path.join(array_dir, "0.0"), "r+b") as handle:
@@ -347,6 +354,7 @@ def _missing_array(checkpoint):
     (_garbage_pointer, "CURRENT is not readable JSON"),
     (_pointer_to_nothing, "which is missing"),
     (_state_not_json, "state is not JSON"),
+    (_state_without_centers, "state has no 'centers'"),
     (_truncated_chunk, "cannot read array 'a0'"),
     (_missing_array, "cannot be opened|missing"),
 ])
