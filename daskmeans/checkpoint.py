@@ -13,6 +13,7 @@ On disk
     PATH/v0000000N-TOKEN/            Zarr group (format 3) of version N: arrays + JSON attributes
     PATH/v0000000N-TOKEN/arrays/aI   the state's arrays
     PATH/v0000000N-TOKEN/extra/...   what an algorithm's workers wrote themselves (nmbatch state blocks)
+    PATH/shared-NAME/                files that stay the same over several versions (nmbatch rows), written once
 
 A save writes version ``N + 1`` completely (files flushed with fsync), then replaces ``CURRENT`` atomically
 (``os.replace`` of a flushed temporary file), then deletes the older versions. A crash at any moment leaves
@@ -43,6 +44,9 @@ An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and 
 ``checkpoint.extra_directory``, ``checkpoint.extra``
     Where the resumed version's extra files are (read them with :func:`read_group`, which applies the same
     checks), and what its ``extra_writer`` returned.
+``checkpoint.shared_path(name)``, ``save(..., keep_shared=[name])``
+    A folder for large pieces that do not change every iteration: written once (completely, before the save
+    that first lists it), then only listed by the saves that still use it; deleted once a save no longer does.
 
 Save the state *after* deciding whether the run stops (include the stop reason), so that a resumed run makes
 no decision twice. Randomness must come from keys (``daskmeans._random.stage_key``) of the seed and the
@@ -71,7 +75,8 @@ Nested mini-batch k-means keeps per-sample state blocks on the workers. They are
 worker writes its blocks into the new version (``extra_writer``) and, on resume, reads them back; recomputed
 labels and distances could differ in the last bits, and recomputed bounds would be tighter than the decayed
 ones, which changes the distance counters of the history. The cost: an nmbatch checkpoint is about as large as
-the active batch (rows plus bounds) and is rewritten every iteration, on a filesystem the workers share.
+the active batch (rows plus bounds), on a filesystem the workers share; labels, distances and bounds are
+rewritten every iteration, the rows and indices only when the batch grows or splits (``shared_path``).
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ POINTER = "CURRENT"
 #: Parameters that change neither the result nor the state (where and how a fit is shown).
 UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
 _VERSION_NAME = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
+_SHARED_NAME = re.compile(r"^[0-9a-f]{1,32}$")
 
 
 # -- reading and writing Zarr groups of arrays ---------------------------------------------------------------------
@@ -342,9 +348,13 @@ class CheckpointHook:
         self.extra = (checkpoint.state or {}).get("_extra") if resume is not None else None
         self._wrap = wrap
 
-    def save(self, state: dict, extra_writer=None):
+    def save(self, state: dict, extra_writer=None, keep_shared=()):
         """Save the algorithm's ``state`` as the new checkpoint version (atomically)."""
-        self.checkpoint.save(self._wrap(state), extra_writer=extra_writer)
+        self.checkpoint.save(self._wrap(state), extra_writer=extra_writer, keep_shared=keep_shared)
+
+    def shared_path(self, name):
+        """See :meth:`Checkpoint.shared_path`."""
+        return self.checkpoint.shared_path(name)
 
 
 class Checkpoint:
@@ -502,8 +512,19 @@ class Checkpoint:
         return CheckpointHook(self, resume, wrap or (lambda state: state))
 
     # -- saving ----------------------------------------------------------------------------------------------------
-    def save(self, state: dict, extra_writer=None):
-        """Write ``state`` as a new version, switch ``CURRENT`` to it, delete the older versions."""
+    def shared_path(self, name: str) -> str:
+        """A folder for files that stay the same over several versions (written once, then only referenced).
+
+        Write it completely before the first save that lists ``name`` in ``keep_shared``, and never change it
+        afterwards; it is deleted after the first save that no longer lists it.
+        """
+        if not isinstance(name, str) or not _SHARED_NAME.match(name):
+            raise CheckpointError(f"internal: shared checkpoint folder name {name!r} must be 1-32 hex digits.")
+        return os.path.join(self.path, f"shared-{name}")
+
+    def save(self, state: dict, extra_writer=None, keep_shared=()):
+        """Write ``state`` as a new version, switch ``CURRENT`` to it, delete the older versions (and the shared
+        folders not in ``keep_shared``)."""
         os.makedirs(self.path, exist_ok=True)
         marker = os.path.join(self.path, MARKER)
         if not os.path.exists(marker):
@@ -533,6 +554,7 @@ class Checkpoint:
             "saved_at": time.time(),
             "state": json.dumps(tree, allow_nan=True),
             "arrays": sorted(arrays),
+            "shared": sorted(keep_shared),
         })
         _fsync_files(directory, "zarr.json")
         _fsync_dir(directory)
@@ -540,7 +562,7 @@ class Checkpoint:
         self._switch(version, name)
         self.version = version
         self.directory = directory
-        self._remove_other_versions(name)
+        self._remove_other_versions(name, {f"shared-{shared}" for shared in keep_shared})
 
     def _switch(self, version, name):
         pointer = os.path.join(self.path, POINTER)
@@ -553,10 +575,12 @@ class Checkpoint:
         os.replace(temporary, pointer)
         _fsync_dir(self.path)
 
-    def _remove_other_versions(self, keep):
-        """Delete every version but ``keep`` (and stray pointer files), in a thread, while the fit goes on."""
+    def _remove_other_versions(self, keep, keep_shared):
+        """Delete every version but ``keep``, the shared folders it does not use and stray pointer files, in a
+        thread, while the fit goes on."""
         stale = [os.path.join(self.path, name) for name in os.listdir(self.path)
-                 if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-")]
+                 if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-")
+                 or (name.startswith("shared-") and name not in keep_shared)]
         if stale:
             self._cleanup = threading.Thread(target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup",
                                              daemon=True)

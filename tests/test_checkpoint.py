@@ -161,6 +161,11 @@ def killed_checkpoint(name, cluster, data, workdir):
         inner = state["run_state"] if cls_name == "KMeans" else state["algorithm"]
         assert inner is not None and inner["stop_reason"] is None, "the fit was killed after it ended"
         histories = [inner["history"]]
+        shared = sorted(entry for entry in os.listdir(checkpoint) if entry.startswith("shared-"))
+        if cls_name == "NestedMiniBatchKMeans":  # the batch's rows, written when it last grew or split
+            assert shared == [f"shared-{inner['layout_id']}"]
+        else:
+            assert shared == []
         if cls_name == "KMeans":
             assert state["run"] == 1, "the fit was not killed in its second run"
             histories.append(state["best"]["history"])
@@ -206,6 +211,8 @@ def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, d
     # KMeans: the result is either the first run, kept whole, or the second, continued)
     assert all(len(saved) >= 1 for saved in histories_at_kill)
     assert any(history[:len(saved)] == saved for saved in histories_at_kill)
+    # one version is left, with no rows of a batch
+    assert len([entry for entry in os.listdir(checkpoint) if entry.startswith(("v", "shared-"))]) == 1
     # the finished checkpoint gives the result again without iterating
     again = getattr(daskmeans, ALGORITHMS[name][0])(**ALGORITHMS[name][1], **COMMON, client=client)
     assert_same_fit(again.fit(data, checkpoint=checkpoint), reference)
@@ -365,15 +372,22 @@ def test_a_damaged_checkpoint_is_refused(damage, message, cluster, client, data,
         KMeans(**ALGORITHMS["kmeans"][1], **COMMON, client=client).fit(data, checkpoint=checkpoint)
 
 
-def test_a_damaged_state_block_is_refused_by_the_worker(cluster, client, data, workdir, tmp_path):
+@pytest.mark.parametrize("part", ["labels", "rows"])
+def test_a_damaged_state_block_is_refused_by_the_worker(part, cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("nmbatch", cluster, data, workdir, tmp_path)
-    labels = os.path.join(_version_directory(checkpoint), "extra", "blocks", "00000", "labels")
-    chunks = [name for name in os.listdir(labels) if name != "zarr.json"]
-    assert chunks
-    for name in chunks:  # chunks that no longer decode
-        with open(os.path.join(labels, name), "r+b") as handle:
-            handle.truncate(1)
-    with pytest.raises(CheckpointError, match="state block.*damaged"):
+    if part == "labels":
+        labels = os.path.join(_version_directory(checkpoint), "extra", "blocks", "00000", "labels")
+        chunks = [name for name in os.listdir(labels) if name != "zarr.json"]
+        assert chunks
+        for name in chunks:  # chunks that no longer decode
+            with open(os.path.join(labels, name), "r+b") as handle:
+                handle.truncate(1)
+        message = "state block.*damaged"
+    else:
+        (shared,) = [entry for entry in os.listdir(checkpoint) if entry.startswith("shared-")]
+        shutil.rmtree(os.path.join(checkpoint, shared, "00000", "rows"))
+        message = "rows.*(damaged|cannot be opened)"
+    with pytest.raises(CheckpointError, match=message):
         daskmeans.NestedMiniBatchKMeans(**ALGORITHMS["nmbatch"][1], **COMMON, client=client).fit(
             data, checkpoint=checkpoint)
 

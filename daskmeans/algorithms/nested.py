@@ -113,10 +113,11 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every iteration
         (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
-        of the batch (rows, indices, labels, distances, bounds) are saved too, each written and read back by the
-        worker that holds it, so that a resumed run continues exactly where it stopped (bounds included)
-        instead of recomputing them: recomputed bounds would be tighter, which changes the distance counters,
-        and recomputed distances could differ in the last bits, which changes the batch's SSE.
+        of the batch are saved too, each written and read back by the worker that holds it, so that a resumed
+        run continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
+        would be tighter, which changes the distance counters, and recomputed distances could differ in the last
+        bits, which changes the batch's SSE. Labels, distances and bounds are written every iteration; rows and
+        indices only when the batch has grown or split since the last save (a shared checkpoint folder).
 
     Returns
     -------
@@ -155,7 +156,18 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
     def state(final):
         return {"iteration": n_iter, "centers": centers, "group_of": groups.group_of, "size": size,
                 "batch_size": batch.size, "rows_read": batch.rows_read, "sums": sums, "counts": counts, "sse": sse,
-                "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final}
+                "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final,
+                "layout_id": batch.layout_id}
+
+    written_layouts = set()
+
+    def write_blocks(directory):
+        """The workers write the blocks: rows and indices only when the batch grew or split since the last save."""
+        layout = checkpoint.shared_path(batch.layout_id)
+        fresh = batch.layout_id not in written_layouts and (resume is None or batch.layout_id != resume["layout_id"])
+        metadata = batch.write_checkpoint(os.path.join(directory, "blocks"), layout if fresh else None)
+        written_layouts.add(batch.layout_id)
+        return metadata
 
     if resume is not None:
         n_iter, size, sums, counts, sse, shift, history, passes, converged, finished = (
@@ -164,8 +176,10 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
         history = list(history)
         stop_reason = finished or stop_reason
         if finished is None and resume["batch_size"]:
+            layout = resume["layout_id"]
             batch.restore_checkpoint(checkpoint.extra, os.path.join(checkpoint.extra_directory, "blocks"),
-                                     resume["batch_size"], resume["rows_read"])
+                                     checkpoint.shared_path(layout), layout, resume["batch_size"],
+                                     resume["rows_read"])
         else:
             batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]
     elif checkpoint is not None:
@@ -213,8 +227,10 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
             size = min(2 * size, n)
         if checkpoint is not None:
             final = stop or ("max_iter" if iteration == max_iter else None)
-            checkpoint.save(state(final), extra_writer=None if final else lambda directory: batch.write_checkpoint(
-                os.path.join(directory, "blocks")))
+            if final:
+                checkpoint.save(state(final))
+            else:
+                checkpoint.save(state(final), extra_writer=write_blocks, keep_shared=[batch.layout_id])
         if stop is not None:
             stop_reason = stop
             break
