@@ -3,6 +3,8 @@
 from .coreset import lightweight_coreset
 from .estimators import KMeans, MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
 from .exceptions import (
+    CheckpointError,
+    CheckpointMismatchError,
     DaskmeansError,
     InputDataError,
     InvalidParameterError,
@@ -27,6 +29,8 @@ __all__ = [
     "open_input",
     "write_labels",
     "load",
+    "CheckpointError",
+    "CheckpointMismatchError",
     "DaskmeansError",
     "InputDataError",
     "InvalidParameterError",

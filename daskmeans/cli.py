@@ -331,14 +331,18 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
 @click.option("--out", "model_path", metavar="MODEL", help="Write the fitted model (a Zarr group) here.")
 @click.option("--labels", "labels_path", metavar="OUT", help="Write the label of every row (a Zarr array) here.")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@click.option("--checkpoint", "checkpoint_path", metavar="DIR",
+              help="Save the fit's state here after every iteration; run the same command again to resume.")
 @cluster_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
 def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed, model_path, labels_path,
-        overwrite, cluster, quiet, as_json):
+        overwrite, checkpoint_path, cluster, quiet, as_json):
     """Cluster INPUT (a Zarr store, .npy or .npz file) into k clusters.
 
     Outputs are checked before any work: an existing --out or --labels is an error unless --overwrite.
+    With --checkpoint DIR the state is saved after every iteration; if the command dies, the same command
+    resumes from DIR and gives the same result as an uninterrupted run (a DIR of another fit is refused).
     """
     dataset = _open_data(input_path, array)
     if n_clusters > dataset.n_samples:
@@ -355,11 +359,19 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
     estimator._validate_params()
     _check_outputs({"--out": model_path, "--labels": labels_path}, overwrite,
                    [input_path, dataset.location])
+    if checkpoint_path is not None:
+        from .checkpoint import open_checkpoint
+
+        for option, other in {"INPUT": input_path, "--out": model_path, "--labels": labels_path}.items():
+            if other is not None and _same_path(checkpoint_path, other):
+                raise InvalidParameterError(f"--checkpoint {checkpoint_path!r} is {option} too; give the "
+                                            "checkpoint a directory of its own.")
+        open_checkpoint(checkpoint_path, estimator, dataset, None)  # a damaged or foreign one is refused now
 
     with cluster.client(announce=not quiet) as client:
         estimator.set_params(client=client)
         start = time.perf_counter()
-        estimator.fit(dataset)
+        estimator.fit(dataset, checkpoint=checkpoint_path)
         fit_seconds = time.perf_counter() - start
         if labels_path is not None:
             write_labels(estimator.labels_, labels_path, overwrite=overwrite, client=client)
@@ -384,6 +396,7 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
         "workers": workers,
         "model": model_path,
         "labels": labels_path,
+        "checkpoint": checkpoint_path,
     }
     lines = [
         f"{algorithm}: k={n_clusters} on {summary['input']} ({_shape_text(dataset)}), {workers} Dask workers",
@@ -396,6 +409,8 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
         lines.append(f"  model        {model_path}")
     if labels_path is not None:
         lines.append(f"  labels       {labels_path}")
+    if checkpoint_path is not None:
+        lines.append(f"  checkpoint   {checkpoint_path}")
     _emit(summary, as_json, lines)
 
 

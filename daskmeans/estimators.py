@@ -115,10 +115,15 @@ class ClusteringEstimator:
             return weights.astype(np.float64).rechunk((data.array.chunks[0],))
         return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
 
-    def _prepare(self, X, sample_weight, client):
-        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``."""
+    def _prepare(self, X, sample_weight, client, on_opened=None):
+        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``.
+
+        ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
+        """
         data = self._open(X)
         weights = self._weights(sample_weight, data)
+        if on_opened is not None:
+            on_opened(data, weights)
         if data.in_memory and client is not None:
             (array,) = persist_now(data.array, client=client)
             data.array = array
@@ -160,7 +165,10 @@ class ClusteringEstimator:
         return lazy
 
     # -- public methods -------------------------------------------------------------------------------------
-    def fit(self, X, y=None, sample_weight=None):
+    #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).
+    _supports_checkpoint = False
+
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
         """Fit the model to ``X``.
 
         Parameters
@@ -169,20 +177,41 @@ class ClusteringEstimator:
         y : ignored
         sample_weight : array-like of shape (n,), optional
             Non-negative weight of each sample (e.g. coreset weights).
+        checkpoint : str or os.PathLike, optional
+            A directory where the fit's state is saved after every iteration; running the same fit again with
+            the same directory resumes from it, with the same result as an uninterrupted run. A checkpoint of
+            other data or other parameters is refused (:mod:`daskmeans.checkpoint`).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        opened = []
+        if checkpoint is not None:
+            from .checkpoint import check_supported, open_checkpoint
+
+            check_supported(self)
         client = resolve_client(getattr(self, "client", None))
-        data, weights, summary = self._prepare(X, sample_weight, client)
+
+        def open_checkpoint_for(data, weights):  # before the summary pass: all but the values are checked
+            if checkpoint is not None:
+                opened.append(open_checkpoint(checkpoint, self, data, weights))
+
+        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=open_checkpoint_for)
         if self.n_clusters > data.n_samples:
             raise InputDataError(
                 f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
                 "pass more data."
             )
-        self._fit(data, weights, summary, client)
+        if opened:
+            try:
+                opened[0].check_content(summary)
+                self._fit(data, weights, summary, client, checkpoint=opened[0])
+            finally:
+                opened[0].close()
+        else:
+            self._fit(data, weights, summary, client)
         self.n_features_in_ = data.n_features
         self._fitted_data = data
         self._fitted_weights = weights
@@ -339,30 +368,52 @@ class KMeans(ClusteringEstimator):
         check_float(self.tol, "tol", minimum=0.0)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        from .checkpoint import restore_clock, result_from_state, result_to_state
+
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
+        saved = checkpoint.state if checkpoint is not None else None
+        seed = saved["seed"] if saved is not None else seed_from_random_state(self.random_state)
         tol = self.tol * summary.mean_variance
         clock = Clock(self.max_time)
+        if saved is not None:
+            restore_clock(clock, saved["elapsed"])
         from .progress import ProgressReporter
 
-        best = None
+        best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
+        first_run = saved["run"] if saved is not None else 0
+
+        def state(run, run_state):
+            return {"seed": seed, "elapsed": clock.elapsed(), "run": run,
+                    "best": None if best is None else result_to_state(best), "run_state": run_state}
+
         snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, desc="k-means") as reporter:
-            for run in range(self.n_init):
-                centers, passes = initial_centers(
-                    data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
-                    client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                    sample_size=self.init_sample_size,
-                )
+            for run in range(first_run, self.n_init):
+                hook = None
+                run_state = saved["run_state"] if saved is not None and run == first_run else None
+                if checkpoint is not None:
+                    hook = checkpoint.hook(run_state, wrap=lambda lloyd_state, run=run: state(run, lloyd_state))
+                centers, passes = None, 0
+                if run_state is None:
+                    centers, passes = initial_centers(
+                        data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
+                        client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                        sample_size=self.init_sample_size,
+                    )
                 result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
                                max_iter=self.max_iter, tol=tol, clock=clock, client=client,
-                               callback=reporter.update, passes=passes + 1, snapshots=snapshots)
+                               callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook)
                 if self.n_init > 1 and result.inertia is None:
                     result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
-                if clock.out_of_time():
+                out_of_time = clock.out_of_time()
+                if checkpoint is not None:
+                    checkpoint.save(state(self.n_init if out_of_time else run + 1, None))
+                if out_of_time:
                     break
         self.cluster_centers_ = best.centers
         self.inertia_ = best.inertia
@@ -372,6 +423,27 @@ class KMeans(ClusteringEstimator):
         if snapshots is not None:
             self.center_snapshots_ = snapshots
         self._labels = None
+
+
+def _resume_point(checkpoint, random_state, clock):
+    """The root seed and the algorithm's checkpoint hook (None without a checkpoint).
+
+    A resumed fit takes the seed and the elapsed time from the checkpoint; the algorithm's own state is under
+    ``"algorithm"``.
+    """
+    if checkpoint is None:
+        return seed_from_random_state(random_state), None
+    from .checkpoint import restore_clock
+
+    saved = checkpoint.state
+    if saved is None:
+        seed = seed_from_random_state(random_state)
+    else:
+        seed = saved["seed"]
+        restore_clock(clock, saved["elapsed"])
+    hook = checkpoint.hook(None if saved is None else saved["algorithm"],
+                           wrap=lambda state: {"seed": seed, "elapsed": clock.elapsed(), "algorithm": state})
+    return seed, hook
 
 
 def _check_loaded_centers(estimator, path):
@@ -529,7 +601,9 @@ class VRKMeans(ClusteringEstimator):
         check_int(self.driver_sample_bytes, "driver_sample_bytes", minimum=0, allow_none=True)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.vrkm import vrkm
         from .progress import ProgressReporter
 
@@ -544,12 +618,15 @@ class VRKMeans(ClusteringEstimator):
                 f"{self.n_clusters} / {data.n_samples} = {eta:.3g} exceeds 1, so each step would overshoot the "
                 f"sample; use learning_rate <= {data.n_samples / self.n_clusters:.3g}."
             )
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
+                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, total=self.max_epochs, desc=self.variant) as reporter:
             result = vrkm(
@@ -557,7 +634,7 @@ class VRKMeans(ClusteringEstimator):
                 max_epochs=self.max_epochs, tol=self.tol, seed=seed, weights=weights,
                 total_weight=summary.total_weight, agree_rule=self.agree_rule, n_candidates=self.n_candidates,
                 driver_sample_bytes=self.driver_sample_bytes, clock=clock, client=client,
-                callback=reporter.update, passes=passes + 1, snapshots=snapshots,
+                callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook,
             )
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
@@ -706,29 +783,39 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         check_float(self.tol, "tol", minimum=0.0)
         self._validate_common_params()
 
-    def fit(self, X, y=None, sample_weight=None):
-        """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote)."""
-        _refuse_weights(self, sample_weight)
-        return super().fit(X, y)
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote).
 
-    def _fit(self, data, weights, summary, client):
+        With ``checkpoint=PATH`` the workers write the batch's state blocks into the checkpoint themselves:
+        ``PATH`` must be on a filesystem they share with the driver (see :mod:`daskmeans.checkpoint`).
+        """
+        _refuse_weights(self, sample_weight)
+        return super().fit(X, y, checkpoint=checkpoint)
+
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.nested import nested_minibatch
         from .progress import ProgressReporter
 
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), client=client,
+                rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            recorder.start(centers)
+            if centers is not None:
+                recorder.start(centers)
             result = nested_minibatch(
                 data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
                 rho=self.rho, bounds=self.bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                clock=clock, client=client, callback=recorder, passes=passes + 1,
+                clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
             )
         if recorder.snapshots is not None:
             self.center_snapshots_ = recorder.snapshots
@@ -834,27 +921,33 @@ class MiniBatchKMeans(ClusteringEstimator):
         check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
         self._validate_common_params()
 
-    def _fit(self, data, weights, summary, client):
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.minibatch import minibatch_kmeans
         from .progress import ProgressReporter
 
         check_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        centers, passes = initial_centers(
-            data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
-            rounds=self.init_rounds, oversampling_factor=self.oversampling_factor, sample_size=self.init_sample_size,
-        )
+        seed, hook = _resume_point(checkpoint, self.random_state, clock)
+        centers, passes = None, 0
+        if hook is None or hook.resume is None:
+            centers, passes = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
+                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
         with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            recorder.start(centers)
+            if centers is not None:
+                recorder.start(centers)
             result = minibatch_kmeans(
                 data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
                 batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
                 tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
                 reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=recorder,
-                passes=passes + 1,
+                passes=passes + 1, checkpoint=hook,
             )
         if recorder.snapshots is not None:
             self.center_snapshots_ = recorder.snapshots

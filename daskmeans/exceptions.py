@@ -52,3 +52,11 @@ class OutputExistsError(DaskmeansError, FileExistsError):
 
 class SchedulerConnectionError(DaskmeansError, ConnectionError):
     """The Dask scheduler did not answer in time."""
+
+
+class CheckpointError(DaskmeansError, ValueError):
+    """A checkpoint path cannot be used: not a daskmeans checkpoint, damaged, or unsafe to read."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint belongs to a fit of other data, another estimator or other parameters."""

@@ -34,7 +34,7 @@ def _snapshot(snapshots, iteration, clock, centers):
 
 
 def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, clock=None, client=None,
-          callback=None, passes=0, snapshots=None):
+          callback=None, passes=0, snapshots=None, checkpoint=None):
     """Run Lloyd iterations from ``centers``.
 
     Parameters
@@ -59,6 +59,9 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``perf_counter``: ``time.perf_counter()``
         at that moment, to line the snapshot up with a caller's own clock). Used by the benchmark harness to
         evaluate the energy of intermediate centers outside the timed region.
+    checkpoint : CheckpointHook, optional
+        Resume from its state, and save the state after seeding and after every iteration
+        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state.
 
     Returns
     -------
@@ -69,8 +72,17 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
     history = []
     stop_reason = "max_iter"
     n_iter = 0
-    _snapshot(snapshots, 0, clock, centers)
-    for iteration in range(1, max_iter + 1):
+    resume = checkpoint.resume if checkpoint is not None else None
+    if resume is not None:
+        centers, history, passes, n_iter = resume["centers"], list(resume["history"]), resume["passes"], \
+            resume["iteration"]
+        if resume["stop_reason"] is not None:
+            return FitResult(centers, resume["inertia"], n_iter, history, resume["stop_reason"], passes, None)
+    else:
+        _snapshot(snapshots, 0, clock, centers)
+        if checkpoint is not None:
+            checkpoint.save(_state(0, centers, history, passes, None, None))
+    for iteration in range(n_iter + 1, max_iter + 1):
         stats, relocated, spent = assign_and_relocate(array, centers, weights, client)
         passes += spent
         new_centers = centers_from_stats(stats, centers)
@@ -90,16 +102,24 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
         centers = new_centers
         n_iter = iteration
         _snapshot(snapshots, iteration, clock, centers)
-        if shift <= tol:
-            stop_reason = "converged"
-            break
-        if clock.out_of_time():
-            stop_reason = "max_time"
+        stop = "converged" if shift <= tol else "max_time" if clock.out_of_time() else None
+        if checkpoint is not None:
+            final = stop or ("max_iter" if iteration == max_iter else None)
+            checkpoint.save(_state(iteration, centers, history, passes, final,
+                                   stats.inertia if final is not None and shift == 0.0 else None))
+        if stop is not None:
+            stop_reason = stop
             break
     # centers that did not move have the inertia of the last pass; otherwise it is left to final_inertia,
     # so that a fit ends with its last iteration
     inertia = stats.inertia if shift == 0.0 else None
     return FitResult(centers, inertia, n_iter, history, stop_reason, passes, None)
+
+
+def _state(iteration, centers, history, passes, stop_reason, inertia):
+    """Lloyd's checkpoint state after ``iteration`` (``stop_reason`` set once the run has ended)."""
+    return {"iteration": iteration, "centers": centers, "history": history, "passes": passes,
+            "stop_reason": stop_reason, "inertia": inertia}
 
 
 def final_inertia(array, centers, weights=None, client=None) -> float:

@@ -15,7 +15,7 @@ from .result import Clock, FitResult
 
 def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, learning_rate="sklearn", max_iter=100,
                      tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, clock=None, client=None, callback=None,
-                     passes=0, pool_rows=POOL_ROWS):
+                     passes=0, pool_rows=POOL_ROWS, checkpoint=None):
     """Run mini-batch k-means from ``centers``.
 
     Parameters
@@ -46,6 +46,10 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         Passes already spent (seeding).
     pool_rows : int
         Rows drawn per pool of steps.
+    checkpoint : CheckpointHook, optional
+        Resume from its state, and save the state after seeding and after every pool of steps
+        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The step index
+        keys the draws, so it is the position of the random stream.
 
     Returns
     -------
@@ -54,6 +58,9 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         ``history`` has one record per pool of steps.
     """
     clock = clock or Clock()
+    resume = checkpoint.resume if checkpoint is not None else None
+    if resume is not None:
+        centers = resume["centers"]
     n = int(array.shape[0])
     k = centers.shape[0]
     total_steps = max(1, (max_iter * n) // batch_size)
@@ -64,7 +71,17 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
     history = []
     stop_reason = "max_iter"
     step = 0
-    while step < total_steps:
+    finished = None
+    if resume is not None:
+        centers, seen, history, step, passes = (resume["centers"], resume["seen"], list(resume["history"]),
+                                                resume["step"], resume["passes"])
+        stopping = _restore(EarlyStopping, resume["stopping"])
+        reassignment = _restore(Reassignment, resume["reassignment"])
+        finished = resume["stop_reason"]
+        stop_reason = finished or stop_reason
+    elif checkpoint is not None:
+        checkpoint.save(_state(step, centers, seen, stopping, reassignment, history, passes, None))
+    while finished is None and step < total_steps:
         n_steps = min(steps_per_pool, total_steps - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
         time_left = None if clock.max_time is None else max(0.0, clock.max_time - clock.elapsed())
@@ -86,11 +103,12 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         history.append(record)
         if callback is not None:
             callback(dict(record, _centers=centers))
-        if reason is not None:
-            stop_reason = reason
-            break
-        if clock.out_of_time():
-            stop_reason = "max_time"
+        stop = reason if reason is not None else "max_time" if clock.out_of_time() else None
+        if checkpoint is not None:
+            final = stop or ("max_iter" if step >= total_steps else None)
+            checkpoint.save(_state(step, centers, seen, stopping, reassignment, history, passes, final))
+        if stop is not None:
+            stop_reason = stop
             break
     # the inertia of the final centers is one pass, made by the estimator on demand
     result = FitResult(centers, None, math.ceil(step * batch_size / n), history, stop_reason,
@@ -98,6 +116,20 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
     result.n_steps = step
     result.seen_counts = seen
     return result
+
+
+def _state(step, centers, seen, stopping, reassignment, history, passes, stop_reason):
+    """The checkpoint state after ``step`` steps (``stop_reason`` set once the run has ended)."""
+    return {"step": step, "centers": centers, "seen": seen, "stopping": dict(vars(stopping)),
+            "reassignment": dict(vars(reassignment)), "history": history, "passes": passes,
+            "stop_reason": stop_reason}
+
+
+def _restore(cls, attributes):
+    """An ``EarlyStopping`` or ``Reassignment`` with the saved attributes."""
+    restored = cls.__new__(cls)
+    restored.__dict__.update(attributes)
+    return restored
 
 
 def minibatch_partial_step(array, centers, seen_counts, learning_rate, weights=None, client=None):

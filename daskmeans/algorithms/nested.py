@@ -10,11 +10,12 @@ The batch doubles (up to n) when ``min_j sigma_C(j) / p(j) > rho``, with
 from __future__ import annotations
 
 import contextlib
+import os
 
 import dask
 import numpy as np
 
-from ..kernels.nested import choose_bounds, make_groups
+from ..kernels.nested import CenterGroups, choose_bounds, make_groups
 from ..passes.nested_state import NestedBatch
 from .result import Clock, FitResult
 
@@ -80,7 +81,7 @@ def centers_from_sums(sums, counts, previous_centers):
 
 def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0, bounds="auto", max_iter=1000,
                      tol=0.0, clock=None, client=None, callback=None, passes=0, max_blocks=None,
-                     min_block_rows=None, keep_batch=False):
+                     min_block_rows=None, keep_batch=False, checkpoint=None):
     """Run nmbatch from ``centers``.
 
     Parameters
@@ -109,6 +110,14 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
         State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
     keep_batch : bool
         Return the :class:`NestedBatch` too (tests inspect it); otherwise it is released.
+    checkpoint : CheckpointHook, optional
+        Resume from its state, and save the state after seeding and after every iteration
+        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
+        of the batch are saved too, each written and read back by the worker that holds it, so that a resumed
+        run continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
+        would be tighter, which changes the distance counters, and recomputed distances could differ in the last
+        bits, which changes the batch's SSE. Labels, distances and bounds are written every iteration; rows and
+        indices only when the batch has grown or split since the last save (a shared checkpoint folder).
 
     Returns
     -------
@@ -118,15 +127,19 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=100.0
     """
     with one_blas_thread_per_task(client):
         return _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol,
-                                 clock or Clock(), client, callback, passes, max_blocks, min_block_rows, keep_batch)
+                                 clock or Clock(), client, callback, passes, max_blocks, min_block_rows, keep_batch,
+                                 checkpoint)
 
 
 def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max_iter, tol, clock, client, callback,
-                      passes, max_blocks, min_block_rows, keep_batch):
+                      passes, max_blocks, min_block_rows, keep_batch, checkpoint):
     n, d = (int(s) for s in array.shape)
+    resume = checkpoint.resume if checkpoint is not None else None
+    if resume is not None:
+        centers = resume["centers"]
     k = centers.shape[0]
     scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
-    groups = make_groups(centers, scheme, n_groups)
+    groups = make_groups(centers, scheme, n_groups) if resume is None else CenterGroups(resume["group_of"], scheme)
     layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
     batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, **layout)
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
@@ -138,7 +151,42 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
     stop_reason = "max_iter"
     n_iter = 0
     converged = False
-    for iteration in range(1, max_iter + 1):
+    finished = None
+
+    def state(final):
+        return {"iteration": n_iter, "centers": centers, "group_of": groups.group_of, "size": size,
+                "batch_size": batch.size, "rows_read": batch.rows_read, "sums": sums, "counts": counts, "sse": sse,
+                "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final,
+                "layout_id": batch.layout_id}
+
+    written_layouts = set()
+
+    def write_blocks(directory):
+        """The workers write the blocks: rows and indices only when the batch grew or split since the last save."""
+        layout = checkpoint.shared_path(batch.layout_id)
+        fresh = batch.layout_id not in written_layouts and (resume is None or batch.layout_id != resume["layout_id"])
+        metadata = batch.write_checkpoint(os.path.join(directory, "blocks"), layout if fresh else None)
+        written_layouts.add(batch.layout_id)
+        return metadata
+
+    if resume is not None:
+        n_iter, size, sums, counts, sse, shift, history, passes, converged, finished = (
+            resume[name] for name in ("iteration", "size", "sums", "counts", "sse", "shift", "history", "passes",
+                                      "converged", "stop_reason"))
+        history = list(history)
+        stop_reason = finished or stop_reason
+        if finished is None and resume["batch_size"]:
+            layout = resume["layout_id"]
+            batch.restore_checkpoint(checkpoint.extra, os.path.join(checkpoint.extra_directory, "blocks"),
+                                     checkpoint.shared_path(layout), layout, resume["batch_size"],
+                                     resume["rows_read"])
+        else:
+            batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]
+    elif checkpoint is not None:
+        checkpoint.save(state(None))
+    for iteration in range(n_iter + 1, max_iter + 1):
+        if finished is not None:
+            break
         d_sums, d_counts, d_sse, counters = batch.step(centers, shift * _SHIFT_SAFETY, size)
         sums += d_sums
         counts += d_counts
@@ -170,16 +218,22 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, bounds, max
         converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
         centers = new_centers
         if converged:
-            stop_reason = "converged"
-            break
-        if batch.size == n and counters["new"] == 0 and record["center_shift"] <= tol:
-            stop_reason = "tol"
-            break
-        if clock.out_of_time():
-            stop_reason = "max_time"
-            break
-        if ratio > rho and size < n:
+            stop = "converged"
+        elif batch.size == n and counters["new"] == 0 and record["center_shift"] <= tol:
+            stop = "tol"
+        else:
+            stop = "max_time" if clock.out_of_time() else None
+        if stop is None and ratio > rho and size < n:
             size = min(2 * size, n)
+        if checkpoint is not None:
+            final = stop or ("max_iter" if iteration == max_iter else None)
+            if final:
+                checkpoint.save(state(final))
+            else:
+                checkpoint.save(state(final), extra_writer=write_blocks, keep_shared=[batch.layout_id])
+        if stop is not None:
+            stop_reason = stop
+            break
     total_passes = passes + batch.rows_read / n
     # without convergence the inertia of the final centers is one pass, made by the estimator on demand
     inertia = float(sse.sum()) if converged else None

@@ -195,9 +195,15 @@ def _snapshot(snapshots, epoch, clock, centers):
                           "centers": np.array(centers, copy=True)})
 
 
+def _state(epoch, centers, history, passes, previous_energy, stop_reason, inertia):
+    """The checkpoint state after ``epoch`` (``stop_reason`` set once the run has ended)."""
+    return {"epoch": epoch, "centers": centers, "history": history, "passes": passes,
+            "previous_energy": previous_energy, "stop_reason": stop_reason, "inertia": inertia}
+
+
 def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
          weights=None, total_weight=None, agree_rule="paper", n_candidates=16, driver_sample_bytes=None,
-         clock=None, client=None, callback=None, passes=0, snapshots=None):
+         clock=None, client=None, callback=None, passes=0, snapshots=None, checkpoint=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
@@ -235,6 +241,10 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         When given, a copy of the centers is appended at the start and after every epoch's inner loop, as
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch), for benchmarks
         that evaluate intermediate centers outside the timed region.
+    checkpoint : CheckpointHook, optional
+        Resume from its state, and save the state after seeding and after every epoch
+        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The epoch index
+        keys the draws, so it is the position of the random stream.
 
     Returns
     -------
@@ -252,12 +262,21 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
     if weights is not None:
         (block_totals,) = compute_now(weight_totals_graph(weights), client=client)
     history = []
-    _snapshot(snapshots, 0, clock, centers)
     previous_energy = None
     stop_reason = "max_epochs"
     final_stats = None
     n_epochs = 0
-    for epoch in range(1, max_epochs + 1):
+    resume = checkpoint.resume if checkpoint is not None else None
+    if resume is not None:
+        centers, history, passes = resume["centers"], list(resume["history"]), resume["passes"]
+        previous_energy, n_epochs = resume["previous_energy"], resume["epoch"]
+        if resume["stop_reason"] is not None:
+            return FitResult(centers, resume["inertia"], n_epochs, history, resume["stop_reason"], passes, None)
+    else:
+        _snapshot(snapshots, 0, clock, centers)
+        if checkpoint is not None:
+            checkpoint.save(_state(0, centers, history, passes, None, None, None))
+    for epoch in range(n_epochs + 1, max_epochs + 1):
         steps = int(sizes(epoch))
         draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
@@ -288,6 +307,9 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
             history.append(record)
             if callback is not None:
                 callback(record)
+            if checkpoint is not None:
+                record["stop_reason"] = stop_reason
+                checkpoint.save(_state(epoch, centers, history, passes, previous_energy, stop_reason, stats.inertia))
             break
         record["relocated"] = relocate_empty_clusters(stats)
         snapshot, batch_gradient = position_correction(stats, centers, variant)
@@ -322,7 +344,13 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         if callback is not None:
             callback(record)
         previous_energy = energy
-        if clock.out_of_time():
+        out_of_time = clock.out_of_time()
+        if checkpoint is not None:
+            final = "max_time" if out_of_time else "max_epochs" if epoch == max_epochs else None
+            if final is not None:
+                record["stop_reason"] = final
+            checkpoint.save(_state(epoch, centers, history, passes, previous_energy, final, None))
+        if out_of_time:
             stop_reason = "max_time"
             break
     if history:

@@ -193,6 +193,47 @@ def _block_size(output):
     return len(output.block)
 
 
+#: The arrays of a state block in a checkpoint, with their dtypes (``None``: the data's dtype): those that change
+#: only when the batch grows or splits (the layout), and those that change every iteration.
+LAYOUT_ARRAYS = {"rows": None, "index": np.int64}
+STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": np.float32}
+CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
+
+
+def _write_block(output, state_path, layout_path):
+    """Write one state block into a checkpoint (runs where the block lives): its labels, distances and bounds,
+    and its rows and indices when ``layout_path`` is given. Returns its number of rows."""
+    from ..checkpoint import write_group
+
+    if isinstance(output, _Held):
+        output = output.value
+    block = output.block
+    if layout_path is not None:
+        write_group(layout_path, {name: getattr(block, name) for name in LAYOUT_ARRAYS})
+    write_group(state_path, {name: getattr(block, name) for name in STATE_ARRAYS})
+    return len(block)
+
+
+def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtype):
+    """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape."""
+    from ..checkpoint import read_group
+    from ..exceptions import CheckpointError
+
+    what = f"The checkpoint's state block {state_path!r}"
+    arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")
+    arrays.update(read_group(state_path, list(STATE_ARRAYS), what))
+    for name, expected in CHECKPOINT_ARRAYS.items():
+        expected = np.dtype(dtype if expected is None else expected)
+        shape = {"rows": (n_rows, n_features), "lower": (n_rows, n_lower)}.get(name, (n_rows,))
+        found = arrays[name].shape
+        if name == "lower" and n_rows == 0:  # an empty block's bounds may have no columns
+            shape = (0, found[1] if len(found) == 2 else n_lower)
+        if arrays[name].dtype != expected or found != shape:
+            raise CheckpointError(f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
+                                  f"expected {expected} {shape}. Delete the checkpoint to start the fit afresh.")
+    return StepOutput(BatchBlock(*(np.ascontiguousarray(arrays[name]) for name in BatchBlock.__slots__)), None)
+
+
 class NestedBatch:
     """The growing, shuffled batch on the workers.
 
@@ -233,6 +274,8 @@ class NestedBatch:
         self.size = 0
         self.outputs = []
         self.rows_read = 0
+        #: Changes whenever the blocks' rows change (growth or split), so that a checkpoint writes them only then.
+        self.layout_id = None
 
     @property
     def n_blocks(self) -> int:
@@ -342,8 +385,77 @@ class NestedBatch:
             self.outputs = futures[:-1]
         self.rows_read += hi - lo
         self.size = target_size
+        if hi > lo or n_split or self.layout_id is None:
+            import uuid
+
+            self.layout_id = uuid.uuid4().hex[:16]
         sums, counts, sse, counters = report
         return sums, counts, sse, dict(zip(COUNTERS, (int(c) for c in counters)))
+
+    def write_checkpoint(self, directory, layout_directory=None):
+        """Have each state block written into ``directory`` where it lives (nothing passes through the driver).
+
+        Parameters
+        ----------
+        directory : str
+            Where the labels, distances and bounds go (they change every iteration).
+        layout_directory : str, optional
+            Where the rows and indices go; None when they are there already (the batch has neither grown nor
+            split since they were written: see :attr:`layout_id`).
+
+        Returns
+        -------
+        dict
+            JSON metadata for :meth:`restore_checkpoint`: the sizes of the blocks.
+        """
+        import os
+
+        parts = map_blocks_delayed(
+            _write_block, "nmbatch-checkpoint",
+            [[o, os.path.join(directory, f"{i:05d}"),
+              None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}")]
+             for i, o in enumerate(self.outputs)])
+        if self.client is None:
+            sizes = dask.compute(*parts)
+        else:
+            sizes = self.client.gather(self.client.compute(parts))
+        return {"block_sizes": [int(s) for s in sizes]}
+
+    def restore_checkpoint(self, metadata, directory, layout_directory, layout_id, size, rows_read):
+        """Load the state blocks written by :meth:`write_checkpoint` (each read by a worker) and the batch size.
+
+        Raises
+        ------
+        CheckpointError
+            A block is missing, damaged, or does not fit this batch.
+        """
+        import os
+
+        from ..exceptions import CheckpointError
+
+        sizes = metadata.get("block_sizes") if isinstance(metadata, dict) else None
+        if not isinstance(sizes, list) or sum(sizes) != size:
+            raise CheckpointError(f"The checkpoint's state blocks in {directory!r} do not add up to the batch of "
+                                  f"{size} rows it records: the checkpoint is damaged. Delete it to start afresh.")
+        n_lower = self.groups.n_groups if self.use_bounds else 0
+        parts = map_blocks_delayed(
+            _read_block, "nmbatch-restore",
+            [[os.path.join(directory, f"{i:05d}"), os.path.join(layout_directory, f"{i:05d}"), int(rows)]
+             for i, rows in enumerate(sizes)],
+            self.n_features, n_lower, self.array.dtype.str,
+        )
+        if self.client is None:
+            self.outputs = [_Held(value) for value in dask.compute(*parts)]
+        else:
+            futures = self.client.compute(parts)
+            for future in futures:  # wait for every block (nothing comes back to the driver)
+                error = future.exception()
+                if error is not None:
+                    raise error
+            self.outputs = futures
+        self.size = int(size)
+        self.rows_read = rows_read
+        self.layout_id = layout_id
 
     def content(self):
         """Row indices, labels, squared distances and bounds of the whole batch (for tests and checks)."""

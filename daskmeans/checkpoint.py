@@ -1,0 +1,651 @@
+"""Checkpoints of a running fit, so that a driver that dies loses at most one iteration.
+
+``fit(X, checkpoint=PATH)`` writes the algorithm's complete state after every iteration (epoch, pool of steps)
+and resumes from it when the same fit is run again with the same ``PATH``: the result is the same as that of an
+uninterrupted run (identical centers, labels and history, but for the measured times).
+
+On disk
+-------
+``PATH`` is a directory on a local or shared filesystem::
+
+    PATH/daskmeans-checkpoint.json   marker: this directory is a daskmeans checkpoint
+    PATH/CURRENT                     pointer: {"format", "format_version", "version": N, "directory": ...}
+    PATH/v0000000N-TOKEN/            Zarr group (format 3) of version N: arrays + JSON attributes
+    PATH/v0000000N-TOKEN/arrays/aI   the state's arrays
+    PATH/v0000000N-TOKEN/extra/...   what an algorithm's workers wrote themselves (nmbatch state blocks)
+    PATH/shared-NAME/                files that stay the same over several versions (nmbatch rows), written once
+
+A save writes version ``N + 1`` completely (files flushed with fsync), then replaces ``CURRENT`` atomically
+(``os.replace`` of a flushed temporary file), then deletes the older versions. A crash at any moment leaves
+``CURRENT`` naming a complete version; a half-written newer version is ignored and removed by the next save.
+Each version directory has a random ``TOKEN``, so that a task of a dead driver still writing on a worker can
+never write into the version of the run that resumed.
+
+Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
+:data:`daskmeans.persistence.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
+version group also records a fingerprint of the fit (estimator class, its parameters, the data's shape, dtype,
+chunking and a digest of the summary pass's statistics); resuming with anything else is refused with
+:class:`~daskmeans.exceptions.CheckpointMismatchError`, a damaged checkpoint with
+:class:`~daskmeans.exceptions.CheckpointError`.
+
+Interface for algorithms
+------------------------
+An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and uses:
+
+``checkpoint.resume``
+    The state dict it saved last (or None: start afresh). Restore every variable of the loop from it.
+``checkpoint.save(state, extra_writer=None)``
+    Call once after seeding and at the end of every iteration with a dict whose values are NumPy arrays, NumPy
+    scalars, ``None``, bools, ints, floats, strings, and lists / dicts (string keys) of these, at any depth.
+    Values come back exactly, with their types (NumPy scalars as NumPy scalars of the same dtype); tuples come
+    back as lists. ``extra_writer(directory)``, when given, is called first and may write anything (Zarr groups
+    made by :func:`write_group`, typically by the workers, where the data lives) into ``directory``, inside the
+    new version; what it returns (JSON-able) comes back as ``checkpoint.extra``.
+``checkpoint.extra_directory``, ``checkpoint.extra``
+    Where the resumed version's extra files are (read them with :func:`read_group`, which applies the same
+    checks), and what its ``extra_writer`` returned.
+``checkpoint.shared_path(name)``, ``save(..., keep_shared=[name])``
+    A folder for large pieces that do not change every iteration: written once (completely, before the save
+    that first lists it), then only listed by the saves that still use it; deleted once a save no longer does.
+
+Save the state *after* deciding whether the run stops (include the stop reason), so that a resumed run makes
+no decision twice. Randomness must come from keys (``daskmeans._random.stage_key``) of the seed and the
+iteration, so that the iteration index is the position of the random stream. For example (Lloyd)::
+
+    n_iter = 0
+    if checkpoint is not None and checkpoint.resume is not None:
+        centers, history, n_iter = (checkpoint.resume[key] for key in ("centers", "history", "iteration"))
+        if checkpoint.resume["stop_reason"] is not None:
+            return ...  # the run had ended: rebuild its result from the state
+    elif checkpoint is not None:
+        checkpoint.save({"iteration": 0, "centers": centers, "history": [], "stop_reason": None})
+    for iteration in range(n_iter + 1, max_iter + 1):
+        ...
+        checkpoint.save({"iteration": iteration, "centers": centers, "history": history, "stop_reason": stop})
+
+An estimator opts in with ``_supports_checkpoint = True`` and ``_fit(data, weights, summary, client,
+checkpoint=None)``, which receives an open :class:`Checkpoint` (``fit`` has checked the fingerprint, so
+``checkpoint.state`` belongs to this fit). ``estimators._resume_point(checkpoint, random_state, clock)`` gives
+the root seed (the saved one when resuming) and the hook, keeps the seed and the elapsed time in the state, and
+restores the clock; skip the seeding when ``hook.resume`` is not None. ``KMeans`` nests the hook in its own
+state (best of ``n_init`` runs) with :meth:`Checkpoint.hook`. Without ``checkpoint=`` nothing of this module
+runs, and results are bitwise those of a fit without checkpoint.
+
+Nested mini-batch k-means keeps per-sample state blocks on the workers. They are saved, not recomputed: each
+worker writes its blocks into the new version (``extra_writer``) and, on resume, reads them back; recomputed
+labels and distances could differ in the last bits, and recomputed bounds would be tighter than the decayed
+ones, which changes the distance counters of the history. The cost: an nmbatch checkpoint is about as large as
+the active batch (rows plus bounds), on a filesystem the workers share; labels, distances and bounds are
+rewritten every iteration, the rows and indices only when the batch grows or splits (``shared_path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+
+import numpy as np
+
+from .exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
+
+FORMAT = "daskmeans-checkpoint"
+FORMAT_VERSION = 1
+MARKER = "daskmeans-checkpoint.json"
+POINTER = "CURRENT"
+#: Parameters that change neither the result nor the state (where and how a fit is shown).
+UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
+_VERSION_NAME = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
+_SHARED_NAME = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+# -- reading and writing Zarr groups of arrays ---------------------------------------------------------------------
+
+
+def _fsync_tree(directory):
+    """Flush every file under ``directory``, and ``directory`` itself, to disk."""
+    for folder, _, files in os.walk(directory):
+        _fsync_files(folder, *files)
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # platforms without directory descriptors
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_files(directory, *names):
+    for name in names:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_group(directory, arrays: dict, attrs: dict | None = None):
+    """Write NumPy arrays (numeric or bool) as one Zarr group at ``directory`` and flush it to disk.
+
+    Used by the driver for the state and by workers for their own pieces (``extra_writer``).
+    """
+    import zarr
+
+    group = zarr.create_group(store=os.fspath(directory), zarr_format=3, overwrite=True, attributes=attrs or {})
+    for name, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        if value.dtype.kind not in "fiub":
+            raise CheckpointError(f"checkpoint array {name!r} has dtype {value.dtype}; only numbers can be saved.")
+        array = group.create_array(name, shape=value.shape, dtype=value.dtype,
+                                   chunks=tuple(max(1, s) for s in value.shape) or None,
+                                   chunk_key_encoding={"name": "v2", "separator": "."}, compressors=None)
+        if value.size:
+            array[...] = value
+    _fsync_tree(directory)
+
+
+def _open_group(directory, what):
+    import zarr
+
+    try:
+        return zarr.open_group(store=os.fspath(directory), mode="r")
+    except Exception as error:
+        raise CheckpointError(f"{what} is damaged: {os.fspath(directory)!r} is not a readable Zarr group ({error}).") \
+            from error
+
+
+def _read_array(group, name, what):
+    """One array, after checking that reading it decodes numbers only (no pickle, no object dtype)."""
+    import zarr
+
+    from .persistence import SAFE_CODECS, _codec_names
+
+    try:
+        array = group[name]
+    except KeyError:
+        raise CheckpointError(f"{what} is damaged: the array {name!r} is missing.") from None
+    except Exception as error:  # metadata zarr cannot parse (an object dtype, ...): nothing was decoded
+        raise CheckpointError(f"{what} is damaged or foreign: array {name!r} cannot be opened ({error}); "
+                              "it was not read.") from error
+    if not isinstance(array, zarr.Array):
+        raise CheckpointError(f"{what} is damaged: {name!r} is not an array.")
+    if array.dtype.kind not in "fiub":
+        raise CheckpointError(f"{what}: array {name!r} has dtype {array.dtype}; checkpoint arrays are numeric. "
+                              "The checkpoint is foreign or was tampered with; it was not read.")
+    unsafe = _codec_names(array) - SAFE_CODECS
+    if unsafe:
+        raise CheckpointError(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never "
+                              "writes (they could run code when decoding); it was not read.")
+    try:
+        return np.asarray(array[...])
+    except Exception as error:  # a damaged or missing chunk
+        raise CheckpointError(f"{what} is damaged: cannot read array {name!r}: {error}") from error
+
+
+def read_group(directory, names, what="checkpoint"):
+    """Read the arrays ``names`` of the Zarr group at ``directory`` with the safety checks (workers use it too)."""
+    group = _open_group(directory, what)
+    return {name: _read_array(group, name, what) for name in names}
+
+
+# -- state <-> arrays + JSON ---------------------------------------------------------------------------------------
+
+
+def _encode(value, arrays, where):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.generic) and value.dtype.kind in "fiub":
+        return {"__scalar__": value.dtype.str, "value": value.item()}
+    if isinstance(value, np.ndarray):
+        name = f"a{len(arrays)}"
+        arrays[name] = value
+        return {"__array__": name}
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or key in ("__array__", "__scalar__"):
+                raise CheckpointError(f"checkpoint state key {key!r} at {where} must be a string (not '__array__' "
+                                      "or '__scalar__').")
+            out[key] = _encode(item, arrays, f"{where}.{key}")
+        return out
+    raise CheckpointError(f"checkpoint state {where} holds a {type(value).__name__}, which a checkpoint cannot "
+                          "store without pickle; save arrays, numbers, strings, lists and dicts.")
+
+
+class SavedState(dict):
+    """A dict of a loaded state; a key it lacks means a damaged checkpoint, said as such."""
+
+    what = "The checkpoint"
+
+    def __missing__(self, key):
+        raise CheckpointError(f"{self.what} is damaged: its state has no {key!r}. Delete the checkpoint to start the "
+                              "fit afresh.")
+
+
+def _decode(value, arrays, what):
+    if isinstance(value, list):
+        return [_decode(v, arrays, what) for v in value]
+    if isinstance(value, dict):
+        if "__array__" in value:
+            name = value["__array__"]
+            if name not in arrays:
+                raise CheckpointError(f"{what} is damaged: its state names an array {name!r} that is not listed.")
+            return arrays[name]
+        if "__scalar__" in value:
+            try:
+                dtype = np.dtype(value["__scalar__"])
+            except TypeError as error:
+                raise CheckpointError(f"{what} is damaged: unknown scalar type {value['__scalar__']!r}.") from error
+            if dtype.kind not in "fiub":
+                raise CheckpointError(f"{what} is damaged: scalar type {dtype} is not numeric.")
+            return dtype.type(value["value"])
+        state = SavedState((key, _decode(item, arrays, what)) for key, item in value.items())
+        state.what = what
+        return state
+    return value
+
+
+# -- fingerprints ------------------------------------------------------------------------------------------------------
+
+
+def _digest(*parts) -> str:
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(np.ascontiguousarray(part).tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
+        sha.update(b"|")
+    return sha.hexdigest()[:32]
+
+
+def _param_value(value):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return {"array": list(value.shape), "dtype": str(value.dtype), "sha256": _digest(value)}
+    if isinstance(value, (list, tuple)):
+        return [_param_value(v) for v in value]
+    return {"object": type(value).__name__}
+
+
+def fit_fingerprint(estimator, data, weights) -> dict:
+    """What identifies a fit before reading the data: estimator, parameters, shape, dtype and chunking."""
+    chunks = tuple(int(c) for c in data.array.chunks[0])
+    params = {name: _param_value(value) for name, value in sorted(estimator.get_params().items())
+              if name not in UNTRACKED_PARAMS}
+    return {
+        "estimator": type(estimator).__name__,
+        "params": params,
+        "shape": [data.n_samples, data.n_features],
+        "dtype": str(data.dtype),
+        "source_dtype": str(np.dtype(data.source_dtype)),
+        "row_chunks": {"count": len(chunks), "largest": max(chunks), "sha256": _digest(chunks)},
+        "weighted": weights is not None,
+    }
+
+
+def content_digest(summary) -> str:
+    """A digest of the data's values, from the summary pass every fit makes anyway (mean, variance, extremes,
+    total weight: a change of any value changes it, but for a vanishing chance)."""
+    return _digest(np.asarray(summary.mean, dtype=np.float64), np.asarray(summary.variance, dtype=np.float64),
+                   float(summary.max_abs), float(summary.total_weight), int(summary.n_samples))
+
+
+def _differences(saved: dict, current: dict) -> list[str]:
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "params" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
+            for name in sorted(set(saved[key]) | set(current[key])):
+                if saved[key].get(name) != current[key].get(name):
+                    found.append(f"parameter {name}: {saved[key].get(name)!r} in the checkpoint, "
+                                 f"{current[key].get(name)!r} now")
+        elif saved.get(key) != current.get(key):
+            found.append(f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now")
+    return found
+
+
+# -- the checkpoint ----------------------------------------------------------------------------------------------------
+
+
+class CheckpointHook:
+    """What an algorithm sees of a checkpoint (see the module docstring).
+
+    Attributes
+    ----------
+    resume : dict or None
+        The algorithm's state to resume from.
+    extra_directory : str or None
+        Folder of the resumed version's extra files.
+    extra : JSON-able or None
+        What the ``extra_writer`` of the resumed version returned.
+    """
+
+    def __init__(self, checkpoint, resume, wrap):
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.extra_directory = checkpoint.extra_directory if resume is not None else None
+        self.extra = (checkpoint.state or {}).get("_extra") if resume is not None else None
+        self._wrap = wrap
+
+    def save(self, state: dict, extra_writer=None, keep_shared=()):
+        """Save the algorithm's ``state`` as the new checkpoint version (atomically)."""
+        self.checkpoint.save(self._wrap(state), extra_writer=extra_writer, keep_shared=keep_shared)
+
+    def shared_path(self, name):
+        """See :meth:`Checkpoint.shared_path`."""
+        return self.checkpoint.shared_path(name)
+
+
+class Checkpoint:
+    """A checkpoint directory bound to one fit.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A directory on a filesystem the driver (and, for nmbatch, the workers) can write; made when missing.
+    fingerprint : dict
+        :func:`fit_fingerprint` of the fit.
+
+    Raises
+    ------
+    CheckpointError
+        ``path`` is a URL, a file, or a non-empty directory that is not a checkpoint; or the checkpoint is damaged.
+    CheckpointMismatchError
+        The checkpoint belongs to another fit.
+    """
+
+    def __init__(self, path, fingerprint: dict):
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidParameterError(f"checkpoint must be a path (str or os.PathLike), got {type(path).__name__}.")
+        path = os.fspath(path)
+        if "://" in path:
+            raise InvalidParameterError(
+                f"checkpoint {path!r} is a URL; checkpoints are written with atomic renames and need a local or "
+                "shared filesystem path (e.g. /scratch/run1.ckpt)."
+            )
+        self.path = os.path.abspath(path)
+        self.fingerprint = fingerprint
+        self.version = 0
+        self.directory = None
+        self.state = None
+        self._cleanup = None
+        self._attrs = None
+        self._check_directory()
+        self._load()
+
+    # -- opening ---------------------------------------------------------------------------------------------------
+    def _describe(self):
+        return f"The checkpoint {self.path!r}"
+
+    def _check_directory(self):
+        if os.path.isfile(self.path):
+            raise CheckpointError(f"checkpoint path {self.path!r} is a file; give a directory path (it is made "
+                                  "when missing), or delete the file.")
+        if not os.path.isdir(self.path):
+            return
+        if os.path.exists(os.path.join(self.path, MARKER)):
+            return
+        if os.listdir(self.path):
+            raise CheckpointError(
+                f"{self.path!r} exists and is not a daskmeans checkpoint (no {MARKER}); checkpoints need a directory "
+                "of their own: give another path, or an empty or missing one."
+            )
+
+    def _read_pointer(self):
+        pointer = os.path.join(self.path, POINTER)
+        if not os.path.exists(pointer):
+            return None
+        try:
+            with open(pointer, encoding="utf-8") as handle:
+                content = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not readable JSON ({error}). "
+                                  f"Delete {self.path!r} to start the fit afresh.") from error
+        if not isinstance(content, dict) or content.get("format") != FORMAT:
+            raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not a daskmeans checkpoint pointer. "
+                                  f"Delete {self.path!r} to start the fit afresh.")
+        version = content.get("version")
+        directory = content.get("directory")
+        if content.get("format_version") != FORMAT_VERSION or not isinstance(version, int) or version < 1 or \
+                not isinstance(directory, str) or not _VERSION_NAME.match(directory):
+            raise CheckpointError(
+                f"{self._describe()} has format version {content.get('format_version')!r} (pointer {content!r}); "
+                f"this daskmeans reads version {FORMAT_VERSION}. Delete {self.path!r} or use the daskmeans that "
+                "wrote it."
+            )
+        return version, directory
+
+    def _load(self):
+        pointer = self._read_pointer()
+        if pointer is None:
+            return
+        version, name = pointer
+        what = f"{self._describe()} (version {version})"
+        directory = os.path.join(self.path, name)
+        if not os.path.isdir(directory):
+            raise CheckpointError(f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
+                                  f"missing. Delete {self.path!r} to start the fit afresh.")
+        group = _open_group(directory, what)
+        attrs = dict(group.attrs)
+        if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{what} is damaged or foreign: its group has format {attrs.get('format')!r} "
+                                  f"version {attrs.get('format_version')!r}. Delete {self.path!r} to start afresh.")
+        saved = attrs.get("fingerprint")
+        if not isinstance(saved, dict) or not isinstance(attrs.get("state"), str) or \
+                not isinstance(attrs.get("arrays"), list):
+            raise CheckpointError(f"{what} is damaged: its fingerprint, state or array list is missing. "
+                                  f"Delete {self.path!r} to start the fit afresh.")
+        static = {key: value for key, value in saved.items() if key != "content"}
+        differences = _differences(static, self.fingerprint)
+        if differences:
+            raise CheckpointMismatchError(
+                f"{self._describe()} was written by another fit ({'; '.join(differences)}). Resuming it would mix "
+                f"two runs: use another checkpoint path for this fit, or delete {self.path!r} to start afresh."
+            )
+        try:
+            tree = json.loads(attrs["state"])
+        except ValueError as error:
+            raise CheckpointError(f"{what} is damaged: its state is not JSON ({error}).") from error
+        arrays_group = _open_group(os.path.join(directory, "arrays"), what) if attrs["arrays"] else None
+        arrays = {name: _read_array(arrays_group, name, what) for name in attrs["arrays"]}
+        self.state = _decode(tree, arrays, what)
+        if not isinstance(self.state, dict):
+            raise CheckpointError(f"{what} is damaged: its state is not a dict.")
+        self.version = version
+        self.directory = directory
+        self._attrs = attrs
+
+    def check_content(self, summary):
+        """Refuse a checkpoint of other values (same shape and chunking): call after the summary pass.
+
+        Raises
+        ------
+        CheckpointMismatchError
+        """
+        digest = content_digest(summary)
+        self.fingerprint = dict(self.fingerprint, content=digest)
+        if self._attrs is not None and self._attrs["fingerprint"].get("content") != digest:
+            raise CheckpointMismatchError(
+                f"{self._describe()} was written by a fit of other data (same shape, dtype and chunking, other "
+                "values). Resuming it would mix two runs: use another checkpoint path for this fit, or delete "
+                f"{self.path!r} to start afresh."
+            )
+
+    @property
+    def extra_directory(self):
+        """Folder of the current version's extra files (written by an ``extra_writer``)."""
+        return os.path.join(self.directory, "extra") if self.directory else None
+
+    def hook(self, resume=None, wrap=None):
+        """A :class:`CheckpointHook` for an algorithm.
+
+        Parameters
+        ----------
+        resume : dict, optional
+            The algorithm's part of :attr:`state` (default: all of it).
+        wrap : callable, optional
+            ``wrap(algorithm_state) -> full state`` (default: the algorithm's state is the full state).
+        """
+        if resume is None and wrap is None:
+            resume = self.state
+        return CheckpointHook(self, resume, wrap or (lambda state: state))
+
+    # -- saving ----------------------------------------------------------------------------------------------------
+    def shared_path(self, name: str) -> str:
+        """A folder for files that stay the same over several versions (written once, then only referenced).
+
+        Write it completely before the first save that lists ``name`` in ``keep_shared``, and never change it
+        afterwards; it is deleted after the first save that no longer lists it.
+        """
+        if not isinstance(name, str) or not _SHARED_NAME.match(name):
+            raise CheckpointError(f"internal: shared checkpoint folder name {name!r} must be 1-32 hex digits.")
+        return os.path.join(self.path, f"shared-{name}")
+
+    def save(self, state: dict, extra_writer=None, keep_shared=()):
+        """Write ``state`` as a new version, switch ``CURRENT`` to it, delete the older versions (and the shared
+        folders not in ``keep_shared``)."""
+        os.makedirs(self.path, exist_ok=True)
+        marker = os.path.join(self.path, MARKER)
+        if not os.path.exists(marker):
+            with open(marker, "w", encoding="utf-8") as handle:
+                json.dump({"format": FORMAT, "format_version": FORMAT_VERSION}, handle)
+        version = self.version + 1
+        name = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
+        directory = os.path.join(self.path, name)
+        if "content" not in self.fingerprint:
+            raise CheckpointError("internal: Checkpoint.check_content must run before the first save.")
+        self.close()  # the previous save's cleanup
+        import zarr
+
+        os.makedirs(directory)
+        state = dict(state)
+        if extra_writer is not None:  # the writers flush their own files
+            os.makedirs(os.path.join(directory, "extra"))
+            state["_extra"] = extra_writer(os.path.join(directory, "extra"))
+        arrays = {}
+        tree = _encode(state, arrays, "state")
+        if arrays:
+            write_group(os.path.join(directory, "arrays"), arrays)
+        zarr.create_group(store=directory, zarr_format=3, attributes={
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "saved_at": time.time(),
+            "state": json.dumps(tree, allow_nan=True),
+            "arrays": sorted(arrays),
+            "shared": sorted(keep_shared),
+        })
+        _fsync_files(directory, "zarr.json")
+        _fsync_dir(directory)
+        _fsync_dir(self.path)
+        self._switch(version, name)
+        self.version = version
+        self.directory = directory
+        self._remove_other_versions(name, {f"shared-{shared}" for shared in keep_shared})
+
+    def _switch(self, version, name):
+        pointer = os.path.join(self.path, POINTER)
+        temporary = f"{pointer}.tmp-{uuid.uuid4().hex}"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump({"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name},
+                      handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, pointer)
+        _fsync_dir(self.path)
+
+    def _remove_other_versions(self, keep, keep_shared):
+        """Delete every version but ``keep``, the shared folders it does not use and stray pointer files, in a
+        thread, while the fit goes on."""
+        stale = [os.path.join(self.path, name) for name in os.listdir(self.path)
+                 if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-")
+                 or (name.startswith("shared-") and name not in keep_shared)]
+        if stale:
+            self._cleanup = threading.Thread(target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup",
+                                             daemon=True)
+            self._cleanup.start()
+
+    def close(self):
+        """Wait until the older versions are deleted (``fit`` calls this when it ends)."""
+        if self._cleanup is not None:
+            self._cleanup.join()
+            self._cleanup = None
+
+
+def _remove_all(paths):
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+
+
+def check_supported(estimator):
+    """Raise ``InvalidParameterError`` when ``estimator`` cannot checkpoint its fits."""
+    if not getattr(type(estimator), "_supports_checkpoint", False):
+        raise InvalidParameterError(f"{type(estimator).__name__} does not support checkpoint= yet; fit without it.")
+
+
+def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
+    """Open (or prepare) the checkpoint of a fit of ``estimator`` on ``data``; checks all but the values.
+
+    Raises
+    ------
+    InvalidParameterError
+        The estimator cannot checkpoint, or ``path`` is not a filesystem path.
+    CheckpointError, CheckpointMismatchError
+    """
+    check_supported(estimator)
+    return Checkpoint(path, fit_fingerprint(estimator, data, weights))
+
+
+def restore_clock(clock, elapsed):
+    """Continue ``clock`` from ``elapsed`` seconds (the time the run had spent before it was stopped)."""
+    clock.start = time.perf_counter() - float(elapsed)
+    return clock
+
+
+def result_to_state(result) -> dict:
+    """A :class:`~daskmeans.algorithms.result.FitResult` as checkpoint state."""
+    state = {"centers": result.centers, "inertia": result.inertia, "n_iter": int(result.n_iter),
+             "history": result.history, "stop_reason": result.stop_reason, "passes": result.passes}
+    for name in ("n_steps", "seen_counts"):
+        if hasattr(result, name):
+            state[name] = getattr(result, name)
+    return state
+
+
+def result_from_state(state):
+    """Inverse of :func:`result_to_state`."""
+    from .algorithms.result import FitResult
+
+    result = FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
+                       state["stop_reason"], state["passes"], None)
+    for name in ("n_steps", "seen_counts"):
+        if name in state:
+            setattr(result, name, state[name])
+    return result
