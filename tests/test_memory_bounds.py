@@ -5,8 +5,9 @@ without spilling or restarting, within :func:`daskmeans.memory.worker_memory_bou
   assignment, k-means||'s reclustering) are run under ``tracemalloc`` and stay within the documented bound,
   far below one ``n x k`` (or ``k x k``) matrix.
 * Out of core: a uint8 Zarr store larger than the memory limit of the only worker; each algorithm fits it with
-  the worker's resident memory sampled every 50 ms (psutil). The data is sized to be just above the limit, so
-  the test stays about a minute on two cores.
+  the worker's resident memory sampled every 50 ms (psutil). Dask's default memory thresholds apply (spill at 70%
+  of the limit): the limit is 640 MiB because a warm worker's own footprint is already about 300 MiB. The data is
+  just above the limit, so the test stays one to two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def test_kmeans_parallel_reclustering_is_not_quadratic_in_k():
 
 # -- out of core -----------------------------------------------------------------------------------------------
 N_FEATURES, CHUNK_ROWS, N_CLUSTERS = 32, 131_072, 16
-MEMORY_LIMIT = 512 * MiB
+MEMORY_LIMIT = 640 * MiB
 #: Just above the worker's memory limit (uint8 on disk; 4x that as float32 if it were all loaded).
 DATA_BYTES = MEMORY_LIMIT + 48 * MiB
 N_SAMPLES = math.ceil(DATA_BYTES / N_FEATURES / CHUNK_ROWS) * CHUNK_ROWS
@@ -149,9 +150,10 @@ def _pid():
     return os.getpid()
 
 
+#: VRKM and VRKM++ share the epoch pass, the sample and the inner loop (VRKM adds one k x d batch gradient): one
+#: of them stands for both, to keep the test short.
 CASES = {
     "kmeans": ({"max_iter": 1, "tol": 0.0}, lambda model: 0),
-    "vrkm": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
     "vrkm++": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
     "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0},
                 lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES,
@@ -161,7 +163,7 @@ CASES = {
 
 
 #: Warm-up fits on 4096 rows need smaller epochs and batches.
-WARM_UP = {"vrkm": {"epoch_size": 1000}, "vrkm++": {"epoch_size": 1000}, "nmbatch": {"initial_batch_size": 1000}}
+WARM_UP = {"vrkm++": {"epoch_size": 1000}, "nmbatch": {"initial_batch_size": 1000}}
 
 
 @pytest.mark.timeout(900)
@@ -189,16 +191,19 @@ def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(bi
         for name, (params, state_of) in CASES.items():
             model = make_estimator(name, n_clusters=N_CLUSTERS, init=init, random_state=0, client=client,
                                    chunk_rows=CHUNK_ROWS, **params)
+            spilled_before = client.run(_bytes_spilled)[address]
             with MemoryMonitor(client, interval=0.05) as monitor:
                 model.fit(path)
             assert np.isfinite(model.cluster_centers_).all()
-            baseline = monitor.result["workers_baseline_rss"][address]
-            peak = monitor.result["workers_peak_rss"][address]
             bound = worker_memory_bound(CHUNK_ROWS, N_FEATURES, N_CLUSTERS, source_itemsize=1,
                                         state_bytes=state_of(model))
-            measured[name] = (baseline / MiB, peak / MiB, bound / MiB)
-            assert peak - baseline <= bound, f"{name}: {(peak - baseline) / MiB:.0f} MiB above the idle " \
-                                             f"footprint, bound {bound / MiB:.0f} MiB"
-        assert client.run(_bytes_spilled) == {address: 0}, "nothing was spilled to disk"
-        assert client.run(_pid) == {address: pid}, "the worker was never restarted"
-    print("worker RSS (baseline, peak, bound) in MiB:", {k: tuple(round(v) for v in t) for k, t in measured.items()})
+            measured[name] = {"baseline": monitor.result["workers_baseline_rss"][address],
+                              "peak": monitor.result["workers_peak_rss"][address], "bound": bound,
+                              "spilled": client.run(_bytes_spilled)[address] - spilled_before}
+        pid_after = client.run(_pid)
+    report = {name: {key: round(value / MiB) for key, value in values.items()} for name, values in measured.items()}
+    print("worker memory in MiB:", report)
+    for name, values in measured.items():
+        assert values["spilled"] == 0, f"{name} spilled to disk: {report}"
+        assert values["peak"] - values["baseline"] <= values["bound"], f"{name} is above its bound: {report}"
+    assert pid_after == {address: pid}, "the worker was never restarted"
