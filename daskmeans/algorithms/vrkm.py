@@ -186,9 +186,7 @@ def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_
 def _inner_loop_on_worker(keys, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
                           n_candidates):
     """Runs on one pinned worker: the sample streams in, segment by segment, from the workers that hold it."""
-    from distributed import Future, worker_client
-
-    from distributed import get_worker
+    from distributed import Future, get_worker, worker_client
 
     with worker_client() as client:
         pieces = [[Future(key, client=client) for key in segment] for segment in keys]
