@@ -323,8 +323,9 @@ class KMeans(ClusteringEstimator):
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
     client : distributed.Client, optional
         Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
-    progress : bool, default False
-        Show a progress bar over iterations with the current energy.
+    progress : bool or callable, default False
+        Show a progress bar over iterations with the current energy; a callable is called with each history
+        record instead.
     snapshot_centers : bool, default False
         Keep a copy of the centers after every iteration in ``center_snapshots_`` (for energy-over-time
         benchmarks; costs one ``(n_clusters, n_features)`` copy per iteration; not saved with the model).
@@ -513,7 +514,7 @@ class VRKMeans(ClusteringEstimator):
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
     client : distributed.Client, optional
         Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
-    progress : bool, default False
+    progress : bool or callable, default False
         Show a progress bar over epochs with the current energy.
     snapshot_centers : bool, default False
         Keep a copy of the centers after every epoch in ``center_snapshots_`` (for energy-over-time benchmarks;
@@ -728,7 +729,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
     client : distributed.Client, optional
-    progress : bool, default False
+    progress : bool or callable, default False
 
     Attributes
     ----------
@@ -862,7 +863,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         Seeding options, as for :class:`KMeans`.
     chunk_rows : int, optional
     client : distributed.Client, optional
-    progress : bool, default False
+    progress : bool or callable, default False
 
     Attributes
     ----------

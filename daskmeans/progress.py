@@ -1,4 +1,4 @@
-"""Progress bars over iterations (tqdm.auto: terminals and notebooks alike)."""
+"""Progress over iterations: a bar (tqdm.auto: terminals and notebooks alike), or a function of each record."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ class ProgressReporter:
 
     Parameters
     ----------
-    enabled : bool
+    enabled : bool or callable
+        True shows a bar; a callable is called with a copy of each history record instead (keys starting with
+        ``_`` left out), e.g. to log progress or to watch a fit from another thread.
     total : int
         Upper bound on the number of iterations.
     desc : str
     """
 
     def __init__(self, enabled, total=None, desc="daskmeans"):
-        self.enabled = bool(enabled)
+        self.function = enabled if callable(enabled) else None
+        self.enabled = bool(enabled) and self.function is None
         self.total = total
         self.desc = desc
         self.bar = None
@@ -28,6 +31,8 @@ class ProgressReporter:
         return self
 
     def update(self, record):
+        if self.function is not None:
+            self.function({key: value for key, value in record.items() if not key.startswith("_")})
         if self.bar is None:
             return
         self.bar.update(1)

@@ -76,6 +76,10 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     return centers
 
 
+#: Largest slab of the candidates-to-centers distance matrix of :func:`weighted_lloyd`.
+RECLUSTER_SLAB_BYTES = 16 * 2**20
+
+
 def weighted_lloyd(points, weights, centers, max_iter=30):
     """Lloyd iterations on a small weighted point set on the driver (reclustering of k-means|| candidates).
 
@@ -84,10 +88,16 @@ def weighted_lloyd(points, weights, centers, max_iter=30):
     points = np.asarray(points, dtype=np.float64)
     centers = np.array(centers, dtype=np.float64)
     points_sq = np.einsum("ij,ij->i", points, points)
+    # the (points x centers) distances in slabs of rows: about 10 k candidates x k centers would be O(k^2)
+    slab_rows = max(1, RECLUSTER_SLAB_BYTES // (8 * centers.shape[0]))
     labels = None
     for _ in range(max_iter):
-        d2 = points_sq[:, None] - 2.0 * points @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
-        new_labels = np.argmin(d2, axis=1)
+        centers_sq = np.einsum("ij,ij->i", centers, centers)[None, :]
+        new_labels = np.empty(points.shape[0], dtype=np.intp)
+        for r0 in range(0, points.shape[0], slab_rows):
+            r1 = min(points.shape[0], r0 + slab_rows)
+            d2 = points_sq[r0:r1, None] - 2.0 * points[r0:r1] @ centers.T + centers_sq
+            new_labels[r0:r1] = np.argmin(d2, axis=1)
         if labels is not None and np.array_equal(new_labels, labels):
             break
         labels = new_labels

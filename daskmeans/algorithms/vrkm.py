@@ -13,8 +13,9 @@ Each epoch:
    rounding, which is why the paper finds both variants give the same clustering; VRKM still computes and applies
    it, as Algorithm 3 does;
 3. the inner loop (:mod:`daskmeans.kernels.vrkm`) runs the ``T`` steps from ``C_0 = C~new``, on the driver, or
-   on one pinned worker when the sample is larger than ``driver_sample_bytes``; either way the sample stays on the
-   workers that gathered it and streams in one segment at a time, and the result is the same;
+   on one pinned worker when the sample is larger than ``driver_sample_bytes`` (on another one if that worker dies);
+   either way the sample stays on the workers that gathered it and streams in one segment at a time, and the
+   result is the same;
 4. ``C~ = C_T``.
 
 It stops after ``max_epochs``, when the energy changed by at most ``tol`` (relative) between two passes (the
@@ -109,6 +110,23 @@ def _pinned_worker(client) -> str:
     return workers[0]
 
 
+def _run_pinned(client, keys, starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates):
+    """Run the inner loop on the pinned worker; where that worker dies, on another one.
+
+    The restriction to the pinned worker is loose: when it leaves the cluster (before or while it runs the
+    loop), the scheduler runs the task again on a worker that is left, from the same inputs, and the segments
+    it held are recomputed from their lineage, so the result is the same. Returns the loop's result and the
+    worker that ran it.
+    """
+    where = _pinned_worker(client)
+    future = client.submit(
+        _inner_loop_on_worker, keys, starts, steps, snapshot, centers, eta, batch_gradient, agree_rule,
+        n_candidates, workers=[where], allow_other_workers=True, pure=False,
+        key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}",
+    )
+    return future.result()
+
+
 def segment_rows_for(n_draws: int, array) -> int:
     """Draws per segment: at least ``MIN_SEGMENTS`` segments (the candidate lists are remade for each), and none
     larger than one block of the data."""
@@ -168,13 +186,14 @@ def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_
 def _inner_loop_on_worker(keys, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
                           n_candidates):
     """Runs on one pinned worker: the sample streams in, segment by segment, from the workers that hold it."""
-    from distributed import Future, worker_client
+    from distributed import Future, get_worker, worker_client
 
     with worker_client() as client:
         pieces = [[Future(key, client=client) for key in segment] for segment in keys]
-        return run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, batch_gradient=batch_gradient,
-                            agree_rule=agree_rule, n_candidates=n_candidates,
-                            compute=lambda graph: client.compute(graph).result())
+        result = run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, batch_gradient=batch_gradient,
+                              agree_rule=agree_rule, n_candidates=n_candidates,
+                              compute=lambda graph: client.compute(graph).result())
+    return (*result, get_worker().address)
 
 
 def _epoch_pass(array, centers, draws, weights, n_candidates, client):
@@ -317,14 +336,10 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         options = dict(batch_gradient=batch_gradient, agree_rule=agree_rule, n_candidates=n_candidates)
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
         if on_worker:
-            where = _pinned_worker(client)
-            future = client.submit(
-                _inner_loop_on_worker, [[piece.key for piece in segment] for segment in pieces], starts, steps,
-                snapshot, centers, eta, batch_gradient, agree_rule, n_candidates, workers=[where],
-                allow_other_workers=False, pure=False, key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}",
+            centers, counts, remade, where = _run_pinned(
+                client, [[piece.key for piece in segment] for segment in pieces], starts, steps, snapshot, centers,
+                eta, batch_gradient, agree_rule, n_candidates,
             )
-            centers, counts, remade = future.result()
-            del future
         else:
             where = "driver"
             centers, counts, remade = run_segments(pieces, starts, steps, snapshot, centers, eta, **options,

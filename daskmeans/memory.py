@@ -1,0 +1,104 @@
+"""How much memory a fit needs: the bounds that size a worker, derived from the block size and ``k``.
+
+A worker never holds the data set: it reads one row block at a time from the store, so what it needs above its
+idle footprint (the Python process with NumPy, Dask and the compiled kernels, about 200-300 MiB) is
+
+* per running task (one per worker thread): the block as stored and as floats, a few per-row vectors, one
+  slab of the distance matrix (the assign kernels block over rows *and* centers, so the slab has a fixed size
+  whatever ``k``), and a few ``k x d`` arrays (the centers, their float64 sums);
+* the partial results of the tree reduction waiting on the worker (``k x d`` float64 sums each);
+* the algorithm's state, which lives on the workers by design and does not depend on the data size:
+  mini-batch k-means' pool of drawn rows, VRKM's epoch sample, nmbatch's active batch.
+
+Nothing is ``n x k`` (``transform`` excepted: it returns distances to every center, one block at a time) and
+nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k centers in slabs of rows.
+:func:`worker_memory_bound` is the sum; the tests hold the workers' measured peak to it.
+"""
+
+from __future__ import annotations
+
+from .kernels.assign import SLAB_BYTES
+from .kernels.nested import ASSIGN_SLAB_BYTES
+from .passes._graph import SPLIT_EVERY
+from .passes.minibatch_pool import POOL_ROWS
+
+#: Bytes of per-row vectors an assign task keeps for its block: labels (4), squared distances (8), the rows'
+#: squared norms and the running best score (8 + 8), the winners of a slab (8).
+PER_ROW_BYTES = 36
+#: Slack for the allocator (freed blocks not yet returned to the OS) and Dask's per-task bookkeeping.
+ALLOCATOR_SLACK = 48 * 2**20
+
+
+def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
+                      compute_itemsize: int = 4) -> int:
+    """Bytes one assign/statistics task allocates for a block of ``block_rows`` rows.
+
+    Parameters
+    ----------
+    block_rows, n_features, n_clusters : int
+    source_itemsize : int
+        Bytes per value as stored (1 for uint8 descriptors).
+    compute_itemsize : int
+        Bytes per value computed with (4 for float32, 8 for float64).
+
+    Returns
+    -------
+    int
+        The block as read and as floats, plus one float copy for the kernels' contiguous input; the per-row
+        vectors; the larger distance slab of the two assign kernels; the centers (two casts), their squared
+        norms and the float64 sums and counts of the statistics.
+    """
+    block = block_rows * n_features
+    rows = block * source_itemsize + 2 * block * compute_itemsize + block_rows * PER_ROW_BYTES
+    centers = n_clusters * n_features * (2 * compute_itemsize + 8) + n_clusters * (compute_itemsize + 16)
+    return int(rows + max(SLAB_BYTES, ASSIGN_SLAB_BYTES) + centers)
+
+
+def reduction_bytes(n_clusters: int, n_features: int) -> int:
+    """Bytes of the partial statistics a worker may hold while the tree reduction waits for its siblings."""
+    return int(SPLIT_EVERY * (n_clusters * (n_features + 2) * 8))
+
+
+def minibatch_state_bytes(n_features: int, compute_itemsize: int = 4) -> int:
+    """Mini-batch k-means: the rows of one pool of steps (``POOL_ROWS``) gathered for the steps, with indices."""
+    return int(POOL_ROWS * (n_features * compute_itemsize + 16))
+
+
+def vrkm_state_bytes(epoch_steps: int, n_features: int, n_candidates: int = 16, compute_itemsize: int = 4) -> int:
+    """VRKM: the epoch's drawn rows with their snapshot labels, distances and candidate lists (all workers)."""
+    return int(epoch_steps * (n_features * compute_itemsize + 4 + 8 + n_candidates * (4 + 4) + 8))
+
+
+def nmbatch_state_bytes(batch_rows: int, n_features: int, n_groups: int, compute_itemsize: int = 4) -> int:
+    """nmbatch: the active batch's rows, row ids, labels, distances and group bounds (all workers).
+
+    Held twice while an iteration runs (the blocks before and after the step).
+    """
+    return int(2 * batch_rows * (n_features * compute_itemsize + 8 + 4 + 8 + 4 * n_groups))
+
+
+def worker_memory_bound(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
+                        compute_itemsize: int = 4, threads: int = 1, state_bytes: int = 0) -> int:
+    """Most memory one worker uses above its idle footprint while a fit runs.
+
+    Parameters
+    ----------
+    block_rows : int
+        Rows per block (the largest block of the input, after daskmeans' chunking).
+    n_features, n_clusters : int
+    source_itemsize, compute_itemsize : int
+        Bytes per stored and per computed value.
+    threads : int
+        Threads of the worker (tasks running at once).
+    state_bytes : int
+        The algorithm's state on the workers (:func:`minibatch_state_bytes`, :func:`vrkm_state_bytes`,
+        :func:`nmbatch_state_bytes`; 0 for k-means), counted whole: it may all sit on one worker.
+
+    Returns
+    -------
+    int
+        ``threads * task + reduction + state + slack``; does not depend on the number of samples.
+    """
+    task = task_memory_bytes(block_rows, n_features, n_clusters, source_itemsize=source_itemsize,
+                             compute_itemsize=compute_itemsize)
+    return int(threads * task + reduction_bytes(n_clusters, n_features) + state_bytes + ALLOCATOR_SLACK)
