@@ -11,6 +11,7 @@ from .exceptions import (
     SchedulerConnectionError,
 )
 from .io import open_input, write_labels
+from .kernel_estimators import KernelKMeans, MiniBatchKernelKMeans
 from .persistence import load
 
 __version__ = "0.1.0"
@@ -20,6 +21,8 @@ __all__ = [
     "VRKMeans",
     "NestedMiniBatchKMeans",
     "MiniBatchKMeans",
+    "MiniBatchKernelKMeans",
+    "KernelKMeans",
     "open_input",
     "write_labels",
     "load",

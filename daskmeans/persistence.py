@@ -21,11 +21,11 @@ SAFE_CODECS = {
 
 
 def _registry():
-    from . import estimators
+    from . import estimators, kernel_estimators
 
-    return {cls.__name__: cls for cls in vars(estimators).values()
+    return {cls.__name__: cls for module in (estimators, kernel_estimators) for cls in vars(module).values()
             if isinstance(cls, type) and issubclass(cls, estimators.ClusteringEstimator)
-            and cls is not estimators.ClusteringEstimator}
+            and cls is not estimators.ClusteringEstimator and not cls.__name__.startswith("_")}
 
 
 def _jsonable(value):

@@ -20,6 +20,9 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "vrkm++-reference": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
     "nmbatch": ("daskmeans.estimators", "NestedMiniBatchKMeans", {}),
     "minibatch": ("daskmeans.estimators", "MiniBatchKMeans", {}),
+    "kernel-minibatch": ("daskmeans.kernel_estimators", "MiniBatchKernelKMeans", {}),
+    "kernel-minibatch-untruncated": ("daskmeans.kernel_estimators", "MiniBatchKernelKMeans", {"truncate": False}),
+    "kernel-kmeans": ("daskmeans.kernel_estimators", "KernelKMeans", {}),
 }
 
 
