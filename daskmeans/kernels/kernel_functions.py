@@ -1,8 +1,9 @@
 """Kernel functions for kernel k-means: RBF, Laplacian, polynomial and a user callable, as kernel matrices.
 
-Every kernel matrix is float64, whatever the dtype of the rows (float32 rows are widened exactly). The dot
-products of the RBF and polynomial kernels are one GEMM; the element-wise part (and the whole Laplacian
-kernel, an L1 distance) is a Numba loop.
+Every kernel matrix is float64, whatever the dtype of the rows. The dot products of the RBF and polynomial
+kernels are one GEMM (in float32 when both inputs are float32: about 1e-7 relative error in the dot products,
+twice the speed); the element-wise part (and the whole Laplacian kernel, an L1 distance) is a Numba loop in
+float64.
 
 Kernels (``kernel=`` and its ``kernel_params``):
 
@@ -143,7 +144,11 @@ class Kernel:
             return laplacian_matrix(np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(Y, dtype=dtype),
                                     1.0 / self.params["kappa"])
         X64, Y64 = _as_float64(X), _as_float64(Y)
-        gram = X64 @ Y64.T
+        if X.dtype == np.float32 and Y.dtype == np.float32:
+            # float32 data: the dot products in one float32 GEMM (twice as fast), the rest in float64
+            gram = (np.ascontiguousarray(X) @ np.ascontiguousarray(Y).T).astype(np.float64)
+        else:
+            gram = X64 @ Y64.T
         if self.name == "rbf":
             return rbf_from_gram(gram, np.einsum("ij,ij->i", X64, X64), np.einsum("ij,ij->i", Y64, Y64),
                                  1.0 / self.params["kappa"])

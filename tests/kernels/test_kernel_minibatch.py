@@ -83,9 +83,12 @@ def run(dtype, *, truncate, learning_rate, steps=25, b=48, tau=40, kernel=None, 
         records.append((index, record))
         # the incremental <C, C> equals coef^T K coef, and the batch energy after the step (from the incremental
         # <phi(x), C>) equals the one from distances recomputed directly
-        np.testing.assert_allclose(centers.norms, centers.direct_norms(kernel), rtol=1e-9, atol=1e-12)
+        # (float32 rows: the kernel's dot products come from float32 GEMMs, whose rounding depends on the shapes
+        # multiplied, so two evaluations of one kernel value agree to about 1e-7 only)
+        rtol = 1e-6 if dtype == np.float32 else 1e-9
+        np.testing.assert_allclose(centers.norms, centers.direct_norms(kernel), rtol=rtol, atol=1e-12)
         direct_after = centers.distances(X[index], kernel).min(axis=1).mean()
-        assert record["batch_energy_after"] == pytest.approx(direct_after, rel=1e-9, abs=1e-12)
+        assert record["batch_energy_after"] == pytest.approx(direct_after, rel=rtol, abs=1e-12)
     return X, centers, records
 
 
