@@ -440,5 +440,8 @@ class KernelKMeans(_KernelClustering):
         self.n_iter_ = result.n_iter
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
-        if data.in_memory and result.stop_reason == "converged":  # the labels are those of the final centers
-            self._labels = result.labels.astype(np.int32)
+        if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
+            import dask.array as da
+
+            self._labels = self._like_input(
+                data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))

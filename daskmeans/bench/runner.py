@@ -57,6 +57,7 @@ class BenchOptions:
     refine: bool = True
     driver_memory: str | None = None
     overwrite: bool = False
+    quality: bool = False
     command_line: str = ""
     resolved: list = field(default_factory=list)
 
@@ -478,6 +479,10 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
     list of str
         Paths written.
     """
+    if options.quality:
+        from .kernel_quality import run_quality
+
+        return run_quality(options, echo=echo)
     options = check_options(options)
     os.makedirs(options.out_dir, exist_ok=True)
     machine = machine_info()
