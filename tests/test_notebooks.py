@@ -85,7 +85,8 @@ def images(notebook) -> int:
 
 
 def test_the_notebooks_are_there():
-    assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb"]
+    assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb",
+                                                 "04-kernel-kmeans.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -130,6 +131,20 @@ def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
     assert "the memory of one worker" in output and "best: " in output
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
+
+
+def test_kernel_kmeans_separates_the_circles(tmp_path):
+    pytest.importorskip("sklearn", reason="the notebook scores with scikit-learn's ARI")
+    notebook = execute_notebook(ROOT / "notebooks" / "04-kernel-kmeans.ipynb", tmp_path,
+                                env={name: None for name in CLUSTER_VARIABLES})
+    output = text_output(notebook)
+    scores = {line.split(" ARI ")[0].strip(): float(line.split(" ARI ")[1].split()[0])
+              for line in output.splitlines() if " ARI " in line and "iterations" in line}
+    assert scores["linear k-means"] < 0.1
+    assert scores["mini-batch kernel k-means"] > 0.95 and scores["full-batch kernel k-means"] > 0.95
+    assert "the loaded model labels all 4,000 rows as the fitted one" in output
+    assert images(notebook) == 1
+    assert (tmp_path / "daskmeans-kernel" / "kernel-model.zarr").is_dir()
 
 
 if __name__ == "__main__":  # pragma: no cover
