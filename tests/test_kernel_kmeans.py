@@ -302,3 +302,35 @@ def test_given_initial_points_and_wrong_features_at_predict(circle_data):
     with pytest.raises(NotFittedError):
         MiniBatchKernelKMeans(2).predict(X)
     assert isinstance(model.kernel_, Kernel)
+
+
+# -- the quality benchmark ---------------------------------------------------------------------------------------
+def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp_path):
+    pytest.importorskip("sklearn")
+    from click.testing import CliRunner
+    from conftest import SHARED_DATA
+
+    from daskmeans.bench.command import bench
+    from daskmeans.bench.kernel_quality import markdown_table
+
+    if not (SHARED_DATA / "pendigits.npz").exists():
+        pytest.skip("the shared pendigits.npz is not present")
+    args = ["pendigits", "--quick", "--quality", "--data-dir", SHARED_DATA, "--out", tmp_path, "--seeds", 1,
+            "--n-samples", 600, "--scheduler", cluster_client.scheduler.address]
+    result = CliRunner().invoke(bench, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "pendigits-quick-quality.json") as f:
+        record = json.load(f)
+    assert record["workload"]["n_samples"] == 600 and record["workload"]["k"] == 10
+    assert [r["name"] for r in record["runs"]] == ["kernel-minibatch", "kernel-minibatch-untruncated",
+                                                   "kernel-kmeans", "kmeans"]
+    assert all(r["status"] == "ok" and 0 < r["nmi"] <= 1 and -1 <= r["ari"] <= 1 for r in record["runs"])
+    full = record["summary"]["kernel-kmeans"]
+    assert full["speedup"]["values"] == [1.0]
+    assert record["summary"]["kmeans"]["ari"]["min"] <= record["summary"]["kmeans"]["ari"]["median"]
+    with open(tmp_path / "pendigits-quick-quality.md") as f:
+        assert f.read() == markdown_table(record)
+    # unlabelled workloads and --data are refused before any work, with the reason
+    result = CliRunner().invoke(bench, ["synthetic", "--quality", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "true labels" in result.output
+    assert not (tmp_path / "x").exists()
