@@ -38,7 +38,8 @@ class BenchCommand(click.Command):
 @click.option("--quick", is_flag=True, help="Small variant of each workload (each under a minute), for smoke tests.")
 @click.option("--out", "out_dir", default="bench-results", show_default=True, type=click.Path(file_okay=False),
               help="Folder for NAME.json, NAME.md and NAME.png of each workload.")
-@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: all registered; 'none').")
+@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
+                                   "algorithm; kernel k-means with --quality; 'none').")
 @click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
                               "faiss, dask-ml (default: the workload's; 'none').")
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
