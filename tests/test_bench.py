@@ -111,8 +111,8 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     runs = record["runs"]
     from daskmeans.registry import energy_algorithm_names
 
-    assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd", "sklearn-minibatch",
-                                                        "faiss", "dask-ml"])
+    assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd",
+                                                        "sklearn-minibatch", "faiss", "dask-ml"])
     assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
     for run in runs:
         installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]
