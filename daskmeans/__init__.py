@@ -15,6 +15,7 @@ from .exceptions import (
 )
 from .io import open_input, write_labels
 from .mixture import CoresetGaussianMixture
+from .kernel_estimators import KernelKMeans, MiniBatchKernelKMeans
 from .persistence import load
 
 __version__ = "0.1.0"
@@ -26,6 +27,8 @@ __all__ = [
     "MiniBatchKMeans",
     "CoresetGaussianMixture",
     "lightweight_coreset",
+    "MiniBatchKernelKMeans",
+    "KernelKMeans",
     "open_input",
     "write_labels",
     "load",

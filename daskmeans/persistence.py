@@ -21,11 +21,11 @@ SAFE_CODECS = {
 
 
 def _registry():
-    from . import estimators, mixture
+    from . import estimators, kernel_estimators, mixture
 
-    return {cls.__name__: cls for module in (estimators, mixture) for cls in vars(module).values()
+    return {cls.__name__: cls for module in (estimators, mixture, kernel_estimators) for cls in vars(module).values()
             if isinstance(cls, type) and issubclass(cls, estimators.ClusteringEstimator)
-            and cls is not estimators.ClusteringEstimator}
+            and cls is not estimators.ClusteringEstimator and not cls.__name__.startswith("_")}
 
 
 def _jsonable(value):

@@ -87,6 +87,19 @@ def _warm_truncated_em(dtype):
     kernels.update_neighbours(neighbours, keys, sums, counts)
     kernels.posterior_stats(block, np.ones(rows), result[0], result[1], 1.0, 3)
     kernels.truncated_posterior(block, means, 1.0, 2)
+def _warm_kernel_kmeans(dtype):
+    """Kernel k-means: the kernel matrices (RBF, Laplacian, polynomial), sparse-center distances (what the
+    predict pass runs on workers) and the mini-batch step's helpers (run on the driver)."""
+    from .kernels.kernel_centers import single_point_centers
+    from .kernels.kernel_functions import Kernel
+    from .kernels.kernel_minibatch import kernel_minibatch_step
+
+    block = _tiny_block(dtype)
+    for kernel in (Kernel("rbf", {"kappa": 1.0}), Kernel("laplacian", {"kappa": 1.0}),
+                   Kernel("polynomial", {"degree": 2, "gamma": 1.0, "coef0": 1.0})):
+        centers = single_point_centers(np.ascontiguousarray(block[:2]), kernel, np.arange(2))
+        centers.nearest(block, kernel)
+        kernel_minibatch_step(centers, np.zeros(2), block, np.arange(block.shape[0]), kernel, 1, tau=2)
 
 
 #: name -> function(dtype) that runs the kernels of one concern once on tiny arrays.
@@ -96,13 +109,14 @@ WARMUPS = {
     "_random": _warm_random,
     "kernels.afkmc2": _warm_afkmc2,
     "kernels.truncated_em": _warm_truncated_em,
+    "kernels.kernel_kmeans": _warm_kernel_kmeans,
 }
 
 
 def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
     from . import _random
-    from .kernels import afkmc2, assign, stats, truncated_em
+    from .kernels import afkmc2, assign, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
 
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
@@ -115,6 +129,13 @@ def _dispatchers():
         "kernels.truncated_em.update_neighbours": truncated_em.update_neighbours,
         "kernels.truncated_em.posterior_stats": truncated_em.posterior_stats,
         "kernels.truncated_em.truncated_posterior": truncated_em.truncated_posterior,
+        "kernels.kernel_functions.rbf_from_gram": kernel_functions.rbf_from_gram,
+        "kernels.kernel_functions.laplacian_matrix": kernel_functions.laplacian_matrix,
+        "kernels.kernel_functions.polynomial_from_gram": kernel_functions.polynomial_from_gram,
+        "kernels.kernel_centers.center_inner_products": kernel_centers.center_inner_products,
+        "kernels.kernel_centers.nearest_from_inner": kernel_centers.nearest_from_inner,
+        "kernels.kernel_minibatch.batch_cluster_means": kernel_minibatch.batch_cluster_means,
+        "kernels.kernel_minibatch.truncation_mask": kernel_minibatch.truncation_mask,
     }
 
 

@@ -143,10 +143,10 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
     runs = record["runs"]
-    from daskmeans.registry import algorithm_names
+    from daskmeans.registry import energy_algorithm_names
 
-    assert sorted({r["name"] for r in runs}) == sorted([*algorithm_names(), "sklearn-lloyd", "sklearn-minibatch",
-                                                        "faiss", "dask-ml"])
+    assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd",
+                                                        "sklearn-minibatch", "faiss", "dask-ml"])
     assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
     for run in runs:
         installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]

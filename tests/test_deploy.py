@@ -651,6 +651,18 @@ for dtype in (np.float32, np.float64):
                                    random_state=0).fit(X)
     model.predict_proba(X[:5])
     KMeans(6, init="afk-mc2", max_iter=2, random_state=0).fit(X)
+from daskmeans.kernels.kernel_centers import single_point_centers
+from daskmeans.kernels.kernel_functions import Kernel
+from daskmeans.kernels.kernel_minibatch import kernel_minibatch_step
+for dtype in (np.float32, np.float64):       # kernel k-means: the predict pass's distances and the driver's steps
+    X = rng.random((300, 5)).astype(dtype)
+    for kernel in (Kernel("rbf", {"kappa": 2.0}), Kernel("laplacian", {"kappa": 2.0}),
+                   Kernel("polynomial", {"degree": 3, "gamma": 0.5, "coef0": 1.0})):
+        centers = single_point_centers(X[:4].copy(), kernel, np.arange(4))
+        for step in range(1, 4):
+            index = rng.integers(0, 300, 64)
+            centers, _, _ = kernel_minibatch_step(centers, np.zeros(4), X[index], index, kernel, step, tau=70)
+        centers.nearest(X, kernel)
 print(json.dumps({"before": before, "after": preload.compiled_signatures()}))
 """
 

@@ -86,7 +86,7 @@ def images(notebook) -> int:
 
 def test_the_notebooks_are_there():
     assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb",
-                                                 "03-coreset-gmm.ipynb"]
+                                                 "03-coreset-gmm.ipynb", "04-kernel-kmeans.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -142,6 +142,18 @@ def test_coreset_gmm_runs(tmp_path):
     assert "saved and loaded: CoresetGaussianMixture" in output
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-coreset-gmm" / "model.zarr").is_dir()
+def test_kernel_kmeans_separates_the_circles(tmp_path):
+    pytest.importorskip("sklearn", reason="the notebook scores with scikit-learn's ARI")
+    notebook = execute_notebook(ROOT / "notebooks" / "04-kernel-kmeans.ipynb", tmp_path,
+                                env={name: None for name in CLUSTER_VARIABLES})
+    output = text_output(notebook)
+    scores = {line.split(" ARI ")[0].strip(): float(line.split(" ARI ")[1].split()[0])
+              for line in output.splitlines() if " ARI " in line and "iterations" in line}
+    assert scores["linear k-means"] < 0.1
+    assert scores["mini-batch kernel k-means"] > 0.95 and scores["full-batch kernel k-means"] > 0.95
+    assert "the loaded model labels all 4,000 rows as the fitted one" in output
+    assert images(notebook) == 1
+    assert (tmp_path / "daskmeans-kernel" / "kernel-model.zarr").is_dir()
 
 
 if __name__ == "__main__":  # pragma: no cover

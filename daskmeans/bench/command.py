@@ -38,7 +38,8 @@ class BenchCommand(click.Command):
 @click.option("--quick", is_flag=True, help="Small variant of each workload (each under a minute), for smoke tests.")
 @click.option("--out", "out_dir", default="bench-results", show_default=True, type=click.Path(file_okay=False),
               help="Folder for NAME.json, NAME.md and NAME.png of each workload.")
-@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: all registered; 'none').")
+@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
+                                   "algorithm; kernel k-means with --quality; 'none').")
 @click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
                               "faiss, dask-ml (default: the workload's; 'none').")
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
@@ -47,7 +48,7 @@ class BenchCommand(click.Command):
               help="Seeds 0..N-1; each draws its own initial centers, shared by every algorithm.")
 @click.option("--time-budget", type=float, help="Seconds each run may take (default: the workload's).")
 @click.option("--data-dir", type=click.Path(file_okay=False),
-              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, kddcup04_bio.npz); "
+              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, pendigits.npz, kddcup04_bio.npz); "
                    "default ./data.")
 @click.option("--work-dir", type=click.Path(file_okay=False), help="Where Zarr stores are written (default OUT/data).")
 @click.option("--n-samples", type=int, help="Rows: size of synthetic data, or a subsample of a dataset.")
@@ -62,13 +63,19 @@ class BenchCommand(click.Command):
               help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
+@click.option("--quality", is_flag=True,
+              help="Score clusterings against the true labels (ARI, NMI) and time them, for labelled workloads "
+                   "(pendigits, mnist): kernel k-means (truncated, untruncated, full batch) and linear k-means by "
+                   "default. Writes OUT/NAME-quality.json and .md.")
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
-          n_samples, n_features, storage, batch_size, sizes, max_points, refine, driver_memory, overwrite, cluster):
+          n_samples, n_features, storage, batch_size, sizes, max_points, refine, driver_memory, overwrite, quality,
+          cluster):
     """Benchmark the daskmeans algorithms against scikit-learn, faiss and dask-ml.
 
-    WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), kdd (k=200), out-of-core (synthetic
-    descriptors in Zarr), synthetic (blobs), sizing (pass time against n, extrapolated to 1e9 rows).
+    WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
+    out-of-core (synthetic descriptors in Zarr), synthetic (blobs), sizing (pass time against n, extrapolated to
+    1e9 rows). With --quality, the labelled ones (pendigits, mnist) are scored by ARI and NMI instead.
     All runs of a workload start from the same initial centers; energies are exact on all rows and evaluated
     outside the timed region. Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
 
@@ -77,6 +84,7 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
       daskmeans bench synthetic --quick
       daskmeans bench descriptors --data-dir ../shared/data --peers sklearn-lloyd,faiss
       daskmeans bench --data my.zarr -k 500 --time-budget 120
+      daskmeans bench pendigits --quality --data-dir ../shared/data --seeds 10
     """
     from .runner import BenchOptions, run_benchmark
 
@@ -84,7 +92,7 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
         workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
         cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
-        max_points=max_points, refine=refine, driver_memory=driver_memory, overwrite=overwrite,
+        max_points=max_points, refine=refine, driver_memory=driver_memory, overwrite=overwrite, quality=quality,
         command_line=_command_line(click.get_current_context()),
     )
     written = run_benchmark(options, echo=click.echo)

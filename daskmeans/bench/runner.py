@@ -19,7 +19,7 @@ from .. import __version__
 from ..cli import ClusterSpec
 from ..exceptions import InvalidParameterError, OutputExistsError
 from ..persistence import _jsonable
-from ..registry import ALGORITHMS, make_estimator
+from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
 from . import report
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
 from .monitor import MemoryMonitor, worker_processes
@@ -57,6 +57,7 @@ class BenchOptions:
     refine: bool = True
     driver_memory: str | None = None
     overwrite: bool = False
+    quality: bool = False
     command_line: str = ""
     resolved: list = field(default_factory=list)
 
@@ -347,7 +348,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     data = load_data(workload, client=client, total_threads=cluster["threads"], work_dir=work_dir,
                      driver_memory=driver_memory)
     say(f"data ready: {data.n_samples:,} x {data.n_features}")
-    algorithms = list(ALGORITHMS) if options.algorithms is None else list(options.algorithms)
+    algorithms = energy_algorithm_names() if options.algorithms is None else list(options.algorithms)
     peer_names = list(workload.peers) if options.peers is None else list(options.peers)
     warm_up(client, algorithms, data.n_features)
     warm_up_peers([PEERS[name] for name in peer_names], client)
@@ -535,6 +536,10 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
     list of str
         Paths written.
     """
+    if options.quality:
+        from .kernel_quality import run_quality
+
+        return run_quality(options, echo=echo)
     options = check_options(options)
     os.makedirs(options.out_dir, exist_ok=True)
     machine = machine_info()

@@ -60,6 +60,8 @@ class Workload:
     minibatch_batch_size : int
         Batch size of the scikit-learn ``MiniBatchKMeans`` peer.
     quick : bool
+    labels : str or None
+        Name of the array of true labels in the dataset file (``--quality`` scores ARI and NMI against it).
     """
 
     name: str
@@ -77,6 +79,7 @@ class Workload:
     worker_memory: str | None = None
     minibatch_batch_size: int = 1024
     quick: bool = False
+    labels: str | None = None
 
     @property
     def output_name(self) -> str:
@@ -92,9 +95,16 @@ WORKLOADS: dict[str, tuple[Workload, Workload]] = {
                  file="cifar_dsift.npz", n_samples=30_000, quick=True),
     ),
     "mnist": (
-        Workload("mnist", "MNIST: 70,000 x 784 digits", k=50, time_budget=30.0, source="file", file="mnist.npz"),
+        Workload("mnist", "MNIST: 70,000 x 784 digits", k=50, time_budget=30.0, source="file", file="mnist.npz",
+                 labels="y"),
         Workload("mnist", "MNIST, 10,000 rows sampled", k=50, time_budget=2.0, source="file", file="mnist.npz",
-                 n_samples=10_000, quick=True),
+                 n_samples=10_000, quick=True, labels="y"),
+    ),
+    "pendigits": (
+        Workload("pendigits", "PenDigits: 10,992 x 16 pen trajectories of 10 digits", k=10, time_budget=10.0,
+                 source="file", file="pendigits.npz", labels="y"),
+        Workload("pendigits", "PenDigits, 3,000 rows sampled", k=10, time_budget=1.0, source="file",
+                 file="pendigits.npz", n_samples=3_000, quick=True, labels="y"),
     ),
     "kdd": (
         Workload("kdd", "KDD Cup 2004 bio: 145,751 x 74", k=200, time_budget=30.0, source="file",

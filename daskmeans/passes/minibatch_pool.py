@@ -53,15 +53,12 @@ def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_coun
     return centers, seen_counts, records, stop_reason, stopping, reassignment
 
 
-def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None,
-               reassignment=None, first_step=0):
-    """Delayed run of the mini-batch steps whose rows are ``indices`` (one row of it per step).
+def draw_pieces(array, indices, weights=None):
+    """Delayed ``(positions, rows, weights)`` pieces: each block holding drawn rows is read once, by a worker.
 
-    Returns (when computed) ``(centers, seen_counts, records, stop_reason, stopping, reassignment)`` as
-    :func:`daskmeans.kernels.minibatch.run_steps`, with the updated ``stopping`` and ``reassignment`` states.
+    ``indices`` (any shape) are global row indices, repeats allowed; ``positions`` index its flattened form.
     """
-    n_steps, batch_size = indices.shape
-    flat = indices.ravel()
+    flat = np.asarray(indices).ravel()
     offsets = block_offsets(array)
     ends = offsets + np.asarray(array.chunks[0])
     args = block_args(array, weights)
@@ -73,7 +70,36 @@ def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=Non
         if hi > lo:
             positions = order[lo:hi]
             take_args.append([*args[b][:3], positions, sorted_rows[lo:hi] - start])
-    pieces = map_blocks_delayed(_take_rows, "minibatch-draw", take_args)
+    return map_blocks_delayed(_take_rows, "minibatch-draw", take_args)
+
+
+def _assemble_rows(pieces, n_rows, n_features, dtype):
+    rows = np.empty((n_rows, n_features), dtype=dtype)
+    for positions, taken, _ in pieces:
+        rows[positions] = taken
+    return rows
+
+
+def gather_steps_graph(array, indices):
+    """Delayed rows ``array[indices.ravel()]`` (in that order), drawn as the mini-batch pools draw them.
+
+    For algorithms whose steps run on the driver (mini-batch kernel k-means): only the drawn rows travel.
+    """
+    pieces = draw_pieces(array, indices)
+    (rows,) = map_blocks_delayed(_assemble_rows, "minibatch-gather", [[pieces]], int(np.asarray(indices).size),
+                                 int(array.shape[1]), array.dtype)
+    return rows
+
+
+def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None,
+               reassignment=None, first_step=0):
+    """Delayed run of the mini-batch steps whose rows are ``indices`` (one row of it per step).
+
+    Returns (when computed) ``(centers, seen_counts, records, stop_reason, stopping, reassignment)`` as
+    :func:`daskmeans.kernels.minibatch.run_steps`, with the updated ``stopping`` and ``reassignment`` states.
+    """
+    n_steps, batch_size = indices.shape
+    pieces = draw_pieces(array, indices, weights)
     (run,) = map_blocks_delayed(
         _run_pool, "minibatch-steps", [[pieces]], n_steps, batch_size, array.shape[1], array.dtype,
         shared(np.asarray(centers), "minibatch-centers"), np.asarray(seen_counts, dtype=np.float64), learning_rate,

@@ -1,0 +1,303 @@
+"""Kernel k-means on the engine: seeding in feature space, truncated mini-batch steps, and the exact full batch.
+
+- Seeding: one pass draws a uniform sample; ``kappa="auto"`` is measured on it; greedy k-means++ with kernel
+  distances picks the initial centers among its rows (each center starts as ``phi`` of one row).
+- Mini-batch (Jourdan & Schwartzman): batches are drawn by the workers (block-aware random rows, as the
+  linear mini-batch k-means draws them); the steps run on the driver, ``O(k b (b + tau))`` kernel values each,
+  independent of n.
+- Full batch: Lloyd's algorithm in feature space on the whole kernel matrix, held in the driver (float32,
+  ``4 n^2`` bytes); for n up to about 50,000.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._client import compute_now
+from .._random import stage_generator, stage_key
+from ..exceptions import InputDataError
+from ..kernels.kernel_centers import SparseCenters, nearest_from_inner, single_point_centers
+from ..kernels.kernel_functions import resolve_kernel
+from ..kernels.kernel_minibatch import run_kernel_steps
+from ..passes.minibatch_pool import gather_steps_graph, step_indices
+from ..passes.sampling import sample_without_replacement_graph
+from .result import Clock, FitResult
+
+#: Bytes of batch rows gathered from the workers per round trip.
+POOL_BYTES = 64 * 2**20
+#: Rows the seeding sample holds by default (at least 20 per cluster).
+INIT_SAMPLE_ROWS = 5000
+
+
+def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
+    """Greedy k-means++ with feature-space distances ``K(x,x) + K(y,y) - 2 K(x,y)``.
+
+    Parameters
+    ----------
+    rows : ndarray (m, d)
+    kernel : Kernel
+    n_clusters : int
+    rng : numpy.random.Generator
+    n_local_trials : int, optional
+        Candidates tried per center; default ``2 + floor(log k)`` as scikit-learn.
+
+    Returns
+    -------
+    int64 (n_clusters,)
+        Positions of the chosen rows.
+
+    Raises
+    ------
+    InputDataError
+        Fewer rows distinct in feature space than ``n_clusters``.
+    """
+    m = rows.shape[0]
+    if n_local_trials is None:
+        n_local_trials = 2 + int(math.log(n_clusters))
+    diag = kernel.diag(rows)
+    chosen = np.empty(n_clusters, dtype=np.int64)
+    chosen[0] = rng.integers(m)
+    closest = np.maximum(diag + diag[chosen[0]] - 2.0 * kernel.matrix(rows, rows[chosen[:1]])[:, 0], 0.0)
+    for c in range(1, n_clusters):
+        cumulative = np.cumsum(closest)
+        if cumulative[-1] <= 0:
+            raise InputDataError(
+                f"The seeding sample has only {c} row(s) distinct in the kernel's feature space but n_clusters="
+                f"{n_clusters}; lower n_clusters, raise init_sample_size, or check the kernel parameters."
+            )
+        targets = rng.random(n_local_trials) * cumulative[-1]
+        trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
+        d2 = diag[:, None] + diag[trials][None, :] - 2.0 * kernel.matrix(rows, rows[trials])
+        np.maximum(d2, 0.0, out=d2)
+        np.minimum(d2, closest[:, None], out=d2)
+        potentials = d2.sum(axis=0)
+        best = int(np.argmin(potentials))
+        chosen[c] = trials[best]
+        closest = d2[:, best]
+    return chosen
+
+
+def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, sample_size=None, client=None):
+    """Draw the seeding sample, resolve the kernel on it and pick the initial centers.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    n_clusters : int
+    kernel : str or callable
+    kernel_params : dict or None
+    init : {"k-means++", "random"} or ndarray (n_clusters, d)
+        k-means++ in feature space on the sample, distinct random rows of the sample, or given points (each
+        center is ``phi`` of one point).
+    seed : int
+    sample_size : int, optional
+        Rows of the sample (default ``max(20 k, 5000)``, at most n).
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    kernel : Kernel
+    centers : SparseCenters
+    gamma : float
+        ``max sqrt(K(x, x))`` over the sample (1 for RBF and Laplacian).
+    """
+    n = int(array.shape[0])
+    m = min(n, sample_size or max(20 * n_clusters, INIT_SAMPLE_ROWS))
+    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample")),
+                            client=client)
+    index, rows = np.asarray(sample[1]), np.ascontiguousarray(sample[2])
+    resolved = resolve_kernel(kernel, kernel_params, array.shape[1], sample=rows,
+                              rng=stage_generator(seed, "kernel-init", "kappa"))
+    gamma = float(np.sqrt(max(0.0, float(resolved.diag(rows).max()))))
+    if isinstance(init, str) and init == "k-means++":
+        chosen = kernel_kmeans_plusplus(rows, resolved, n_clusters, stage_generator(seed, "kernel-init", "k-means++"))
+        centers = single_point_centers(rows[chosen], resolved, index[chosen])
+    elif isinstance(init, str):  # "random": the first distinct rows of the (randomly ordered) sample
+        _, first = np.unique(rows, axis=0, return_index=True)
+        first = np.sort(first)
+        if first.shape[0] < n_clusters:
+            raise InputDataError(
+                f"A sample of {m} rows has only {first.shape[0]} distinct row(s) but n_clusters={n_clusters}; "
+                "lower n_clusters or raise init_sample_size."
+            )
+        chosen = first[:n_clusters]
+        centers = single_point_centers(rows[chosen], resolved, index[chosen])
+    else:
+        centers = single_point_centers(np.ascontiguousarray(init, dtype=array.dtype), resolved)
+    return resolved, centers, gamma
+
+
+def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batch_size=1024, tau=200,
+                            truncate=True, learning_rate="beta", max_iter=200, tol=0.0, clock=None, client=None,
+                            callback=None, passes=0, pool_bytes=POOL_BYTES):
+    """Run (truncated) mini-batch kernel k-means from ``centers``.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : SparseCenters
+    kernel : Kernel
+    seed : int
+        Fixes the rows of every step.
+    batch_size, tau, truncate, learning_rate :
+        See :func:`daskmeans.kernels.kernel_minibatch.kernel_minibatch_step`.
+    max_iter : int
+        Steps (mini-batch iterations).
+    tol : float
+        Stop when a step improves its batch's energy by less than ``tol`` (0 disables).
+    clock : Clock, optional
+    client : distributed.Client, optional
+    callback : callable, optional
+        Called with each step's history record.
+    passes : float
+        Passes already spent (seeding).
+    pool_bytes : int
+        Bytes of batch rows fetched from the workers at once (several steps per round trip).
+
+    Returns
+    -------
+    FitResult
+        ``centers`` is the :class:`SparseCenters`; ``history`` has one record per step (``energy`` is the
+        batch's mean squared distance before the step); ``stop_reason`` is ``"converged"``, ``"max_iter"`` or
+        ``"max_time"``. Extra attributes: ``gamma`` (max ``||phi(x)||`` over the rows seen), ``n_steps``.
+    """
+    clock = clock or Clock()
+    n = int(array.shape[0])
+    row_bytes = batch_size * array.shape[1] * array.dtype.itemsize
+    steps_per_pool = max(1, min(max_iter, pool_bytes // max(1, row_bytes)))
+    seen = np.zeros(centers.n_clusters)
+    history = []
+    stop_reason = "max_iter"
+    gamma_sq = 1.0 if kernel.normalized else float(centers.norms.max())
+    step = 0
+    while step < max_iter:
+        n_steps = min(steps_per_pool, max_iter - step)
+        indices = step_indices(n, batch_size, seed, step, n_steps)
+        (rows,) = compute_now(gather_steps_graph(array, indices), client=client)
+        if not kernel.normalized:
+            gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
+        batches = [rows[t * batch_size:(t + 1) * batch_size] for t in range(n_steps)]
+        pool_start = clock.elapsed()
+        time_left = None if clock.max_time is None else max(0.0, clock.max_time - pool_start)
+        centers, seen, records, reason = run_kernel_steps(
+            centers, seen, batches, list(indices), kernel, step + 1, learning_rate=learning_rate, tau=tau,
+            truncate=truncate, tol=tol, time_left=time_left,
+        )
+        for record in records:
+            step += 1
+            entry = {
+                "iteration": step,
+                "batch_size": batch_size,
+                "energy": record["batch_energy"],
+                "batch_energy_after": record["batch_energy_after"],
+                "improvement": record["improvement"],
+                "support": record["support"],
+                "dropped": record["dropped"],
+                "wall_time": pool_start + record["seconds"],
+                "passes": passes + step * batch_size / n,
+            }
+            history.append(entry)
+            if callback is not None:
+                callback(entry)
+        if reason is not None:
+            stop_reason = reason
+            break
+        if clock.out_of_time():
+            stop_reason = "max_time"
+            break
+    result = FitResult(centers, None, step, history, stop_reason, passes + step * batch_size / n, None)
+    result.gamma = float(np.sqrt(gamma_sq))
+    result.n_steps = step
+    result.seen_counts = seen
+    return result
+
+
+def kernel_matrix_float32(X, kernel, slab_bytes=64 * 2**20):
+    """The full ``(n, n)`` kernel matrix in float32, computed a slab of rows at a time in float64."""
+    n = X.shape[0]
+    out = np.empty((n, n), dtype=np.float32)
+    step = max(1, slab_bytes // (8 * max(1, n)))
+    for start in range(0, n, step):
+        out[start:start + step] = kernel.matrix(X[start:start + step], X)
+    return out
+
+
+def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock=None, callback=None):
+    """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space on the whole kernel matrix.
+
+    Each iteration computes ``<phi(x), C_j> = (K H)_{xj}`` with ``H`` the cluster-mean indicator matrix (one
+    GEMM), ``<C_j, C_j>`` as the mean of those over the cluster, and reassigns every row; it stops when no row
+    changes cluster. A cluster that empties takes the row farthest from its center.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+        All rows, in the driver.
+    centers : SparseCenters
+        Initial centers (the first labels are the rows' nearest ones).
+    kernel : Kernel
+    max_iter : int
+    clock : Clock, optional
+    callback : callable, optional
+        Called with each iteration's history record.
+
+    Returns
+    -------
+    FitResult
+        ``centers`` (a :class:`SparseCenters` whose support is every row, coefficient ``1 / |cluster|``),
+        ``inertia`` (sum of squared feature-space distances to them), ``counts``, ``labels`` (extra attribute),
+        ``stop_reason`` ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+    """
+    clock = clock or Clock()
+    n = X.shape[0]
+    k = centers.n_clusters
+    labels, dist2 = centers.nearest(X, kernel)
+    gram = kernel_matrix_float32(X, kernel)
+    diag = kernel.diag(X)
+    history = []
+    stop_reason = "max_iter"
+    rows = np.arange(n)
+    n_iter = 0
+    for iteration in range(1, max_iter + 1):
+        counts = np.bincount(labels, minlength=k).astype(np.float64)
+        for j in np.flatnonzero(counts == 0):
+            far = int(np.argmax(np.where(counts[labels] > 1, dist2, -1.0)))
+            counts[labels[far]] -= 1
+            labels[far] = j
+            counts[j] = 1
+            dist2[far] = 0.0
+        indicator = np.zeros((n, k), dtype=np.float32)
+        indicator[rows, labels] = (1.0 / counts)[labels]
+        inner = (gram @ indicator).astype(np.float64)
+        norms = np.bincount(labels, weights=inner[rows, labels], minlength=k) / counts
+        new_labels, dist2 = nearest_from_inner(diag, inner, norms)
+        changed = int((new_labels != labels).sum())
+        n_iter = iteration
+        record = {"iteration": iteration, "energy": float(dist2.mean()), "changed": changed,
+                  "wall_time": clock.elapsed(), "passes": 0}
+        history.append(record)
+        if callback is not None:
+            callback(record)
+        labels = new_labels
+        if changed == 0:
+            stop_reason = "converged"
+            break
+        if clock.out_of_time():
+            stop_reason = "max_time"
+            break
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    indicator = np.zeros((n, k), dtype=np.float32)
+    indicator[rows, labels] = (1.0 / np.maximum(counts, 1.0))[labels]
+    inner = (gram @ indicator).astype(np.float64)
+    norms = np.bincount(labels, weights=inner[rows, labels], minlength=k) / np.maximum(counts, 1.0)
+    del gram
+    order = np.argsort(labels, kind="stable")
+    final = SparseCenters(rows=np.ascontiguousarray(X[order]), coef=(1.0 / counts[labels])[order],
+                          owner=labels[order].astype(np.int64), segment=np.zeros(n, dtype=np.int64),
+                          row_index=order.astype(np.int64), norms=norms)
+    final_dist2 = np.maximum(diag - 2.0 * inner[rows, labels] + norms[labels], 0.0)
+    result = FitResult(final, float(final_dist2.sum()), n_iter, history, stop_reason, 1, counts)
+    result.labels = labels
+    return result

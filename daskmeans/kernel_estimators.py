@@ -1,0 +1,447 @@
+"""Kernel k-means estimators: truncated mini-batch kernel k-means for any n, exact kernel k-means for small n.
+
+Centers live in the kernel's feature space; each is kept as a weighted sum of data rows (its *support*).
+``predict``, ``labels_``, ``transform`` and ``score`` use feature-space distances, one distributed pass in
+which every block meets the support rows (broadcast once). Models save the support rows, their coefficients
+and the kernel's name and parameters (arrays and JSON; no pickle), so a callable kernel cannot be saved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._client import compute_now, resolve_client
+from ._random import seed_from_random_state, stage_key
+from ._validation import check_choice, check_float, check_int, check_max_time
+from .algorithms.result import Clock
+from .estimators import ClusteringEstimator, raise_damaged
+from .exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError
+from .kernels.kernel_centers import SparseCenters
+from .kernels.kernel_functions import Kernel, check_kernel
+from .kernels.minibatch import LEARNING_RATES
+from .passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
+
+#: Seeding methods of the kernel estimators (k-means++ runs in feature space).
+KERNEL_INIT_METHODS = ("k-means++", "random")
+#: Largest n ``KernelKMeans`` accepts by default: its kernel matrix takes ``4 n^2`` bytes (10 GB at 50,000).
+MAX_FULL_BATCH_SAMPLES = 50_000
+
+
+def _check_kernel_init(init, n_clusters, n_features=None):
+    if isinstance(init, str):
+        check_choice(init, "init", KERNEL_INIT_METHODS)
+        return
+    centers = np.asarray(init)
+    if centers.dtype.kind not in "fiu" or centers.ndim != 2 or centers.shape[0] != n_clusters or (
+            n_features is not None and centers.shape[1] != n_features):
+        raise InvalidParameterError(
+            f"init must be 'k-means++', 'random' or an array of n_clusters={n_clusters} points of shape "
+            f"(n_clusters, n_features) (each center starts as phi of one point); got {init!r:.80}."
+        )
+    if not np.isfinite(centers).all():
+        raise InvalidParameterError("init array contains NaN or infinity.")
+
+
+class _KernelClustering(ClusteringEstimator):
+    """Shared plumbing of the kernel estimators: sparse centers, feature-space predictions, persistence."""
+
+    _model_arrays = ("cluster_centers_", "support_rows_", "support_coef_", "support_owner_", "support_index_",
+                     "center_norms_")
+    _model_scalars = ClusteringEstimator._model_scalars + ("kernel_name_", "kernel_params_", "gamma_")
+
+    # -- parameters --------------------------------------------------------------------------------------------
+    def _validate_kernel_params(self):
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_kernel(self.kernel, self.kernel_params)
+        _check_kernel_init(self.init, self.n_clusters)
+        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
+        check_max_time(self.max_time)
+        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        try:
+            seed_from_random_state(0 if self.random_state is None else self.random_state)
+        except (TypeError, ValueError) as error:
+            raise InvalidParameterError(str(error)) from error
+
+    # -- fitted state --------------------------------------------------------------------------------------------
+    def _store(self, centers: SparseCenters, kernel: Kernel, n_features, dtype):
+        self.support_rows_ = centers.rows
+        self.support_coef_ = centers.coef
+        self.support_owner_ = centers.owner
+        self.support_index_ = centers.row_index
+        self.center_norms_ = centers.norms
+        self.cluster_centers_ = centers.input_space_means(n_features, dtype)
+        self.kernel_name_ = kernel.name
+        self.kernel_params_ = dict(kernel.params)
+        self._kernel = kernel
+        self._labels = None
+
+    @property
+    def sparse_centers_(self) -> SparseCenters:
+        """The centers as :class:`~daskmeans.kernels.kernel_centers.SparseCenters`."""
+        self._check_fitted()
+        return SparseCenters(self.support_rows_, self.support_coef_, self.support_owner_,
+                             np.zeros(len(self.support_owner_), dtype=np.int64), self.support_index_,
+                             self.center_norms_)
+
+    @property
+    def support_(self) -> list:
+        """Per center: ``{"rows", "coef", "index"}``, its support rows, their coefficients and row indices.
+
+        ``C_j = sum_s coef[s] phi(rows[s])``; ``index`` is the row's position in the training data (-1 for a
+        given initial center).
+        """
+        self._check_fitted()
+        out = []
+        for j in range(self.n_clusters):
+            mine = self.support_owner_ == j
+            out.append({"rows": self.support_rows_[mine], "coef": self.support_coef_[mine],
+                        "index": self.support_index_[mine]})
+        return out
+
+    @property
+    def kernel_(self) -> Kernel:
+        """The kernel used, with its parameters resolved (e.g. ``kappa`` measured on the data)."""
+        self._check_fitted()
+        kernel = getattr(self, "_kernel", None)
+        if kernel is None:
+            name = self.kernel_name_
+            kernel = Kernel(name, dict(self.kernel_params_), self.kernel if name == "callable" else None)
+            self._kernel = kernel
+        return kernel
+
+    # -- predictions ---------------------------------------------------------------------------------------------
+    def _support_for(self, data):
+        centers = self.sparse_centers_
+        centers.rows = np.ascontiguousarray(centers.rows, dtype=data.dtype)
+        return centers
+
+    def predict(self, X):
+        """Index of the nearest center in feature space for each sample (lazy for dask and Zarr input)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_kernel_labels(data.array, self._support_for(data), self.kernel_))
+
+    def transform(self, X):
+        """Feature-space distance ``||phi(x) - C_j||`` of each sample to every center, shape (n, k)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_kernel_transform(data.array, self._support_for(data), self.kernel_),
+                                name="distance")
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the sum of squared feature-space distances of ``X`` to the nearest centers."""
+        if sample_weight is not None:
+            raise InvalidParameterError(f"{type(self).__name__}.score does not take sample_weight.")
+        data = self._check_predict_input(X)
+        client = resolve_client(getattr(self, "client", None))
+        (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
+                                                 check_finite=True), client=client)
+        return -float(raw[1].sum())
+
+    @property
+    def labels_(self):
+        """Label of each training sample: NumPy for NumPy input, else lazy and chunk-aligned with the input."""
+        self._check_fitted()
+        if getattr(self, "_labels", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError(
+                    "labels_ belong to the data the model was fitted on, which a loaded model does not have; "
+                    "call predict(X) instead."
+                )
+            self._labels = self._like_input(
+                data, lazy_kernel_labels(data.array, self._support_for(data), self.kernel_))
+        return self._labels
+
+    @property
+    def inertia_(self):
+        """Sum of squared feature-space distances of the training samples to their nearest center.
+
+        A mini-batch fit leaves this to one pass, made on first access.
+        """
+        self._check_fitted()
+        if getattr(self, "_inertia", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
+            client = resolve_client(getattr(self, "client", None))
+            (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_),
+                                 client=client)
+            self._inertia = float(raw[1].sum())
+        return self._inertia
+
+    @inertia_.setter
+    def inertia_(self, value):
+        self._inertia = value
+
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit the model to ``X`` (no ``sample_weight``)."""
+        if sample_weight is not None:
+            raise InvalidParameterError(
+                f"{type(self).__name__} does not take sample_weight; pass sample_weight=None (or use KMeans for "
+                "weighted data)."
+            )
+        return super().fit(X, y)
+
+    # -- persistence ---------------------------------------------------------------------------------------------
+    def save(self, path, *, overwrite=False):
+        """Write the model (support rows, coefficients, kernel name and parameters) to a Zarr group.
+
+        Raises
+        ------
+        ModelFileError
+            The kernel is a Python callable: a model file holds arrays and JSON only, never code.
+        """
+        if callable(self.kernel):
+            raise ModelFileError(
+                f"This model uses a Python callable as its kernel ({getattr(self.kernel, '__name__', self.kernel)!r}), "
+                "which a model file cannot store: daskmeans writes arrays and JSON only, never pickled code. "
+                "Fit with a named kernel ('rbf', 'laplacian', 'polynomial') to save the model."
+            )
+        return super().save(path, overwrite=overwrite)
+
+    def _check_loaded(self, path):
+        m = self.support_rows_.shape[0] if self.support_rows_.ndim == 2 else -1
+        if self.support_rows_.ndim != 2 or self.support_rows_.shape[1] != self.n_features_in_:
+            raise_damaged(path, f"support_rows has shape {self.support_rows_.shape}, expected (m, "
+                                f"{self.n_features_in_})")
+        for name in ("support_coef_", "support_owner_", "support_index_"):
+            if getattr(self, name).shape != (m,):
+                raise_damaged(path, f"{name.rstrip('_')} has shape {getattr(self, name).shape}, expected ({m},)")
+        if self.center_norms_.shape != (self.n_clusters,):
+            raise_damaged(path, f"center_norms has shape {self.center_norms_.shape}, expected ({self.n_clusters},)")
+        if m and (self.support_owner_.min() < 0 or self.support_owner_.max() >= self.n_clusters):
+            raise_damaged(path, "support_owner names a center that does not exist")
+        if not (np.isfinite(self.support_rows_).all() and np.isfinite(self.support_coef_).all()
+                and np.isfinite(self.center_norms_).all()):
+            raise_damaged(path, "the support holds NaN or infinity")
+        if self.kernel_name_ not in ("rbf", "laplacian", "polynomial"):
+            raise_damaged(path, f"unknown kernel {self.kernel_name_!r}")
+        self.support_owner_ = self.support_owner_.astype(np.int64)
+        self.support_index_ = self.support_index_.astype(np.int64)
+
+
+class MiniBatchKernelKMeans(_KernelClustering):
+    """Truncated mini-batch kernel k-means (Jourdan & Schwartzman, arXiv 2410.05902) on data of any size.
+
+    Each step draws ``batch_size`` rows uniformly with replacement (the workers read only the blocks holding
+    them), assigns them to the nearest centers in feature space and moves center ``j`` by
+    ``C_j <- (1 - a_j) C_j + a_j cm(B_j)``. Centers are sparse weighted sums of batch rows, and the inner products
+    that distances need are updated by the recursive expansion of that update (``<C_j, C_j>`` included). With
+    truncation, each center keeps only its most recent batches' rows, about ``tau``: a step costs
+    ``O(k b (b + tau))`` kernel values, whatever ``n_samples``. The steps run on the driver.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    kernel : {"rbf", "laplacian", "polynomial"} or callable, default "rbf"
+        See :mod:`daskmeans.kernels.kernel_functions`: ``exp(-||x-y||^2 / kappa)``, ``exp(-||x-y||_1 / kappa)``,
+        ``(gamma <x,y> + coef0) ** degree``, or ``f(X, Y, **kernel_params) -> (len(X), len(Y))`` (a callable
+        cannot be saved).
+    kernel_params : dict, optional
+        ``{"kappa": float or "auto"}`` (RBF, Laplacian; ``"auto"``: the mean pairwise distance of the seeding
+        sample), ``{"degree", "gamma", "coef0"}`` (polynomial) or keyword arguments of the callable.
+    batch_size : int, default 1024
+    tau : int, default 200
+        Rows each truncated center keeps (the most recent batches holding at least ``tau`` of its rows).
+        Lemma 3 of the paper: ``tau = b ln^2(28 gamma / eps)`` keeps each center within ``eps / 28`` of the
+        untruncated one.
+    learning_rate : {"beta", "sklearn"}, default "beta"
+        ``sqrt(b_j / b)`` (Schwartzman 2023; the paper's) or ``b_j / (v_j + b_j)`` (scikit-learn's).
+    max_iter : int, default 200
+        Mini-batch steps (the paper runs 200).
+    tol : float, default 0.0
+        Early stopping: stop when a step improves its batch's mean squared feature-space distance by less than
+        ``tol`` (the paper's epsilon; 0 disables, and every run takes ``max_iter`` steps).
+    truncate : bool, default True
+        False: the untruncated version (every contribution kept; the same data row in a center is merged).
+    init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
+        k-means++ with kernel distances on a uniform sample, distinct random rows of it, or given points.
+    init_sample_size : int, optional
+        Rows of the seeding sample (default ``max(20 k, 5000)``); ``kappa="auto"`` is measured on it.
+    max_time : float, optional
+        Wall-clock budget in seconds.
+    random_state : int, numpy Generator or None
+        Fixes the sample, the seeding and every batch: same value, same result on any scheduler or worker count.
+    chunk_rows : int, optional
+    client : distributed.Client, optional
+    progress : bool, default False
+
+    Attributes
+    ----------
+    support_ : list of dict
+        Per center: support ``rows``, their ``coef`` (``C_j = sum coef phi(row)``) and ``index`` in the data.
+    cluster_centers_ : ndarray (n_clusters, n_features)
+        The coefficient-weighted mean of each center's support rows in input space: a readable position, not
+        the feature-space center (``predict`` never uses it).
+    labels_ : ndarray or dask array (n_samples,)
+    inertia_ : float
+        Sum of squared feature-space distances of all samples (one pass, on first access).
+    kernel_ : Kernel
+        The kernel with its parameters resolved (``kernel_params_`` as a dict).
+    gamma_ : float
+        ``max ||phi(x)||`` over the rows the fit saw (1 for RBF and Laplacian); the paper's gamma.
+    n_iter_ : int
+        Steps taken.
+    history_ : list of dict
+        Per step: ``energy`` (the batch's mean squared distance before the step), ``batch_energy_after``,
+        ``improvement``, ``support`` (rows of all centers), ``dropped`` (rows forgotten), ``wall_time``, ``passes``.
+    stop_reason_ : str
+        ``"converged"`` (tol), ``"max_iter"`` or ``"max_time"``.
+    """
+
+    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=1024, tau=200,
+                 learning_rate="beta", max_iter=200, tol=0.0, truncate=True, init="k-means++",
+                 init_sample_size=None, max_time=None, random_state=None, chunk_rows=None, client=None,
+                 progress=False):
+        self.n_clusters = n_clusters
+        self.kernel = kernel
+        self.kernel_params = kernel_params
+        self.batch_size = batch_size
+        self.tau = tau
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.tol = tol
+        self.truncate = truncate
+        self.init = init
+        self.init_sample_size = init_sample_size
+        self.max_time = max_time
+        self.random_state = random_state
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    def _validate_params(self):
+        check_int(self.batch_size, "batch_size", minimum=1)
+        check_int(self.tau, "tau", minimum=1)
+        check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_float(self.tol, "tol", minimum=0.0)
+        if not isinstance(self.truncate, (bool, np.bool_)):
+            raise InvalidParameterError(f"truncate must be True or False, got {self.truncate!r}.")
+        self._validate_kernel_params()
+
+    def _fit(self, data, weights, summary, client):
+        from .algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
+        from .progress import ProgressReporter
+
+        _check_kernel_init(self.init, self.n_clusters, data.n_features)
+        seed = seed_from_random_state(self.random_state)
+        clock = Clock(self.max_time)
+        kernel, centers, gamma = kernel_seeding(
+            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(seed, "init", 0),
+            sample_size=self.init_sample_size, client=client,
+        )
+        with ProgressReporter(self.progress, total=self.max_iter, desc="mini-batch kernel k-means") as reporter:
+            result = minibatch_kernel_kmeans(
+                data.array, centers, kernel, seed=stage_key(seed, "kernel-minibatch"), batch_size=self.batch_size,
+                tau=self.tau, truncate=bool(self.truncate), learning_rate=self.learning_rate,
+                max_iter=self.max_iter, tol=self.tol, clock=clock, client=client, callback=reporter.update,
+                passes=2,
+            )
+        self._store(result.centers, kernel, data.n_features, data.dtype)
+        self.gamma_ = max(gamma, result.gamma)
+        self.inertia_ = None
+        self.n_iter_ = result.n_steps
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+
+
+class KernelKMeans(_KernelClustering):
+    """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space, for n up to about 50,000.
+
+    The whole kernel matrix is computed once and held in the driver in float32 (``4 n^2`` bytes: 400 MB at
+    n = 10,000, 10 GB at 50,000); each iteration is one ``(n x n) @ (n x k)`` product. This is the baseline the
+    mini-batch paper compares against; for larger data use :class:`MiniBatchKernelKMeans`. Shares the kernels,
+    seeding, model format and prediction pass of :class:`MiniBatchKernelKMeans`.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    kernel, kernel_params :
+        As :class:`MiniBatchKernelKMeans`.
+    max_iter : int, default 100
+        Iterations; the run stops earlier when no sample changes cluster.
+    init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
+    init_sample_size : int, optional
+    max_samples : int, default 50,000
+        Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes).
+    max_time : float, optional
+    random_state : int, numpy Generator or None
+    chunk_rows : int, optional
+    client : distributed.Client, optional
+    progress : bool, default False
+
+    Attributes
+    ----------
+    support_, cluster_centers_, labels_, inertia_, kernel_, gamma_ :
+        As :class:`MiniBatchKernelKMeans`; each center's support is its cluster, coefficient ``1 / size``.
+    n_iter_ : int
+    history_ : list of dict
+        Per iteration: ``energy`` (mean squared feature-space distance), ``changed``, ``wall_time``.
+    stop_reason_ : str
+        ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+    """
+
+    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
+                 init_sample_size=None, max_samples=MAX_FULL_BATCH_SAMPLES, max_time=None, random_state=None,
+                 chunk_rows=None, client=None, progress=False):
+        self.n_clusters = n_clusters
+        self.kernel = kernel
+        self.kernel_params = kernel_params
+        self.max_iter = max_iter
+        self.init = init
+        self.init_sample_size = init_sample_size
+        self.max_samples = max_samples
+        self.max_time = max_time
+        self.random_state = random_state
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    def _validate_params(self):
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_int(self.max_samples, "max_samples", minimum=1)
+        self._validate_kernel_params()
+
+    def _check_size(self, n_samples):
+        if n_samples > self.max_samples:
+            raise InputDataError(
+                f"KernelKMeans holds the full n x n kernel matrix in the driver and each iteration costs O(n^2): "
+                f"n_samples={n_samples:,} exceeds max_samples={self.max_samples:,} (it would need "
+                f"{4 * n_samples**2 / 2**30:.1f} GiB). Use MiniBatchKernelKMeans, whose cost does not grow with n, "
+                "or subsample the data (or raise max_samples if the driver has the memory)."
+            )
+
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit the model to ``X``; inputs larger than ``max_samples`` are refused before the data is read."""
+        self._validate_params()
+        self._check_size(self._open(X).n_samples)
+        return super().fit(X, y, sample_weight)
+
+    def _fit(self, data, weights, summary, client):
+        from .algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
+        from .progress import ProgressReporter
+
+        _check_kernel_init(self.init, self.n_clusters, data.n_features)
+        self._check_size(data.n_samples)
+        seed = seed_from_random_state(self.random_state)
+        clock = Clock(self.max_time)
+        kernel, centers, _ = kernel_seeding(
+            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(seed, "init", 0),
+            sample_size=self.init_sample_size, client=client,
+        )
+        (X,) = compute_now(data.array, client=client)
+        X = np.ascontiguousarray(X)
+        with ProgressReporter(self.progress, total=self.max_iter, desc="kernel k-means") as reporter:
+            result = full_kernel_kmeans(X, centers, kernel, max_iter=self.max_iter, clock=clock,
+                                        callback=reporter.update)
+        self._store(result.centers, kernel, data.n_features, data.dtype)
+        self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+        if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
+            import dask.array as da
+
+            self._labels = self._like_input(
+                data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))

@@ -1,0 +1,190 @@
+"""Centers in feature space as sparse weighted sums of data rows, and distances of rows to them.
+
+Center ``j`` is ``C_j = sum_s coef[s] phi(rows[s])`` over the support rows ``s`` with ``owner[s] == j``. The
+squared distance of a row is ``K(x, x) - 2 <phi(x), C_j> + <C_j, C_j>``; ``<C_j, C_j>`` (``norms``) is kept
+with the centers, so that a distance needs the kernel only between the row and the support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+#: Bytes of one slab of kernel values (rows x support) held at once.
+SLAB_BYTES = 32 * 2**20
+
+
+@numba.njit(cache=True, nogil=True)
+def center_inner_products(K, coef, owner, n_clusters):
+    """``<phi(x_i), C_j> = sum_s coef[s] K[i, s]`` over the support of each center.
+
+    Parameters
+    ----------
+    K : float64 (m, M)
+        Kernel values between the rows and the support rows.
+    coef : float64 (M,)
+    owner : int64 (M,)
+        Center of each support row.
+    n_clusters : int
+
+    Returns
+    -------
+    float64 (m, n_clusters)
+    """
+    m, support = K.shape
+    out = np.zeros((m, n_clusters), dtype=np.float64)
+    for i in range(m):
+        for s in range(support):
+            out[i, owner[s]] += coef[s] * K[i, s]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def nearest_from_inner(diag, inner, norms):
+    """Nearest center from ``K(x, x)``, ``<phi(x), C_j>`` and ``<C_j, C_j>`` (distances clipped at 0).
+
+    Returns
+    -------
+    labels : int32 (m,)
+    dist2 : float64 (m,)
+    """
+    m, k = inner.shape
+    labels = np.empty(m, dtype=np.int32)
+    dist2 = np.empty(m, dtype=np.float64)
+    for i in range(m):
+        best = np.inf
+        best_j = 0
+        for j in range(k):
+            value = diag[i] - 2.0 * inner[i, j] + norms[j]
+            if value < best:
+                best = value
+                best_j = j
+        labels[i] = best_j
+        dist2[i] = best if best > 0.0 else 0.0
+    return labels, dist2
+
+
+@dataclass
+class SparseCenters:
+    """k centers in feature space, each a weighted sum of support rows.
+
+    Attributes
+    ----------
+    rows : ndarray (M, d)
+        Support rows, in the dtype of the data.
+    coef : float64 (M,)
+    owner : int64 (M,)
+        Center of each support row.
+    segment : int64 (M,)
+        Iteration whose batch brought the row in (0: the initial centers).
+    row_index : int64 (M,)
+        Global index of the row in the data (-1 when unknown, e.g. given initial centers).
+    norms : float64 (k,)
+        ``<C_j, C_j>``.
+    """
+
+    rows: np.ndarray
+    coef: np.ndarray
+    owner: np.ndarray
+    segment: np.ndarray
+    row_index: np.ndarray
+    norms: np.ndarray
+
+    @property
+    def n_clusters(self) -> int:
+        return int(self.norms.shape[0])
+
+    def sizes(self) -> np.ndarray:
+        """Support rows of each center."""
+        return np.bincount(self.owner, minlength=self.n_clusters)
+
+    def take(self, keep) -> SparseCenters:
+        """The support rows ``keep`` (a boolean mask or indices), norms unchanged."""
+        return SparseCenters(self.rows[keep], self.coef[keep], self.owner[keep], self.segment[keep],
+                             self.row_index[keep], self.norms.copy())
+
+    def inner_products(self, X, kernel) -> np.ndarray:
+        """``<phi(x), C_j>`` for every row of ``X``, float64 ``(len(X), k)``."""
+        return center_inner_products(kernel.matrix(X, self.rows), self.coef, self.owner, self.n_clusters)
+
+    def nearest(self, X, kernel, slab_bytes=SLAB_BYTES):
+        """Nearest center and squared feature-space distance of every row of ``X``, a slab of rows at a time.
+
+        Returns
+        -------
+        labels : int32 (n,)
+        dist2 : float64 (n,)
+        """
+        n = X.shape[0]
+        labels = np.empty(n, dtype=np.int32)
+        dist2 = np.empty(n, dtype=np.float64)
+        step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
+        for start in range(0, n, step):
+            block = X[start:start + step]
+            labels[start:start + step], dist2[start:start + step] = nearest_from_inner(
+                kernel.diag(block), self.inner_products(block, kernel), self.norms)
+        return labels, dist2
+
+    def distances(self, X, kernel, slab_bytes=SLAB_BYTES) -> np.ndarray:
+        """Squared feature-space distance of every row of ``X`` to every center, float64 ``(n, k)``."""
+        n = X.shape[0]
+        out = np.empty((n, self.n_clusters))
+        step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
+        for start in range(0, n, step):
+            block = X[start:start + step]
+            value = kernel.diag(block)[:, None] - 2.0 * self.inner_products(block, kernel) + self.norms[None, :]
+            out[start:start + step] = np.maximum(value, 0.0)
+        return out
+
+    def direct_norms(self, kernel) -> np.ndarray:
+        """``<C_j, C_j>`` recomputed from the support (``coef^T K coef`` per center), for checks."""
+        out = np.zeros(self.n_clusters)
+        for j in range(self.n_clusters):
+            mine = self.owner == j
+            rows, coef = self.rows[mine], self.coef[mine]
+            out[j] = coef @ kernel.matrix(rows, rows) @ coef
+        return out
+
+    def input_space_means(self, n_features, dtype) -> np.ndarray:
+        """``sum_s coef[s] rows[s] / sum_s coef[s]`` per center: where each center sits in input space.
+
+        The coefficients of a center are non-negative; this is the center itself for a linear kernel and a
+        readable summary (e.g. for plots) for the others. A center without support gets zeros.
+        """
+        out = np.zeros((self.n_clusters, n_features))
+        totals = np.bincount(self.owner, weights=self.coef, minlength=self.n_clusters)
+        np.add.at(out, self.owner, self.coef[:, None] * self.rows.astype(np.float64))
+        filled = totals > 0
+        out[filled] /= totals[filled, None]
+        return out.astype(dtype)
+
+
+def single_point_centers(points, kernel, row_index=None) -> SparseCenters:
+    """Centers ``C_j = phi(points[j])`` (coefficient 1), as k-means++ or given initial centers make them."""
+    k = points.shape[0]
+    return SparseCenters(
+        rows=np.ascontiguousarray(points), coef=np.ones(k), owner=np.arange(k, dtype=np.int64),
+        segment=np.zeros(k, dtype=np.int64),
+        row_index=np.full(k, -1, dtype=np.int64) if row_index is None else np.asarray(row_index, dtype=np.int64),
+        norms=kernel.diag(points),
+    )
+
+
+def cluster_mean_centers(X, labels, n_clusters, kernel, row_index=None) -> SparseCenters:
+    """Centers ``C_j = mean of phi(x)`` over the rows labelled ``j`` (full-batch kernel k-means).
+
+    ``<C_j, C_j>`` is computed from the kernel between the members of each cluster.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
+    order = np.argsort(labels, kind="stable")
+    coef = 1.0 / counts[labels[order]]
+    centers = SparseCenters(
+        rows=np.ascontiguousarray(X[order]), coef=coef, owner=labels[order], segment=np.zeros(len(order), np.int64),
+        row_index=(np.arange(len(X), dtype=np.int64) if row_index is None else np.asarray(row_index))[order],
+        norms=np.zeros(n_clusters),
+    )
+    centers.norms = centers.direct_norms(kernel)
+    return centers

@@ -1,0 +1,260 @@
+"""Truncated mini-batch kernel k-means (Jourdan & Schwartzman, arXiv 2410.05902), one batch at a time.
+
+Each step assigns a batch ``B`` to the nearest centers in feature space and moves center ``j`` by
+``C_j <- (1 - a_j) C_j + a_j cm(B_j)``. Centers are :class:`~daskmeans.kernels.kernel_centers.SparseCenters`:
+the update scales the old coefficients by ``1 - a_j`` and appends the batch rows of ``B_j`` with coefficient
+``a_j / b_j``. The inner products follow the recursive expansion of the update (section 4 of the paper)::
+
+    <phi(x), C'> = (1 - a) <phi(x), C> + a <phi(x), cm(B_j)>
+    <C', C'>     = (1 - a)^2 <C, C> + 2 a (1 - a) <C, cm(B_j)> + a^2 <cm(B_j), cm(B_j)>
+
+so a step needs the kernel between the batch and the support, and within the batch: ``O(k b (b + tau))``.
+
+Truncation (section 4.1): each center keeps the rows of its most recent batches, the fewest whose rows number
+at least ``tau`` (``Q_i^j``), and forgets the older ones (the initial center included), as equation (1) of the
+paper: the kept coefficients are not renormalised. Dropping ``D`` from ``C`` updates
+``<C - D, C - D> = <C, C> - 2 <C, D> + <D, D>`` with the kernel between the center's support and ``D`` only.
+With the "beta" rate, Lemma 3 bounds what is forgotten: ``||C_hat - C|| <= gamma exp(-sqrt(tau / b))``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+
+from .kernel_centers import SparseCenters, center_inner_products, nearest_from_inner
+from .minibatch import learning_rates
+
+
+@numba.njit(cache=True, nogil=True)
+def batch_cluster_means(K, labels, counts):
+    """``<phi(x_i), cm(B_j)> = mean of K[i, y]`` over the batch rows ``y`` labelled ``j``.
+
+    Parameters
+    ----------
+    K : float64 (b, b)
+        Kernel within the batch.
+    labels : int32 (b,)
+    counts : float64 (k,)
+        Rows of the batch per center.
+
+    Returns
+    -------
+    float64 (b, k)
+        Zero for centers without rows.
+    """
+    b = K.shape[0]
+    k = counts.shape[0]
+    out = np.zeros((b, k), dtype=np.float64)
+    for i in range(b):
+        for y in range(b):
+            out[i, labels[y]] += K[i, y]
+    for j in range(k):
+        if counts[j] > 0:
+            for i in range(b):
+                out[i, j] /= counts[j]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def truncation_mask(owner, segment, tau):
+    """Which support rows the truncation keeps.
+
+    The support is sorted by ``(owner, segment)``. Walking each center's segments from the newest, segments
+    are kept until their rows number at least ``tau``; older segments are dropped. Segment 0 (the initial
+    center) never counts towards ``tau``: it is kept only while the batches have brought fewer than ``tau`` rows.
+
+    Returns
+    -------
+    bool (M,)
+    """
+    m = owner.shape[0]
+    keep = np.ones(m, dtype=np.bool_)
+    i = m - 1
+    while i >= 0:
+        center = owner[i]
+        total = 0
+        reached = False
+        while i >= 0 and owner[i] == center:
+            seg = segment[i]
+            start = i
+            while start >= 0 and owner[start] == center and segment[start] == seg:
+                start -= 1
+            if reached:
+                for r in range(start + 1, i + 1):
+                    keep[r] = False
+            else:
+                if seg > 0:
+                    total += i - start
+                if total >= tau:
+                    reached = True
+            i = start
+    return keep
+
+
+def _per_cluster_mean(values, labels, counts):
+    sums = np.bincount(labels, weights=values, minlength=counts.shape[0])
+    return np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+
+
+def merge_duplicates(centers: SparseCenters) -> SparseCenters:
+    """Merge support rows that are the same data row of the same center (summing their coefficients).
+
+    Only rows with a known index merge; the result stays sorted by owner. Used by the untruncated version,
+    whose support would otherwise grow by a batch per step.
+    """
+    known = centers.row_index >= 0
+    if known.sum() < 2:
+        return centers
+    n_rows = int(centers.row_index.max()) + 1
+    key = np.where(known, centers.owner * n_rows + centers.row_index, -1 - np.arange(len(known)))
+    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if len(unique) == len(key):
+        return centers
+    coef = np.bincount(inverse, weights=centers.coef, minlength=len(unique))
+    merged = centers.take(first)
+    merged.coef = coef
+    merged.segment = np.zeros(len(first), dtype=np.int64)
+    order = np.argsort(merged.owner, kind="stable")
+    return merged.take(order)
+
+
+def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel, step, *, learning_rate="beta",
+                          tau=200, truncate=True):
+    """One step of (truncated) mini-batch kernel k-means.
+
+    Parameters
+    ----------
+    centers : SparseCenters
+        Sorted by ``(owner, segment)``.
+    seen : float64 (k,)
+        Batch rows each center has received before (for the ``"sklearn"`` rate).
+    rows : ndarray (b, d)
+        The batch.
+    row_index : int64 (b,)
+        Global indices of the batch rows.
+    kernel : Kernel
+    step : int
+        Number of this step (1, 2, ...): the segment of the rows it brings.
+    learning_rate : {"beta", "sklearn"}
+        ``sqrt(b_j / b)`` (Schwartzman 2023, the paper's) or ``b_j / (v_j + b_j)`` (scikit-learn's).
+    tau : int
+        Rows each truncated center keeps (about).
+    truncate : bool
+        False: keep every contribution (duplicate rows of a center are merged).
+
+    Returns
+    -------
+    centers : SparseCenters
+    seen : float64 (k,)
+    record : dict
+        ``batch_energy`` (mean squared distance of the batch to the centers before the step),
+        ``batch_energy_after`` (to the centers after it), ``improvement``, ``support`` (rows of all centers),
+        ``dropped`` (rows forgotten by the truncation), ``labels`` (of the batch, before the update).
+    """
+    k = centers.n_clusters
+    b = rows.shape[0]
+    diag = kernel.diag(rows)
+    batch_to_support = kernel.matrix(rows, centers.rows)
+    inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
+    labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
+    before = float(dist2.mean())
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    alpha = learning_rates(learning_rate, counts, float(b), seen)
+    batch_kernel = kernel.matrix(rows, rows)
+    to_means = batch_cluster_means(batch_kernel, labels, counts)
+    own = np.arange(b)
+    means_norm = _per_cluster_mean(to_means[own, labels], labels, counts)  # <cm(B_j), cm(B_j)>
+    center_to_mean = _per_cluster_mean(inner[own, labels], labels, counts)  # <C_j, cm(B_j)>
+    keep_rate = 1.0 - alpha
+    norms = keep_rate**2 * centers.norms + 2 * alpha * keep_rate * center_to_mean + alpha**2 * means_norm
+    new_inner = keep_rate[None, :] * inner + alpha[None, :] * to_means
+
+    n_old = centers.rows.shape[0]
+    coef = np.concatenate([centers.coef * keep_rate[centers.owner], alpha[labels] / counts[labels]])
+    owner = np.concatenate([centers.owner, labels.astype(np.int64)])
+    order = np.argsort(owner, kind="stable")
+    combined = SparseCenters(
+        rows=np.concatenate([centers.rows, np.asarray(rows, dtype=centers.rows.dtype)])[order],
+        coef=coef[order], owner=owner[order],
+        segment=np.concatenate([centers.segment, np.full(b, step, dtype=np.int64)])[order],
+        row_index=np.concatenate([centers.row_index, np.asarray(row_index, dtype=np.int64)])[order],
+        norms=norms,
+    )
+    n_dropped = 0
+    if truncate:
+        keep = truncation_mask(combined.owner, combined.segment, int(tau))
+        if not keep.all():
+            dropped = np.flatnonzero(~keep)
+            n_dropped = len(dropped)
+            # a dropped row is never from this batch (its segment is the newest): its kernel with the batch is known
+            old_position = order[dropped]
+            new_inner -= center_inner_products(batch_to_support[:, old_position], combined.coef[dropped],
+                                               combined.owner[dropped], k)
+            for j in np.unique(combined.owner[dropped]):
+                mine = np.flatnonzero(combined.owner == j)
+                gone = ~keep[mine]
+                k_center = kernel.matrix(combined.rows[mine], combined.rows[mine[gone]])
+                coef_all, coef_gone = combined.coef[mine], combined.coef[mine[gone]]
+                center_dot_gone = coef_all @ k_center @ coef_gone
+                gone_dot_gone = coef_gone @ k_center[gone] @ coef_gone
+                norms[j] = norms[j] - 2.0 * center_dot_gone + gone_dot_gone
+            combined = combined.take(keep)
+            combined.norms = norms
+    else:
+        combined = merge_duplicates(combined)
+    _, after_dist2 = nearest_from_inner(diag, new_inner, combined.norms)
+    after = float(after_dist2.mean())
+    record = {"batch_energy": before, "batch_energy_after": after, "improvement": before - after,
+              "support": int(combined.rows.shape[0]), "dropped": n_dropped, "labels": labels,
+              "new_support": n_old + b - n_dropped}
+    return combined, np.asarray(seen, dtype=np.float64) + counts, record
+
+
+def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, *, learning_rate="beta", tau=200,
+                     truncate=True, tol=0.0, time_left=None):
+    """Mini-batch kernel k-means steps, one per batch, in order, with the paper's early stopping.
+
+    Parameters
+    ----------
+    centers : SparseCenters
+    seen : float64 (k,)
+    batches : list of ndarray (b, d)
+    batch_indices : list of int64 (b,)
+    kernel : Kernel
+    first_step : int
+        Number of the first step (1-based).
+    learning_rate, tau, truncate :
+        As :func:`kernel_minibatch_step`.
+    tol : float
+        Stop when a step improves the batch energy by less than ``tol`` (0 disables).
+    time_left : float, optional
+        Seconds left in the budget; checked after each step.
+
+    Returns
+    -------
+    centers : SparseCenters
+    seen : float64 (k,)
+    records : list of dict
+        One per step (without the labels), with ``seconds`` since the first step began.
+    stop_reason : str or None
+        ``"converged"`` (tol), ``"max_time"`` or None.
+    """
+    start = time.perf_counter()
+    records = []
+    stop_reason = None
+    for t, (rows, index) in enumerate(zip(batches, batch_indices)):
+        centers, seen, record = kernel_minibatch_step(centers, seen, rows, index, kernel, first_step + t,
+                                                      learning_rate=learning_rate, tau=tau, truncate=truncate)
+        record.pop("labels")
+        record["seconds"] = time.perf_counter() - start
+        records.append(record)
+        if tol > 0 and record["improvement"] < tol:
+            stop_reason = "converged"
+            break
+        if time_left is not None and time.perf_counter() - start >= time_left:
+            stop_reason = "max_time"
+            break
+    return centers, seen, records, stop_reason

@@ -1,0 +1,167 @@
+"""Kernel functions and sparse-center distances against plain NumPy references, in float32 and float64."""
+
+import numpy as np
+import pytest
+
+from daskmeans.exceptions import InvalidParameterError
+from daskmeans.kernels.kernel_centers import (
+    SparseCenters,
+    center_inner_products,
+    cluster_mean_centers,
+    nearest_from_inner,
+    single_point_centers,
+)
+from daskmeans.kernels.kernel_functions import (
+    Kernel,
+    auto_kappa,
+    check_kernel,
+    laplacian_matrix,
+    polynomial_from_gram,
+    rbf_from_gram,
+    resolve_kernel,
+)
+
+DTYPES = [np.float32, np.float64]
+
+
+def ref_kernel(name, X, Y, **p):
+    X, Y = X.astype(np.float64), Y.astype(np.float64)
+    diff = X[:, None, :] - Y[None, :, :]
+    if name == "rbf":
+        return np.exp(-(diff**2).sum(-1) / p["kappa"])
+    if name == "laplacian":
+        return np.exp(-np.abs(diff).sum(-1) / p["kappa"])
+    return (p["gamma"] * X @ Y.T + p["coef0"]) ** p["degree"]
+
+
+def data(dtype, seed=0, m=40, n=30, d=5):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(m, d)).astype(dtype), rng.normal(size=(n, d)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 2.5}), ("laplacian", {"kappa": 3.0}),
+                                         ("polynomial", {"degree": 3, "gamma": 0.2, "coef0": 1.0})])
+def test_kernel_matrix_and_diag_match_numpy(dtype, name, params):
+    X, Y = data(dtype)
+    kernel = Kernel(name, params)
+    K = kernel.matrix(X, Y)
+    assert K.dtype == np.float64 and K.shape == (40, 30)
+    # float32 rows: the dot products come from a float32 GEMM
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 and name != "laplacian" else dict(rtol=1e-10,
+                                                                                                      atol=1e-12)
+    np.testing.assert_allclose(K, ref_kernel(name, X, Y, **params), **tolerance)
+    np.testing.assert_allclose(kernel.diag(X), np.diagonal(ref_kernel(name, X, X, **params)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numba_elementwise_kernels_match_numpy(dtype):
+    X, Y = data(dtype, seed=1)
+    X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+    gram = X64 @ Y64.T
+    sq = (X64**2).sum(1), (Y64**2).sum(1)
+    np.testing.assert_allclose(rbf_from_gram(gram.copy(), sq[0], sq[1], 1 / 4.0), ref_kernel("rbf", X, Y, kappa=4.0),
+                               rtol=1e-10)
+    np.testing.assert_allclose(laplacian_matrix(X, Y, 1 / 4.0), ref_kernel("laplacian", X, Y, kappa=4.0), rtol=1e-10)
+    np.testing.assert_allclose(polynomial_from_gram(gram.copy(), 0.5, 2.0, 2),
+                               ref_kernel("polynomial", X, Y, gamma=0.5, coef0=2.0, degree=2), rtol=1e-10)
+    # identical rows: the expanded squared distance can come out slightly negative; it is clipped at 0
+    same = rbf_from_gram(X64 @ X64.T, sq[0], sq[0], 1.0)
+    assert np.all(same <= 1.0) and np.allclose(np.diagonal(same), 1.0)
+
+
+def test_callable_kernel_gets_its_params_and_is_checked():
+    X, Y = data(np.float64)
+
+    def linear(A, B, scale=1.0):
+        return scale * A @ B.T
+
+    kernel = resolve_kernel(linear, {"scale": 2.0}, 5)
+    np.testing.assert_allclose(kernel.matrix(X, Y), 2.0 * X @ Y.T)
+    np.testing.assert_allclose(kernel.diag(X), 2.0 * (X**2).sum(1))
+    bad = resolve_kernel(lambda A, B: np.ones((2, 2)), None, 5)
+    with pytest.raises(InvalidParameterError, match=r"must return the \(40, 30\) matrix"):
+        bad.matrix(X, Y)
+    nan = resolve_kernel(lambda A, B: np.full((len(A), len(B)), np.nan), None, 5)
+    with pytest.raises(InvalidParameterError, match="NaN"):
+        nan.matrix(X, Y)
+
+
+def test_auto_kappa_is_the_mean_pairwise_distance():
+    rng = np.random.default_rng(2)
+    X = rng.normal(scale=3.0, size=(20000, 4))
+    # E ||x - y||^2 = 2 * sum of variances = 2 * 4 * 9
+    assert auto_kappa("rbf", X, np.random.default_rng(0)) == pytest.approx(72.0, rel=0.03)
+    kernel = resolve_kernel("rbf", None, 4, sample=X, rng=np.random.default_rng(0))
+    assert kernel.params["kappa"] == pytest.approx(72.0, rel=0.03)
+    assert resolve_kernel("rbf", {"kappa": 5}, 4).params == {"kappa": 5.0}
+    assert resolve_kernel("polynomial", None, 4).params == {"degree": 3, "gamma": 0.25, "coef0": 1.0}
+    lap = auto_kappa("laplacian", X, np.random.default_rng(0))
+    assert lap == pytest.approx(4 * 2 * 3.0 / np.sqrt(np.pi), rel=0.03)  # E|x - y| = 2 sigma / sqrt(pi)
+
+
+@pytest.mark.parametrize("kernel,params,match", [
+    ("sigmoid", None, "kernel must be one of"),
+    ("rbf", {"kappa": 0.0}, "kappa"),
+    ("rbf", {"kappa": -1.0}, "kappa"),
+    ("laplacian", {"kappa": float("nan")}, "kappa"),
+    ("rbf", {"kappa": "big"}, "kappa"),
+    ("rbf", {"gamma": 1.0}, "do not apply to the rbf kernel"),
+    ("polynomial", {"degree": 0}, "degree"),
+    ("polynomial", {"gamma": -1.0}, "gamma"),
+    ("polynomial", {"coef0": -1.0}, "coef0"),
+    ("rbf", [1.0], "kernel_params must be a dict"),
+])
+def test_bad_kernels_are_refused(kernel, params, match):
+    with pytest.raises(InvalidParameterError, match=match):
+        check_kernel(kernel, params)
+
+
+def ref_inner(K, coef, owner, k):
+    W = np.zeros((K.shape[1], k))
+    W[np.arange(K.shape[1]), owner] = coef
+    return K @ W
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_center_inner_products_and_nearest_match_numpy(dtype):
+    rng = np.random.default_rng(3)
+    X, S = data(dtype, seed=3, m=50, n=25)
+    kernel = Kernel("rbf", {"kappa": 3.0})
+    owner = rng.integers(0, 4, size=25).astype(np.int64)
+    owner[:4] = np.arange(4)
+    coef = rng.random(25)
+    K = kernel.matrix(X, S)
+    inner = center_inner_products(K, coef, owner, 4)
+    np.testing.assert_allclose(inner, ref_inner(K, coef, owner, 4), rtol=1e-12)
+    norms = np.array([coef[owner == j] @ kernel.matrix(S[owner == j], S[owner == j]) @ coef[owner == j]
+                      for j in range(4)])
+    labels, dist2 = nearest_from_inner(kernel.diag(X), inner, norms)
+    full = 1.0 - 2.0 * inner + norms[None, :]
+    np.testing.assert_array_equal(labels, full.argmin(1))
+    np.testing.assert_allclose(dist2, full.min(1), rtol=1e-12)
+    order = np.argsort(owner, kind="stable")
+    centers = SparseCenters(S[order], coef[order], owner[order], np.zeros(25, np.int64), np.arange(25)[order], norms)
+    np.testing.assert_allclose(centers.direct_norms(kernel), norms, rtol=1e-12)
+    slab_labels, slab_dist2 = centers.nearest(X, kernel, slab_bytes=8 * 25 * 7)  # 7 rows per slab
+    np.testing.assert_array_equal(slab_labels, labels)
+    np.testing.assert_allclose(slab_dist2, dist2, rtol=1e-12)
+    np.testing.assert_allclose(centers.distances(X, kernel, slab_bytes=8 * 25 * 3), np.maximum(full, 0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_single_point_and_cluster_mean_centers(dtype):
+    X, _ = data(dtype, seed=4)
+    kernel = Kernel("laplacian", {"kappa": 2.0})
+    points = single_point_centers(X[:3], kernel, np.arange(3))
+    np.testing.assert_allclose(points.distances(X[:3], kernel)[np.arange(3), np.arange(3)], 0.0, atol=1e-12)
+    labels = np.arange(40) % 3
+    means = cluster_mean_centers(X, labels, 3, kernel)
+    K = ref_kernel("laplacian", X, X, kappa=2.0)
+    for j in range(3):
+        mine = labels == j
+        expected = 1.0 - 2.0 * K[:, mine].mean(1) + K[np.ix_(mine, mine)].mean()
+        np.testing.assert_allclose(means.distances(X, kernel)[:, j], expected, rtol=1e-10, atol=1e-12)
+    # the input-space mean of a cluster's support is the cluster's mean row
+    np.testing.assert_allclose(means.input_space_means(5, np.float64)[1], X[labels == 1].astype(np.float64).mean(0),
+                               rtol=1e-5)
