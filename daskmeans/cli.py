@@ -324,7 +324,7 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
 @click.option("-k", "--clusters", "n_clusters", type=click.IntRange(min=1), required=True, help="Number of clusters.")
 @click.option("--array", metavar="NAME", help="Array inside a Zarr group or .npz file (e.g. X).")
 @click.option("--algorithm", type=click.Choice(algorithm_names()), default="kmeans", show_default=True)
-@click.option("--init", metavar="METHOD", help="Seeding, e.g. k-means|| (default), k-means++, random.")
+@click.option("--init", metavar="METHOD", help="Seeding: k-means|| (default), k-means++, afk-mc2, random.")
 @click.option("--max-iter", type=click.IntRange(min=1), help="Most iterations (default: the algorithm's).")
 @click.option("--max-time", type=click.FloatRange(min=0, min_open=True), help="Wall-clock budget in seconds.")
 @click.option("--seed", type=click.IntRange(min=0), help="Random seed; same seed, same result on any cluster.")
