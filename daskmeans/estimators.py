@@ -300,9 +300,9 @@ class KMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means||"
-        Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, random distinct rows,
-        or given centers.
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+        Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, AFK-MC2 (Bachem et al.)
+        Markov chains, random distinct rows, or given centers.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300
@@ -495,7 +495,7 @@ class VRKMeans(ClusteringEstimator):
     max_epochs : int, default 100
     tol : float, default 1e-4
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes.
-    init : {"k-means||", "k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     max_time : float, optional
         Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
     random_state : int, numpy Generator or None
@@ -702,7 +702,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     initial_batch_size : int, optional
         First batch size; default ``max(5000, 10 * n_clusters)`` (capped at the number of samples).
     rho : float, default 100.0
@@ -838,7 +838,7 @@ class MiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     batch_size : int, default 1024
     learning_rate : {"sklearn", "beta"}, default "sklearn"
         ``"sklearn"``: ``1 / v(j)`` per sample, so each center is the mean of every sample ever assigned to
