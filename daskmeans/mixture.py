@@ -250,8 +250,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
             setup = {"means": means, "seeding_distances": seeding_distances, "passes": passes,
                      "coreset_size": self.coreset_size_, "points": points if in_memory else None,
                      "point_weights": point_weights if in_memory else None}
-            hook = checkpoint.hook(None if saved is None else saved["em"], wrap=lambda em: {
-                "seed": seed, "elapsed": clock.elapsed(), "setup": setup, "em": em})
+            hook = checkpoint.hook(None if saved is None else saved["algorithm"], wrap=lambda em: {
+                "seed": seed, "elapsed": clock.elapsed(), "setup": setup, "algorithm": em})
         self.n_truncated_ = min(int(self.n_truncated), k)
         self.search_size_ = min(int(self.search_size), k)
         with ProgressReporter(self.progress, total=self.max_iter, desc="vc-GMM") as reporter:
