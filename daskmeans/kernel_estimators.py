@@ -172,14 +172,14 @@ class _KernelClustering(ClusteringEstimator):
     def inertia_(self, value):
         self._inertia = value
 
-    def fit(self, X, y=None, sample_weight=None):
-        """Fit the model to ``X`` (no ``sample_weight``)."""
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X`` (no ``sample_weight``); ``checkpoint``: see :mod:`daskmeans.checkpoint`."""
         if sample_weight is not None:
             raise InvalidParameterError(
                 f"{type(self).__name__} does not take sample_weight; pass sample_weight=None (or use KMeans for "
                 "weighted data)."
             )
-        return super().fit(X, y)
+        return super().fit(X, y, checkpoint=checkpoint)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save(self, path, *, overwrite=False):
@@ -319,23 +319,41 @@ class MiniBatchKernelKMeans(_KernelClustering):
             raise InvalidParameterError(f"truncate must be True or False, got {self.truncate!r}.")
         self._validate_kernel_params()
 
-    def _fit(self, data, weights, summary, client):
+    #: ``fit(X, checkpoint=PATH)``: the resolved kernel once, the sparse centers and counts after every step.
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
         from .progress import ProgressReporter
 
         _check_kernel_init(self.init, self.n_clusters, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        kernel, centers, gamma = kernel_seeding(
-            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(seed, "init", 0),
-            sample_size=self.init_sample_size, client=client,
-        )
+        saved = checkpoint.state if checkpoint is not None else None
+        if saved is None:
+            seed = seed_from_random_state(self.random_state)
+            kernel, centers, gamma = kernel_seeding(
+                data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
+                stage_key(seed, "init", 0), sample_size=self.init_sample_size, client=client,
+            )
+        else:
+            from .checkpoint import restore_clock
+
+            seed = saved["seed"]
+            restore_clock(clock, saved["elapsed"])
+            centers, gamma = None, saved["gamma"]  # the centers come from the algorithm's state
+            kernel = Kernel(saved["kernel_name"], dict(saved["kernel_params"]),
+                            self.kernel if callable(self.kernel) else None)
+        hook = None
+        if checkpoint is not None:
+            hook = checkpoint.hook(None if saved is None else saved["algorithm"], wrap=lambda state: {
+                "seed": seed, "elapsed": clock.elapsed(), "kernel_name": kernel.name,
+                "kernel_params": dict(kernel.params), "gamma": gamma, "algorithm": state})
         with ProgressReporter(self.progress, total=self.max_iter, desc="mini-batch kernel k-means") as reporter:
             result = minibatch_kernel_kmeans(
                 data.array, centers, kernel, seed=stage_key(seed, "kernel-minibatch"), batch_size=self.batch_size,
                 tau=self.tau, truncate=bool(self.truncate), learning_rate=self.learning_rate,
                 max_iter=self.max_iter, tol=self.tol, clock=clock, client=client, callback=reporter.update,
-                passes=2,
+                passes=2, checkpoint=hook,
             )
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = max(gamma, result.gamma)
@@ -411,11 +429,15 @@ class KernelKMeans(_KernelClustering):
                 "or subsample the data (or raise max_samples if the driver has the memory)."
             )
 
-    def fit(self, X, y=None, sample_weight=None):
-        """Fit the model to ``X``; inputs larger than ``max_samples`` are refused before the data is read."""
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X``; inputs larger than ``max_samples`` are refused before the data is read.
+
+        ``checkpoint`` is refused: the fit holds the whole kernel matrix in the driver, where a restart would have
+        to rebuild it anyway (use :class:`MiniBatchKernelKMeans` for long runs).
+        """
         self._validate_params()
         self._check_size(self._open(X).n_samples)
-        return super().fit(X, y, sample_weight)
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
     def _fit(self, data, weights, summary, client):
         from .algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding

@@ -207,26 +207,51 @@ class CoresetGaussianMixture(ClusteringEstimator):
             return min(n_samples, max(AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT * self.n_components))
         return self.coreset_size
 
-    def _fit(self, data, weights, summary, client):
+    #: ``fit(X, checkpoint=PATH)``: the coreset and the seeds are saved once, then the EM state every iteration.
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
         from .coreset import draw_coreset
         from .progress import ProgressReporter
 
         k = self.n_components
         check_init(self.init, k, data.n_features)
-        seed = seed_from_random_state(self.random_state)
         clock = Clock(self.max_time)
-        passes = 1  # the summary pass of fit
-        if self.coreset_size is None:
-            points, point_weights = data.array, weights
-            self.coreset_size_ = data.n_samples
-        else:
-            m = self._coreset_rows(data.n_samples)
-            _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(seed, "lwcs"),
-                                                           mean=summary.mean, weights=weights, client=client)
+        saved = checkpoint.state if checkpoint is not None else None
+        if saved is None:
+            seed = seed_from_random_state(self.random_state)
+            passes = 1  # the summary pass of fit
+            if self.coreset_size is None:
+                points, point_weights = data.array, weights
+                self.coreset_size_ = data.n_samples
+            else:
+                m = self._coreset_rows(data.n_samples)
+                _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(seed, "lwcs"),
+                                                               mean=summary.mean, weights=weights, client=client)
+                passes += spent
+                self.coreset_size_ = int(m)
+            means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
             passes += spent
-            self.coreset_size_ = int(m)
-        means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
-        passes += spent
+        else:
+            from .checkpoint import restore_clock
+
+            seed = saved["seed"]
+            restore_clock(clock, saved["elapsed"])
+            setup = saved["setup"]
+            means, seeding_distances, passes = setup["means"], setup["seeding_distances"], setup["passes"]
+            self.coreset_size_ = setup["coreset_size"]
+            if self.coreset_size is None:  # all the data, with its weights, is the "coreset"
+                points, point_weights = data.array, weights
+            else:
+                points, point_weights = setup["points"], setup["point_weights"]
+        hook = None
+        if checkpoint is not None:
+            in_memory = self.coreset_size is not None
+            setup = {"means": means, "seeding_distances": seeding_distances, "passes": passes,
+                     "coreset_size": self.coreset_size_, "points": points if in_memory else None,
+                     "point_weights": point_weights if in_memory else None}
+            hook = checkpoint.hook(None if saved is None else saved["algorithm"], wrap=lambda em: {
+                "seed": seed, "elapsed": clock.elapsed(), "setup": setup, "algorithm": em})
         self.n_truncated_ = min(int(self.n_truncated), k)
         self.search_size_ = min(int(self.search_size), k)
         with ProgressReporter(self.progress, total=self.max_iter, desc="vc-GMM") as reporter:
@@ -234,7 +259,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 points, point_weights, means, n_truncated=self.n_truncated_, search_size=self.search_size_,
                 random_exploration=bool(self.random_exploration), tol=self.tol, max_iter=self.max_iter,
                 seed=stage_key(seed, "em"), clock=clock, client=client, where=self.estep_on,
-                callback=reporter.update, passes=passes,
+                callback=reporter.update, passes=passes, checkpoint=hook,
             )
         means = np.ascontiguousarray(result.means, dtype=data.dtype)
         # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error

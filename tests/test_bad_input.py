@@ -9,6 +9,7 @@ computed.
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 
@@ -19,13 +20,27 @@ import zarr
 
 import daskmeans
 from daskmeans.exceptions import DaskmeansError, InputDataError, InvalidParameterError
-from daskmeans.registry import algorithm_names, make_estimator
+from daskmeans.registry import ALGORITHMS, FEATURE_SPACE_ALGORITHMS, algorithm_names, make_estimator
 from test_cli import assert_user_error, invoke
 
 NAMES = algorithm_names()
 #: Short runs: enough iterations to touch every code path.
 FAST = {"kmeans": {"max_iter": 5}, "vrkm": {"max_epochs": 3}, "vrkm++": {"max_epochs": 3},
-        "vrkm++-reference": {"max_epochs": 3}, "nmbatch": {"max_iter": 10}, "minibatch": {"max_iter": 2}}
+        "vrkm++-reference": {"max_epochs": 3}, "nmbatch": {"max_iter": 10}, "minibatch": {"max_iter": 2},
+        "vc-gmm": {"max_iter": 5}, "kernel-minibatch": {"max_iter": 3, "batch_size": 64},
+        "kernel-minibatch-untruncated": {"max_iter": 3, "batch_size": 64}, "kernel-kmeans": {"max_iter": 5}}
+
+
+def estimator_class(name):
+    module, cls_name, _ = ALGORITHMS[name]
+    return getattr(__import__(module, fromlist=[cls_name]), cls_name)
+
+
+def own_name(name, parameter):
+    """The estimator's name for a registry parameter (vc-GMM's number of clusters is ``n_components``)."""
+    if parameter == "n_clusters":
+        return getattr(estimator_class(name), "_n_clusters_parameter", None) or "n_clusters"
+    return parameter
 
 
 def never_computed():
@@ -84,12 +99,37 @@ SPECIFIC_BAD = [
     ("vrkm++", {"epoch_size": -0.1}, "must be > 0"),
     ("vrkm++", {"driver_sample_bytes": -1}, "driver_sample_bytes must be >= 0"),
     ("vrkm++", {"n_candidates": 0}, "n_candidates must be >= 1"),
+    # the new estimators' own checks (more in test_vc_gmm / test_kernel_kmeans): here, raised before any work
+    ("vc-gmm", {"coreset_size": 2}, "coreset_size=2 is smaller than n_components=3.*coreset_size >= 3"),
+    ("vc-gmm", {"coreset_size": 0}, "smaller than n_components"),
+    ("vc-gmm", {"n_truncated": -1}, r"n_truncated \(C'\) must be >= 1"),
+    ("vc-gmm", {"n_truncated": 1.5}, r"n_truncated \(C'\) must be an integer"),
+    ("vc-gmm", {"search_size": -4}, r"search_size \(G\) must be >= 1"),
+    ("vc-gmm", {"chain_length": -1}, "chain_length must be >= 1"),
+    ("vc-gmm", {"chain_length": 2.5}, "chain_length must be an integer"),
+    ("vc-gmm", {"max_iter": 0}, "max_iter must be >= 1"),
+    ("kernel-minibatch", {"tau": 0}, "tau must be >= 1"),
+    ("kernel-minibatch", {"tau": -7}, "tau must be >= 1"),
+    ("kernel-minibatch", {"tau": 0.5}, "tau must be an integer"),
+    ("kernel-minibatch", {"batch_size": 0}, "batch_size must be >= 1"),
+    ("kernel-minibatch-untruncated", {"batch_size": -32}, "batch_size must be >= 1"),
+    ("kernel-minibatch", {"kernel": "sigmoid"}, "kernel must be one of"),
+    ("kernel-kmeans", {"kernel": "linear"}, "kernel must be one of"),
+    ("kernel-kmeans", {"kernel_params": {"kappa": 0.0}}, "kappa"),
+    ("kernel-kmeans", {"max_samples": 0}, "max_samples must be >= 1"),
+    ("kernel-minibatch", {"learning_rate": 0.1}, "learning_rate must be one of"),
 ]
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("params, message", COMMON_BAD)
 def test_bad_common_parameters_fail_before_any_work(name, params, message):
+    (parameter,) = params
+    accepted = inspect.signature(estimator_class(name)).parameters
+    if own_name(name, parameter) not in accepted:
+        pytest.skip(f"{estimator_class(name).__name__} has no parameter {parameter!r} (it does not use the "
+                    "k-means|| seeding or center snapshots); an unknown keyword is Python's TypeError")
+    message = message.replace("n_clusters", own_name(name, "n_clusters"))
     params = {"n_clusters": 3, **params}
     with pytest.raises(InvalidParameterError, match=message):
         make_estimator(name, **params).fit(never_computed())
@@ -136,13 +176,22 @@ def test_non_finite_values_at_predict(name, fitted_models):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_constant_data_and_fewer_distinct_rows_than_clusters(name):
-    with pytest.raises(InputDataError, match="only 1 distinct row"):
+    # in the words of each seeding: "only 1 distinct row(s)", vc-GMM's AFK-MC2 "found only 1 distinct center(s)",
+    # the kernel k-means++ "only 1 row(s) distinct in the kernel's feature space"
+    with pytest.raises(InputDataError, match="only 1 (distinct row|distinct center|row.*distinct)"):
         model(name, k=2).fit(np.full((30, 3), 7.0))
     two_points = np.repeat(np.array([[1.0, 2.0], [3.0, 4.0]]), 20, axis=0)
-    with pytest.raises(InputDataError, match="only 2 distinct row"):
+    with pytest.raises(InputDataError, match="only 2 (distinct row|distinct center|row.*distinct)"):
         model(name, k=3).fit(two_points)
+    if name == "vc-gmm":  # one Gaussian on constant data has variance 0: no density, refused
+        with pytest.raises(InputDataError, match="zero spread.*variance is zero.*Lower n_components"):
+            model(name, k=1).fit(np.full((30, 3), 7.0))
+        return
     one = model(name, k=1).fit(np.full((30, 3), 7.0))
-    np.testing.assert_array_equal(one.cluster_centers_, [[7.0, 7.0, 7.0]])
+    if name in FEATURE_SPACE_ALGORITHMS:  # the input-space position is a weighted mean of the support rows
+        np.testing.assert_allclose(one.cluster_centers_, [[7.0, 7.0, 7.0]], rtol=1e-14)
+    else:
+        np.testing.assert_array_equal(one.cluster_centers_, [[7.0, 7.0, 7.0]])
 
 
 @pytest.mark.parametrize("name", NAMES)

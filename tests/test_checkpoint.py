@@ -38,6 +38,11 @@ ALGORITHMS = {
                                           "tol": 0.0}),
     "minibatch": ("MiniBatchKMeans", {"n_clusters": 16, "batch_size": 2**17, "max_iter": 400,
                                       "max_no_improvement": None}),
+    # the E-step blocks and every point's K_n on the workers: the state fetched from them at each save
+    "vc-gmm": ("CoresetGaussianMixture", {"n_components": 16, "coreset_size": 4000, "n_truncated": 3,
+                                          "search_size": 3, "max_iter": 30, "tol": 0.0, "estep_on": "workers"}),
+    "kernel-minibatch": ("MiniBatchKernelKMeans", {"n_clusters": 16, "batch_size": 200, "tau": 400, "max_iter": 40,
+                                                   "init_sample_size": 1000}),
 }
 COMMON = {"random_state": 5, "chunk_rows": CHUNK_ROWS}
 #: Versions a checkpoint has when the driver is killed: for KMeans, in its second run (the first run is 1 + 12 + 1

@@ -1,7 +1,8 @@
 """What is reproducible across chunkings and input forms (the README's "Reproducibility" section).
 
 Schedulers and worker counts are covered by each algorithm's own tests (test_kmeans, test_minibatch, test_nested,
-test_vrkm: bitwise identical centers), worker loss by test_worker_loss; this module covers the chunking.
+test_vrkm, test_vc_gmm, test_kernel_kmeans: bitwise identical centers), worker loss by test_worker_loss; this
+module covers the chunking and the input form.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import zarr
 
 from conftest import make_blobs
 from daskmeans import MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
+from daskmeans.kernel_estimators import KernelKMeans, MiniBatchKernelKMeans
+from daskmeans.mixture import CoresetGaussianMixture
 from daskmeans.io import open_input
 
 CHUNKINGS = (6000, 1000, 777)
@@ -66,3 +69,36 @@ def test_nmbatch_is_bitwise_identical_for_one_chunking_whatever_the_input_form(X
     first_batch = [r["energy"] for r in other_chunking.history_[:1]]
     assert first_batch != [r["energy"] for r in fits[0].history_[:1]]
     assert other_chunking.inertia_ == pytest.approx(fits[0].inertia_, rel=0.05)
+
+
+def test_vc_gmm_is_bitwise_identical_for_one_chunking_whatever_the_input_form(X, tmp_path):
+    """The lightweight coreset is drawn block by block: like nmbatch, the chunking is part of the seed."""
+    params = dict(n_components=7, coreset_size=1500, max_iter=10, random_state=3)
+    store = str(tmp_path / "X.zarr")
+    zarr.create_array(store, shape=X.shape, chunks=(1000, 5), dtype=X.dtype)[:] = X
+    forms = [da.from_array(X, chunks=(1000, 5)), store, open_input(store, chunk_rows=1000)]
+    fits = [CoresetGaussianMixture(**params, chunk_rows=1000).fit(data) for data in forms]
+    fits.append(CoresetGaussianMixture(**params, chunk_rows=1000).fit(X))
+    for other in fits[1:]:
+        np.testing.assert_array_equal(other.means_, fits[0].means_)
+        assert other.covariance_ == fits[0].covariance_ and other.lower_bound_ == fits[0].lower_bound_
+        assert other.inertia_ == fits[0].inertia_
+    other_chunking = CoresetGaussianMixture(**params, chunk_rows=777).fit(X)
+    assert not np.array_equal(other_chunking.means_, fits[0].means_)  # another coreset, not a rounding difference
+    assert other_chunking.inertia_ == pytest.approx(fits[0].inertia_, rel=0.05)
+
+
+def test_kernel_kmeans_is_bitwise_identical_across_chunkings_and_input_forms(X, tmp_path):
+    """Batch rows are drawn by global row index and gathered in draw order; exact kernel k-means reads all rows."""
+    store = str(tmp_path / "X.zarr")
+    zarr.create_array(store, shape=X.shape, chunks=(500, 5), dtype=X.dtype)[:] = X
+    forms = [X, store] + [da.from_array(X, chunks=(c, 5)) for c in CHUNKINGS]
+    params = dict(n_clusters=7, batch_size=100, max_iter=10, init_sample_size=500, random_state=3)
+    fits = [MiniBatchKernelKMeans(**params).fit(data) for data in forms]
+    small = X[:1500]  # exact kernel k-means holds the n x n kernel matrix: fewer rows
+    full = [KernelKMeans(7, max_iter=10, init_sample_size=500, random_state=3).fit(data)
+            for data in (small, da.from_array(small, chunks=(777, 5)), da.from_array(small, chunks=(100, 5)))]
+    for same in (fits, full):
+        for other in same[1:]:
+            for name in ("support_rows_", "support_coef_", "support_owner_", "support_index_", "center_norms_"):
+                np.testing.assert_array_equal(getattr(other, name), getattr(same[0], name))

@@ -31,6 +31,10 @@ FAST_PARAMS = {
     "vrkm++-reference": {"max_epochs": 3},
     "nmbatch": {"max_iter": 8},
     "minibatch": {"max_iter": 2, "batch_size": 7},
+    "vc-gmm": {"max_iter": 3},
+    "kernel-minibatch": {"max_iter": 2, "batch_size": 7},
+    "kernel-minibatch-untruncated": {"max_iter": 2, "batch_size": 7},
+    "kernel-kmeans": {"max_iter": 3},
 }
 
 NUMERIC_DTYPES = ["uint8", "int16", "int64", "float16", "float32", "float64"]

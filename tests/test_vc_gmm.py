@@ -14,7 +14,7 @@ import pytest
 from conftest import make_blobs
 from daskmeans import CoresetGaussianMixture, KMeans, lightweight_coreset, load
 from daskmeans.exceptions import InputDataError, InvalidParameterError
-from daskmeans.registry import algorithm_names, make_estimator
+from daskmeans.registry import FEATURE_SPACE_ALGORITHMS, algorithm_names, make_estimator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,7 +161,7 @@ def test_every_estimator_takes_the_weighted_coreset_or_says_why_not(name):
     X, _, _ = make_blobs(n=3000, d=3, k=4, seed=11)
     points, weights = lightweight_coreset(X, 600, random_state=0)
     estimator = make_estimator(name, n_clusters=4, random_state=0, max_time=5.0)
-    if name == "nmbatch":
+    if name == "nmbatch" or name in FEATURE_SPACE_ALGORITHMS:  # kernel k-means: unweighted by design
         with pytest.raises(InvalidParameterError, match="sample_weight"):
             estimator.fit(points, sample_weight=weights)
         return
@@ -176,6 +176,10 @@ def test_every_estimator_takes_the_weighted_coreset_or_says_why_not(name):
 def test_every_estimator_accepts_afk_mc2_seeding(name):
     X, _, _ = make_blobs(n=2000, d=3, k=5, seed=12)
     estimator = make_estimator(name, n_clusters=5, init="afk-mc2", random_state=0, max_time=5.0)
+    if name in FEATURE_SPACE_ALGORITHMS:  # their seedings work in the kernel's feature space: AFK-MC2 is refused
+        with pytest.raises(InvalidParameterError, match="init must be one of 'k-means\\+\\+', 'random'"):
+            estimator.fit(X)
+        return
     estimator.fit(da.from_array(X, chunks=(500, 3)))
     assert estimator.cluster_centers_.shape == (5, 3) and np.isfinite(estimator.cluster_centers_).all()
 

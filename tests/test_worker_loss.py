@@ -230,3 +230,42 @@ def test_vrkm_pinned_inner_loop_moves_when_its_worker_dies(killable_cluster, sto
     assert ran_on[epoch - 1] == killed["address"], "the worker killed is the one the inner loop was pinned to"
     assert ran_on[epoch] not in (None, "driver", killed["address"]), "that epoch's loop finished on another worker"
     assert_same_fit(model, reference)
+
+
+def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
+    """The coreset and the truncated posteriors live on the workers (estep_on="workers"); a holder is killed."""
+    from daskmeans.mixture import CoresetGaussianMixture
+
+    def make(**kw):
+        return CoresetGaussianMixture(30, coreset_size=4000, n_truncated=3, search_size=3, max_iter=8, tol=0.0,
+                                      estep_on="workers", random_state=3, **kw)
+
+    def holder_of_estep(client):
+        holders = holders_of(client, "daskmeans-vc-gmm-estep")
+        assert holders, "the E-step blocks should live on the workers"
+        return holders[0]
+
+    reference = undisturbed(make, store)
+    model = fit_killing_at(killable_cluster, make, store, 3, holder_of_estep)
+    assert model.history_[-1]["where"] == "workers" and reference.history_[-1]["where"] == "driver"
+    assert_same_fit(model, reference)
+    assert model.covariance_ == reference.covariance_ and model.lower_bound_ == reference.lower_bound_
+    assert model.inertia_ == reference.inertia_
+
+
+def test_kernel_minibatch_survives_a_killed_worker(killable_cluster, store, monkeypatch):
+    """The steps run on the driver; the workers read each pool's batch rows (here 3 steps per pool)."""
+    from daskmeans.algorithms import kernel_kmeans
+    from daskmeans.kernel_estimators import MiniBatchKernelKMeans
+
+    monkeypatch.setattr(kernel_kmeans, "POOL_BYTES", 3 * 200 * 6 * 4)
+
+    def make(**kw):
+        return MiniBatchKernelKMeans(30, batch_size=200, max_iter=12, init_sample_size=1000, random_state=3, **kw)
+
+    reference = undisturbed(make, store)
+    model = fit_killing_at(killable_cluster, make, store, 4, any_worker)
+    assert_same_fit(model, reference)
+    for name in ("support_rows_", "support_coef_", "support_index_"):
+        np.testing.assert_array_equal(getattr(model, name), getattr(reference, name))
+    assert model.inertia_ == reference.inertia_  # one more pass over all the data, on the workers left

@@ -131,7 +131,7 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
 
 def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batch_size=1024, tau=200,
                             truncate=True, learning_rate="beta", max_iter=200, tol=0.0, clock=None, client=None,
-                            callback=None, passes=0, pool_bytes=POOL_BYTES):
+                            callback=None, passes=0, pool_bytes=POOL_BYTES, checkpoint=None):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
     Parameters
@@ -155,6 +155,11 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
         Passes already spent (seeding).
     pool_bytes : int
         Bytes of batch rows fetched from the workers at once (several steps per round trip).
+    checkpoint : CheckpointHook, optional
+        Saves the state (sparse centers, counts, history) after every step and resumes from
+        ``checkpoint.resume`` (:mod:`daskmeans.checkpoint`); ``centers`` is then taken from the state. Pools keep
+        their boundaries (multiples of the steps per pool) on resume, so the rows seen are those of a run without
+        interruption.
 
     Returns
     -------
@@ -167,51 +172,86 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
     n = int(array.shape[0])
     row_bytes = batch_size * array.shape[1] * array.dtype.itemsize
     steps_per_pool = max(1, min(max_iter, pool_bytes // max(1, row_bytes)))
-    seen = np.zeros(centers.n_clusters)
+    resume = checkpoint.resume if checkpoint is not None else None
     history = []
     stop_reason = "max_iter"
-    gamma_sq = 1.0 if kernel.normalized else float(centers.norms.max())
     step = 0
+    if resume is not None:
+        centers = SparseCenters(**resume["centers"])
+        seen, gamma_sq, history, step = (resume[key] for key in ("seen", "gamma_sq", "history", "step"))
+        if resume["stop_reason"] is not None:
+            return _minibatch_result(centers, seen, gamma_sq, history, step, resume["stop_reason"], passes,
+                                     batch_size, n)
+    else:
+        seen = np.zeros(centers.n_clusters)
+        gamma_sq = 1.0 if kernel.normalized else float(centers.norms.max())
+        if checkpoint is not None:
+            checkpoint.save(_minibatch_state(step, centers, seen, gamma_sq, history, None))
     while step < max_iter:
-        n_steps = min(steps_per_pool, max_iter - step)
+        # pools start at multiples of steps_per_pool, also when a resumed run starts inside one
+        n_steps = min(steps_per_pool - step % steps_per_pool, max_iter - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
         (rows,) = compute_now(gather_steps_graph(array, indices), client=client)
         if not kernel.normalized:
             gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
         batches = [rows[t * batch_size:(t + 1) * batch_size] for t in range(n_steps)]
-        pool_start = clock.elapsed()
-        time_left = None if clock.max_time is None else max(0.0, clock.max_time - pool_start)
-        centers, seen, records, reason = run_kernel_steps(
-            centers, seen, batches, list(indices), kernel, step + 1, learning_rate=learning_rate, tau=tau,
-            truncate=truncate, tol=tol, time_left=time_left,
-        )
-        for record in records:
-            step += 1
-            entry = {
-                "iteration": step,
-                "batch_size": batch_size,
-                "energy": record["batch_energy"],
-                "batch_energy_after": record["batch_energy_after"],
-                "improvement": record["improvement"],
-                "support": record["support"],
-                "dropped": record["dropped"],
-                "wall_time": pool_start + record["seconds"],
-                "passes": passes + step * batch_size / n,
-            }
-            history.append(entry)
-            if callback is not None:
-                callback(entry)
+        # with a checkpoint, the steps run one at a time, each followed by a save
+        rounds = [(t, t + 1) for t in range(n_steps)] if checkpoint is not None else [(0, n_steps)]
+        for first, stop in rounds:
+            pool_start = clock.elapsed()
+            time_left = None if clock.max_time is None else max(0.0, clock.max_time - pool_start)
+            centers, seen, records, reason = run_kernel_steps(
+                centers, seen, batches[first:stop], list(indices[first:stop]), kernel, step + 1,
+                learning_rate=learning_rate, tau=tau, truncate=truncate, tol=tol, time_left=time_left,
+            )
+            step = _record_steps(records, step, history, batch_size, n, pool_start, passes, callback)
+            if reason is None and clock.out_of_time():
+                reason = "max_time"
+            if checkpoint is not None:
+                final = reason or ("max_iter" if step == max_iter else None)
+                checkpoint.save(_minibatch_state(step, centers, seen, gamma_sq, history, final))
+            if reason is not None:
+                break
         if reason is not None:
             stop_reason = reason
             break
-        if clock.out_of_time():
-            stop_reason = "max_time"
-            break
+    return _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n)
+
+
+def _minibatch_state(step, centers, seen, gamma_sq, history, stop_reason):
+    """The checkpoint state of mini-batch kernel k-means after ``step`` steps."""
+    return {"step": step, "seen": seen, "gamma_sq": gamma_sq, "history": history, "stop_reason": stop_reason,
+            "centers": {"rows": centers.rows, "coef": centers.coef, "owner": centers.owner,
+                        "segment": centers.segment, "row_index": centers.row_index, "norms": centers.norms}}
+
+
+def _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n):
     result = FitResult(centers, None, step, history, stop_reason, passes + step * batch_size / n, None)
     result.gamma = float(np.sqrt(gamma_sq))
     result.n_steps = step
     result.seen_counts = seen
     return result
+
+
+def _record_steps(records, step, history, batch_size, n, pool_start, passes, callback):
+    """Append the history entries of the steps just run; returns the new step count."""
+    for record in records:
+        step += 1
+        entry = {
+            "iteration": step,
+            "batch_size": batch_size,
+            "energy": record["batch_energy"],
+            "batch_energy_after": record["batch_energy_after"],
+            "improvement": record["improvement"],
+            "support": record["support"],
+            "dropped": record["dropped"],
+            "wall_time": pool_start + record["seconds"],
+            "passes": passes + step * batch_size / n,
+        }
+        history.append(entry)
+        if callback is not None:
+            callback(entry)
+    return step
 
 
 def kernel_matrix_float32(X, kernel, slab_bytes=64 * 2**20):

@@ -105,6 +105,10 @@ def _estep_block(block, offset, weights, state, means, neighbours, explore_key, 
     return new_truncation, new_dist2, pairs, int(n_distances), float(w @ new_dist2[:, 0])
 
 
+def _truncation_of(part):
+    return part[0] if isinstance(part, tuple) else part  # an E-step's result, or an initial K_n
+
+
 def _estep_summary(part):
     return part[2], part[3], part[4]
 
@@ -172,7 +176,7 @@ def initial_neighbours(n_clusters, search_size, rng):
 
 def truncated_em(points, weights, means, *, n_truncated, search_size, random_exploration=True, tol=1e-4,
                  max_iter=100, seed=0, clock=None, client=None, where="auto", block_rows=BLOCK_ROWS, callback=None,
-                 passes=0):
+                 passes=0, checkpoint=None):
     """Fit the isotropic GMM by truncated variational EM (var-GMM-S) from initial ``means``.
 
     Parameters
@@ -202,6 +206,9 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         Called with each history record.
     passes : int
         Passes over the full data already spent (coreset, seeding), carried into the records.
+    checkpoint : CheckpointHook, optional
+        Saves the state (means, variance, ``G_c``, every point's ``K_n``, history) after the initial E-steps and
+        after every iteration, and resumes from ``checkpoint.resume`` (:mod:`daskmeans.checkpoint`).
 
     Returns
     -------
@@ -243,35 +250,18 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
     (total_weight,) = runner.compute(weights.sum()) if weights is not None else (float(m),)
     total_weight = float(total_weight)
 
-    rng = stage_generator(seed, "neighbours")
-    neighbours = initial_neighbours(n_clusters, search_size, rng)
-    truncation_parts = map_blocks_delayed(
-        _initial_truncation_block, "vc-gmm-init-truncation", block_args(array, weights),
-        stage_key(seed, "truncation"), n_clusters, n_truncated,
-    )
-    truncations = runner.persist(truncation_parts)
+    resume = checkpoint.resume if checkpoint is not None else None
 
-    initial_distances = 0
-    initial_steps = 0
-    previous_nearest = None
-    n_initial = 0 if n_truncated == n_clusters else MAX_INITIAL_ESTEPS
-    for step in range(n_initial):
-        explore_key = stage_key(seed, "initial-explore", step) if random_exploration else None
-        estep_parts = runner.persist(map_blocks_delayed(
-            _estep_block, "vc-gmm-initial-estep", block_args(array, weights, truncations),
-            shared(means, "means"), shared(neighbours, "neighbours"), explore_key, n_clusters,
-        ))
-        summaries = map_blocks_delayed(_estep_summary, "vc-gmm-estep-summary", [[p] for p in estep_parts])
-        ((pairs, n_distances, nearest_sum),) = runner.compute(
-            tree_reduce(summaries, partial(_combine_summaries, n_clusters=n_clusters), "vc-gmm-estep-summary")
-        )
-        truncations = estep_parts
-        neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours
-        initial_distances += int(n_distances)
-        initial_steps += 1
-        if previous_nearest is not None and nearest_sum >= (1.0 - INITIAL_ESTEP_RTOL) * previous_nearest:
-            break
-        previous_nearest = nearest_sum
+    def save(iteration, stop_reason):
+        truncation_arrays = runner.compute(*map_blocks_delayed(_truncation_of, "vc-gmm-truncation",
+                                                               [[part] for part in truncations]))
+        checkpoint.save({
+            "iteration": iteration, "means": means, "sigma2": sigma2, "sigma2_floor": sigma2_floor,
+            "previous": previous, "neighbours": neighbours, "truncations": list(truncation_arrays),
+            "history": history, "stop_reason": stop_reason,
+            "lower_bound": None if lower_bound == -np.inf else lower_bound,
+            "initial_steps": initial_steps, "initial_distances": initial_distances,
+        })
 
     history = []
     sigma2 = None
@@ -280,7 +270,21 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
     stop_reason = "max_iter"
     lower_bound = -np.inf
     n_iter = 0
-    for iteration in range(1, max_iter + 1):
+    if resume is not None:
+        means, sigma2, sigma2_floor, previous, neighbours, history, n_iter = (resume[key] for key in (
+            "means", "sigma2", "sigma2_floor", "previous", "neighbours", "history", "iteration"))
+        initial_steps, initial_distances = resume["initial_steps"], resume["initial_distances"]
+        lower_bound = -np.inf if resume["lower_bound"] is None else resume["lower_bound"]
+        if resume["stop_reason"] is not None:
+            return TruncatedEMResult(means, float(sigma2), float(lower_bound), n_iter, history,
+                                     resume["stop_reason"], placement)
+        truncations = runner.persist([dask.delayed(t, pure=True) for t in resume["truncations"]])
+    else:
+        neighbours, truncations, initial_steps, initial_distances = _initial_esteps(
+            array, weights, means, n_clusters, n_truncated, search_size, random_exploration, seed, runner)
+        if checkpoint is not None:
+            save(0, None)
+    for iteration in range(n_iter + 1, max_iter + 1):
         explore_key = stage_key(seed, "explore", iteration) if random_exploration else None
         estep_parts = map_blocks_delayed(
             _estep_block, "vc-gmm-estep", block_args(array, weights, truncations),
@@ -335,12 +339,17 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         history.append(record)
         if callback is not None:
             callback(record)
+        stop = None
         if previous is not None and abs(free_energy - previous) <= tol * abs(free_energy):
-            stop_reason = "converged"
-            break
-        previous = free_energy
-        if clock.out_of_time():
-            stop_reason = "max_time"
+            stop = "converged"
+        else:
+            previous = free_energy
+            if clock.out_of_time():
+                stop = "max_time"
+        if checkpoint is not None:
+            save(iteration, stop or ("max_iter" if iteration == max_iter else None))
+        if stop is not None:
+            stop_reason = stop
             break
     return TruncatedEMResult(means, float(sigma2), float(lower_bound), n_iter, history, stop_reason, placement)
 
@@ -365,3 +374,37 @@ def raise_degenerate():
         "Every point lies exactly on one of the initial means (zero spread), so the GMM variance is zero; the "
         "data has no more distinct points than n_components. Lower n_components."
     )
+
+
+def _initial_esteps(array, weights, means, n_clusters, n_truncated, search_size, random_exploration, seed, runner):
+    """Random ``K_n`` and ``G_c``, then E-steps alone: ``(neighbours, truncations, steps, distances)``."""
+    rng = stage_generator(seed, "neighbours")
+    neighbours = initial_neighbours(n_clusters, search_size, rng)
+    truncation_parts = map_blocks_delayed(
+        _initial_truncation_block, "vc-gmm-init-truncation", block_args(array, weights),
+        stage_key(seed, "truncation"), n_clusters, n_truncated,
+    )
+    truncations = runner.persist(truncation_parts)
+
+    initial_distances = 0
+    initial_steps = 0
+    previous_nearest = None
+    n_initial = 0 if n_truncated == n_clusters else MAX_INITIAL_ESTEPS
+    for step in range(n_initial):
+        explore_key = stage_key(seed, "initial-explore", step) if random_exploration else None
+        estep_parts = runner.persist(map_blocks_delayed(
+            _estep_block, "vc-gmm-initial-estep", block_args(array, weights, truncations),
+            shared(means, "means"), shared(neighbours, "neighbours"), explore_key, n_clusters,
+        ))
+        summaries = map_blocks_delayed(_estep_summary, "vc-gmm-estep-summary", [[p] for p in estep_parts])
+        ((pairs, n_distances, nearest_sum),) = runner.compute(
+            tree_reduce(summaries, partial(_combine_summaries, n_clusters=n_clusters), "vc-gmm-estep-summary")
+        )
+        truncations = estep_parts
+        neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours
+        initial_distances += int(n_distances)
+        initial_steps += 1
+        if previous_nearest is not None and nearest_sum >= (1.0 - INITIAL_ESTEP_RTOL) * previous_nearest:
+            break
+        previous_nearest = nearest_sum
+    return neighbours, truncations, initial_steps, initial_distances
