@@ -169,30 +169,9 @@ def _open_group(directory, what):
 
 def _read_array(group, name, what):
     """One array, after checking that reading it decodes numbers only (no pickle, no object dtype)."""
-    import zarr
+    from .persistence import read_safe_array
 
-    from .persistence import SAFE_CODECS, _codec_names
-
-    try:
-        array = group[name]
-    except KeyError:
-        raise CheckpointError(f"{what} is damaged: the array {name!r} is missing.") from None
-    except Exception as error:  # metadata zarr cannot parse (an object dtype, ...): nothing was decoded
-        raise CheckpointError(f"{what} is damaged or foreign: array {name!r} cannot be opened ({error}); "
-                              "it was not read.") from error
-    if not isinstance(array, zarr.Array):
-        raise CheckpointError(f"{what} is damaged: {name!r} is not an array.")
-    if array.dtype.kind not in "fiub":
-        raise CheckpointError(f"{what}: array {name!r} has dtype {array.dtype}; checkpoint arrays are numeric. "
-                              "The checkpoint is foreign or was tampered with; it was not read.")
-    unsafe = _codec_names(array) - SAFE_CODECS
-    if unsafe:
-        raise CheckpointError(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never "
-                              "writes (they could run code when decoding); it was not read.")
-    try:
-        return np.asarray(array[...])
-    except Exception as error:  # a damaged or missing chunk
-        raise CheckpointError(f"{what} is damaged: cannot read array {name!r}: {error}") from error
+    return read_safe_array(group, name, what, error=CheckpointError)
 
 
 def read_group(directory, names, what="checkpoint"):

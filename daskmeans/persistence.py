@@ -123,33 +123,45 @@ def _codec_names(array) -> set[str]:
     return names
 
 
-def _read_array(group, name, path):
+def read_safe_array(group, name, what, error=ModelFileError):
+    """One array of a daskmeans Zarr group (model or checkpoint), read only if decoding it can run no code.
+
+    The metadata is checked before any chunk is decoded: a numeric dtype (no object or string arrays) and
+    codecs from :data:`SAFE_CODECS` only (no pickle or other codec that daskmeans never writes).
+
+    Parameters
+    ----------
+    group : zarr.Group
+    name : str
+    what : str
+        How messages name the file (``"'model.zarr'"``, ``"The checkpoint 'run.ckpt'"``).
+    error : type
+        The exception raised (:class:`ModelFileError`, or ``CheckpointError`` for checkpoints).
+
+    Returns
+    -------
+    ndarray
+    """
     try:
         array = group[name]
     except KeyError:
-        raise ModelFileError(f"{path!r} is damaged: the array {name!r} is missing.") from None
-    except Exception as error:  # metadata zarr cannot even parse (e.g. an object dtype): nothing was decoded
-        raise ModelFileError(
-            f"{path!r} is damaged or not a daskmeans model: array {name!r} cannot be opened ({error}); "
-            "the file was not read."
-        ) from error
+        raise error(f"{what} is damaged: the array {name!r} is missing.") from None
+    except Exception as exc:  # metadata zarr cannot even parse (e.g. an object dtype): nothing was decoded
+        raise error(f"{what} is damaged or foreign: array {name!r} cannot be opened ({exc}); it was not read.") \
+            from exc
     if not isinstance(array, zarr.Array):
-        raise ModelFileError(f"{path!r} is damaged: {name!r} is not an array.")
+        raise error(f"{what} is damaged: {name!r} is not an array.")
     if array.dtype.kind not in "fiub":
-        raise ModelFileError(
-            f"{path!r}: array {name!r} has dtype {array.dtype}; model arrays are numeric. The file is not a "
-            "daskmeans model or was tampered with; it was not read."
-        )
+        raise error(f"{what}: array {name!r} has dtype {array.dtype}; daskmeans writes numeric arrays only. It is "
+                    "foreign or was tampered with; it was not read.")
     unsafe = _codec_names(array) - SAFE_CODECS
     if unsafe:
-        raise ModelFileError(
-            f"{path!r}: array {name!r} uses codec(s) {sorted(unsafe)}, which a daskmeans model never uses "
-            "(they could run code when decoding); the file was not read."
-        )
+        raise error(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never writes (they "
+                    "could run code when decoding); it was not read.")
     try:
         return np.asarray(array[...])
-    except Exception as error:  # a damaged chunk: say which file and array
-        raise ModelFileError(f"{path!r} is damaged: cannot read array {name!r}: {error}") from error
+    except Exception as exc:  # a damaged chunk: say which file and array
+        raise error(f"{what} is damaged: cannot read array {name!r}: {exc}") from exc
 
 
 def load(path):
@@ -205,7 +217,7 @@ def load(path):
         if name not in valid:
             raise ModelFileError(f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}.")
         if isinstance(value, dict) and "array" in value:
-            value = _read_array(group, value["array"], path)
+            value = read_safe_array(group, value["array"], repr(path))
         elif isinstance(value, dict) and "unstored" in value:
             value = None
         kwargs[name] = value
@@ -214,7 +226,7 @@ def load(path):
     except Exception as error:
         raise ModelFileError(f"{path!r} is damaged: its parameters are invalid: {error}") from error
     for name in cls._model_arrays:
-        setattr(estimator, name, _read_array(group, name.rstrip("_"), path))
+        setattr(estimator, name, read_safe_array(group, name.rstrip("_"), repr(path)))
     for name, value in scalars.items():
         setattr(estimator, name, value)
     estimator.history_ = attrs.get("history", [])
