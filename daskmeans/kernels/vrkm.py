@@ -185,6 +185,16 @@ def _exact_dist2(x, base, shift, j, steps_taken, shifted):
     return (s0 + s1) + (s2 + s3)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters):
+    """Squared distance to candidate ``j``: exact when it moved since the pass, approximate otherwise (counted)."""
+    if shift_norm[j] > 0.0:
+        counters[4] += 1
+        return _exact_dist2(x, base, shift, j, steps_taken, True)
+    counters[3] += 1
+    return np.float64(_approx_dist2(x, base[j]))
+
+
 @numba.njit(cache=True, nogil=True)
 def _drift(base, reference, j):
     s = 0.0
@@ -259,12 +269,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
         for q in range(n_listed):
             j = np.int64(candidates[i, q])
             seen[j] = stamp
-            if shift_norm[j] > 0.0:
-                value = _exact_dist2(x, base, shift, j, steps_taken, True)
-                counters[4] += 1
-            else:
-                value = np.float64(_approx_dist2(x, base[j]))
-                counters[3] += 1
+            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters)
             contenders[n_cont] = j
             contender_dist[n_cont] = value
             n_cont += 1
@@ -279,12 +284,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
             if seen[j] == stamp:
                 continue
             seen[j] = stamp
-            if shift_norm[j] > 0.0:
-                value = _exact_dist2(x, base, shift, j, steps_taken, True)
-                counters[4] += 1
-            else:
-                value = np.float64(_approx_dist2(x, base[j]))
-                counters[3] += 1
+            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters)
             contenders[n_cont] = j
             contender_dist[n_cont] = value
             n_cont += 1
