@@ -91,6 +91,7 @@ SPECIFIC_BAD = [
     ("nmbatch", {"rho": 0.0}, "rho must be > 0"),
     ("nmbatch", {"rho": -3.0}, "rho must be > 0"),
     ("nmbatch", {"rho": float("nan")}, "rho must be finite"),
+    ("nmbatch", {"doubling_quantile": 2.0}, "doubling_quantile must be <= 1"),
     ("nmbatch", {"bounds": "kd-tree"}, "bounds must be one of"),
     ("vrkm", {"learning_rate": 0.0}, "learning_rate must be > 0"),
     ("vrkm", {"learning_rate": -0.5}, "learning_rate must be > 0"),

@@ -211,6 +211,11 @@ def test_doubling_ratio_by_hand():
     expected = min(np.sqrt(8 / 6) / 0.1, np.sqrt(18 / 12) / 0.5)
     assert doubling_ratio(sse, counts, moved) == pytest.approx(expected)
     assert doubling_ratio(sse, counts, np.zeros(4)) == np.inf
+    # the median rule: voters are clusters 0, 1 and 3 (3 did not move: inf); rank floor(0.5 * 3) = 1
+    ratios = sorted([np.sqrt(8 / 6) / 0.1, np.sqrt(18 / 12) / 0.5, np.inf])
+    assert doubling_ratio(sse, counts, moved, 0.5) == pytest.approx(ratios[1])
+    assert doubling_ratio(sse, counts, moved, 1.0) == np.inf
+    assert doubling_ratio(sse, np.ones(4), moved, 0.5) == np.inf  # nobody votes
     assert default_initial_batch_size(10) == 5000 and default_initial_batch_size(1000) == 10_000
     # S / v, and a cluster without samples keeps its center
     previous = np.array([[1.0, 1.0], [5.0, 5.0]], dtype=np.float32)
@@ -227,8 +232,8 @@ def test_doubling_rule_on_a_constructed_case():
     array = da.from_array(X, chunks=(16, 2))
     start = np.array([[50.0, 0.0]])
     seen = []
-    result = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=100.0, bounds="elkan",
-                              callback=seen.append, keep_batch=True)
+    result = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=100.0, doubling_quantile=0.0,
+                              bounds="elkan", callback=seen.append, keep_batch=True)
     sizes = [r["batch_size"] for r in result.history]
     assert sizes == [8, 8, 16, 16, 32, 32, 64, 64]
     assert result.stop_reason == "converged"
@@ -245,7 +250,8 @@ def test_doubling_rule_on_a_constructed_case():
     np.testing.assert_allclose(first["_centers"][0], mean)
     np.testing.assert_array_equal(index, np.arange(64))
     # a tiny rho doubles at every iteration
-    fast = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=1e-12, bounds="none")
+    fast = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=1e-12, doubling_quantile=0.0,
+                            bounds="none")
     assert [r["batch_size"] for r in fast.history][:4] == [8, 16, 32, 64]
 
 
@@ -445,6 +451,9 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
 @pytest.mark.parametrize("params, message", [
     ({"rho": 0.0}, "rho must be > 0"),
     ({"rho": -1.0}, "rho must be > 0"),
+    ({"doubling_quantile": -0.1}, "doubling_quantile must be >= 0"),
+    ({"doubling_quantile": 1.5}, "doubling_quantile must be <= 1"),
+    ({"doubling_quantile": "median"}, "doubling_quantile must be a number"),
     ({"initial_batch_size": 0}, "initial_batch_size must be >= 1"),
     ({"initial_batch_size": -5}, "initial_batch_size must be >= 1"),
     ({"bounds": "kd-tree"}, "bounds must be one of"),
