@@ -681,14 +681,6 @@ class SnapshotRecorder:
             self._add(record["iteration"], record["wall_time"], record["_centers"])
 
 
-def _refuse_weights(estimator, sample_weight):
-    if sample_weight is not None:
-        raise InvalidParameterError(
-            f"{type(estimator).__name__} does not take sample_weight; use KMeans for weighted data, or pass "
-            "sample_weight=None."
-        )
-
-
 class NestedMiniBatchKMeans(ClusteringEstimator):
     """Nested mini-batch k-means, nmbatch (Newling & Fleuret, NIPS 2016), on data of any size.
 
@@ -793,13 +785,20 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         self._validate_common_params()
 
     def fit(self, X, y=None, sample_weight=None, checkpoint=None):
-        """Fit the model to ``X`` (no ``sample_weight``: every sample has one vote).
+        """Fit the model to ``X``.
 
-        With ``checkpoint=PATH`` the workers write the batch's state blocks into the checkpoint themselves:
-        ``PATH`` must be on a filesystem they share with the driver (see :mod:`daskmeans.checkpoint`).
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or path (n, d)
+        y : ignored
+        sample_weight : array-like (n,), optional
+            Non-negative weight of each sample (e.g. coreset weights): each sample still has one vote, counted
+            with its weight in S, v and the SSE; the workers read the weights with the rows.
+        checkpoint : path, optional
+            The workers write the batch's state blocks into the checkpoint themselves: ``PATH`` must be on a
+            filesystem they share with the driver (see :mod:`daskmeans.checkpoint`).
         """
-        _refuse_weights(self, sample_weight)
-        return super().fit(X, y, checkpoint=checkpoint)
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
     _supports_checkpoint = True
 
@@ -813,7 +812,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         centers, passes = None, 0
         if hook is None or hook.resume is None:
             centers, passes = initial_centers(
-                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), client=client,
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
+                client=client,
                 rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
                 sample_size=self.init_sample_size,
             )
@@ -825,7 +825,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
                 data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
                 rho=self.rho, doubling_quantile=self.doubling_quantile, bounds=self.bounds, max_iter=self.max_iter,
                 tol=self.tol * summary.mean_variance, clock=clock, client=client, callback=recorder,
-                passes=passes + 1, checkpoint=hook,
+                passes=passes + 1, checkpoint=hook, weights=weights,
             )
         if recorder.snapshots is not None:
             self.center_snapshots_ = recorder.snapshots

@@ -127,13 +127,12 @@ class _KernelClustering(ClusteringEstimator):
                                 name="distance")
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the sum of squared feature-space distances of ``X`` to the nearest centers."""
-        if sample_weight is not None:
-            raise InvalidParameterError(f"{type(self).__name__}.score does not take sample_weight.")
+        """Opposite of the (weighted) sum of squared feature-space distances of ``X`` to the nearest centers."""
         data = self._check_predict_input(X)
+        weights = self._weights(sample_weight, data)
         client = resolve_client(getattr(self, "client", None))
         (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
-                                                 check_finite=True), client=client)
+                                                 check_finite=True, weights=weights), client=client)
         return -float(raw[1].sum())
 
     @property
@@ -163,7 +162,8 @@ class _KernelClustering(ClusteringEstimator):
             if data is None:
                 raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
             client = resolve_client(getattr(self, "client", None))
-            (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_),
+            (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
+                                                     weights=getattr(self, "_fitted_weights", None)),
                                  client=client)
             self._inertia = float(raw[1].sum())
         return self._inertia
@@ -173,13 +173,19 @@ class _KernelClustering(ClusteringEstimator):
         self._inertia = value
 
     def fit(self, X, y=None, sample_weight=None, checkpoint=None):
-        """Fit the model to ``X`` (no ``sample_weight``); ``checkpoint``: see :mod:`daskmeans.checkpoint`."""
-        if sample_weight is not None:
-            raise InvalidParameterError(
-                f"{type(self).__name__} does not take sample_weight; pass sample_weight=None (or use KMeans for "
-                "weighted data)."
-            )
-        return super().fit(X, y, checkpoint=checkpoint)
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or path (n, d)
+        y : ignored
+        sample_weight : array-like (n,), optional
+            Non-negative weight of each sample (e.g. coreset weights): a sample of weight ``w`` counts as ``w``
+            copies in the cluster means, and the seeding sample is drawn with probability proportional to it.
+        checkpoint : path, optional
+            See :mod:`daskmeans.checkpoint`.
+        """
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save(self, path, *, overwrite=False):
@@ -333,7 +339,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
             seed = seed_from_random_state(self.random_state)
             kernel, centers, gamma = kernel_seeding(
                 data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
-                stage_key(seed, "init", 0), sample_size=self.init_sample_size, client=client,
+                stage_key(seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
             )
         else:
             from .checkpoint import restore_clock
@@ -353,7 +359,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
                 data.array, centers, kernel, seed=stage_key(seed, "kernel-minibatch"), batch_size=self.batch_size,
                 tau=self.tau, truncate=bool(self.truncate), learning_rate=self.learning_rate,
                 max_iter=self.max_iter, tol=self.tol, clock=clock, client=client, callback=reporter.update,
-                passes=2, checkpoint=hook,
+                passes=2, checkpoint=hook, weights=weights,
             )
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = max(gamma, result.gamma)
@@ -449,13 +455,14 @@ class KernelKMeans(_KernelClustering):
         clock = Clock(self.max_time)
         kernel, centers, _ = kernel_seeding(
             data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(seed, "init", 0),
-            sample_size=self.init_sample_size, client=client,
+            sample_size=self.init_sample_size, client=client, weights=weights,
         )
         (X,) = compute_now(data.array, client=client)
+        w = None if weights is None else compute_now(weights, client=client)[0]
         X = np.ascontiguousarray(X)
         with ProgressReporter(self.progress, total=self.max_iter, desc="kernel k-means") as reporter:
             result = full_kernel_kmeans(X, centers, kernel, max_iter=self.max_iter, clock=clock,
-                                        callback=reporter.update)
+                                        callback=reporter.update, weights=w)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
         self.inertia_ = result.inertia

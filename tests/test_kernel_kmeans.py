@@ -271,10 +271,43 @@ def test_bad_parameters_fail_before_any_work(params, message):
         MiniBatchKernelKMeans(**{"n_clusters": 2, **params}).fit(X)
 
 
-def test_sample_weight_is_refused():
-    X = np.random.default_rng(0).normal(size=(50, 2))
-    with pytest.raises(InvalidParameterError, match="sample_weight"):
-        MiniBatchKernelKMeans(2).fit(X, sample_weight=np.ones(50))
+# -- sample weights ----------------------------------------------------------------------------------------------
+def test_full_batch_with_integer_weights_equals_the_repeated_rows(circle_data):
+    X, _ = circle_data
+    X = X[:300]
+    weights = np.random.default_rng(4).integers(1, 4, size=300)
+    init = X[[0, 1]]
+    weighted = KernelKMeans(2, kernel_params=RBF, init=init).fit(X, sample_weight=weights)
+    repeated = KernelKMeans(2, kernel_params=RBF, init=init).fit(np.repeat(X, weights, axis=0))
+    np.testing.assert_array_equal(weighted.labels_, repeated.predict(X))
+    assert weighted.inertia_ == pytest.approx(repeated.inertia_, rel=1e-6)
+    assert weighted.score(X, sample_weight=weights) == pytest.approx(-weighted.inertia_, rel=1e-6)
+
+
+def test_minibatch_separates_the_circles_from_a_weighted_coreset(circle_data):
+    pytest.importorskip("sklearn")
+    from daskmeans import lightweight_coreset
+
+    X, y = circle_data
+    points, weights = lightweight_coreset(X, 400, random_state=0)
+    scores = []
+    for seed in range(3):
+        model = MiniBatchKernelKMeans(**small_params(random_state=seed)).fit(points, sample_weight=weights)
+        scores.append(ari(y, model.predict(X)))
+        # inertia_ is the weighted energy of the data it was fitted on
+        assert model.inertia_ == pytest.approx(-model.score(points, sample_weight=weights), rel=1e-9)
+    assert sorted(scores)[1] > 0.95, scores
+
+
+def test_zero_weight_rows_are_ignored_by_the_full_batch(circle_data):
+    X, _ = circle_data
+    X = X[:200]
+    weights = np.ones(200)
+    weights[100:] = 0.0
+    init = X[[0, 1]]
+    weighted = KernelKMeans(2, kernel_params=RBF, init=init).fit(X, sample_weight=weights)
+    alone = KernelKMeans(2, kernel_params=RBF, init=init).fit(X[:100])
+    np.testing.assert_allclose(weighted.transform(X), alone.transform(X), rtol=1e-5, atol=1e-6)
 
 
 def test_kernel_kmeans_refuses_too_many_samples_before_reading_the_data(tmp_path):

@@ -51,17 +51,18 @@ def ref_group_minima(D, labels, groups):
     return out
 
 
-def ref_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k):
+def ref_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k, weights=None):
     m = len(old_labels)
+    w = np.ones(len(X)) if weights is None else weights
     sums = np.zeros((k, X.shape[1]))
     counts = np.zeros(k)
     sse = np.zeros(k)
-    np.add.at(sums, new_labels, X.astype(np.float64))
-    np.add.at(counts, new_labels, 1.0)
-    np.add.at(sse, new_labels, new_dist2)
-    np.add.at(sums, old_labels, -X[:m].astype(np.float64))
-    np.add.at(counts, old_labels, -1.0)
-    np.add.at(sse, old_labels, -old_dist2)
+    np.add.at(sums, new_labels, w[:, None] * X.astype(np.float64))
+    np.add.at(counts, new_labels, w)
+    np.add.at(sse, new_labels, w * new_dist2)
+    np.add.at(sums, old_labels, -w[:m, None] * X[:m].astype(np.float64))
+    np.add.at(counts, old_labels, -w[:m])
+    np.add.at(sse, old_labels, -w[:m] * old_dist2)
     return sums, counts, sse
 
 
@@ -159,8 +160,9 @@ def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
         assert np.all(lower <= ref_group_minima(D, ref_labels, groups))
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_batch_deltas_match_numpy(dtype):
+def test_batch_deltas_match_numpy(dtype, weighted):
     rng = np.random.default_rng(3)
     k, m, extra = 6, 300, 120
     X = rng.standard_normal((m + extra, 5)).astype(dtype)
@@ -168,11 +170,13 @@ def test_batch_deltas_match_numpy(dtype):
     new_labels = np.where(rng.random(m + extra) < 0.3, rng.integers(0, k, m + extra),
                           np.concatenate([old_labels, rng.integers(0, k, extra)])).astype(np.int32)
     old_d2, new_d2 = rng.random(m), rng.random(m + extra)
-    sums, counts, sse, changed = kn.batch_deltas(X, old_labels, old_d2, new_labels, new_d2, k)
-    ref = ref_deltas(X, old_labels, old_d2, new_labels, new_d2, k)
+    weights = rng.random(m + extra) * 3 if weighted else None
+    sums, counts, sse, members, changed = kn.batch_deltas(X, old_labels, old_d2, new_labels, new_d2, k, weights)
+    ref = ref_deltas(X, old_labels, old_d2, new_labels, new_d2, k, weights)
     np.testing.assert_allclose(sums, ref[0], atol=1e-9)
-    np.testing.assert_allclose(counts, ref[1])
+    np.testing.assert_allclose(counts, ref[1], atol=1e-12)
     np.testing.assert_allclose(sse, ref[2], atol=1e-12)
+    np.testing.assert_array_equal(members, np.bincount(new_labels, minlength=k) - np.bincount(old_labels, minlength=k))
     assert changed == int(np.sum(old_labels != new_labels[:m]))
 
 
@@ -467,10 +471,54 @@ def test_bad_parameters_fail_before_any_work(params, message):
         NestedMiniBatchKMeans(3, **params).fit(never_computed)
 
 
-def test_sample_weight_is_refused_clearly():
-    X, _, _ = make_blobs(n=200)
-    with pytest.raises(InvalidParameterError, match="does not take sample_weight"):
-        NestedMiniBatchKMeans(3).fit(X, sample_weight=np.ones(200))
+# -- sample weights --------------------------------------------------------------------------------------------
+def test_weighted_sums_hold_each_sample_once_with_its_weight():
+    X, _, _ = make_blobs(n=4000, d=4, k=6, spread=2.0, seed=12, dtype=np.float32)
+    weights = np.random.default_rng(1).random(4000) * 3
+    weights[::7] = 0.0
+    array = da.from_array(X, chunks=(600, 4))
+    start = X[:6].copy()
+
+    def check(record):
+        index, labels, dist2, _ = record["_batch"].content()
+        w = weights[index]
+        ref_sums, ref_counts, ref_sse = ref_deltas(X[index], np.empty(0, int), np.empty(0), labels, dist2, 6, w)
+        np.testing.assert_allclose(record["_sums"], ref_sums, rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(record["_counts"], ref_counts, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(record["_sse"], ref_sse, rtol=1e-9, atol=1e-6)
+        np.testing.assert_array_equal(record["_members"], np.bincount(labels, minlength=6))
+        assert record["energy"] == pytest.approx(ref_sse.sum() / w.sum())
+
+    result = nested_minibatch(array, start, seed=4, initial_batch_size=400, bounds="yinyang", callback=check,
+                              min_block_rows=200, weights=da.from_array(weights, chunks=(600,)), keep_batch=True)
+    assert result.stop_reason == "converged" and result.history[-1]["batch_size"] == 4000
+    # converged: every center is the weighted mean of its cluster
+    index, labels, _, _ = result.batch.content()
+    for j in range(6):
+        mine = labels == j
+        expected = np.average(X[index[mine]].astype(np.float64), axis=0, weights=weights[index[mine]])
+        np.testing.assert_allclose(result.centers[j], expected, rtol=1e-5)
+
+
+def test_unit_weights_give_the_unweighted_fit_bit_for_bit():
+    X, _, _ = make_blobs(n=3000, d=3, k=5, seed=13, dtype=np.float32)
+    plain = NestedMiniBatchKMeans(5, init=X[:5], initial_batch_size=500, random_state=0, chunk_rows=500).fit(X)
+    unit = NestedMiniBatchKMeans(5, init=X[:5], initial_batch_size=500, random_state=0, chunk_rows=500).fit(
+        X, sample_weight=np.ones(3000))
+    np.testing.assert_array_equal(plain.cluster_centers_, unit.cluster_centers_)
+    assert [r["energy"] for r in plain.history_] == [r["energy"] for r in unit.history_]
+    assert plain.inertia_ == unit.inertia_
+
+
+def test_fits_a_lightweight_coreset():
+    from daskmeans import lightweight_coreset
+
+    X, _, truth = make_blobs(n=20000, d=4, k=5, spread=0.3, seed=14)
+    points, weights = lightweight_coreset(X, 2000, random_state=0)
+    model = NestedMiniBatchKMeans(5, random_state=0, initial_batch_size=500).fit(points, sample_weight=weights)
+    found = np.sort(model.cluster_centers_, axis=0)
+    np.testing.assert_allclose(found, np.sort(truth, axis=0), atol=0.1)
+    assert model.inertia_ == pytest.approx(-model.score(points, sample_weight=weights), rel=1e-6)
 
 
 @pytest.mark.parametrize("name", ["nmbatch", "minibatch"])

@@ -79,7 +79,8 @@ def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
     return chosen
 
 
-def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, sample_size=None, client=None):
+def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, sample_size=None, client=None,
+                   weights=None):
     """Draw the seeding sample, resolve the kernel on it and pick the initial centers.
 
     Parameters
@@ -95,6 +96,9 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     sample_size : int, optional
         Rows of the sample (default ``max(20 k, 5000)``, at most n).
     client : distributed.Client, optional
+    weights : dask.array.Array (n,), optional
+        Sample weights: the sample is then drawn with probability proportional to them (Efraimidis-Spirakis),
+        so that it represents the weighted data.
 
     Returns
     -------
@@ -105,8 +109,10 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     """
     n = int(array.shape[0])
     m = min(n, sample_size or max(20 * n_clusters, INIT_SAMPLE_ROWS))
-    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample")),
-                            client=client)
+    if weights is not None:
+        m = min(m, int(compute_now((weights > 0).sum(), client=client)[0]))
+    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample"),
+                                                             weights), client=client)
     index, rows = np.asarray(sample[1]), np.ascontiguousarray(sample[2])
     resolved = resolve_kernel(kernel, kernel_params, array.shape[1], sample=rows,
                               rng=stage_generator(seed, "kernel-init", "kappa"))
@@ -131,7 +137,7 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
 
 def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batch_size=1024, tau=200,
                             truncate=True, learning_rate="beta", max_iter=200, tol=0.0, clock=None, client=None,
-                            callback=None, passes=0, pool_bytes=POOL_BYTES, checkpoint=None):
+                            callback=None, passes=0, pool_bytes=POOL_BYTES, checkpoint=None, weights=None):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
     Parameters
@@ -160,6 +166,8 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
         ``checkpoint.resume`` (:mod:`daskmeans.checkpoint`); ``centers`` is then taken from the state. Pools keep
         their boundaries (multiples of the steps per pool) on resume, so the rows seen are those of a run without
         interruption.
+    weights : dask.array.Array (n,), optional
+        Sample weights: rows are drawn uniformly and weigh in each step (as :class:`daskmeans.MiniBatchKMeans`).
 
     Returns
     -------
@@ -191,10 +199,12 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
         # pools start at multiples of steps_per_pool, also when a resumed run starts inside one
         n_steps = min(steps_per_pool - step % steps_per_pool, max_iter - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
-        (rows,) = compute_now(gather_steps_graph(array, indices), client=client)
+        ((rows, row_weights),) = compute_now(gather_steps_graph(array, indices, weights), client=client)
         if not kernel.normalized:
             gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
-        batches = [rows[t * batch_size:(t + 1) * batch_size] for t in range(n_steps)]
+        steps = [slice(t * batch_size, (t + 1) * batch_size) for t in range(n_steps)]
+        batches = [rows[s] for s in steps]
+        batch_weights = None if row_weights is None else [row_weights[s] for s in steps]
         # with a checkpoint, the steps run one at a time, each followed by a save
         rounds = [(t, t + 1) for t in range(n_steps)] if checkpoint is not None else [(0, n_steps)]
         for first, stop in rounds:
@@ -203,6 +213,7 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
             centers, seen, records, reason = run_kernel_steps(
                 centers, seen, batches[first:stop], list(indices[first:stop]), kernel, step + 1,
                 learning_rate=learning_rate, tau=tau, truncate=truncate, tol=tol, time_left=time_left,
+                batch_weights=None if batch_weights is None else batch_weights[first:stop],
             )
             step = _record_steps(records, step, history, batch_size, n, pool_start, passes, callback)
             if reason is None and clock.out_of_time():
@@ -264,7 +275,14 @@ def kernel_matrix_float32(X, kernel, slab_bytes=64 * 2**20):
     return out
 
 
-def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock=None, callback=None):
+def _mean_indicator(labels, weights, mass, k):
+    """``H`` with ``H[i, labels[i]] = w_i / mass[labels[i]]``: ``K H`` holds ``<phi(x), C_j>`` (float32, n x k)."""
+    indicator = np.zeros((labels.shape[0], k), dtype=np.float32)
+    indicator[np.arange(labels.shape[0]), labels] = weights / mass[labels]
+    return indicator
+
+
+def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock=None, callback=None, weights=None):
     """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space on the whole kernel matrix.
 
     Each iteration computes ``<phi(x), C_j> = (K H)_{xj}`` with ``H`` the cluster-mean indicator matrix (one
@@ -282,12 +300,16 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
     clock : Clock, optional
     callback : callable, optional
         Called with each iteration's history record.
+    weights : ndarray (n,), optional
+        Sample weights: each center is the weighted mean of its cluster in feature space (a row of weight ``w``
+        counts as ``w`` copies).
 
     Returns
     -------
     FitResult
-        ``centers`` (a :class:`SparseCenters` whose support is every row, coefficient ``1 / |cluster|``),
-        ``inertia`` (sum of squared feature-space distances to them), ``counts``, ``labels`` (extra attribute),
+        ``centers`` (a :class:`SparseCenters` whose support is every row, coefficient ``w / (cluster weight)``),
+        ``inertia`` ((weighted) sum of squared feature-space distances to them), ``counts`` (weight per
+        cluster), ``labels`` (extra attribute),
         ``stop_reason`` ``"converged"``, ``"max_iter"`` or ``"max_time"``.
     """
     clock = clock or Clock()
@@ -296,26 +318,30 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
     labels, dist2 = centers.nearest(X, kernel)
     gram = kernel_matrix_float32(X, kernel)
     diag = kernel.diag(X)
+    weighted = weights is not None
+    weights = np.asarray(weights, dtype=np.float64) if weighted else np.ones(n)
     history = []
     stop_reason = "max_iter"
     rows = np.arange(n)
     n_iter = 0
     for iteration in range(1, max_iter + 1):
-        counts = np.bincount(labels, minlength=k).astype(np.float64)
-        for j in np.flatnonzero(counts == 0):
-            far = int(np.argmax(np.where(counts[labels] > 1, dist2, -1.0)))
-            counts[labels[far]] -= 1
+        mass = np.bincount(labels, weights=weights, minlength=k)
+        for j in np.flatnonzero(mass == 0):
+            # an empty cluster (or one of zero weight) takes the farthest row of weight > 0 from a cluster that
+            # keeps weight without it
+            spare = (weights > 0) & (mass[labels] > weights)
+            far = int(np.argmax(np.where(spare, dist2, -1.0)))
+            mass[labels[far]] -= weights[far]
             labels[far] = j
-            counts[j] = 1
+            mass[j] = weights[far]
             dist2[far] = 0.0
-        indicator = np.zeros((n, k), dtype=np.float32)
-        indicator[rows, labels] = (1.0 / counts)[labels]
-        inner = (gram @ indicator).astype(np.float64)
-        norms = np.bincount(labels, weights=inner[rows, labels], minlength=k) / counts
+        inner = (gram @ _mean_indicator(labels, weights, mass, k)).astype(np.float64)
+        norms = np.bincount(labels, weights=weights * inner[rows, labels], minlength=k) / mass
         new_labels, dist2 = nearest_from_inner(diag, inner, norms)
         changed = int((new_labels != labels).sum())
         n_iter = iteration
-        record = {"iteration": iteration, "energy": float(dist2.mean()), "changed": changed,
+        energy = float(weights @ dist2) / float(weights.sum()) if weighted else float(dist2.mean())
+        record = {"iteration": iteration, "energy": energy, "changed": changed,
                   "wall_time": clock.elapsed(), "passes": 0}
         history.append(record)
         if callback is not None:
@@ -327,17 +353,17 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
         if clock.out_of_time():
             stop_reason = "max_time"
             break
-    counts = np.bincount(labels, minlength=k).astype(np.float64)
-    indicator = np.zeros((n, k), dtype=np.float32)
-    indicator[rows, labels] = (1.0 / np.maximum(counts, 1.0))[labels]
-    inner = (gram @ indicator).astype(np.float64)
-    norms = np.bincount(labels, weights=inner[rows, labels], minlength=k) / np.maximum(counts, 1.0)
+    mass = np.bincount(labels, weights=weights, minlength=k)
+    safe_mass = np.where(mass > 0, mass, 1.0)
+    inner = (gram @ _mean_indicator(labels, weights, safe_mass, k)).astype(np.float64)
+    norms = np.bincount(labels, weights=weights * inner[rows, labels], minlength=k) / safe_mass
     del gram
     order = np.argsort(labels, kind="stable")
-    final = SparseCenters(rows=np.ascontiguousarray(X[order]), coef=(1.0 / counts[labels])[order],
+    final = SparseCenters(rows=np.ascontiguousarray(X[order]), coef=(weights / safe_mass[labels])[order],
                           owner=labels[order].astype(np.int64), segment=np.zeros(n, dtype=np.int64),
                           row_index=order.astype(np.int64), norms=norms)
     final_dist2 = np.maximum(diag - 2.0 * inner[rows, labels] + norms[labels], 0.0)
-    result = FitResult(final, float(final_dist2.sum()), n_iter, history, stop_reason, 1, counts)
+    inertia = float(weights @ final_dist2) if weighted else float(final_dist2.sum())
+    result = FitResult(final, inertia, n_iter, history, stop_reason, 1, mass)
     result.labels = labels
     return result

@@ -60,22 +60,25 @@ def center_displacement(new_centers, old_centers):
     return np.sqrt(np.einsum("ij,ij->i", diff, diff))
 
 
-def doubling_ratio(sse, counts, displacement, quantile=0.0):
+def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
     """The ``quantile`` of ``sigma_C(j) / p(j)`` over the clusters with at least two samples.
 
     ``sigma_C(j) = sqrt(sse(j) / (v(j) (v(j) - 1)))`` estimates how far the center would move if the batch
     doubled (sec. 3.2 of the paper); ``p(j)`` is how far it just moved. A cluster that did not move counts as
     ``inf`` (it never holds the batch back); clusters with fewer than two samples do not vote. ``quantile=0``
     is the paper's minimum; otherwise the ratio of rank ``floor(quantile * m)`` among the ``m`` voters in
-    ascending order (0.5: the median, as in the reference code).
+    ascending order (0.5: the median, as in the reference code). With sample weights, ``counts`` are the
+    clusters' weights and ``members`` their numbers of samples: ``sigma_C(j) = sqrt(sse(j) / (v(j) (n_j - 1)))``,
+    the weighted mean squared distance over ``n_j - 1`` (the same value with unit weights).
     """
     counts = np.asarray(counts, dtype=np.float64)
+    members = counts if members is None else np.asarray(members, dtype=np.float64)
     displacement = np.asarray(displacement, dtype=np.float64)
-    voters = counts >= 2
+    voters = (members >= 2) & (counts > 0)
     if not voters.any():
         return np.inf
     sigma = np.sqrt(np.maximum(np.asarray(sse, dtype=np.float64)[voters], 0.0)
-                    / (counts[voters] * (counts[voters] - 1)))
+                    / (counts[voters] * (members[voters] - 1)))
     moved = displacement[voters]
     ratios = np.full(sigma.shape, np.inf)
     np.divide(sigma, moved, out=ratios, where=moved > 0)
@@ -83,17 +86,21 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0):
     return float(np.partition(ratios, rank)[rank])
 
 
-def centers_from_sums(sums, counts, previous_centers):
-    """``S(j) / v(j)``; a cluster without samples keeps its center."""
+def centers_from_sums(sums, counts, previous_centers, members=None):
+    """``S(j) / v(j)``; a cluster without samples (or without weight) keeps its center.
+
+    ``members`` (the clusters' numbers of samples), when given, decides which clusters are empty: with
+    fractional weights, adding and removing a sample can leave a rounding residue in ``v(j)``.
+    """
     centers = np.array(previous_centers, dtype=np.float64)
-    filled = counts > 0
+    filled = counts > 0 if members is None else (np.asarray(members) > 0) & (counts > 0)
     centers[filled] = sums[filled] / counts[filled, None]
     return centers.astype(previous_centers.dtype)
 
 
 def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5, bounds="auto",
                      max_iter=1000, tol=0.0, clock=None, client=None, callback=None, passes=0, max_blocks=None,
-                     min_block_rows=None, keep_batch=False, checkpoint=None):
+                     min_block_rows=None, keep_batch=False, checkpoint=None, weights=None):
     """Run nmbatch from ``centers``.
 
     Parameters
@@ -124,6 +131,8 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, 
         State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
     keep_batch : bool
         Return the :class:`NestedBatch` too (tests inspect it); otherwise it is released.
+    weights : dask.array.Array (n,), optional
+        Sample weights (chunked like ``array``): S, v and SSE are weighted sums, the centers weighted means.
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every iteration
         (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
@@ -142,11 +151,11 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, 
     with one_blas_thread_per_task(client):
         return _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter,
                                  tol, clock or Clock(), client, callback, passes, max_blocks, min_block_rows,
-                                 keep_batch, checkpoint)
+                                 keep_batch, checkpoint, weights)
 
 
 def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol, clock,
-                      client, callback, passes, max_blocks, min_block_rows, keep_batch, checkpoint):
+                      client, callback, passes, max_blocks, min_block_rows, keep_batch, checkpoint, weights):
     n, d = (int(s) for s in array.shape)
     resume = checkpoint.resume if checkpoint is not None else None
     if resume is not None:
@@ -155,11 +164,12 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
     scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
     groups = make_groups(centers, scheme, n_groups) if resume is None else CenterGroups(resume["group_of"], scheme)
     layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
-    batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, **layout)
+    batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
     sums = np.zeros((k, d))
     counts = np.zeros(k)
     sse = np.zeros(k)
+    members = np.zeros(k, dtype=np.int64)
     shift = np.zeros(k)
     history = []
     stop_reason = "max_iter"
@@ -170,6 +180,7 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
     def state(final):
         return {"iteration": n_iter, "centers": centers, "group_of": groups.group_of, "size": size,
                 "batch_size": batch.size, "rows_read": batch.rows_read, "sums": sums, "counts": counts, "sse": sse,
+                "members": members,
                 "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final,
                 "layout_id": batch.layout_id}
 
@@ -184,9 +195,9 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
         return metadata
 
     if resume is not None:
-        n_iter, size, sums, counts, sse, shift, history, passes, converged, finished = (
-            resume[name] for name in ("iteration", "size", "sums", "counts", "sse", "shift", "history", "passes",
-                                      "converged", "stop_reason"))
+        n_iter, size, sums, counts, sse, members, shift, history, passes, converged, finished = (
+            resume[name] for name in ("iteration", "size", "sums", "counts", "sse", "members", "shift", "history",
+                                      "passes", "converged", "stop_reason"))
         history = list(history)
         stop_reason = finished or stop_reason
         if finished is None and resume["batch_size"]:
@@ -201,14 +212,16 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
     for iteration in range(n_iter + 1, max_iter + 1):
         if finished is not None:
             break
-        d_sums, d_counts, d_sse, counters = batch.step(centers, shift * _SHIFT_SAFETY, size)
+        d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, shift * _SHIFT_SAFETY, size)
         sums += d_sums
         counts += d_counts
         sse += d_sse
-        new_centers = centers_from_sums(sums, counts, centers)
+        members += d_members
+        new_centers = centers_from_sums(sums, counts, centers, members)
         shift = center_displacement(new_centers, centers)
-        ratio = doubling_ratio(sse, counts, shift, doubling_quantile)
+        ratio = doubling_ratio(sse, counts, shift, doubling_quantile, members)
         batch_inertia = float(sse.sum())
+        batch_weight = float(counts.sum()) if weights is not None else batch.size
         record = {
             "iteration": iteration,
             "batch_size": batch.size,
@@ -216,7 +229,7 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
             "changed": counters["changed"],
             "distances_computed": counters["computed"],
             "distances_skipped": counters["skipped"],
-            "energy": batch_inertia / batch.size,
+            "energy": batch_inertia / batch_weight if batch_weight > 0 else 0.0,
             "inertia": batch_inertia,
             "center_shift": float(np.sum(shift**2)),
             "doubling_ratio": ratio if np.isfinite(ratio) else None,
@@ -227,7 +240,7 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
         history.append(record)
         if callback is not None:
             callback(dict(record, _centers=new_centers, _batch=batch, _sums=sums.copy(), _counts=counts.copy(),
-                          _sse=sse.copy()))
+                          _sse=sse.copy(), _members=members.copy()))
         n_iter = iteration
         converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
         centers = new_centers

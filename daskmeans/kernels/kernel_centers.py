@@ -35,9 +35,30 @@ def center_inner_products(K, coef, owner, n_clusters):
     """
     m, support = K.shape
     out = np.zeros((m, n_clusters), dtype=np.float64)
+    # runs of equal owner (one per center: the support is kept sorted by owner) make contiguous dot products
+    run_start = np.empty(support + 1, dtype=np.int64)
+    n_runs = 0
+    for s in range(support):
+        if s == 0 or owner[s] != owner[s - 1]:
+            run_start[n_runs] = s
+            n_runs += 1
+    run_start[n_runs] = support
     for i in range(m):
-        for s in range(support):
-            out[i, owner[s]] += coef[s] * K[i, s]
+        for r in range(n_runs):
+            lo, hi = run_start[r], run_start[r + 1]
+            # four independent partial sums, combined in a fixed order: pipelined, and the same value anywhere
+            a0 = a1 = a2 = a3 = 0.0
+            s = lo
+            while s + 4 <= hi:
+                a0 += coef[s] * K[i, s]
+                a1 += coef[s + 1] * K[i, s + 1]
+                a2 += coef[s + 2] * K[i, s + 2]
+                a3 += coef[s + 3] * K[i, s + 3]
+                s += 4
+            while s < hi:
+                a0 += coef[s] * K[i, s]
+                s += 1
+            out[i, owner[lo]] += (a0 + a1) + (a2 + a3)
     return out
 
 

@@ -29,8 +29,8 @@ from .minibatch import learning_rates
 
 
 @numba.njit(cache=True, nogil=True)
-def batch_cluster_means(K, labels, counts):
-    """``<phi(x_i), cm(B_j)> = mean of K[i, y]`` over the batch rows ``y`` labelled ``j``.
+def batch_cluster_means(K, labels, counts, weights):
+    """``<phi(x_i), cm(B_j)> = sum of w_y K[i, y] / b_j`` over the batch rows ``y`` labelled ``j``.
 
     Parameters
     ----------
@@ -38,19 +38,21 @@ def batch_cluster_means(K, labels, counts):
         Kernel within the batch.
     labels : int32 (b,)
     counts : float64 (k,)
-        Rows of the batch per center.
+        Weight of the batch rows of each center, ``b_j = sum of w_y``.
+    weights : float64 (b,)
+        Weight of each batch row (ones without sample weights).
 
     Returns
     -------
     float64 (b, k)
-        Zero for centers without rows.
+        Zero for centers without weight.
     """
     b = K.shape[0]
     k = counts.shape[0]
     out = np.zeros((b, k), dtype=np.float64)
     for i in range(b):
         for y in range(b):
-            out[i, labels[y]] += K[i, y]
+            out[i, labels[y]] += weights[y] * K[i, y]
     for j in range(k):
         if counts[j] > 0:
             for i in range(b):
@@ -94,8 +96,8 @@ def truncation_mask(owner, segment, tau):
     return keep
 
 
-def _per_cluster_mean(values, labels, counts):
-    sums = np.bincount(labels, weights=values, minlength=counts.shape[0])
+def _per_cluster_mean(values, labels, counts, weights):
+    sums = np.bincount(labels, weights=values * weights, minlength=counts.shape[0])
     return np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
 
 
@@ -122,7 +124,7 @@ def merge_duplicates(centers: SparseCenters) -> SparseCenters:
 
 
 def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel, step, *, learning_rate="beta",
-                          tau=200, truncate=True):
+                          tau=200, truncate=True, weights=None):
     """One step of (truncated) mini-batch kernel k-means.
 
     Parameters
@@ -144,13 +146,17 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
         Rows each truncated center keeps (about).
     truncate : bool
         False: keep every contribution (duplicate rows of a center are merged).
+    weights : float64 (b,), optional
+        Sample weights of the batch rows: ``b_j`` and ``b`` become sums of weights and ``cm(B_j)`` the weighted
+        mean (rows with weight ``w`` count as ``w`` copies, as in :class:`daskmeans.MiniBatchKMeans`).
 
     Returns
     -------
     centers : SparseCenters
     seen : float64 (k,)
+        Weight each center has received.
     record : dict
-        ``batch_energy`` (mean squared distance of the batch to the centers before the step),
+        ``batch_energy`` ((weighted) mean squared distance of the batch to the centers before the step),
         ``batch_energy_after`` (to the centers after it), ``improvement``, ``support`` (rows of all centers),
         ``dropped`` (rows forgotten by the truncation), ``labels`` (of the batch, before the update).
     """
@@ -160,20 +166,24 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     batch_to_support = kernel.matrix(rows, centers.rows)
     inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
     labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
-    before = float(dist2.mean())
-    counts = np.bincount(labels, minlength=k).astype(np.float64)
-    alpha = learning_rates(learning_rate, counts, float(b), seen)
+    weighted = weights is not None
+    weights = np.asarray(weights, dtype=np.float64) if weighted else np.ones(b)
+    total = float(weights.sum())
+    before = float(weights @ dist2) / total if weighted else float(dist2.mean())
+    counts = np.bincount(labels, weights=weights, minlength=k)
+    alpha = learning_rates(learning_rate, counts, total, seen)
     batch_kernel = kernel.matrix(rows, rows)
-    to_means = batch_cluster_means(batch_kernel, labels, counts)
+    to_means = batch_cluster_means(batch_kernel, labels, counts, weights)
     own = np.arange(b)
-    means_norm = _per_cluster_mean(to_means[own, labels], labels, counts)  # <cm(B_j), cm(B_j)>
-    center_to_mean = _per_cluster_mean(inner[own, labels], labels, counts)  # <C_j, cm(B_j)>
+    means_norm = _per_cluster_mean(to_means[own, labels], labels, counts, weights)  # <cm(B_j), cm(B_j)>
+    center_to_mean = _per_cluster_mean(inner[own, labels], labels, counts, weights)  # <C_j, cm(B_j)>
     keep_rate = 1.0 - alpha
     norms = keep_rate**2 * centers.norms + 2 * alpha * keep_rate * center_to_mean + alpha**2 * means_norm
     new_inner = keep_rate[None, :] * inner + alpha[None, :] * to_means
 
     n_old = centers.rows.shape[0]
-    coef = np.concatenate([centers.coef * keep_rate[centers.owner], alpha[labels] / counts[labels]])
+    coef = np.concatenate([centers.coef * keep_rate[centers.owner],
+                           np.divide(alpha[labels] * weights, counts[labels], out=np.zeros(b), where=weights > 0)])
     owner = np.concatenate([centers.owner, labels.astype(np.int64)])
     order = np.argsort(owner, kind="stable")
     combined = SparseCenters(
@@ -206,7 +216,7 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     else:
         combined = merge_duplicates(combined)
     _, after_dist2 = nearest_from_inner(diag, new_inner, combined.norms)
-    after = float(after_dist2.mean())
+    after = float(weights @ after_dist2) / total if weighted else float(after_dist2.mean())
     record = {"batch_energy": before, "batch_energy_after": after, "improvement": before - after,
               "support": int(combined.rows.shape[0]), "dropped": n_dropped, "labels": labels,
               "new_support": n_old + b - n_dropped}
@@ -214,7 +224,7 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
 
 
 def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, *, learning_rate="beta", tau=200,
-                     truncate=True, tol=0.0, time_left=None):
+                     truncate=True, tol=0.0, time_left=None, batch_weights=None):
     """Mini-batch kernel k-means steps, one per batch, in order, with the paper's early stopping.
 
     Parameters
@@ -232,6 +242,8 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
         Stop when a step improves the batch energy by less than ``tol`` (0 disables).
     time_left : float, optional
         Seconds left in the budget; checked after each step.
+    batch_weights : list of float64 (b,), optional
+        Sample weights of each batch's rows.
 
     Returns
     -------
@@ -246,8 +258,9 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
     records = []
     stop_reason = None
     for t, (rows, index) in enumerate(zip(batches, batch_indices)):
-        centers, seen, record = kernel_minibatch_step(centers, seen, rows, index, kernel, first_step + t,
-                                                      learning_rate=learning_rate, tau=tau, truncate=truncate)
+        centers, seen, record = kernel_minibatch_step(
+            centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
+            truncate=truncate, weights=None if batch_weights is None else batch_weights[t])
         record.pop("labels")
         record["seconds"] = time.perf_counter() - start
         records.append(record)

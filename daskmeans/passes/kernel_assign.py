@@ -59,17 +59,21 @@ def _energy_block(block, offset, weights, model, check_finite):
     if check_finite:
         check_finite_block(block, offset)
     labels, dist2 = model.centers.nearest(block, model.kernel)
-    counts = np.bincount(labels, minlength=model.centers.n_clusters).astype(np.float64)
-    sse = np.bincount(labels, weights=dist2, minlength=model.centers.n_clusters)
-    return counts, sse
+    k = model.centers.n_clusters
+    if weights is None:
+        return np.bincount(labels, minlength=k).astype(np.float64), np.bincount(labels, weights=dist2, minlength=k)
+    weights = np.asarray(weights, dtype=np.float64)
+    return np.bincount(labels, weights=weights, minlength=k), np.bincount(labels, weights=weights * dist2,
+                                                                          minlength=k)
 
 
 def _combine(parts):
     return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
 
-def kernel_energy_graph(array, centers, kernel, check_finite=False):
-    """Delayed ``(counts, sse)`` per center: rows and summed squared feature-space distances, over all rows."""
-    parts = map_blocks_delayed(_energy_block, "kernel-assign", block_args(array), _model_node(centers, kernel),
-                               bool(check_finite))
+def kernel_energy_graph(array, centers, kernel, check_finite=False, weights=None):
+    """Delayed ``(counts, sse)`` per center: rows (or their weight) and summed (weighted) squared feature-space
+    distances, over all rows."""
+    parts = map_blocks_delayed(_energy_block, "kernel-assign", block_args(array, weights),
+                               _model_node(centers, kernel), bool(check_finite))
     return tree_reduce(parts, _combine, "kernel-assign")

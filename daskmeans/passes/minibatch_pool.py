@@ -73,21 +73,25 @@ def draw_pieces(array, indices, weights=None):
     return map_blocks_delayed(_take_rows, "minibatch-draw", take_args)
 
 
-def _assemble_rows(pieces, n_rows, n_features, dtype):
+def _assemble_rows(pieces, n_rows, n_features, dtype, weighted):
     rows = np.empty((n_rows, n_features), dtype=dtype)
-    for positions, taken, _ in pieces:
+    weights = np.empty(n_rows) if weighted else None
+    for positions, taken, taken_weights in pieces:
         rows[positions] = taken
-    return rows
+        if weighted:
+            weights[positions] = taken_weights
+    return rows, weights
 
 
-def gather_steps_graph(array, indices):
-    """Delayed rows ``array[indices.ravel()]`` (in that order), drawn as the mini-batch pools draw them.
+def gather_steps_graph(array, indices, weights=None):
+    """Delayed ``(rows, weights)``: ``array[indices.ravel()]`` (in that order) and their sample weights (None
+    without ``weights``), drawn as the mini-batch pools draw them.
 
     For algorithms whose steps run on the driver (mini-batch kernel k-means): only the drawn rows travel.
     """
-    pieces = draw_pieces(array, indices)
+    pieces = draw_pieces(array, indices, weights)
     (rows,) = map_blocks_delayed(_assemble_rows, "minibatch-gather", [[pieces]], int(np.asarray(indices).size),
-                                 int(array.shape[1]), array.dtype)
+                                 int(array.shape[1]), array.dtype, weights is not None)
     return rows
 
 

@@ -42,16 +42,19 @@ class BatchBlock:
         Exact squared distance to the center the sample was last assigned to.
     lower : float32 (m, n_groups)
         Group lower bounds (``(m, 0)`` without bounds).
+    weights : float64 (m,)
+        Sample weights (ones without ``sample_weight``).
     """
 
-    __slots__ = ("rows", "index", "labels", "dist2", "lower")
+    __slots__ = ("rows", "index", "labels", "dist2", "lower", "weights")
 
-    def __init__(self, rows, index, labels, dist2, lower):
+    def __init__(self, rows, index, labels, dist2, lower, weights):
         self.rows = rows
         self.index = index
         self.labels = labels
         self.dist2 = dist2
         self.lower = lower
+        self.weights = weights
 
     def __len__(self):
         return self.rows.shape[0]
@@ -60,13 +63,14 @@ class BatchBlock:
         """Every other sample, starting at ``which`` (0 or 1)."""
         part = slice(which, None, 2)
         return BatchBlock(np.ascontiguousarray(self.rows[part]), self.index[part].copy(), self.labels[part].copy(),
-                          self.dist2[part].copy(), np.ascontiguousarray(self.lower[part]))
+                          self.dist2[part].copy(), np.ascontiguousarray(self.lower[part]), self.weights[part].copy())
 
     def __getstate__(self):
-        return (self.rows, self.index, self.labels, self.dist2, self.lower)
+        return tuple(getattr(self, name) for name in self.__slots__)
 
     def __setstate__(self, state):
-        self.rows, self.index, self.labels, self.dist2, self.lower = state
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
 
 
 class StepOutput:
@@ -110,10 +114,11 @@ def chunk_order(key: int, offset: int, size: int) -> np.ndarray:
 
 
 def _read_new_rows(block, offset, weights, key, start, stop):
-    """Rows ``start:stop`` of a chunk's own random order, with their global indices."""
+    """Rows ``start:stop`` of a chunk's own random order, with their global indices and weights."""
     block = np.asarray(block)
     order = chunk_order(key, offset, block.shape[0])[start:stop]
-    return offset + order.astype(np.int64), np.ascontiguousarray(block[order])
+    taken = np.ones(order.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)[order]
+    return offset + order.astype(np.int64), np.ascontiguousarray(block[order]), taken
 
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
@@ -127,6 +132,7 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     sums = np.zeros((k, n_features))
     counts = np.zeros(k)
     sse = np.zeros(k)
+    members = np.zeros(k, dtype=np.int64)
     counters = np.zeros(len(COUNTERS), dtype=np.int64)
     parts = []
     if block is not None and len(block):
@@ -136,32 +142,35 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
             computed = len(block) * k
-        d_sums, d_counts, d_sse, changed = batch_deltas(block.rows, block.labels, block.dist2, labels, dist2, k)
+        d_sums, d_counts, d_sse, d_members, changed = batch_deltas(block.rows, block.labels, block.dist2, labels,
+                                                                   dist2, k, block.weights)
         sums += d_sums
         counts += d_counts
         sse += d_sse
+        members += d_members
         counters += (len(block), 0, changed, computed, max(0, len(block) * k - computed))
-        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower))
+        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights))
     if pieces:
-        index = np.concatenate([piece[0][a:b] for piece, a, b in pieces])
-        rows = np.concatenate([piece[1][a:b] for piece, a, b in pieces])
+        index, rows, weights = (np.concatenate([piece[field][a:b] for piece, a, b in pieces]) for field in range(3))
         labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
         empty = np.empty(0, dtype=np.int32)
-        d_sums, d_counts, d_sse, _ = batch_deltas(rows, empty, np.empty(0), labels, dist2, k)
+        d_sums, d_counts, d_sse, d_members, _ = batch_deltas(rows, empty, np.empty(0), labels, dist2, k, weights)
         sums += d_sums
         counts += d_counts
         sse += d_sse
+        members += d_members
         counters += (0, rows.shape[0], 0, rows.shape[0] * k, 0)
-        parts.append(BatchBlock(rows, index, labels, dist2, lower))
+        parts.append(BatchBlock(rows, index, labels, dist2, lower, weights))
     if not parts:
         new_block = BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
-                               np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32))
+                               np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32),
+                               np.empty(0))
     elif len(parts) == 1:
         new_block = parts[0]
     else:
         new_block = BatchBlock(*(np.concatenate([getattr(p, name) for p in parts])
                                  for name in BatchBlock.__slots__))
-    return StepOutput(new_block, (sums, counts, sse, counters))
+    return StepOutput(new_block, (sums, counts, sse, members, counters))
 
 
 def _report_of(output):
@@ -171,13 +180,11 @@ def _report_of(output):
 
 
 def _combine_reports(parts):
-    sums, counts, sse, counters = (np.array(a, copy=True) for a in parts[0])
+    totals = [np.array(a, copy=True) for a in parts[0]]
     for other in parts[1:]:
-        sums += other[0]
-        counts += other[1]
-        sse += other[2]
-        counters += other[3]
-    return sums, counts, sse, counters
+        for total, value in zip(totals, other):
+            total += value
+    return tuple(totals)
 
 
 def _block_content(output):
@@ -195,7 +202,7 @@ def _block_size(output):
 
 #: The arrays of a state block in a checkpoint, with their dtypes (``None``: the data's dtype): those that change
 #: only when the batch grows or splits (the layout), and those that change every iteration.
-LAYOUT_ARRAYS = {"rows": None, "index": np.int64}
+LAYOUT_ARRAYS = {"rows": None, "index": np.int64, "weights": np.float64}
 STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": np.float32}
 CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
 
@@ -251,11 +258,14 @@ class NestedBatch:
         Blocks are split only while the halves keep this many rows.
     max_lanes : int, optional
         Most lanes (default :data:`MAX_LANES`).
+    weights : dask.array.Array (n,), optional
+        Sample weights, chunked like ``array``; read with the rows.
     """
 
     def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=MIN_BLOCK_ROWS,
-                 max_lanes=None):
+                 max_lanes=None, weights=None):
         self.array = array
+        self.weight_blocks = None if weights is None else blocks_of(weights)
         self.n_samples, self.n_features = (int(s) for s in array.shape)
         self.groups = groups
         self.use_bounds = groups.scheme != "none"
@@ -336,7 +346,9 @@ class NestedBatch:
         -------
         sums : float64 (k, d)
         counts, sse : float64 (k,)
-            Changes of S, v and SSE.
+            Changes of S, v and SSE (v: the clusters' weight).
+        members : int64 (k,)
+            Changes of the clusters' numbers of samples.
         counters : dict
             ``reused``, ``new``, ``changed``, ``computed``, ``skipped`` of this iteration.
         """
@@ -362,7 +374,9 @@ class NestedBatch:
                 first, last = extent.get(chunk, (a, b))
                 extent[chunk] = (min(first, a), max(last, b))
         chunks = sorted(extent)
-        read_args = [[self.data_blocks[c], int(self.offsets[c]), None, self.row_key, *extent[c]] for c in chunks]
+        read_args = [[self.data_blocks[c], int(self.offsets[c]),
+                      None if self.weight_blocks is None else self.weight_blocks[c], self.row_key, *extent[c]]
+                     for c in chunks]
         reads = dict(zip(chunks, map_blocks_delayed(_read_new_rows, "nmbatch-read", read_args))) if chunks else {}
         block_pieces = [[(reads[c], a - extent[c][0], b - extent[c][0]) for c, a, b in pieces]
                         for pieces in share_pieces]
@@ -389,8 +403,8 @@ class NestedBatch:
             import uuid
 
             self.layout_id = uuid.uuid4().hex[:16]
-        sums, counts, sse, counters = report
-        return sums, counts, sse, dict(zip(COUNTERS, (int(c) for c in counters)))
+        sums, counts, sse, members, counters = report
+        return sums, counts, sse, members, dict(zip(COUNTERS, (int(c) for c in counters)))
 
     def write_checkpoint(self, directory, layout_directory=None):
         """Have each state block written into ``directory`` where it lives (nothing passes through the driver).

@@ -20,11 +20,12 @@ from daskmeans.kernels.minibatch import learning_rates
 DTYPES = [np.float32, np.float64]
 
 
-def ref_batch_cluster_means(K, labels, counts):
+def ref_batch_cluster_means(K, labels, counts, weights):
     out = np.zeros((K.shape[0], len(counts)))
     for j in range(len(counts)):
         if counts[j]:
-            out[:, j] = K[:, labels == j].mean(axis=1)
+            mine = labels == j
+            out[:, j] = K[:, mine] @ weights[mine] / weights[mine].sum()
     return out
 
 
@@ -48,9 +49,10 @@ def test_batch_cluster_means_matches_numpy():
     rng = np.random.default_rng(0)
     K = rng.random((30, 30))
     labels = rng.integers(0, 3, 30).astype(np.int32)  # center 3 gets nothing
-    counts = np.bincount(labels, minlength=4).astype(np.float64)
-    np.testing.assert_allclose(batch_cluster_means(K, labels, counts), ref_batch_cluster_means(K, labels, counts),
-                               rtol=1e-12)
+    for weights in (np.ones(30), rng.random(30) * 3):
+        counts = np.bincount(labels, weights=weights, minlength=4)
+        np.testing.assert_allclose(batch_cluster_means(K, labels, counts, weights),
+                                   ref_batch_cluster_means(K, labels, counts, weights), rtol=1e-12)
 
 
 @pytest.mark.parametrize("tau", [1, 5, 12, 40])
@@ -219,3 +221,44 @@ def test_run_kernel_steps_stops_when_the_batch_improvement_falls_below_tol():
     assert 1 < len(records) < 40 and all(r["improvement"] >= 0.04 for r in records[:-1])
     _, _, records, reason = run_kernel_steps(start, np.zeros(3), [X[i] for i in batches], batches, kernel, 1)
     assert reason is None and len(records) == 40
+
+
+@pytest.mark.parametrize("learning_rate", ["beta", "sklearn"])
+def test_integer_weights_step_like_repeated_rows(learning_rate):
+    # a batch row of weight w moves the centers as w copies of it would: same inner products, norms and rates
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(200, 3))
+    kernel = Kernel("rbf", {"kappa": 2.0})
+    weights = rng.integers(1, 4, size=200).astype(np.float64)
+    weighted = repeated = single_point_centers(X[:3], kernel, np.arange(3))
+    seen_w = seen_r = np.zeros(3)
+    for step in range(1, 8):
+        index = rng.integers(0, 200, 24)
+        copies = np.repeat(index, weights[index].astype(int))
+        weighted, seen_w, rec_w = kernel_minibatch_step(weighted, seen_w, X[index], index, kernel, step,
+                                                        learning_rate=learning_rate, truncate=False,
+                                                        weights=weights[index])
+        repeated, seen_r, rec_r = kernel_minibatch_step(repeated, seen_r, X[copies], copies, kernel, step,
+                                                        learning_rate=learning_rate, truncate=False)
+        np.testing.assert_allclose(seen_w, seen_r)
+        np.testing.assert_allclose(weighted.norms, repeated.norms, rtol=1e-9)
+        np.testing.assert_allclose(weighted.distances(X, kernel), repeated.distances(X, kernel), rtol=1e-9,
+                                   atol=1e-12)
+        assert rec_w["batch_energy"] == pytest.approx(rec_r["batch_energy"], rel=1e-9)
+        assert rec_w["batch_energy_after"] == pytest.approx(rec_r["batch_energy_after"], rel=1e-9)
+
+
+def test_zero_weight_rows_do_not_move_the_centers():
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(50, 2))
+    kernel = Kernel("rbf", {"kappa": 1.0})
+    centers = single_point_centers(X[:2], kernel, np.arange(2))
+    index = np.arange(2, 34)
+    weights = np.ones(32)
+    weights[::2] = 0.0
+    with_zeros, _, _ = kernel_minibatch_step(centers, np.zeros(2), X[index], index, kernel, 1, tau=1000,
+                                             weights=weights)
+    kept = index[1::2]
+    without, _, _ = kernel_minibatch_step(centers, np.zeros(2), X[kept], kept, kernel, 1, tau=1000)
+    np.testing.assert_allclose(with_zeros.distances(X, kernel), without.distances(X, kernel), rtol=1e-10,
+                               atol=1e-12)
