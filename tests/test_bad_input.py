@@ -304,3 +304,23 @@ def test_every_error_is_a_daskmeans_error_with_a_fix():
         warnings.simplefilter("error")
         with pytest.raises(InvalidParameterError, match="Invalid parameter 'rhoo'.*valid parameters are"):
             model("nmbatch").set_params(rhoo=1.0)
+
+
+# -- sample weights (every estimator takes them) -----------------------------------------------------------------
+BAD_WEIGHTS = [
+    (np.ones(7), r"sample_weight must have shape \(400,\)"),
+    (np.ones((400, 2)), r"sample_weight must have shape \(400,\)"),
+    (np.array(["a"] * 400), "sample_weight must be numeric"),
+    (np.r_[np.ones(399), -1.0], "sample_weight has 1 negative or non-finite value"),
+    (np.r_[np.ones(10), np.nan, np.ones(389)], "the first is at row 10"),
+    (np.zeros(400), "sample_weight sums to zero"),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("weights, message", BAD_WEIGHTS)
+def test_bad_sample_weight_is_refused_before_the_fit(name, weights, message):
+    estimator = model(name)
+    with pytest.raises(InputDataError, match=message):
+        estimator.fit(blobs(), sample_weight=weights)
+    assert not hasattr(estimator, "cluster_centers_")
