@@ -426,6 +426,23 @@ class KMeans(ClusteringEstimator):
         self._labels = None
 
 
+def _seed_or_resume(estimator, data, weights, client, checkpoint, clock):
+    """Root seed, checkpoint hook and initial centers of a fit with the shared seeding parameters.
+
+    A fit that resumes from a checkpoint takes its centers from the algorithm's saved state: ``centers`` is then
+    None and ``passes`` 0.
+    """
+    seed, hook = _resume_point(checkpoint, estimator.random_state, clock)
+    centers, passes = None, 0
+    if hook is None or hook.resume is None:
+        centers, passes = initial_centers(
+            data.array, estimator.n_clusters, estimator.init, stage_key(seed, "init", 0), weights=weights,
+            client=client, rounds=estimator.init_rounds, oversampling_factor=estimator.oversampling_factor,
+            sample_size=estimator.init_sample_size,
+        )
+    return seed, hook, centers, passes
+
+
 def _resume_point(checkpoint, random_state, clock):
     """The root seed and the algorithm's checkpoint hook (None without a checkpoint).
 
@@ -620,14 +637,7 @@ class VRKMeans(ClusteringEstimator):
                 f"sample; use learning_rate <= {data.n_samples / self.n_clusters:.3g}."
             )
         clock = Clock(self.max_time)
-        seed, hook = _resume_point(checkpoint, self.random_state, clock)
-        centers, passes = None, 0
-        if hook is None or hook.resume is None:
-            centers, passes = initial_centers(
-                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
-                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                sample_size=self.init_sample_size,
-            )
+        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
         snapshots = [] if self.snapshot_centers else None
         with ProgressReporter(self.progress, total=self.max_epochs, desc=self.variant) as reporter:
             result = vrkm(
@@ -808,15 +818,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
         check_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
-        seed, hook = _resume_point(checkpoint, self.random_state, clock)
-        centers, passes = None, 0
-        if hook is None or hook.resume is None:
-            centers, passes = initial_centers(
-                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
-                client=client,
-                rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                sample_size=self.init_sample_size,
-            )
+        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
         with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
             if centers is not None:
@@ -939,14 +941,7 @@ class MiniBatchKMeans(ClusteringEstimator):
 
         check_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
-        seed, hook = _resume_point(checkpoint, self.random_state, clock)
-        centers, passes = None, 0
-        if hook is None or hook.resume is None:
-            centers, passes = initial_centers(
-                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights,
-                client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                sample_size=self.init_sample_size,
-            )
+        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
         with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
             recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
