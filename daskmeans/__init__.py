@@ -1,7 +1,11 @@
 """daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
 
-from .coreset import lightweight_coreset
-from .estimators import KMeans, MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
+from .estimators.coreset import lightweight_coreset
+from .estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
+from .estimators.kmeans import KMeans
+from .estimators.minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
+from .estimators.mixture import CoresetGaussianMixture
+from .estimators.vrkm import VRKMeans
 from .exceptions import (
     CheckpointError,
     CheckpointMismatchError,
@@ -13,10 +17,8 @@ from .exceptions import (
     OutputExistsError,
     SchedulerConnectionError,
 )
-from .io import open_input, write_labels
-from .mixture import CoresetGaussianMixture
-from .kernel_estimators import KernelKMeans, MiniBatchKernelKMeans
-from .persistence import load
+from .storage.io import open_input, write_labels
+from .storage.model import load
 
 __version__ = "0.1.0"
 

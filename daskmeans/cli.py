@@ -7,28 +7,27 @@ command with exit status 1 and one line that says what is wrong, before any expe
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import importlib.util
 import json
 import os
 import time
-from dataclasses import dataclass
 
 import click
 import numpy as np
 import zarr
-from dask.utils import format_bytes, parse_bytes
+from dask.utils import format_bytes
 
 from . import __version__
-from ._client import connect
 from .datasets import make_blobs_zarr
 from .demo import check_demo_outputs, run_demo
-from .exceptions import DaskmeansError, InputDataError, InvalidParameterError, SchedulerConnectionError
-from .io import open_input, prepare_output, write_labels
-from .persistence import FORMAT, load
+from .engine.client import ClusterSpec
+from .exceptions import DaskmeansError, InputDataError, InvalidParameterError
 from .registry import ALGORITHMS, algorithm_names, make_estimator
+from .storage.io import open_input, write_labels
+from .storage.model import FORMAT, load
+from .storage.zarr_safe import prepare_output
 
 #: Errors a user causes; they end the command with a one-line message instead of a traceback.
 USER_ERRORS = (DaskmeansError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
@@ -92,103 +91,6 @@ def main():
 
 
 # -- the Dask cluster the commands run on ------------------------------------------------------------------
-
-
-@dataclass
-class ClusterSpec:
-    """Where a command runs: a running scheduler, or an embedded ``LocalCluster`` of worker processes.
-
-    Attributes
-    ----------
-    scheduler : str or None
-        Address of a running scheduler; None starts a ``LocalCluster`` sized to the machine.
-    connect_timeout : float
-        Seconds to wait for ``scheduler``.
-    workers, threads_per_worker : int or None
-        Size of the embedded cluster (default: chosen by Dask from the number of cores).
-    memory_limit : str or None
-        Memory limit per embedded worker: ``auto``, a size like ``4GiB``, or a fraction of the memory.
-    """
-
-    scheduler: str | None = None
-    connect_timeout: float = 10.0
-    workers: int | None = None
-    threads_per_worker: int | None = None
-    memory_limit: str | None = None
-
-    def validate(self):
-        """Check the options before any work.
-
-        Raises
-        ------
-        InvalidParameterError
-            Embedded-cluster options given with ``--scheduler``, or a memory limit that is not a size.
-        """
-        local_options = {"--workers": self.workers, "--threads-per-worker": self.threads_per_worker,
-                         "--memory-limit": self.memory_limit}
-        given = [name for name, value in local_options.items() if value is not None]
-        if self.scheduler and given:
-            raise InvalidParameterError(
-                f"{', '.join(given)} size the embedded cluster and cannot be used with --scheduler; "
-                "drop them, or drop --scheduler to start a local cluster."
-            )
-        if self.memory_limit is not None:
-            self.memory_limit = _memory_limit(self.memory_limit)
-        return self
-
-    @contextlib.contextmanager
-    def client(self, announce: bool = False):
-        """Yield a ``distributed.Client`` for the run; an embedded cluster is closed afterwards.
-
-        Parameters
-        ----------
-        announce : bool
-            Print the dashboard address on stderr (when Bokeh, which serves the dashboard, is installed).
-        """
-        from distributed import Client, LocalCluster
-
-        if self.scheduler:
-            try:
-                client = connect(self.scheduler, timeout=f"{self.connect_timeout:g}s")
-            except ValueError as error:  # malformed address: no scheme, no port, unknown protocol
-                raise SchedulerConnectionError(
-                    f"Bad scheduler address {self.scheduler!r}: {error}. Use tcp://HOST:PORT "
-                    "(the address the scheduler prints when it starts)."
-                ) from error
-            with client:
-                _announce(client, announce)
-                yield client
-            return
-        with LocalCluster(n_workers=self.workers, threads_per_worker=self.threads_per_worker,
-                          memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
-                          processes=True, dashboard_address=":0") as cluster, \
-                Client(cluster, set_as_default=True) as client:
-            _announce(client, announce)
-            yield client
-
-
-def _announce(client, announce: bool):
-    if announce and importlib.util.find_spec("bokeh") is not None:
-        click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
-
-
-def _memory_limit(text: str):
-    """``auto``, a fraction of the machine's memory (``0.5``), or a size (``4GiB``, ``500MB``)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    with contextlib.suppress(ValueError):
-        fraction = float(text)
-        if 0 < fraction <= 1:
-            return fraction
-    try:
-        size = parse_bytes(text)
-    except (ValueError, TypeError):
-        size = None
-    if not size or size <= 0:
-        raise InvalidParameterError(
-            f"--memory-limit {text!r} is not a memory size; use e.g. 4GiB, 500MB, a fraction like 0.5, or auto."
-        )
-    return size
 
 
 def cluster_options(command):
@@ -360,7 +262,7 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, seed
     _check_outputs({"--out": model_path, "--labels": labels_path}, overwrite,
                    [input_path, dataset.location])
     if checkpoint_path is not None:
-        from .checkpoint import open_checkpoint
+        from .storage.checkpoint import open_checkpoint
 
         for option, other in {"INPUT": input_path, "--out": model_path, "--labels": labels_path}.items():
             if other is not None and _same_path(checkpoint_path, other):

@@ -3,7 +3,7 @@
 The values depend on the seed and the shape only, never on ``chunk_rows``, the scheduler or the number of
 workers: the noise of row ``i`` comes from a generator keyed by the fixed *generation block* holding ``i``
 (a size that depends on ``n_features`` only), and the label of row ``i`` from the counter-based
-:func:`daskmeans._random.row_uniforms`.
+:func:`daskmeans.engine.random.row_uniforms`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import dask
 import numpy as np
 import zarr
 
-from ._random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from ._validation import check_choice, check_float, check_int
+from .engine.graph import map_blocks_delayed, shared
+from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .exceptions import InvalidParameterError
-from .io import atomic_output
-from .passes._graph import map_blocks_delayed, shared
+from .storage.zarr_safe import atomic_output
 
 #: dtypes ``make_blobs_zarr`` can write; uint8 mimics SIFT-like descriptors (values clipped to 0..255).
 BLOB_DTYPES = ("float32", "float64", "uint8")
@@ -49,7 +49,7 @@ def blob_rows(seed: int, centers: np.ndarray, cluster_std: float, dtype: str, st
     Parameters
     ----------
     seed : int
-        Root seed (from :func:`daskmeans._random.seed_from_random_state`).
+        Root seed (from :func:`daskmeans.engine.random.seed_from_random_state`).
     centers : ndarray (k, d)
         True centers.
     cluster_std : float

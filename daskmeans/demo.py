@@ -10,9 +10,10 @@ import zarr
 
 from ._validation import check_float
 from .datasets import make_blobs_zarr
-from .estimators import KMeans
-from .io import open_input, prepare_output, write_labels
+from .estimators.kmeans import KMeans
 from .plots import plot_energy_curves
+from .storage.io import open_input, write_labels
+from .storage.zarr_safe import prepare_output
 
 DEFAULT_DEMO_DIR = "daskmeans-demo"
 

@@ -17,9 +17,9 @@ nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k ce
 
 from __future__ import annotations
 
+from .engine.graph import SPLIT_EVERY
 from .kernels.assign import SLAB_BYTES
 from .kernels.nested import ASSIGN_SLAB_BYTES
-from .passes._graph import SPLIT_EVERY
 from .passes.minibatch_pool import POOL_ROWS
 
 #: Bytes of per-row vectors an assign task keeps for its block: labels (4), squared distances (8), the rows'

@@ -59,7 +59,7 @@ def _warm_stats(dtype):
 
 def _warm_random(dtype):
     """The counter-based uniforms used by every sampling pass (independent of the data's dtype)."""
-    from ._random import row_uniforms
+    from .engine.random import row_uniforms
 
     row_uniforms(12345, 0, 4)
 
@@ -115,7 +115,7 @@ WARMUPS = {
 
 def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
-    from . import _random
+    from .engine import random as _random
     from .kernels import afkmc2, assign, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
 
     return {

@@ -14,18 +14,18 @@ import importlib
 from .exceptions import InvalidParameterError
 
 ALGORITHMS: dict[str, tuple[str, str, dict]] = {
-    "kmeans": ("daskmeans.estimators", "KMeans", {}),
-    "vrkm": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm"}),
-    "vrkm++": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++"}),
+    "kmeans": ("daskmeans.estimators.kmeans", "KMeans", {}),
+    "vrkm": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm"}),
+    "vrkm++": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm++"}),
     # VRKM++ with the reference code's update when a sample keeps its label (the paper leaves C unchanged)
-    "vrkm++-reference": ("daskmeans.estimators", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
-    "nmbatch": ("daskmeans.estimators", "NestedMiniBatchKMeans", {}),
-    "minibatch": ("daskmeans.estimators", "MiniBatchKMeans", {}),
+    "vrkm++-reference": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
+    "nmbatch": ("daskmeans.estimators.minibatch", "NestedMiniBatchKMeans", {}),
+    "minibatch": ("daskmeans.estimators.minibatch", "MiniBatchKMeans", {}),
     # vc-GMM: isotropic GMM by truncated variational EM on a lightweight coreset, AFK-MC2 seeding
-    "vc-gmm": ("daskmeans.mixture", "CoresetGaussianMixture", {}),
-    "kernel-minibatch": ("daskmeans.kernel_estimators", "MiniBatchKernelKMeans", {}),
-    "kernel-minibatch-untruncated": ("daskmeans.kernel_estimators", "MiniBatchKernelKMeans", {"truncate": False}),
-    "kernel-kmeans": ("daskmeans.kernel_estimators", "KernelKMeans", {}),
+    "vc-gmm": ("daskmeans.estimators.mixture", "CoresetGaussianMixture", {}),
+    "kernel-minibatch": ("daskmeans.estimators.kernel", "MiniBatchKernelKMeans", {}),
+    "kernel-minibatch-untruncated": ("daskmeans.estimators.kernel", "MiniBatchKernelKMeans", {"truncate": False}),
+    "kernel-kmeans": ("daskmeans.estimators.kernel", "KernelKMeans", {}),
 }
 
 
@@ -44,8 +44,8 @@ def energy_algorithm_names() -> list[str]:
     return [name for name in ALGORITHMS if name not in FEATURE_SPACE_ALGORITHMS]
 
 
-def make_estimator(name: str, **params):
-    """Build the estimator registered as ``name`` with ``params``.
+def estimator_class(name: str):
+    """The class registered as ``name`` (its module is imported on first use).
 
     Raises
     ------
@@ -56,8 +56,25 @@ def make_estimator(name: str, **params):
         raise InvalidParameterError(
             f"Unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}."
         )
-    module, cls_name, fixed = ALGORITHMS[name]
-    cls = getattr(importlib.import_module(module), cls_name)
+    module, cls_name, _ = ALGORITHMS[name]
+    return getattr(importlib.import_module(module), cls_name)
+
+
+def estimator_classes() -> dict[str, type]:
+    """Every registered estimator class by its class name (what a saved model records)."""
+    return {cls.__name__: cls for cls in map(estimator_class, ALGORITHMS)}
+
+
+def make_estimator(name: str, **params):
+    """Build the estimator registered as ``name`` with ``params``.
+
+    Raises
+    ------
+    InvalidParameterError
+        Unknown algorithm name.
+    """
+    cls = estimator_class(name)
+    fixed = ALGORITHMS[name][2]
     # a class that calls the number of clusters otherwise (n_components) names it in _n_clusters_parameter
     renamed = getattr(cls, "_n_clusters_parameter", None)
     if renamed is not None and "n_clusters" in params:

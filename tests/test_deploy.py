@@ -619,7 +619,7 @@ PRELOAD_COVERAGE = r"""
 import json
 import numpy as np
 from daskmeans import preload
-from daskmeans._random import row_uniforms
+from daskmeans.engine.random import row_uniforms
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.stats import cluster_stats
 

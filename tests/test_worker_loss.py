@@ -22,9 +22,9 @@ import dask
 import numpy as np
 import pytest
 import zarr
+from test_real_cluster import Processes, base_env, dask_command, wait_for_scheduler_file, wait_for_workers
 
 import daskmeans
-from test_real_cluster import Processes, base_env, dask_command, wait_for_scheduler_file, wait_for_workers
 
 #: A hang (a task waiting for a worker that is gone) fails the test instead of the whole run.
 pytestmark = pytest.mark.timeout(300)
@@ -234,7 +234,7 @@ def test_vrkm_pinned_inner_loop_moves_when_its_worker_dies(killable_cluster, sto
 
 def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
     """The coreset and the truncated posteriors live on the workers (estep_on="workers"); a holder is killed."""
-    from daskmeans.mixture import CoresetGaussianMixture
+    from daskmeans.estimators.mixture import CoresetGaussianMixture
 
     def make(**kw):
         return CoresetGaussianMixture(30, coreset_size=4000, n_truncated=3, search_size=3, max_iter=8, tol=0.0,
@@ -256,7 +256,7 @@ def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
 def test_kernel_minibatch_survives_a_killed_worker(killable_cluster, store, monkeypatch):
     """The steps run on the driver; the workers read each pool's batch rows (here 3 steps per pool)."""
     from daskmeans.algorithms import kernel_kmeans
-    from daskmeans.kernel_estimators import MiniBatchKernelKMeans
+    from daskmeans.estimators.kernel import MiniBatchKernelKMeans
 
     monkeypatch.setattr(kernel_kmeans, "POOL_BYTES", 3 * 200 * 6 * 4)
 

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from .._client import compute_now, persist_now
-from .._random import stage_generator, stage_key
+from ..engine.client import compute_now, persist_now
+from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..passes import oversample
 from ..passes.sampling import sample_without_replacement_graph

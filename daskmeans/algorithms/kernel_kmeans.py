@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .._client import compute_now
-from .._random import stage_generator, stage_key
+from ..engine.client import compute_now
+from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError
 from ..kernels.kernel_centers import SparseCenters, nearest_from_inner, single_point_centers
 from ..kernels.kernel_functions import resolve_kernel
@@ -163,7 +163,7 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
         Bytes of batch rows fetched from the workers at once (several steps per round trip).
     checkpoint : CheckpointHook, optional
         Saves the state (sparse centers, counts, history) after every step and resumes from
-        ``checkpoint.resume`` (:mod:`daskmeans.checkpoint`); ``centers`` is then taken from the state. Pools keep
+        ``checkpoint.resume`` (:mod:`daskmeans.storage.checkpoint`); ``centers`` is then taken from the state. Pools keep
         their boundaries (multiples of the steps per pool) on resume, so the rows seen are those of a run without
         interruption.
     weights : dask.array.Array (n,), optional

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .._client import compute_now
+from ..engine.client import compute_now
 from ..passes.assign import assign_stats_graph, finish_stats
 from .relocation import centers_from_stats, relocate_empty_clusters
 from .result import Clock, FitResult
@@ -61,7 +61,7 @@ def lloyd(array, centers, *, weights=None, total_weight, max_iter=300, tol=0.0, 
         evaluate the energy of intermediate centers outside the timed region.
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every iteration
-        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state.
+        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state.
 
     Returns
     -------

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .._client import compute_now
+from ..engine.client import compute_now
 from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.minibatch_pool import POOL_ROWS, pool_graph, step_indices
@@ -48,7 +48,7 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
         Rows drawn per pool of steps.
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every pool of steps
-        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The step index
+        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The step index
         keys the draws, so it is the position of the random stream.
 
     Returns

@@ -135,7 +135,7 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, 
         Sample weights (chunked like ``array``): S, v and SSE are weighted sums, the centers weighted means.
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every iteration
-        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
+        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
         of the batch are saved too, each written and read back by the worker that holds it, so that a resumed
         run continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
         would be tighter, which changes the distance counters, and recomputed distances could differ in the last

@@ -51,3 +51,31 @@ class Clock:
 
     def out_of_time(self) -> bool:
         return self.max_time is not None and self.elapsed() >= self.max_time
+
+
+def restore_clock(clock, elapsed):
+    """Continue ``clock`` from ``elapsed`` seconds (the time the run had spent before it was stopped)."""
+    clock.start = time.perf_counter() - float(elapsed)
+    return clock
+
+
+def result_to_state(result) -> dict:
+    """A :class:`~daskmeans.algorithms.result.FitResult` as checkpoint state."""
+    state = {"centers": result.centers, "inertia": result.inertia, "n_iter": int(result.n_iter),
+             "history": result.history, "stop_reason": result.stop_reason, "passes": result.passes}
+    for name in ("n_steps", "seen_counts"):
+        if hasattr(result, name):
+            state[name] = getattr(result, name)
+    return state
+
+
+def result_from_state(state):
+    """Inverse of :func:`result_to_state`."""
+    from .result import FitResult
+
+    result = FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
+                       state["stop_reason"], state["passes"], None)
+    for name in ("n_steps", "seen_counts"):
+        if name in state:
+            setattr(result, name, state[name])
+    return result

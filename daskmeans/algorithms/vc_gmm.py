@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
 from functools import partial
 
 import dask
 import numpy as np
 
-from .._random import row_uniforms, stage_generator, stage_key
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.random import row_uniforms, stage_generator, stage_key
 from ..kernels import truncated_em as kernels
-from ..passes._graph import block_args, map_blocks_delayed, shared, tree_reduce
 from .result import Clock
 
 #: Coresets with at most this many rows are iterated on the driver; larger ones on the Dask workers.
@@ -208,7 +207,7 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
         Passes over the full data already spent (coreset, seeding), carried into the records.
     checkpoint : CheckpointHook, optional
         Saves the state (means, variance, ``G_c``, every point's ``K_n``, history) after the initial E-steps and
-        after every iteration, and resumes from ``checkpoint.resume`` (:mod:`daskmeans.checkpoint`).
+        after every iteration, and resumes from ``checkpoint.resume`` (:mod:`daskmeans.storage.checkpoint`).
 
     Returns
     -------
@@ -237,7 +236,7 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
     runner = _Runner(client if placement == "workers" else None)
     if placement == "driver" and client is not None and isinstance(points, da.Array):
         # rows that live on the cluster (e.g. all the data as the "coreset") come to the driver once
-        from .._client import compute_now
+        from ..engine.client import compute_now
 
         fetched = compute_now(array, *([weights] if weights is not None else []), client=client)
         array = da.from_array(np.ascontiguousarray(fetched[0]), chunks=(array.chunks[0], n_features), name=False)
@@ -355,7 +354,7 @@ def truncated_em(points, weights, means, *, n_truncated, search_size, random_exp
 
 
 def _stats_graph(array, weights, estep_parts, sigma2, n_clusters):
-    from ..passes._graph import blocks_of
+    from ..engine.graph import blocks_of
 
     data_blocks = blocks_of(array)
     weight_blocks = blocks_of(weights) if weights is not None else [None] * len(data_blocks)

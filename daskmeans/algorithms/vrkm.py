@@ -30,7 +30,7 @@ import uuid
 
 import numpy as np
 
-from .._client import compute_now, persist_now
+from ..engine.client import compute_now, persist_now
 from ..kernels.vrkm import InnerLoop
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
@@ -262,7 +262,7 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         that evaluate intermediate centers outside the timed region.
     checkpoint : CheckpointHook, optional
         Resume from its state, and save the state after seeding and after every epoch
-        (:mod:`daskmeans.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The epoch index
+        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The epoch index
         keys the draws, so it is the position of the random stream.
 
     Returns

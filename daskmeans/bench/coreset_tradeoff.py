@@ -68,7 +68,7 @@ def run_reference(X, k, seed):
 
 def run_vc_gmm(array, k, m, seed, client):
     """vc-GMM with coreset size ``m``; returns the record fields (the fit includes its final labelling pass)."""
-    from ..mixture import CoresetGaussianMixture
+    from ..estimators.mixture import CoresetGaussianMixture
 
     model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client)
     start = time.perf_counter()
@@ -84,9 +84,9 @@ def run_vc_gmm(array, k, m, seed, client):
 def run_baseline(kind, array, k, m, seed, client):
     """k-means++ (scikit-learn) on a lightweight coreset (``"lwcs"``) or a uniform sample (``"uniform"``) of ``m``
     rows, then one labelling pass over all rows, all timed."""
-    from ..coreset import lightweight_coreset
+    from ..engine.client import compute_now
+    from ..estimators.coreset import lightweight_coreset
     from ..passes.sampling import finish_gather, gather_rows_graph, uniform_indices_with_replacement
-    from .._client import compute_now
 
     start = time.perf_counter()
     if kind == "lwcs":

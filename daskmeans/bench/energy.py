@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .._client import compute_now
+from ..engine.client import compute_now
 from ..kernels.assign import nearest_centers
 from ..passes.assign import assign_stats_graph, lazy_min_dist2
 

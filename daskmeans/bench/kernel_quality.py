@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .._client import compute_now
+from ..engine.client import compute_now
 from ..exceptions import InputDataError, InvalidParameterError, OutputExistsError
 from ..kernels.kernel_functions import auto_kappa
 from ..registry import make_estimator
@@ -76,8 +76,8 @@ def check_quality_options(options):
     ------
     InvalidParameterError, FileNotFoundError, OutputExistsError
     """
-    from .runner import _split_names
     from ..registry import ALGORITHMS
+    from .runner import _split_names
 
     if options.data_path is not None:
         raise InvalidParameterError("--quality needs true labels: name a labelled workload (pendigits, mnist), "

@@ -16,10 +16,10 @@ import numpy as np
 import psutil
 
 from .. import __version__
-from ..cli import ClusterSpec
+from ..engine.client import ClusterSpec
 from ..exceptions import InvalidParameterError, OutputExistsError
-from ..persistence import _jsonable
 from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
+from ..storage.model import _jsonable
 from . import report
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
 from .monitor import MemoryMonitor, worker_processes

@@ -15,9 +15,9 @@ import time
 import numpy as np
 from dask import delayed
 
-from .._client import compute_now
-from ..estimators import KMeans
-from ..io import open_input
+from ..engine.client import compute_now
+from ..estimators.kmeans import KMeans
+from ..storage.io import open_input
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
 from .workloads import BLOCK_BYTES, ensure_blobs

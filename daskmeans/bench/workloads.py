@@ -15,10 +15,11 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from .._client import compute_now
-from .._random import stage_generator
+from ..engine.client import compute_now
+from ..engine.random import stage_generator
 from ..exceptions import InputDataError, InvalidParameterError
-from ..io import atomic_output, open_input
+from ..storage.io import open_input
+from ..storage.zarr_safe import atomic_output
 
 STORAGES = ("memory", "zarr")
 #: Row blocks are aimed at this many bytes of float32.

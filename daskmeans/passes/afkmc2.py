@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 
 
 def _dist2_to(block, center):

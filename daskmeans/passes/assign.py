@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from functools import partial
 
 import dask.array as da
 import numpy as np
 
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.stats import cluster_stats
-from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
 
 #: Each block reports this many of its farthest rows, the candidates to refill empty clusters.
 N_FAR = 32

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._random import stage_generator, stage_key
-from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.random import stage_generator, stage_key
 
 
 def _weights_of(block, weights):

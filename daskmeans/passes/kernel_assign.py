@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..kernels.kernel_centers import SparseCenters
-from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
 from .assign import _offset, check_finite_block
 
 

@@ -13,9 +13,9 @@ import copy
 
 import numpy as np
 
-from .._random import stage_generator
+from ..engine.graph import block_args, block_offsets, map_blocks_delayed, shared
+from ..engine.random import stage_generator
 from ..kernels.minibatch import run_steps
-from ._graph import block_args, block_offsets, map_blocks_delayed, shared
 
 #: Rows a pool of steps holds (batch_size x steps), about 64 MiB of float32 rows at d = 128.
 POOL_ROWS = 2**17

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._client import resolve_client
-from .._random import stage_generator, stage_key
+from ..engine.client import resolve_client
+from ..engine.graph import block_offsets, blocks_of, dask, map_blocks_delayed, shared, tree_reduce
+from ..engine.random import stage_generator, stage_key
 from ..kernels.nested import assign_with_bounds, batch_deltas, revisit_with_bounds
-from ._graph import block_offsets, blocks_of, dask, map_blocks_delayed, shared, tree_reduce
 
 #: A state block is split only while both halves keep at least this many rows.
 MIN_BLOCK_ROWS = 4096
@@ -210,7 +210,7 @@ CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
 def _write_block(output, state_path, layout_path):
     """Write one state block into a checkpoint (runs where the block lives): its labels, distances and bounds,
     and its rows and indices when ``layout_path`` is given. Returns its number of rows."""
-    from ..checkpoint import write_group
+    from ..storage.zarr_safe import write_group
 
     if isinstance(output, _Held):
         output = output.value
@@ -223,8 +223,8 @@ def _write_block(output, state_path, layout_path):
 
 def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtype):
     """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape."""
-    from ..checkpoint import read_group
     from ..exceptions import CheckpointError
+    from ..storage.zarr_safe import read_group
 
     what = f"The checkpoint's state block {state_path!r}"
     arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._random import row_uniforms
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.random import row_uniforms
 from ..kernels.assign import nearest_centers
-from ._graph import block_args, map_blocks_delayed, shared, tree_reduce
 
 
 def _update_state_block(block, offset, weights, state, candidates, first_index):

@@ -1,6 +1,6 @@
 """Row sampling passes: uniform or weighted, with or without replacement.
 
-Every row's random number comes from :func:`daskmeans._random.row_uniforms` (seed, global row index), so the
+Every row's random number comes from :func:`daskmeans.engine.random.row_uniforms` (seed, global row index), so the
 sample does not depend on chunking, worker count or scheduler.
 """
 
@@ -10,8 +10,8 @@ from functools import partial
 
 import numpy as np
 
-from .._random import row_uniforms, stage_generator
-from ._graph import block_args, blocks_of, block_offsets, map_blocks_delayed, tree_reduce
+from ..engine.graph import block_args, block_offsets, blocks_of, map_blocks_delayed, tree_reduce
+from ..engine.random import row_uniforms, stage_generator
 
 
 def _sort_keys(keys, index):

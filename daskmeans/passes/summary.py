@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.graph import block_args, map_blocks_delayed, tree_reduce
 from ..exceptions import InputDataError
-from ._graph import block_args, map_blocks_delayed, tree_reduce
 
 
 @dataclass

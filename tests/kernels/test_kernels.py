@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from daskmeans._random import row_uniforms, stage_key
+from daskmeans.engine.random import row_uniforms, stage_key
 from daskmeans.kernels.assign import all_dist2, exact_dist2, nearest_centers, nearest_direct, nearest_gemm
 from daskmeans.kernels.stats import cluster_stats
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daskmeans import lightweight_coreset
-from daskmeans.coreset import draw_coreset
+from daskmeans.algorithms.coreset import draw_coreset
 from daskmeans.exceptions import InputDataError, InvalidParameterError
 from daskmeans.passes import coreset as coreset_pass
 

@@ -5,8 +5,8 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from daskmeans._client import compute_now
-from daskmeans._random import stage_key
+from daskmeans.engine.client import compute_now
+from daskmeans.engine.random import stage_key
 from daskmeans.exceptions import InputDataError
 from daskmeans.passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_min_dist2
 from daskmeans.passes.sampling import (

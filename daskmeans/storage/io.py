@@ -8,8 +8,6 @@ fsspec URL zarr accepts); a ``.npy`` file; a ``.npz`` file plus an array name (d
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 import warnings
 from dataclasses import dataclass, field
 
@@ -17,7 +15,8 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from .exceptions import InputDataError, InputDtypeError, OutputExistsError
+from ..exceptions import InputDataError, InputDtypeError
+from .zarr_safe import atomic_output
 
 #: Blocks are aimed at this many bytes (as floats) when daskmeans chooses the row chunking.
 TARGET_BLOCK_BYTES = 64 * 2**20
@@ -306,71 +305,6 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     )
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def _local(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
-
-
-def prepare_output(path, overwrite: bool) -> str:
-    """Check that an output path may be written; return it as a string.
-
-    Raises
-    ------
-    OutputExistsError
-        ``path`` exists and ``overwrite`` is False.
-    """
-    path = os.fspath(path)
-    if _is_local(path) and os.path.exists(_local(path)) and not overwrite:
-        raise OutputExistsError(
-            f"{path!r} exists already; choose another path or pass overwrite=True (CLI: --overwrite)."
-        )
-    if _is_local(path):
-        parent = os.path.dirname(os.path.abspath(_local(path)))
-        if not os.path.isdir(parent):
-            raise FileNotFoundError(f"Cannot write {path!r}: the folder {parent!r} does not exist.")
-    return path
-
-
-class atomic_output:
-    """Write a directory-shaped output under a temporary name and move it into place only when complete.
-
-    Use as ``with atomic_output(path, overwrite) as tmp: write to tmp``. On an exception the temporary
-    output is removed and an existing output at ``path`` is left untouched. Remote (fsspec) URLs are written
-    in place, as object stores have no rename.
-    """
-
-    def __init__(self, path, overwrite: bool = False):
-        self.path = prepare_output(path, overwrite)
-        self.local = _is_local(self.path)
-        if self.local:
-            target = os.path.abspath(_local(self.path))
-            self.target = target
-            self.tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:8]}")
-        else:
-            self.target = self.tmp = self.path
-
-    def __enter__(self) -> str:
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb):
-        if not self.local:
-            return False
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return False
-        if os.path.exists(self.target):
-            old = f"{self.tmp}.old"
-            os.rename(self.target, old)
-            os.rename(self.tmp, self.target)
-            shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
-        else:
-            os.rename(self.tmp, self.target)
-        return False
-
-
 def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
 
@@ -394,7 +328,7 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     str
         The path written.
     """
-    from ._client import compute_now
+    from ..engine.client import compute_now
 
     dims = None
     if type(labels).__module__.startswith("xarray"):

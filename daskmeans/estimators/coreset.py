@@ -2,41 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from ._client import compute_now, resolve_client
-from ._random import seed_from_random_state, stage_key
-from ._validation import check_int
-from .passes import coreset as coreset_pass
-
-
-def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
-    """The coreset of a validated dask array whose mean is known (the summary pass gives it).
-
-    Parameters
-    ----------
-    array : dask.array.Array (n, d)
-    m : int
-        Number of draws (with replacement).
-    seed : int
-        Stage key of the draws.
-    mean : ndarray (d,)
-    weights : dask.array.Array (n,), optional
-    client : distributed.Client, optional
-
-    Returns
-    -------
-    indices : int64 (m,)
-        Global row of each draw (block order; a row drawn twice appears twice).
-    points : ndarray (m, d), dtype of ``array``
-    coreset_weights : float64 (m,)
-    passes : int
-        Passes over the data made here (2: masses and draws; the draws read only the blocks that got some).
-    """
-    (masses,) = compute_now(coreset_pass.block_masses_graph(array, mean, weights), client=client)
-    (drawn,) = compute_now(coreset_pass.draw_graph(array, masses, mean, m, seed, weights), client=client)
-    indices, points, coreset_weights = drawn
-    return indices, np.ascontiguousarray(points), coreset_weights, 2
+from .._validation import check_int
+from ..algorithms.coreset import draw_coreset
+from ..engine.client import resolve_client
+from ..engine.random import seed_from_random_state, stage_key
 
 
 def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_rows=None, client=None):
@@ -81,7 +50,7 @@ def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_ro
     InputDataError
         Non-finite values or bad weights in the data.
     """
-    from .estimators import KMeans
+    from .kmeans import KMeans
 
     m = check_int(m, "m (the coreset size)", minimum=1)
     seed = seed_from_random_state(random_state)

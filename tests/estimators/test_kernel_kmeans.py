@@ -27,7 +27,7 @@ from daskmeans import (
 from daskmeans.kernels.kernel_functions import Kernel
 from daskmeans.registry import make_estimator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RBF = {"kappa": 0.3}
 
 

@@ -22,7 +22,7 @@ Each version directory has a random ``TOKEN``, so that a task of a dead driver s
 never write into the version of the run that resumed.
 
 Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
-:data:`daskmeans.persistence.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
+:data:`daskmeans.storage.zarr_safe.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
 version group also records a fingerprint of the fit (estimator class, its parameters, the data's shape, dtype,
 chunking and a digest of the summary pass's statistics); resuming with anything else is refused with
 :class:`~daskmeans.exceptions.CheckpointMismatchError`, a damaged checkpoint with
@@ -49,7 +49,7 @@ An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and 
     that first lists it), then only listed by the saves that still use it; deleted once a save no longer does.
 
 Save the state *after* deciding whether the run stops (include the stop reason), so that a resumed run makes
-no decision twice. Randomness must come from keys (``daskmeans._random.stage_key``) of the seed and the
+no decision twice. Randomness must come from keys (``daskmeans.engine.random.stage_key``) of the seed and the
 iteration, so that the iteration index is the position of the random stream. For example (Lloyd)::
 
     n_iter = 0
@@ -93,7 +93,8 @@ import uuid
 
 import numpy as np
 
-from .exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
+from ..exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
+from .zarr_safe import _fsync_dir, _fsync_files, _open_group, _read_array, write_group
 
 FORMAT = "daskmeans-checkpoint"
 FORMAT_VERSION = 1
@@ -106,78 +107,6 @@ _SHARED_NAME = re.compile(r"^[0-9a-f]{1,32}$")
 
 
 # -- reading and writing Zarr groups of arrays ---------------------------------------------------------------------
-
-
-def _fsync_tree(directory):
-    """Flush every file under ``directory``, and ``directory`` itself, to disk."""
-    for folder, _, files in os.walk(directory):
-        _fsync_files(folder, *files)
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # platforms without directory descriptors
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_files(directory, *names):
-    for name in names:
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_group(directory, arrays: dict, attrs: dict | None = None):
-    """Write NumPy arrays (numeric or bool) as one Zarr group at ``directory`` and flush it to disk.
-
-    Used by the driver for the state and by workers for their own pieces (``extra_writer``).
-    """
-    import zarr
-
-    group = zarr.create_group(store=os.fspath(directory), zarr_format=3, overwrite=True, attributes=attrs or {})
-    for name, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        if value.dtype.kind not in "fiub":
-            raise CheckpointError(f"checkpoint array {name!r} has dtype {value.dtype}; only numbers can be saved.")
-        array = group.create_array(name, shape=value.shape, dtype=value.dtype,
-                                   chunks=tuple(max(1, s) for s in value.shape) or None,
-                                   chunk_key_encoding={"name": "v2", "separator": "."}, compressors=None)
-        if value.size:
-            array[...] = value
-    _fsync_tree(directory)
-
-
-def _open_group(directory, what):
-    import zarr
-
-    try:
-        return zarr.open_group(store=os.fspath(directory), mode="r")
-    except Exception as error:
-        raise CheckpointError(f"{what} is damaged: {os.fspath(directory)!r} is not a readable Zarr group ({error}).") \
-            from error
-
-
-def _read_array(group, name, what):
-    """One array, after checking that reading it decodes numbers only (no pickle, no object dtype)."""
-    from .persistence import read_safe_array
-
-    return read_safe_array(group, name, what, error=CheckpointError)
-
-
-def read_group(directory, names, what="checkpoint"):
-    """Read the arrays ``names`` of the Zarr group at ``directory`` with the safety checks (workers use it too)."""
-    group = _open_group(directory, what)
-    return {name: _read_array(group, name, what) for name in names}
 
 
 # -- state <-> arrays + JSON ---------------------------------------------------------------------------------------
@@ -602,29 +531,3 @@ def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
     return Checkpoint(path, fit_fingerprint(estimator, data, weights))
 
 
-def restore_clock(clock, elapsed):
-    """Continue ``clock`` from ``elapsed`` seconds (the time the run had spent before it was stopped)."""
-    clock.start = time.perf_counter() - float(elapsed)
-    return clock
-
-
-def result_to_state(result) -> dict:
-    """A :class:`~daskmeans.algorithms.result.FitResult` as checkpoint state."""
-    state = {"centers": result.centers, "inertia": result.inertia, "n_iter": int(result.n_iter),
-             "history": result.history, "stop_reason": result.stop_reason, "passes": result.passes}
-    for name in ("n_steps", "seen_counts"):
-        if hasattr(result, name):
-            state[name] = getattr(result, name)
-    return state
-
-
-def result_from_state(state):
-    """Inverse of :func:`result_to_state`."""
-    from .algorithms.result import FitResult
-
-    result = FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
-                       state["stop_reason"], state["passes"], None)
-    for name in ("n_steps", "seen_counts"):
-        if name in state:
-            setattr(result, name, state[name])
-    return result

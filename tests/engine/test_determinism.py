@@ -12,12 +12,12 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-
 from conftest import make_blobs
+
 from daskmeans import MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
-from daskmeans.kernel_estimators import KernelKMeans, MiniBatchKernelKMeans
-from daskmeans.mixture import CoresetGaussianMixture
-from daskmeans.io import open_input
+from daskmeans.estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
+from daskmeans.estimators.mixture import CoresetGaussianMixture
+from daskmeans.storage.io import open_input
 
 CHUNKINGS = (6000, 1000, 777)
 

@@ -19,15 +19,8 @@ import zarr
 from distributed import Client, LocalCluster
 
 import daskmeans
-from daskmeans import (
-    CheckpointError,
-    CheckpointMismatchError,
-    InvalidParameterError,
-    KMeans,
-    VRKMeans,
-    load,
-)
-from daskmeans.checkpoint import MARKER, POINTER
+from daskmeans import CheckpointError, CheckpointMismatchError, InvalidParameterError, KMeans, VRKMeans, load
+from daskmeans.storage.checkpoint import MARKER, POINTER
 
 N_SAMPLES, N_FEATURES, CHUNK_ROWS = 10_000, 4, 2_000
 #: Many cheap iterations, so that a fit lasts long enough to be killed in the middle.

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-
 from conftest import make_blobs, shared_dataset
+
 from daskmeans import InputDataError, InvalidParameterError, KMeans, NotFittedError, SchedulerConnectionError
-from daskmeans._client import connect, resolve_client
+from daskmeans.engine.client import connect, resolve_client
 
 
 def _match_centers(found, truth):

@@ -8,16 +8,16 @@ import numbers
 import dask.array as da
 import numpy as np
 
-from ._client import compute_now, resolve_client
-from ._random import seed_from_random_state, stage_generator, stage_key
-from ._validation import check_choice, check_float, check_int, check_max_time
-from .algorithms.init import INIT_METHODS, afkmc2_in_memory, check_init, initial_centers
-from .algorithms.result import Clock
-from .algorithms.vc_gmm import PLACEMENTS, truncated_em
-from .estimators import ClusteringEstimator
-from .exceptions import InvalidParameterError
-from .passes._graph import block_args, map_blocks_delayed, shared, tree_reduce
-from .passes.assign import assign_stats_graph, check_finite_block, finish_stats
+from .._validation import check_choice, check_float, check_int, check_max_time
+from ..algorithms.init import INIT_METHODS, afkmc2_in_memory, check_init, initial_centers
+from ..algorithms.result import Clock
+from ..algorithms.vc_gmm import PLACEMENTS, truncated_em
+from ..engine.client import compute_now, resolve_client
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.random import seed_from_random_state, stage_generator, stage_key
+from ..exceptions import InvalidParameterError
+from ..passes.assign import assign_stats_graph, check_finite_block, finish_stats
+from .base import ClusteringEstimator
 
 #: ``coreset_size="auto"``: this many rows per component, and at least :data:`AUTO_CORESET_MIN` rows.
 AUTO_CORESET_PER_COMPONENT = 20
@@ -25,7 +25,7 @@ AUTO_CORESET_MIN = 10_000
 
 
 def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
-    from .kernels.truncated_em import truncated_posterior
+    from ..kernels.truncated_em import truncated_posterior
 
     block = np.ascontiguousarray(block)
     if check_finite:
@@ -211,8 +211,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from .coreset import draw_coreset
-        from .progress import ProgressReporter
+        from ..algorithms.coreset import draw_coreset
+        from ..progress import ProgressReporter
 
         k = self.n_components
         check_init(self.init, k, data.n_features)
@@ -233,7 +233,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
             means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
             passes += spent
         else:
-            from .checkpoint import restore_clock
+            from ..algorithms.result import restore_clock
 
             seed = saved["seed"]
             restore_clock(clock, saved["elapsed"])
@@ -293,7 +293,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
             means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), weights=weights, client=None)
             return means.astype(np.float64), 0, 0
         if self.init == "afk-mc2":
-            from .algorithms.init import afkmc2_distributed
+            from ..algorithms.init import afkmc2_distributed
 
             means, spent = afkmc2_distributed(points, k, stage_key(seed, "init"), weights=point_weights,
                                               chain_length=self.chain_length, client=client)
@@ -359,7 +359,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         return float(total[0] / total[1])
 
     def _check_loaded(self, path):
-        from .estimators import _check_loaded_centers, raise_damaged
+        from .base import _check_loaded_centers, raise_damaged
 
         _check_loaded_centers(self, path)
         if not isinstance(self.covariance_, numbers.Real) or not self.covariance_ > 0:

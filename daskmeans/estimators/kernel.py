@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._client import compute_now, resolve_client
-from ._random import seed_from_random_state, stage_key
-from ._validation import check_choice, check_float, check_int, check_max_time
-from .algorithms.result import Clock
-from .estimators import ClusteringEstimator, raise_damaged
-from .exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError
-from .kernels.kernel_centers import SparseCenters
-from .kernels.kernel_functions import Kernel, check_kernel
-from .kernels.minibatch import LEARNING_RATES
-from .passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
+from .._validation import check_choice, check_float, check_int, check_max_time
+from ..algorithms.result import Clock
+from ..engine.client import compute_now, resolve_client
+from ..engine.random import seed_from_random_state, stage_key
+from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError
+from ..kernels.kernel_centers import SparseCenters
+from ..kernels.kernel_functions import Kernel, check_kernel
+from ..kernels.minibatch import LEARNING_RATES
+from ..passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
+from .base import ClusteringEstimator, raise_damaged
 
 #: Seeding methods of the kernel estimators (k-means++ runs in feature space).
 KERNEL_INIT_METHODS = ("k-means++", "random")
@@ -183,7 +183,7 @@ class _KernelClustering(ClusteringEstimator):
             Non-negative weight of each sample (e.g. coreset weights): a sample of weight ``w`` counts as ``w``
             copies in the cluster means, and the seeding sample is drawn with probability proportional to it.
         checkpoint : path, optional
-            See :mod:`daskmeans.checkpoint`.
+            See :mod:`daskmeans.storage.checkpoint`.
         """
         return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
@@ -329,8 +329,8 @@ class MiniBatchKernelKMeans(_KernelClustering):
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from .algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
-        from .progress import ProgressReporter
+        from ..algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
+        from ..progress import ProgressReporter
 
         _check_kernel_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
@@ -342,7 +342,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
                 stage_key(seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
             )
         else:
-            from .checkpoint import restore_clock
+            from ..algorithms.result import restore_clock
 
             seed = saved["seed"]
             restore_clock(clock, saved["elapsed"])
@@ -446,8 +446,8 @@ class KernelKMeans(_KernelClustering):
         return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
     def _fit(self, data, weights, summary, client):
-        from .algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
-        from .progress import ProgressReporter
+        from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
+        from ..progress import ProgressReporter
 
         _check_kernel_init(self.init, self.n_clusters, data.n_features)
         self._check_size(data.n_samples)

@@ -24,7 +24,7 @@ from daskmeans.kernels import nested as kn
 from daskmeans.passes.nested_state import NestedBatch, chunk_order
 from daskmeans.registry import make_estimator
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 # -- NumPy references ----------------------------------------------------------------------------------------

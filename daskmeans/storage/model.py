@@ -9,23 +9,12 @@ import os
 import numpy as np
 import zarr
 
-from .exceptions import ModelFileError
-from .io import atomic_output
+from ..exceptions import ModelFileError
+from ..registry import estimator_classes
+from .zarr_safe import atomic_output, read_safe_array
 
 FORMAT = "daskmeans-model"
 FORMAT_VERSION = 1
-#: Codecs a model array may use; anything else (pickle, vlen object codecs, ...) is refused before reading.
-SAFE_CODECS = {
-    "bytes", "blosc", "zstd", "gzip", "zlib", "crc32c", "transpose", "lz4", "bz2", "lzma", "shuffle",
-}
-
-
-def _registry():
-    from . import estimators, kernel_estimators, mixture
-
-    return {cls.__name__: cls for module in (estimators, mixture, kernel_estimators) for cls in vars(module).values()
-            if isinstance(cls, type) and issubclass(cls, estimators.ClusteringEstimator)
-            and cls is not estimators.ClusteringEstimator and not cls.__name__.startswith("_")}
 
 
 def _jsonable(value):
@@ -59,7 +48,7 @@ def save_model(estimator, path, *, overwrite=False) -> str:
     ModelFileError
         A parameter cannot be stored (e.g. a callable kernel).
     """
-    from . import __version__
+    from .. import __version__
 
     estimator._check_fitted()
     params = {}
@@ -103,67 +92,6 @@ def save_model(estimator, path, *, overwrite=False) -> str:
     return os.fspath(path)
 
 
-def _codec_names(array) -> set[str]:
-    metadata = array.metadata.to_dict()
-    names = set()
-
-    def visit(node):
-        if isinstance(node, dict):
-            for key in ("name", "id"):
-                if isinstance(node.get(key), str):
-                    names.add(node[key])
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    for key in ("codecs", "filters", "compressor", "compressors"):
-        visit(metadata.get(key))
-    return names
-
-
-def read_safe_array(group, name, what, error=ModelFileError):
-    """One array of a daskmeans Zarr group (model or checkpoint), read only if decoding it can run no code.
-
-    The metadata is checked before any chunk is decoded: a numeric dtype (no object or string arrays) and
-    codecs from :data:`SAFE_CODECS` only (no pickle or other codec that daskmeans never writes).
-
-    Parameters
-    ----------
-    group : zarr.Group
-    name : str
-    what : str
-        How messages name the file (``"'model.zarr'"``, ``"The checkpoint 'run.ckpt'"``).
-    error : type
-        The exception raised (:class:`ModelFileError`, or ``CheckpointError`` for checkpoints).
-
-    Returns
-    -------
-    ndarray
-    """
-    try:
-        array = group[name]
-    except KeyError:
-        raise error(f"{what} is damaged: the array {name!r} is missing.") from None
-    except Exception as exc:  # metadata zarr cannot even parse (e.g. an object dtype): nothing was decoded
-        raise error(f"{what} is damaged or foreign: array {name!r} cannot be opened ({exc}); it was not read.") \
-            from exc
-    if not isinstance(array, zarr.Array):
-        raise error(f"{what} is damaged: {name!r} is not an array.")
-    if array.dtype.kind not in "fiub":
-        raise error(f"{what}: array {name!r} has dtype {array.dtype}; daskmeans writes numeric arrays only. It is "
-                    "foreign or was tampered with; it was not read.")
-    unsafe = _codec_names(array) - SAFE_CODECS
-    if unsafe:
-        raise error(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never writes (they "
-                    "could run code when decoding); it was not read.")
-    try:
-        return np.asarray(array[...])
-    except Exception as exc:  # a damaged chunk: say which file and array
-        raise error(f"{what} is damaged: cannot read array {name!r}: {exc}") from exc
-
-
 def load(path):
     """Load a model written by ``save``.
 
@@ -203,7 +131,7 @@ def load(path):
             f"{path!r} has model format version {version!r}; this daskmeans reads version {FORMAT_VERSION}. "
             "Upgrade daskmeans to read it."
         )
-    registry = _registry()
+    registry = estimator_classes()
     cls = registry.get(attrs.get("estimator"))
     if cls is None:
         raise ModelFileError(f"{path!r} holds an unknown estimator {attrs.get('estimator')!r}.")

@@ -16,7 +16,7 @@ from daskmeans import CoresetGaussianMixture, KMeans, lightweight_coreset, load
 from daskmeans.exceptions import InputDataError, InvalidParameterError
 from daskmeans.registry import FEATURE_SPACE_ALGORITHMS, algorithm_names, make_estimator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def exact_isotropic_em(X, means, n_iter):

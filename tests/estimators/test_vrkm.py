@@ -6,12 +6,12 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-
 from conftest import make_blobs
+
 from daskmeans import InvalidParameterError, VRKMeans, load
-from daskmeans._random import seed_from_random_state
 from daskmeans.algorithms.relocation import centers_from_stats
 from daskmeans.algorithms.vrkm import epoch_sizes, position_correction, segment_rows_for
+from daskmeans.engine.random import seed_from_random_state
 from daskmeans.kernels.vrkm import InnerLoop, candidate_lists, run_inner_loop
 from daskmeans.passes.assign import finish_stats
 from daskmeans.passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts

@@ -1,0 +1,37 @@
+"""Lightweight coresets (Bachem et al.): the sampling distribution pass and the weighted draw."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.client import compute_now
+from ..passes import coreset as coreset_pass
+
+
+def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
+    """The coreset of a validated dask array whose mean is known (the summary pass gives it).
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    m : int
+        Number of draws (with replacement).
+    seed : int
+        Stage key of the draws.
+    mean : ndarray (d,)
+    weights : dask.array.Array (n,), optional
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    indices : int64 (m,)
+        Global row of each draw (block order; a row drawn twice appears twice).
+    points : ndarray (m, d), dtype of ``array``
+    coreset_weights : float64 (m,)
+    passes : int
+        Passes over the data made here (2: masses and draws; the draws read only the blocks that got some).
+    """
+    (masses,) = compute_now(coreset_pass.block_masses_graph(array, mean, weights), client=client)
+    (drawn,) = compute_now(coreset_pass.draw_graph(array, masses, mean, m, seed, weights), client=client)
+    indices, points, coreset_weights = drawn
+    return indices, np.ascontiguousarray(points), coreset_weights, 2

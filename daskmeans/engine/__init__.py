@@ -1,0 +1,3 @@
+"""Where the work runs: which Dask cluster and how to reach it (``client``), named tree reductions over the
+blocks of a dask array (``graph``), and random streams keyed by (seed, stage, block, row) so that results never
+depend on the scheduler (``random``)."""

@@ -1,0 +1,347 @@
+"""The public estimators: thin sklearn-style classes that validate, call an algorithm and keep its results."""
+
+from __future__ import annotations
+
+import inspect
+
+import dask.array as da
+import numpy as np
+
+from .._validation import check_float, check_int, check_max_time
+from ..algorithms.init import check_init
+from ..algorithms.lloyd import final_inertia
+from ..engine.client import compute_now, persist_now, resolve_client
+from ..engine.random import seed_from_random_state
+from ..exceptions import InputDataError, InvalidParameterError, NotFittedError, not_fitted_error
+from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
+from ..passes.summary import check_summary, finish_summary, summary_graph
+from ..storage.io import Dataset, open_input
+
+
+class ClusteringEstimator:
+    """Shared plumbing: parameters, input handling, prediction, persistence.
+
+    Subclasses define ``__init__`` (parameters only, scikit-learn style) and ``_fit(data, weights, client)``
+    that sets the fitted attributes.
+    """
+
+    _model_arrays: tuple[str, ...] = ("cluster_centers_",)
+    _model_scalars: tuple[str, ...] = ("inertia_", "n_iter_", "n_features_in_", "stop_reason_")
+
+    # -- parameters ---------------------------------------------------------------------------------------
+    @classmethod
+    def _get_param_names(cls):
+        signature = inspect.signature(cls.__init__)
+        return sorted(p.name for p in signature.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD)
+
+    def get_params(self, deep=True):
+        """Parameters of this estimator, as given to ``__init__``."""
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params):
+        """Set parameters; unknown names raise ``InvalidParameterError``."""
+        valid = self._get_param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise InvalidParameterError(
+                    f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters are {valid}."
+                )
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self):
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
+        }
+        changed = []
+        for name in self._get_param_names():
+            value = getattr(self, name)
+            default = defaults.get(name)
+            same = value is default or (
+                not isinstance(value, np.ndarray) and not isinstance(default, np.ndarray) and value == default
+            )
+            if not same:
+                changed.append(f"{name}={'array' if isinstance(value, np.ndarray) else repr(value)}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import Tags, TargetTags, TransformerTags
+
+        return Tags(
+            estimator_type="clusterer",
+            target_tags=TargetTags(required=False),
+            transformer_tags=TransformerTags(),
+            non_deterministic=False,
+        )
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "cluster_centers_")
+
+    def _validate_common_params(self):
+        """Checks every estimator shares: seeding, chunking, snapshots, random_state."""
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_max_time(self.max_time)
+        check_int(self.init_rounds, "init_rounds", minimum=1)
+        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
+        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
+        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
+            raise InvalidParameterError(f"snapshot_centers must be True or False, got {self.snapshot_centers!r}.")
+        if isinstance(self.init, str):
+            check_init(self.init, self.n_clusters, 0)
+        seed_from_random_state(0 if self.random_state is None else self.random_state)
+
+    # -- data ---------------------------------------------------------------------------------------------
+    def _open(self, X, name="X") -> Dataset:
+        return open_input(X, chunk_rows=getattr(self, "chunk_rows", None), name=name)
+
+    def _weights(self, sample_weight, data: Dataset):
+        if sample_weight is None:
+            return None
+        if isinstance(sample_weight, da.Array):
+            weights = sample_weight
+        else:
+            weights = np.asarray(sample_weight)
+            if weights.ndim == 0:
+                weights = np.full(data.n_samples, float(weights))
+        if weights.ndim != 1 or weights.shape[0] != data.n_samples:
+            raise InputDataError(
+                f"sample_weight must have shape ({data.n_samples},), one weight per sample; got {weights.shape}."
+            )
+        if weights.dtype.kind not in "fiu":
+            raise InputDataError(f"sample_weight must be numeric, got dtype {weights.dtype}.")
+        if isinstance(weights, da.Array):
+            return weights.astype(np.float64).rechunk((data.array.chunks[0],))
+        return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
+
+    def _prepare(self, X, sample_weight, client, on_opened=None):
+        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``.
+
+        ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
+        """
+        data = self._open(X)
+        weights = self._weights(sample_weight, data)
+        if on_opened is not None:
+            on_opened(data, weights)
+        if data.in_memory and client is not None:
+            (array,) = persist_now(data.array, client=client)
+            data.array = array
+        (raw,) = compute_now(summary_graph(data.array, weights), client=client)
+        summary = finish_summary(raw, data.n_samples)
+        check_summary(summary, data.dtype)
+        return data, weights, summary
+
+    def _check_fitted(self):
+        if not hasattr(self, "cluster_centers_"):
+            raise not_fitted_error(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
+                "before using this estimator."
+            )
+
+    def _check_predict_input(self, X) -> Dataset:
+        self._check_fitted()
+        data = self._open(X)
+        if data.n_features != self.n_features_in_:
+            raise InputDataError(
+                f"X has {data.n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return data
+
+    def _centers_for(self, data: Dataset):
+        return np.ascontiguousarray(self.cluster_centers_, dtype=data.dtype)
+
+    @staticmethod
+    def _like_input(data: Dataset, lazy, name="labels"):
+        """NumPy in, NumPy out; xarray in, xarray out; otherwise a lazy dask array."""
+        if data.in_memory:
+            return compute_now(lazy)[0]
+        if data.is_xarray:
+            import xarray as xr
+
+            dims = (data.sample_dim,) if lazy.ndim == 1 else (data.sample_dim, "cluster")
+            return xr.DataArray(lazy, dims=dims, coords=data.sample_coords, name=name)
+        return lazy
+
+    # -- public methods -------------------------------------------------------------------------------------
+    #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).
+    _supports_checkpoint = False
+
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, xarray.DataArray or path to a Zarr store / .npy file, shape (n, d)
+        y : ignored
+        sample_weight : array-like of shape (n,), optional
+            Non-negative weight of each sample (e.g. coreset weights).
+        checkpoint : str or os.PathLike, optional
+            A directory where the fit's state is saved after every iteration; running the same fit again with
+            the same directory resumes from it, with the same result as an uninterrupted run. A checkpoint of
+            other data or other parameters is refused (:mod:`daskmeans.storage.checkpoint`).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        opened = []
+        if checkpoint is not None:
+            from ..storage.checkpoint import check_supported, open_checkpoint
+
+            check_supported(self)
+        client = resolve_client(getattr(self, "client", None))
+
+        def open_checkpoint_for(data, weights):  # before the summary pass: all but the values are checked
+            if checkpoint is not None:
+                opened.append(open_checkpoint(checkpoint, self, data, weights))
+
+        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=open_checkpoint_for)
+        if self.n_clusters > data.n_samples:
+            raise InputDataError(
+                f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
+                "pass more data."
+            )
+        if opened:
+            try:
+                opened[0].check_content(summary)
+                self._fit(data, weights, summary, client, checkpoint=opened[0])
+            finally:
+                opened[0].close()
+        else:
+            self._fit(data, weights, summary, client)
+        self.n_features_in_ = data.n_features
+        self._fitted_data = data
+        self._fitted_weights = weights
+        return self
+
+    def predict(self, X):
+        """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Fit, then return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def transform(self, X):
+        """Euclidean distance of each sample to every center, shape (n, k) (lazy for dask and Zarr input)."""
+        data = self._check_predict_input(X)
+        return self._like_input(data, lazy_transform(data.array, self._centers_for(data)), name="distance")
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Fit, then ``transform(X)``."""
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) sum of squared distances of ``X`` to the nearest centers."""
+        data = self._check_predict_input(X)
+        weights = self._weights(sample_weight, data)
+        client = resolve_client(getattr(self, "client", None))
+        graph = assign_stats_graph(data.array, self._centers_for(data), weights, check_finite=True)
+        (raw,) = compute_now(graph, client=client)
+        return -finish_stats(raw).inertia
+
+    @property
+    def labels_(self):
+        """Label of each training sample: NumPy for NumPy input, else lazy and chunk-aligned with the input."""
+        self._check_fitted()
+        if getattr(self, "_labels", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError(
+                    "labels_ belong to the data the model was fitted on, which a loaded model does not have; "
+                    "call predict(X) instead."
+                )
+            self._labels = self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+        return self._labels
+
+    @property
+    def inertia_(self):
+        """Weighted sum of squared distances of the training samples to their nearest center.
+
+        A fit that stops while the centers still move leaves this to one more pass, made on first access.
+        """
+        self._check_fitted()
+        if getattr(self, "_inertia", None) is None:
+            data = getattr(self, "_fitted_data", None)
+            if data is None:
+                raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
+            client = resolve_client(getattr(self, "client", None))
+            self._inertia = final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
+        return self._inertia
+
+    @inertia_.setter
+    def inertia_(self, value):
+        self._inertia = value
+
+    def __getstate__(self):
+        if getattr(self, "_fitted_data", None) is not None:
+            self.inertia_  # noqa: B018  (the data does not travel with a pickled model: settle it now)
+            if self._fitted_data.in_memory:
+                self.labels_  # noqa: B018
+        state = self.__dict__.copy()
+        state.pop("_fitted_data", None)
+        state.pop("_fitted_weights", None)
+        return state
+
+    def save(self, path, *, overwrite=False):
+        """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
+        from ..storage.model import save_model
+
+        return save_model(self, path, overwrite=overwrite)
+
+
+def _check_loaded_centers(estimator, path):
+    centers = estimator.cluster_centers_
+    n_features = getattr(estimator, "n_features_in_", None)
+    if centers.ndim != 2 or centers.shape[0] != estimator.n_clusters or centers.shape[1] != n_features:
+        raise_damaged(path, f"cluster_centers has shape {centers.shape}, expected ({estimator.n_clusters}, "
+                            f"{n_features})")
+    if centers.dtype.kind != "f" or not np.isfinite(centers).all():
+        raise_damaged(path, "cluster_centers is not a finite float array")
+
+
+def raise_damaged(path, what):
+    from ..exceptions import ModelFileError
+
+    raise ModelFileError(f"{path!r} is damaged: {what}.")
+
+
+ClusteringEstimator._check_loaded = _check_loaded_centers
+
+
+# -- nested mini-batch k-means and mini-batch k-means -------------------------------------------------------
+class SnapshotRecorder:
+    """Copies of the centers with their wall times (``snapshot_centers=True``), fed by an algorithm's callback.
+
+    Parameters
+    ----------
+    enabled : bool
+    clock : Clock
+    reporter : ProgressReporter
+        Still updated with every record.
+    """
+
+    def __init__(self, enabled, clock, reporter):
+        self.snapshots = [] if enabled else None
+        self.clock = clock
+        self.reporter = reporter
+
+    def start(self, centers):
+        self._add(0, self.clock.elapsed(), centers)
+
+    def _add(self, iteration, wall_time, centers):
+        if self.snapshots is not None:
+            import time
+
+            self.snapshots.append({"iteration": iteration, "wall_time": wall_time,
+                                   "perf_counter": time.perf_counter(), "centers": np.array(centers, copy=True)})
+
+    def __call__(self, record):
+        self.reporter.update(record)
+        if "_centers" in record:
+            self._add(record["iteration"], record["wall_time"], record["_centers"])
+
+

@@ -1,0 +1,142 @@
+"""Exact k-means (Lloyd) as an estimator: seeding, ``n_init`` restarts, checkpoints."""
+
+from __future__ import annotations
+
+from .._validation import check_float, check_int
+from ..algorithms.init import check_init, initial_centers
+from ..algorithms.lloyd import final_inertia, lloyd
+from ..algorithms.result import Clock
+from ..engine.random import seed_from_random_state, stage_key
+from .base import ClusteringEstimator
+
+
+class KMeans(ClusteringEstimator):
+    """Exact k-means (Lloyd's algorithm) on data of any size, one distributed pass per iteration.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+        Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, AFK-MC2 (Bachem et al.)
+        Markov chains, random distinct rows, or given centers.
+    n_init : int, default 1
+        Runs from different seeds; the one with the lowest inertia is kept.
+    max_iter : int, default 300
+    tol : float, default 1e-4
+        Relative tolerance: stop when the sum of squared center shifts is below ``tol`` times the mean
+        per-feature variance of the data (as scikit-learn).
+    max_time : float, optional
+        Wall-clock budget in seconds; the run stops after the iteration that exceeds it.
+    random_state : int, numpy Generator or None
+        Same value, same result on any scheduler and any number of workers.
+    init_rounds : int, default 5
+        Rounds of k-means||.
+    oversampling_factor : float, default 2.0
+        k-means|| draws about ``oversampling_factor * n_clusters`` candidates per round.
+    init_sample_size : int, optional
+        Sample size for ``init="k-means++"`` (default ``max(20 k, 10000)``).
+    chunk_rows : int, optional
+        Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
+    client : distributed.Client, optional
+        Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
+    progress : bool or callable, default False
+        Show a progress bar over iterations with the current energy; a callable is called with each history
+        record instead.
+    snapshot_centers : bool, default False
+        Keep a copy of the centers after every iteration in ``center_snapshots_`` (for energy-over-time
+        benchmarks; costs one ``(n_clusters, n_features)`` copy per iteration; not saved with the model).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features), dtype of the (float) input
+    labels_ : ndarray or dask array (n_samples,)
+    inertia_ : float
+    n_iter_ : int
+    history_ : list of dict
+        Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
+    stop_reason_ : str
+    center_snapshots_ : list of dict
+        Only with ``snapshot_centers=True``: the initial centers and the centers after each iteration, as
+        ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
+    """
+
+    def __init__(self, n_clusters=8, *, init="k-means||", n_init=1, max_iter=300, tol=1e-4, max_time=None,
+                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
+                 client=None, progress=False, snapshot_centers=False):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.max_time = max_time
+        self.random_state = random_state
+        self.init_rounds = init_rounds
+        self.oversampling_factor = oversampling_factor
+        self.init_sample_size = init_sample_size
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+        self.snapshot_centers = snapshot_centers
+
+    def _validate_params(self):
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_int(self.n_init, "n_init", minimum=1)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_float(self.tol, "tol", minimum=0.0)
+        self._validate_common_params()
+
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        from ..algorithms.result import restore_clock, result_from_state, result_to_state
+
+        check_init(self.init, self.n_clusters, data.n_features)
+        saved = checkpoint.state if checkpoint is not None else None
+        seed = saved["seed"] if saved is not None else seed_from_random_state(self.random_state)
+        tol = self.tol * summary.mean_variance
+        clock = Clock(self.max_time)
+        if saved is not None:
+            restore_clock(clock, saved["elapsed"])
+        from ..progress import ProgressReporter
+
+        best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
+        first_run = saved["run"] if saved is not None else 0
+
+        def state(run, run_state):
+            return {"seed": seed, "elapsed": clock.elapsed(), "run": run,
+                    "best": None if best is None else result_to_state(best), "run_state": run_state}
+
+        snapshots = [] if self.snapshot_centers else None
+        with ProgressReporter(self.progress, desc="k-means") as reporter:
+            for run in range(first_run, self.n_init):
+                hook = None
+                run_state = saved["run_state"] if saved is not None and run == first_run else None
+                if checkpoint is not None:
+                    hook = checkpoint.hook(run_state, wrap=lambda lloyd_state, run=run: state(run, lloyd_state))
+                centers, passes = None, 0
+                if run_state is None:
+                    centers, passes = initial_centers(
+                        data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
+                        client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                        sample_size=self.init_sample_size,
+                    )
+                result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
+                               max_iter=self.max_iter, tol=tol, clock=clock, client=client,
+                               callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook)
+                if self.n_init > 1 and result.inertia is None:
+                    result.inertia = final_inertia(data.array, result.centers, weights, client)
+                if best is None or result.inertia < best.inertia:
+                    best = result
+                out_of_time = clock.out_of_time()
+                if checkpoint is not None:
+                    checkpoint.save(state(self.n_init if out_of_time else run + 1, None))
+                if out_of_time:
+                    break
+        self.cluster_centers_ = best.centers
+        self.inertia_ = best.inertia
+        self.n_iter_ = best.n_iter
+        self.history_ = best.history
+        self.stop_reason_ = best.stop_reason
+        if snapshots is not None:
+            self.center_snapshots_ = snapshots
+        self._labels = None

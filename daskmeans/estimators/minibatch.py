@@ -1,0 +1,346 @@
+"""Mini-batch estimators: nested mini-batch k-means (nmbatch) and mini-batch k-means (Sculley)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import check_float, check_int
+from ..algorithms.init import check_init, initial_centers
+from ..algorithms.result import Clock
+from ..engine.client import resolve_client
+from ..engine.random import seed_from_random_state, stage_key
+from ..exceptions import InputDataError
+from .base import ClusteringEstimator, SnapshotRecorder
+from .resume import _seed_or_resume
+
+
+class NestedMiniBatchKMeans(ClusteringEstimator):
+    """Nested mini-batch k-means, nmbatch (Newling & Fleuret, NIPS 2016), on data of any size.
+
+    The data is shuffled once (chunks in a random order, rows in a random order inside each chunk, nothing
+    moved); the batch is the first ``b`` rows of that order and lives on the workers with its labels,
+    distances and distance bounds. Every iteration revisits the whole batch (bounds skip most distance
+    computations), each sample counting exactly once in the per-cluster sums, and the batch doubles when
+    the median over clusters of ``sigma_C(j) / p(j)`` exceeds ``rho`` (``doubling_quantile=0`` takes the
+    minimum, the paper's rule). The bounds never change a label: results are those of exact assignments.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    initial_batch_size : int, optional
+        First batch size; default ``max(5000, 10 * n_clusters)`` (capped at the number of samples).
+    rho : float, default 1.0
+        Doubling threshold: the batch doubles when the clusters' standard errors ``sigma_C(j)`` exceed ``rho``
+        times the distance ``p(j)`` their centers just moved, for the share of clusters ``doubling_quantile``
+        says (a cluster that did not move never holds it back).
+    doubling_quantile : float in [0, 1], default 0.5
+        Which ratio ``sigma_C(j) / p(j)`` over clusters decides: 0 is the minimum (the paper: every cluster
+        must have settled, there with ``rho = 100``), 0.5 the median (the authors' reference code), 1 the
+        maximum. With the minimum, one sample changing cluster moves a center by about
+        ``sigma_C(j) / sqrt(v(j))``, so at large k the batch doubles only after an iteration that changes
+        almost nothing (README, "Measured results", compares the two rules).
+    bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}, default "auto"
+        Distance bounds kept per sample. ``"elkan"``: one per center (k floats per sample); ``"yinyang"``:
+        one per group of about 10 nearby centers; ``"hamerly"``: one; ``"none"``: every distance is computed.
+        ``"auto"`` takes Elkan when its bounds are no larger than a row of data (``4 k <= d * itemsize``),
+        else yinyang with at most that many groups, else Hamerly: memory stays O(batch x d).
+    max_iter : int, default 1000
+        Iterations (each revisits the whole batch).
+    max_time : float, optional
+        Wall-clock budget in seconds; the run stops after the iteration that exceeds it.
+    tol : float, default 1e-4
+        Once the batch holds every sample, stop when the sum of squared center moves is below ``tol`` times
+        the mean per-feature variance (0 disables).
+    random_state : int, numpy Generator or None
+        Fixes the seeding, the shuffle and the center groups: same value, same result on any scheduler and
+        any number of workers (for a given chunking of the data).
+    init_rounds, oversampling_factor, init_sample_size :
+        Seeding options, as for :class:`KMeans`.
+    chunk_rows : int, optional
+        Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
+    client : distributed.Client, optional
+    progress : bool or callable, default False
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features)
+    labels_ : ndarray or dask array (n_samples,)
+    inertia_ : float
+        Sum of squared distances of all samples to the final centers.
+    n_iter_ : int
+    bounds_ : str
+        The bound scheme used.
+    history_ : list of dict
+        Per iteration: ``batch_size``, ``new_samples``, ``changed`` (reused samples that changed cluster),
+        ``distances_computed`` and ``distances_skipped`` (against ``k`` per sample visited), ``energy`` and
+        ``inertia`` on the active batch (for the centers it was assigned to), ``center_shift``,
+        ``doubling_ratio``, ``bounds``, ``wall_time`` and ``passes`` (reads of the data, in full passes).
+    stop_reason_ : str
+        ``"converged"`` (an iteration over all samples changed no assignment), ``"tol"``, ``"max_iter"`` or
+        ``"max_time"``.
+    """
+
+    _model_scalars = ClusteringEstimator._model_scalars + ("bounds_",)
+
+    def __init__(self, n_clusters=8, *, init="k-means||", initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
+                 bounds="auto", max_iter=1000, max_time=None, tol=1e-4, random_state=None, init_rounds=5, oversampling_factor=2.0,
+                 init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
+        self.n_clusters = n_clusters
+        self.init = init
+        self.initial_batch_size = initial_batch_size
+        self.rho = rho
+        self.doubling_quantile = doubling_quantile
+        self.bounds = bounds
+        self.max_iter = max_iter
+        self.max_time = max_time
+        self.tol = tol
+        self.random_state = random_state
+        self.init_rounds = init_rounds
+        self.oversampling_factor = oversampling_factor
+        self.init_sample_size = init_sample_size
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    def _validate_params(self):
+        from .._validation import check_choice
+        from ..kernels.nested import BOUND_SCHEMES
+
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_int(self.initial_batch_size, "initial_batch_size", minimum=1, allow_none=True)
+        check_float(self.rho, "rho", minimum=0.0, strict_minimum=True)
+        check_float(self.doubling_quantile, "doubling_quantile", minimum=0.0, maximum=1.0)
+        check_choice(self.bounds, "bounds", BOUND_SCHEMES)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_float(self.tol, "tol", minimum=0.0)
+        self._validate_common_params()
+
+    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or path (n, d)
+        y : ignored
+        sample_weight : array-like (n,), optional
+            Non-negative weight of each sample (e.g. coreset weights): each sample still has one vote, counted
+            with its weight in S, v and the SSE; the workers read the weights with the rows.
+        checkpoint : path, optional
+            The workers write the batch's state blocks into the checkpoint themselves: ``PATH`` must be on a
+            filesystem they share with the driver (see :mod:`daskmeans.storage.checkpoint`).
+        """
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
+
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        from ..algorithms.nested import nested_minibatch
+        from ..progress import ProgressReporter
+
+        check_init(self.init, self.n_clusters, data.n_features)
+        clock = Clock(self.max_time)
+        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
+        with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
+            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
+            if centers is not None:
+                recorder.start(centers)
+            result = nested_minibatch(
+                data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
+                rho=self.rho, doubling_quantile=self.doubling_quantile, bounds=self.bounds, max_iter=self.max_iter,
+                tol=self.tol * summary.mean_variance, clock=clock, client=client, callback=recorder,
+                passes=passes + 1, checkpoint=hook, weights=weights,
+            )
+        if recorder.snapshots is not None:
+            self.center_snapshots_ = recorder.snapshots
+        self.cluster_centers_ = result.centers
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+        self.bounds_ = result.history[-1]["bounds"] if result.history else self.bounds
+        self._labels = None
+
+
+class MiniBatchKMeans(ClusteringEstimator):
+    """Mini-batch k-means (Sculley 2010) on data of any size; ``partial_fit`` for streams.
+
+    Each step assigns ``batch_size`` rows drawn uniformly (with replacement, by the workers) and moves every
+    center towards the mean of its batch rows by a per-center learning rate.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    batch_size : int, default 1024
+    learning_rate : {"sklearn", "beta"}, default "sklearn"
+        ``"sklearn"``: ``1 / v(j)`` per sample, so each center is the mean of every sample ever assigned to
+        it (Sculley; scikit-learn). ``"beta"``: ``sqrt(b_j / b)`` per batch, constant in time (Schwartzman
+        2023).
+    max_iter : int, default 100
+        Epochs: at most ``max_iter * n_samples // batch_size`` steps.
+    max_no_improvement : int or None, default 10
+        Stop when the smoothed batch inertia has not improved for this many steps (scikit-learn's rule).
+    tol : float, default 0.0
+        Stop when a step moves the centers by less than ``tol`` times the mean per-feature variance (squared;
+        0 disables).
+    reassignment_ratio : float, default 0.01
+        Now and then (every ``10 * n_clusters`` samples), centers that received less than this fraction of
+        the largest center's weight are moved onto random rows of the batch, as scikit-learn does (0 disables).
+    max_time : float, optional
+        Wall-clock budget in seconds.
+    random_state : int, numpy Generator or None
+        Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler, worker
+        count or chunking.
+    init_rounds, oversampling_factor, init_sample_size :
+        Seeding options, as for :class:`KMeans`.
+    chunk_rows : int, optional
+    client : distributed.Client, optional
+    progress : bool or callable, default False
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features)
+    counts_ : ndarray (n_clusters,)
+        Weight each center has received over all steps (what ``partial_fit`` continues from).
+    labels_ : ndarray or dask array (n_samples,)
+    inertia_ : float
+        ``fit``: sum of squared distances of all samples to the final centers. ``partial_fit``: that of the
+        last batch, for the centers before its update.
+    n_iter_ : int
+        Epochs started.
+    n_steps_ : int
+        Mini-batch steps (one per ``partial_fit`` call).
+    history_ : list of dict
+        One record per pool of steps: ``steps``, ``energy`` (smoothed batch inertia per sample),
+        ``batch_inertia``, ``center_shift``, ``wall_time``, ``passes``.
+    stop_reason_ : str
+    """
+
+    _model_arrays = ("cluster_centers_", "counts_")
+    _model_scalars = ClusteringEstimator._model_scalars + ("n_steps_",)
+
+    def __init__(self, n_clusters=8, *, init="k-means||", batch_size=1024, learning_rate="sklearn", max_iter=100,
+                 max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, max_time=None, random_state=None,
+                 init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
+                 progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
+        self.n_clusters = n_clusters
+        self.init = init
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.max_no_improvement = max_no_improvement
+        self.tol = tol
+        self.reassignment_ratio = reassignment_ratio
+        self.max_time = max_time
+        self.random_state = random_state
+        self.init_rounds = init_rounds
+        self.oversampling_factor = oversampling_factor
+        self.init_sample_size = init_sample_size
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    def _validate_params(self):
+        from .._validation import check_choice
+        from ..kernels.minibatch import LEARNING_RATES
+
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        check_int(self.batch_size, "batch_size", minimum=1)
+        check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_int(self.max_no_improvement, "max_no_improvement", minimum=1, allow_none=True)
+        check_float(self.tol, "tol", minimum=0.0)
+        check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
+        self._validate_common_params()
+
+    _supports_checkpoint = True
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        from ..algorithms.minibatch import minibatch_kmeans
+        from ..progress import ProgressReporter
+
+        check_init(self.init, self.n_clusters, data.n_features)
+        clock = Clock(self.max_time)
+        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
+        total = max(1, self.max_iter * data.n_samples // self.batch_size)
+        with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
+            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
+            if centers is not None:
+                recorder.start(centers)
+            result = minibatch_kmeans(
+                data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
+                batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
+                tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
+                reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=recorder,
+                passes=passes + 1, checkpoint=hook,
+            )
+        if recorder.snapshots is not None:
+            self.center_snapshots_ = recorder.snapshots
+        self.cluster_centers_ = result.centers
+        self.counts_ = result.seen_counts
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        self.n_steps_ = result.n_steps
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+        self._labels = None
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """One mini-batch step with all of ``X`` as the batch (the first call also seeds the centers on ``X``).
+
+        Starved centers are not reassigned here (``fit`` does that); each call reads ``X`` twice: once to check
+        its values, once for the step.
+
+        Parameters
+        ----------
+        X : array-like, dask array, xarray.DataArray or path, shape (n, d)
+        y : ignored
+        sample_weight : array-like of shape (n,), optional
+
+        Returns
+        -------
+        self
+        """
+        from ..algorithms.minibatch import minibatch_partial_step
+
+        self._validate_params()
+        client = resolve_client(getattr(self, "client", None))
+        first = not hasattr(self, "cluster_centers_")
+        if not first:
+            self._check_predict_input(X)
+        data, weights, summary = self._prepare(X, sample_weight, client)
+        if first:
+            if self.n_clusters > data.n_samples:
+                raise InputDataError(
+                    f"The first partial_fit batch has {data.n_samples} samples but n_clusters={self.n_clusters}; "
+                    "the first batch must hold at least n_clusters samples to seed the centers."
+                )
+            check_init(self.init, self.n_clusters, data.n_features)
+            seed = seed_from_random_state(self.random_state)
+            centers, _ = initial_centers(
+                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
+                rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
+                sample_size=self.init_sample_size,
+            )
+            self.counts_ = np.zeros(self.n_clusters)
+            self.n_steps_ = 0
+            self.history_ = []
+            self.n_features_in_ = data.n_features
+        else:
+            centers = self._centers_for(data)
+        centers, self.counts_, batch_inertia = minibatch_partial_step(
+            data.array, centers, self.counts_, self.learning_rate, weights, client
+        )
+        self.cluster_centers_ = centers
+        self.inertia_ = batch_inertia
+        self.n_steps_ += 1
+        self.n_iter_ = self.n_steps_
+        self.stop_reason_ = "partial_fit"
+        self.history_.append({"iteration": self.n_steps_, "steps": self.n_steps_, "batch_size": data.n_samples,
+                              "energy": batch_inertia / max(summary.total_weight, 1e-300), "passes": 1})
+        self._fitted_data = data
+        self._labels = None
+        return self

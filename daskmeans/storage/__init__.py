@@ -1,0 +1,3 @@
+"""Everything that touches files: inputs opened as one row-chunked dask array and labels written back (``io``),
+safe Zarr groups with atomic outputs (``zarr_safe``), saved models (``model``, classes found through
+:mod:`daskmeans.registry`) and fit checkpoints (``checkpoint``)."""
