@@ -1,11 +1,15 @@
-"""daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters."""
+"""daskmeans: out-of-core k-means and friends for chunked Zarr arrays on Dask clusters.
 
-from .estimators.coreset import lightweight_coreset
-from .estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
-from .estimators.kmeans import KMeans
-from .estimators.minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
-from .estimators.mixture import CoresetGaussianMixture
-from .estimators.vrkm import VRKMeans
+The public API is below. Its names are loaded on first use (PEP 562), so that ``import daskmeans`` and the
+command line's ``--help`` start at once, without importing Dask arrays or compiling anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from ._version import __version__
 from .exceptions import (
     CheckpointError,
     CheckpointMismatchError,
@@ -17,23 +21,47 @@ from .exceptions import (
     OutputExistsError,
     SchedulerConnectionError,
 )
-from .storage.io import open_input, write_labels
-from .storage.model import load
 
-__version__ = "0.1.0"
+#: public name -> module that defines it
+_LAZY = {
+    "KMeans": "daskmeans.estimators.kmeans",
+    "VRKMeans": "daskmeans.estimators.vrkm",
+    "NestedMiniBatchKMeans": "daskmeans.estimators.minibatch",
+    "MiniBatchKMeans": "daskmeans.estimators.minibatch",
+    "CoresetGaussianMixture": "daskmeans.estimators.mixture",
+    "MiniBatchKernelKMeans": "daskmeans.estimators.kernel",
+    "KernelKMeans": "daskmeans.estimators.kernel",
+    "lightweight_coreset": "daskmeans.estimators.coreset",
+    "open_input": "daskmeans.storage.io",
+    "write_labels": "daskmeans.storage.io",
+    "load": "daskmeans.storage.model",
+}
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from __getattr__
+    from .estimators.coreset import lightweight_coreset
+    from .estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
+    from .estimators.kmeans import KMeans
+    from .estimators.minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
+    from .estimators.mixture import CoresetGaussianMixture
+    from .estimators.vrkm import VRKMeans
+    from .storage.io import open_input, write_labels
+    from .storage.model import load
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'daskmeans' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
-    "KMeans",
-    "VRKMeans",
-    "NestedMiniBatchKMeans",
-    "MiniBatchKMeans",
-    "CoresetGaussianMixture",
-    "lightweight_coreset",
-    "MiniBatchKernelKMeans",
-    "KernelKMeans",
-    "open_input",
-    "write_labels",
-    "load",
+    *_LAZY,
     "CheckpointError",
     "CheckpointMismatchError",
     "DaskmeansError",
@@ -43,4 +71,5 @@ __all__ = [
     "NotFittedError",
     "OutputExistsError",
     "SchedulerConnectionError",
+    "__version__",
 ]

@@ -10,14 +10,96 @@ from __future__ import annotations
 
 # -- engine: task graphs ------------------------------------------------------------------------------------------
 
+#: Partial results one combine task of a tree reduction merges (the tree's fan-in). The order in which sums are
+#: combined follows from it, so results can change in the last bits when it changes.
+SPLIT_EVERY = 8
+#: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
+CONNECT_TIMEOUT_SECONDS = 10.0
+#: Without --scheduler, a command on an input (as computed) up to this size runs on a local cluster of threads in
+#: its own process, which starts in under a second; a larger input gets worker processes (several seconds to start).
+LOCAL_THREADS_MAX_BYTES = 2**30
+
 # -- storage: input blocks and outputs ----------------------------------------------------------------------------
+
+#: Blocks are aimed at this many bytes (as floats) when daskmeans chooses the row chunking of an input.
+TARGET_BLOCK_BYTES = 64 * 2**20
+#: Zarr chunks smaller than this are merged into larger blocks, so that per-task overhead stays small.
+MIN_BLOCK_BYTES = 8 * 2**20
 
 # -- kernels: memory per call -------------------------------------------------------------------------------------
 
+#: Nearest-center assignment: below this many center coordinates (``k * d``) a direct loop beats BLAS.
+ASSIGN_DIRECT_LIMIT = 256
+#: Nearest-center assignment: bytes of one slab of the distance matrix in the GEMM strategy.
+ASSIGN_SLAB_BYTES = 8 * 2**20
+#: Kernel centers: bytes of one slab of kernel values (rows x support rows) held at once.
+KERNEL_CENTERS_SLAB_BYTES = 32 * 2**20
+#: VRKM inner loop: steps over which it measures its cost per step (``InnerLoop.run(max_cost=...)``).
+VRKM_COST_WINDOW = 512
+#: VRKM candidate lists: bytes of one slab of the GEMM scores.
+VRKM_SLAB_BYTES = 8 * 2**20
+#: Nested mini-batch: bytes of the score slab of a full assignment (small enough to stay in the L2 cache).
+NESTED_SLAB_BYTES = 2**20
+#: Nested mini-batch, ``bounds="yinyang"`` (or ``"auto"`` choosing it): centers per group, about.
+YINYANG_GROUP_SIZE = 10
+#: Truncated EM: up to this many (best, candidate) pairs (``k^2``) are counted in a dense array.
+DENSE_PAIRS_LIMIT = 2**22
+
 # -- passes: per-task work ----------------------------------------------------------------------------------------
+
+#: Assign pass: each block reports this many of its farthest rows, the candidates to refill empty clusters.
+N_FAR = 32
+#: Mini-batch pool: rows one pool of steps holds (batch_size x steps), about 64 MiB of float32 rows at d = 128.
+POOL_ROWS = 2**17
+#: Nested mini-batch: a state block of the active batch is split only while both halves keep this many rows.
+MIN_BLOCK_ROWS = 4096
+#: Nested mini-batch: most lanes the chunks are dealt to (the first batches mix this many chunks).
+MAX_LANES = 64
 
 # -- algorithms ---------------------------------------------------------------------------------------------------
 
+#: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
+AFKMC2_CHAIN_LENGTH = 20
+#: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).
+RECLUSTER_SLAB_BYTES = 16 * 2**20
+#: VRKM: the epoch's sample streams in at least this many segments (the unit in which candidate lists are remade).
+MIN_SEGMENTS = 8
+#: VRKM: remake the candidate lists once a step needs this many times more distances than a list holds.
+REMAKE_COST = 4
+#: Mini-batch kernel k-means: bytes of batch rows gathered from the workers per round trip.
+POOL_BYTES = 64 * 2**20
+#: Kernel k-means: rows the seeding sample holds by default (at least 20 per cluster).
+INIT_SAMPLE_ROWS = 5000
+#: vc-GMM: coresets with at most this many rows are iterated on the driver; larger ones on the Dask workers.
+GMM_DRIVER_MAX_ROWS = 200_000
+#: vc-GMM: rows per E-step block (the unit of work, on the driver as on the workers).
+GMM_BLOCK_ROWS = 20_000
+#: vc-GMM: initial E-steps (no M-step) at most, before the first M-step ...
+MAX_INITIAL_ESTEPS = 20
+#: ... stopped once the weighted sum of nearest distances improves by less than this fraction.
+INITIAL_ESTEP_RTOL = 0.01
+
 # -- estimators: defaults derived from the data -------------------------------------------------------------------
 
+#: ``VRKMeans(learning_rate="auto")``: this multiple of ``n_clusters / n_samples`` (lowered where needed so that
+#: the learning rate stays at most 0.5).
+AUTO_LEARNING_RATE = 4.0
+#: ``CoresetGaussianMixture(coreset_size="auto")``: this many rows per component ...
+AUTO_CORESET_PER_COMPONENT = 20
+#: ... and at least this many rows (never more than the data has).
+AUTO_CORESET_MIN = 10_000
+#: Largest n ``KernelKMeans`` accepts by default (``max_samples``): its kernel matrix takes ``4 n^2`` bytes.
+MAX_FULL_BATCH_SAMPLES = 50_000
+
 # -- datasets and memory model ------------------------------------------------------------------------------------
+
+#: ``make_blobs_zarr``: Zarr chunks are aimed at this many bytes as float32 (what each block costs once read).
+TARGET_CHUNK_BYTES = 8 * 2**20
+#: ``make_blobs_zarr``: noise values per generation block (its rows: this divided by ``n_features``). Small enough
+#: that a chunk which starts inside a block redraws little, large enough that seeding a generator is cheap.
+GENERATION_BLOCK_VALUES = 2**16
+#: Memory model: bytes of per-row vectors an assign task keeps for its block: labels (4), squared distances (8),
+#: the rows' squared norms and the running best score (8 + 8), the winners of a slab (8).
+PER_ROW_BYTES = 36
+#: Memory model: slack for the allocator (freed blocks not yet returned to the OS) and Dask's per-task bookkeeping.
+ALLOCATOR_SLACK = 48 * 2**20

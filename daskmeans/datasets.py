@@ -15,6 +15,7 @@ import numpy as np
 import zarr
 
 from ._validation import check_choice, check_float, check_int
+from .config import GENERATION_BLOCK_VALUES, TARGET_CHUNK_BYTES
 from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .exceptions import InvalidParameterError
@@ -22,24 +23,19 @@ from .storage.zarr_safe import atomic_output
 
 #: dtypes ``make_blobs_zarr`` can write; uint8 mimics SIFT-like descriptors (values clipped to 0..255).
 BLOB_DTYPES = ("float32", "float64", "uint8")
-#: Zarr chunks are aimed at this many bytes as float32 (what each block costs in memory once read).
-TARGET_CHUNK_BYTES = 8 * 2**20
-#: Noise values per generation block; the block's row count is this divided by ``n_features``. Small enough
-#: that a chunk which starts inside a block redraws little, large enough that seeding a generator is cheap.
-GENERATION_BLOCK_VALUES = 2**16
 
 _DEFAULT_STD = {"float32": 1.0, "float64": 1.0, "uint8": 12.0}
 _DEFAULT_BOX = {"float32": (-10.0, 10.0), "float64": (-10.0, 10.0), "uint8": (24.0, 232.0)}
 
 
 def default_chunk_rows(n_samples: int, n_features: int) -> int:
-    """Rows per Zarr chunk: about 8 MiB of float32 per chunk (at least 1024 rows), never more than ``n_samples``."""
+    """Rows per Zarr chunk: ``TARGET_CHUNK_BYTES`` of float32 (at least 1024 rows), never more than ``n_samples``."""
     rows = max(1024, TARGET_CHUNK_BYTES // (4 * n_features))
     return int(min(rows, n_samples))
 
 
 def generation_block_rows(n_features: int) -> int:
-    """Rows per generation block: about 65,000 noise values, so memory stays bounded for any width."""
+    """Rows per generation block: ``GENERATION_BLOCK_VALUES`` noise values, so memory stays bounded for any width."""
     return max(1, GENERATION_BLOCK_VALUES // n_features)
 
 
@@ -173,9 +169,12 @@ def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None,
 
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
-        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype)
-        group.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype="int32")
-        group.create_array("centers", shape=centers.shape, chunks=centers.shape, dtype="float64")[...] = centers
+        # dimension names: xarray.open_zarr reads the group (and the labels daskmeans writes beside X)
+        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype,
+                           dimension_names=("sample", "feature"))
+        group.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype="int32", dimension_names=("sample",))
+        group.create_array("centers", shape=centers.shape, chunks=centers.shape, dtype="float64",
+                           dimension_names=("cluster", "feature"))[...] = centers
         group.attrs["daskmeans"] = {
             "kind": "blobs",
             "data": array_name,

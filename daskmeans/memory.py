@@ -17,16 +17,7 @@ nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k ce
 
 from __future__ import annotations
 
-from .engine.graph import SPLIT_EVERY
-from .kernels.assign import SLAB_BYTES
-from .kernels.nested import ASSIGN_SLAB_BYTES
-from .passes.minibatch_pool import POOL_ROWS
-
-#: Bytes of per-row vectors an assign task keeps for its block: labels (4), squared distances (8), the rows'
-#: squared norms and the running best score (8 + 8), the winners of a slab (8).
-PER_ROW_BYTES = 36
-#: Slack for the allocator (freed blocks not yet returned to the OS) and Dask's per-task bookkeeping.
-ALLOCATOR_SLACK = 48 * 2**20
+from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
 
 
 def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
@@ -51,7 +42,7 @@ def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, sour
     block = block_rows * n_features
     rows = block * source_itemsize + 2 * block * compute_itemsize + block_rows * PER_ROW_BYTES
     centers = n_clusters * n_features * (2 * compute_itemsize + 8) + n_clusters * (compute_itemsize + 16)
-    return int(rows + max(SLAB_BYTES, ASSIGN_SLAB_BYTES) + centers)
+    return int(rows + max(ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES) + centers)
 
 
 def reduction_bytes(n_clusters: int, n_features: int) -> int:

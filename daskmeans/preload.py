@@ -19,6 +19,16 @@ import time
 
 import numpy as np
 
+from .engine import random as engine_random
+from .engine.random import row_uniforms
+from .kernels import afkmc2, assign, distance, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
+from .kernels.afkmc2 import afkmc2_chains
+from .kernels.assign import nearest_direct, nearest_gemm
+from .kernels.kernel_centers import single_point_centers
+from .kernels.kernel_functions import Kernel
+from .kernels.kernel_minibatch import kernel_minibatch_step
+from .kernels.stats import cluster_stats
+
 #: Logged under ``distributed.`` so that the worker's own log configuration shows it.
 logger = logging.getLogger("distributed.preload.daskmeans")
 
@@ -38,9 +48,7 @@ def _tiny_block(dtype, rows=8, features=3):
 
 
 def _warm_assign(dtype):
-    """``nearest_direct``, and through ``nearest_gemm`` the ``exact_dist2`` kernel."""
-    from .kernels.assign import nearest_direct, nearest_gemm
-
+    """``nearest_direct``, and through ``nearest_gemm`` the exact distance kernel ``exact_dist2``."""
     block = _tiny_block(dtype)
     centers = np.ascontiguousarray(block[:2])
     nearest_direct(block, centers)
@@ -49,8 +57,6 @@ def _warm_assign(dtype):
 
 def _warm_stats(dtype):
     """``_cluster_stats`` without and with sample weights (one compiled signature serves both)."""
-    from .kernels.stats import cluster_stats
-
     block = _tiny_block(dtype)
     labels, dist2 = _warm_assign(dtype)
     cluster_stats(block, labels, dist2, 2)
@@ -59,15 +65,11 @@ def _warm_stats(dtype):
 
 def _warm_random(dtype):
     """The counter-based uniforms used by every sampling pass (independent of the data's dtype)."""
-    from .engine.random import row_uniforms
-
     row_uniforms(12345, 0, 4)
 
 
 def _warm_afkmc2(dtype):
     """The AFK-MC2 Markov chains (float64 weights, proposals and uniforms; rows of the data's dtype)."""
-    from .kernels.afkmc2 import afkmc2_chains
-
     block = _tiny_block(dtype)
     ones = np.ones(block.shape[0])
     afkmc2_chains(block, ones, ones / block.shape[0], block[0].astype(np.float64), 3, 4, np.full(block.shape[0], 0.5))
@@ -75,25 +77,21 @@ def _warm_afkmc2(dtype):
 
 def _warm_truncated_em(dtype):
     """The vc-GMM kernels: initial truncation, E-step, neighbourhood update, posteriors (float64 means)."""
-    from .kernels import truncated_em as kernels
-
     block = _tiny_block(dtype)
     rows = block.shape[0]
     means = np.ascontiguousarray(block[:3], dtype=np.float64)
-    truncation = kernels.random_truncation(np.full((rows, 2), 0.5), 3)
+    truncation = truncated_em.random_truncation(np.full((rows, 2), 0.5), 3)
     neighbours = np.array([[0, 1], [1, 2], [2, 0]], dtype=np.int32)
-    result = kernels.truncated_estep(block, means, truncation, neighbours, np.full(rows, -1, dtype=np.int32))
-    keys, sums, counts = kernels.aggregate_pairs(result[2], result[3], result[4], 3)
-    kernels.update_neighbours(neighbours, keys, sums, counts)
-    kernels.posterior_stats(block, np.ones(rows), result[0], result[1], 1.0, 3)
-    kernels.truncated_posterior(block, means, 1.0, 2)
+    result = truncated_em.truncated_estep(block, means, truncation, neighbours, np.full(rows, -1, dtype=np.int32))
+    keys, sums, counts = truncated_em.aggregate_pairs(result[2], result[3], result[4], 3)
+    truncated_em.update_neighbours(neighbours, keys, sums, counts)
+    truncated_em.posterior_stats(block, np.ones(rows), result[0], result[1], 1.0, 3)
+    truncated_em.truncated_posterior(block, means, 1.0, 2)
+
+
 def _warm_kernel_kmeans(dtype):
     """Kernel k-means: the kernel matrices (RBF, Laplacian, polynomial), sparse-center distances (what the
     predict pass runs on workers) and the mini-batch step's helpers (run on the driver)."""
-    from .kernels.kernel_centers import single_point_centers
-    from .kernels.kernel_functions import Kernel
-    from .kernels.kernel_minibatch import kernel_minibatch_step
-
     block = _tiny_block(dtype)
     for kernel in (Kernel("rbf", {"kappa": 1.0}), Kernel("laplacian", {"kappa": 1.0}),
                    Kernel("polynomial", {"degree": 2, "gamma": 1.0, "coef0": 1.0})):
@@ -115,14 +113,11 @@ WARMUPS = {
 
 def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
-    from .engine import random as _random
-    from .kernels import afkmc2, assign, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
-
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
-        "kernels.assign.exact_dist2": assign.exact_dist2,
+        "kernels.distance.exact_dist2": distance.exact_dist2,
         "kernels.stats._cluster_stats": stats._cluster_stats,
-        "_random._row_uniforms": _random._row_uniforms,
+        "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2.afkmc2_chains": afkmc2.afkmc2_chains,
         "kernels.truncated_em.random_truncation": truncated_em.random_truncation,
         "kernels.truncated_em.truncated_estep": truncated_em.truncated_estep,

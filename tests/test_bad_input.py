@@ -146,7 +146,7 @@ def test_unknown_algorithm_name():
     with pytest.raises(InvalidParameterError, match="Unknown algorithm 'kmedoids'; choose one of kmeans, "):
         make_estimator("kmedoids", n_clusters=3)
     result = invoke("fit", "anything.zarr", "-k", 3, "--algorithm", "kmedoids")
-    assert result.exit_code == 2 and "Invalid value for '--algorithm'" in result.stderr
+    assert result.exit_code == 1 and "Invalid value for '--algorithm'" in result.stderr
     assert "Traceback" not in result.output
 
 

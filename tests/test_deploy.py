@@ -247,7 +247,7 @@ def test_yaml_lint():
     from yamllint import linter
     from yamllint.config import YamlLintConfig
 
-    config = YamlLintConfig(file=str(DEPLOY / ".yamllint.yaml"))
+    config = YamlLintConfig(file=str(ROOT / ".yamllint.yaml"))
     problems = []
     for path in yaml_files():
         problems += [f"{path.relative_to(ROOT)}:{p.line}:{p.column} {p.level} {p.desc} ({p.rule})"
@@ -255,12 +255,20 @@ def test_yaml_lint():
     assert not problems, "\n".join(problems)
 
 
+def test_yamllint_from_the_repository_root_finds_its_configuration():
+    yamllint = shutil.which("yamllint", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    if yamllint is None:
+        pytest.skip("the yamllint command is not installed (pip install yamllint)")
+    done = subprocess.run([yamllint, "--strict", "deploy/"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_yaml_lint_catches_a_bad_file():
     pytest.importorskip("yamllint", reason="yamllint is not installed (pip install yamllint)")
     from yamllint import linter
     from yamllint.config import YamlLintConfig
 
-    config = YamlLintConfig(file=str(DEPLOY / ".yamllint.yaml"))
+    config = YamlLintConfig(file=str(ROOT / ".yamllint.yaml"))
     text = DASK_VALUES.read_text().replace("  replicas: 4", "  replicas: 4\n  replicas: 5")
     assert any(p.rule == "key-duplicates" for p in linter.run(text, config))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def test_notebook_is_committed_clean(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_defaults_are_small_and_name_registered_algorithms(path):
     values = parameters(read(path))
-    assert values["N_SAMPLES"] * values["N_FEATURES"] <= 10_000_000, "defaults must run in CI in seconds"
+    if path.name != "02-out-of-core-on-a-cluster.ipynb":  # out of core by default; its test injects small data
+        assert values["N_SAMPLES"] * values["N_FEATURES"] <= 10_000_000, "defaults must run in CI in seconds"
     assert values["N_WORKERS"] <= 2
     names = [values["ALGORITHM"]] if "ALGORITHM" in values else [name for name, _ in values["RUNS"].values()]
     assert names and set(names) <= set(algorithm_names())
@@ -125,12 +127,27 @@ def test_quickstart_runs(tmp_path):
 
 def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
     notebook = execute_notebook(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb", tmp_path,
-                                env={name: None for name in CLUSTER_VARIABLES}, parameters={"MAX_TIME": 5.0})
+                                env={name: None for name in CLUSTER_VARIABLES},
+                                parameters={"MAX_TIME": 5.0, "N_SAMPLES": 200_000, "N_FEATURES": 32,
+                                            "WORKER_MEMORY": "1GiB"})
     output = text_output(notebook)
     assert "connected to a local cluster: 2 workers" in output
     assert "the memory of one worker" in output and "best: " in output
+    assert re.search(r"and ([0-9.]+)x the memory of all workers", output)
+    for run in ("kmeans, k-means|| seeding", "kmeans, random seeding", "nested mini-batch (nmbatch)", "VRKM++"):
+        assert f"{run}: " in output
+    assert "when this daskmeans has them" not in read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb").cells[1].source
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
+
+
+def test_out_of_core_defaults_do_not_fit_in_the_workers_memory():
+    from dask.utils import parse_bytes
+
+    values = parameters(read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb"))
+    data_bytes = values["N_SAMPLES"] * values["N_FEATURES"] * 4  # float32 blobs
+    assert values["DATA_URL"] is None
+    assert data_bytes > values["N_WORKERS"] * parse_bytes(values["WORKER_MEMORY"])
 
 
 def test_coreset_gmm_runs(tmp_path):

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..engine.client import compute_now
 from ..passes import coreset as coreset_pass
+from ..passes.proposal import block_masses_graph
 
 
 def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
@@ -31,7 +32,7 @@ def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
     passes : int
         Passes over the data made here (2: masses and draws; the draws read only the blocks that got some).
     """
-    (masses,) = compute_now(coreset_pass.block_masses_graph(array, mean, weights), client=client)
+    (masses,) = compute_now(block_masses_graph(array, mean, weights, name="lwcs-masses"), client=client)
     (drawn,) = compute_now(coreset_pass.draw_graph(array, masses, mean, m, seed, weights), client=client)
     indices, points, coreset_weights = drawn
     return indices, np.ascontiguousarray(points), coreset_weights, 2

@@ -6,15 +6,21 @@ import math
 
 import numpy as np
 
+from ..config import AFKMC2_CHAIN_LENGTH, RECLUSTER_SLAB_BYTES
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
+from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution
+from ..passes import proposal
 from ..passes import oversample
-from ..passes.sampling import sample_without_replacement_graph
+from ..passes.sampling import (
+    finish_gather,
+    gather_rows_graph,
+    sample_without_replacement_graph,
+    weighted_indices_with_replacement_graph,
+)
 
 INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2")
-#: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
-AFKMC2_CHAIN_LENGTH = 20
 
 
 def _dist2_to(points, center):
@@ -74,10 +80,6 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
         closest = d2[best]
         potential = float(potentials[best])
     return centers
-
-
-#: Largest slab of the candidates-to-centers distance matrix of :func:`weighted_lloyd`.
-RECLUSTER_SLAB_BYTES = 16 * 2**20
 
 
 def weighted_lloyd(points, weights, centers, max_iter=30):
@@ -236,8 +238,6 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     InputDataError
         Fewer distinct points of positive weight than ``n_clusters``.
     """
-    from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution
-
     points = np.ascontiguousarray(points)
     weights = np.asarray(weights, dtype=np.float64)
     m = points.shape[0]
@@ -269,18 +269,15 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     centers : ndarray (n_clusters, d)
     n_passes : int
     """
-    from ..kernels.afkmc2 import afkmc2_chains
-    from ..passes import afkmc2 as proposal_pass
-    from ..passes.sampling import finish_gather, gather_rows_graph, weighted_indices_with_replacement_graph
-
     (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights),
                            client=client)
     first_center = np.asarray(first[2])[0].astype(np.float64)
     if n_clusters == 1:
         return first_center[None, :].astype(array.dtype), 1
-    (masses,) = compute_now(proposal_pass.block_masses_graph(array, first_center, weights), client=client)
-    q = proposal_pass.lazy_proposal(array, first_center, masses, weights)
-    totals = proposal_pass.block_proposal_totals(masses)
+    masses_graph = proposal.block_masses_graph(array, first_center, weights, name="afkmc2-masses")
+    (masses,) = compute_now(masses_graph, client=client)
+    q = proposal.lazy_proposal(array, first_center, masses, weights)
+    totals = proposal.block_probabilities(masses)
     n_proposals = (n_clusters - 1) * chain_length
     (indices,) = compute_now(
         weighted_indices_with_replacement_graph(q, totals, n_proposals, seed, "afk-mc2", "proposals"), client=client
@@ -301,22 +298,28 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     return centers.astype(array.dtype), 4
 
 
-def check_init(init, n_clusters, n_features):
-    """Validate ``init``: a method name or an explicit ``(n_clusters, n_features)`` array."""
+def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):
+    """Validate ``init``: a method name of ``methods`` or an explicit ``(n_clusters, n_features)`` array.
+
+    ``n_features`` None (the data not opened yet) leaves the array's width unchecked.
+    """
     if isinstance(init, str):
-        if init not in INIT_METHODS:
+        if init not in methods:
             raise InvalidParameterError(
-                f"init must be one of {', '.join(repr(m) for m in INIT_METHODS)} or an array of shape "
+                f"init must be one of {', '.join(repr(m) for m in methods)} or an array of shape "
                 f"(n_clusters, n_features); got {init!r}."
             )
         return init
     centers = np.asarray(init)
     if centers.dtype.kind not in "fiu":
         raise InvalidParameterError(f"init array must be numeric, got dtype {centers.dtype}.")
-    if centers.shape != (n_clusters, n_features):
+    if centers.ndim != 2 or centers.shape[0] != n_clusters or (n_features is not None
+                                                              and centers.shape[1] != n_features):
+        data = "" if n_features is None else f" and the data has {n_features} features"
+        width = "n_features" if n_features is None else n_features
         raise InvalidParameterError(
-            f"init array has shape {centers.shape}, but n_clusters={n_clusters} and the data has {n_features} "
-            f"features: pass an array of shape ({n_clusters}, {n_features})."
+            f"init array has shape {centers.shape}, but n_clusters={n_clusters}{data}: init must be an array of "
+            f"shape ({n_clusters}, {width})."
         )
     if not np.isfinite(centers).all():
         raise InvalidParameterError("init array contains NaN or infinity.")

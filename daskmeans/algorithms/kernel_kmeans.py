@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ..config import INIT_SAMPLE_ROWS, POOL_BYTES
 from ..engine.client import compute_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError
@@ -23,12 +24,7 @@ from ..kernels.kernel_functions import resolve_kernel
 from ..kernels.kernel_minibatch import run_kernel_steps
 from ..passes.minibatch_pool import gather_steps_graph, step_indices
 from ..passes.sampling import sample_without_replacement_graph
-from .result import Clock, FitResult
-
-#: Bytes of batch rows gathered from the workers per round trip.
-POOL_BYTES = 64 * 2**20
-#: Rows the seeding sample holds by default (at least 20 per cluster).
-INIT_SAMPLE_ROWS = 5000
+from .result import FitResult, RunContext
 
 
 def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
@@ -135,9 +131,8 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     return resolved, centers, gamma
 
 
-def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batch_size=1024, tau=200,
-                            truncate=True, learning_rate="beta", max_iter=200, tol=0.0, clock=None, client=None,
-                            callback=None, passes=0, pool_bytes=POOL_BYTES, checkpoint=None, weights=None):
+def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=1024, tau=200,
+                            truncate=True, learning_rate="beta", max_iter=200, tol=0.0, pool_bytes=POOL_BYTES):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
     Parameters
@@ -145,6 +140,12 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
     array : dask.array.Array (n, d)
     centers : SparseCenters
     kernel : Kernel
+    context : RunContext, optional
+        With sample weights, rows are drawn uniformly and weigh in each step (as :class:`daskmeans.MiniBatchKMeans`).
+        The callback gets each step's record; the last record of each round of steps also carries the centers
+        (``"_centers"``, a :class:`SparseCenters`). A checkpoint saves the state (sparse centers, counts, history)
+        after every step; pools keep their boundaries (multiples of the steps per pool) on resume, so the rows
+        seen are those of a run without interruption.
     seed : int
         Fixes the rows of every step.
     batch_size, tau, truncate, learning_rate :
@@ -153,34 +154,23 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
         Steps (mini-batch iterations).
     tol : float
         Stop when a step improves its batch's energy by less than ``tol`` (0 disables).
-    clock : Clock, optional
-    client : distributed.Client, optional
-    callback : callable, optional
-        Called with each step's history record.
-    passes : float
-        Passes already spent (seeding).
     pool_bytes : int
         Bytes of batch rows fetched from the workers at once (several steps per round trip).
-    checkpoint : CheckpointHook, optional
-        Saves the state (sparse centers, counts, history) after every step and resumes from
-        ``checkpoint.resume`` (:mod:`daskmeans.storage.checkpoint`); ``centers`` is then taken from the state. Pools keep
-        their boundaries (multiples of the steps per pool) on resume, so the rows seen are those of a run without
-        interruption.
-    weights : dask.array.Array (n,), optional
-        Sample weights: rows are drawn uniformly and weigh in each step (as :class:`daskmeans.MiniBatchKMeans`).
 
     Returns
     -------
     FitResult
         ``centers`` is the :class:`SparseCenters`; ``history`` has one record per step (``energy`` is the
         batch's mean squared distance before the step); ``stop_reason`` is ``"converged"``, ``"max_iter"`` or
-        ``"max_time"``. Extra attributes: ``gamma`` (max ``||phi(x)||`` over the rows seen), ``n_steps``.
+        ``"max_time"``; ``gamma`` (max ``||phi(x)||`` over the rows seen), ``n_steps`` and ``seen_counts`` are set.
     """
-    clock = clock or Clock()
+    context = context or RunContext()
+    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    passes = context.passes
     n = int(array.shape[0])
     row_bytes = batch_size * array.shape[1] * array.dtype.itemsize
     steps_per_pool = max(1, min(max_iter, pool_bytes // max(1, row_bytes)))
-    resume = checkpoint.resume if checkpoint is not None else None
+    resume = context.resume
     history = []
     stop_reason = "max_iter"
     step = 0
@@ -215,7 +205,7 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, *, seed, batc
                 learning_rate=learning_rate, tau=tau, truncate=truncate, tol=tol, time_left=time_left,
                 batch_weights=None if batch_weights is None else batch_weights[first:stop],
             )
-            step = _record_steps(records, step, history, batch_size, n, pool_start, passes, callback)
+            step = _record_steps(records, step, history, batch_size, n, pool_start, passes, context, centers)
             if reason is None and clock.out_of_time():
                 reason = "max_time"
             if checkpoint is not None:
@@ -237,16 +227,14 @@ def _minibatch_state(step, centers, seen, gamma_sq, history, stop_reason):
 
 
 def _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n):
-    result = FitResult(centers, None, step, history, stop_reason, passes + step * batch_size / n, None)
-    result.gamma = float(np.sqrt(gamma_sq))
-    result.n_steps = step
-    result.seen_counts = seen
-    return result
+    return FitResult(centers, None, step, history, stop_reason, passes + step * batch_size / n,
+                     gamma=float(np.sqrt(gamma_sq)), n_steps=step, seen_counts=seen)
 
 
-def _record_steps(records, step, history, batch_size, n, pool_start, passes, callback):
-    """Append the history entries of the steps just run; returns the new step count."""
-    for record in records:
+def _record_steps(records, step, history, batch_size, n, pool_start, passes, context, centers):
+    """Append the history entries of the steps just run (the last with the ``centers`` they led to) and report
+    them; returns the new step count."""
+    for position, record in enumerate(records, start=1):
         step += 1
         entry = {
             "iteration": step,
@@ -260,8 +248,10 @@ def _record_steps(records, step, history, batch_size, n, pool_start, passes, cal
             "passes": passes + step * batch_size / n,
         }
         history.append(entry)
-        if callback is not None:
-            callback(entry)
+        if position == len(records):
+            context.report(entry, centers=centers)
+        else:
+            context.report(entry)
     return step
 
 
@@ -282,7 +272,7 @@ def _mean_indicator(labels, weights, mass, k):
     return indicator
 
 
-def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock=None, callback=None, weights=None):
+def full_kernel_kmeans(X, centers: SparseCenters, kernel, context=None, *, max_iter=100):
     """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space on the whole kernel matrix.
 
     Each iteration computes ``<phi(x), C_j> = (K H)_{xj}`` with ``H`` the cluster-mean indicator matrix (one
@@ -296,23 +286,21 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
     centers : SparseCenters
         Initial centers (the first labels are the rows' nearest ones).
     kernel : Kernel
+    context : RunContext, optional
+        ``weights`` (NumPy, optional): each center is the weighted mean of its cluster in feature space (a row of
+        weight ``w`` counts as ``w`` copies). The callback gets each iteration's record with the labels that
+        define the centers after it (``"_labels"``). No checkpoint: the kernel matrix would be rebuilt anyway.
     max_iter : int
-    clock : Clock, optional
-    callback : callable, optional
-        Called with each iteration's history record.
-    weights : ndarray (n,), optional
-        Sample weights: each center is the weighted mean of its cluster in feature space (a row of weight ``w``
-        counts as ``w`` copies).
 
     Returns
     -------
     FitResult
         ``centers`` (a :class:`SparseCenters` whose support is every row, coefficient ``w / (cluster weight)``),
         ``inertia`` ((weighted) sum of squared feature-space distances to them), ``counts`` (weight per
-        cluster), ``labels`` (extra attribute),
-        ``stop_reason`` ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+        cluster), ``labels``, ``stop_reason`` ``"converged"``, ``"max_iter"`` or ``"max_time"``.
     """
-    clock = clock or Clock()
+    context = context or RunContext()
+    clock, weights = context.clock, context.weights
     n = X.shape[0]
     k = centers.n_clusters
     labels, dist2 = centers.nearest(X, kernel)
@@ -344,8 +332,7 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
         record = {"iteration": iteration, "energy": energy, "changed": changed,
                   "wall_time": clock.elapsed(), "passes": 0}
         history.append(record)
-        if callback is not None:
-            callback(record)
+        context.report(record, labels=new_labels)
         labels = new_labels
         if changed == 0:
             stop_reason = "converged"
@@ -364,6 +351,4 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, *, max_iter=100, clock
                           row_index=order.astype(np.int64), norms=norms)
     final_dist2 = np.maximum(diag - 2.0 * inner[rows, labels] + norms[labels], 0.0)
     inertia = float(weights @ final_dist2) if weighted else float(final_dist2.sum())
-    result = FitResult(final, inertia, n_iter, history, stop_reason, 1, mass)
-    result.labels = labels
-    return result
+    return FitResult(final, inertia, n_iter, history, stop_reason, 1, mass, labels=labels)

@@ -6,26 +6,28 @@ import math
 
 import numpy as np
 
+from ..config import POOL_ROWS
 from ..engine.client import compute_now
 from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
-from ..passes.minibatch_pool import POOL_ROWS, pool_graph, step_indices
-from .result import Clock, FitResult
+from ..passes.minibatch_pool import pool_graph, step_indices
+from .result import FitResult, RunContext
 
 
-def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, learning_rate="sklearn", max_iter=100,
-                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, clock=None, client=None, callback=None,
-                     passes=0, pool_rows=POOL_ROWS, checkpoint=None):
+def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, learning_rate="sklearn", max_iter=100,
+                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, pool_rows=POOL_ROWS):
     """Run mini-batch k-means from ``centers``.
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
+    context : RunContext, optional
+        With sample weights, rows are drawn uniformly and weigh in the sums and counts (as scikit-learn). The
+        callback is called after each pool of steps with its record and the centers (``"_centers"``). The step
+        index keys the draws, so it is the position of the random stream a checkpoint resumes.
     seed : int
         Fixes the rows of every step.
-    weights : dask.array.Array (n,), optional
-        Sample weights: rows are drawn uniformly and weigh in the sums and counts (as scikit-learn).
     batch_size : int
     learning_rate : {"sklearn", "beta"}
         See :func:`daskmeans.kernels.minibatch.learning_rates`.
@@ -38,27 +40,19 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
     reassignment_ratio : float
         Centers with less than this fraction of the largest weight are moved onto batch rows now and then
         (:class:`~daskmeans.kernels.minibatch.Reassignment`; 0 disables).
-    clock : Clock, optional
-    client : distributed.Client, optional
-    callback : callable, optional
-        Called after each pool of steps with its history record (plus ``"_centers"``).
-    passes : int
-        Passes already spent (seeding).
     pool_rows : int
         Rows drawn per pool of steps.
-    checkpoint : CheckpointHook, optional
-        Resume from its state, and save the state after seeding and after every pool of steps
-        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The step index
-        keys the draws, so it is the position of the random stream.
 
     Returns
     -------
     FitResult
         ``stop_reason``: ``"converged"`` (tol), ``"no_improvement"``, ``"max_iter"`` or ``"max_time"``;
-        ``history`` has one record per pool of steps.
+        ``history`` has one record per pool of steps; ``n_steps`` and ``seen_counts`` are set.
     """
-    clock = clock or Clock()
-    resume = checkpoint.resume if checkpoint is not None else None
+    context = context or RunContext()
+    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    passes = context.passes
+    resume = context.resume
     if resume is not None:
         centers = resume["centers"]
     n = int(array.shape[0])
@@ -84,7 +78,7 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
     while finished is None and step < total_steps:
         n_steps = min(steps_per_pool, total_steps - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
-        time_left = None if clock.max_time is None else max(0.0, clock.max_time - clock.elapsed())
+        time_left = clock.time_left()
         ((centers, seen, records, reason, stopping, reassignment),) = compute_now(
             pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights, reassignment, step),
             client=client,
@@ -101,8 +95,7 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
             "passes": passes + step * batch_size / n,
         }
         history.append(record)
-        if callback is not None:
-            callback(dict(record, _centers=centers))
+        context.report(record, centers=centers)
         stop = reason if reason is not None else "max_time" if clock.out_of_time() else None
         if checkpoint is not None:
             final = stop or ("max_iter" if step >= total_steps else None)
@@ -111,11 +104,8 @@ def minibatch_kmeans(array, centers, *, seed, weights=None, batch_size=1024, lea
             stop_reason = stop
             break
     # the inertia of the final centers is one pass, made by the estimator on demand
-    result = FitResult(centers, None, math.ceil(step * batch_size / n), history, stop_reason,
-                       passes + step * batch_size / n, None)
-    result.n_steps = step
-    result.seen_counts = seen
-    return result
+    return FitResult(centers, None, math.ceil(step * batch_size / n), history, stop_reason,
+                     passes + step * batch_size / n, n_steps=step, seen_counts=seen)
 
 
 def _state(step, centers, seen, stopping, reassignment, history, passes, stop_reason):

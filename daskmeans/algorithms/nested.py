@@ -20,9 +20,10 @@ import os
 import dask
 import numpy as np
 
-from ..kernels.nested import CenterGroups, choose_bounds, make_groups
+from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..passes.nested_state import NestedBatch
-from .result import Clock, FitResult
+from .relocation import centers_from_sums
+from .result import FitResult, RunContext
 
 #: Relative inflation of the center displacements handed to the bounds (covers float64 rounding of ``p``).
 _SHIFT_SAFETY = 1.0 + 1e-12
@@ -86,27 +87,23 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
     return float(np.partition(ratios, rank)[rank])
 
 
-def centers_from_sums(sums, counts, previous_centers, members=None):
-    """``S(j) / v(j)``; a cluster without samples (or without weight) keeps its center.
-
-    ``members`` (the clusters' numbers of samples), when given, decides which clusters are empty: with
-    fractional weights, adding and removing a sample can leave a rounding residue in ``v(j)``.
-    """
-    centers = np.array(previous_centers, dtype=np.float64)
-    filled = counts > 0 if members is None else (np.asarray(members) > 0) & (counts > 0)
-    centers[filled] = sums[filled] / counts[filled, None]
-    return centers.astype(previous_centers.dtype)
-
-
-def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5, bounds="auto",
-                     max_iter=1000, tol=0.0, clock=None, client=None, callback=None, passes=0, max_blocks=None,
-                     min_block_rows=None, keep_batch=False, checkpoint=None, weights=None):
+def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
+                     bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False):
     """Run nmbatch from ``centers``.
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
+    context : RunContext, optional
+        With sample weights (chunked like ``array``), S, v and SSE are weighted sums, the centers weighted means.
+        The callback gets each history record plus (under keys starting with ``_``, not stored in the history)
+        the new centers, the :class:`NestedBatch` and the running S, v and SSE. A checkpoint saves the state
+        blocks of the batch too, each written and read back by the worker that holds it, so that a resumed run
+        continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
+        would be tighter, which changes the distance counters, and recomputed distances could differ in the last
+        bits, which changes the batch's SSE. Labels, distances and bounds are written every iteration; rows and
+        indices only when the batch has grown or split since the last save (a shared checkpoint folder).
     seed : int
         Root seed (fixes the shuffle).
     initial_batch_size : int, optional
@@ -120,27 +117,10 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, 
     tol : float
         Absolute tolerance on the sum of squared center moves, checked after iterations that revisit all n
         samples (and add none).
-    clock : Clock, optional
-    client : distributed.Client, optional
-    callback : callable, optional
-        Called with each history record, plus (under keys starting with ``_``, not stored in the history)
-        the new centers, the :class:`NestedBatch` and the running S, v and SSE.
-    passes : int
-        Passes already spent (seeding).
     max_blocks, min_block_rows : int, optional
         State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
     keep_batch : bool
-        Return the :class:`NestedBatch` too (tests inspect it); otherwise it is released.
-    weights : dask.array.Array (n,), optional
-        Sample weights (chunked like ``array``): S, v and SSE are weighted sums, the centers weighted means.
-    checkpoint : CheckpointHook, optional
-        Resume from its state, and save the state after seeding and after every iteration
-        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The state blocks
-        of the batch are saved too, each written and read back by the worker that holds it, so that a resumed
-        run continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
-        would be tighter, which changes the distance counters, and recomputed distances could differ in the last
-        bits, which changes the batch's SSE. Labels, distances and bounds are written every iteration; rows and
-        indices only when the batch has grown or split since the last save (a shared checkpoint folder).
+        Return the :class:`NestedBatch` too (``result.batch``); otherwise it is released.
 
     Returns
     -------
@@ -148,16 +128,18 @@ def nested_minibatch(array, centers, *, seed, initial_batch_size=None, rho=1.0, 
         ``stop_reason`` is ``"converged"`` (an iteration over all n samples changed no assignment),
         ``"tol"``, ``"max_iter"`` or ``"max_time"``.
     """
-    with one_blas_thread_per_task(client):
-        return _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter,
-                                 tol, clock or Clock(), client, callback, passes, max_blocks, min_block_rows,
-                                 keep_batch, checkpoint, weights)
+    context = context or RunContext()
+    with one_blas_thread_per_task(context.client):
+        return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
+                                 max_iter, tol, max_blocks, min_block_rows, keep_batch)
 
 
-def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol, clock,
-                      client, callback, passes, max_blocks, min_block_rows, keep_batch, checkpoint, weights):
+def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol,
+                      max_blocks, min_block_rows, keep_batch):
+    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    passes = context.passes
     n, d = (int(s) for s in array.shape)
-    resume = checkpoint.resume if checkpoint is not None else None
+    resume = context.resume
     if resume is not None:
         centers = resume["centers"]
     k = centers.shape[0]
@@ -238,9 +220,9 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
             "passes": passes + batch.rows_read / n,
         }
         history.append(record)
-        if callback is not None:
-            callback(dict(record, _centers=new_centers, _batch=batch, _sums=sums.copy(), _counts=counts.copy(),
-                          _sse=sse.copy(), _members=members.copy()))
+        if context.callback is not None:
+            context.report(record, centers=new_centers, batch=batch, sums=sums.copy(), counts=counts.copy(),
+                           sse=sse.copy(), members=members.copy())
         n_iter = iteration
         converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
         centers = new_centers
@@ -264,10 +246,7 @@ def _nested_minibatch(array, centers, seed, initial_batch_size, rho, doubling_qu
     total_passes = passes + batch.rows_read / n
     # without convergence the inertia of the final centers is one pass, made by the estimator on demand
     inertia = float(sse.sum()) if converged else None
-    result = FitResult(centers, inertia, n_iter, history, stop_reason, total_passes, None)
-    if keep_batch:
-        result.batch = batch
-        result.state = (sums, counts, sse)
-    else:
+    if not keep_batch:
         batch.release()
-    return result
+    return FitResult(centers, inertia, n_iter, history, stop_reason, total_passes,
+                     batch=batch if keep_batch else None)

@@ -1,11 +1,31 @@
-"""Empty clusters are moved to the rows farthest from their centers (never to the origin)."""
+"""Cluster means from per-cluster sums, and empty clusters moved to the rows farthest from their centers (never
+to the origin)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..engine.client import compute_now
+from ..passes.assign import assign_stats_graph, finish_stats
 
-def relocate_empty_clusters(stats, n_empty_ok=True):
+
+def with_enough_far_rows(stats, array, centers, weights, client):
+    """``stats`` of a pass over ``centers``, redone with more far rows when it holds fewer than empty clusters.
+
+    Returns
+    -------
+    stats : ClusterStats
+    passes : int
+        Passes spent here (0, or 1 when the pass was redone).
+    """
+    n_empty = int(np.sum(stats.counts <= 0))
+    if n_empty <= stats.far_rows.shape[0]:
+        return stats, 0
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights, n_far=n_empty), client=client)
+    return finish_stats(raw), 1
+
+
+def relocate_empty_clusters(stats):
     """Give each empty cluster one of the farthest rows, taking it out of its donor cluster.
 
     Parameters
@@ -31,10 +51,13 @@ def relocate_empty_clusters(stats, n_empty_ok=True):
     return int(usable)
 
 
-def centers_from_stats(stats, previous_centers):
-    """Means of the clusters; a cluster left without weight keeps its previous center."""
-    counts = stats.counts
+def centers_from_sums(sums, counts, previous_centers, members=None):
+    """``S(j) / v(j)``: the means of the clusters; a cluster without weight keeps its previous center.
+
+    ``members`` (the clusters' numbers of samples), when given, decides which clusters are empty too: with
+    fractional weights, adding and removing a sample can leave a rounding residue in ``v(j)``.
+    """
     centers = np.array(previous_centers, dtype=np.float64)
-    filled = counts > 0
-    centers[filled] = stats.sums[filled] / counts[filled, None]
+    filled = counts > 0 if members is None else (np.asarray(members) > 0) & (counts > 0)
+    centers[filled] = sums[filled] / counts[filled, None]
     return centers.astype(previous_centers.dtype)

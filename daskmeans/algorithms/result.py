@@ -1,9 +1,11 @@
-"""The plain result every algorithm returns, and the per-iteration history records."""
+"""What every algorithm takes besides its data, centers and own parameters (:class:`RunContext`), what it returns
+(:class:`FitResult`), and the checkpoint state of a result."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,29 +16,55 @@ class FitResult:
 
     Attributes
     ----------
-    centers : ndarray (k, d)
+    centers : ndarray (k, d) or SparseCenters
+        The final centers (kernel k-means: sparse centers in the kernel's feature space).
     inertia : float or None
         Weighted sum of squared distances to the nearest center, for ``centers``; None when the algorithm
         stopped without a pass over the final centers (the estimator's ``inertia_`` then makes that pass
         on first access).
     n_iter : int
     history : list of dict
-        One record per iteration; every record has ``iteration``, ``energy``, ``wall_time`` and ``passes``.
+        One record per iteration; every record has ``iteration``, ``energy`` (vc-GMM: ``free_energy`` too),
+        ``wall_time`` and ``passes``.
     stop_reason : str
         ``"converged"``, ``"max_iter"``, ``"max_time"`` or an algorithm-specific reason.
-    passes : int
+    passes : float
         Full passes over the data.
     counts : ndarray (k,), optional
-        Weight of each cluster for ``centers``, where the algorithm knows it.
+        Weight of each cluster for ``centers``, where the algorithm knows it (full kernel k-means).
+    n_steps : int, optional
+        Mini-batch steps taken (mini-batch k-means, mini-batch kernel k-means).
+    seen_counts : ndarray (k,), optional
+        Weight each center has received over all steps (mini-batch k-means, mini-batch kernel k-means).
+    gamma : float, optional
+        ``max ||phi(x)||`` over the rows seen (mini-batch kernel k-means).
+    labels : ndarray (n,), optional
+        Label of every row for the final centers (full kernel k-means).
+    sigma2 : float, optional
+        The shared variance of the isotropic mixture (vc-GMM).
+    lower_bound : float, optional
+        Free energy per unit of weight of the last iteration (vc-GMM).
+    where : str, optional
+        Where the blocks ran, ``"driver"`` or ``"workers"`` (vc-GMM).
+    batch : NestedBatch, optional
+        The state blocks of nested mini-batch k-means, kept when asked (``keep_batch=True``).
     """
 
-    centers: np.ndarray
-    inertia: float
+    centers: Any
+    inertia: float | None
     n_iter: int
     history: list = field(default_factory=list)
     stop_reason: str = "max_iter"
-    passes: int = 0
+    passes: float = 0
     counts: np.ndarray | None = None
+    n_steps: int | None = None
+    seen_counts: np.ndarray | None = None
+    gamma: float | None = None
+    labels: np.ndarray | None = None
+    sigma2: float | None = None
+    lower_bound: float | None = None
+    where: str | None = None
+    batch: Any = None
 
 
 class Clock:
@@ -49,6 +77,10 @@ class Clock:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def time_left(self):
+        """Seconds left of the budget (never negative), or None without a budget."""
+        return None if self.max_time is None else max(0.0, self.max_time - self.elapsed())
+
     def out_of_time(self) -> bool:
         return self.max_time is not None and self.elapsed() >= self.max_time
 
@@ -59,23 +91,66 @@ def restore_clock(clock, elapsed):
     return clock
 
 
-def result_to_state(result) -> dict:
-    """A :class:`~daskmeans.algorithms.result.FitResult` as checkpoint state."""
+@dataclass
+class RunContext:
+    """What every algorithm takes besides its data, its centers and its own parameters.
+
+    Attributes
+    ----------
+    clock : Clock
+        Carries the start time and the ``max_time`` budget.
+    client : distributed.Client, optional
+        Cluster to run on (None: the local scheduler).
+    callback : callable, optional
+        Called with each history record; :meth:`report` adds the algorithm's current centers (and other
+        objects tests look at) under keys starting with ``_``, which are never stored in the history.
+    passes : float
+        Passes over the data already spent (seeding, summary), carried into the records.
+    checkpoint : CheckpointHook, optional
+        Resume from its state, and save the state after seeding and after every iteration
+        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state.
+    weights : dask.array.Array or ndarray (n,), optional
+        Sample weights, chunked like the data (NumPy for the algorithms that run on the driver).
+    total_weight : float, optional
+        Sum of the weights (n without weights), to report energies as means.
+    """
+
+    clock: Clock = field(default_factory=Clock)
+    client: Any = None
+    callback: Callable | None = None
+    passes: float = 0
+    checkpoint: Any = None
+    weights: Any = None
+    total_weight: float | None = None
+
+    @property
+    def resume(self):
+        """The state to resume from, or None to start afresh."""
+        return None if self.checkpoint is None else self.checkpoint.resume
+
+    def report(self, record, **private):
+        """Hand ``record`` to the callback, with ``private`` objects under ``_name`` keys (e.g. ``centers=``)."""
+        if self.callback is None:
+            return
+        if private:
+            record = dict(record, **{f"_{name}": value for name, value in private.items()})
+        self.callback(record)
+
+
+def result_to_state(result: FitResult) -> dict:
+    """A :class:`FitResult` of the k-means family as checkpoint state."""
     state = {"centers": result.centers, "inertia": result.inertia, "n_iter": int(result.n_iter),
              "history": result.history, "stop_reason": result.stop_reason, "passes": result.passes}
-    for name in ("n_steps", "seen_counts"):
-        if hasattr(result, name):
-            state[name] = getattr(result, name)
+    if result.n_steps is not None:
+        state["n_steps"] = result.n_steps
+    if result.seen_counts is not None:
+        state["seen_counts"] = result.seen_counts
     return state
 
 
-def result_from_state(state):
+def result_from_state(state) -> FitResult:
     """Inverse of :func:`result_to_state`."""
-    from .result import FitResult
-
-    result = FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
-                       state["stop_reason"], state["passes"], None)
-    for name in ("n_steps", "seen_counts"):
-        if name in state:
-            setattr(result, name, state[name])
-    return result
+    return FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
+                     state["stop_reason"], state["passes"],
+                     n_steps=state["n_steps"] if "n_steps" in state else None,
+                     seen_counts=state["seen_counts"] if "seen_counts" in state else None)

@@ -29,24 +29,22 @@ import time
 import uuid
 
 import numpy as np
+import psutil
 
-from ..engine.client import compute_now, persist_now
+from ..config import MIN_SEGMENTS, REMAKE_COST
+from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
-from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.assign import finish_stats
 from ..passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
     weighted_indices_with_replacement_graph,
 )
-from .relocation import centers_from_stats, relocate_empty_clusters
-from .result import Clock, FitResult
+from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
+from .result import FitResult, RunContext
 
 VARIANTS = ("vrkm++", "vrkm")
-#: The sample streams in at least this many segments (the unit in which candidate lists are remade).
-MIN_SEGMENTS = 8
-#: Remake the candidate lists once a step needs this many times more distances than a list holds.
-REMAKE_COST = 4
 
 
 def epoch_sizes(epoch_size, n_samples: int):
@@ -84,7 +82,7 @@ def position_correction(stats, centers, variant):
         ``(1/v) sum (c~new - x)`` per cluster (zero for clusters without weight).
     """
     if variant == "vrkm++":
-        return centers_from_stats(stats, centers), None
+        return centers_from_sums(stats.sums, stats.counts, centers), None
     filled = stats.counts > 0
     means = stats.sums[filled] / stats.counts[filled, None]
     current = centers.astype(np.float64)
@@ -103,38 +101,14 @@ def _draws(n, steps, seed, epoch, weights, block_totals, client):
     return compute_now(graph, client=client)[0]
 
 
-def _pinned_worker(client) -> str:
-    workers = sorted(client.scheduler_info()["workers"])
-    if not workers:
-        raise RuntimeError("the Dask cluster has no workers to run the VRKM inner loop on")
-    return workers[0]
-
-
-def _run_pinned(client, keys, starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates):
-    """Run the inner loop on the pinned worker; where that worker dies, on another one.
-
-    The restriction to the pinned worker is loose: when it leaves the cluster (before or while it runs the
-    loop), the scheduler runs the task again on a worker that is left, from the same inputs, and the segments
-    it held are recomputed from their lineage, so the result is the same. Returns the loop's result and the
-    worker that ran it.
-    """
-    where = _pinned_worker(client)
-    future = client.submit(
-        _inner_loop_on_worker, keys, starts, steps, snapshot, centers, eta, batch_gradient, agree_rule,
-        n_candidates, workers=[where], allow_other_workers=True, pure=False,
-        key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}",
-    )
-    return future.result()
-
-
 def segment_rows_for(n_draws: int, array) -> int:
     """Draws per segment: at least ``MIN_SEGMENTS`` segments (the candidate lists are remade for each), and none
     larger than one block of the data."""
     return max(1, min(math.ceil(n_draws / MIN_SEGMENTS), int(max(array.chunks[0]))))
 
 
-def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_gradient, agree_rule, n_candidates,
-                 compute):
+def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
+                 n_candidates):
     """The inner loop over a sample kept on the cluster, one segment at a time.
 
     The candidate lists made in the pass are used while they keep the steps cheap; once the centers have drifted
@@ -145,6 +119,8 @@ def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_
     ----------
     pieces : list of list of Delayed or Future
         ``pieces[s][b]``: block ``b``'s part of segment ``s``.
+    compute : callable
+        Computes a delayed object and returns its value (driver client, worker client or local scheduler).
     starts : int array
         First draw of each segment.
     n_draws : int
@@ -152,8 +128,8 @@ def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_
         ``C~new``.
     pass_centers : ndarray (k, d)
         ``C~``, the centers the pass made the candidate lists against.
-    compute : callable
-        Computes a delayed object and returns its value (driver client, worker client or local scheduler).
+    batch_gradient, agree_rule, n_candidates :
+        See :class:`~daskmeans.kernels.vrkm.InnerLoop`.
 
     Returns
     -------
@@ -183,19 +159,6 @@ def run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, *, batch_
     return loop.centers(), loop.counts(), remade
 
 
-def _inner_loop_on_worker(keys, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
-                          n_candidates):
-    """Runs on one pinned worker: the sample streams in, segment by segment, from the workers that hold it."""
-    from distributed import Future, get_worker, worker_client
-
-    with worker_client() as client:
-        pieces = [[Future(key, client=client) for key in segment] for segment in keys]
-        result = run_segments(pieces, starts, n_draws, snapshot, pass_centers, eta, batch_gradient=batch_gradient,
-                              agree_rule=agree_rule, n_candidates=n_candidates,
-                              compute=lambda graph: client.compute(graph).result())
-    return (*result, get_worker().address)
-
-
 def _epoch_pass(array, centers, draws, weights, n_candidates, client):
     """Run the epoch pass; the sample stays where it was computed (the workers, or this process)."""
     segment_rows = segment_rows_for(draws.size, array)
@@ -208,27 +171,24 @@ def _epoch_pass(array, centers, draws, weights, n_candidates, client):
     return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
 
 
-def _snapshot(snapshots, epoch, clock, centers):
-    if snapshots is not None:
-        snapshots.append({"iteration": epoch, "wall_time": clock.elapsed(), "perf_counter": time.perf_counter(),
-                          "centers": np.array(centers, copy=True)})
-
-
 def _state(epoch, centers, history, passes, previous_energy, stop_reason, inertia):
     """The checkpoint state after ``epoch`` (``stop_reason`` set once the run has ended)."""
     return {"epoch": epoch, "centers": centers, "history": history, "passes": passes,
             "previous_energy": previous_energy, "stop_reason": stop_reason, "inertia": inertia}
 
 
-def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
-         weights=None, total_weight=None, agree_rule="paper", n_candidates=16, driver_sample_bytes=None,
-         clock=None, client=None, callback=None, passes=0, snapshots=None, checkpoint=None):
+def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
+         agree_rule="paper", n_candidates=16, driver_sample_bytes=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
+    context : RunContext, optional
+        With sample weights, draws are weight-proportional and the statistics weighted. The epoch index keys the
+        draws, so it is the position of the random stream a checkpoint resumes. The record of an epoch with an
+        inner loop reaches the callback with the centers after that loop (``"_centers"``).
     variant : {"vrkm++", "vrkm"}
     eta : float
         The constant learning rate.
@@ -239,10 +199,6 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         Stop when ``|E_prev - E| <= tol * E_prev`` between two consecutive passes.
     seed : int
         Root seed of the draws.
-    weights : dask.array.Array (n,), optional
-        Sample weights: draws are weight-proportional and the statistics weighted.
-    total_weight : float
-        Sum of the weights (n without weights), to report the energy as a mean.
     agree_rule : {"paper", "reference"}
     n_candidates : int
         Candidate centers per sampled row (speed only: the result does not depend on it).
@@ -250,32 +206,18 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
         is at most this, else on one worker; either way the sample streams in one segment at a time and the
         result is the same. Default: a quarter of the driver's available memory.
-    clock : Clock, optional
-    client : distributed.Client, optional
-    callback : callable, optional
-        Called with each epoch's record.
-    passes : int
-        Passes already spent, carried into the records.
-    snapshots : list, optional
-        When given, a copy of the centers is appended at the start and after every epoch's inner loop, as
-        ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch), for benchmarks
-        that evaluate intermediate centers outside the timed region.
-    checkpoint : CheckpointHook, optional
-        Resume from its state, and save the state after seeding and after every epoch
-        (:mod:`daskmeans.storage.checkpoint`); ``centers`` and ``passes`` are then taken from the state. The epoch index
-        keys the draws, so it is the position of the random stream.
 
     Returns
     -------
     FitResult
     """
-    clock = clock or Clock()
+    context = context or RunContext()
+    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    passes = context.passes
     n, n_features = array.shape
-    total_weight = float(n if total_weight is None else total_weight)
+    total_weight = float(n if context.total_weight is None else context.total_weight)
     sizes = epoch_sizes(epoch_size, n)
     if driver_sample_bytes is None:
-        import psutil
-
         driver_sample_bytes = psutil.virtual_memory().available // 4
     block_totals = None
     if weights is not None:
@@ -285,27 +227,21 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
     stop_reason = "max_epochs"
     final_stats = None
     n_epochs = 0
-    resume = checkpoint.resume if checkpoint is not None else None
+    resume = context.resume
     if resume is not None:
         centers, history, passes = resume["centers"], list(resume["history"]), resume["passes"]
         previous_energy, n_epochs = resume["previous_energy"], resume["epoch"]
         if resume["stop_reason"] is not None:
-            return FitResult(centers, resume["inertia"], n_epochs, history, resume["stop_reason"], passes, None)
-    else:
-        _snapshot(snapshots, 0, clock, centers)
-        if checkpoint is not None:
-            checkpoint.save(_state(0, centers, history, passes, None, None, None))
+            return FitResult(centers, resume["inertia"], n_epochs, history, resume["stop_reason"], passes)
+    elif checkpoint is not None:
+        checkpoint.save(_state(0, centers, history, passes, None, None, None))
     for epoch in range(n_epochs + 1, max_epochs + 1):
         steps = int(sizes(epoch))
         draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
         stats, pieces, starts = _epoch_pass(array, centers, draws, weights, n_candidates, client)
-        passes += 1
-        n_empty = int(np.sum(stats.counts <= 0))
-        if n_empty > stats.far_rows.shape[0]:
-            (raw,) = compute_now(assign_stats_graph(array, centers, weights, n_far=n_empty), client=client)
-            stats = finish_stats(raw)
-            passes += 1
+        stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
+        passes += 1 + extra
         energy = stats.inertia / total_weight
         record = {
             "iteration": epoch,
@@ -324,8 +260,7 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
             stop_reason = "converged" if converged else "max_time"
             final_stats = stats
             history.append(record)
-            if callback is not None:
-                callback(record)
+            context.report(record)
             if checkpoint is not None:
                 record["stop_reason"] = stop_reason
                 checkpoint.save(_state(epoch, centers, history, passes, previous_energy, stop_reason, stats.inertia))
@@ -333,19 +268,18 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         record["relocated"] = relocate_empty_clusters(stats)
         snapshot, batch_gradient = position_correction(stats, centers, variant)
         started = time.perf_counter()
-        options = dict(batch_gradient=batch_gradient, agree_rule=agree_rule, n_candidates=n_candidates)
+        loop_args = (starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates)
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
         if on_worker:
-            centers, counts, remade, where = _run_pinned(
-                client, [[piece.key for piece in segment] for segment in pieces], starts, steps, snapshot, centers,
-                eta, batch_gradient, agree_rule, n_candidates,
-            )
+            # the sample stays on the workers that gathered it; one of them streams it in
+            keys = [[piece.key for piece in segment] for segment in pieces]
+            (centers, counts, remade), where = run_pinned(client, run_segments, keys, *loop_args,
+                                                          key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}")
         else:
             where = "driver"
-            centers, counts, remade = run_segments(pieces, starts, steps, snapshot, centers, eta, **options,
-                                                   compute=lambda graph: compute_now(graph, client=client)[0])
+            centers, counts, remade = run_segments(pieces, lambda graph: compute_now(graph, client=client)[0],
+                                                   *loop_args)
         del pieces
-        _snapshot(snapshots, epoch, clock, centers)
         record.update({
             "inner_steps": counts.steps,
             "changed": counts.changed,
@@ -356,8 +290,7 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
             "inner_on": where,
         })
         history.append(record)
-        if callback is not None:
-            callback(record)
+        context.report(record, centers=centers)
         previous_energy = energy
         out_of_time = clock.out_of_time()
         if checkpoint is not None:
@@ -372,4 +305,4 @@ def vrkm(array, centers, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=10
         history[-1]["stop_reason"] = stop_reason
     # centers that moved after the last pass: their inertia is one pass, made by the estimator on demand
     inertia = None if final_stats is None else final_stats.inertia
-    return FitResult(centers, inertia, n_epochs, history, stop_reason, passes, None)
+    return FitResult(centers, inertia, n_epochs, history, stop_reason, passes)

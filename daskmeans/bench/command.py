@@ -6,7 +6,8 @@ import shlex
 
 import click
 
-from ..cli import USER_ERRORS, cluster_options
+from ..cli.common import USER_ERRORS, cluster_options
+from .runner import BenchOptions, run_benchmark
 from .workloads import STORAGES
 
 
@@ -86,8 +87,6 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
       daskmeans bench --data my.zarr -k 500 --time-budget 120
       daskmeans bench pendigits --quality --data-dir ../shared/data --seeds 10
     """
-    from .runner import BenchOptions, run_benchmark
-
     options = BenchOptions(
         workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
@@ -106,7 +105,9 @@ def _command_line(ctx) -> str:
         if param.name == "workloads" or (param.name == "scheduler" and ctx.params.get(param.name)):
             continue  # a scheduler address is this session's, not part of the recipe
         value = ctx.params.get(param.name)
-        if value is None or value == param.default:
+        # only what was given: a default (click 8.2+ marks an unset flag's default as UNSET) is not recorded
+        if value is None or ctx.get_parameter_source(param.name) in (click.core.ParameterSource.DEFAULT,
+                                                                     click.core.ParameterSource.DEFAULT_MAP):
             continue
         if param.name == "refine":
             words.append("--no-refine")

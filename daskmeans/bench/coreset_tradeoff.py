@@ -22,16 +22,18 @@ vc-GMM the AFK-MC2 chains and its E-steps as counted (:attr:`CoresetGaussianMixt
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
-import os
 import time
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..algorithms.lloyd import final_inertia
+from ..engine.client import compute_now
+from ..estimators.coreset import lightweight_coreset
+from ..estimators.mixture import CoresetGaussianMixture
+from ..passes.sampling import finish_gather, gather_rows_graph, uniform_indices_with_replacement
+from .common import created, load_average, table_lines, write_report
 
 #: The algorithm name that asks for this study.
 NAME = "vc-gmm"
@@ -68,8 +70,6 @@ def run_reference(X, k, seed):
 
 def run_vc_gmm(array, k, m, seed, client):
     """vc-GMM with coreset size ``m``; returns the record fields (the fit includes its final labelling pass)."""
-    from ..estimators.mixture import CoresetGaussianMixture
-
     model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client)
     start = time.perf_counter()
     model.fit(array)
@@ -84,10 +84,6 @@ def run_vc_gmm(array, k, m, seed, client):
 def run_baseline(kind, array, k, m, seed, client):
     """k-means++ (scikit-learn) on a lightweight coreset (``"lwcs"``) or a uniform sample (``"uniform"``) of ``m``
     rows, then one labelling pass over all rows, all timed."""
-    from ..engine.client import compute_now
-    from ..estimators.coreset import lightweight_coreset
-    from ..passes.sampling import finish_gather, gather_rows_graph, uniform_indices_with_replacement
-
     start = time.perf_counter()
     if kind == "lwcs":
         points, weights = lightweight_coreset(array, m, random_state=seed, client=client)
@@ -124,7 +120,7 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
     k, n = workload.k, data.n_samples
     record = {
         "schema": "daskmeans-bench-vc-gmm/1",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": created(),
         "workload": {"name": workload.output_name, "description": workload.description, "k": k, "n_samples": n,
                      "n_features": data.n_features},
         "machine": machine, "daskmeans_version": __version__, "runs": [],
@@ -144,14 +140,14 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
         ref_inertia = final_inertia(data.array, centers.astype(data.array.dtype), None, client)
         ref_distances = kmeanspp_distances(n, k, ref_iter)
         record["runs"].append({"method": "k-means++", "seed": seed, "size": n, "seconds": ref_seconds,
-                               "load_average_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                               "load_average_after": load_average(),
                                "inertia": ref_inertia, "error": 0.0, "speedup": 1.0, "n_iter": ref_iter,
                                "distances": ref_distances, "distance_speedup": 1.0})
         say(f"k-means++ on all rows (seed {seed}): {ref_seconds:.1f} s, {ref_iter} iterations")
 
         def add(method, size, result):
             result.pop("centers")
-            result["load_average_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            result["load_average_after"] = load_average()
             result.update({"method": method, "seed": seed, "size": size,
                            "error": result["inertia"] / ref_inertia - 1.0,
                            "speedup": ref_seconds / result["seconds"],
@@ -177,9 +173,9 @@ LABELS = {"k-means++": "k-means++ (all rows)", "vc-gmm": "vc-GMM", "lwcs": "LWCS
           "uniform": "uniform sample + k-means++"}
 
 
-def output_paths(out_dir, workload_name):
-    """``NAME-vc-gmm.json``, ``.md`` and ``.png``."""
-    return {ext: os.path.join(out_dir, f"{workload_name}-vc-gmm.{ext}") for ext in ("json", "md", "png")}
+def output_name(workload_name) -> str:
+    """The name of the study's outputs: ``NAME-vc-gmm``."""
+    return f"{workload_name}-vc-gmm"
 
 
 def _percent(value):
@@ -192,16 +188,14 @@ def markdown_table(record) -> str:
     lines = [f"### vc-GMM on {workload['name']}: {workload['description']}, k={workload['k']}", ""]
     if record.get("skipped"):
         return "\n".join(lines + [f"Skipped: {record['skipped']}", ""])
-    lines += ["| method | size | time (s) | speedup | rel. error | EM/Lloyd iterations | distance evals | "
-              "distance speedup | LWCS error at same time | uniform error at same time |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for run in record["runs"]:
-        lines.append(
-            f"| {LABELS[run['method']]} | {run['size']:,} | {run['seconds']:.2f} | {run['speedup']:.1f}x | "
-            f"{_percent(run['error'])} | {run['n_iter']} | {run['distances']:.3g} | {run['distance_speedup']:.1f}x | "
-            f"{_percent(run.get('lwcs_error_at_same_time')) if run['method'] == 'vc-gmm' else ''} | "
-            f"{_percent(run.get('uniform_error_at_same_time')) if run['method'] == 'vc-gmm' else ''} |"
-        )
+    columns = ["method", "size", "time (s)", "speedup", "rel. error", "EM/Lloyd iterations", "distance evals",
+               "distance speedup", "LWCS error at same time", "uniform error at same time"]
+    rows = [[LABELS[run["method"]], f"{run['size']:,}", f"{run['seconds']:.2f}", f"{run['speedup']:.1f}x",
+             _percent(run["error"]), f"{run['n_iter']}", f"{run['distances']:.3g}", f"{run['distance_speedup']:.1f}x",
+             _percent(run.get("lwcs_error_at_same_time")) if run["method"] == "vc-gmm" else "",
+             _percent(run.get("uniform_error_at_same_time")) if run["method"] == "vc-gmm" else ""]
+            for run in record["runs"]]
+    lines += table_lines(columns, rows, right=range(1, len(columns)))
     lines.append("")
     for run in record["runs"]:
         if run["method"] != "vc-gmm":
@@ -245,15 +239,11 @@ def plot(record, path):
     plt.close(figure)
 
 
+#: The plot of the study: ``NAME-vc-gmm.png`` (relative error against speedup).
+PLOTS = {"png": plot}
+
+
 def write_outputs(record, out_dir) -> list:
-    """Write the JSON record, the Markdown table and the plot."""
-    paths = output_paths(out_dir, record["workload"]["name"])
-    with open(paths["json"], "w") as f:
-        json.dump(record, f, indent=1, default=float)
-    with open(paths["md"], "w") as f:
-        f.write(markdown_table(record))
-    written = [paths["json"], paths["md"]]
-    if not record.get("skipped"):
-        plot(record, paths["png"])
-        written.append(paths["png"])
-    return written
+    """Write the JSON record, the Markdown table and (unless the study was skipped) the plot."""
+    return write_report(out_dir, output_name(record["workload"]["name"]), record, markdown_table(record),
+                        None if record.get("skipped") else PLOTS)

@@ -13,8 +13,6 @@ Writes ``OUT/NAME-quality.json`` (everything) and ``OUT/NAME-quality.md`` (the t
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -22,10 +20,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine.client import compute_now
-from ..exceptions import InputDataError, InvalidParameterError, OutputExistsError
+from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.kernel_functions import auto_kappa
-from ..registry import make_estimator
-from . import report
+from ..registry import ALGORITHMS, make_estimator
+from .common import (check_out_dir, check_seeds, created, machine_info, output_paths, refuse_existing, split_names,
+                     table_lines, write_report)
 from .workloads import block_rows, resolve_workloads, scatter_rows, subsample_index
 
 SCHEMA = "daskmeans-bench-quality/1"
@@ -64,9 +63,9 @@ SETTINGS = {
 }
 
 
-def output_paths(out_dir, name) -> dict:
-    """``NAME-quality.json`` and ``NAME-quality.md`` in ``out_dir``."""
-    return {ext: os.path.join(out_dir, f"{name}-quality.{ext}") for ext in ("json", "md")}
+def output_name(workload_name) -> str:
+    """The name of a labelled workload's outputs: ``NAME-quality``."""
+    return f"{workload_name}-quality"
 
 
 def check_quality_options(options):
@@ -76,9 +75,6 @@ def check_quality_options(options):
     ------
     InvalidParameterError, FileNotFoundError, OutputExistsError
     """
-    from ..registry import ALGORITHMS
-    from .runner import _split_names
-
     if options.data_path is not None:
         raise InvalidParameterError("--quality needs true labels: name a labelled workload (pendigits, mnist), "
                                     "not --data.")
@@ -90,23 +86,18 @@ def check_quality_options(options):
             f"--quality scores clusterings against true labels, which {', '.join(map(repr, unlabelled))} "
             f"lack(s); choose from {', '.join(SETTINGS)}."
         )
-    algorithms = _split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
+    algorithms = split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
     options.algorithms = DEFAULT_ALGORITHMS if algorithms is None else algorithms
     if not options.algorithms:
         raise InvalidParameterError("--quality needs at least one algorithm.")
-    if not isinstance(options.seeds, int) or options.seeds < 1:
-        raise InvalidParameterError(f"--seeds must be a positive integer, got {options.seeds!r}.")
+    check_seeds(options.seeds)
     options.resolved = resolve_workloads(options.workloads, quick=options.quick, k=options.k,
                                          data_dir=options.data_dir, n_samples=options.n_samples,
                                          time_budget=options.time_budget)
-    if os.path.exists(options.out_dir) and not os.path.isdir(options.out_dir):
-        raise InvalidParameterError(f"--out {options.out_dir!r} is a file; give a folder.")
+    check_out_dir(options.out_dir)
     if not options.overwrite:
-        for workload in options.resolved:
-            for path in output_paths(options.out_dir, workload.output_name).values():
-                if os.path.exists(path):
-                    raise OutputExistsError(f"{path!r} exists already (results of an earlier run); choose another "
-                                            "--out or pass --overwrite.")
+        refuse_existing(path for workload in options.resolved
+                        for path in output_paths(options.out_dir, output_name(workload.output_name)).values())
     return options
 
 
@@ -208,7 +199,7 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
                 f"({run['n_iter']} iterations, {run['stop_reason']})")
     record = {
         "schema": SCHEMA,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": created(),
         "command": options.command_line,
         "workload": {**asdict(workload), "output_name": workload.output_name, "n_samples": int(X.shape[0]),
                      "n_features": int(X.shape[1]), "k": k, "n_total": int(n_total)},
@@ -270,29 +261,24 @@ def markdown_table(record) -> str:
         f"{record['cluster']['workers']} workers. Median [min, max] over seeds; speed-up = full-batch time / time, "
         "seed by seed.",
         "",
-        "| algorithm | ARI | NMI | time (s) | speed-up vs full batch |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for name, entry in record["summary"].items():
         failed = "" if entry["ok"] == entry["runs"] else f" ({entry['runs'] - entry['ok']} failed)"
-        lines.append(f"| {LABELS.get(name, name)}{failed} | {_cell(entry['ari'], lambda v: f'{v:.3f}')} | "
-                     f"{_cell(entry['nmi'], lambda v: f'{v:.3f}')} | {_cell(entry['seconds'], lambda v: f'{v:.2f}')} | "
-                     f"{_cell(entry['speedup'], lambda v: f'{v:.2f}x')} |")
+        rows.append([f"{LABELS.get(name, name)}{failed}", _cell(entry["ari"], lambda v: f"{v:.3f}"),
+                     _cell(entry["nmi"], lambda v: f"{v:.3f}"), _cell(entry["seconds"], lambda v: f"{v:.2f}"),
+                     _cell(entry["speedup"], lambda v: f"{v:.2f}x")])
+    lines += table_lines(["algorithm", "ARI", "NMI", "time (s)", "speed-up vs full batch"], rows)
     return "\n".join(lines) + "\n"
 
 
-def write_quality_outputs(record, out_dir) -> list:
+def write_outputs(record, out_dir) -> list:
     """Write ``NAME-quality.json`` and ``NAME-quality.md``."""
-    paths = output_paths(out_dir, record["workload"]["output_name"])
-    report._write_text(paths["json"], json.dumps(record, indent=1, default=report._json_default, allow_nan=False))
-    report._write_text(paths["md"], markdown_table(record))
-    return list(paths.values())
+    return write_report(out_dir, output_name(record["workload"]["output_name"]), record, markdown_table(record))
 
 
 def run_quality(options, echo=print) -> list:
     """Check the options, run every labelled workload and write its record and table; return the paths."""
-    from .runner import machine_info
-
     options = check_quality_options(options)
     try:
         import sklearn.metrics  # noqa: F401
@@ -306,6 +292,6 @@ def run_quality(options, echo=print) -> list:
         echo(f"workload {workload.output_name} (quality): {workload.description}")
         with options.cluster.client() as client:
             record = run_quality_workload(workload, options, client, machine, echo=echo)
-        written.extend(write_quality_outputs(record, options.out_dir))
+        written.extend(write_outputs(record, options.out_dir))
         echo(markdown_table(record))
     return written

@@ -7,6 +7,7 @@ workers report to the scheduler with their heartbeats. Peaks shorter than the sa
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import threading
@@ -119,6 +120,4 @@ class MemoryMonitor:
 
 
 def _takes_n_workers(client) -> bool:
-    import inspect
-
     return "n_workers" in inspect.signature(client.scheduler_info).parameters

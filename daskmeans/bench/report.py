@@ -1,4 +1,5 @@
-"""Figures, tables and plots, computed from a workload's JSON record only (so they can be rebuilt from it)."""
+"""The energy-over-time report of a workload: figures, table and plots, computed from its JSON record only (so
+they can be rebuilt from it)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,8 @@ import os
 
 import numpy as np
 
-
-def output_paths(out_dir, name) -> dict:
-    """Where a workload's outputs go in ``out_dir``: ``NAME.json``, ``NAME.md``, ``NAME.png`` (energy over wall
-    time) and ``NAME-excess.png`` (energy relative to E*, with the targets)."""
-    paths = {ext: os.path.join(out_dir, f"{name}.{ext}") for ext in ("json", "md", "png")}
-    paths["excess"] = os.path.join(out_dir, f"{name}-excess.png")
-    return paths
+from ..plots import plot_energy_curves
+from .common import gib, output_paths, record_json, table_lines, write_plots, write_report, write_text
 
 
 # -- figures -----------------------------------------------------------------------------------------------------------
@@ -163,10 +159,6 @@ def _ratio(value):
     return "" if value is None else f"{value:.4f}"
 
 
-def _gib(value):
-    return "" if not value else f"{value / 2**30:.2f} GiB"
-
-
 def _number(value):
     if value is None:
         return ""
@@ -248,7 +240,7 @@ def markdown_table(record) -> str:
     columns = ["algorithm", "status"] + [f"time to {t:.0%} of E*" for t in order] + (
         ["time to k-means' final energy (speedup)"] if with_reference else []) + [
         "final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
-    lines = header_lines(record) + ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    rows = []
     for name, a in summary["algorithms"].items():
         if not a["ok"]:
             status = "/".join(a["statuses"])
@@ -263,9 +255,10 @@ def markdown_table(record) -> str:
             cells += [_with_spread(a["final_relative"], _ratio, many),
                       _with_spread(a["fit_seconds"], _seconds, many),
                       _number(a["n_iter"]["median"]), _number(a["passes"]["median"]),
-                      _gib(a["driver_peak_rss"]), _gib(a["worker_peak_rss"]),
+                      gib(a["driver_peak_rss"]), gib(a["worker_peak_rss"]),
                       "; ".join(a["notes"] + a["reasons"]).replace("|", "/")]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines = header_lines(record) + [""] + table_lines(columns, rows)
     lines += ["", "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
               "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, faiss or "
               "dask-ml point is a complete run with that iteration limit; a MiniBatchKMeans point is the time spent in "
@@ -283,8 +276,6 @@ def plot_energy(record, path):
 
     The shared initial centers (time 0) are left out so that the scale shows the runs.
     """
-    from ..plots import plot_energy_curves
-
     curves = {
         _run_curve_name(run, record): [{"energy": p["energy"], "wall_time": p["time"]} for p in run["points"]
                                        if p["kind"] != "init"]
@@ -340,32 +331,15 @@ def plot_excess(record, path):
     figure.savefig(path, format="png")
 
 
-# -- files --------------------------------------------------------------------------------------------------------------
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-def _write_text(path, text):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+# -- files ------------------------------------------------------------------------------------------------------------
+#: The plots of a workload: ``NAME.png`` (energy over wall time), ``NAME-excess.png`` (energy relative to E*).
+PLOTS = {"png": plot_energy, "excess": plot_excess}
 
 
 def write_outputs(record, out_dir) -> list:
-    """Write ``NAME.json``, ``NAME.md`` and ``NAME.png``; each file appears complete or not at all."""
-    paths = output_paths(out_dir, record["workload"]["output_name"])
-    _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
-    _write_text(paths["md"], markdown_table(record))
-    plot_energy(record, paths["png"])
-    tmp = paths["excess"][:-4] + ".tmp.png"
-    plot_excess(record, tmp)
-    os.replace(tmp, paths["excess"])
-    return list(paths.values())
+    """Write ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME-excess.png``; each file appears complete or not
+    at all."""
+    return write_report(out_dir, record["workload"]["output_name"], record, markdown_table(record), PLOTS)
 
 
 def rebuild(json_path, out_dir=None) -> list:
@@ -374,98 +348,8 @@ def rebuild(json_path, out_dir=None) -> list:
     with open(json_path) as f:
         record = json.load(f)
     record["summary"] = summarize(record)
-    _write_text(json_path, json.dumps(record, indent=1, default=_json_default, allow_nan=False))
+    write_text(json_path, record_json(record))
     out_dir = out_dir or os.path.dirname(os.path.abspath(json_path))
-    paths = output_paths(out_dir, record["workload"]["output_name"])
-    _write_text(paths["md"], markdown_table(record))
-    plot_energy(record, paths["png"])
-    plot_excess(record, paths["excess"])
-    return [paths["md"], paths["png"], paths["excess"]]
-
-
-# -- sizing -------------------------------------------------------------------------------------------------------------
-def sizing_table(record) -> str:
-    """Measured sizes and the extrapolation to a billion rows, as Markdown."""
-    c, m = record["cluster"], record["machine"]
-    model = record["model"]
-    lines = [
-        f"### {record['name']}: assign pass and k-means on synthetic descriptors in Zarr",
-        "",
-        f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, {record['chunk_rows']:,} "
-        f"rows per block; machine: {m['cpu']}, {m['cpus']} CPUs; cluster: {c['n_workers']} workers x "
-        f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads).",
-        "",
-        "| rows | on disk | assign pass | rows/s per thread | GFLOP/s | k-means iteration | k-means fit "
-        "(iterations) | worker peak RSS | driver peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for size in record["sizes"]:
-        lines.append(
-            f"| {size['n_samples']:,} | {_gib(size.get('stored_bytes', size['bytes']))} | {size['assign_seconds']:.2f} s | "
-            f"{size['rows_per_second_per_thread']:,.0f} | {size['gflops']:.0f} | "
-            f"{size['iteration_seconds']:.2f} s | {size['fit_seconds']:.1f} s ({size['n_iter']}) | "
-            f"{_gib(size['worker_peak_rss'])} | {_gib(size['driver_peak_rss'])} |"
-        )
-    iteration = record["iteration_model"]
-    lines += [
-        "",
-        f"Model: t(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, fitted on the sizes above: assign pass "
-        f"a = {model['a']:.3f} s, b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread; k-means "
-        f"iteration a = {iteration['a']:.3f} s, b = {iteration['b_per_thread'] * 1e6:.3f} s per million rows per "
-        f"thread; tau = {model['tau'] * 1e3:.2f} ms of scheduler time per task (measured with {model['tau_tasks']} "
-        f"empty tasks), {record['chunk_rows']:,} rows per block, T = {model['threads_per_worker']} thread(s) per "
-        f"worker. A k-means fit = 2 passes (summary, final statistics) + {record['target_iterations']} iterations. "
-        "Assumptions: work per pass scales with n / W; the scheduler's per-task time is serial; the worker memory "
-        "peak does not grow with n (blocks are streamed from Zarr); storage bandwidth grows with W.",
-        "",
-        f"| workers W | assign pass at {record['target_rows']:,.0f} rows | k-means iteration | k-means, "
-        f"{record['target_iterations']} iterations |",
-        "|---|---|---|---|",
-    ]
-    for row in record["extrapolation"]:
-        lines.append(f"| {row['workers']} | {_duration(row['pass_seconds'])} | "
-                     f"{_duration(row['iteration_seconds'])} | {_duration(row['kmeans_seconds'])} |")
-    return "\n".join(lines) + "\n"
-
-
-def _duration(seconds):
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def plot_sizing(record, path):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    sizes = record["sizes"]
-    n = [s["n_samples"] for s in sizes]
-    figure = Figure(figsize=(6, 4), dpi=110)
-    FigureCanvasAgg(figure)
-    axis = figure.add_subplot()
-    axis.plot(n, [s["assign_seconds"] for s in sizes], marker="o", label="assign pass")
-    axis.plot(n, [s["iteration_seconds"] for s in sizes], marker="s", label="k-means iteration")
-    model = record["model"]
-    grid = np.linspace(0, max(n), 50)
-    threads = record["cluster"]["threads"]
-    axis.plot(grid, model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
-              linestyle="--", color="grey", label="model")
-    axis.set_xlabel("rows")
-    axis.set_ylabel("seconds")
-    axis.grid(True, alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-
-
-def write_sizing_outputs(record, out_dir) -> list:
-    paths = output_paths(out_dir, record["name"])
-    del paths["excess"]
-    _write_text(paths["json"], json.dumps(record, indent=1, default=_json_default, allow_nan=False))
-    _write_text(paths["md"], sizing_table(record))
-    tmp = paths["png"][:-4] + ".tmp.png"
-    plot_sizing(record, tmp)
-    os.replace(tmp, paths["png"])
-    return list(paths.values())
+    paths = output_paths(out_dir, record["workload"]["output_name"], PLOTS)
+    write_text(paths["md"], markdown_table(record))
+    return [paths["md"], *write_plots(record, paths, PLOTS)]

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import datetime
 import gc
 import os
-import platform
-import socket
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 
-import dask.array as da
 import numpy as np
 import psutil
 
-from .. import __version__
+from .._version import __version__
 from ..engine.client import ClusterSpec
-from ..exceptions import InvalidParameterError, OutputExistsError
+from ..exceptions import InvalidParameterError
 from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
-from ..storage.model import _jsonable
-from . import report
+from ..storage.zarr_safe import to_jsonable
+from . import coreset_tradeoff, report, sizing
+from .common import (check_out_dir, check_seeds, cluster_info, created, load_average, machine_info, output_paths,
+                     refuse_existing, split_names, warm_up)
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
+from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability
 from .traces import Candidate, Trace, drop_repeats, evaluate, refine, release_centers, select_spread
@@ -66,20 +65,6 @@ class BenchOptions:
 LONG_PASS_ROWS = 10_000_000
 
 
-def _split_names(values, known, what):
-    if values is None:
-        return None
-    names = tuple(v for v in values if v)
-    if names in ((), ("none",)):
-        return ()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise InvalidParameterError(
-            f"Unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)} (or 'none')."
-        )
-    return names
-
-
 def check_options(options: BenchOptions) -> BenchOptions:
     """Check every option and the files the workloads need, before any expensive work.
 
@@ -92,10 +77,9 @@ def check_options(options: BenchOptions) -> BenchOptions:
             "Name at least one workload (e.g. 'daskmeans bench descriptors --quick') or pass your data with "
             "--data PATH -k K."
         )
-    options.algorithms = _split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
-    options.peers = _split_names(options.peers, list(PEERS), "peer(s)")
-    if not isinstance(options.seeds, int) or options.seeds < 1:
-        raise InvalidParameterError(f"--seeds must be a positive integer, got {options.seeds!r}.")
+    options.algorithms = split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
+    options.peers = split_names(options.peers, list(PEERS), "peer(s)")
+    check_seeds(options.seeds)
     if not isinstance(options.max_points, int) or options.max_points < 2:
         raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")
     if options.driver_memory is not None:
@@ -110,29 +94,20 @@ def check_options(options: BenchOptions) -> BenchOptions:
         data_dir=options.data_dir, n_samples=options.n_samples, n_features=options.n_features,
         time_budget=options.time_budget, storage=options.storage, batch_size=options.batch_size,
     )
-    if os.path.exists(options.out_dir) and not os.path.isdir(options.out_dir):
-        raise InvalidParameterError(f"--out {options.out_dir!r} is a file; give a folder.")
-    names = [w.output_name for w in options.resolved if _regular_runs(options, w)]
+    check_out_dir(options.out_dir)
+    outputs = [(w.output_name, report.PLOTS) for w in options.resolved if _regular_runs(options, w)]
     if _tradeoff_asked(options):
-        names += [f"{w.output_name}-vc-gmm" for w in options.resolved]
+        outputs += [(coreset_tradeoff.output_name(w.output_name), coreset_tradeoff.PLOTS) for w in options.resolved]
     if SIZING in options.workloads:
-        names.append("sizing-quick" if options.quick else "sizing")
+        outputs.append((sizing.output_name(options.quick), sizing.PLOTS))
     if not options.overwrite:
-        existing = [p for name in names for p in report.output_paths(options.out_dir, name).values()
-                    if os.path.exists(p)]
-        if existing:
-            raise OutputExistsError(
-                f"{existing[0]!r} exists already (results of an earlier run); choose another --out or pass "
-                "--overwrite."
-            )
+        refuse_existing(path for name, plots in outputs for path in output_paths(options.out_dir, name, plots).values())
     return options
 
 
 def _tradeoff_asked(options: BenchOptions) -> bool:
     """``--algorithms`` names vc-gmm: its error-vs-speedup study runs (see :mod:`.coreset_tradeoff`)."""
-    from .coreset_tradeoff import NAME
-
-    return options.algorithms is not None and NAME in options.algorithms
+    return options.algorithms is not None and coreset_tradeoff.NAME in options.algorithms
 
 
 def _regular_runs(options: BenchOptions, workload) -> bool:
@@ -145,54 +120,6 @@ def _regular_runs(options: BenchOptions, workload) -> bool:
 
 
 # -- machine and cluster ---------------------------------------------------------------------------------------------
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _version(module):
-    try:
-        return str(__import__(module).__version__)
-    except Exception:  # noqa: BLE001 - absent or broken modules are reported as such
-        return None
-
-
-def machine_info() -> dict:
-    """The machine the benchmark ran on."""
-    memory = psutil.virtual_memory()
-    return {
-        "host": socket.gethostname(),
-        "cpu": _cpu_model(),
-        "cpus": os.cpu_count(),
-        "memory_bytes": int(memory.total),
-        "available_memory_bytes": int(memory.available),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "versions": {name: _version(name) for name in ("numpy", "dask", "distributed", "zarr", "numba", "sklearn",
-                                                        "faiss", "dask_ml", "threadpoolctl")}
-        | {"daskmeans": __version__},
-    }
-
-
-def _cluster_info(client) -> dict:
-    info = client.scheduler_info()
-    workers = info.get("workers", {})
-    return {
-        "scheduler": info.get("address"),
-        "n_workers": len(workers),
-        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-        "threads_per_worker": sorted({w.get("nthreads", 0) for w in workers.values()}),
-        "memory_limit_per_worker": sorted({int(w.get("memory_limit") or 0) for w in workers.values()}),
-    }
-
-
 def cluster_for(options: BenchOptions, workload_memory=None) -> ClusterSpec:
     """The cluster of a workload: ``--scheduler``, or a local cluster whose workers get the workload's memory
     limit unless ``--memory-limit`` gave one."""
@@ -200,23 +127,6 @@ def cluster_for(options: BenchOptions, workload_memory=None) -> ClusterSpec:
     if spec.scheduler or spec.memory_limit is not None or workload_memory is None:
         return spec
     return replace(spec, memory_limit=_parse_memory(workload_memory))
-
-
-def warm_up(client, algorithms, n_features):
-    """Compile the Numba kernels in the driver and on every worker before anything is timed."""
-    from ..kernels.assign import nearest_centers
-
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((3000, max(16, n_features)), dtype=np.float32)
-    for k, d in ((2, 2), (32, X.shape[1])):
-        nearest_centers(X[:100, :d].copy(), X[:k, :d].copy())
-        for name in algorithms:
-            try:
-                estimator = make_estimator(name, n_clusters=k, init=X[:k, :d].copy(), max_time=0.2, random_state=0,
-                                           client=client, progress=False)
-                estimator.fit(da.from_array(np.ascontiguousarray(X[:, :d]), chunks=(750, d)))
-            except Exception:  # noqa: BLE001 - a failing algorithm is recorded by its real run
-                pass
 
 
 def warm_up_peers(peers, client):
@@ -283,7 +193,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
         notes.append(f"snapshot times include the {tail:.3g} s the fit spent after its last iteration")
     return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
                  n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
-                 stop_reason=getattr(estimator, "stop_reason_", None), history=_jsonable(list(history)),
+                 stop_reason=getattr(estimator, "stop_reason_", None), history=to_jsonable(list(history)),
                  notes=notes, params={key: value for key, value in estimator.get_params().items()
                                       if isinstance(value, (int, float, str, bool)) or value is None})
 
@@ -345,12 +255,8 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     def say(text):
         echo(f"  [{time.perf_counter() - began:6.1f} s] {text}")
 
-    cluster = _cluster_info(client)
-    driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
-                     else int(psutil.virtual_memory().available * 0.5))
-    work_dir = options.work_dir or os.path.join(options.out_dir, "data")
-    data = load_data(workload, client=client, total_threads=cluster["threads"], work_dir=work_dir,
-                     driver_memory=driver_memory)
+    cluster = cluster_info(client)
+    data = _load_data(workload, options, client, cluster)
     say(f"data ready: {data.n_samples:,} x {data.n_features}")
     algorithms = energy_algorithm_names() if options.algorithms is None else list(options.algorithms)
     peer_names = list(workload.peers) if options.peers is None else list(options.peers)
@@ -374,7 +280,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         init = init0 if seed == 0 else data.rows(index, client)
         init_energy = float(energy(init))
         for name in algorithms:
-            load = _load_average()
+            load = load_average()
             trace, error, memory, caught = _guarded(
                 lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client), (client, 0.05, processes))
             run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
@@ -388,7 +294,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             peer = PEERS[name]
             ok, version = availability(peer)
             run = Run(name=name, label=peer.label, kind="peer", seed=seed, status="skipped",
-                      version=version if ok else None, uses_cluster=not peer.in_memory, load_average=_load_average())
+                      version=version if ok else None, uses_cluster=not peer.in_memory, load_average=load_average())
             if not ok:
                 run.reason = version
             elif peer.in_memory and data.X is None:
@@ -414,7 +320,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
 
     record = {
         "schema": SCHEMA,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": created(),
         "command": options.command_line,
         "workload": {
             **asdict(workload),
@@ -437,9 +343,12 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     return record
 
 
-def _load_average():
-    """The 1-minute load average (how busy the machine was; None where the OS does not say)."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+def _load_data(workload, options: BenchOptions, client, cluster):
+    """The workload's data, loaded with the driver memory of ``--driver-memory`` (default: half of what is free)."""
+    driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
+                     else int(psutil.virtual_memory().available * 0.5))
+    return load_data(workload, client=client, total_threads=cluster["threads"],
+                     work_dir=options.work_dir or os.path.join(options.out_dir, "data"), driver_memory=driver_memory)
 
 
 def _progress_line(run) -> str:
@@ -516,15 +425,9 @@ def _best_energy(runs):
 
 def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
     """vc-GMM's error-vs-speedup study on one workload, beside its LWCS and uniform-sample baselines."""
-    from . import coreset_tradeoff
-
     with cluster_for(options, workload.worker_memory).client() as client:
-        cluster = _cluster_info(client)
-        driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
-                         else int(psutil.virtual_memory().available * 0.5))
-        data = load_data(workload, client=client, total_threads=cluster["threads"],
-                         work_dir=options.work_dir or os.path.join(options.out_dir, "data"),
-                         driver_memory=driver_memory)
+        cluster = cluster_info(client)
+        data = _load_data(workload, options, client, cluster)
         record = coreset_tradeoff.run_tradeoff(workload, data, client, machine, seeds=tuple(range(options.seeds)),
                                                echo=echo)
     record["command"] = options.command_line
@@ -543,8 +446,6 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
         Paths written.
     """
     if options.quality:
-        from .kernel_quality import run_quality
-
         return run_quality(options, echo=echo)
     options = check_options(options)
     os.makedirs(options.out_dir, exist_ok=True)
@@ -564,11 +465,9 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
         written.extend(report.write_outputs(record, options.out_dir))
         echo(report.markdown_table(record))
     if SIZING in options.workloads:
-        from .sizing import run_sizing
-
         echo("workload sizing")
         with options.cluster.client() as client:
-            record = run_sizing(options, client, machine, sgemm)
-        written.extend(report.write_sizing_outputs(record, options.out_dir))
-        echo(report.sizing_table(record))
+            record = sizing.run_sizing(options, client, machine, sgemm)
+        written.extend(sizing.write_outputs(record, options.out_dir))
+        echo(sizing.markdown_table(record))
     return written

@@ -8,23 +8,30 @@ cost, extrapolates the time of a pass to ``target_rows`` on W workers.
 
 from __future__ import annotations
 
-import datetime
 import os
 import time
 
 import numpy as np
 from dask import delayed
 
+from ..config import TARGET_BLOCK_BYTES
 from ..engine.client import compute_now
 from ..estimators.kmeans import KMeans
 from ..storage.io import open_input
+from ..storage.sources import stored_bytes
+from .common import cluster_info, created, gib, table_lines, warm_up, write_report
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
-from .workloads import BLOCK_BYTES, ensure_blobs
+from .workloads import ensure_blobs
 
 TARGET_ROWS = 1_000_000_000
 TARGET_ITERATIONS = 20
 EXTRAPOLATE_WORKERS = (1, 4, 16, 64, 256)
+
+
+def output_name(quick) -> str:
+    """The name of the sizing workload's outputs: ``sizing``, or ``sizing-quick`` for the quick variant."""
+    return "sizing-quick" if quick else "sizing"
 
 
 def _noop(i):
@@ -37,14 +44,6 @@ def measure_task_overhead(client, n_tasks=500) -> float:
     start = time.perf_counter()
     compute_now(delayed(sum)([delayed(_noop, pure=False)(i) for i in range(n_tasks)]), client=client)
     return (time.perf_counter() - start) / n_tasks
-
-
-def stored_bytes(path) -> int:
-    """Bytes a (local) Zarr store takes on disk."""
-    total = 0
-    for folder, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
-    return total
 
 
 def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
@@ -62,18 +61,16 @@ def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
 
 def run_sizing(options, client, machine, sgemm) -> dict:
     """Run the sizing workload and return its JSON record (tables and plot come from it)."""
-    from .runner import _cluster_info, warm_up
-
     quick = options.quick
     sizes = list(options.sizes) if options.sizes else ([20_000, 40_000, 80_000] if quick
                                                         else [250_000, 1_000_000, 2_000_000])
     d = options.n_features or (32 if quick else 128)
     k = options.k or (20 if quick else 1000)
     iterations = 2 if quick else 3
-    cluster = _cluster_info(client)
+    cluster = cluster_info(client)
     threads = max(1, cluster["threads"])
     # the block size a large store would have, so that the per-task term extrapolates as it would
-    chunk_rows = int(BLOCK_BYTES // (4 * d))
+    chunk_rows = int(TARGET_BLOCK_BYTES // (4 * d))
     work_dir = options.work_dir or os.path.join(options.out_dir, "data")
     warm_up(client, ["kmeans"], d)
     processes = worker_processes(client)
@@ -131,8 +128,8 @@ def run_sizing(options, client, machine, sgemm) -> dict:
                               "kmeans_seconds": 2 * pass_seconds + TARGET_ITERATIONS * iteration_seconds})
     return {
         "schema": "daskmeans-bench-sizing/1",
-        "name": "sizing-quick" if quick else "sizing",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "name": output_name(quick),
+        "created": created(),
         "command": options.command_line,
         "machine": machine, "cluster": cluster, "gemm": sgemm,
         "n_features": d, "k": k, "dtype": "uint8", "chunk_rows": chunk_rows, "kmeans_iterations": iterations,
@@ -142,3 +139,89 @@ def run_sizing(options, client, machine, sgemm) -> dict:
                        "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
                        "worker memory independent of n; storage bandwidth scales with W.",
     }
+
+
+# -- outputs ------------------------------------------------------------------------------------------------------------
+def markdown_table(record) -> str:
+    """Measured sizes and the extrapolation to a billion rows, as Markdown."""
+    c, m = record["cluster"], record["machine"]
+    model = record["model"]
+    lines = [
+        f"### {record['name']}: assign pass and k-means on synthetic descriptors in Zarr",
+        "",
+        f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, {record['chunk_rows']:,} "
+        f"rows per block; machine: {m['cpu']}, {m['cpus']} CPUs; cluster: {c['n_workers']} workers x "
+        f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads).",
+        "",
+    ]
+    columns = ["rows", "on disk", "assign pass", "rows/s per thread", "GFLOP/s", "k-means iteration",
+               "k-means fit (iterations)", "worker peak RSS", "driver peak RSS"]
+    lines += table_lines(columns, [
+        [f"{size['n_samples']:,}", gib(size.get("stored_bytes", size["bytes"])), f"{size['assign_seconds']:.2f} s",
+         f"{size['rows_per_second_per_thread']:,.0f}", f"{size['gflops']:.0f}", f"{size['iteration_seconds']:.2f} s",
+         f"{size['fit_seconds']:.1f} s ({size['n_iter']})", gib(size["worker_peak_rss"]), gib(size["driver_peak_rss"])]
+        for size in record["sizes"]
+    ])
+    iteration = record["iteration_model"]
+    lines += [
+        "",
+        f"Model: t(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, fitted on the sizes above: assign pass "
+        f"a = {model['a']:.3f} s, b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread; k-means "
+        f"iteration a = {iteration['a']:.3f} s, b = {iteration['b_per_thread'] * 1e6:.3f} s per million rows per "
+        f"thread; tau = {model['tau'] * 1e3:.2f} ms of scheduler time per task (measured with {model['tau_tasks']} "
+        f"empty tasks), {record['chunk_rows']:,} rows per block, T = {model['threads_per_worker']} thread(s) per "
+        f"worker. A k-means fit = 2 passes (summary, final statistics) + {record['target_iterations']} iterations. "
+        "Assumptions: work per pass scales with n / W; the scheduler's per-task time is serial; the worker memory "
+        "peak does not grow with n (blocks are streamed from Zarr); storage bandwidth grows with W.",
+        "",
+    ]
+    columns = ["workers W", f"assign pass at {record['target_rows']:,.0f} rows", "k-means iteration",
+               f"k-means, {record['target_iterations']} iterations"]
+    lines += table_lines(columns, [
+        [f"{row['workers']}", _duration(row["pass_seconds"]), _duration(row["iteration_seconds"]),
+         _duration(row["kmeans_seconds"])]
+        for row in record["extrapolation"]
+    ])
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds):
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plot_sizing(record, path):
+    """Assign pass and k-means iteration seconds against the rows, with the fitted model."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    sizes = record["sizes"]
+    n = [s["n_samples"] for s in sizes]
+    figure = Figure(figsize=(6, 4), dpi=110)
+    FigureCanvasAgg(figure)
+    axis = figure.add_subplot()
+    axis.plot(n, [s["assign_seconds"] for s in sizes], marker="o", label="assign pass")
+    axis.plot(n, [s["iteration_seconds"] for s in sizes], marker="s", label="k-means iteration")
+    model = record["model"]
+    grid = np.linspace(0, max(n), 50)
+    threads = record["cluster"]["threads"]
+    axis.plot(grid, model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
+              linestyle="--", color="grey", label="model")
+    axis.set_xlabel("rows")
+    axis.set_ylabel("seconds")
+    axis.grid(True, alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+
+
+def write_outputs(record, out_dir) -> list:
+    """Write ``NAME.json``, ``NAME.md`` and ``NAME.png`` (pass and iteration times against n, with the model)."""
+    return write_report(out_dir, record["name"], record, markdown_table(record), PLOTS)
+
+
+#: The plot of the sizing workload: ``NAME.png``.
+PLOTS = {"png": plot_sizing}

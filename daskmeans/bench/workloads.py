@@ -14,7 +14,10 @@ from dataclasses import dataclass, replace
 import dask.array as da
 import numpy as np
 import zarr
+from dask.utils import parse_bytes
 
+from ..config import TARGET_BLOCK_BYTES
+from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, make_blobs_zarr
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
 from ..exceptions import InputDataError, InvalidParameterError
@@ -22,8 +25,6 @@ from ..storage.io import open_input
 from ..storage.zarr_safe import atomic_output
 
 STORAGES = ("memory", "zarr")
-#: Row blocks are aimed at this many bytes of float32.
-BLOCK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,6 @@ def workload_names() -> list[str]:
 
 
 def _parse_memory(text) -> int:
-    from dask.utils import parse_bytes
-
     try:
         return int(parse_bytes(text))
     except (ValueError, TypeError) as error:
@@ -292,8 +291,9 @@ class BenchData:
 
 
 def block_rows(n_samples, n_features, total_threads) -> int:
-    """Rows per block: about 64 MiB of float32, and at least four blocks per worker thread when the data is small."""
-    by_bytes = max(1024, BLOCK_BYTES // (4 * n_features))
+    """Rows per block: about :data:`daskmeans.config.TARGET_BLOCK_BYTES` of float32, and at least four blocks per
+    worker thread when the data is small."""
+    by_bytes = max(1024, TARGET_BLOCK_BYTES // (4 * n_features))
     by_threads = max(1, math.ceil(n_samples / (4 * max(1, total_threads))))
     return int(max(1, min(by_bytes, by_threads, n_samples)))
 
@@ -321,8 +321,6 @@ def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, cli
     dict
         ``{"path", "array", "reused", "bytes"}``; ``array`` is the path of the data array in the group.
     """
-    from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, make_blobs_zarr
-
     dtype = str(np.dtype(dtype))
     attrs = {"kind": "blobs", "data": "X", "n_samples": int(n_samples), "n_features": int(n_features),
              "n_clusters": int(n_blobs), "cluster_std": _DEFAULT_STD[dtype], "center_box": list(_DEFAULT_BOX[dtype]),

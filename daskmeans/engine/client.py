@@ -1,21 +1,26 @@
-"""Which Dask scheduler runs the passes: explicit client > active client > configured address > local."""
+"""Which Dask scheduler runs the passes: explicit client > active client > configured address > local.
+
+:class:`ClusterSpec` is where a command of the CLI runs: a scheduler it connects to, or a ``LocalCluster`` it
+starts and closes. :func:`run_pinned` runs one task on one worker, for sequential loops near their data.
+``distributed`` is imported only where a cluster is used, so that ``import daskmeans`` and a fit on the threaded
+scheduler do without it.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
 
-import click
 import dask
 from dask.utils import parse_bytes
 
+from ..config import CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 
-_CONNECT_TIMEOUT = "10s"
 
-
-def connect(address: str, *, timeout=_CONNECT_TIMEOUT, security=None):
+def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
     """Connect to a scheduler, failing with a clear message instead of hanging.
 
     Parameters
@@ -88,6 +93,9 @@ def persist_now(*objects, client=None):
     return tuple(client.persist(list(objects)))
 
 
+# -- the cluster a command runs on -----------------------------------------------------------------------------------
+
+
 @dataclass
 class ClusterSpec:
     """Where a command runs: a running scheduler, or an embedded ``LocalCluster`` of worker processes.
@@ -100,18 +108,19 @@ class ClusterSpec:
         Seconds to wait for ``scheduler``.
     workers, threads_per_worker : int or None
         Size of the embedded cluster (default: chosen by Dask from the number of cores).
-    memory_limit : str or None
-        Memory limit per embedded worker: ``auto``, a size like ``4GiB``, or a fraction of the memory.
+    memory_limit : str, float, int or None
+        Memory limit per embedded worker: ``auto``, a size like ``4GiB``, or a fraction of the memory;
+        :meth:`validate` turns it into what ``LocalCluster`` takes (:func:`parse_memory_limit`).
     """
 
     scheduler: str | None = None
-    connect_timeout: float = 10.0
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
     workers: int | None = None
     threads_per_worker: int | None = None
-    memory_limit: str | None = None
+    memory_limit: str | float | int | None = None
 
     def validate(self):
-        """Check the options before any work.
+        """Check the options before any work; return the spec itself.
 
         Raises
         ------
@@ -127,17 +136,28 @@ class ClusterSpec:
                 "drop them, or drop --scheduler to start a local cluster."
             )
         if self.memory_limit is not None:
-            self.memory_limit = _memory_limit(self.memory_limit)
+            self.memory_limit = parse_memory_limit(self.memory_limit)
         return self
 
+    def local_processes(self, input_bytes: int | None) -> bool:
+        """Whether the embedded cluster is made of worker processes (else threads in this process).
+
+        Threads when the input is known and small (:data:`~daskmeans.config.LOCAL_THREADS_MAX_BYTES`) and the
+        cluster's size was not asked for; results are the same either way.
+        """
+        sized = any(value is not None for value in (self.workers, self.threads_per_worker, self.memory_limit))
+        return sized or input_bytes is None or input_bytes > LOCAL_THREADS_MAX_BYTES
+
     @contextlib.contextmanager
-    def client(self, announce: bool = False):
+    def client(self, announce: bool = False, input_bytes: int | None = None):
         """Yield a ``distributed.Client`` for the run; an embedded cluster is closed afterwards.
 
         Parameters
         ----------
         announce : bool
             Print the dashboard address on stderr (when Bokeh, which serves the dashboard, is installed).
+        input_bytes : int, optional
+            Size of the input as computed; a small one runs on threads (:meth:`local_processes`).
         """
         from distributed import Client, LocalCluster
 
@@ -150,24 +170,44 @@ class ClusterSpec:
                     "(the address the scheduler prints when it starts)."
                 ) from error
             with client:
-                _announce(client, announce)
+                if announce:
+                    announce_dashboard(client)
                 yield client
             return
-        with LocalCluster(n_workers=self.workers, threads_per_worker=self.threads_per_worker,
+        processes = self.local_processes(input_bytes)
+        with LocalCluster(n_workers=self.workers if processes else 1, threads_per_worker=self.threads_per_worker,
                           memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
-                          processes=True, dashboard_address=":0") as cluster, \
+                          processes=processes, dashboard_address=":0") as cluster, \
                 Client(cluster, set_as_default=True) as client:
-            _announce(client, announce)
+            if announce:
+                announce_dashboard(client)
             yield client
 
 
-def _announce(client, announce: bool):
-    if announce and importlib.util.find_spec("bokeh") is not None:
-        click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
+def announce_dashboard(client):
+    """Print the address of ``client``'s dashboard on stderr, when Bokeh, which serves it, is installed."""
+    if importlib.util.find_spec("bokeh") is not None:
+        print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
 
 
-def _memory_limit(text: str):
-    """``auto``, a fraction of the machine's memory (``0.5``), or a size (``4GiB``, ``500MB``)."""
+def parse_memory_limit(text: str):
+    """A worker memory limit as ``LocalCluster`` takes it.
+
+    Parameters
+    ----------
+    text : str
+        ``auto``, a fraction of the machine's memory (``0.5``), or a size (``4GiB``, ``500MB``).
+
+    Returns
+    -------
+    str, float or int
+        ``"auto"``, the fraction, or the size in bytes.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``text`` is none of these.
+    """
     if text.strip().lower() == "auto":
         return "auto"
     with contextlib.suppress(ValueError):
@@ -183,3 +223,47 @@ def _memory_limit(text: str):
             f"--memory-limit {text!r} is not a memory size; use e.g. 4GiB, 500MB, a fraction like 0.5, or auto."
         )
     return size
+
+
+def run_pinned(client, function, keys, *args, key):
+    """Run ``function(pieces, compute, *args)`` on one worker of ``client``; on another if that worker dies.
+
+    The task is pinned to the first worker (by address), loosely: when it leaves the cluster (before or while it
+    runs), the scheduler runs the task again on a worker that is left, from the same inputs, and the data it
+    read is recomputed from its lineage, so the result is the same.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    function : callable
+        Module-level (it travels to the worker). ``pieces`` are ``keys`` as futures of that worker's client and
+        ``compute(graph)`` computes a graph from the worker and returns its value.
+    keys : list of list of str
+        Keys of collections persisted on the cluster (e.g. the blocks of a sample), as nested lists.
+    *args
+        Further arguments of ``function``.
+    key : str
+        The task's key (unique; its prefix names it on the dashboard).
+
+    Returns
+    -------
+    result
+        What ``function`` returned.
+    address : str
+        The worker that ran it.
+    """
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise RuntimeError(f"the Dask cluster has no workers to run {key} on")
+    future = client.submit(_run_with_worker_client, function, keys, *args, workers=[workers[0]],
+                           allow_other_workers=True, pure=False, key=key)
+    return future.result()
+
+
+def _run_with_worker_client(function, keys, *args):
+    from distributed import Future, get_worker, worker_client
+
+    with worker_client() as client:
+        pieces = [[Future(name, client=client) for name in group] for group in keys]
+        result = function(pieces, lambda graph: client.compute(graph).result(), *args)
+    return result, get_worker().address

@@ -7,8 +7,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed, delayed
 
-#: How many partial results one combine task merges.
-SPLIT_EVERY = 8
+from ..config import SPLIT_EVERY
 
 
 def blocks_of(array) -> list[Delayed]:

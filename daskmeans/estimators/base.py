@@ -1,4 +1,5 @@
-"""The public estimators: thin sklearn-style classes that validate, call an algorithm and keep its results."""
+"""The base of every estimator: parameters (a constraints table validated once per fit), input handling,
+prediction, persistence, and the progress and center snapshots of a fit."""
 
 from __future__ import annotations
 
@@ -7,26 +8,174 @@ import inspect
 import dask.array as da
 import numpy as np
 
-from .._validation import check_float, check_int, check_max_time
-from ..algorithms.init import check_init
+from .._validation import check_choice, check_float, check_int, check_max_time
+from ..algorithms.init import INIT_METHODS, check_init
 from ..algorithms.lloyd import final_inertia
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.random import seed_from_random_state
-from ..exceptions import InputDataError, InvalidParameterError, NotFittedError, not_fitted_error
+from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
+from ..storage.checkpoint import check_supported, open_checkpoint
 from ..storage.io import Dataset, open_input
+from ..storage.model import save_model
+
+
+# -- parameter constraints ------------------------------------------------------------------------------------------
+class Integer:
+    """An integer in ``[minimum, maximum]`` (or None when ``none``); ``label`` names it in messages."""
+
+    def __init__(self, minimum=None, maximum=None, *, none=False, label=None):
+        self.minimum, self.maximum, self.none, self.label = minimum, maximum, none, label
+
+    def check(self, value, name, estimator):
+        check_int(value, self.label or name, minimum=self.minimum, maximum=self.maximum, allow_none=self.none)
+
+
+class Real:
+    """A finite number in ``[minimum, maximum]`` (``(minimum, maximum]`` when ``strict``), or None when ``none``."""
+
+    def __init__(self, minimum=None, maximum=None, *, strict=False, none=False, label=None):
+        self.minimum, self.maximum, self.strict, self.none, self.label = minimum, maximum, strict, none, label
+
+    def check(self, value, name, estimator):
+        check_float(value, self.label or name, minimum=self.minimum, maximum=self.maximum,
+                    strict_minimum=self.strict, allow_none=self.none)
+
+
+class Options:
+    """One of the strings ``choices``."""
+
+    def __init__(self, choices):
+        self.choices = choices
+
+    def check(self, value, name, estimator):
+        check_choice(value, name, self.choices)
+
+
+class Boolean:
+    """True or False."""
+
+    def check(self, value, name, estimator):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidParameterError(f"{name} must be True or False, got {value!r}.")
+
+
+class MaxTime:
+    """A wall-clock budget in seconds (> 0), or None."""
+
+    def check(self, value, name, estimator):
+        check_max_time(value)
+
+
+class RandomState:
+    """None, a non-negative int or a numpy Generator/RandomState."""
+
+    def check(self, value, name, estimator):
+        try:
+            seed_from_random_state(0 if value is None else value)
+        except (TypeError, ValueError) as error:
+            raise InvalidParameterError(str(error)) from error
+
+
+class Init:
+    """A seeding method of ``methods``, or an array of ``n_clusters`` points (its width is checked with the data)."""
+
+    def __init__(self, methods=INIT_METHODS):
+        self.methods = methods
+
+    def check(self, value, name, estimator):
+        check_init(value, estimator.n_clusters, methods=self.methods)
+
+
+class Rule:
+    """A check written as a function ``rule(value, name, estimator)`` (values with several accepted forms)."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def check(self, value, name, estimator):
+        self.rule(value, name, estimator)
+
+
+#: Not checked (where and how a fit is shown).
+UNCHECKED = None
+
+#: The seeding options of the k-means family (k-means||, k-means++ on a sample).
+SEEDING_CONSTRAINTS = {
+    "init_rounds": Integer(1),
+    "oversampling_factor": Real(0.0, strict=True),
+    "init_sample_size": Integer(1, none=True),
+}
+
+
+# -- input --------------------------------------------------------------------------------------------------------
+def sample_weights(sample_weight, data: Dataset):
+    """``sample_weight`` checked against ``data`` and chunked like its rows (float64 dask array), or None.
+
+    Raises
+    ------
+    InputDataError
+        Wrong shape or a non-numeric dtype (values are checked by the summary pass).
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, da.Array):
+        weights = sample_weight
+    else:
+        weights = np.asarray(sample_weight)
+        if weights.ndim == 0:
+            weights = np.full(data.n_samples, float(weights))
+    if weights.ndim != 1 or weights.shape[0] != data.n_samples:
+        raise InputDataError(
+            f"sample_weight must have shape ({data.n_samples},), one weight per sample; got {weights.shape}."
+        )
+    if weights.dtype.kind not in "fiu":
+        raise InputDataError(f"sample_weight must be numeric, got dtype {weights.dtype}.")
+    if isinstance(weights, da.Array):
+        return weights.astype(np.float64).rechunk((data.array.chunks[0],))
+    return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
+
+
+def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None):
+    """Open the input, run the summary pass (which validates the values): ``(data, weights, summary)``.
+
+    ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
+    """
+    data = open_input(X, chunk_rows=chunk_rows, name="X")
+    weights = sample_weights(sample_weight, data)
+    if on_opened is not None:
+        on_opened(data, weights)
+    if data.in_memory and client is not None:
+        (array,) = persist_now(data.array, client=client)
+        data.array = array
+    (raw,) = compute_now(summary_graph(data.array, weights), client=client)
+    summary = finish_summary(raw, data.n_samples)
+    check_summary(summary, data.dtype)
+    return data, weights, summary
 
 
 class ClusteringEstimator:
     """Shared plumbing: parameters, input handling, prediction, persistence.
 
-    Subclasses define ``__init__`` (parameters only, scikit-learn style) and ``_fit(data, weights, client)``
-    that sets the fitted attributes.
+    Subclasses define ``__init__`` (parameters only, scikit-learn style), ``_parameter_constraints`` (this class's
+    table extended with their own parameters: ``{name: constraint or None}``, checked in that order once per fit)
+    and ``_fit(data, weights, summary, client)`` that sets the fitted attributes.
     """
 
     _model_arrays: tuple[str, ...] = ("cluster_centers_",)
     _model_scalars: tuple[str, ...] = ("inertia_", "n_iter_", "n_features_in_", "stop_reason_")
+    #: Every parameter's constraint; None: not checked.
+    _parameter_constraints: dict = {
+        "n_clusters": Integer(1),
+        "init": Init(),
+        "max_time": MaxTime(),
+        "random_state": RandomState(),
+        "chunk_rows": Integer(1, none=True),
+        "snapshot_centers": Boolean(),
+        "client": UNCHECKED,
+        "progress": UNCHECKED,
+    }
 
     # -- parameters ---------------------------------------------------------------------------------------
     @classmethod
@@ -48,6 +197,22 @@ class ClusteringEstimator:
                 )
             setattr(self, name, value)
         return self
+
+    def _validate_params(self):
+        """Check every parameter against ``_parameter_constraints`` (before any work).
+
+        Raises
+        ------
+        InvalidParameterError
+        """
+        names = set(self._get_param_names())
+        constraints = type(self)._parameter_constraints
+        missing = names - set(constraints)
+        if missing:
+            raise TypeError(f"internal: {type(self).__name__} has no constraint for {sorted(missing)}.")
+        for name, constraint in constraints.items():
+            if name in names and constraint is not None:
+                constraint.check(getattr(self, name), name, self)
 
     def __repr__(self):
         defaults = {
@@ -77,59 +242,19 @@ class ClusteringEstimator:
     def __sklearn_is_fitted__(self):
         return hasattr(self, "cluster_centers_")
 
-    def _validate_common_params(self):
-        """Checks every estimator shares: seeding, chunking, snapshots, random_state."""
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_max_time(self.max_time)
-        check_int(self.init_rounds, "init_rounds", minimum=1)
-        check_float(self.oversampling_factor, "oversampling_factor", minimum=0.0, strict_minimum=True)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if not isinstance(self.snapshot_centers, (bool, np.bool_)):
-            raise InvalidParameterError(f"snapshot_centers must be True or False, got {self.snapshot_centers!r}.")
-        if isinstance(self.init, str):
-            check_init(self.init, self.n_clusters, 0)
-        seed_from_random_state(0 if self.random_state is None else self.random_state)
-
     # -- data ---------------------------------------------------------------------------------------------
     def _open(self, X, name="X") -> Dataset:
         return open_input(X, chunk_rows=getattr(self, "chunk_rows", None), name=name)
 
     def _weights(self, sample_weight, data: Dataset):
-        if sample_weight is None:
-            return None
-        if isinstance(sample_weight, da.Array):
-            weights = sample_weight
-        else:
-            weights = np.asarray(sample_weight)
-            if weights.ndim == 0:
-                weights = np.full(data.n_samples, float(weights))
-        if weights.ndim != 1 or weights.shape[0] != data.n_samples:
-            raise InputDataError(
-                f"sample_weight must have shape ({data.n_samples},), one weight per sample; got {weights.shape}."
-            )
-        if weights.dtype.kind not in "fiu":
-            raise InputDataError(f"sample_weight must be numeric, got dtype {weights.dtype}.")
-        if isinstance(weights, da.Array):
-            return weights.astype(np.float64).rechunk((data.array.chunks[0],))
-        return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
+        return sample_weights(sample_weight, data)
+
+    def _check_data(self, data: Dataset):
+        """Checks of the opened input that need no values (before the summary pass); none by default."""
 
     def _prepare(self, X, sample_weight, client, on_opened=None):
-        """Open the input, run the summary pass (which validates the values) and check ``n_clusters``.
-
-        ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
-        """
-        data = self._open(X)
-        weights = self._weights(sample_weight, data)
-        if on_opened is not None:
-            on_opened(data, weights)
-        if data.in_memory and client is not None:
-            (array,) = persist_now(data.array, client=client)
-            data.array = array
-        (raw,) = compute_now(summary_graph(data.array, weights), client=client)
-        summary = finish_summary(raw, data.n_samples)
-        check_summary(summary, data.dtype)
-        return data, weights, summary
+        return prepare_input(X, sample_weight, client, chunk_rows=getattr(self, "chunk_rows", None),
+                             on_opened=on_opened)
 
     def _check_fitted(self):
         if not hasattr(self, "cluster_centers_"):
@@ -188,16 +313,15 @@ class ClusteringEstimator:
         self._validate_params()
         opened = []
         if checkpoint is not None:
-            from ..storage.checkpoint import check_supported, open_checkpoint
-
             check_supported(self)
         client = resolve_client(getattr(self, "client", None))
 
-        def open_checkpoint_for(data, weights):  # before the summary pass: all but the values are checked
+        def on_opened(data, weights):  # before the summary pass: all but the values are checked
+            self._check_data(data)
             if checkpoint is not None:
                 opened.append(open_checkpoint(checkpoint, self, data, weights))
 
-        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=open_checkpoint_for)
+        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=on_opened)
         if self.n_clusters > data.n_samples:
             raise InputDataError(
                 f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
@@ -288,60 +412,19 @@ class ClusteringEstimator:
 
     def save(self, path, *, overwrite=False):
         """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
-        from ..storage.model import save_model
-
         return save_model(self, path, overwrite=overwrite)
 
-
-def _check_loaded_centers(estimator, path):
-    centers = estimator.cluster_centers_
-    n_features = getattr(estimator, "n_features_in_", None)
-    if centers.ndim != 2 or centers.shape[0] != estimator.n_clusters or centers.shape[1] != n_features:
-        raise_damaged(path, f"cluster_centers has shape {centers.shape}, expected ({estimator.n_clusters}, "
-                            f"{n_features})")
-    if centers.dtype.kind != "f" or not np.isfinite(centers).all():
-        raise_damaged(path, "cluster_centers is not a finite float array")
+    def _check_loaded(self, path):
+        """Refuse a loaded model whose centers do not fit its parameters (:func:`daskmeans.load` calls this)."""
+        centers = self.cluster_centers_
+        n_features = getattr(self, "n_features_in_", None)
+        if centers.ndim != 2 or centers.shape[0] != self.n_clusters or centers.shape[1] != n_features:
+            raise_damaged(path, f"cluster_centers has shape {centers.shape}, expected ({self.n_clusters}, "
+                                f"{n_features})")
+        if centers.dtype.kind != "f" or not np.isfinite(centers).all():
+            raise_damaged(path, "cluster_centers is not a finite float array")
 
 
 def raise_damaged(path, what):
-    from ..exceptions import ModelFileError
-
+    """Raise :class:`ModelFileError` for the model file at ``path``, damaged as ``what`` says."""
     raise ModelFileError(f"{path!r} is damaged: {what}.")
-
-
-ClusteringEstimator._check_loaded = _check_loaded_centers
-
-
-# -- nested mini-batch k-means and mini-batch k-means -------------------------------------------------------
-class SnapshotRecorder:
-    """Copies of the centers with their wall times (``snapshot_centers=True``), fed by an algorithm's callback.
-
-    Parameters
-    ----------
-    enabled : bool
-    clock : Clock
-    reporter : ProgressReporter
-        Still updated with every record.
-    """
-
-    def __init__(self, enabled, clock, reporter):
-        self.snapshots = [] if enabled else None
-        self.clock = clock
-        self.reporter = reporter
-
-    def start(self, centers):
-        self._add(0, self.clock.elapsed(), centers)
-
-    def _add(self, iteration, wall_time, centers):
-        if self.snapshots is not None:
-            import time
-
-            self.snapshots.append({"iteration": iteration, "wall_time": wall_time,
-                                   "perf_counter": time.perf_counter(), "centers": np.array(centers, copy=True)})
-
-    def __call__(self, record):
-        self.reporter.update(record)
-        if "_centers" in record:
-            self._add(record["iteration"], record["wall_time"], record["_centers"])
-
-

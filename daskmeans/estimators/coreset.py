@@ -6,6 +6,7 @@ from .._validation import check_int
 from ..algorithms.coreset import draw_coreset
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
+from .base import prepare_input
 
 
 def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_rows=None, client=None):
@@ -50,13 +51,10 @@ def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_ro
     InputDataError
         Non-finite values or bad weights in the data.
     """
-    from .kmeans import KMeans
-
     m = check_int(m, "m (the coreset size)", minimum=1)
     seed = seed_from_random_state(random_state)
     client = resolve_client(client)
-    helper = KMeans(n_clusters=1, chunk_rows=chunk_rows, client=client)
-    data, weights, summary = helper._prepare(X, sample_weight, client)
+    data, weights, summary = prepare_input(X, sample_weight, client, chunk_rows=chunk_rows)
     _, points, coreset_weights, _ = draw_coreset(data.array, m, stage_key(seed, "lwcs"), mean=summary.mean,
                                                  weights=weights, client=client)
     return points, coreset_weights

@@ -8,38 +8,41 @@ and the kernel's name and parameters (arrays and JSON; no pickle), so a callable
 
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 
-from .._validation import check_choice, check_float, check_int, check_max_time
-from ..algorithms.result import Clock
+from ..algorithms.init import check_init
+from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding, minibatch_kernel_kmeans
+from ..algorithms.result import Clock, RunContext
+from ..config import MAX_FULL_BATCH_SAMPLES
 from ..engine.client import compute_now, resolve_client
-from ..engine.random import seed_from_random_state, stage_key
-from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError
+from ..engine.random import stage_key
+from ..exceptions import InputDataError, ModelFileError, NotFittedError
 from ..kernels.kernel_centers import SparseCenters
 from ..kernels.kernel_functions import Kernel, check_kernel
 from ..kernels.minibatch import LEARNING_RATES
 from ..passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
-from .base import ClusteringEstimator, raise_damaged
+from ..progress import SnapshotRecorder
+from .base import UNCHECKED, Boolean, ClusteringEstimator, Init, Integer, Options, Real, Rule, raise_damaged
+from .resume import FitStart
 
 #: Seeding methods of the kernel estimators (k-means++ runs in feature space).
 KERNEL_INIT_METHODS = ("k-means++", "random")
-#: Largest n ``KernelKMeans`` accepts by default: its kernel matrix takes ``4 n^2`` bytes (10 GB at 50,000).
-MAX_FULL_BATCH_SAMPLES = 50_000
 
 
-def _check_kernel_init(init, n_clusters, n_features=None):
-    if isinstance(init, str):
-        check_choice(init, "init", KERNEL_INIT_METHODS)
-        return
-    centers = np.asarray(init)
-    if centers.dtype.kind not in "fiu" or centers.ndim != 2 or centers.shape[0] != n_clusters or (
-            n_features is not None and centers.shape[1] != n_features):
-        raise InvalidParameterError(
-            f"init must be 'k-means++', 'random' or an array of n_clusters={n_clusters} points of shape "
-            f"(n_clusters, n_features) (each center starts as phi of one point); got {init!r:.80}."
-        )
-    if not np.isfinite(centers).all():
-        raise InvalidParameterError("init array contains NaN or infinity.")
+def _label_means(X, weights, n_clusters, dtype):
+    """``centers_of`` for the snapshots of the full batch: the input-space means of the clusters a record's labels
+    define, as ``cluster_centers_`` shows the centers those labels make (:meth:`SparseCenters.input_space_means`)."""
+    def centers_of(record):
+        labels = record.get("_labels")
+        if labels is None:
+            return None
+        mass = np.bincount(labels, weights=weights, minlength=n_clusters)
+        coef = weights / np.where(mass > 0, mass, 1.0)[labels]
+        support = SparseCenters(rows=X, coef=coef, owner=labels, segment=labels, row_index=labels,
+                                norms=np.zeros(n_clusters))
+        return support.input_space_means(X.shape[1], dtype)
+    return centers_of
 
 
 class _KernelClustering(ClusteringEstimator):
@@ -49,18 +52,14 @@ class _KernelClustering(ClusteringEstimator):
                      "center_norms_")
     _model_scalars = ClusteringEstimator._model_scalars + ("kernel_name_", "kernel_params_", "gamma_")
 
-    # -- parameters --------------------------------------------------------------------------------------------
-    def _validate_kernel_params(self):
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_kernel(self.kernel, self.kernel_params)
-        _check_kernel_init(self.init, self.n_clusters)
-        check_int(self.init_sample_size, "init_sample_size", minimum=1, allow_none=True)
-        check_max_time(self.max_time)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        try:
-            seed_from_random_state(0 if self.random_state is None else self.random_state)
-        except (TypeError, ValueError) as error:
-            raise InvalidParameterError(str(error)) from error
+    _parameter_constraints = {
+        **ClusteringEstimator._parameter_constraints,
+        "init": Init(KERNEL_INIT_METHODS),
+        "kernel": Rule(lambda kernel, name, estimator: check_kernel(kernel, estimator.kernel_params)),
+        "kernel_params": UNCHECKED,  # with the kernel
+        "init_sample_size": Integer(1, none=True),
+        "max_iter": Integer(1),
+    }
 
     # -- fitted state --------------------------------------------------------------------------------------------
     def _store(self, centers: SparseCenters, kernel: Kernel, n_features, dtype):
@@ -269,7 +268,10 @@ class MiniBatchKernelKMeans(_KernelClustering):
         Fixes the sample, the seeding and every batch: same value, same result on any scheduler or worker count.
     chunk_rows : int, optional
     client : distributed.Client, optional
-    progress : bool, default False
+    progress : bool or callable, default False
+    snapshot_centers : bool, default False
+        Keep ``cluster_centers_`` (input-space means) at the start and after every round of steps in
+        ``center_snapshots_`` (one round per ``fit`` without checkpoint when the batches fit in one pool).
 
     Attributes
     ----------
@@ -297,7 +299,8 @@ class MiniBatchKernelKMeans(_KernelClustering):
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=1024, tau=200,
                  learning_rate="beta", max_iter=200, tol=0.0, truncate=True, init="k-means++",
                  init_sample_size=None, max_time=None, random_state=None, chunk_rows=None, client=None,
-                 progress=False):
+                 progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.kernel = kernel
         self.kernel_params = kernel_params
@@ -315,58 +318,55 @@ class MiniBatchKernelKMeans(_KernelClustering):
         self.client = client
         self.progress = progress
 
-    def _validate_params(self):
-        check_int(self.batch_size, "batch_size", minimum=1)
-        check_int(self.tau, "tau", minimum=1)
-        check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_float(self.tol, "tol", minimum=0.0)
-        if not isinstance(self.truncate, (bool, np.bool_)):
-            raise InvalidParameterError(f"truncate must be True or False, got {self.truncate!r}.")
-        self._validate_kernel_params()
-
+    _parameter_constraints = {
+        **_KernelClustering._parameter_constraints,
+        "batch_size": Integer(1),
+        "tau": Integer(1),
+        "learning_rate": Options(LEARNING_RATES),
+        "tol": Real(0.0),
+        "truncate": Boolean(),
+    }
     #: ``fit(X, checkpoint=PATH)``: the resolved kernel once, the sparse centers and counts after every step.
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
-        from ..progress import ProgressReporter
-
-        _check_kernel_init(self.init, self.n_clusters, data.n_features)
+        check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
         clock = Clock(self.max_time)
-        saved = checkpoint.state if checkpoint is not None else None
-        if saved is None:
-            seed = seed_from_random_state(self.random_state)
-            kernel, centers, gamma = kernel_seeding(
-                data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
-                stage_key(seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
-            )
-        else:
-            from ..algorithms.result import restore_clock
-
-            seed = saved["seed"]
-            restore_clock(clock, saved["elapsed"])
-            centers, gamma = None, saved["gamma"]  # the centers come from the algorithm's state
+        start = FitStart(checkpoint, self.random_state, clock)
+        if start.resuming:  # the centers come from the algorithm's state
+            saved = start.saved
+            centers, gamma = None, saved["gamma"]
             kernel = Kernel(saved["kernel_name"], dict(saved["kernel_params"]),
                             self.kernel if callable(self.kernel) else None)
-        hook = None
-        if checkpoint is not None:
-            hook = checkpoint.hook(None if saved is None else saved["algorithm"], wrap=lambda state: {
-                "seed": seed, "elapsed": clock.elapsed(), "kernel_name": kernel.name,
-                "kernel_params": dict(kernel.params), "gamma": gamma, "algorithm": state})
-        with ProgressReporter(self.progress, total=self.max_iter, desc="mini-batch kernel k-means") as reporter:
-            result = minibatch_kernel_kmeans(
-                data.array, centers, kernel, seed=stage_key(seed, "kernel-minibatch"), batch_size=self.batch_size,
-                tau=self.tau, truncate=bool(self.truncate), learning_rate=self.learning_rate,
-                max_iter=self.max_iter, tol=self.tol, clock=clock, client=client, callback=reporter.update,
-                passes=2, checkpoint=hook, weights=weights,
+        else:
+            kernel, centers, gamma = kernel_seeding(
+                data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
+                stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
             )
+        hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
+        with SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means",
+                              centers_of=lambda record: _input_space(record, data)) as recorder:
+            if centers is not None:
+                recorder.start(centers.input_space_means(data.n_features, data.dtype))
+            context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
+                                 weights=weights)
+            result = minibatch_kernel_kmeans(
+                data.array, centers, kernel, context, seed=stage_key(start.seed, "kernel-minibatch"),
+                batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
+                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
+            )
+        recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = max(gamma, result.gamma)
         self.inertia_ = None
         self.n_iter_ = result.n_steps
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
+
+
+def _input_space(record, data):
+    centers = record.get("_centers")
+    return None if centers is None else centers.input_space_means(data.n_features, data.dtype)
 
 
 class KernelKMeans(_KernelClustering):
@@ -392,7 +392,10 @@ class KernelKMeans(_KernelClustering):
     random_state : int, numpy Generator or None
     chunk_rows : int, optional
     client : distributed.Client, optional
-    progress : bool, default False
+    progress : bool or callable, default False
+    snapshot_centers : bool, default False
+        Keep ``cluster_centers_`` (input-space means) at the start and after every iteration in
+        ``center_snapshots_``.
 
     Attributes
     ----------
@@ -407,7 +410,8 @@ class KernelKMeans(_KernelClustering):
 
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
                  init_sample_size=None, max_samples=MAX_FULL_BATCH_SAMPLES, max_time=None, random_state=None,
-                 chunk_rows=None, client=None, progress=False):
+                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.kernel = kernel
         self.kernel_params = kernel_params
@@ -421,10 +425,7 @@ class KernelKMeans(_KernelClustering):
         self.client = client
         self.progress = progress
 
-    def _validate_params(self):
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_int(self.max_samples, "max_samples", minimum=1)
-        self._validate_kernel_params()
+    _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1)}
 
     def _check_size(self, n_samples):
         if n_samples > self.max_samples:
@@ -435,34 +436,30 @@ class KernelKMeans(_KernelClustering):
                 "or subsample the data (or raise max_samples if the driver has the memory)."
             )
 
-    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
-        """Fit the model to ``X``; inputs larger than ``max_samples`` are refused before the data is read.
-
-        ``checkpoint`` is refused: the fit holds the whole kernel matrix in the driver, where a restart would have
-        to rebuild it anyway (use :class:`MiniBatchKernelKMeans` for long runs).
-        """
-        self._validate_params()
-        self._check_size(self._open(X).n_samples)
-        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
+    def _check_data(self, data):
+        """Inputs larger than ``max_samples`` are refused before the data is read. ``fit(checkpoint=)`` is refused:
+        the fit holds the whole kernel matrix in the driver, where a restart would have to rebuild it anyway (use
+        :class:`MiniBatchKernelKMeans` for long runs)."""
+        self._check_size(data.n_samples)
 
     def _fit(self, data, weights, summary, client):
-        from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
-        from ..progress import ProgressReporter
-
-        _check_kernel_init(self.init, self.n_clusters, data.n_features)
-        self._check_size(data.n_samples)
-        seed = seed_from_random_state(self.random_state)
-        clock = Clock(self.max_time)
+        check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
+        start = FitStart(None, self.random_state, Clock(self.max_time))
         kernel, centers, _ = kernel_seeding(
-            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(seed, "init", 0),
+            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(start.seed, "init", 0),
             sample_size=self.init_sample_size, client=client, weights=weights,
         )
         (X,) = compute_now(data.array, client=client)
         w = None if weights is None else compute_now(weights, client=client)[0]
         X = np.ascontiguousarray(X)
-        with ProgressReporter(self.progress, total=self.max_iter, desc="kernel k-means") as reporter:
-            result = full_kernel_kmeans(X, centers, kernel, max_iter=self.max_iter, clock=clock,
-                                        callback=reporter.update, weights=w)
+        centers_of = _label_means(X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64),
+                                  self.n_clusters, data.dtype)
+        with SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means",
+                              centers_of=centers_of) as recorder:
+            recorder.start(centers.input_space_means(data.n_features, data.dtype))
+            result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
+                                        max_iter=self.max_iter)
+        recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
         self.inertia_ = result.inertia
@@ -470,7 +467,5 @@ class KernelKMeans(_KernelClustering):
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
         if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
-            import dask.array as da
-
             self._labels = self._like_input(
                 data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .._validation import check_float, check_int
-from ..algorithms.init import check_init, initial_centers
+from ..algorithms.init import check_init
 from ..algorithms.lloyd import final_inertia, lloyd
-from ..algorithms.result import Clock
-from ..engine.random import seed_from_random_state, stage_key
-from .base import ClusteringEstimator
+from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
+from ..progress import SnapshotRecorder
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Real
+from .resume import FitStart, seed_centers
 
 
 class KMeans(ClusteringEstimator):
@@ -78,65 +78,49 @@ class KMeans(ClusteringEstimator):
         self.progress = progress
         self.snapshot_centers = snapshot_centers
 
-    def _validate_params(self):
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_int(self.n_init, "n_init", minimum=1)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_float(self.tol, "tol", minimum=0.0)
-        self._validate_common_params()
-
+    _parameter_constraints = {
+        **ClusteringEstimator._parameter_constraints,
+        "n_init": Integer(1),
+        "max_iter": Integer(1),
+        "tol": Real(0.0),
+        **SEEDING_CONSTRAINTS,
+    }
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.result import restore_clock, result_from_state, result_to_state
-
         check_init(self.init, self.n_clusters, data.n_features)
-        saved = checkpoint.state if checkpoint is not None else None
-        seed = saved["seed"] if saved is not None else seed_from_random_state(self.random_state)
         tol = self.tol * summary.mean_variance
         clock = Clock(self.max_time)
-        if saved is not None:
-            restore_clock(clock, saved["elapsed"])
-        from ..progress import ProgressReporter
-
+        start = FitStart(checkpoint, self.random_state, clock)
+        saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
         first_run = saved["run"] if saved is not None else 0
-
-        def state(run, run_state):
-            return {"seed": seed, "elapsed": clock.elapsed(), "run": run,
-                    "best": None if best is None else result_to_state(best), "run_state": run_state}
-
-        snapshots = [] if self.snapshot_centers else None
-        with ProgressReporter(self.progress, desc="k-means") as reporter:
+        with SnapshotRecorder(self, clock, desc="k-means") as recorder:
             for run in range(first_run, self.n_init):
-                hook = None
-                run_state = saved["run_state"] if saved is not None and run == first_run else None
-                if checkpoint is not None:
-                    hook = checkpoint.hook(run_state, wrap=lambda lloyd_state, run=run: state(run, lloyd_state))
+                # the state of the run under way is saved under "run_state", next to the best of the runs before
+                hook = start.hook("run_state", fresh=run != first_run, run=run,
+                                  best=None if best is None else result_to_state(best))
                 centers, passes = None, 0
-                if run_state is None:
-                    centers, passes = initial_centers(
-                        data.array, self.n_clusters, self.init, stage_key(seed, "init", run), weights=weights,
-                        client=client, rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                        sample_size=self.init_sample_size,
-                    )
-                result = lloyd(data.array, centers, weights=weights, total_weight=summary.total_weight,
-                               max_iter=self.max_iter, tol=tol, clock=clock, client=client,
-                               callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook)
+                if hook is None or hook.resume is None:
+                    centers, passes = seed_centers(self, data, weights, client, start.seed, run)
+                    recorder.start(centers)
+                context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
+                                     checkpoint=hook, weights=weights, total_weight=summary.total_weight)
+                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol)
                 if self.n_init > 1 and result.inertia is None:
                     result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
                 out_of_time = clock.out_of_time()
                 if checkpoint is not None:
-                    checkpoint.save(state(self.n_init if out_of_time else run + 1, None))
+                    start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best),
+                               run_state=None)
                 if out_of_time:
                     break
+        recorder.keep(self)
         self.cluster_centers_ = best.centers
         self.inertia_ = best.inertia
         self.n_iter_ = best.n_iter
         self.history_ = best.history
         self.stop_reason_ = best.stop_reason
-        if snapshots is not None:
-            self.center_snapshots_ = snapshots
         self._labels = None

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_float, check_int
-from ..algorithms.init import check_init, initial_centers
-from ..algorithms.result import Clock
+from ..algorithms.init import check_init
+from ..algorithms.minibatch import minibatch_kmeans, minibatch_partial_step
+from ..algorithms.nested import nested_minibatch
+from ..algorithms.result import Clock, RunContext
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
 from ..exceptions import InputDataError
-from .base import ClusteringEstimator, SnapshotRecorder
-from .resume import _seed_or_resume
+from ..kernels.minibatch import LEARNING_RATES
+from ..kernels.nested_groups import BOUND_SCHEMES
+from ..progress import SnapshotRecorder
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real
+from .resume import FitStart, seed_centers
 
 
 class NestedMiniBatchKMeans(ClusteringEstimator):
@@ -61,6 +65,9 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
     client : distributed.Client, optional
     progress : bool or callable, default False
+    snapshot_centers : bool, default False
+        Keep a copy of the centers at the start and after every iteration in ``center_snapshots_``
+        (``{"iteration", "wall_time", "perf_counter", "centers"}``; not saved with the model).
 
     Attributes
     ----------
@@ -104,18 +111,16 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         self.client = client
         self.progress = progress
 
-    def _validate_params(self):
-        from .._validation import check_choice
-        from ..kernels.nested import BOUND_SCHEMES
-
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_int(self.initial_batch_size, "initial_batch_size", minimum=1, allow_none=True)
-        check_float(self.rho, "rho", minimum=0.0, strict_minimum=True)
-        check_float(self.doubling_quantile, "doubling_quantile", minimum=0.0, maximum=1.0)
-        check_choice(self.bounds, "bounds", BOUND_SCHEMES)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_float(self.tol, "tol", minimum=0.0)
-        self._validate_common_params()
+    _parameter_constraints = {
+        **ClusteringEstimator._parameter_constraints,
+        "initial_batch_size": Integer(1, none=True),
+        "rho": Real(0.0, strict=True),
+        "doubling_quantile": Real(0.0, 1.0),
+        "bounds": Options(BOUND_SCHEMES),
+        "max_iter": Integer(1),
+        "tol": Real(0.0),
+        **SEEDING_CONSTRAINTS,
+    }
 
     def fit(self, X, y=None, sample_weight=None, checkpoint=None):
         """Fit the model to ``X``.
@@ -136,24 +141,23 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.nested import nested_minibatch
-        from ..progress import ProgressReporter
-
         check_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
-        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
-        with ProgressReporter(self.progress, total=self.max_iter, desc="nmbatch") as reporter:
-            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            if centers is not None:
+        start = FitStart(checkpoint, self.random_state, clock)
+        hook = start.hook()
+        with SnapshotRecorder(self, clock, total=self.max_iter, desc="nmbatch") as recorder:
+            centers, passes = None, 0
+            if hook is None or hook.resume is None:
+                centers, passes = seed_centers(self, data, weights, client, start.seed)
                 recorder.start(centers)
+            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
+                                 weights=weights, total_weight=summary.total_weight)
             result = nested_minibatch(
-                data.array, centers, seed=stage_key(seed, "nmbatch"), initial_batch_size=self.initial_batch_size,
-                rho=self.rho, doubling_quantile=self.doubling_quantile, bounds=self.bounds, max_iter=self.max_iter,
-                tol=self.tol * summary.mean_variance, clock=clock, client=client, callback=recorder,
-                passes=passes + 1, checkpoint=hook, weights=weights,
+                data.array, centers, context, seed=stage_key(start.seed, "nmbatch"),
+                initial_batch_size=self.initial_batch_size, rho=self.rho, doubling_quantile=self.doubling_quantile,
+                bounds=self.bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
             )
-        if recorder.snapshots is not None:
-            self.center_snapshots_ = recorder.snapshots
+        recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
@@ -198,6 +202,9 @@ class MiniBatchKMeans(ClusteringEstimator):
     chunk_rows : int, optional
     client : distributed.Client, optional
     progress : bool or callable, default False
+    snapshot_centers : bool, default False
+        Keep a copy of the centers at the start and after every pool of steps in ``center_snapshots_``
+        (``{"iteration", "wall_time", "perf_counter", "centers"}``; not saved with the model).
 
     Attributes
     ----------
@@ -243,42 +250,37 @@ class MiniBatchKMeans(ClusteringEstimator):
         self.client = client
         self.progress = progress
 
-    def _validate_params(self):
-        from .._validation import check_choice
-        from ..kernels.minibatch import LEARNING_RATES
-
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_int(self.batch_size, "batch_size", minimum=1)
-        check_choice(self.learning_rate, "learning_rate", LEARNING_RATES)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_int(self.max_no_improvement, "max_no_improvement", minimum=1, allow_none=True)
-        check_float(self.tol, "tol", minimum=0.0)
-        check_float(self.reassignment_ratio, "reassignment_ratio", minimum=0.0, maximum=1.0)
-        self._validate_common_params()
-
+    _parameter_constraints = {
+        **ClusteringEstimator._parameter_constraints,
+        "batch_size": Integer(1),
+        "learning_rate": Options(LEARNING_RATES),
+        "max_iter": Integer(1),
+        "max_no_improvement": Integer(1, none=True),
+        "tol": Real(0.0),
+        "reassignment_ratio": Real(0.0, 1.0),
+        **SEEDING_CONSTRAINTS,
+    }
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.minibatch import minibatch_kmeans
-        from ..progress import ProgressReporter
-
         check_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
-        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
+        start = FitStart(checkpoint, self.random_state, clock)
+        hook = start.hook()
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
-        with ProgressReporter(self.progress, total=total, desc="mini-batch k-means") as reporter:
-            recorder = SnapshotRecorder(self.snapshot_centers, clock, reporter)
-            if centers is not None:
+        with SnapshotRecorder(self, clock, total=total, desc="mini-batch k-means") as recorder:
+            centers, passes = None, 0
+            if hook is None or hook.resume is None:
+                centers, passes = seed_centers(self, data, weights, client, start.seed)
                 recorder.start(centers)
+            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
+                                 weights=weights, total_weight=summary.total_weight)
             result = minibatch_kmeans(
-                data.array, centers, seed=stage_key(seed, "minibatch"), weights=weights,
-                batch_size=self.batch_size, learning_rate=self.learning_rate, max_iter=self.max_iter,
-                tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
-                reassignment_ratio=self.reassignment_ratio, clock=clock, client=client, callback=recorder,
-                passes=passes + 1, checkpoint=hook,
+                data.array, centers, context, seed=stage_key(start.seed, "minibatch"), batch_size=self.batch_size,
+                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
+                max_no_improvement=self.max_no_improvement, reassignment_ratio=self.reassignment_ratio,
             )
-        if recorder.snapshots is not None:
-            self.center_snapshots_ = recorder.snapshots
+        recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.counts_ = result.seen_counts
         self.inertia_ = result.inertia
@@ -304,8 +306,6 @@ class MiniBatchKMeans(ClusteringEstimator):
         -------
         self
         """
-        from ..algorithms.minibatch import minibatch_partial_step
-
         self._validate_params()
         client = resolve_client(getattr(self, "client", None))
         first = not hasattr(self, "cluster_centers_")
@@ -319,12 +319,7 @@ class MiniBatchKMeans(ClusteringEstimator):
                     "the first batch must hold at least n_clusters samples to seed the centers."
                 )
             check_init(self.init, self.n_clusters, data.n_features)
-            seed = seed_from_random_state(self.random_state)
-            centers, _ = initial_centers(
-                data.array, self.n_clusters, self.init, stage_key(seed, "init", 0), weights=weights, client=client,
-                rounds=self.init_rounds, oversampling_factor=self.oversampling_factor,
-                sample_size=self.init_sample_size,
-            )
+            centers, _ = seed_centers(self, data, weights, client, seed_from_random_state(self.random_state))
             self.counts_ = np.zeros(self.n_clusters)
             self.n_steps_ = 0
             self.history_ = []

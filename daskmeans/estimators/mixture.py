@@ -8,47 +8,35 @@ import numbers
 import dask.array as da
 import numpy as np
 
-from .._validation import check_choice, check_float, check_int, check_max_time
-from ..algorithms.init import INIT_METHODS, afkmc2_in_memory, check_init, initial_centers
-from ..algorithms.result import Clock
+from .._validation import check_int
+from ..algorithms.coreset import draw_coreset
+from ..algorithms.init import afkmc2_distributed, afkmc2_in_memory, check_init, initial_centers
+from ..algorithms.result import Clock, RunContext
 from ..algorithms.vc_gmm import PLACEMENTS, truncated_em
+from ..config import AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT
 from ..engine.client import compute_now, resolve_client
-from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
-from ..engine.random import seed_from_random_state, stage_generator, stage_key
+from ..engine.random import stage_generator, stage_key
 from ..exceptions import InvalidParameterError
-from ..passes.assign import assign_stats_graph, check_finite_block, finish_stats
-from .base import ClusteringEstimator
-
-#: ``coreset_size="auto"``: this many rows per component, and at least :data:`AUTO_CORESET_MIN` rows.
-AUTO_CORESET_PER_COMPONENT = 20
-AUTO_CORESET_MIN = 10_000
-
-
-def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
-    from ..kernels.truncated_em import truncated_posterior
-
-    block = np.ascontiguousarray(block)
-    if check_finite:
-        check_finite_block(block, offset)
-    return truncated_posterior(block, means, sigma2, n_truncated)
+from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.gmm import lazy_dense_posterior, log_likelihood_graph, sparse_posterior_parts
+from ..progress import SnapshotRecorder
+from .base import Boolean, ClusteringEstimator, Integer, Options, Real, Rule, raise_damaged
+from .resume import FitStart
 
 
-def _log_likelihood_block(block, offset, weights, means, sigma2, n_truncated):
-    _, _, log_likelihood = _posterior_block(block, offset, weights, means, sigma2, n_truncated, True)
-    w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    return np.array([float(w @ log_likelihood), float(w.sum())])
-
-
-def _dense_posterior_block(block, means, sigma2, n_truncated, block_info=None):
-    offset = block_info[0]["array-location"][0][0] if block_info else 0
-    indices, probabilities, _ = _posterior_block(block, offset, None, means, sigma2, n_truncated, True)
-    out = np.zeros((block.shape[0], means.shape[0]), dtype=np.float64)
-    np.put_along_axis(out, indices.astype(np.int64), probabilities, axis=1)
-    return out
-
-
-def _sum_parts(parts):
-    return np.sum(parts, axis=0)
+def _check_coreset_size(value, name, estimator):
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidParameterError(
+                f"coreset_size must be an integer >= n_components, 'auto' or None; got {value!r}."
+            )
+    elif value is not None:
+        size = check_int(value, name)
+        if size < estimator.n_components:
+            raise InvalidParameterError(
+                f"coreset_size={size} is smaller than n_components={estimator.n_components}: a coreset needs at "
+                f"least one point per component. Use coreset_size >= {estimator.n_components} (or 'auto')."
+            )
 
 
 class CoresetGaussianMixture(ClusteringEstimator):
@@ -91,14 +79,17 @@ class CoresetGaussianMixture(ClusteringEstimator):
         Fixes the coreset, the seeding and the EM's random choices: same value, same result on any scheduler and
         any number of workers (for a given chunking of the data).
     estep_on : {"auto", "driver", "workers"}, default "auto"
-        Where the E-step blocks run: coresets of up to 200,000 rows on the driver, larger ones on the Dask
-        workers (``"workers"`` forces them there when a distributed client is in use; without one there are no
+        Where the E-step blocks run: coresets of up to :data:`~daskmeans.config.GMM_DRIVER_MAX_ROWS` rows on the
+        driver, larger ones on the Dask workers (``"workers"`` forces them there when a distributed client is in use; without one there are no
         workers and the driver runs them). Same result either way.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input.
     client : distributed.Client, optional
-    progress : bool, default False
+    progress : bool or callable, default False
         Progress bar over EM iterations.
+    snapshot_centers : bool, default False
+        Keep a copy of the means at the start and after every EM iteration in ``center_snapshots_`` (for
+        energy-over-time benchmarks; not saved with the model).
 
     Attributes
     ----------
@@ -127,6 +118,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         nearest mean found), ``sigma2``, ``distances`` (E-step distance evaluations), ``distances_per_point``,
         ``full_search_distances`` (what a full E-step would need), ``wall_time``, ``passes``.
     stop_reason_ : str
+    center_snapshots_ : list of dict
+        Only with ``snapshot_centers=True``: ``{"iteration", "wall_time", "perf_counter", "centers"}``.
     """
 
     _model_arrays = ("means_", "weights_")
@@ -137,7 +130,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
 
     def __init__(self, n_components=8, *, coreset_size="auto", n_truncated=5, search_size=5, random_exploration=True,
                  chain_length=20, tol=1e-4, max_iter=100, init="afk-mc2", max_time=None, random_state=None,
-                 estep_on="auto", chunk_rows=None, client=None, progress=False):
+                 estep_on="auto", chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
         self.n_components = n_components
         self.coreset_size = coreset_size
         self.n_truncated = n_truncated
@@ -169,37 +163,19 @@ class CoresetGaussianMixture(ClusteringEstimator):
     def cluster_centers_(self, value):
         self.means_ = value
 
-    def _validate_params(self):
-        k = check_int(self.n_components, "n_components", minimum=1)
-        if isinstance(self.coreset_size, str):
-            if self.coreset_size != "auto":
-                raise InvalidParameterError(
-                    f"coreset_size must be an integer >= n_components, 'auto' or None; got {self.coreset_size!r}."
-                )
-        elif self.coreset_size is not None:
-            size = check_int(self.coreset_size, "coreset_size")
-            if size < k:
-                raise InvalidParameterError(
-                    f"coreset_size={size} is smaller than n_components={k}: a coreset needs at least one point per "
-                    f"component. Use coreset_size >= {k} (or 'auto')."
-                )
-        check_int(self.n_truncated, "n_truncated (C')", minimum=1)
-        check_int(self.search_size, "search_size (G)", minimum=1)
-        if not isinstance(self.random_exploration, (bool, np.bool_)):
-            raise InvalidParameterError(f"random_exploration must be True or False, got {self.random_exploration!r}.")
-        check_int(self.chain_length, "chain_length", minimum=1)
-        check_float(self.tol, "tol", minimum=0.0)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        check_max_time(self.max_time)
-        check_choice(self.estep_on, "estep_on", PLACEMENTS)
-        check_int(self.chunk_rows, "chunk_rows", minimum=1, allow_none=True)
-        if isinstance(self.init, str):
-            if self.init not in INIT_METHODS:
-                raise InvalidParameterError(
-                    f"init must be one of {', '.join(repr(m) for m in INIT_METHODS)} or an array of shape "
-                    f"(n_components, n_features); got {self.init!r}."
-                )
-        seed_from_random_state(0 if self.random_state is None else self.random_state)
+    _parameter_constraints = {
+        "n_components": Integer(1),
+        **{name: constraint for name, constraint in ClusteringEstimator._parameter_constraints.items()
+           if name != "n_clusters"},
+        "coreset_size": Rule(_check_coreset_size),
+        "n_truncated": Integer(1, label="n_truncated (C')"),
+        "search_size": Integer(1, label="search_size (G)"),
+        "random_exploration": Boolean(),
+        "chain_length": Integer(1),
+        "tol": Real(0.0),
+        "max_iter": Integer(1),
+        "estep_on": Options(PLACEMENTS),
+    }
 
     # -- fitting ---------------------------------------------------------------------------------------------------
     def _coreset_rows(self, n_samples):
@@ -211,57 +187,53 @@ class CoresetGaussianMixture(ClusteringEstimator):
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.coreset import draw_coreset
-        from ..progress import ProgressReporter
-
         k = self.n_components
         check_init(self.init, k, data.n_features)
         clock = Clock(self.max_time)
-        saved = checkpoint.state if checkpoint is not None else None
-        if saved is None:
-            seed = seed_from_random_state(self.random_state)
-            passes = 1  # the summary pass of fit
-            if self.coreset_size is None:
-                points, point_weights = data.array, weights
-                self.coreset_size_ = data.n_samples
-            else:
-                m = self._coreset_rows(data.n_samples)
-                _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(seed, "lwcs"),
-                                                               mean=summary.mean, weights=weights, client=client)
-                passes += spent
-                self.coreset_size_ = int(m)
-            means, seeding_distances, spent = self._seed(points, point_weights, seed, client)
-            passes += spent
-        else:
-            from ..algorithms.result import restore_clock
-
-            seed = saved["seed"]
-            restore_clock(clock, saved["elapsed"])
-            setup = saved["setup"]
+        start = FitStart(checkpoint, self.random_state, clock)
+        if start.resuming:
+            setup = start.saved["setup"]
             means, seeding_distances, passes = setup["means"], setup["seeding_distances"], setup["passes"]
             self.coreset_size_ = setup["coreset_size"]
             if self.coreset_size is None:  # all the data, with its weights, is the "coreset"
                 points, point_weights = data.array, weights
             else:
                 points, point_weights = setup["points"], setup["point_weights"]
-        hook = None
-        if checkpoint is not None:
-            in_memory = self.coreset_size is not None
-            setup = {"means": means, "seeding_distances": seeding_distances, "passes": passes,
-                     "coreset_size": self.coreset_size_, "points": points if in_memory else None,
-                     "point_weights": point_weights if in_memory else None}
-            hook = checkpoint.hook(None if saved is None else saved["algorithm"], wrap=lambda em: {
-                "seed": seed, "elapsed": clock.elapsed(), "setup": setup, "algorithm": em})
+        else:
+            passes = 1  # the summary pass of fit
+            if self.coreset_size is None:
+                points, point_weights = data.array, weights
+                self.coreset_size_ = data.n_samples
+            else:
+                m = self._coreset_rows(data.n_samples)
+                _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(start.seed, "lwcs"),
+                                                               mean=summary.mean, weights=weights, client=client)
+                passes += spent
+                self.coreset_size_ = int(m)
+            means, seeding_distances, spent = self._seed(points, point_weights, start.seed, client)
+            passes += spent
+        # the coreset and the seeds are saved once, with every state of the EM
+        in_memory = self.coreset_size is not None
+        hook = start.hook(setup={"means": means, "seeding_distances": seeding_distances, "passes": passes,
+                                 "coreset_size": self.coreset_size_, "points": points if in_memory else None,
+                                 "point_weights": point_weights if in_memory else None})
         self.n_truncated_ = min(int(self.n_truncated), k)
         self.search_size_ = min(int(self.search_size), k)
-        with ProgressReporter(self.progress, total=self.max_iter, desc="vc-GMM") as reporter:
+        def in_data_dtype(record):  # the means as means_ will hold them
+            return None if "_centers" not in record else np.asarray(record["_centers"], dtype=data.dtype)
+
+        with SnapshotRecorder(self, clock, total=self.max_iter, desc="vc-GMM", centers_of=in_data_dtype) as recorder:
+            if not start.resuming:
+                recorder.start(np.asarray(means, dtype=data.dtype))
+            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes, checkpoint=hook,
+                                 weights=point_weights)
             result = truncated_em(
-                points, point_weights, means, n_truncated=self.n_truncated_, search_size=self.search_size_,
+                points, means, context, n_truncated=self.n_truncated_, search_size=self.search_size_,
                 random_exploration=bool(self.random_exploration), tol=self.tol, max_iter=self.max_iter,
-                seed=stage_key(seed, "em"), clock=clock, client=client, where=self.estep_on,
-                callback=reporter.update, passes=passes, checkpoint=hook,
+                seed=stage_key(start.seed, "em"), where=self.estep_on,
             )
-        means = np.ascontiguousarray(result.means, dtype=data.dtype)
+        recorder.keep(self)
+        means = np.ascontiguousarray(result.centers, dtype=data.dtype)
         # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error
         (raw,) = compute_now(assign_stats_graph(data.array, means, weights), client=client)
         stats = finish_stats(raw)
@@ -293,8 +265,6 @@ class CoresetGaussianMixture(ClusteringEstimator):
             means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), weights=weights, client=None)
             return means.astype(np.float64), 0, 0
         if self.init == "afk-mc2":
-            from ..algorithms.init import afkmc2_distributed
-
             means, spent = afkmc2_distributed(points, k, stage_key(seed, "init"), weights=point_weights,
                                               chain_length=self.chain_length, client=client)
             return means.astype(np.float64), 0, spent
@@ -324,16 +294,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
         data = self._check_predict_input(X)
         means, sigma2 = self._means64(), float(self.covariance_)
         if not sparse:
-            lazy = data.array.map_blocks(
-                _dense_posterior_block, means, sigma2, int(self.n_truncated_),
-                chunks=(data.array.chunks[0], (means.shape[0],)), dtype=np.float64,
-                name="daskmeans-vc-gmm-posterior",
-            )
+            lazy = lazy_dense_posterior(data.array, means, sigma2, self.n_truncated_)
             return self._like_input(data, lazy, name="posterior")
-        from scipy import sparse as scipy_sparse
+        from scipy import sparse as scipy_sparse  # an optional peer, only for sparse=True
 
-        parts = map_blocks_delayed(_posterior_block, "vc-gmm-posterior", block_args(data.array),
-                                   shared(means, "means"), sigma2, int(self.n_truncated_), True)
+        parts = sparse_posterior_parts(data.array, means, sigma2, self.n_truncated_)
         blocks = compute_now(*parts, client=resolve_client(getattr(self, "client", None)))
         indices = np.concatenate([b[0] for b in blocks]).astype(np.int64)
         probabilities = np.concatenate([b[1] for b in blocks])
@@ -352,16 +317,13 @@ class CoresetGaussianMixture(ClusteringEstimator):
         """
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
-        parts = map_blocks_delayed(_log_likelihood_block, "vc-gmm-score", block_args(data.array, weights),
-                                   shared(self._means64(), "means"), float(self.covariance_), int(self.n_truncated_))
-        (total,) = compute_now(tree_reduce(parts, _sum_parts, "vc-gmm-score"),
-                               client=resolve_client(getattr(self, "client", None)))
+        graph = log_likelihood_graph(data.array, weights, self._means64(), float(self.covariance_),
+                                     self.n_truncated_)
+        (total,) = compute_now(graph, client=resolve_client(getattr(self, "client", None)))
         return float(total[0] / total[1])
 
     def _check_loaded(self, path):
-        from .base import _check_loaded_centers, raise_damaged
-
-        _check_loaded_centers(self, path)
+        super()._check_loaded(path)
         if not isinstance(self.covariance_, numbers.Real) or not self.covariance_ > 0:
             raise_damaged(path, f"covariance is {self.covariance_!r}, expected a positive number")
         if np.asarray(self.weights_).shape != (self.n_components,):

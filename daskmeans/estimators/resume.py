@@ -1,44 +1,78 @@
-"""The one path by which an estimator starts a fit afresh or resumes it from a checkpoint."""
+"""The one path by which every estimator starts a fit afresh or resumes it from its checkpoint.
+
+The state a fit saves is ``{"seed", "elapsed", <the estimator's own fields>..., <key>: <the algorithm's state>}``:
+the root seed (so that a resumed fit draws what the interrupted one would have), the wall time spent (so that
+``max_time`` and the history's times continue), what the estimator made before the algorithm started (the
+resolved kernel, the coreset, the best of the finished ``n_init`` runs) and, under ``"algorithm"`` (KMeans:
+``"run_state"``), the algorithm's own state (:mod:`daskmeans.storage.checkpoint`).
+"""
 
 from __future__ import annotations
 
 from ..algorithms.init import initial_centers
+from ..algorithms.result import restore_clock
 from ..engine.random import seed_from_random_state, stage_key
 
 
-def _seed_or_resume(estimator, data, weights, client, checkpoint, clock):
-    """Root seed, checkpoint hook and initial centers of a fit with the shared seeding parameters.
+class FitStart:
+    """Where a fit starts: afresh, or from its checkpoint's last state.
 
-    A fit that resumes from a checkpoint takes its centers from the algorithm's saved state: ``centers`` is then
-    None and ``passes`` 0.
+    Parameters
+    ----------
+    checkpoint : Checkpoint or None
+        The open checkpoint of this fit (None: no checkpoint).
+    random_state : int, numpy Generator or None
+        The estimator's, for a fit that starts afresh.
+    clock : Clock
+        The fit's clock; a resumed fit continues it from the time saved.
+
+    Attributes
+    ----------
+    seed : int
+        The root seed of the fit.
+    saved : dict or None
+        The state saved last (None: the fit starts afresh).
     """
-    seed, hook = _resume_point(checkpoint, estimator.random_state, clock)
-    centers, passes = None, 0
-    if hook is None or hook.resume is None:
-        centers, passes = initial_centers(
-            data.array, estimator.n_clusters, estimator.init, stage_key(seed, "init", 0), weights=weights,
-            client=client, rounds=estimator.init_rounds, oversampling_factor=estimator.oversampling_factor,
-            sample_size=estimator.init_sample_size,
-        )
-    return seed, hook, centers, passes
+
+    def __init__(self, checkpoint, random_state, clock):
+        self.checkpoint = checkpoint
+        self.clock = clock
+        self.saved = None if checkpoint is None else checkpoint.state
+        if self.saved is None:
+            self.seed = seed_from_random_state(random_state)
+        else:
+            self.seed = self.saved["seed"]
+            restore_clock(clock, self.saved["elapsed"])
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the fit continues from a saved state."""
+        return self.saved is not None
+
+    def state(self, **fields) -> dict:
+        """The state to save: the seed, the time spent and ``fields``."""
+        return {"seed": self.seed, "elapsed": self.clock.elapsed(), **fields}
+
+    def save(self, **fields):
+        """Save :meth:`state` of ``fields`` (between two runs of an algorithm)."""
+        self.checkpoint.save(self.state(**fields))
+
+    def hook(self, key="algorithm", fresh=False, **fields):
+        """The algorithm's :class:`~daskmeans.storage.checkpoint.CheckpointHook`, None without a checkpoint.
+
+        The algorithm resumes from the saved state's ``key`` (unless ``fresh``: a run the checkpoint had not
+        started yet) and saves its state there, next to the seed, the time spent and ``fields``.
+        """
+        if self.checkpoint is None:
+            return None
+        resume = None if fresh or self.saved is None else self.saved[key]
+        return self.checkpoint.hook(resume, wrap=lambda algorithm_state: self.state(**fields, **{key: algorithm_state}))
 
 
-def _resume_point(checkpoint, random_state, clock):
-    """The root seed and the algorithm's checkpoint hook (None without a checkpoint).
-
-    A resumed fit takes the seed and the elapsed time from the checkpoint; the algorithm's own state is under
-    ``"algorithm"``.
-    """
-    if checkpoint is None:
-        return seed_from_random_state(random_state), None
-    from ..algorithms.result import restore_clock
-
-    saved = checkpoint.state
-    if saved is None:
-        seed = seed_from_random_state(random_state)
-    else:
-        seed = saved["seed"]
-        restore_clock(clock, saved["elapsed"])
-    hook = checkpoint.hook(None if saved is None else saved["algorithm"],
-                           wrap=lambda state: {"seed": seed, "elapsed": clock.elapsed(), "algorithm": state})
-    return seed, hook
+def seed_centers(estimator, data, weights, client, seed, run=0):
+    """The initial centers of run ``run`` by the estimator's seeding options: ``(centers, passes)``."""
+    return initial_centers(
+        data.array, estimator.n_clusters, estimator.init, stage_key(seed, "init", run), weights=weights,
+        client=client, rounds=estimator.init_rounds, oversampling_factor=estimator.oversampling_factor,
+        sample_size=estimator.init_sample_size,
+    )

@@ -4,15 +4,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_float, check_int, check_max_time
+from .._validation import check_choice, check_float, check_int
 from ..algorithms.init import check_init
-from ..algorithms.result import Clock
+from ..algorithms.result import Clock, RunContext
+from ..algorithms.vrkm import VARIANTS, vrkm
+from ..config import AUTO_LEARNING_RATE
 from ..exceptions import InvalidParameterError
-from .base import ClusteringEstimator
-from .resume import _seed_or_resume
+from ..kernels.vrkm import AGREE_RULES
+from ..progress import SnapshotRecorder
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
+from .resume import FitStart, seed_centers
 
-#: The multiplier of ``n_clusters / n_samples`` that ``VRKMeans(learning_rate="auto")`` uses.
-AUTO_LEARNING_RATE = 4.0
+
+def _check_learning_rate(value, name, estimator):
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidParameterError(f"learning_rate must be a number > 0 or 'auto'; got {value!r}.")
+        return
+    check_float(value, name, minimum=0.0, strict_minimum=True)
+
+
+def _check_epoch_size(value, name, estimator):
+    if isinstance(value, str):
+        check_choice(value, name, ("doubling",))
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        check_int(value, "epoch_size (a number of steps)", minimum=1)
+    elif isinstance(value, (float, np.floating)):
+        check_float(value, "epoch_size (a fraction of n_samples)", minimum=0.0, strict_minimum=True)
+    else:
+        raise InvalidParameterError(
+            f"epoch_size must be a fraction of n_samples (float > 0), a number of steps (int >= 1) or "
+            f"'doubling'; got {value!r}."
+        )
 
 
 class VRKMeans(ClusteringEstimator):
@@ -30,10 +53,10 @@ class VRKMeans(ClusteringEstimator):
         (Algorithms 2-3) corrects them by a gradient step and adds the batch gradient to every update.
     learning_rate : float or "auto", default "auto"
         Multiplier of the paper's constant learning rate ``eta = n_clusters / n_samples``; ``eta`` must stay
-        below 1. The paper finds values larger than 1 help on large data; 4 did best of 1, 2, 4, 8 and 16 on
-        960,000 SIFT descriptors with k = 1000 and ``epoch_size=0.5`` (8 and more stall at a higher energy, as
-        does 4 with ``epoch_size=1.0``). ``"auto"`` is 4, lowered where needed so that ``eta <= 0.5`` (small
-        data with many clusters).
+        below 1. The paper finds values larger than 1 help on large data; too large a multiplier stalls at a
+        higher energy, the more so the longer the epochs. ``"auto"`` is
+        :data:`~daskmeans.config.AUTO_LEARNING_RATE`, lowered where needed so that ``eta <= 0.5`` (small data with
+        many clusters).
     epoch_size : float, int or "doubling", default 0.5
         Inner steps per epoch: a float is a fraction of ``n_samples``, an int a number of steps, ``"doubling"``
         the paper's ``2**s`` in epoch ``s``.
@@ -115,44 +138,21 @@ class VRKMeans(ClusteringEstimator):
         self.progress = progress
         self.snapshot_centers = snapshot_centers
 
-    def _validate_params(self):
-        from .._validation import check_choice
-        from ..algorithms.vrkm import VARIANTS
-        from ..kernels.vrkm import AGREE_RULES
-
-        check_int(self.n_clusters, "n_clusters", minimum=1)
-        check_choice(self.variant, "variant", VARIANTS)
-        if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
-            if isinstance(self.learning_rate, str):
-                raise InvalidParameterError(
-                    f"learning_rate must be a number > 0 or 'auto'; got {self.learning_rate!r}."
-                )
-            check_float(self.learning_rate, "learning_rate", minimum=0.0, strict_minimum=True)
-        if isinstance(self.epoch_size, str):
-            check_choice(self.epoch_size, "epoch_size", ("doubling",))
-        elif isinstance(self.epoch_size, (int, np.integer)) and not isinstance(self.epoch_size, (bool, np.bool_)):
-            check_int(self.epoch_size, "epoch_size (a number of steps)", minimum=1)
-        elif isinstance(self.epoch_size, (float, np.floating)):
-            check_float(self.epoch_size, "epoch_size (a fraction of n_samples)", minimum=0.0, strict_minimum=True)
-        else:
-            raise InvalidParameterError(
-                f"epoch_size must be a fraction of n_samples (float > 0), a number of steps (int >= 1) or "
-                f"'doubling'; got {self.epoch_size!r}."
-            )
-        check_int(self.max_epochs, "max_epochs", minimum=1)
-        check_float(self.tol, "tol", minimum=0.0)
-        check_max_time(self.max_time)
-        check_choice(self.agree_rule, "agree_rule", AGREE_RULES)
-        check_int(self.n_candidates, "n_candidates", minimum=1)
-        check_int(self.driver_sample_bytes, "driver_sample_bytes", minimum=0, allow_none=True)
-        self._validate_common_params()
-
+    _parameter_constraints = {
+        **ClusteringEstimator._parameter_constraints,
+        "variant": Options(VARIANTS),
+        "learning_rate": Rule(_check_learning_rate),
+        "epoch_size": Rule(_check_epoch_size),
+        "max_epochs": Integer(1),
+        "tol": Real(0.0),
+        "agree_rule": Options(AGREE_RULES),
+        "n_candidates": Integer(1),
+        "driver_sample_bytes": Integer(0, none=True),
+        **SEEDING_CONSTRAINTS,
+    }
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
-        from ..algorithms.vrkm import vrkm
-        from ..progress import ProgressReporter
-
         check_init(self.init, self.n_clusters, data.n_features)
         if self.learning_rate == "auto":
             eta = min(AUTO_LEARNING_RATE * self.n_clusters / data.n_samples, 0.5)
@@ -165,22 +165,25 @@ class VRKMeans(ClusteringEstimator):
                 f"sample; use learning_rate <= {data.n_samples / self.n_clusters:.3g}."
             )
         clock = Clock(self.max_time)
-        seed, hook, centers, passes = _seed_or_resume(self, data, weights, client, checkpoint, clock)
-        snapshots = [] if self.snapshot_centers else None
-        with ProgressReporter(self.progress, total=self.max_epochs, desc=self.variant) as reporter:
+        start = FitStart(checkpoint, self.random_state, clock)
+        hook = start.hook()
+        with SnapshotRecorder(self, clock, total=self.max_epochs, desc=self.variant) as recorder:
+            centers, passes = None, 0
+            if hook is None or hook.resume is None:
+                centers, passes = seed_centers(self, data, weights, client, start.seed)
+                recorder.start(centers)
+            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
+                                 weights=weights, total_weight=summary.total_weight)
             result = vrkm(
-                data.array, centers, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
-                max_epochs=self.max_epochs, tol=self.tol, seed=seed, weights=weights,
-                total_weight=summary.total_weight, agree_rule=self.agree_rule, n_candidates=self.n_candidates,
-                driver_sample_bytes=self.driver_sample_bytes, clock=clock, client=client,
-                callback=reporter.update, passes=passes + 1, snapshots=snapshots, checkpoint=hook,
+                data.array, centers, context, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
+                max_epochs=self.max_epochs, tol=self.tol, seed=start.seed, agree_rule=self.agree_rule,
+                n_candidates=self.n_candidates, driver_sample_bytes=self.driver_sample_bytes,
             )
+        recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.eta_ = eta
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
-        if snapshots is not None:
-            self.center_snapshots_ = snapshots
         self._labels = None

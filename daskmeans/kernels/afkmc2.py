@@ -12,19 +12,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .distance import pair_dist2
+
 
 @numba.njit(cache=True, nogil=True)
 def _dist2_to_centers(candidate, centers, n_centers):
     """Squared distance from one row to the nearest of the first ``n_centers`` centers (float64)."""
     best = np.inf
-    d = candidate.shape[0]
     for j in range(n_centers):
-        s = 0.0
-        for f in range(d):
-            diff = np.float64(candidate[f]) - centers[j, f]
-            s += diff * diff
-        if s < best:
-            best = s
+        value = pair_dist2(candidate, centers[j])
+        if value < best:
+            best = value
     return best
 
 

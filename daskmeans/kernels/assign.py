@@ -10,15 +10,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-#: Below this many center coordinates (k * d) the direct loop beats BLAS.
-DIRECT_LIMIT = 256
-#: Bytes of one slab of the distance matrix in the GEMM strategy.
-SLAB_BYTES = 8 * 2**20
+from ..config import ASSIGN_DIRECT_LIMIT, ASSIGN_SLAB_BYTES
+from .distance import exact_dist2
 
 
 @numba.njit(cache=True, nogil=True)
 def nearest_direct(X, centers):
-    """Nearest center by explicit squared distances (exact, no cancellation).
+    """Nearest center by explicit squared distances: differences and their squares in the data's precision (no
+    cancellation), summed in float64.
 
     Returns
     -------
@@ -45,22 +44,7 @@ def nearest_direct(X, centers):
     return labels, dist2
 
 
-@numba.njit(cache=True, nogil=True)
-def exact_dist2(X, centers, labels):
-    """Squared distance of every row to its assigned center, accumulated in float64."""
-    n, d = X.shape
-    out = np.empty(n, dtype=np.float64)
-    for i in range(n):
-        c = labels[i]
-        s = 0.0
-        for f in range(d):
-            diff = np.float64(X[i, f]) - np.float64(centers[c, f])
-            s += diff * diff
-        out[i] = s
-    return out
-
-
-def nearest_gemm(X, centers, centers_sq=None, slab_bytes=SLAB_BYTES):
+def nearest_gemm(X, centers, centers_sq=None, slab_bytes=ASSIGN_SLAB_BYTES):
     """Nearest center by blocked GEMM; the distance of the winner is then recomputed exactly.
 
     For each slab, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2, one vectorized addition
@@ -130,7 +114,7 @@ def nearest_centers(X, centers, centers_sq=None):
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
     if X.shape[0] == 0:
         return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
-    if centers.shape[0] * centers.shape[1] <= DIRECT_LIMIT:
+    if centers.shape[0] * centers.shape[1] <= ASSIGN_DIRECT_LIMIT:
         return nearest_direct(X, centers)
     return nearest_gemm(X, centers, centers_sq)
 

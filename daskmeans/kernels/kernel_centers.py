@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-#: Bytes of one slab of kernel values (rows x support) held at once.
-SLAB_BYTES = 32 * 2**20
+from ..config import KERNEL_CENTERS_SLAB_BYTES
 
 
 @numba.njit(cache=True, nogil=True)
@@ -117,10 +116,6 @@ class SparseCenters:
     def n_clusters(self) -> int:
         return int(self.norms.shape[0])
 
-    def sizes(self) -> np.ndarray:
-        """Support rows of each center."""
-        return np.bincount(self.owner, minlength=self.n_clusters)
-
     def take(self, keep) -> SparseCenters:
         """The support rows ``keep`` (a boolean mask or indices), norms unchanged."""
         return SparseCenters(self.rows[keep], self.coef[keep], self.owner[keep], self.segment[keep],
@@ -130,7 +125,7 @@ class SparseCenters:
         """``<phi(x), C_j>`` for every row of ``X``, float64 ``(len(X), k)``."""
         return center_inner_products(kernel.matrix(X, self.rows), self.coef, self.owner, self.n_clusters)
 
-    def nearest(self, X, kernel, slab_bytes=SLAB_BYTES):
+    def nearest(self, X, kernel, slab_bytes=KERNEL_CENTERS_SLAB_BYTES):
         """Nearest center and squared feature-space distance of every row of ``X``, a slab of rows at a time.
 
         Returns
@@ -148,7 +143,7 @@ class SparseCenters:
                 kernel.diag(block), self.inner_products(block, kernel), self.norms)
         return labels, dist2
 
-    def distances(self, X, kernel, slab_bytes=SLAB_BYTES) -> np.ndarray:
+    def distances(self, X, kernel, slab_bytes=KERNEL_CENTERS_SLAB_BYTES) -> np.ndarray:
         """Squared feature-space distance of every row of ``X`` to every center, float64 ``(n, k)``."""
         n = X.shape[0]
         out = np.empty((n, self.n_clusters))
@@ -157,15 +152,6 @@ class SparseCenters:
             block = X[start:start + step]
             value = kernel.diag(block)[:, None] - 2.0 * self.inner_products(block, kernel) + self.norms[None, :]
             out[start:start + step] = np.maximum(value, 0.0)
-        return out
-
-    def direct_norms(self, kernel) -> np.ndarray:
-        """``<C_j, C_j>`` recomputed from the support (``coef^T K coef`` per center), for checks."""
-        out = np.zeros(self.n_clusters)
-        for j in range(self.n_clusters):
-            mine = self.owner == j
-            rows, coef = self.rows[mine], self.coef[mine]
-            out[j] = coef @ kernel.matrix(rows, rows) @ coef
         return out
 
     def input_space_means(self, n_features, dtype) -> np.ndarray:
@@ -192,20 +178,3 @@ def single_point_centers(points, kernel, row_index=None) -> SparseCenters:
         norms=kernel.diag(points),
     )
 
-
-def cluster_mean_centers(X, labels, n_clusters, kernel, row_index=None) -> SparseCenters:
-    """Centers ``C_j = mean of phi(x)`` over the rows labelled ``j`` (full-batch kernel k-means).
-
-    ``<C_j, C_j>`` is computed from the kernel between the members of each cluster.
-    """
-    labels = np.asarray(labels, dtype=np.int64)
-    counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
-    order = np.argsort(labels, kind="stable")
-    coef = 1.0 / counts[labels[order]]
-    centers = SparseCenters(
-        rows=np.ascontiguousarray(X[order]), coef=coef, owner=labels[order], segment=np.zeros(len(order), np.int64),
-        row_index=(np.arange(len(X), dtype=np.int64) if row_index is None else np.asarray(row_index))[order],
-        norms=np.zeros(n_clusters),
-    )
-    centers.norms = centers.direct_norms(kernel)
-    return centers

@@ -192,10 +192,6 @@ class Kernel:
             raise InvalidParameterError("The kernel callable returned NaN or infinity; it must return finite values.")
         return value
 
-    def describe(self) -> dict:
-        """Name and parameters as JSON-ready values (what a model file stores)."""
-        return {"name": self.name, "params": {k: v for k, v in self.params.items()}}
-
 
 def check_kernel(kernel, kernel_params):
     """Validate ``kernel`` and ``kernel_params`` without data (names, types, ranges).

@@ -1,16 +1,11 @@
 """Nested mini-batch k-means (Newling & Fleuret 2016) on one block of the active batch.
 
 Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
-(:func:`exact_dist2`, one fixed summation order), ties to the lowest center index. Faster computations only
-propose candidates: GEMM scores and vectorized dot products in the data's precision come with an error bound
-proven from the float format (:func:`score_error_allowance`), and whatever they cannot decide is settled by
-exact distances. Distance bounds only ever skip centers that cannot win, so labels are
-the same with any bounds or none.
-
-Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
-group except the sample's own. One group per center is Elkan's scheme (k bounds per sample), one group of
-all centers is Hamerly's (one bound), a few groups of nearby centers is yinyang (Ding et al. 2015). After the
-centers move by ``p`` (per center), a group's bound drops by the largest ``p`` in the group.
+(:func:`daskmeans.kernels.distance.pair_dist2`, one fixed summation order), ties to the lowest center index.
+Faster computations only propose candidates: GEMM scores and vectorized dot products in the data's precision come
+with an error bound proven from the float format (:func:`score_error_allowance`), and whatever they cannot decide
+is settled by exact distances. Distance bounds only ever skip centers that cannot win, so labels are the same with
+any bounds or none. The bounds are kept per group of centers (:mod:`daskmeans.kernels.nested_groups`).
 """
 
 from __future__ import annotations
@@ -20,85 +15,13 @@ import math
 import numba
 import numpy as np
 
+from ..config import NESTED_SLAB_BYTES
+from .distance import pair_dist2
+
 #: Relative slack of a stored lower bound: float32 storage rounds it *down* by at least this much.
 _STORE_SHRINK = 1.0 - 2.0**-21
 #: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
 TEST_MARGIN = 1e-9
-#: Bound schemes accepted by ``bounds=``.
-BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
-#: Yinyang groups hold about this many centers.
-YINYANG_GROUP_SIZE = 10
-
-
-# -- exact distances -------------------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, inline="always")
-def _pair_dist2(x, c):
-    """Squared distance in float64 with eight interleaved partial sums, always combined in the same order.
-
-    No reassociation is allowed, so the value depends on the two vectors only, wherever this is called from;
-    the eight independent chains keep the additions pipelined.
-    """
-    d = x.shape[0]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    f = 0
-    while f + 8 <= d:
-        t0 = np.float64(x[f]) - np.float64(c[f])
-        t1 = np.float64(x[f + 1]) - np.float64(c[f + 1])
-        t2 = np.float64(x[f + 2]) - np.float64(c[f + 2])
-        t3 = np.float64(x[f + 3]) - np.float64(c[f + 3])
-        t4 = np.float64(x[f + 4]) - np.float64(c[f + 4])
-        t5 = np.float64(x[f + 5]) - np.float64(c[f + 5])
-        t6 = np.float64(x[f + 6]) - np.float64(c[f + 6])
-        t7 = np.float64(x[f + 7]) - np.float64(c[f + 7])
-        a0 += t0 * t0
-        a1 += t1 * t1
-        a2 += t2 * t2
-        a3 += t3 * t3
-        a4 += t4 * t4
-        a5 += t5 * t5
-        a6 += t6 * t6
-        a7 += t7 * t7
-        f += 8
-    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-    while f < d:
-        t = np.float64(x[f]) - np.float64(c[f])
-        total += t * t
-        f += 1
-    return total
-
-
-@numba.njit(cache=True, nogil=True)
-def exact_dist2(X, centers, labels):
-    """Exact squared distance (float64) of every row of ``X`` to its center ``centers[labels[i]]``."""
-    out = np.empty(X.shape[0], dtype=np.float64)
-    for i in range(X.shape[0]):
-        out[i] = _pair_dist2(X[i], centers[labels[i]])
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def exact_nearest(X, centers):
-    """Reference assignment by exact distances to every center (ties to the lowest index).
-
-    Returns
-    -------
-    labels : int32 (n,)
-    dist2 : float64 (n,)
-    """
-    n = X.shape[0]
-    labels = np.empty(n, dtype=np.int32)
-    dist2 = np.empty(n, dtype=np.float64)
-    for i in range(n):
-        best = np.inf
-        best_j = 0
-        for j in range(centers.shape[0]):
-            value = _pair_dist2(X[i], centers[j])
-            if value < best:
-                best = value
-                best_j = j
-        labels[i] = best_j
-        dist2[i] = best
-    return labels, dist2
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -148,8 +71,6 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
-#: Bytes of the score slab of the full assignment (small enough to stay in the L2 cache).
-ASSIGN_SLAB_BYTES = 2**20
 
 
 @numba.njit(cache=True, nogil=True)
@@ -194,7 +115,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
                 j = slot_center[c]
                 if j < 0 or scores[i, c] > limit:
                     continue
-                value = _pair_dist2(X[i], centers[j])
+                value = pair_dist2(X[i], centers[j])
                 if value < best_exact or (value == best_exact and j < label):
                     best_exact = value
                     label = j
@@ -207,7 +128,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
                     if slot_center[c] != label and scores[i, c] < second_own:
                         second_own = scores[i, c]
         else:
-            dist2[i] = _pair_dist2(X[i], centers[label])
+            dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
         if not with_bounds:
             continue
@@ -220,7 +141,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
     return rechecked
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True):
+def assign_with_bounds(X, centers, groups, slab_bytes=NESTED_SLAB_BYTES, with_bounds=True):
     """Exact nearest center of every row, and fresh group lower bounds.
 
     The scores ``||c||^2 - 2 x.c`` come from one GEMM per slab of rows against the centers laid out slot by
@@ -322,7 +243,7 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
     computed = 0
     for i in range(n):
         a = labels[i]
-        d2 = _pair_dist2(X[i], centers[a])
+        d2 = pair_dist2(X[i], centers[a])
         computed += 1
         dist = math.sqrt(d2)
         threshold = dist * (1.0 + TEST_MARGIN)
@@ -382,7 +303,7 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
         best_d2 = d2
         if survivors == 1 and last >= 0:
             best = candidates[last]
-            best_d2 = _pair_dist2(X[i], centers[best])
+            best_d2 = pair_dist2(X[i], centers[best])
             computed += 1
             values[best] = math.sqrt(best_d2)
         elif survivors > 1:
@@ -392,7 +313,7 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
                 if low[c] > best_high:
                     continue
                 j = candidates[c]
-                value = _pair_dist2(X[i], centers[j])
+                value = pair_dist2(X[i], centers[j])
                 computed += 1
                 values[j] = math.sqrt(value)
                 if value < best_d2 or (value == best_d2 and j < best):
@@ -525,105 +446,3 @@ def batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k, weights=Non
     weights = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     return _batch_deltas(np.ascontiguousarray(X), old_labels, old_dist2, np.asarray(new_labels, dtype=np.int32),
                          np.asarray(new_dist2, dtype=np.float64), weights, old_labels.shape[0], int(k))
-
-
-# -- groups of centers -----------------------------------------------------------------------------------
-class CenterGroups:
-    """A partition of the centers into groups that share one lower bound per sample.
-
-    Attributes
-    ----------
-    group_of : int32 (k,)
-    ptr, members : int64 (n_groups + 1,), int32 (k,)
-        Centers of group ``g`` are ``members[ptr[g]:ptr[g + 1]]``, in increasing order.
-    slot_center : int32 (n_groups * width,)
-        The centers slot by slot: entry ``t * n_groups + g`` is the ``t``-th center of group ``g``, or -1 where
-        the group has fewer than ``width`` centers.
-    scheme : str
-        ``"elkan"``, ``"yinyang"``, ``"hamerly"`` or ``"none"``.
-    """
-
-    def __init__(self, group_of, scheme):
-        group_of = np.asarray(group_of, dtype=np.int32)
-        self.scheme = scheme
-        self.group_of = group_of
-        self.n_groups = int(group_of.max()) + 1 if group_of.size else 1
-        order = np.argsort(group_of, kind="stable")
-        self.members = order.astype(np.int32)
-        sizes = np.bincount(group_of, minlength=self.n_groups)
-        self.ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        width = int(sizes.max())
-        slots = np.full((width, self.n_groups), -1, dtype=np.int32)
-        for g in range(self.n_groups):
-            slots[: sizes[g], g] = self.members[self.ptr[g]:self.ptr[g + 1]]
-        self.slot_center = slots.ravel()
-
-    def group_shift(self, shift):
-        """Largest move of a center in each group (how much the group's bounds drop)."""
-        out = np.zeros(self.n_groups, dtype=np.float64)
-        np.maximum.at(out, self.group_of, np.asarray(shift, dtype=np.float64))
-        return out
-
-    def __dask_tokenize__(self):
-        return ("daskmeans-center-groups", self.scheme, self.group_of.tobytes())
-
-
-def choose_bounds(bounds, n_clusters, row_bytes):
-    """Resolve ``bounds="auto"`` and return ``(scheme, n_groups)``.
-
-    ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
-    O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
-    ``YINYANG_GROUP_SIZE`` centers (fewer groups if they still would not fit), else Hamerly's single bound.
-    """
-    if bounds == "none":
-        return "none", 1
-    if bounds == "hamerly" or n_clusters == 1:
-        return "hamerly", 1
-    if bounds == "elkan":
-        return "elkan", n_clusters
-    yinyang_groups = max(1, -(-n_clusters // YINYANG_GROUP_SIZE))
-    if bounds == "yinyang":
-        return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
-    if 4 * n_clusters <= row_bytes:
-        return "elkan", n_clusters
-    n_groups = min(yinyang_groups, max(1, row_bytes // 4))
-    return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
-
-
-def _bisect(points, index, n_groups, group_of, next_group):
-    """Split ``index`` into ``n_groups`` groups of nearly equal size by halving along the principal axis."""
-    if n_groups == 1:
-        group_of[index] = next_group
-        return next_group + 1
-    part = points[index]
-    centered = part - part.mean(axis=0)
-    direction = np.linalg.svd(centered, full_matrices=False)[2][0]
-    order = np.argsort(centered @ direction, kind="stable")
-    first = n_groups // 2
-    cut = int(round(len(index) * first / n_groups))
-    next_group = _bisect(points, index[order[:cut]], first, group_of, next_group)
-    return _bisect(points, index[order[cut:]], n_groups - first, group_of, next_group)
-
-
-def make_groups(centers, scheme, n_groups):
-    """Group the centers for ``scheme``.
-
-    Yinyang groups are nearby centers in groups of equal size (at most one apart), by recursive halving of
-    the centers along their principal axis: equal sizes keep the slot layout of :func:`assign_with_bounds`
-    free of padding, nearby centers keep each group's bound tight.
-
-    Parameters
-    ----------
-    centers : ndarray (k, d)
-    scheme : str
-    n_groups : int
-    """
-    k = centers.shape[0]
-    if scheme == "elkan":
-        return CenterGroups(np.arange(k), scheme)
-    n_groups = min(int(n_groups), k)
-    if scheme in ("hamerly", "none") or n_groups <= 1:
-        return CenterGroups(np.zeros(k, dtype=np.int32), scheme)
-    group_of = np.empty(k, dtype=np.int32)
-    _bisect(np.asarray(centers, dtype=np.float64), np.arange(k), n_groups, group_of, 0)
-    return CenterGroups(group_of, scheme)

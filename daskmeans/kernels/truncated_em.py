@@ -18,9 +18,8 @@ import math
 import numba
 import numpy as np
 
-
-#: Up to this many (best, candidate) pairs (k^2), :func:`aggregate_pairs` counts them in a dense array.
-DENSE_PAIRS_LIMIT = 2**22
+from ..config import DENSE_PAIRS_LIMIT
+from .distance import pair_dist2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -88,7 +87,7 @@ def truncated_estep(X, means, truncation, neighbours, extra):
     n_distances : int
         Distances computed (the size of all search spaces).
     """
-    n, d = X.shape
+    n = X.shape[0]
     k = means.shape[0]
     c_trunc = truncation.shape[1]
     g = neighbours.shape[1]
@@ -101,7 +100,7 @@ def truncated_estep(X, means, truncation, neighbours, extra):
     new_dist2 = np.empty((n, c_trunc), dtype=np.float64)
     pair_best = np.empty(n * max_search, dtype=np.int32)
     pair_candidate = np.empty(n * max_search, dtype=np.int32)
-    pair_dist2 = np.empty(n * max_search, dtype=np.float64)
+    pair_d2 = np.empty(n * max_search, dtype=np.float64)
     n_pairs = 0
     n_distances = 0
     for i in range(n):
@@ -119,12 +118,7 @@ def truncated_estep(X, means, truncation, neighbours, extra):
             space[size] = extra[i]
             size += 1
         for s in range(size):
-            c = space[s]
-            total = 0.0
-            for f in range(d):
-                diff = np.float64(X[i, f]) - means[c, f]
-                total += diff * diff
-            space_d2[s] = total
+            space_d2[s] = pair_dist2(X[i], means[space[s]])
             taken[s] = False
         n_distances += size
         # selection of the C' smallest (C' is small): nearest first; ties keep the search order
@@ -143,10 +137,10 @@ def truncated_estep(X, means, truncation, neighbours, extra):
             if space[s] != winner:
                 pair_best[n_pairs] = winner
                 pair_candidate[n_pairs] = space[s]
-                pair_dist2[n_pairs] = space_d2[s]
+                pair_d2[n_pairs] = space_d2[s]
                 n_pairs += 1
     return (new_truncation, new_dist2, pair_best[:n_pairs].copy(), pair_candidate[:n_pairs].copy(),
-            pair_dist2[:n_pairs].copy(), n_distances)
+            pair_d2[:n_pairs].copy(), n_distances)
 
 
 def aggregate_pairs(pair_best, pair_candidate, pair_dist2, n_clusters):
@@ -324,11 +318,7 @@ def truncated_posterior(X, means, sigma2, n_truncated):
     constant = -0.5 * d * math.log(2.0 * math.pi * sigma2) - math.log(k)
     for i in range(n):
         for c in range(k):
-            total = 0.0
-            for f in range(d):
-                diff = np.float64(X[i, f]) - means[c, f]
-                total += diff * diff
-            row[c] = total
+            row[c] = pair_dist2(X[i], means[c])
         order = np.argsort(row, kind="mergesort")[:n_truncated]
         top = -0.5 * row[order[0]] / sigma2
         total = 0.0

@@ -18,9 +18,9 @@ centers that drifted more than ``l - best`` need their distance computed. Center
 set is found without looking at the others. Distances are computed in the data's dtype (SIMD) and the winner is
 decided in float64 among those within the rounding bound of the smallest: the result is the nearest center
 exactly as a direct float64 search over all k centers finds it (lowest index on ties), on any machine, whatever
-the lists. (A plain partial-distance or triangle-inequality search from scratch was measured more than 10 times
-slower than a batched GEMM over all k centers on SIFT descriptors with k = 1000, where few centers can be ruled
-out that way; these lists need about 17 distances per step there.)
+the lists. The lists come from one batched GEMM per block in the full pass: a partial-distance or
+triangle-inequality search from scratch at every step cannot rule out many centers in high dimension, where the
+distances to the centers are all alike, and would cost nearly k distances per step.
 
 The batch gradient is applied lazily: the centers are kept as ``C_t = B - m * E`` with ``E = eta * G`` and ``m`` the
 number of steps that changed the centers so far, so a VRKM step costs O(d), not O(k d).
@@ -33,13 +33,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .assign import exact_dist2
+from ..config import VRKM_COST_WINDOW, VRKM_SLAB_BYTES
+from .distance import exact_dist2, pair_dist2
 
 AGREE_RULES = ("paper", "reference")
-#: Steps over which the inner loop measures its cost per step (see ``InnerLoop.run(max_cost=...)``).
-COST_WINDOW = 512
-#: Bytes of one slab of the GEMM scores when making candidate lists.
-SLAB_BYTES = 8 * 2**20
 
 
 def rounding_bound(dtype, n_features: int) -> float:
@@ -80,7 +77,7 @@ def _select_smallest(cross, centers_sq, keep, candidates, bound_scores, first_ro
         bound_scores[first_row + i] = values[keep] if filled > keep else np.inf
 
 
-def candidate_lists(X, centers, n_candidates, slab_bytes=SLAB_BYTES):
+def candidate_lists(X, centers, n_candidates, slab_bytes=VRKM_SLAB_BYTES):
     """Nearest center, its distance, the ``n_candidates`` nearest centers and a distance bound for every row.
 
     Parameters
@@ -146,51 +143,23 @@ def _approx_dist2(x, center):
 
 
 @numba.njit(cache=True, nogil=True)
-def _exact_dist2(x, base, shift, j, steps_taken, shifted):
-    """``||x - (B_j - m E_j)||^2`` in float64 with four interleaved partial sums (the same value on every
-    machine)."""
-    d = x.shape[0]
+def _exact_dist2(x, base, shift, j, steps_taken, shifted, center):
+    """``||x - (B_j - m E_j)||^2`` (:func:`~daskmeans.kernels.distance.pair_dist2`); ``center`` is float64 scratch
+    space of length d for the shifted center."""
+    if not shifted:
+        return pair_dist2(x, base[j])
     m = np.float64(steps_taken)
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    f = 0
-    while f + 4 <= d:
-        c0 = np.float64(base[j, f])
-        c1 = np.float64(base[j, f + 1])
-        c2 = np.float64(base[j, f + 2])
-        c3 = np.float64(base[j, f + 3])
-        if shifted:
-            c0 -= m * np.float64(shift[j, f])
-            c1 -= m * np.float64(shift[j, f + 1])
-            c2 -= m * np.float64(shift[j, f + 2])
-            c3 -= m * np.float64(shift[j, f + 3])
-        t0 = np.float64(x[f]) - c0
-        t1 = np.float64(x[f + 1]) - c1
-        t2 = np.float64(x[f + 2]) - c2
-        t3 = np.float64(x[f + 3]) - c3
-        s0 += t0 * t0
-        s1 += t1 * t1
-        s2 += t2 * t2
-        s3 += t3 * t3
-        f += 4
-    while f < d:
-        c0 = np.float64(base[j, f])
-        if shifted:
-            c0 -= m * np.float64(shift[j, f])
-        t0 = np.float64(x[f]) - c0
-        s0 += t0 * t0
-        f += 1
-    return (s0 + s1) + (s2 + s3)
+    for f in range(x.shape[0]):
+        center[f] = np.float64(base[j, f]) - m * np.float64(shift[j, f])
+    return pair_dist2(x, center)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters):
+def _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters, center):
     """Squared distance to candidate ``j``: exact when it moved since the pass, approximate otherwise (counted)."""
     if shift_norm[j] > 0.0:
         counters[4] += 1
-        return _exact_dist2(x, base, shift, j, steps_taken, True)
+        return _exact_dist2(x, base, shift, j, steps_taken, True, center)
     counters[3] += 1
     return np.float64(_approx_dist2(x, base[j]))
 
@@ -235,7 +204,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
 
     ``counters``: steps, changing steps, steps moving a center under the reference agree rule, distances computed
     (in the data's dtype), distances computed in float64. When ``max_cost > 0``, stop early once a window of
-    ``COST_WINDOW`` steps needed more than ``max_cost`` distances per step on average.
+    ``VRKM_COST_WINDOW`` steps needed more than ``max_cost`` distances per step on average.
 
     Returns
     -------
@@ -250,12 +219,13 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
     for j in range(k):
         max_shift = max(max_shift, shift_norm[j])
     step_count = np.empty(1, dtype=base.dtype)  # the step count in the centers' dtype: updates stay in it
+    center = np.empty(d, dtype=np.float64)  # a center moved by the batch gradient, for its exact distance
     grow = (1.0 + rho) / (1.0 - rho)
     window_cost = counters[3] + counters[4]
     for i in range(rows.shape[0]):
-        if max_cost > 0 and i > 0 and i % COST_WINDOW == 0:
+        if max_cost > 0 and i > 0 and i % VRKM_COST_WINDOW == 0:
             spent = counters[3] + counters[4] - window_cost
-            if spent > max_cost * COST_WINDOW:
+            if spent > max_cost * VRKM_COST_WINDOW:
                 return i, steps_taken
             window_cost = counters[3] + counters[4]
         x = rows[i]
@@ -269,7 +239,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
         for q in range(n_listed):
             j = np.int64(candidates[i, q])
             seen[j] = stamp
-            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters)
+            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters, center)
             contenders[n_cont] = j
             contender_dist[n_cont] = value
             n_cont += 1
@@ -284,7 +254,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
             if seen[j] == stamp:
                 continue
             seen[j] = stamp
-            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters)
+            value = _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters, center)
             contenders[n_cont] = j
             contender_dist[n_cont] = value
             n_cont += 1
@@ -298,7 +268,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
             if contender_dist[q] > limit:
                 continue
             j = contenders[q]
-            value = _exact_dist2(x, base, shift, j, steps_taken, shift_norm[j] > 0.0)
+            value = _exact_dist2(x, base, shift, j, steps_taken, shift_norm[j] > 0.0, center)
             counters[4] += 1
             if value < best or (value == best and j < best_j):
                 best = value
@@ -447,7 +417,7 @@ class InnerLoop:
             Lower bounds of their distance to the reference centers not in their list.
         max_cost : float, optional
             Stop early once the steps need more than this many distance computations each (averaged over
-            ``COST_WINDOW`` steps): the centers have drifted too far from the reference for the lists to help.
+            ``VRKM_COST_WINDOW`` steps): the centers have drifted too far from the reference for the lists to help.
 
         Returns
         -------
@@ -485,21 +455,3 @@ class InnerLoop:
         steps, changed, agree_updates, approx, exact = (int(v) for v in self.counters)
         return InnerLoopCounts(steps, changed, agree_updates, approx + exact)
 
-
-def run_inner_loop(snapshot_centers, segments, eta, *, batch_gradient=None, agree_rule="paper", n_candidates=16):
-    """Run a whole inner loop in this thread over ``segments``, an iterable of ``(rows, labels)`` in step order.
-
-    The candidate lists of each segment are made against the centers as they are when it begins.
-
-    Returns
-    -------
-    centers : ndarray (k, d)
-        ``C_T``.
-    counts : InnerLoopCounts
-    """
-    loop = InnerLoop(snapshot_centers, eta, batch_gradient=batch_gradient, agree_rule=agree_rule)
-    for rows, labels in segments:
-        loop.rebase()
-        _, _, candidates, lower = candidate_lists(rows, loop.centers(), n_candidates)
-        loop.run(rows, labels, candidates, lower)
-    return loop.centers(), loop.counts()

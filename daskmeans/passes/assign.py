@@ -8,13 +8,11 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
+from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.stats import cluster_stats
-
-#: Each block reports this many of its farthest rows, the candidates to refill empty clusters.
-N_FAR = 32
 
 
 @dataclass

@@ -6,7 +6,8 @@ and a drawn row gets the weight ``w_x / (m q(x))``, so that ``sum_i weight_i f(x
 ``sum_x w_x f(x)`` for any ``f``.
 
 Passes: the mean comes from the summary pass every fit makes anyway (:mod:`daskmeans.passes.summary`); one pass
-here gives each block's ``sum(w ||x - mu||^2)`` and ``sum(w)``; the ``m`` draws are allocated to the blocks by one
+gives each block's ``sum(w ||x - mu||^2)`` and ``sum(w)`` (:func:`~daskmeans.passes.proposal.block_masses_graph`,
+``q`` is that module's proposal with ``p = mu``); the ``m`` draws are allocated to the blocks by one
 multinomial draw on the block masses, and a last pass draws each block's share inside the block, reading only
 the blocks that received draws.
 
@@ -22,39 +23,7 @@ import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.random import stage_generator, stage_key
-
-
-def _weights_of(block, weights):
-    return np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-
-
-def _spread(block, mean):
-    diff = np.asarray(block, dtype=np.float64) - mean
-    return np.einsum("ij,ij->i", diff, diff)
-
-
-def _masses_block(block, offset, weights, mean):
-    block = np.asarray(block)
-    w = _weights_of(block, weights)
-    return np.array([[float(w @ _spread(block, mean)), float(w.sum())]])
-
-
-def block_masses_graph(array, mean, weights=None):
-    """Delayed ``(n_blocks, 2)`` array: per block ``sum(w ||x - mean||^2)`` and ``sum(w)``."""
-    mean = np.asarray(mean, dtype=np.float64)
-    parts = map_blocks_delayed(_masses_block, "lwcs-masses", block_args(array, weights), shared(mean, "mean"))
-    return tree_reduce(parts, np.concatenate, "lwcs-masses")
-
-
-def block_probabilities(masses) -> np.ndarray:
-    """Total draw probability of each block, from :func:`block_masses_graph`'s result."""
-    total_spread, total_weight = float(masses[:, 0].sum()), float(masses[:, 1].sum())
-    probabilities = 0.5 * masses[:, 1] / total_weight
-    if total_spread > 0:
-        probabilities = probabilities + 0.5 * masses[:, 0] / total_spread
-    else:  # every row sits on the mean: q is the weight alone
-        probabilities = 2.0 * probabilities
-    return probabilities
+from .proposal import block_probabilities, row_probabilities
 
 
 def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
@@ -66,12 +35,8 @@ def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
 
 def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weight, m, seed):
     block = np.asarray(block)
-    w = _weights_of(block, weights)
-    q = 0.5 * w / total_weight
-    if total_spread > 0:
-        q = q + 0.5 * w * _spread(block, mean) / total_spread
-    else:
-        q = 2.0 * q
+    w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    q = row_probabilities(block, weights, mean, total_spread, total_weight)
     # inside the block, rows are drawn proportionally to q (the block's share of the draws is fixed already)
     cumulative = np.cumsum(q)
     rng = np.random.default_rng(stage_key(seed, "lwcs", "block", int(offset), int(block.shape[0])))

@@ -19,11 +19,12 @@ from functools import partial
 
 import numpy as np
 
+from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
 from ..kernels.vrkm import candidate_lists
-from .assign import N_FAR, _combine_stats, _farthest
+from .assign import _combine_stats, _farthest
 from .sampling import _gather_block
 
 

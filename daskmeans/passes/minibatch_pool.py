@@ -17,9 +17,6 @@ from ..engine.graph import block_args, block_offsets, map_blocks_delayed, shared
 from ..engine.random import stage_generator
 from ..kernels.minibatch import run_steps
 
-#: Rows a pool of steps holds (batch_size x steps), about 64 MiB of float32 rows at d = 128.
-POOL_ROWS = 2**17
-
 
 def step_indices(n_samples: int, batch_size: int, seed: int, first_step: int, n_steps: int) -> np.ndarray:
     """Row indices of steps ``first_step .. first_step + n_steps - 1``, shape ``(n_steps, batch_size)``."""

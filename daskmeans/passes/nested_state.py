@@ -16,17 +16,18 @@ two (every other row, so each half keeps an equal share of every growth).
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import numpy as np
 
-from ..engine.client import resolve_client
-from ..engine.graph import block_offsets, blocks_of, dask, map_blocks_delayed, shared, tree_reduce
+from ..config import MAX_LANES, MIN_BLOCK_ROWS
+from ..engine.client import compute_now, persist_now, resolve_client
+from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, tree_reduce
 from ..engine.random import stage_generator, stage_key
+from ..exceptions import CheckpointError
 from ..kernels.nested import assign_with_bounds, batch_deltas, revisit_with_bounds
-
-#: A state block is split only while both halves keep at least this many rows.
-MIN_BLOCK_ROWS = 4096
-#: Most lanes the chunks are dealt to (the first batches mix this many chunks).
-MAX_LANES = 64
+from ..storage.zarr_safe import read_group, write_group
 
 
 class BatchBlock:
@@ -89,21 +90,6 @@ class StepOutput:
         self.block, self.report = state
 
 
-class _Held:
-    """A computed value kept in the driver's memory (local scheduler), with a cheap token."""
-
-    __slots__ = ("value", "token")
-    _counter = 0
-
-    def __init__(self, value):
-        _Held._counter += 1
-        self.value = value
-        self.token = _Held._counter
-
-    def __dask_tokenize__(self):
-        return ("daskmeans-held", id(self), self.token)
-
-
 #: Counters in a report, in order.
 COUNTERS = ("reused", "new", "changed", "computed", "skipped")
 
@@ -123,8 +109,6 @@ def _read_new_rows(block, offset, weights, key, start, stop):
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
     """Revisit a block's samples with the new centers, add its share of new rows, report the deltas."""
-    if isinstance(previous, _Held):
-        previous = previous.value
     k = centers.shape[0]
     block = previous.block if previous is not None else None
     if block is not None and half is not None:
@@ -174,8 +158,6 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
 
 
 def _report_of(output):
-    if isinstance(output, _Held):
-        output = output.value
     return output.report
 
 
@@ -188,15 +170,11 @@ def _combine_reports(parts):
 
 
 def _block_content(output):
-    if isinstance(output, _Held):
-        output = output.value
     block = output.block
     return block.index, block.labels, block.dist2, block.lower
 
 
 def _block_size(output):
-    if isinstance(output, _Held):
-        output = output.value
     return len(output.block)
 
 
@@ -210,10 +188,6 @@ CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
 def _write_block(output, state_path, layout_path):
     """Write one state block into a checkpoint (runs where the block lives): its labels, distances and bounds,
     and its rows and indices when ``layout_path`` is given. Returns its number of rows."""
-    from ..storage.zarr_safe import write_group
-
-    if isinstance(output, _Held):
-        output = output.value
     block = output.block
     if layout_path is not None:
         write_group(layout_path, {name: getattr(block, name) for name in LAYOUT_ARRAYS})
@@ -223,9 +197,6 @@ def _write_block(output, state_path, layout_path):
 
 def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtype):
     """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape."""
-    from ..exceptions import CheckpointError
-    from ..storage.zarr_safe import read_group
-
     what = f"The checkpoint's state block {state_path!r}"
     arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")
     arrays.update(read_group(state_path, list(STATE_ARRAYS), what))
@@ -387,21 +358,13 @@ class NestedBatch:
             shared(centers, "nmbatch-centers"), shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"),
             shared(self.groups, "nmbatch-groups"), self.use_bounds, self.n_features,
         )
+        outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        total = tree_reduce(reports, _combine_reports, "nmbatch-deltas")
-        if self.client is None:
-            values = dask.compute(*outputs, total)
-            self.outputs = [_Held(v) for v in values[:-1]]
-            report = values[-1]
-        else:
-            futures = self.client.compute([*outputs, total])
-            report = futures[-1].result()
-            self.outputs = futures[:-1]
+        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas"), client=self.client)
+        self.outputs = list(outputs)
         self.rows_read += hi - lo
         self.size = target_size
         if hi > lo or n_split or self.layout_id is None:
-            import uuid
-
             self.layout_id = uuid.uuid4().hex[:16]
         sums, counts, sse, members, counters = report
         return sums, counts, sse, members, dict(zip(COUNTERS, (int(c) for c in counters)))
@@ -422,17 +385,12 @@ class NestedBatch:
         dict
             JSON metadata for :meth:`restore_checkpoint`: the sizes of the blocks.
         """
-        import os
-
         parts = map_blocks_delayed(
             _write_block, "nmbatch-checkpoint",
             [[o, os.path.join(directory, f"{i:05d}"),
               None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}")]
              for i, o in enumerate(self.outputs)])
-        if self.client is None:
-            sizes = dask.compute(*parts)
-        else:
-            sizes = self.client.gather(self.client.compute(parts))
+        sizes = compute_now(*parts, client=self.client)
         return {"block_sizes": [int(s) for s in sizes]}
 
     def restore_checkpoint(self, metadata, directory, layout_directory, layout_id, size, rows_read):
@@ -443,10 +401,6 @@ class NestedBatch:
         CheckpointError
             A block is missing, damaged, or does not fit this batch.
         """
-        import os
-
-        from ..exceptions import CheckpointError
-
         sizes = metadata.get("block_sizes") if isinstance(metadata, dict) else None
         if not isinstance(sizes, list) or sum(sizes) != size:
             raise CheckpointError(f"The checkpoint's state blocks in {directory!r} do not add up to the batch of "
@@ -458,15 +412,9 @@ class NestedBatch:
              for i, rows in enumerate(sizes)],
             self.n_features, n_lower, self.array.dtype.str,
         )
-        if self.client is None:
-            self.outputs = [_Held(value) for value in dask.compute(*parts)]
-        else:
-            futures = self.client.compute(parts)
-            for future in futures:  # wait for every block (nothing comes back to the driver)
-                error = future.exception()
-                if error is not None:
-                    raise error
-            self.outputs = futures
+        outputs = list(persist_now(*parts, client=self.client))
+        self._sizes_of(outputs)  # waits for every block, raising what a read raised (only sizes reach the driver)
+        self.outputs = outputs
         self.size = int(size)
         self.rows_read = rows_read
         self.layout_id = layout_id
@@ -474,18 +422,16 @@ class NestedBatch:
     def content(self):
         """Row indices, labels, squared distances and bounds of the whole batch (for tests and checks)."""
         parts = map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs])
-        if self.client is None:
-            values = dask.compute(*parts)
-        else:
-            values = self.client.gather(self.client.compute(parts))
+        values = compute_now(*parts, client=self.client)
         return tuple(np.concatenate([v[i] for v in values]) for i in range(4))
 
     def block_sizes(self):
         """Rows in each state block."""
-        parts = map_blocks_delayed(_block_size, "nmbatch-sizes", [[o] for o in self.outputs])
-        if self.client is None:
-            return list(dask.compute(*parts))
-        return list(self.client.gather(self.client.compute(parts)))
+        return self._sizes_of(self.outputs)
+
+    def _sizes_of(self, outputs):
+        parts = map_blocks_delayed(_block_size, "nmbatch-sizes", [[o] for o in outputs])
+        return list(compute_now(*parts, client=self.client))
 
     def release(self):
         """Drop the state blocks (the workers free their memory)."""

@@ -1,3 +1,3 @@
 """Everything that touches files: inputs opened as one row-chunked dask array and labels written back (``io``),
-safe Zarr groups with atomic outputs (``zarr_safe``), saved models (``model``, classes found through
-:mod:`daskmeans.registry`) and fit checkpoints (``checkpoint``)."""
+safe Zarr groups, atomic outputs and the one JSON encoder (``zarr_safe``), saved models (``model``, classes found
+through :mod:`daskmeans.registry`) and fit checkpoints (``checkpoint``, identified by ``fingerprint``)."""

@@ -23,8 +23,9 @@ never write into the version of the run that resumed.
 
 Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
 :data:`daskmeans.storage.zarr_safe.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
-version group also records a fingerprint of the fit (estimator class, its parameters, the data's shape, dtype,
-chunking and a digest of the summary pass's statistics); resuming with anything else is refused with
+version group also records a fingerprint of the fit (:mod:`daskmeans.storage.fingerprint`: estimator class, its
+parameters, the data's shape, dtype, chunking and a digest of the summary pass's statistics); resuming with
+anything else is refused with
 :class:`~daskmeans.exceptions.CheckpointMismatchError`, a damaged checkpoint with
 :class:`~daskmeans.exceptions.CheckpointError`.
 
@@ -65,9 +66,9 @@ iteration, so that the iteration index is the position of the random stream. For
 
 An estimator opts in with ``_supports_checkpoint = True`` and ``_fit(data, weights, summary, client,
 checkpoint=None)``, which receives an open :class:`Checkpoint` (``fit`` has checked the fingerprint, so
-``checkpoint.state`` belongs to this fit). ``estimators._resume_point(checkpoint, random_state, clock)`` gives
-the root seed (the saved one when resuming) and the hook, keeps the seed and the elapsed time in the state, and
-restores the clock; skip the seeding when ``hook.resume`` is not None. ``KMeans`` nests the hook in its own
+``checkpoint.state`` belongs to this fit). :mod:`daskmeans.estimators.resume` gives the root seed (the saved one
+when resuming) and the hook, keeps the seed and the elapsed time in the state, and restores the clock; skip the
+seeding when ``hook.resume`` is not None. ``KMeans`` nests the hook in its own
 state (best of ``n_init`` runs) with :meth:`Checkpoint.hook`. Without ``checkpoint=`` nothing of this module
 runs, and results are bitwise those of a fit without checkpoint.
 
@@ -81,7 +82,6 @@ rewritten every iteration, the rows and indices only when the batch grows or spl
 
 from __future__ import annotations
 
-import hashlib
 import json
 import numbers
 import os
@@ -92,21 +92,18 @@ import time
 import uuid
 
 import numpy as np
+import zarr
 
 from ..exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
-from .zarr_safe import _fsync_dir, _fsync_files, _open_group, _read_array, write_group
+from .fingerprint import content_digest, differences, fit_fingerprint
+from .zarr_safe import fsync_dir, fsync_files, open_group, read_safe_array, write_group
 
 FORMAT = "daskmeans-checkpoint"
 FORMAT_VERSION = 1
 MARKER = "daskmeans-checkpoint.json"
 POINTER = "CURRENT"
-#: Parameters that change neither the result nor the state (where and how a fit is shown).
-UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
 _VERSION_NAME = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 _SHARED_NAME = re.compile(r"^[0-9a-f]{1,32}$")
-
-
-# -- reading and writing Zarr groups of arrays ---------------------------------------------------------------------
 
 
 # -- state <-> arrays + JSON ---------------------------------------------------------------------------------------
@@ -170,67 +167,6 @@ def _decode(value, arrays, what):
         state.what = what
         return state
     return value
-
-
-# -- fingerprints ------------------------------------------------------------------------------------------------------
-
-
-def _digest(*parts) -> str:
-    sha = hashlib.sha256()
-    for part in parts:
-        sha.update(np.ascontiguousarray(part).tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
-        sha.update(b"|")
-    return sha.hexdigest()[:32]
-
-
-def _param_value(value):
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return {"array": list(value.shape), "dtype": str(value.dtype), "sha256": _digest(value)}
-    if isinstance(value, (list, tuple)):
-        return [_param_value(v) for v in value]
-    return {"object": type(value).__name__}
-
-
-def fit_fingerprint(estimator, data, weights) -> dict:
-    """What identifies a fit before reading the data: estimator, parameters, shape, dtype and chunking."""
-    chunks = tuple(int(c) for c in data.array.chunks[0])
-    params = {name: _param_value(value) for name, value in sorted(estimator.get_params().items())
-              if name not in UNTRACKED_PARAMS}
-    return {
-        "estimator": type(estimator).__name__,
-        "params": params,
-        "shape": [data.n_samples, data.n_features],
-        "dtype": str(data.dtype),
-        "source_dtype": str(np.dtype(data.source_dtype)),
-        "row_chunks": {"count": len(chunks), "largest": max(chunks), "sha256": _digest(chunks)},
-        "weighted": weights is not None,
-    }
-
-
-def content_digest(summary) -> str:
-    """A digest of the data's values, from the summary pass every fit makes anyway (mean, variance, extremes,
-    total weight: a change of any value changes it, but for a vanishing chance)."""
-    return _digest(np.asarray(summary.mean, dtype=np.float64), np.asarray(summary.variance, dtype=np.float64),
-                   float(summary.max_abs), float(summary.total_weight), int(summary.n_samples))
-
-
-def _differences(saved: dict, current: dict) -> list[str]:
-    found = []
-    for key in sorted(set(saved) | set(current)):
-        if key == "params" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
-            for name in sorted(set(saved[key]) | set(current[key])):
-                if saved[key].get(name) != current[key].get(name):
-                    found.append(f"parameter {name}: {saved[key].get(name)!r} in the checkpoint, "
-                                 f"{current[key].get(name)!r} now")
-        elif saved.get(key) != current.get(key):
-            found.append(f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now")
-    return found
 
 
 # -- the checkpoint ----------------------------------------------------------------------------------------------------
@@ -354,7 +290,7 @@ class Checkpoint:
         if not os.path.isdir(directory):
             raise CheckpointError(f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
                                   f"missing. Delete {self.path!r} to start the fit afresh.")
-        group = _open_group(directory, what)
+        group = open_group(directory, what)
         attrs = dict(group.attrs)
         if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
             raise CheckpointError(f"{what} is damaged or foreign: its group has format {attrs.get('format')!r} "
@@ -365,18 +301,18 @@ class Checkpoint:
             raise CheckpointError(f"{what} is damaged: its fingerprint, state or array list is missing. "
                                   f"Delete {self.path!r} to start the fit afresh.")
         static = {key: value for key, value in saved.items() if key != "content"}
-        differences = _differences(static, self.fingerprint)
-        if differences:
+        found = differences(static, self.fingerprint)
+        if found:
             raise CheckpointMismatchError(
-                f"{self._describe()} was written by another fit ({'; '.join(differences)}). Resuming it would mix "
+                f"{self._describe()} was written by another fit ({'; '.join(found)}). Resuming it would mix "
                 f"two runs: use another checkpoint path for this fit, or delete {self.path!r} to start afresh."
             )
         try:
             tree = json.loads(attrs["state"])
         except ValueError as error:
             raise CheckpointError(f"{what} is damaged: its state is not JSON ({error}).") from error
-        arrays_group = _open_group(os.path.join(directory, "arrays"), what) if attrs["arrays"] else None
-        arrays = {name: _read_array(arrays_group, name, what) for name in attrs["arrays"]}
+        arrays_group = open_group(os.path.join(directory, "arrays"), what) if attrs["arrays"] else None
+        arrays = {name: read_safe_array(arrays_group, name, what, error=CheckpointError) for name in attrs["arrays"]}
         self.state = _decode(tree, arrays, what)
         if not isinstance(self.state, dict):
             raise CheckpointError(f"{what} is damaged: its state is not a dict.")
@@ -444,8 +380,6 @@ class Checkpoint:
         if "content" not in self.fingerprint:
             raise CheckpointError("internal: Checkpoint.check_content must run before the first save.")
         self.close()  # the previous save's cleanup
-        import zarr
-
         os.makedirs(directory)
         state = dict(state)
         if extra_writer is not None:  # the writers flush their own files
@@ -464,9 +398,9 @@ class Checkpoint:
             "arrays": sorted(arrays),
             "shared": sorted(keep_shared),
         })
-        _fsync_files(directory, "zarr.json")
-        _fsync_dir(directory)
-        _fsync_dir(self.path)
+        fsync_files(directory, "zarr.json")
+        fsync_dir(directory)
+        fsync_dir(self.path)
         self._switch(version, name)
         self.version = version
         self.directory = directory
@@ -481,7 +415,7 @@ class Checkpoint:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, pointer)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     def _remove_other_versions(self, keep, keep_shared):
         """Delete every version but ``keep``, the shared folders it does not use and stray pointer files, in a

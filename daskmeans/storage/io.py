@@ -15,13 +15,11 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from ..config import MIN_BLOCK_BYTES, TARGET_BLOCK_BYTES
+from ..engine.client import compute_now
 from ..exceptions import InputDataError, InputDtypeError
+from .sources import open_source
 from .zarr_safe import atomic_output
-
-#: Blocks are aimed at this many bytes (as floats) when daskmeans chooses the row chunking.
-TARGET_BLOCK_BYTES = 64 * 2**20
-#: Zarr chunks smaller than this are merged into larger blocks, so that per-task overhead stays small.
-MIN_BLOCK_BYTES = 8 * 2**20
 
 
 @dataclass
@@ -159,61 +157,6 @@ def _numeric_from_object(source: np.ndarray, name: str) -> np.ndarray:
         ) from error
 
 
-def _open_path(source, array_name: str | None) -> tuple[object, str]:
-    path = os.fspath(source)
-    lower = path.lower().rstrip("/")
-    if "://" not in path:
-        path = os.path.abspath(path)
-    if lower.endswith(".npy"):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"No such .npy file: {path!r}. Check the path.")
-        return np.load(path, mmap_mode="r", allow_pickle=False), path
-    if lower.endswith(".npz"):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"No such .npz file: {path!r}. Check the path.")
-        with np.load(path, allow_pickle=False) as archive:
-            key = array_name or "X"
-            if key not in archive.files:
-                raise InputDataError(
-                    f"{path!r} has no array named {key!r}; it holds {sorted(archive.files)}. Pass array=NAME."
-                )
-            return archive[key], path
-    is_url = "://" in path
-    if not is_url and not os.path.exists(path):
-        raise FileNotFoundError(f"No Zarr store at {path!r}: the path does not exist. Check the path or URL.")
-    if not is_url and os.path.isfile(path):
-        raise InputDataError(
-            f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories or URLs), .npy and "
-            ".npz files. Convert the data, e.g. with numpy.save(path + '.npy', X)."
-        )
-    if not is_url and not os.access(path, os.R_OK | os.X_OK):
-        raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
-    try:
-        node = zarr.open(store=path, mode="r")
-    except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
-        raise InputDataError(
-            f"{path!r} is not a Zarr array or group (no zarr.json / .zarray / .zgroup found): {error}. "
-            "Point to a Zarr store, or to a .npy file."
-        ) from error
-    except PermissionError as error:
-        raise PermissionError(f"Cannot read the Zarr store at {path!r}: {error}. Fix its permissions.") from error
-    if isinstance(node, zarr.Group):
-        names = sorted(node.array_keys())
-        if array_name is None:
-            if len(names) != 1:
-                raise InputDataError(
-                    f"{path!r} is a Zarr group holding arrays {names}; say which one to cluster with "
-                    "array=NAME (CLI: --array NAME)."
-                )
-            array_name = names[0]
-        if array_name not in names:
-            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names}.")
-        return node[array_name], f"{path.rstrip('/')}/{array_name}"
-    if array_name is not None:
-        raise InputDataError(f"{path!r} is a Zarr array, not a group; drop array={array_name!r}.")
-    return node, path
-
-
 def open_input(source, *, array: str | None = None, chunk_rows: int | None = None, name: str = "X") -> Dataset:
     """Open any supported input as a :class:`Dataset` without reading its values.
 
@@ -247,7 +190,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     in_memory = False
     sample_dim, sample_coords, is_xarray = "sample", {}, False
     if _is_path(source):
-        source, location = _open_path(source, array)
+        source, location = open_source(source, array)
     elif array is not None:
         raise InputDataError("array= names an array inside a Zarr group or .npz file; pass a path with it.")
 
@@ -328,8 +271,6 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     str
         The path written.
     """
-    from ..engine.client import compute_now
-
     dims = None
     if type(labels).__module__.startswith("xarray"):
         dims = list(labels.dims)
@@ -341,9 +282,9 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     chunk = max(labels.chunks[0]) if labels.shape[0] else 1
     labels = labels.rechunk(chunk)
     with atomic_output(path, overwrite) as tmp:
-        target = zarr.open_array(store=tmp, mode="w", shape=labels.shape, chunks=(chunk,), dtype=labels.dtype)
+        # dimension_names lets xarray.open_zarr read the labels beside data written the same way
+        target = zarr.open_array(store=tmp, mode="w", shape=labels.shape, chunks=(chunk,), dtype=labels.dtype,
+                                 zarr_format=3, dimension_names=(dims[0] if dims else "sample",))
         target.attrs["daskmeans"] = {"kind": "labels"}
-        if dims:
-            target.attrs["_ARRAY_DIMENSIONS"] = dims
         compute_now(da.store(labels, target, lock=False, compute=False), client=client)
     return os.fspath(path)

@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import json
-import numbers
 import os
 
 import numpy as np
 import zarr
 
+from .._version import __version__
 from ..exceptions import ModelFileError
 from ..registry import estimator_classes
-from .zarr_safe import atomic_output, read_safe_array
+from .zarr_safe import atomic_output, read_safe_array, to_jsonable
 
 FORMAT = "daskmeans-model"
 FORMAT_VERSION = 1
-
-
-def _jsonable(value):
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return None
 
 
 def save_model(estimator, path, *, overwrite=False) -> str:
@@ -48,8 +32,6 @@ def save_model(estimator, path, *, overwrite=False) -> str:
     ModelFileError
         A parameter cannot be stored (e.g. a callable kernel).
     """
-    from .. import __version__
-
     estimator._check_fitted()
     params = {}
     for name, value in estimator.get_params().items():
@@ -63,13 +45,13 @@ def save_model(estimator, path, *, overwrite=False) -> str:
         if isinstance(value, np.ndarray):
             params[name] = {"array": f"param_{name}"}
         else:
-            stored = _jsonable(value)
+            stored = to_jsonable(value)
             if stored is None and value is not None:
                 stored = {"unstored": type(value).__name__}
             params[name] = stored
-    scalars = {name: _jsonable(getattr(estimator, name)) for name in estimator._model_scalars
+    scalars = {name: to_jsonable(getattr(estimator, name)) for name in estimator._model_scalars
                if hasattr(estimator, name)}
-    history = _jsonable(getattr(estimator, "history_", []))
+    history = to_jsonable(getattr(estimator, "history_", []))
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
         arrays = {name: np.asarray(getattr(estimator, name)) for name in estimator._model_arrays}

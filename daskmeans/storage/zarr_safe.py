@@ -1,12 +1,15 @@
-"""Safe Zarr groups on disk: atomic output folders, flushed writes, and reads that decode numbers only.
+"""Safe Zarr groups on disk: atomic output folders, flushed writes, reads that decode numbers only, one JSON encoder.
 
 Models (:mod:`daskmeans.storage.model`) and checkpoints (:mod:`daskmeans.storage.checkpoint`) are Zarr groups of
 numeric arrays plus JSON attributes. Reading one checks every array's codecs against :data:`SAFE_CODECS` and its
-dtype before any chunk is decoded, so no file can make daskmeans unpickle or run anything.
+dtype before any chunk is decoded, so no file can make daskmeans unpickle or run anything. Model attributes, fit
+fingerprints, ``--json`` output and bench records become JSON through :func:`to_jsonable` or :func:`json_default`
+(a checkpoint's state has its own typed encoding, which gives NumPy scalars back as they were).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import shutil
 import uuid
@@ -16,15 +19,82 @@ import zarr
 
 from ..exceptions import CheckpointError, ModelFileError, OutputExistsError
 
+# -- JSON ------------------------------------------------------------------------------------------------------------
 
-def _fsync_tree(directory):
+
+def json_default(value):
+    """The ``default=`` hook of :func:`json.dumps` for what daskmeans reports: NumPy scalars and arrays, paths.
+
+    Parameters
+    ----------
+    value : object
+        What :mod:`json` cannot encode by itself.
+
+    Returns
+    -------
+    object
+        A Python number, list or string that :mod:`json` encodes.
+
+    Raises
+    ------
+    TypeError
+        Anything else, as :mod:`json` expects of the hook.
+    """
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def to_jsonable(value, convert=None):
+    """``value`` as plain JSON values, for attributes written to disk (model parameters, fingerprints).
+
+    ``None``, bools and strings stay; integers (NumPy's too) become ``int``, other reals ``float``; lists and
+    tuples become lists of converted items. Anything else goes to ``convert`` when given; by default dicts
+    become dicts with string keys and converted values, arrays nested lists, and any other value ``None``.
+
+    Parameters
+    ----------
+    value : object
+    convert : callable, optional
+        ``convert(value) -> JSON value`` for what is not a scalar, list or tuple (e.g. an array as a digest).
+
+    Returns
+    -------
+    None, bool, str, int, float, list or dict
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(item, convert) for item in value]
+    if convert is not None:
+        return convert(value)
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return None
+
+
+# -- flushing to disk ------------------------------------------------------------------------------------------------
+
+
+def fsync_tree(directory):
     """Flush every file under ``directory``, and ``directory`` itself, to disk."""
     for folder, _, files in os.walk(directory):
-        _fsync_files(folder, *files)
-    _fsync_dir(directory)
+        fsync_files(folder, *files)
+    fsync_dir(directory)
 
 
-def _fsync_dir(directory):
+def fsync_dir(directory):
+    """Flush the entries of ``directory`` (new, renamed, removed files) to disk, where the platform can."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # platforms without directory descriptors
@@ -37,13 +107,17 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
-def _fsync_files(directory, *names):
+def fsync_files(directory, *names):
+    """Flush the files ``names`` of ``directory`` to disk."""
     for name in names:
         fd = os.open(os.path.join(directory, name), os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# -- groups of numeric arrays ----------------------------------------------------------------------------------------
 
 
 def write_group(directory, arrays: dict, attrs: dict | None = None):
@@ -61,26 +135,24 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
                                    chunk_key_encoding={"name": "v2", "separator": "."}, compressors=None)
         if value.size:
             array[...] = value
-    _fsync_tree(directory)
+    fsync_tree(directory)
 
 
-def _open_group(directory, what):
+def open_group(directory, what, error=CheckpointError):
+    """Open the Zarr group at ``directory`` for reading; ``error`` (naming it ``what``) when it is not one."""
     try:
         return zarr.open_group(store=os.fspath(directory), mode="r")
-    except Exception as error:
-        raise CheckpointError(f"{what} is damaged: {os.fspath(directory)!r} is not a readable Zarr group ({error}).") \
-            from error
-
-
-def _read_array(group, name, what):
-    """One array, after checking that reading it decodes numbers only (no pickle, no object dtype)."""
-    return read_safe_array(group, name, what, error=CheckpointError)
+    except Exception as exc:
+        raise error(f"{what} is damaged: {os.fspath(directory)!r} is not a readable Zarr group ({exc}).") from exc
 
 
 def read_group(directory, names, what="checkpoint"):
     """Read the arrays ``names`` of the Zarr group at ``directory`` with the safety checks (workers use it too)."""
-    group = _open_group(directory, what)
-    return {name: _read_array(group, name, what) for name in names}
+    group = open_group(directory, what)
+    return {name: read_safe_array(group, name, what, error=CheckpointError) for name in names}
+
+
+# -- safe reads ------------------------------------------------------------------------------------------------------
 
 
 #: Codecs a model array may use; anything else (pickle, vlen object codecs, ...) is refused before reading.
@@ -150,6 +222,9 @@ def read_safe_array(group, name, what, error=ModelFileError):
         raise error(f"{what} is damaged: cannot read array {name!r}: {exc}") from exc
 
 
+# -- atomic outputs --------------------------------------------------------------------------------------------------
+
+
 class atomic_output:
     """Write a directory-shaped output under a temporary name and move it into place only when complete.
 
@@ -160,9 +235,9 @@ class atomic_output:
 
     def __init__(self, path, overwrite: bool = False):
         self.path = prepare_output(path, overwrite)
-        self.local = _is_local(self.path)
+        self.local = is_local(self.path)
         if self.local:
-            target = os.path.abspath(_local(self.path))
+            target = os.path.abspath(local_path(self.path))
             self.target = target
             self.tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:8]}")
         else:
@@ -187,11 +262,13 @@ class atomic_output:
         return False
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
+    """Whether ``path`` is on a filesystem of this machine (a plain path or a ``file://`` URL)."""
     return "://" not in path or path.startswith("file://")
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
+    """``path`` without its ``file://`` scheme."""
     return path[len("file://"):] if path.startswith("file://") else path
 
 
@@ -204,12 +281,12 @@ def prepare_output(path, overwrite: bool) -> str:
         ``path`` exists and ``overwrite`` is False.
     """
     path = os.fspath(path)
-    if _is_local(path) and os.path.exists(_local(path)) and not overwrite:
+    if is_local(path) and os.path.exists(local_path(path)) and not overwrite:
         raise OutputExistsError(
             f"{path!r} exists already; choose another path or pass overwrite=True (CLI: --overwrite)."
         )
-    if _is_local(path):
-        parent = os.path.dirname(os.path.abspath(_local(path)))
+    if is_local(path):
+        parent = os.path.dirname(os.path.abspath(local_path(path)))
         if not os.path.isdir(parent):
             raise FileNotFoundError(f"Cannot write {path!r}: the folder {parent!r} does not exist.")
     return path

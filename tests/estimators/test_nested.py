@@ -15,12 +15,15 @@ import zarr
 from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, load
 from daskmeans.algorithms.nested import (
     center_displacement,
-    centers_from_sums,
     default_initial_batch_size,
     doubling_ratio,
     nested_minibatch,
 )
+from daskmeans.algorithms.relocation import centers_from_sums
+from daskmeans.algorithms.result import RunContext
 from daskmeans.kernels import nested as kn
+from daskmeans.kernels import nested_groups
+from daskmeans.kernels.distance import exact_dist2
 from daskmeans.passes.nested_state import NestedBatch, chunk_order
 from daskmeans.registry import make_estimator
 
@@ -71,7 +74,7 @@ SCHEMES = [("elkan", None), ("yinyang", 4), ("hamerly", 1)]
 
 def groups_for(centers, scheme, n_groups):
     n_groups = centers.shape[0] if n_groups is None else n_groups
-    return kn.make_groups(centers, scheme, n_groups)
+    return nested_groups.make_groups(centers, scheme, n_groups)
 
 
 def tied_problem(dtype, n=1500, d=7, k=24, seed=0):
@@ -88,10 +91,7 @@ def tied_problem(dtype, n=1500, d=7, k=24, seed=0):
 def test_exact_distances_and_nearest_match_numpy(dtype):
     X, C = tied_problem(dtype)
     labels, dist2, D = ref_assign(X, C)
-    np.testing.assert_allclose(kn.exact_dist2(X, C, labels.astype(np.int32)), dist2, rtol=1e-13)
-    found, found_d2 = kn.exact_nearest(X, C)
-    np.testing.assert_array_equal(found, labels)
-    np.testing.assert_allclose(found_d2, dist2, rtol=1e-13)
+    np.testing.assert_allclose(exact_dist2(X, C, labels.astype(np.int32)), dist2, rtol=1e-13)
     np.testing.assert_allclose(kn.row_sq_norms(X), (X.astype(np.float64) ** 2).sum(1), rtol=1e-13)
 
 
@@ -103,7 +103,7 @@ def test_full_assignment_is_exact_and_bounds_are_valid_and_tight(dtype, scheme, 
     labels, dist2, lower, rechecked = kn.assign_with_bounds(X, C, groups)
     ref_labels, ref_d2, D = ref_assign(X, C)
     np.testing.assert_array_equal(labels, ref_labels)  # ties go to the lowest index, like numpy's argmin
-    np.testing.assert_array_equal(dist2, kn.exact_nearest(X, C)[1])
+    np.testing.assert_array_equal(dist2, exact_dist2(X, C, labels))
     assert rechecked > 0  # the duplicate center forces exact tie-breaking
     truth = ref_group_minima(D, ref_labels, groups)
     assert np.all(lower <= truth)
@@ -137,7 +137,7 @@ def test_revisit_gives_exact_labels_and_valid_bounds_after_centers_move(dtype, s
     new_labels, new_dist2, new_lower, computed = kn.revisit_with_bounds(X, C2, labels, lower, shift, groups)
     ref_labels, ref_d2, D = ref_assign(X, C2)
     np.testing.assert_array_equal(new_labels, ref_labels)
-    np.testing.assert_array_equal(new_dist2, kn.exact_nearest(X, C2)[1])
+    np.testing.assert_array_equal(new_dist2, exact_dist2(X, C2, new_labels))
     assert np.all(new_lower <= ref_group_minima(D, ref_labels, groups))
     assert len(X) <= computed <= len(X) * (C.shape[0] + 1)
     if move == 0.02:
@@ -183,7 +183,7 @@ def test_batch_deltas_match_numpy(dtype, weighted):
 def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
     C = np.random.default_rng(0).standard_normal((57, 3))
     for scheme, n_groups in [("elkan", 57), ("yinyang", 6), ("hamerly", 1)]:
-        groups = kn.make_groups(C, scheme, n_groups)
+        groups = nested_groups.make_groups(C, scheme, n_groups)
         np.testing.assert_array_equal(np.sort(groups.members), np.arange(57))
         for g in range(groups.n_groups):
             members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
@@ -198,12 +198,12 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
         np.testing.assert_array_equal(np.sort(slots[slots >= 0]), np.arange(57))
         assert np.all(groups.group_of[slots[0]] == np.arange(groups.n_groups))
     # auto: k bounds when they are no larger than a row, else yinyang groups that fit, else one bound
-    assert kn.choose_bounds("auto", 50, 784 * 4) == ("elkan", 50)
-    assert kn.choose_bounds("auto", 1000, 128 * 4) == ("yinyang", 100)
-    assert kn.choose_bounds("auto", 1000, 16 * 4) == ("yinyang", 16)
-    assert kn.choose_bounds("auto", 1000, 4) == ("hamerly", 1)
-    assert kn.choose_bounds("elkan", 1000, 4) == ("elkan", 1000)
-    assert kn.choose_bounds("none", 10, 40) == ("none", 1)
+    assert nested_groups.choose_bounds("auto", 50, 784 * 4) == ("elkan", 50)
+    assert nested_groups.choose_bounds("auto", 1000, 128 * 4) == ("yinyang", 100)
+    assert nested_groups.choose_bounds("auto", 1000, 16 * 4) == ("yinyang", 16)
+    assert nested_groups.choose_bounds("auto", 1000, 4) == ("hamerly", 1)
+    assert nested_groups.choose_bounds("elkan", 1000, 4) == ("elkan", 1000)
+    assert nested_groups.choose_bounds("none", 10, 40) == ("none", 1)
 
 
 # -- the doubling rule ---------------------------------------------------------------------------------------
@@ -236,15 +236,15 @@ def test_doubling_rule_on_a_constructed_case():
     array = da.from_array(X, chunks=(16, 2))
     start = np.array([[50.0, 0.0]])
     seen = []
-    result = nested_minibatch(array, start, seed=7, initial_batch_size=8, rho=100.0, doubling_quantile=0.0,
-                              bounds="elkan", callback=seen.append, keep_batch=True)
+    result = nested_minibatch(array, start, RunContext(callback=seen.append), seed=7, initial_batch_size=8,
+                              rho=100.0, doubling_quantile=0.0, bounds="elkan", keep_batch=True)
     sizes = [r["batch_size"] for r in result.history]
     assert sizes == [8, 8, 16, 16, 32, 32, 64, 64]
     assert result.stop_reason == "converged"
     first = seen[0]
     # iteration 1 by hand: the batch's mean, its SSE to the start center, sigma_C / p
     index = np.sort(result.batch.content()[0])
-    order = NestedBatch(array, 7, kn.make_groups(start, "elkan", 1))
+    order = NestedBatch(array, 7, nested_groups.make_groups(start, "elkan", 1))
     rows = X[_first_rows(order, 8)]
     mean = rows.mean(axis=0)
     sse = ((rows - start[0]) ** 2).sum()
@@ -295,8 +295,8 @@ def test_one_sample_one_vote_invariants_after_every_iteration():
         assert record["energy"] == pytest.approx(ref_sse.sum() / len(index))
         check.centers = record["_centers"]
 
-    result = nested_minibatch(array, start, seed=3, initial_batch_size=300, rho=5.0, bounds="yinyang",
-                              callback=check, min_block_rows=200)
+    result = nested_minibatch(array, start, RunContext(callback=check), seed=3, initial_batch_size=300, rho=5.0,
+                              bounds="yinyang", min_block_rows=200)
     assert len(snapshots) == result.n_iter >= 5
     for smaller, larger in zip(snapshots, snapshots[1:]):
         assert np.isin(smaller, larger).all()  # nested batches
@@ -310,7 +310,7 @@ def test_one_sample_one_vote_invariants_after_every_iteration():
 def test_state_blocks_hold_equal_shares_of_every_growth():
     X, _, _ = make_blobs(n=6000, d=3, k=4, seed=2)
     array = da.from_array(X, chunks=(1000, 3))  # 6 chunks, 6 lanes
-    groups = kn.make_groups(X[:4], "hamerly", 1)
+    groups = nested_groups.make_groups(X[:4], "hamerly", 1)
     batch = NestedBatch(array, 5, groups, min_block_rows=256)
     centers = X[:4]
     for size in (600, 1200, 2400, 4800, 6000):
@@ -489,8 +489,9 @@ def test_weighted_sums_hold_each_sample_once_with_its_weight():
         np.testing.assert_array_equal(record["_members"], np.bincount(labels, minlength=6))
         assert record["energy"] == pytest.approx(ref_sse.sum() / w.sum())
 
-    result = nested_minibatch(array, start, seed=4, initial_batch_size=400, bounds="yinyang", callback=check,
-                              min_block_rows=200, weights=da.from_array(weights, chunks=(600,)), keep_batch=True)
+    context = RunContext(callback=check, weights=da.from_array(weights, chunks=(600,)))
+    result = nested_minibatch(array, start, context, seed=4, initial_batch_size=400, bounds="yinyang",
+                              min_block_rows=200, keep_batch=True)
     assert result.stop_reason == "converged" and result.history[-1]["batch_size"] == 4000
     # converged: every center is the weighted mean of its cluster
     index, labels, _, _ = result.batch.content()

@@ -9,10 +9,10 @@ import pytest
 from conftest import make_blobs
 
 from daskmeans import InvalidParameterError, VRKMeans, load
-from daskmeans.algorithms.relocation import centers_from_stats
+from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.algorithms.vrkm import epoch_sizes, position_correction, segment_rows_for
 from daskmeans.engine.random import seed_from_random_state
-from daskmeans.kernels.vrkm import InnerLoop, candidate_lists, run_inner_loop
+from daskmeans.kernels.vrkm import InnerLoop, candidate_lists
 from daskmeans.passes.assign import finish_stats
 from daskmeans.passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
 from daskmeans.passes.sampling import uniform_indices_with_replacement
@@ -20,6 +20,17 @@ from daskmeans.registry import make_estimator
 
 
 # -- NumPy transcriptions --------------------------------------------------------------------------------------
+def run_inner_loop(snapshot_centers, segments, eta, *, batch_gradient=None, agree_rule="paper", n_candidates=16):
+    """A whole inner loop in this thread over ``segments`` of ``(rows, labels)``, each segment's candidate lists
+    made against the centers as they are when it begins; returns the final centers and the counts."""
+    loop = InnerLoop(snapshot_centers, eta, batch_gradient=batch_gradient, agree_rule=agree_rule)
+    for rows, labels in segments:
+        loop.rebase()
+        _, _, candidates, lower = candidate_lists(rows, loop.centers(), n_candidates)
+        loop.run(rows, labels, candidates, lower)
+    return loop.centers(), loop.counts()
+
+
 def reference_nearest(X, C):
     d2 = ((X[:, None, :].astype(np.float64) - C[None, :, :].astype(np.float64)) ** 2).sum(-1)
     return d2.argmin(axis=1), d2
@@ -197,7 +208,7 @@ def test_position_correction_of_vrkm_plus_plus_is_the_cluster_means():
     corrected, gradient = position_correction(stats, C, "vrkm++")
     assert gradient is None
     np.testing.assert_allclose(corrected, means, rtol=1e-6)
-    np.testing.assert_array_equal(corrected, centers_from_stats(stats, C))
+    np.testing.assert_array_equal(corrected, centers_from_sums(stats.sums, stats.counts, C))
     # VRKM: c~new = c~ - (1/v) sum (c~ - x), and the batch gradient at c~new over the same partition is zero
     corrected_vrkm, batch_gradient = position_correction(stats, C, "vrkm")
     by_hand = np.stack([C[j] - (C[j].astype(np.float64) - X[labels == j]).mean(0) for j in range(5)])

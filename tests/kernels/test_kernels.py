@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from daskmeans.engine.random import row_uniforms, stage_key
-from daskmeans.kernels.assign import all_dist2, exact_dist2, nearest_centers, nearest_direct, nearest_gemm
+from daskmeans.kernels.assign import all_dist2, nearest_centers, nearest_direct, nearest_gemm
+from daskmeans.kernels.distance import exact_dist2, pair_dist2
 from daskmeans.kernels.stats import cluster_stats
 
 
@@ -59,6 +60,36 @@ def test_exact_dist2_and_all_dist2(dtype):
     _, _, ref = reference_nearest(X, C)
     np.testing.assert_allclose(exact_dist2(X, C, labels), ref[np.arange(100), labels], rtol=1e-6)
     np.testing.assert_allclose(all_dist2(X, C), ref, rtol=1e-4, atol=1e-4)
+
+
+def reference_pair_dist2(x, c):
+    """The documented order of :func:`pair_dist2` in plain Python: float64 squares added one by one in feature
+    order."""
+    total = 0.0
+    for term in (x.astype(np.float64) - c.astype(np.float64)) ** 2:
+        total += float(term)
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 5, 8, 13, 64, 67])
+def test_exact_distance_is_the_documented_float64_sum_bitwise(dtype, d):
+    rng = np.random.default_rng(6)
+    X = (rng.normal(size=(50, d)) * 10).astype(dtype)
+    C = (rng.normal(size=(4, d)) * 10).astype(dtype)
+    labels = rng.integers(0, 4, size=50).astype(np.int32)
+    expected = np.array([reference_pair_dist2(X[i], C[labels[i]]) for i in range(50)])
+    np.testing.assert_array_equal(exact_dist2(X, C, labels), expected)
+    # mixed dtypes (a float32 row against float64 centers) take the same path
+    np.testing.assert_array_equal(exact_dist2(X, C.astype(np.float64), labels), expected)
+    assert exact_dist2(X[:0], C, labels[:0]).shape == (0,)
+
+
+def test_exact_distance_of_one_pair_is_symmetric_and_zero_on_itself():
+    rng = np.random.default_rng(7)
+    x, c = rng.normal(size=(2, 21))
+    assert pair_dist2(x, c) == pair_dist2(c, x) == reference_pair_dist2(x, c)
+    assert pair_dist2(x, x) == 0.0
 
 
 def test_empty_block():

@@ -1,4 +1,5 @@
-"""The lightweight coreset passes: unbiased weighted sums (by simulation), the probabilities, reproducibility."""
+"""The lightweight coreset passes and their proposal: unbiased weighted sums (by simulation), the probabilities,
+reproducibility."""
 
 import dask
 import dask.array as da
@@ -8,7 +9,7 @@ import pytest
 from daskmeans import lightweight_coreset
 from daskmeans.algorithms.coreset import draw_coreset
 from daskmeans.exceptions import InputDataError, InvalidParameterError
-from daskmeans.passes import coreset as coreset_pass
+from daskmeans.passes import proposal
 
 
 def skewed_data(n=400, seed=0):
@@ -22,12 +23,12 @@ def test_block_probabilities_are_the_sums_of_q():
     X = skewed_data()
     mean = X.mean(0)
     array = da.from_array(X, chunks=(90, 3))
-    (masses,) = dask.compute(coreset_pass.block_masses_graph(array, mean), scheduler="sync")
+    (masses,) = dask.compute(proposal.block_masses_graph(array, mean), scheduler="sync")
     spread = ((X - mean) ** 2).sum(1)
     q = 1 / (2 * len(X)) + spread / (2 * spread.sum())
     edges = np.cumsum([0, *array.chunks[0]])
     expected = [q[a:b].sum() for a, b in zip(edges[:-1], edges[1:])]
-    np.testing.assert_allclose(coreset_pass.block_probabilities(masses), expected, rtol=1e-12)
+    np.testing.assert_allclose(proposal.block_probabilities(masses), expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("weighted", [False, True])

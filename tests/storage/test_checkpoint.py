@@ -432,4 +432,4 @@ def test_the_command_line_refuses_a_foreign_checkpoint_before_starting_a_cluster
     assert "use another checkpoint path" in result.output and "Traceback" not in result.output
     model = str(tmp_path / "model.zarr")
     result = runner.invoke(cli.main, ["fit", data, "-k", "16", "--checkpoint", model, "--out", model, "--quiet"])
-    assert result.exit_code == 1 and "--out too" in result.output
+    assert result.exit_code == 1 and "is --out" in result.output and "a directory of its own" in result.output

@@ -1,0 +1,220 @@
+"""What the commands share: user errors as one line or JSON, the cluster options, input and output checks,
+``--param`` parsing, printing. Modules that need Dask arrays are imported by the functions that use them, so
+that ``--help`` and ``info`` start at once."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+
+import click
+
+from ..config import CONNECT_TIMEOUT_SECONDS
+from ..exceptions import DaskmeansError, InputDataError, InvalidParameterError, OutputExistsError
+from ..registry import estimator_class
+
+#: Errors a user causes; they end the command with a one-line message instead of a traceback.
+USER_ERRORS = (DaskmeansError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
+               IsADirectoryError)
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+class CommandError(click.ClickException):
+    """A mistake of the user: one line on stderr, or one JSON object on stdout when the command has ``--json``."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, kind: str, as_json: bool):
+        super().__init__(message)
+        self.kind = kind
+        self.as_json = as_json
+
+    def show(self, file=None):
+        if self.as_json:
+            click.echo(json.dumps({"error": self.message, "type": self.kind, "exit_status": self.exit_code}))
+        else:
+            super().show(file)
+
+
+# -- the Dask cluster the commands run on ------------------------------------------------------------------
+
+
+def cluster_options(command):
+    """Add ``--scheduler``, ``--connect-timeout``, ``--workers``, ``--threads-per-worker``, ``--memory-limit``;
+    the command receives them checked, as ``cluster=ClusterSpec(...)``."""
+
+    @functools.wraps(command)
+    def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, **kwargs):
+        from ..engine.client import ClusterSpec
+
+        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit)
+        return command(*args, cluster=spec.validate(), **kwargs)
+
+    options = [
+        click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", metavar="ADDRESS",
+                     help="Run on this Dask scheduler (tcp://host:port; default $DASK_SCHEDULER_ADDRESS). "
+                          "Without it, a local cluster is started for the command: threads in this process for "
+                          "inputs up to 1 GiB, else worker processes."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=CONNECT_TIMEOUT_SECONDS,
+                     show_default=True, help="Seconds to wait for --scheduler before giving up."),
+        click.option("--workers", type=click.IntRange(min=1), help="Worker processes of the local cluster."),
+        click.option("--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker."),
+        click.option("--memory-limit", metavar="SIZE",
+                     help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default)."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def open_data(path: str, array: str | None):
+    """Open an input (metadata only), with a clear message for a plain file that is not a data file."""
+    from ..storage.io import open_input
+    from ..storage.zarr_safe import is_local, local_path
+
+    if is_local(path):
+        local = local_path(path)
+        if os.path.isfile(local) and not local.lower().endswith((".npy", ".npz")):
+            raise InputDataError(
+                f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories), .npy and "
+                ".npz files."
+            )
+    return open_input(path, array=array)
+
+
+def resolved(path: str) -> tuple[str, bool]:
+    """A local path with symlinks and ``..`` resolved (and whether it is local); a URL as it is."""
+    from ..storage.zarr_safe import is_local, local_path
+
+    if is_local(path):
+        return os.path.realpath(local_path(os.fspath(path))), True
+    return os.fspath(path).rstrip("/"), False
+
+
+def overlap(path: str, other: str) -> str | None:
+    """How ``path`` relates to ``other`` once both are resolved: "is", "lies inside", "contains" or None."""
+    (first, first_local), (second, second_local) = resolved(path), resolved(other)
+    if first_local != second_local:
+        return None
+    if first == second:
+        return "is"
+    if first.startswith(second.rstrip("/") + "/"):
+        return "lies inside"
+    if second.startswith(first.rstrip("/") + "/"):
+        return "contains"
+    return None
+
+
+def check_outputs(outputs: dict, overwrite: bool, inputs: dict):
+    """Check every output of a command before any work: writable, apart from the others and from every input.
+
+    An output may not be, lie inside or contain an input (the data array, a model) or another output, whatever
+    symlinks or ``..`` lead there: writing it could destroy what the command reads. Labels may go beside the
+    data array in its group (``data.zarr/labels`` for ``data.zarr/X``).
+    """
+    from ..storage.zarr_safe import prepare_output
+
+    given = {option: os.fspath(path) for option, path in outputs.items() if path is not None}
+    options = list(given)
+    for i, first in enumerate(options):
+        for second in options[i + 1:]:
+            relation = overlap(given[first], given[second])
+            if relation is not None:
+                raise InvalidParameterError(f"{first} {given[first]!r} {relation} {second} {given[second]!r}; "
+                                            "give them separate paths.")
+    for option, path in given.items():
+        for name, source in inputs.items():
+            relation = None if source is None else overlap(path, os.fspath(source))
+            if relation is not None:
+                raise InvalidParameterError(f"{option} {path!r} {relation} the {name} {os.fspath(source)!r}; "
+                                            "writing it would destroy what this command reads. Write it "
+                                            "somewhere else.")
+        try:
+            prepare_output(path, overwrite)
+        except OutputExistsError as error:
+            raise OutputExistsError(f"{option} {path!r} exists already; choose another path or add --overwrite "
+                                    "to replace it.") from error
+
+
+def parse_param(text: str):
+    """``NAME=VALUE`` -> (name, value): VALUE as a JSON or Python literal (5, 0.1, true, None, [1, 2]), else text."""
+    name, sep, raw = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or not name.isidentifier():
+        raise InvalidParameterError(f"--param {text!r} is not NAME=VALUE (e.g. --param tol=1e-3).")
+    raw = raw.strip()
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return name, parse(raw)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return name, raw
+
+
+#: Estimator parameters the fit command sets from options of its own.
+OWN_OPTIONS = {"n_clusters": "-k/--n-clusters", "n_components": "-k/--n-clusters", "random_state": "--random-state",
+               "client": "--scheduler", "progress": "--quiet"}
+
+
+def algorithm_params(algorithm: str, options: dict, params: tuple) -> dict:
+    """The estimator parameters given on the command line, checked against the algorithm's parameters."""
+    accepted = sorted(estimator_class(algorithm)._get_param_names())
+    chosen = {}
+    if options.get("max_iter") is not None and "max_iter" not in accepted and "max_epochs" in accepted:
+        options = {("max_epochs" if name == "max_iter" else name): value  # VRKM counts epochs
+                   for name, value in options.items()}
+    for name, value in options.items():
+        if value is not None:
+            if name not in accepted:
+                raise InvalidParameterError(f"--{name.replace('_', '-')} does not apply to --algorithm {algorithm}.")
+            chosen[name] = value
+    for text in params:
+        name, value = parse_param(text)
+        if name in OWN_OPTIONS:
+            raise InvalidParameterError(f"--param {name} is set by {OWN_OPTIONS[name]}; use that option.")
+        if name not in accepted:
+            raise InvalidParameterError(
+                f"--param {name}: --algorithm {algorithm} has no such parameter; its parameters are "
+                f"{', '.join(n for n in accepted if n not in OWN_OPTIONS)}."
+            )
+        chosen[name] = value
+    return chosen
+
+
+def emit(summary: dict, as_json: bool, lines: list[str]):
+    from ..storage.zarr_safe import json_default
+
+    if as_json:
+        click.echo(json.dumps(summary, default=json_default))
+    else:
+        click.echo("\n".join(lines))
+
+
+def compute_bytes(dataset) -> int:
+    """Size of the input as the passes compute it (uint8 data counts as float32)."""
+    return dataset.n_samples * dataset.n_features * dataset.dtype.itemsize
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("kiB", 2**10)):
+        if n >= 0.9 * size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def shape_text(dataset) -> str:
+    return f"{dataset.n_samples:,} x {dataset.n_features} {dataset.source_dtype}"
+
+
+def where(dataset, path: str) -> str:
+    return dataset.location or path
+
+

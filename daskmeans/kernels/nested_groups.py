@@ -1,0 +1,118 @@
+"""Groups of centers for the bounds of nested mini-batch k-means: Elkan, yinyang, Hamerly, or none.
+
+Bounds are kept per *group* of centers: a lower bound on the distance from a sample to every center of the
+group except the sample's own. One group per center is Elkan's scheme (k bounds per sample), one group of
+all centers is Hamerly's (one bound), a few groups of nearby centers is yinyang (Ding et al. 2015). After the
+centers move by ``p`` (per center), a group's bound drops by the largest ``p`` in the group. The kernels that
+use the bounds are in :mod:`daskmeans.kernels.nested`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import YINYANG_GROUP_SIZE
+
+#: Bound schemes accepted by ``bounds=``.
+BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
+
+
+class CenterGroups:
+    """A partition of the centers into groups that share one lower bound per sample.
+
+    Attributes
+    ----------
+    group_of : int32 (k,)
+    ptr, members : int64 (n_groups + 1,), int32 (k,)
+        Centers of group ``g`` are ``members[ptr[g]:ptr[g + 1]]``, in increasing order.
+    slot_center : int32 (n_groups * width,)
+        The centers slot by slot: entry ``t * n_groups + g`` is the ``t``-th center of group ``g``, or -1 where
+        the group has fewer than ``width`` centers.
+    scheme : str
+        ``"elkan"``, ``"yinyang"``, ``"hamerly"`` or ``"none"``.
+    """
+
+    def __init__(self, group_of, scheme):
+        group_of = np.asarray(group_of, dtype=np.int32)
+        self.scheme = scheme
+        self.group_of = group_of
+        self.n_groups = int(group_of.max()) + 1 if group_of.size else 1
+        order = np.argsort(group_of, kind="stable")
+        self.members = order.astype(np.int32)
+        sizes = np.bincount(group_of, minlength=self.n_groups)
+        self.ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        width = int(sizes.max())
+        slots = np.full((width, self.n_groups), -1, dtype=np.int32)
+        for g in range(self.n_groups):
+            slots[: sizes[g], g] = self.members[self.ptr[g]:self.ptr[g + 1]]
+        self.slot_center = slots.ravel()
+
+    def group_shift(self, shift):
+        """Largest move of a center in each group (how much the group's bounds drop)."""
+        out = np.zeros(self.n_groups, dtype=np.float64)
+        np.maximum.at(out, self.group_of, np.asarray(shift, dtype=np.float64))
+        return out
+
+    def __dask_tokenize__(self):
+        return ("daskmeans-center-groups", self.scheme, self.group_of.tobytes())
+
+
+def choose_bounds(bounds, n_clusters, row_bytes):
+    """Resolve ``bounds="auto"`` and return ``(scheme, n_groups)``.
+
+    ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
+    O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
+    ``YINYANG_GROUP_SIZE`` centers (fewer groups if they still would not fit), else Hamerly's single bound.
+    """
+    if bounds == "none":
+        return "none", 1
+    if bounds == "hamerly" or n_clusters == 1:
+        return "hamerly", 1
+    if bounds == "elkan":
+        return "elkan", n_clusters
+    yinyang_groups = max(1, -(-n_clusters // YINYANG_GROUP_SIZE))
+    if bounds == "yinyang":
+        return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
+    if 4 * n_clusters <= row_bytes:
+        return "elkan", n_clusters
+    n_groups = min(yinyang_groups, max(1, row_bytes // 4))
+    return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
+
+
+def _bisect(points, index, n_groups, group_of, next_group):
+    """Split ``index`` into ``n_groups`` groups of nearly equal size by halving along the principal axis."""
+    if n_groups == 1:
+        group_of[index] = next_group
+        return next_group + 1
+    part = points[index]
+    centered = part - part.mean(axis=0)
+    direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+    order = np.argsort(centered @ direction, kind="stable")
+    first = n_groups // 2
+    cut = int(round(len(index) * first / n_groups))
+    next_group = _bisect(points, index[order[:cut]], first, group_of, next_group)
+    return _bisect(points, index[order[cut:]], n_groups - first, group_of, next_group)
+
+
+def make_groups(centers, scheme, n_groups):
+    """Group the centers for ``scheme``.
+
+    Yinyang groups are nearby centers in groups of equal size (at most one apart), by recursive halving of
+    the centers along their principal axis: equal sizes keep the slot layout of :func:`assign_with_bounds`
+    free of padding, nearby centers keep each group's bound tight.
+
+    Parameters
+    ----------
+    centers : ndarray (k, d)
+    scheme : str
+    n_groups : int
+    """
+    k = centers.shape[0]
+    if scheme == "elkan":
+        return CenterGroups(np.arange(k), scheme)
+    n_groups = min(int(n_groups), k)
+    if scheme in ("hamerly", "none") or n_groups <= 1:
+        return CenterGroups(np.zeros(k, dtype=np.int32), scheme)
+    group_of = np.empty(k, dtype=np.int32)
+    _bisect(np.asarray(centers, dtype=np.float64), np.arange(k), n_groups, group_of, 0)
+    return CenterGroups(group_of, scheme)

@@ -1,0 +1,83 @@
+"""What identifies a fit, so that a checkpoint is resumed by that fit only.
+
+A fingerprint is a JSON document: the estimator class, its parameters (arrays as digests), the data's shape,
+dtype and row chunking, and, once the summary pass has run, a digest of its statistics
+(:func:`content_digest`). :mod:`daskmeans.storage.checkpoint` stores it in every version and compares it with
+the fingerprint of the fit that opens the checkpoint. Changing what goes into it makes every checkpoint written
+before refused as "written by another fit".
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .zarr_safe import to_jsonable
+
+#: Parameters that change neither the result nor the state (where and how a fit is shown).
+UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
+
+
+def digest(*parts) -> str:
+    """A short SHA-256 hex digest of arrays (their bytes) and other values (their ``repr``)."""
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(np.ascontiguousarray(part).tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
+        sha.update(b"|")
+    return sha.hexdigest()[:32]
+
+
+def _param_object(value):
+    """A parameter that is not a number, string or list: an array by its digest, anything else by its type."""
+    if isinstance(value, np.ndarray):
+        return {"array": list(value.shape), "dtype": str(value.dtype), "sha256": digest(value)}
+    return {"object": type(value).__name__}
+
+
+def fit_fingerprint(estimator, data, weights) -> dict:
+    """What identifies a fit before reading the data: estimator, parameters, shape, dtype and chunking.
+
+    Parameters
+    ----------
+    estimator : ClusteringEstimator
+    data : daskmeans.storage.io.Dataset
+    weights : dask.array.Array or None
+
+    Returns
+    -------
+    dict
+    """
+    chunks = tuple(int(c) for c in data.array.chunks[0])
+    params = {name: to_jsonable(value, convert=_param_object) for name, value in sorted(estimator.get_params().items())
+              if name not in UNTRACKED_PARAMS}
+    return {
+        "estimator": type(estimator).__name__,
+        "params": params,
+        "shape": [data.n_samples, data.n_features],
+        "dtype": str(data.dtype),
+        "source_dtype": str(np.dtype(data.source_dtype)),
+        "row_chunks": {"count": len(chunks), "largest": max(chunks), "sha256": digest(chunks)},
+        "weighted": weights is not None,
+    }
+
+
+def content_digest(summary) -> str:
+    """A digest of the data's values, from the summary pass every fit makes anyway (mean, variance, extremes,
+    total weight: a change of any value changes it, but for a vanishing chance)."""
+    return digest(np.asarray(summary.mean, dtype=np.float64), np.asarray(summary.variance, dtype=np.float64),
+                  float(summary.max_abs), float(summary.total_weight), int(summary.n_samples))
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """What differs between two fingerprints, one phrase per difference (parameters one by one)."""
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "params" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
+            for name in sorted(set(saved[key]) | set(current[key])):
+                if saved[key].get(name) != current[key].get(name):
+                    found.append(f"parameter {name}: {saved[key].get(name)!r} in the checkpoint, "
+                                 f"{current[key].get(name)!r} now")
+        elif saved.get(key) != current.get(key):
+            found.append(f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now")
+    return found

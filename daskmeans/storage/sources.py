@@ -1,0 +1,107 @@
+"""Where data comes from: the array a path names (.npy, .npz, Zarr array or group), opened without reading it,
+and the size of a local store. NumPy and Zarr only, so that describing a store (``daskmeans info``) is quick."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import zarr
+
+from ..exceptions import InputDataError
+from .zarr_safe import is_local, local_path
+
+
+def open_source(source, array_name: str | None) -> tuple[object, str]:
+    """The array a path names, unread: a NumPy memory map (.npy), the array of a .npz, or a Zarr array.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A .npy or .npz file, a Zarr array, or a Zarr group (then ``array_name`` picks the array, or its only one).
+    array_name : str or None
+
+    Returns
+    -------
+    array, location
+        The array and where it is (a group's array as ``group/name``).
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, InputDataError
+        What is wrong with the path, said so that it can be fixed.
+    """
+    path = os.fspath(source)
+    lower = path.lower().rstrip("/")
+    if "://" not in path:
+        path = os.path.abspath(path)
+    if lower.endswith(".npy"):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No such .npy file: {path!r}. Check the path.")
+        return np.load(path, mmap_mode="r", allow_pickle=False), path
+    if lower.endswith(".npz"):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No such .npz file: {path!r}. Check the path.")
+        with np.load(path, allow_pickle=False) as archive:
+            key = array_name or "X"
+            if key not in archive.files:
+                raise InputDataError(
+                    f"{path!r} has no array named {key!r}; it holds {sorted(archive.files)}. Pass array=NAME."
+                )
+            return archive[key], path
+    is_url = "://" in path
+    if not is_url and not os.path.exists(path):
+        raise FileNotFoundError(f"No Zarr store at {path!r}: the path does not exist. Check the path or URL.")
+    if not is_url and os.path.isfile(path):
+        raise InputDataError(
+            f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories or URLs), .npy and "
+            ".npz files. Convert the data, e.g. with numpy.save(path + '.npy', X)."
+        )
+    if not is_url and not os.access(path, os.R_OK | os.X_OK):
+        raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
+    try:
+        node = zarr.open(store=path, mode="r")
+    except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
+        raise InputDataError(
+            f"{path!r} is not a Zarr array or group (no zarr.json / .zarray / .zgroup found): {error}. "
+            "Point to a Zarr store, or to a .npy file."
+        ) from error
+    except PermissionError as error:
+        raise PermissionError(f"Cannot read the Zarr store at {path!r}: {error}. Fix its permissions.") from error
+    if isinstance(node, zarr.Group):
+        names = sorted(node.array_keys())
+        if array_name is None:
+            if len(names) != 1:
+                raise InputDataError(
+                    f"{path!r} is a Zarr group holding arrays {names}; say which one to cluster with "
+                    "array=NAME (CLI: --array NAME)."
+                )
+            array_name = names[0]
+        if array_name not in names:
+            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names}.")
+        return node[array_name], f"{path.rstrip('/')}/{array_name}"
+    if array_name is not None:
+        raise InputDataError(f"{path!r} is a Zarr array, not a group; drop array={array_name!r}.")
+    return node, path
+
+
+def stored_bytes(path) -> int | None:
+    """Bytes the files under a local directory (a Zarr store) take on disk.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A path or ``file://`` URL.
+
+    Returns
+    -------
+    int or None
+        None for a remote URL or a path that is not a directory.
+    """
+    path = os.fspath(path)
+    if not is_local(path) or not os.path.isdir(local_path(path)):
+        return None
+    total = 0
+    for folder, _, files in os.walk(local_path(path)):
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total

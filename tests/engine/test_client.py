@@ -1,0 +1,37 @@
+"""Where commands run: the cluster options checked before any work, the dashboard line, the connect timeout."""
+
+import pytest
+
+from daskmeans.config import CONNECT_TIMEOUT_SECONDS
+from daskmeans.engine.client import ClusterSpec, announce_dashboard, parse_memory_limit
+from daskmeans.exceptions import InvalidParameterError
+
+
+@pytest.mark.parametrize("text, limit", [("auto", "auto"), (" AUTO ", "auto"), ("0.5", 0.5), ("1", 1.0),
+                                         ("4GiB", 4 * 2**30), ("500MB", 500 * 10**6), ("2000", 2000)])
+def test_memory_limits(text, limit):
+    assert parse_memory_limit(text) == limit
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "-1GiB"])
+def test_bad_memory_limits(text):
+    with pytest.raises(InvalidParameterError, match="is not a memory size"):
+        parse_memory_limit(text)
+
+
+def test_cluster_spec_validates_before_any_work():
+    spec = ClusterSpec(workers=2, memory_limit="1GiB").validate()
+    assert spec.memory_limit == 2**30 and spec.connect_timeout == CONNECT_TIMEOUT_SECONDS
+    with pytest.raises(InvalidParameterError, match="--workers, --memory-limit size the embedded cluster"):
+        ClusterSpec(scheduler="tcp://127.0.0.1:1", workers=2, memory_limit="1GiB").validate()
+    assert ClusterSpec(scheduler="tcp://127.0.0.1:1").validate().scheduler == "tcp://127.0.0.1:1"
+
+
+def test_the_dashboard_is_announced_on_stderr(capsys):
+    class FakeClient:
+        dashboard_link = "http://127.0.0.1:8787/status"
+
+    pytest.importorskip("bokeh")
+    announce_dashboard(FakeClient())
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "Dask dashboard: http://127.0.0.1:8787/status\n"
