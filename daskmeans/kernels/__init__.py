@@ -1,1 +1,3 @@
-"""Numba kernels on one block: NumPy in, NumPy out, no dask. Each has a NumPy reference in the tests."""
+"""Numba kernels on one block: NumPy in, NumPy out, no Dask, nothing of daskmeans but other kernels, ``config``
+and ``exceptions``. ``distance`` holds the one exact squared distance the others use; each kernel has a plain
+NumPy reference in ``tests/kernels``."""
