@@ -60,6 +60,10 @@ MAX_LANES = 64
 
 #: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
 AFKMC2_CHAIN_LENGTH = 20
+#: ``init="afk-mc2"`` draws this many candidates per center and keeps the centers by weighted greedy k-means++ on
+#: them, each weighted by the chains' proposals nearest to it (D^2 sampling alone leaves about 10 of 100
+#: well-separated clusters without a center).
+AFKMC2_OVERSAMPLING = 2.0
 #: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).
 RECLUSTER_SLAB_BYTES = 16 * 2**20
 #: VRKM: the epoch's sample streams in at least this many segments (the unit in which candidate lists are remade).

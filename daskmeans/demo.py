@@ -11,7 +11,7 @@ import zarr
 from ._validation import check_float
 from .datasets import make_blobs_zarr
 from .estimators.kmeans import KMeans
-from .plots import plot_energy_curves
+from .plots import energy_timeline, plot_energy_curves
 from .storage.io import open_input, write_labels
 from .storage.zarr_safe import prepare_output
 
@@ -85,7 +85,7 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
     overwrite : bool
         Replace the outputs of an earlier demo in ``out_dir``.
     progress : bool
-        Show a progress bar over iterations.
+        Show a bar per phase of the fit (seeding, iterations, final pass).
 
     Returns
     -------
@@ -108,12 +108,15 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
     dataset = open_input(paths["data"], array="X")
     start = time.perf_counter()
     model.fit(dataset)
+    inertia = model.inertia_  # the final pass, if the last iteration moved the centers
     fit_seconds = time.perf_counter() - start
     write_labels(model.labels_, paths["labels"], client=client)  # a fresh group: no labels yet
     model.save(paths["model"], overwrite=overwrite)
+    timeline = energy_timeline(model, fit_started=start)
     plot_energy_curves(
-        {"k-means (Lloyd)": model.history_}, paths["plot"],
+        {"k-means (Lloyd)": timeline["points"]}, paths["plot"],
         f"daskmeans demo: k-means, k={n_clusters}, {n_samples:,} x {n_features} blobs (std {cluster_std:g})",
+        phases=timeline["phases"],
     )
     return {
         "command": "demo",
@@ -123,12 +126,13 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
         "n_clusters": n_clusters,
         "cluster_std": cluster_std,
         "random_state": random_state,
-        "energy": model.inertia_ / n_samples,
+        "energy": inertia / n_samples,
         "expected_energy": n_features * cluster_std**2,
-        "inertia": model.inertia_,
+        "inertia": inertia,
         "n_iter": model.n_iter_,
         "stop_reason": model.stop_reason_,
         "recovered_centers": recovered_centers(true_centers, model.cluster_centers_, cluster_std),
         "data_seconds": data_seconds,
         "fit_seconds": fit_seconds,
+        "phases": timeline["phases"],
     }

@@ -349,6 +349,11 @@ def test_demo_makes_data_fits_and_plots(tmp_path):
     assert summary["recovered_centers"] == summary["n_clusters"] == 20
     assert summary["energy"] == pytest.approx(summary["expected_energy"], rel=0.05)
     assert daskmeans.load(out / "model.zarr").n_clusters == 20
+    # the plot's time axis starts when fit is called: input check, then seeding, then the iterations
+    phases = [span["phase"] for span in summary["phases"]]
+    assert phases[:3] == ["input check", "seeding", "iterations"]
+    assert summary["phases"][0]["start"] == 0.0
+    assert summary["phases"][-1]["end"] <= summary["fit_seconds"]
 
     again = run_module("demo", "--samples", 20_000, cwd=tmp_path)
     assert again.returncode == 1
@@ -374,6 +379,23 @@ def test_recovered_centers_matches_each_found_center_once():
     assert recovered_centers(true_centers, found, radius=0.5) == 2
     assert recovered_centers(true_centers, found[[1, 1, 0]], radius=0.5) == 2  # one found center, one match
     assert recovered_centers(true_centers, true_centers[::-1], radius=1e-9) == 3
+
+
+def test_plot_shades_and_labels_each_phase(tmp_path):
+    from matplotlib.figure import Figure
+
+    from daskmeans.plots import draw_phases
+
+    phases = [{"phase": "input check", "start": 0.0, "end": 0.5}, {"phase": "seeding", "start": 0.5, "end": 2.0},
+              {"phase": "iterations", "start": 2.0, "end": 5.0}, {"phase": "final pass", "start": 5.0, "end": 5.5}]
+    axes = Figure().add_subplot()
+    draw_phases(axes, phases)
+    assert [text.get_text() for text in axes.texts] == ["input check", "seeding", "final pass"]
+    spans = [patch for patch in axes.patches if patch.get_label() == "seeding"]
+    assert len(spans) == 1 and spans[0].get_x() == 0.5
+    curve = [{"energy": 10.0, "wall_time": 2.0}, {"energy": 4.0, "wall_time": 3.0}]
+    path = plot_energy_curves({"k-means": curve}, tmp_path / "phases.png", "phases", phases=phases)
+    assert (tmp_path / "phases.png").read_bytes().startswith(PNG_SIGNATURE) and path.endswith("phases.png")
 
 
 def test_plot_energy_curves(tmp_path):

@@ -140,3 +140,12 @@ def test_stores_daskmeans_writes_open_with_xarray(tmp_path):
     assert dataset["X"].dims == ("sample", "feature") and dataset["labels"].dims == ("sample",)
     assert dataset["y"].dims == ("sample",) and dataset["centers"].dims == ("cluster", "feature")
     assert dataset.sizes["sample"] == 500 and int(dataset["labels"].max()) <= 1
+
+
+def test_fit_says_what_runs_after_the_iterations(tmp_path, small):
+    result = invoke("fit", small, "--array", "X", "-k", 4, "--labels", tmp_path / "labels.zarr", "--out",
+                    tmp_path / "model.zarr")
+    assert result.exit_code == 0, result.output
+    assert "labelling 3,000 rows" in result.stderr and "saving the model" in result.stderr
+    quiet = invoke("fit", small, "--array", "X", "-k", 4, "--quiet", "--labels", tmp_path / "l2.zarr")
+    assert quiet.exit_code == 0 and "labelling" not in quiet.stderr

@@ -24,6 +24,8 @@ def _maker():
 
 MAKER = _maker()
 GOLDEN = dict(np.load(DATA / "golden_centers.npz"))
+#: centers of the saved models whose fit was re-recorded after they were saved (a deliberate behaviour change)
+MODEL_CENTERS = {**GOLDEN, **dict(np.load(DATA / "golden_model_centers.npz"))}
 
 
 def test_every_algorithm_has_a_golden_record():
@@ -39,7 +41,7 @@ def test_fit_gives_the_recorded_centers_bitwise(name):
 @pytest.mark.parametrize("name", MAKER.MODEL_OF_CLASS)
 def test_model_saved_before_the_redesign_loads_and_predicts(name):
     model = daskmeans.load(str(DATA / "models" / f"{name}.zarr"))
-    np.testing.assert_array_equal(np.asarray(model.cluster_centers_), GOLDEN[name])
+    np.testing.assert_array_equal(np.asarray(model.cluster_centers_), MODEL_CENTERS[name])
     X = MAKER.golden_data()[:500]
     labels = np.asarray(model.predict(X))
     assert labels.shape == (500,)

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
-from ..config import AFKMC2_CHAIN_LENGTH, RECLUSTER_SLAB_BYTES
+from ..config import AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, RECLUSTER_SLAB_BYTES
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
-from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution
+from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution, reduce_candidates
 from ..passes import proposal
 from ..passes import oversample
 from ..passes.sampling import (
@@ -21,6 +21,8 @@ from ..passes.sampling import (
 )
 
 INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2")
+#: Passes over the data of :func:`afkmc2_distributed` (first center, proposal masses, proposals, their rows).
+AFKMC2_PASSES = 4
 
 
 def _dist2_to(points, center):
@@ -115,14 +117,21 @@ def _count_distinct(rows) -> int:
     return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
 
 
+def _no_progress(done, total, note=None):
+    """The default ``on_progress`` of the seeding functions: nothing is shown."""
+
+
 def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0, client=None,
-                    max_extra_rounds=10, recluster_iter=30):
+                    max_extra_rounds=10, recluster_iter=30, on_progress=_no_progress):
     """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
 
     One uniform row, then ``rounds`` rounds that each keep every row independently with probability
     ``min(1, l w d^2 / phi)`` (``l = oversampling_factor * n_clusters``); candidates are weighted by the weight
     of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++, then refined by up to
     ``recluster_iter`` weighted Lloyd iterations on the candidates (as Spark MLlib does; cheap, on the driver).
+
+    ``on_progress(passes_done, passes_expected, note)`` is called after every pass (``2 + 2 * rounds`` passes
+    unless extra rounds are needed for ``n_clusters`` candidates) and before the reclustering on the driver.
 
     Returns
     -------
@@ -135,6 +144,8 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
                            client=client)
     candidates = np.asarray(first[2])
     passes = 1
+    expected = 2 + 2 * rounds
+    on_progress(passes, expected, "first center")
     states = None
     n_done = 0
     round_index = 0
@@ -146,6 +157,7 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
             n_done = candidates.shape[0]
             (phi,) = compute_now(oversample.total_cost_graph(states), client=client)
             passes += 1
+            on_progress(passes, max(expected, passes), f"round {round_index}/{rounds}: {n_done} candidates")
         if phi <= 0:
             distinct = _count_distinct(candidates)
             if distinct < n_clusters:
@@ -163,36 +175,49 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
         passes += 1
         round_index += 1
         candidates = np.concatenate([candidates, rows.astype(candidates.dtype)])
+        if round_index > rounds:  # an extra round: n_clusters candidates were not reached yet
+            expected = passes + 1
+        on_progress(passes, max(expected, passes + 1), f"round {round_index}/{rounds}: sampled {len(rows)} rows")
     (candidate_weights,) = compute_now(
         oversample.candidate_weights_graph(array, weights, states, candidates.shape[0]), client=client
     )
     keep = candidate_weights > 0
     rng = stage_generator(seed, "k-means||", "recluster")
     points, point_weights = candidates[keep], candidate_weights[keep]
+    on_progress(passes, passes, f"reclustering {len(points)} candidates on the driver")
     centers = weighted_kmeans_plusplus(points, point_weights, n_clusters, rng)
     centers = weighted_lloyd(points, point_weights, centers, max_iter=recluster_iter)
     return centers.astype(array.dtype), passes
 
 
-def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None):
-    """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass."""
+def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None,
+                              on_progress=_no_progress):
+    """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass.
+
+    ``on_progress(passes_done, 1, note)`` is called before and after the sample pass.
+    """
     n = array.shape[0]
     m = min(n, sample_size or max(20 * n_clusters, 10_000))
+    on_progress(0, 1, f"sampling {m} rows")
     (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights),
                             client=client)
     rows = np.asarray(sample[2])
+    on_progress(1, 1, f"k-means++ on {m} rows on the driver")
     rng = stage_generator(seed, "k-means++", "seed")
     centers = weighted_kmeans_plusplus(rows, np.ones(rows.shape[0]), n_clusters, rng)
     return centers.astype(array.dtype), 1
 
 
-def random_rows(array, n_clusters, seed, *, weights=None, client=None):
-    """``n_clusters`` distinct rows drawn at random (weight-proportional when weighted)."""
+def random_rows(array, n_clusters, seed, *, weights=None, client=None, on_progress=_no_progress):
+    """``n_clusters`` distinct rows drawn at random (weight-proportional when weighted); ``on_progress(passes_done,
+    1, note)`` is called before and after the one pass."""
     n = array.shape[0]
     m = min(n, max(2 * n_clusters, n_clusters + 100))
+    on_progress(0, 1, f"sampling {m} rows")
     (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "random", "sample"), weights),
                             client=client)
     rows = np.asarray(sample[2])
+    on_progress(1, 1)
     _, first_seen = np.unique(rows, axis=0, return_index=True)
     distinct = rows[np.sort(first_seen)]
     if distinct.shape[0] < n_clusters:
@@ -213,8 +238,22 @@ def _too_few_distinct(centers, n_clusters, where="the data"):
         )
 
 
-def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN_LENGTH):
-    """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset).
+def afkmc2_candidates(n_clusters, oversampling=AFKMC2_OVERSAMPLING) -> int:
+    """Centers the chains draw for ``n_clusters``: ``ceil(oversampling * n_clusters)`` (at least ``n_clusters``)."""
+    if not oversampling >= 1.0:
+        raise InvalidParameterError(f"AFK-MC2 oversampling must be >= 1 (1: no oversampling), got {oversampling!r}.")
+    return max(int(n_clusters), int(math.ceil(oversampling * n_clusters)))
+
+
+def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN_LENGTH,
+                     oversampling=AFKMC2_OVERSAMPLING):
+    """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset), oversampled.
+
+    The chains draw ``ceil(oversampling * n_clusters)`` candidates, of which weighted greedy k-means++ keeps
+    ``n_clusters`` (:func:`daskmeans.kernels.afkmc2.reduce_candidates`), as k-means|| reclusters its
+    oversampled candidates: D^2 sampling alone, which the chains approximate, leaves well-separated clusters
+    without a center (about 10 of 100 blobs), and the few uncovered clusters it misses at the end are covered by
+    the extra candidates.
 
     Parameters
     ----------
@@ -226,12 +265,15 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
         Draws the first center, the proposals and the acceptance uniforms (all before the chains run).
     chain_length : int
         Length of each Markov chain (>= 1; 1 takes every first proposal).
+    oversampling : float
+        Centers drawn per center kept (>= 1; 1 is plain AFK-MC2).
 
     Returns
     -------
     centers : ndarray (n_clusters, d), dtype of ``points``
     n_distances : int
-        Distance evaluations: one per point for the proposal, then one per proposal and center so far.
+        Distance evaluations: one per point for the proposal, one per proposal and candidate so far, then one per
+        proposal and candidate and those of the greedy k-means++ on the candidates.
 
     Raises
     ------
@@ -241,34 +283,41 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     points = np.ascontiguousarray(points)
     weights = np.asarray(weights, dtype=np.float64)
     m = points.shape[0]
+    n_candidates = afkmc2_candidates(n_clusters, oversampling)
     first = int(rng.choice(m, p=weights / weights.sum()))
     if n_clusters == 1:
         return points[first][None, :].copy(), 0
     q = proposal_distribution(points, weights, points[first])
-    n_proposals = (n_clusters - 1) * chain_length
+    n_proposals = (n_candidates - 1) * chain_length
     proposals = np.minimum(np.searchsorted(np.cumsum(q), rng.random(n_proposals) * q.sum(), side="right"), m - 1)
     uniforms = rng.random(n_proposals)
-    centers, _, n_distances = afkmc2_chains(
-        np.ascontiguousarray(points[proposals]), weights[proposals], q[proposals], points[first].astype(np.float64),
-        int(n_clusters),
-        int(chain_length), uniforms,
-    )
+    rows = np.ascontiguousarray(points[proposals])
+    centers, _, n_distances = afkmc2_chains(rows, weights[proposals], q[proposals], points[first].astype(np.float64),
+                                            int(n_candidates), int(chain_length), uniforms)
+    if n_candidates > n_clusters:
+        _too_few_distinct(centers, n_clusters)
+        centers, reduce_distances = reduce_candidates(centers, rows, weights[proposals], q[proposals], n_clusters,
+                                                      rng)
+        n_distances += reduce_distances
     _too_few_distinct(centers, n_clusters)
     return centers.astype(points.dtype), int(n_distances) + m
 
 
-def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AFKMC2_CHAIN_LENGTH, client=None):
+def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AFKMC2_CHAIN_LENGTH,
+                       oversampling=AFKMC2_OVERSAMPLING, client=None):
     """AFK-MC2 seeding of a dask array: the proposal comes from distributed passes, the chains run on the driver.
 
     One pass draws the first center (weight-proportional), one measures each block's proposal mass; the
-    ``(n_clusters - 1) * chain_length`` proposals are then located and read in the blocks they fall in, and
-    the Markov chains run on the driver over those rows only.
+    ``(n_candidates - 1) * chain_length`` proposals (``n_candidates = ceil(oversampling * n_clusters)``) are then
+    located and read in the blocks they fall in, and the Markov chains run on the driver over those rows only;
+    ``n_clusters`` of the candidates are kept as in :func:`afkmc2_in_memory` (no further pass).
 
     Returns
     -------
     centers : ndarray (n_clusters, d)
     n_passes : int
     """
+    n_candidates = afkmc2_candidates(n_clusters, oversampling)
     (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights),
                            client=client)
     first_center = np.asarray(first[2])[0].astype(np.float64)
@@ -278,7 +327,7 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     (masses,) = compute_now(masses_graph, client=client)
     q = proposal.lazy_proposal(array, first_center, masses, weights)
     totals = proposal.block_probabilities(masses)
-    n_proposals = (n_clusters - 1) * chain_length
+    n_proposals = (n_candidates - 1) * chain_length
     (indices,) = compute_now(
         weighted_indices_with_replacement_graph(q, totals, n_proposals, seed, "afk-mc2", "proposals"), client=client
     )
@@ -292,8 +341,13 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     candidate_w = (finish_gather(gathered[2], len(unique), 1, np.float64)[inverse, 0] if weights is not None
                    else np.ones(n_proposals))
     uniforms = stage_generator(seed, "afk-mc2", "accept").random(n_proposals)
-    centers, _, _ = afkmc2_chains(np.ascontiguousarray(rows), candidate_w, candidate_q, first_center,
-                                  int(n_clusters), int(chain_length), uniforms)
+    rows = np.ascontiguousarray(rows)
+    centers, _, _ = afkmc2_chains(rows, candidate_w, candidate_q, first_center, int(n_candidates), int(chain_length),
+                                  uniforms)
+    if n_candidates > n_clusters:
+        _too_few_distinct(centers, n_clusters, where="a sample of the data")
+        centers, _ = reduce_candidates(centers, rows, candidate_w, candidate_q, n_clusters,
+                                       stage_generator(seed, "afk-mc2", "reduce"))
     _too_few_distinct(centers, n_clusters, where="a sample of the data")
     return centers.astype(array.dtype), 4
 
@@ -327,17 +381,25 @@ def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):
 
 
 def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None, rounds=5, oversampling_factor=2.0,
-                    sample_size=None):
-    """Initial centers by the chosen method; returns ``(centers, passes_over_data)``."""
+                    sample_size=None, on_progress=_no_progress):
+    """Initial centers by the chosen method; returns ``(centers, passes_over_data)``.
+
+    ``on_progress(passes_done, passes_expected, note)`` follows the seeding's passes (AFK-MC2: once before
+    its passes and chains, once after).
+    """
     init = check_init(init, n_clusters, array.shape[1])
     if not isinstance(init, str):
+        on_progress(0, 0)
         return np.array(init, dtype=array.dtype), 0
     if init == "k-means||":
         return kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
-                               oversampling_factor=oversampling_factor, client=client)
+                               oversampling_factor=oversampling_factor, client=client, on_progress=on_progress)
     if init == "afk-mc2":
-        return afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
+        on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
+        centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
+        on_progress(passes, passes)
+        return centers, passes
     if init == "k-means++":
         return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,
-                                         client=client)
-    return random_rows(array, n_clusters, seed, weights=weights, client=client)
+                                         client=client, on_progress=on_progress)
+    return random_rows(array, n_clusters, seed, weights=weights, client=client, on_progress=on_progress)

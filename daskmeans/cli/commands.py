@@ -21,6 +21,12 @@ from .common import (
 )
 
 
+def say(quiet: bool, message: str):
+    """One line on stderr about the phase that starts (nothing with --quiet)."""
+    if not quiet:
+        click.echo(message, err=True)
+
+
 # -- make-data ----------------------------------------------------------------------------------------------------
 
 
@@ -128,8 +134,10 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
         inertia = float(estimator.inertia_)  # may need one more pass: while the cluster is up
         fit_seconds = time.perf_counter() - start
         if labels_path is not None:
+            say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
             write_labels(estimator.labels_, labels_path, overwrite=overwrite, client=client)
         if model_path is not None:
+            say(quiet, f"saving the model -> {model_path}")
             estimator.save(model_path, overwrite=overwrite)
         workers = len(client.nthreads())
 

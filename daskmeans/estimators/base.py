@@ -16,6 +16,7 @@ from ..engine.random import seed_from_random_state
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
+from ..progress import LazyFinalPass
 from ..storage.checkpoint import check_supported, open_checkpoint
 from ..storage.io import Dataset, open_input
 from ..storage.model import save_model
@@ -393,7 +394,8 @@ class ClusteringEstimator:
             if data is None:
                 raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
             client = resolve_client(getattr(self, "client", None))
-            self._inertia = final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
+            with LazyFinalPass(self):
+                self._inertia = final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
         return self._inertia
 
     @inertia_.setter
@@ -414,15 +416,22 @@ class ClusteringEstimator:
         """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
         return save_model(self, path, overwrite=overwrite)
 
+    def _model_array_shapes(self):
+        """The shape of every array a model file of this estimator holds, from the stored parameters and
+        ``n_features_in_`` (:func:`daskmeans.load` checks each before reading any): ``{attribute: (shape, why)}``;
+        a string in a shape is a size shared by several arrays (bound by the first)."""
+        k, d = self.n_clusters, self.n_features_in_
+        k_name = getattr(type(self), "_n_clusters_parameter", "n_clusters")
+        why = f"{k_name}={k} in the stored parameters and n_features_in_={d}"
+        return {"cluster_centers_": ((k, d), why), "counts_": ((k,), f"{k_name}={k} in the stored parameters"),
+                "param_init": ((k, d), why)}
+
     def _check_loaded(self, path):
-        """Refuse a loaded model whose centers do not fit its parameters (:func:`daskmeans.load` calls this)."""
+        """Refuse a loaded model whose values cannot be used (:func:`daskmeans.load` calls this once the arrays,
+        their shapes checked before reading, are read)."""
         centers = self.cluster_centers_
-        n_features = getattr(self, "n_features_in_", None)
-        if centers.ndim != 2 or centers.shape[0] != self.n_clusters or centers.shape[1] != n_features:
-            raise_damaged(path, f"cluster_centers has shape {centers.shape}, expected ({self.n_clusters}, "
-                                f"{n_features})")
         if centers.dtype.kind != "f" or not np.isfinite(centers).all():
-            raise_damaged(path, "cluster_centers is not a finite float array")
+            raise_damaged(path, f"cluster_centers is not a finite float array (dtype {centers.dtype})")
 
 
 def raise_damaged(path, what):

@@ -203,18 +203,24 @@ class _KernelClustering(ClusteringEstimator):
             )
         return super().save(path, overwrite=overwrite)
 
+    def _model_array_shapes(self):
+        """See :meth:`ClusteringEstimator._model_array_shapes`; ``m`` is the number of support rows."""
+        k, d = self.n_clusters, self.n_features_in_
+        support = "m = the number of rows of support_rows"
+        return {**super()._model_array_shapes(),
+                "support_rows_": (("m", d), f"n_features_in_={d}"),
+                "support_coef_": (("m",), support), "support_owner_": (("m",), support),
+                "support_index_": (("m",), support),
+                "center_norms_": ((k,), f"n_clusters={k} in the stored parameters")}
+
     def _check_loaded(self, path):
-        m = self.support_rows_.shape[0] if self.support_rows_.ndim == 2 else -1
-        if self.support_rows_.ndim != 2 or self.support_rows_.shape[1] != self.n_features_in_:
-            raise_damaged(path, f"support_rows has shape {self.support_rows_.shape}, expected (m, "
-                                f"{self.n_features_in_})")
-        for name in ("support_coef_", "support_owner_", "support_index_"):
-            if getattr(self, name).shape != (m,):
-                raise_damaged(path, f"{name.rstrip('_')} has shape {getattr(self, name).shape}, expected ({m},)")
-        if self.center_norms_.shape != (self.n_clusters,):
-            raise_damaged(path, f"center_norms has shape {self.center_norms_.shape}, expected ({self.n_clusters},)")
+        super()._check_loaded(path)
+        m = self.support_rows_.shape[0]
+        for name in ("support_owner_", "support_index_"):
+            if getattr(self, name).dtype.kind not in "iu":
+                raise_damaged(path, f"{name.rstrip('_')} has dtype {getattr(self, name).dtype}, expected integers")
         if m and (self.support_owner_.min() < 0 or self.support_owner_.max() >= self.n_clusters):
-            raise_damaged(path, "support_owner names a center that does not exist")
+            raise_damaged(path, f"support_owner names a center that does not exist (n_clusters={self.n_clusters})")
         if not (np.isfinite(self.support_rows_).all() and np.isfinite(self.support_coef_).all()
                 and np.isfinite(self.center_norms_).all()):
             raise_damaged(path, "the support holds NaN or infinity")
@@ -333,21 +339,24 @@ class MiniBatchKernelKMeans(_KernelClustering):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
+        recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means", unit="steps",
+                                    centers_of=lambda record: _input_space(record, data))
         if start.resuming:  # the centers come from the algorithm's state
             saved = start.saved
             centers, gamma = None, saved["gamma"]
             kernel = Kernel(saved["kernel_name"], dict(saved["kernel_params"]),
                             self.kernel if callable(self.kernel) else None)
         else:
+            recorder.seeding(self.init, counted=False)
             kernel, centers, gamma = kernel_seeding(
                 data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
                 stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
             )
         hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
-        with SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means",
-                              centers_of=lambda record: _input_space(record, data)) as recorder:
+        with recorder:
             if centers is not None:
                 recorder.start(centers.input_space_means(data.n_features, data.dtype))
+            recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
                                  weights=weights)
             result = minibatch_kernel_kmeans(
@@ -445,18 +454,22 @@ class KernelKMeans(_KernelClustering):
     def _fit(self, data, weights, summary, client):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
         start = FitStart(None, self.random_state, Clock(self.max_time))
+        recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
+        recorder.seeding(self.init, counted=False)
         kernel, centers, _ = kernel_seeding(
             data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(start.seed, "init", 0),
             sample_size=self.init_sample_size, client=client, weights=weights,
         )
+        recorder.begin("loading", label="loading the data into the driver")
         (X,) = compute_now(data.array, client=client)
         w = None if weights is None else compute_now(weights, client=client)[0]
         X = np.ascontiguousarray(X)
         centers_of = _label_means(X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64),
                                   self.n_clusters, data.dtype)
-        with SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means",
-                              centers_of=centers_of) as recorder:
+        recorder.centers_of = centers_of
+        with recorder:
             recorder.start(centers.input_space_means(data.n_features, data.dtype))
+            recorder.iterations(label="iterations (the kernel matrix first)")
             result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
                                         max_iter=self.max_iter)
         recorder.keep(self)

@@ -40,8 +40,9 @@ class KMeans(ClusteringEstimator):
     client : distributed.Client, optional
         Cluster to run on; default the active client, else ``DASK_SCHEDULER_ADDRESS``, else local threads.
     progress : bool or callable, default False
-        Show a progress bar over iterations with the current energy; a callable is called with each history
-        record instead.
+        Show one bar per phase (seeding passes, iterations of at most ``max_iter``, a final pass when one is
+        made) with the current energy (:mod:`daskmeans.progress`); a callable is called with each history record
+        instead.
     snapshot_centers : bool, default False
         Keep a copy of the centers after every iteration in ``center_snapshots_`` (for energy-over-time
         benchmarks; costs one ``(n_clusters, n_features)`` copy per iteration; not saved with the model).
@@ -55,6 +56,9 @@ class KMeans(ClusteringEstimator):
     history_ : list of dict
         Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
     stop_reason_ : str
+    fit_phases_ : list of dict
+        The phases of the fit (``seeding``, ``iterations``, ``final pass``): ``{"phase", "start", "end", "unit",
+        "count", "total", ...}``, times on the clock of ``history_``.
     center_snapshots_ : list of dict
         Only with ``snapshot_centers=True``: the initial centers and the centers after each iteration, as
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
@@ -86,6 +90,8 @@ class KMeans(ClusteringEstimator):
         **SEEDING_CONSTRAINTS,
     }
     _supports_checkpoint = True
+    #: A record's energy is that of the centers its iteration started from (:func:`daskmeans.plots.energy_timeline`).
+    _energy_before_update = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -95,20 +101,21 @@ class KMeans(ClusteringEstimator):
         saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
         first_run = saved["run"] if saved is not None else 0
-        with SnapshotRecorder(self, clock, desc="k-means") as recorder:
+        with SnapshotRecorder(self, clock, total=self.max_iter, desc="k-means") as recorder:
             for run in range(first_run, self.n_init):
                 # the state of the run under way is saved under "run_state", next to the best of the runs before
                 hook = start.hook("run_state", fresh=run != first_run, run=run,
                                   best=None if best is None else result_to_state(best))
                 centers, passes = None, 0
                 if hook is None or hook.resume is None:
-                    centers, passes = seed_centers(self, data, weights, client, start.seed, run)
-                    recorder.start(centers)
+                    centers, passes = seed_centers(self, data, weights, client, start.seed, run, recorder=recorder)
+                recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
                 context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
                                      checkpoint=hook, weights=weights, total_weight=summary.total_weight)
                 result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol)
                 if self.n_init > 1 and result.inertia is None:
-                    result.inertia = final_inertia(data.array, result.centers, weights, client)
+                    with recorder.final_pass(f"inertia of run {run + 1}/{self.n_init}"):
+                        result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
                 out_of_time = clock.out_of_time()

@@ -148,8 +148,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="nmbatch") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed)
-                recorder.start(centers)
+                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+            recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
             result = nested_minibatch(
@@ -268,11 +268,12 @@ class MiniBatchKMeans(ClusteringEstimator):
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
         total = max(1, self.max_iter * data.n_samples // self.batch_size)
-        with SnapshotRecorder(self, clock, total=total, desc="mini-batch k-means") as recorder:
+        with SnapshotRecorder(self, clock, total=total, desc="mini-batch k-means", unit="steps",
+                              count_key="steps") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed)
-                recorder.start(centers)
+                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+            recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
             result = minibatch_kmeans(

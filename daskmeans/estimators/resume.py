@@ -69,10 +69,19 @@ class FitStart:
         return self.checkpoint.hook(resume, wrap=lambda algorithm_state: self.state(**fields, **{key: algorithm_state}))
 
 
-def seed_centers(estimator, data, weights, client, seed, run=0):
-    """The initial centers of run ``run`` by the estimator's seeding options: ``(centers, passes)``."""
-    return initial_centers(
-        data.array, estimator.n_clusters, estimator.init, stage_key(seed, "init", run), weights=weights,
-        client=client, rounds=estimator.init_rounds, oversampling_factor=estimator.oversampling_factor,
-        sample_size=estimator.init_sample_size,
-    )
+def seed_centers(estimator, data, weights, client, seed, run=0, recorder=None):
+    """The initial centers of run ``run`` by the estimator's seeding options: ``(centers, passes)``.
+
+    With a :class:`~daskmeans.progress.SnapshotRecorder`, the seeding is its seeding phase (a bar over the passes)
+    and the initial centers its first snapshot.
+    """
+    options = dict(weights=weights, client=client, rounds=estimator.init_rounds,
+                   oversampling_factor=estimator.oversampling_factor, sample_size=estimator.init_sample_size)
+    key = stage_key(seed, "init", run)
+    if recorder is None:
+        return initial_centers(data.array, estimator.n_clusters, estimator.init, key, **options)
+    with recorder.seeding(estimator.init) as phase:
+        centers, passes = initial_centers(data.array, estimator.n_clusters, estimator.init, key,
+                                          on_progress=phase.seeding_callback(), **options)
+    recorder.start(centers)
+    return centers, passes

@@ -151,6 +151,8 @@ class VRKMeans(ClusteringEstimator):
         **SEEDING_CONSTRAINTS,
     }
     _supports_checkpoint = True
+    #: A record's energy is that of the centers its epoch started from (:func:`daskmeans.plots.energy_timeline`).
+    _energy_before_update = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -167,11 +169,11 @@ class VRKMeans(ClusteringEstimator):
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
-        with SnapshotRecorder(self, clock, total=self.max_epochs, desc=self.variant) as recorder:
+        with SnapshotRecorder(self, clock, total=self.max_epochs, desc=self.variant, unit="epochs") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed)
-                recorder.start(centers)
+                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+            recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
             result = vrkm(

@@ -5,13 +5,21 @@ center is the last state of a Markov chain of ``chain_length`` proposals drawn f
 from ``x`` to the proposal ``y`` with probability ``min(1, (w_y d^2(y, C) q_x) / (w_x d^2(x, C) q_y))``
 (``C``: the centers chosen so far). The proposals and the acceptance uniforms are drawn by the caller, so the
 kernel is deterministic and the same draws give the same centers wherever it runs.
+
+Oversampled (:func:`reduce_candidates`): D^2 sampling, which the chains approximate however long they are, leaves
+well-separated clusters without a center (about 10 of 100 blobs: once few clusters are uncovered, their mass is
+small next to the spread of the covered ones). The chains therefore draw more candidates than centers, and
+weighted greedy k-means++ on the candidates keeps the centers, as k-means|| reclusters its own.
 """
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
+from ..config import RECLUSTER_SLAB_BYTES
 from .distance import pair_dist2
 
 
@@ -100,3 +108,78 @@ def proposal_distribution(points, weights, first_center):
     if total <= 0.0:
         return uniform_part * 2.0
     return 0.5 * weighted / total + uniform_part
+
+
+def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
+    """Keep ``n_clusters`` of the chains' candidates: ``(centers, distance evaluations)``.
+
+    Each candidate's mass is estimated from the chains' proposals (i.i.d. draws from ``q``, so a row counts
+    ``w / q``) that have it as their nearest candidate; weighted greedy k-means++ on the distinct candidates
+    (:func:`greedy_kmeans_plusplus_with_mode`) then picks ``n_clusters`` of them.
+
+    Parameters
+    ----------
+    candidates : ndarray (n_candidates, d)
+        The chains' centers, with at least ``n_clusters`` distinct rows.
+    rows, row_weights, row_q : ndarray (n_proposals, d), (n_proposals,), (n_proposals,)
+        The proposals, their weights and their ``q``.
+    n_clusters : int
+    rng : numpy.random.Generator
+    """
+    candidates = np.asarray(candidates, dtype=np.float64)
+    _, first_of = np.unique(candidates, axis=0, return_index=True)
+    distinct = candidates[np.sort(first_of)]  # in the order the chains chose them
+    rows = np.asarray(rows, dtype=np.float64)
+    row_weights, row_q = np.asarray(row_weights, dtype=np.float64), np.asarray(row_q, dtype=np.float64)
+    distinct_sq = np.einsum("ij,ij->i", distinct, distinct)
+    nearest = np.empty(rows.shape[0], dtype=np.intp)
+    slab_rows = max(1, RECLUSTER_SLAB_BYTES // (8 * distinct.shape[0]))
+    for r0 in range(0, rows.shape[0], slab_rows):
+        block = rows[r0:r0 + slab_rows]
+        nearest[r0:r0 + slab_rows] = np.argmin(distinct_sq[None, :] - 2.0 * block @ distinct.T, axis=1)
+    mass = np.bincount(nearest, weights=row_weights / row_q, minlength=distinct.shape[0])
+    # a candidate that is a proposal has its own row (distance 0); the first center may be none: the least mass
+    mass = np.where(mass > 0, mass, mass[mass > 0].min())
+    n_trials = 2 + int(math.log(n_clusters))
+    centers = greedy_kmeans_plusplus_with_mode(distinct, mass, n_clusters, rng, n_trials)
+    n_distances = rows.shape[0] * distinct.shape[0] + distinct.shape[0] * (1 + (n_trials + 1) * (n_clusters - 1))
+    return centers, n_distances
+
+
+def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials):
+    """Greedy k-means++ on a few weighted points whose trials always include the point of largest ``w d^2``.
+
+    With only ``n_trials`` random trials, the last uncovered clusters (small ``w d^2`` mass next to that of the
+    many near-copies of chosen centers) are missed with high probability; the mode of ``w d^2`` is such a
+    cluster's candidate, and it is kept only if it lowers the weighted potential most, as greedy k-means++ asks.
+
+    Parameters
+    ----------
+    points : float64 (m, d)
+        Distinct points, at least ``n_clusters`` of positive weight.
+    weights : float64 (m,)
+    n_clusters, n_trials : int
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    float64 (n_clusters, d)
+    """
+    points_sq = np.einsum("ij,ij->i", points, points)
+    centers = np.empty((n_clusters, points.shape[1]))
+    first = int(rng.choice(points.shape[0], p=weights / weights.sum()))
+    centers[0] = points[first]
+    closest = np.maximum(points_sq - 2.0 * points @ points[first] + points_sq[first], 0.0)
+    for c in range(1, n_clusters):
+        target = weights * closest
+        cumulative = np.cumsum(target)
+        drawn = np.minimum(np.searchsorted(cumulative, rng.random(n_trials) * cumulative[-1], side="right"),
+                           points.shape[0] - 1)
+        trials = np.append(drawn, np.argmax(target))
+        d2 = points_sq[None, :] - 2.0 * points[trials] @ points.T + points_sq[trials][:, None]
+        np.maximum(d2, 0.0, out=d2)
+        np.minimum(d2, closest[None, :], out=d2)
+        best = int(np.argmin(d2 @ weights))
+        centers[c] = points[trials[best]]
+        closest = d2[best]
+    return centers

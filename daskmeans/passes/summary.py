@@ -1,4 +1,4 @@
-"""The summary pass: n, mean, variance, and the data checks, all in the first read of the data."""
+"""The summary pass: n, mean, variance, the data checks and a hash of every row, all in the first read of the data."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ class Summary:
         Sum of the sample weights (n without weights).
     n_bad_weights : int
         Negative or non-finite weights.
+    first_bad_weight_row : int
+    row_hash : int
+        :func:`row_hash` of the data (and weights): 64 bits that change with any row's value or position.
     """
 
     n_samples: int
@@ -42,11 +45,73 @@ class Summary:
     total_weight: float
     n_bad_weights: int
     first_bad_weight_row: int
+    row_hash: int = 0
 
     @property
     def mean_variance(self) -> float:
         """Mean of the per-feature variances: the scale of scikit-learn's relative tolerance."""
         return float(np.mean(self.variance))
+
+
+#: Constants of the splitmix64 finalizer (Steele, Lea & Flood 2014), a bijective 64-bit mixer.
+_MIX_A, _MIX_B = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: Rows hashed at once (bounds the temporaries of a block's hash to a few MB per feature).
+_HASH_ROWS = 1 << 15
+
+
+def _mix64(words):
+    """splitmix64's finalizer applied in place to a uint64 array (wrapping arithmetic)."""
+    words ^= words >> np.uint64(30)
+    words *= _MIX_A
+    words ^= words >> np.uint64(27)
+    words *= _MIX_B
+    words ^= words >> np.uint64(31)
+    return words
+
+
+def row_hash(block, offset, weights=None) -> int:
+    """A 64-bit hash of the rows ``offset, offset + 1, ...`` of the data: the wrapping sum over rows of
+    ``mix(mix(row index) + sum over columns of (value bits xor key_j) * odd multiplier_j)``.
+
+    Every value enters as the bits of its float64 (the same for any input dtype and byte order), mixed with its
+    column and its row's global index, so moving a row, swapping two values of a column or changing any bit of a
+    value changes the hash (but for a 2**-64 chance). Sums of per-row hashes are associative and commutative:
+    the hash of the whole data is the sum of the hashes of its blocks, whatever the chunking. Not cryptographic:
+    it tells other data apart, it does not resist forgery.
+
+    Parameters
+    ----------
+    block : ndarray (n, d)
+    offset : int
+        Global index of the block's first row.
+    weights : ndarray (n,), optional
+        Sample weights, hashed as one more column.
+
+    Returns
+    -------
+    int
+        In ``[0, 2**64)``.
+    """
+    block = np.asarray(block)
+    n = block.shape[0]
+    d = block.shape[1] + (weights is not None)
+    keys = _mix64(np.arange(1, d + 1, dtype=np.uint64) * _GOLDEN)
+    multipliers = _mix64(keys.copy()) | np.uint64(1)  # odd: multiplying by one is a bijection of the 64-bit words
+    total = 0
+    for start in range(0, n, _HASH_ROWS):
+        stop = min(n, start + _HASH_ROWS)
+        values = np.empty((stop - start, d), dtype=np.float64)
+        values[:, :block.shape[1]] = block[start:stop]
+        if weights is not None:
+            values[:, -1] = np.asarray(weights)[start:stop]
+        words = values.view(np.uint64)
+        words ^= keys
+        words *= multipliers
+        rows = words.sum(axis=1, dtype=np.uint64)
+        rows += _mix64(np.arange(offset + start + 1, offset + stop + 1, dtype=np.uint64) * _GOLDEN)
+        total = (total + int(_mix64(rows).sum(dtype=np.uint64))) % 2**64
+    return total
 
 
 def _summarize_block(block, offset, weights):
@@ -67,7 +132,8 @@ def _summarize_block(block, offset, weights):
         n_bad = int(bad.sum())
         first_bad = int(offset + np.argmax(bad)) if n_bad else -1
         total_weight = float(weights[~bad].sum())
-    return n, mean, m2, n_nonfinite, first, max_abs, total_weight, n_bad, first_bad
+    hashed = row_hash(block, offset, weights)
+    return n, mean, m2, n_nonfinite, first, max_abs, total_weight, n_bad, first_bad, hashed
 
 
 def _first(a, b):
@@ -79,7 +145,7 @@ def _first(a, b):
 
 
 def _combine(parts):
-    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad = parts[0]
+    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad, hashed = parts[0]
     for other in parts[1:]:
         n_b, mean_b, m2_b = other[0], other[1], other[2]
         total = n + n_b
@@ -94,7 +160,8 @@ def _combine(parts):
         weight += other[6]
         n_bad += other[7]
         first_bad = _first(first_bad, other[8])
-    return n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad
+        hashed = (hashed + other[9]) % 2**64
+    return n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad, hashed
 
 
 def summary_graph(array, weights=None):
@@ -104,9 +171,9 @@ def summary_graph(array, weights=None):
 
 
 def finish_summary(result, n_total: int) -> Summary:
-    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad = result
+    n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad, hashed = result
     variance = m2 / n if n else np.zeros_like(mean)
-    return Summary(n_total, mean, variance, nonfinite, first, max_abs, weight, n_bad, first_bad)
+    return Summary(n_total, mean, variance, nonfinite, first, max_abs, weight, n_bad, first_bad, hashed)
 
 
 def check_summary(summary: Summary, dtype, name: str = "X") -> None:

@@ -24,8 +24,9 @@ never write into the version of the run that resumed.
 Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
 :data:`daskmeans.storage.zarr_safe.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
 version group also records a fingerprint of the fit (:mod:`daskmeans.storage.fingerprint`: estimator class, its
-parameters, the data's shape, dtype, chunking and a digest of the summary pass's statistics); resuming with
-anything else is refused with
+parameters, the data's shape, dtype, chunking, a digest of the summary pass's statistics and its hash of every
+row, which changes when rows are permuted or values move within a column); resuming with anything else is
+refused with
 :class:`~daskmeans.exceptions.CheckpointMismatchError`, a damaged checkpoint with
 :class:`~daskmeans.exceptions.CheckpointError`.
 
@@ -95,11 +96,12 @@ import numpy as np
 import zarr
 
 from ..exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
-from .fingerprint import content_digest, differences, fit_fingerprint
-from .zarr_safe import fsync_dir, fsync_files, open_group, read_safe_array, write_group
+from .fingerprint import content_differences, content_digest, differences, fit_fingerprint
+from .zarr_safe import fsync_dir, fsync_files, open_group, read_plain_file, read_safe_array, write_group
 
 FORMAT = "daskmeans-checkpoint"
-FORMAT_VERSION = 1
+#: 2: the data fingerprint holds a hash of every row (version 1 held only statistics of the values).
+FORMAT_VERSION = 2
 MARKER = "daskmeans-checkpoint.json"
 POINTER = "CURRENT"
 _VERSION_NAME = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
@@ -258,11 +260,10 @@ class Checkpoint:
 
     def _read_pointer(self):
         pointer = os.path.join(self.path, POINTER)
-        if not os.path.exists(pointer):
+        if not os.path.lexists(pointer):
             return None
         try:
-            with open(pointer, encoding="utf-8") as handle:
-                content = json.load(handle)
+            content = json.loads(read_plain_file(pointer, max_bytes=1 << 16))
         except (OSError, ValueError) as error:
             raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not readable JSON ({error}). "
                                   f"Delete {self.path!r} to start the fit afresh.") from error
@@ -271,7 +272,14 @@ class Checkpoint:
                                   f"Delete {self.path!r} to start the fit afresh.")
         version = content.get("version")
         directory = content.get("directory")
-        if content.get("format_version") != FORMAT_VERSION or not isinstance(version, int) or version < 1 or \
+        written = content.get("format_version")
+        if isinstance(written, int) and 1 <= written < FORMAT_VERSION:
+            raise CheckpointError(
+                f"{self._describe()} was written by an older format (version {written}; this daskmeans writes "
+                f"version {FORMAT_VERSION}, whose data fingerprint also tells permuted rows apart) and cannot be "
+                f"resumed; delete {self.path!r} to start afresh."
+            )
+        if written != FORMAT_VERSION or not isinstance(version, int) or version < 1 or \
                 not isinstance(directory, str) or not _VERSION_NAME.match(directory):
             raise CheckpointError(
                 f"{self._describe()} has format version {content.get('format_version')!r} (pointer {content!r}); "
@@ -290,6 +298,10 @@ class Checkpoint:
         if not os.path.isdir(directory):
             raise CheckpointError(f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
                                   f"missing. Delete {self.path!r} to start the fit afresh.")
+        if os.path.islink(directory):
+            raise CheckpointError(f"{what} is damaged or tampered with: {os.path.basename(directory)} is a symbolic "
+                                  f"link, which daskmeans never writes nor follows. Delete {self.path!r} to start "
+                                  "afresh.")
         group = open_group(directory, what)
         attrs = dict(group.attrs)
         if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
@@ -321,7 +333,8 @@ class Checkpoint:
         self._attrs = attrs
 
     def check_content(self, summary):
-        """Refuse a checkpoint of other values (same shape and chunking): call after the summary pass.
+        """Refuse a checkpoint of other values or rows in another order (same shape and chunking): call after the
+        summary pass, whose statistics and row hash (:func:`content_digest`) are compared.
 
         Raises
         ------
@@ -331,9 +344,9 @@ class Checkpoint:
         self.fingerprint = dict(self.fingerprint, content=digest)
         if self._attrs is not None and self._attrs["fingerprint"].get("content") != digest:
             raise CheckpointMismatchError(
-                f"{self._describe()} was written by a fit of other data (same shape, dtype and chunking, other "
-                "values). Resuming it would mix two runs: use another checkpoint path for this fit, or delete "
-                f"{self.path!r} to start afresh."
+                f"{self._describe()} was written by a fit of other data (same shape, dtype and chunking, but "
+                f"{content_differences(self._attrs['fingerprint'].get('content'), digest)}). Resuming it would mix "
+                f"two runs: use another checkpoint path for this fit, or delete {self.path!r} to start afresh."
             )
 
     @property

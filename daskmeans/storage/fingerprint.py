@@ -1,10 +1,11 @@
 """What identifies a fit, so that a checkpoint is resumed by that fit only.
 
 A fingerprint is a JSON document: the estimator class, its parameters (arrays as digests), the data's shape,
-dtype and row chunking, and, once the summary pass has run, a digest of its statistics
-(:func:`content_digest`). :mod:`daskmeans.storage.checkpoint` stores it in every version and compares it with
+dtype and row chunking, and, once the summary pass has run, a digest of its statistics and its hash of every
+row (:func:`content_digest`). :mod:`daskmeans.storage.checkpoint` stores it in every version and compares it with
 the fingerprint of the fit that opens the checkpoint. Changing what goes into it makes every checkpoint written
-before refused as "written by another fit".
+before refused as "written by another fit": raise ``daskmeans.storage.checkpoint.FORMAT_VERSION`` with it, so that
+those are refused as "written by an older format" instead.
 """
 
 from __future__ import annotations
@@ -62,11 +63,36 @@ def fit_fingerprint(estimator, data, weights) -> dict:
     }
 
 
-def content_digest(summary) -> str:
-    """A digest of the data's values, from the summary pass every fit makes anyway (mean, variance, extremes,
-    total weight: a change of any value changes it, but for a vanishing chance)."""
-    return digest(np.asarray(summary.mean, dtype=np.float64), np.asarray(summary.variance, dtype=np.float64),
-                  float(summary.max_abs), float(summary.total_weight), int(summary.n_samples))
+def content_digest(summary) -> dict:
+    """What the summary pass, which every fit makes anyway, tells of the data's values.
+
+    ``statistics``: a digest of the mean, variance, extremes, total weight and n; ``rows``: the pass's
+    :func:`~daskmeans.passes.summary.row_hash` (16 hex digits), which changes with any row's value or position
+    (rows permuted, values swapped within a column) and is the same for any chunking of the rows.
+
+    Returns
+    -------
+    dict
+    """
+    return {
+        "statistics": digest(np.asarray(summary.mean, dtype=np.float64),
+                             np.asarray(summary.variance, dtype=np.float64), float(summary.max_abs),
+                             float(summary.total_weight), int(summary.n_samples)),
+        "rows": f"{int(summary.row_hash):016x}",
+    }
+
+
+def content_differences(saved, current: dict) -> str:
+    """How the data of a checkpoint (``saved`` :func:`content_digest`) differs from the data now, in words."""
+    if not isinstance(saved, dict):
+        return "its data fingerprint is of an older format"
+    if saved.get("statistics") != current["statistics"]:
+        return ("its values or their order differ (statistics digest "
+                f"{saved.get('statistics')!r} in the checkpoint, {current['statistics']!r} now; row hash "
+                f"{saved.get('rows')!r} in the checkpoint, {current['rows']!r} now)")
+    return ("the rows differ with the same mean, variance, extremes and weight: rows permuted, values moved within "
+            f"a column or weights reordered (row hash {saved.get('rows')!r} in the checkpoint, {current['rows']!r} "
+            "now)")
 
 
 def differences(saved: dict, current: dict) -> list[str]:

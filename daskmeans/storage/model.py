@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 
 import numpy as np
 import zarr
 
 from .._version import __version__
-from ..exceptions import ModelFileError
+from ..exceptions import InvalidParameterError, ModelFileError
 from ..registry import estimator_classes
-from .zarr_safe import atomic_output, read_safe_array, to_jsonable
+from .zarr_safe import atomic_output, check_tree, open_safe_array, to_jsonable
 
 FORMAT = "daskmeans-model"
 FORMAT_VERSION = 1
@@ -74,8 +76,56 @@ def save_model(estimator, path, *, overwrite=False) -> str:
     return os.fspath(path)
 
 
+#: Parameters that say where and how a fit runs, never read from a model file (save never writes them).
+RUNTIME_PARAMS = ("client", "progress")
+#: The most files a model folder may hold (daskmeans writes two or three per array).
+MAX_MODEL_ENTRIES = 1000
+
+
+def _real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+
+
+def _kernel_params(value):
+    return isinstance(value, dict) and all(isinstance(key, str) and (item is None or _real(item))
+                                           for key, item in value.items())
+
+
+#: Every fitted scalar a model may hold: ``(check, what it must be, needed to predict)``. A name an estimator lists
+#: in ``_model_scalars`` but not here cannot be loaded (tests/storage/test_untrusted_model.py checks the registry).
+SCALAR_KINDS = {
+    "inertia_": (_real, "a number", False),
+    "n_iter_": (_count, "an integer >= 0", False),
+    "n_features_in_": (lambda v: _count(v) and v >= 1, "an integer >= 1", True),
+    "stop_reason_": (lambda v: isinstance(v, str), "a string", False),
+    "bounds_": (lambda v: isinstance(v, str), "a string", False),
+    "n_steps_": (_count, "an integer >= 0", False),
+    "eta_": (_real, "a number", False),
+    "kernel_name_": (lambda v: isinstance(v, str), "a string", True),
+    "kernel_params_": (_kernel_params, "a dict of numbers", True),
+    "gamma_": (lambda v: _real(v) and math.isfinite(v), "a finite number", True),
+    "covariance_": (lambda v: _real(v) and math.isfinite(v) and v > 0, "a positive number", True),
+    "lower_bound_": (_real, "a number", False),
+    "converged_": (lambda v: isinstance(v, bool), "true or false", False),
+    "coreset_size_": (_count, "an integer >= 0", False),
+    "seeding_distances_": (_count, "an integer >= 0", False),
+    "n_truncated_": (lambda v: _count(v) and v >= 1, "an integer >= 1", True),
+    "search_size_": (_count, "an integer >= 0", False),
+}
+
+
 def load(path):
-    """Load a model written by ``save``.
+    """Load a model written by ``save``, trusting nothing in the file.
+
+    Before any array chunk is read: no symbolic link, FIFO or device anywhere in the folder; the format, the
+    estimator class, every parameter (known names only, checked by the estimator's constraints; ``client`` and
+    ``progress`` are never read from a file), every fitted scalar (the estimator's ``_model_scalars`` only, each
+    of its type), and every array's dtype, codecs, chunk grid and shape (from the stored parameters and
+    ``n_features_in_``, :meth:`~daskmeans.estimators.base.ClusteringEstimator._model_array_shapes`).
 
     Parameters
     ----------
@@ -90,18 +140,51 @@ def load(path):
     Raises
     ------
     ModelFileError
-        Not a daskmeans model, a newer format, or damaged (missing or inconsistent arrays).
+        Not a daskmeans model, a newer format, damaged or tampered with; the message names the field and what it
+        should be.
     FileNotFoundError
         Nothing at ``path``.
     """
     path = os.fspath(path)
+    what = repr(path)
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"No model at {path!r}. Check the path.")
+    check_tree(path, what, ModelFileError, max_entries=MAX_MODEL_ENTRIES)
     try:
         group = zarr.open_group(store=path, mode="r")
     except Exception as error:
         raise ModelFileError(f"{path!r} is not a daskmeans model (not a Zarr group): {error}") from error
     attrs = dict(group.attrs)
+    cls = _model_class(attrs, path)
+    params, scalars = attrs.get("params"), attrs.get("scalars")
+    if not isinstance(params, dict) or not isinstance(scalars, dict):
+        raise ModelFileError(f"{path!r} is damaged: its 'params' or 'scalars' attribute is missing.")
+    history = attrs.get("history", [])
+    if not isinstance(history, list):
+        raise ModelFileError(f"{path!r} is damaged: its 'history' attribute is {type(history).__name__}, expected "
+                             "a list.")
+    estimator, array_params = _estimator_from_params(cls, params, path)
+    for name, value in _checked_scalars(cls, scalars, path).items():
+        setattr(estimator, name, value)
+    shapes = estimator._model_array_shapes()
+    bound = {}
+    for name in array_params:
+        if f"param_{name}" not in shapes:
+            raise ModelFileError(f"{path!r} is damaged: parameter {name!r} is stored as an array, which "
+                                 f"{cls.__name__} never takes for it.")
+        value = _read_shaped(group, f"param_{name}", shapes[f"param_{name}"], bound, what)
+        setattr(estimator, name, value)
+    _validate_loaded_params(estimator, path)
+    arrays = {name: _open_shaped(group, name.rstrip("_"), shapes[name], bound, what) for name in cls._model_arrays}
+    for name, array in arrays.items():  # every shape is checked before the first chunk is read
+        setattr(estimator, name, _read(array, name.rstrip("_"), what))
+    estimator.history_ = history
+    estimator._labels = None
+    estimator._check_loaded(path)
+    return estimator
+
+
+def _model_class(attrs, path):
     if attrs.get("format") != FORMAT:
         raise ModelFileError(
             f"{path!r} is not a daskmeans model (its 'format' attribute is {attrs.get('format')!r}); "
@@ -113,33 +196,101 @@ def load(path):
             f"{path!r} has model format version {version!r}; this daskmeans reads version {FORMAT_VERSION}. "
             "Upgrade daskmeans to read it."
         )
-    registry = estimator_classes()
-    cls = registry.get(attrs.get("estimator"))
+    cls = estimator_classes().get(attrs.get("estimator"))
     if cls is None:
         raise ModelFileError(f"{path!r} holds an unknown estimator {attrs.get('estimator')!r}.")
-    params = attrs.get("params")
-    scalars = attrs.get("scalars")
-    if not isinstance(params, dict) or not isinstance(scalars, dict):
-        raise ModelFileError(f"{path!r} is damaged: its 'params' or 'scalars' attribute is missing.")
+    return cls
+
+
+def _estimator_from_params(cls, params, path):
+    """The estimator of the stored parameters (array parameters left at their default): ``(estimator, names of
+    the array parameters)``; its parameters are checked by :func:`_validate_loaded_params` once arrays are read."""
     valid = set(cls._get_param_names())
-    kwargs = {}
+    kwargs, array_params = {}, []
     for name, value in params.items():
+        if name in RUNTIME_PARAMS:
+            raise ModelFileError(f"{path!r} is damaged: it holds the parameter {name!r}, which says where a fit runs "
+                                 "and is never stored in a model file; it was not loaded. Pass it after loading "
+                                 f"(model.set_params({name}=...)).")
         if name not in valid:
-            raise ModelFileError(f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}.")
-        if isinstance(value, dict) and "array" in value:
-            value = read_safe_array(group, value["array"], repr(path))
-        elif isinstance(value, dict) and "unstored" in value:
+            raise ModelFileError(f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}; it takes "
+                                 f"{sorted(valid - set(RUNTIME_PARAMS))}.")
+        if isinstance(value, dict) and set(value) == {"array"}:
+            if value["array"] != f"param_{name}":
+                raise ModelFileError(f"{path!r} is damaged: parameter {name!r} names the array {value['array']!r}, "
+                                     f"expected 'param_{name}'.")
+            array_params.append(name)
+            continue
+        if isinstance(value, dict) and set(value) == {"unstored"}:
             value = None
         kwargs[name] = value
     try:
         estimator = cls(**kwargs)
     except Exception as error:
         raise ModelFileError(f"{path!r} is damaged: its parameters are invalid: {error}") from error
-    for name in cls._model_arrays:
-        setattr(estimator, name, read_safe_array(group, name.rstrip("_"), repr(path)))
-    for name, value in scalars.items():
-        setattr(estimator, name, value)
-    estimator.history_ = attrs.get("history", [])
-    estimator._labels = None
-    estimator._check_loaded(path)
-    return estimator
+    _validate_loaded_params(estimator, path)
+    return estimator, array_params
+
+
+def _validate_loaded_params(estimator, path):
+    try:
+        estimator._validate_params()
+    except InvalidParameterError as error:
+        raise ModelFileError(f"{path!r} is damaged: a stored parameter is invalid: {error}") from error
+
+
+def _checked_scalars(cls, scalars, path):
+    """The stored fitted scalars, only the estimator's ``_model_scalars`` and each of its type."""
+    known = cls._model_scalars
+    unknown = sorted(set(scalars) - set(known))
+    if unknown:
+        raise ModelFileError(f"{path!r} is damaged: unknown fitted attribute(s) {unknown} for {cls.__name__}; it "
+                             f"stores {list(known)}. Nothing was loaded.")
+    checked = {}
+    for name in known:
+        check, expected, needed = SCALAR_KINDS.get(name, (None, None, False))
+        if check is None:
+            raise ModelFileError(f"internal: {cls.__name__}._model_scalars lists {name!r}, which "
+                                 "daskmeans.storage.model.SCALAR_KINDS does not describe.")
+        if name not in scalars:
+            if needed:
+                raise ModelFileError(f"{path!r} is damaged: the fitted attribute {name!r} is missing.")
+            continue
+        value = scalars[name]
+        if not check(value):
+            raise ModelFileError(f"{path!r} is damaged: the fitted attribute {name!r} is {value!r}, expected "
+                                 f"{expected}.")
+        checked[name] = value
+    return checked
+
+
+def _resolve_shape(name, spec, bound):
+    """``spec`` (ints, and names of sizes shared by several arrays) with the names bound so far substituted."""
+    shape, because = spec
+    return tuple(bound.get(dim, None) if isinstance(dim, str) else dim for dim in shape), because
+
+
+def _open_shaped(group, name, spec, bound, what):
+    shape, because = _resolve_shape(name, spec, bound)
+    if any(dim is None for dim in shape):  # a size first seen here (e.g. the kernel's support rows m)
+        array = open_safe_array(group, name, what)
+        declared = tuple(int(s) for s in array.shape)
+        if len(declared) != len(shape):
+            raise ModelFileError(f"{what} is damaged: {name} has {len(declared)} dimension(s), expected "
+                                 f"{len(shape)} ({because}); it was not read.")
+        for dim, size in zip(spec[0], declared):
+            if isinstance(dim, str):
+                bound.setdefault(dim, size)
+        shape, because = _resolve_shape(name, spec, bound)
+    return open_safe_array(group, name, what, shape=shape, expected=because)
+
+
+def _read(array, name, what):
+    try:
+        return np.asarray(array[...])
+    except Exception as exc:  # a damaged chunk: say which file and array
+        raise ModelFileError(f"{what} is damaged: cannot read array {name!r}: {exc}") from exc
+
+
+def _read_shaped(group, name, spec, bound, what):
+    return _read(_open_shaped(group, name, spec, bound, what), name, what)

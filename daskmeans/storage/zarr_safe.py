@@ -9,9 +9,11 @@ fingerprints, ``--json`` output and bench records become JSON through :func:`to_
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import shutil
+import stat
 import uuid
 
 import numpy as np
@@ -138,8 +140,13 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
     fsync_tree(directory)
 
 
-def open_group(directory, what, error=CheckpointError):
-    """Open the Zarr group at ``directory`` for reading; ``error`` (naming it ``what``) when it is not one."""
+def open_group(directory, what, error=CheckpointError, max_entries=None):
+    """Open the Zarr group at ``directory`` for reading; ``error`` (naming it ``what``) when it is not one.
+
+    The folder is checked first with :func:`check_tree` (no symbolic link, FIFO or device anywhere in it), so no
+    read of the group can leave the folder or block.
+    """
+    check_tree(directory, what, error, max_entries=max_entries)
     try:
         return zarr.open_group(store=os.fspath(directory), mode="r")
     except Exception as exc:
@@ -150,6 +157,83 @@ def read_group(directory, names, what="checkpoint"):
     """Read the arrays ``names`` of the Zarr group at ``directory`` with the safety checks (workers use it too)."""
     group = open_group(directory, what)
     return {name: read_safe_array(group, name, what, error=CheckpointError) for name in names}
+
+
+def check_tree(directory, what, error=CheckpointError, max_entries=None):
+    """Refuse a folder that holds anything but plain files and folders, before any file in it is opened.
+
+    Only ``lstat`` is used (no file is opened): a symbolic link anywhere below ``directory`` (which could make a
+    read leave the folder: another model's chunk, ``/dev/zero``) and a FIFO, socket or device (a read that blocks
+    forever) are refused. ``directory`` itself may be a link (the path the user named); URLs are not checked
+    (object stores have no links).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+    what : str
+        How messages name the file.
+    error : type
+        The exception raised.
+    max_entries : int, optional
+        Refuse a folder with more entries than this (a model holds a few files; a tampered one could hold
+        millions to make loading slow).
+
+    Raises
+    ------
+    error
+    """
+    directory = os.fspath(directory)
+    if not is_local(directory):
+        return
+    root = local_path(directory)
+    if not os.path.isdir(root):
+        return  # opening it says what is wrong
+    count = 0
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            raise error(f"{what} cannot be read: listing {folder!r} failed ({exc}).") from exc
+        for entry in entries:
+            count += 1
+            if max_entries is not None and count > max_entries:
+                raise error(f"{what} holds more than {max_entries} files, far more than daskmeans writes; it is "
+                            "foreign or was tampered with, and was not read.")
+            mode = entry.stat(follow_symlinks=False).st_mode
+            relative = os.path.relpath(entry.path, root)
+            if stat.S_ISLNK(mode):
+                raise error(f"{what} holds a symbolic link {relative!r} (to {os.readlink(entry.path)!r}); daskmeans "
+                            "never writes links and does not follow them out of the folder. It was not read: "
+                            "replace the link by a copy of the file if the file is trusted.")
+            if stat.S_ISDIR(mode):
+                pending.append(entry.path)
+            elif not stat.S_ISREG(mode):
+                raise error(f"{what} holds {relative!r}, which is not a plain file (a FIFO, socket or device); it "
+                            "was not read.")
+
+
+def read_plain_file(path, max_bytes):
+    """The text (UTF-8) of ``path``, refused with ``OSError`` unless it is a plain file (not a link, FIFO or device)
+    of at most ``max_bytes``: opened without following links and without blocking."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if os.path.islink(path):
+            raise OSError(f"{os.path.basename(path)} is a symbolic link, which daskmeans never writes") from error
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{os.path.basename(path)} is not a plain file")
+        if info.st_size > max_bytes:
+            raise OSError(f"{os.path.basename(path)} holds {info.st_size:,} bytes, more than the {max_bytes:,} "
+                          "daskmeans writes")
+        return os.read(fd, max_bytes + 1).decode("utf-8")
+    finally:
+        os.close(fd)
 
 
 # -- safe reads ------------------------------------------------------------------------------------------------------
@@ -181,11 +265,19 @@ def _codec_names(array) -> set[str]:
     return names
 
 
-def read_safe_array(group, name, what, error=ModelFileError):
-    """One array of a daskmeans Zarr group (model or checkpoint), read only if decoding it can run no code.
+#: The most chunks one array of a model or checkpoint may declare (daskmeans writes one per array).
+MAX_CHUNKS = 4096
+#: The most bytes one array of a model or checkpoint may declare (refused before any allocation or read).
+MAX_ARRAY_BYTES = 16 * 2**30
 
-    The metadata is checked before any chunk is decoded: a numeric dtype (no object or string arrays) and
-    codecs from :data:`SAFE_CODECS` only (no pickle or other codec that daskmeans never writes).
+
+def open_safe_array(group, name, what, error=ModelFileError, *, shape=None, expected=None,
+                    max_chunks=MAX_CHUNKS, max_bytes=MAX_ARRAY_BYTES):
+    """One array of a daskmeans Zarr group, its metadata checked and nothing of its chunks read.
+
+    Checked: a numeric dtype (no object or string arrays), codecs from :data:`SAFE_CODECS` only (no pickle or
+    other codec that daskmeans never writes), the declared shape (``shape``, when given), at most ``max_chunks``
+    chunks and ``max_bytes`` bytes.
 
     Parameters
     ----------
@@ -195,10 +287,15 @@ def read_safe_array(group, name, what, error=ModelFileError):
         How messages name the file (``"'model.zarr'"``, ``"The checkpoint 'run.ckpt'"``).
     error : type
         The exception raised (:class:`ModelFileError`, or ``CheckpointError`` for checkpoints).
+    shape : tuple of int, optional
+        The shape the array must have.
+    expected : str, optional
+        Where ``shape`` comes from, for the message (``"n_clusters=3 and n_features_in_=8"``).
+    max_chunks, max_bytes : int
 
     Returns
     -------
-    ndarray
+    zarr.Array
     """
     try:
         array = group[name]
@@ -216,6 +313,32 @@ def read_safe_array(group, name, what, error=ModelFileError):
     if unsafe:
         raise error(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never writes (they "
                     "could run code when decoding); it was not read.")
+    declared = tuple(int(s) for s in array.shape)
+    if shape is not None and declared != tuple(shape):
+        because = f" ({expected})" if expected else ""
+        raise error(f"{what} is damaged: {name} has shape {declared}, expected {tuple(shape)}{because}; it was not "
+                    "read.")
+    n_bytes = math.prod(declared) * array.dtype.itemsize
+    if n_bytes > max_bytes:
+        raise error(f"{what} is damaged or foreign: array {name!r} declares shape {declared} ({n_bytes:,} bytes), "
+                    f"over the limit of {max_bytes:,} bytes; it was not read.")
+    n_chunks = math.prod(math.ceil(s / max(1, int(c))) for s, c in zip(declared, array.chunks))
+    if n_chunks > max_chunks:
+        raise error(f"{what} is damaged or foreign: array {name!r} declares {n_chunks:,} chunks of shape "
+                    f"{tuple(array.chunks)}, over the limit of {max_chunks:,} (daskmeans writes one per array); "
+                    "it was not read.")
+    return array
+
+
+def read_safe_array(group, name, what, error=ModelFileError, **checks):
+    """One array of a daskmeans Zarr group (model or checkpoint), read only once :func:`open_safe_array` has
+    checked its metadata (``checks`` are its keyword arguments: ``shape``, ``expected``, limits).
+
+    Returns
+    -------
+    ndarray
+    """
+    array = open_safe_array(group, name, what, error, **checks)
     try:
         return np.asarray(array[...])
     except Exception as exc:  # a damaged chunk: say which file and array

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from daskmeans.algorithms.init import afkmc2_in_memory
-from daskmeans.exceptions import InputDataError
+from daskmeans.exceptions import InputDataError, InvalidParameterError
 from daskmeans.kernels.afkmc2 import afkmc2_chains, proposal_distribution
 
 
@@ -75,10 +75,43 @@ def test_in_memory_seeding_is_reproducible_and_spreads_the_centers(dtype):
     a, n_distances = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50)
     b, _ = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50)
     np.testing.assert_array_equal(a, b)
-    assert a.dtype == dtype and n_distances == 2000 + sum(c * 50 for c in range(1, 8))
-    # seeding with long chains approximates k-means++: most blobs get a center
+    # 16 candidates: the chains, then every proposal against every candidate, then greedy k-means++ on the
+    # candidates (the first center, then 2 + floor(log 8) random trials and the mode per further center)
+    chains = sum(c * 50 for c in range(1, 16))
+    assert a.dtype == dtype and n_distances == 2000 + chains + 15 * 50 * 16 + 16 * (1 + 5 * 7)
     nearest_blob = ((a[:, None, :] - blob_centers[None]) ** 2).sum(-1).argmin(1)
-    assert len(set(nearest_blob)) >= 6
+    assert len(set(nearest_blob)) == 8
+    plain, plain_distances = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50,
+                                              oversampling=1.0)
+    assert plain_distances == 2000 + sum(c * 50 for c in range(1, 8))
+
+
+def hundred_blobs(n_samples, n_features, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10, 10, size=(100, n_features))
+    return centers[rng.integers(0, 100, n_samples)] + rng.standard_normal((n_samples, n_features)), centers
+
+
+def blobs_with_a_center(seeds, centers):
+    return len(set(((seeds[:, None, :] - centers[None]) ** 2).sum(-1).argmin(1)))
+
+
+def test_oversampling_gives_every_well_separated_blob_a_center():
+    points, centers = hundred_blobs(10_000, 16)
+    weights = np.ones(len(points))
+    covered = [blobs_with_a_center(afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed))[0], centers)
+               for seed in range(3)]
+    assert covered == [100, 100, 100]
+    # D^2 sampling alone, which the chains approximate however long, leaves about 10 of them without one
+    plain = [blobs_with_a_center(afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed),
+                                                  chain_length=50, oversampling=1.0)[0], centers)
+             for seed in range(3)]
+    assert max(plain) < 97
+
+
+def test_oversampling_below_one_is_a_clear_error():
+    with pytest.raises(InvalidParameterError, match="oversampling must be >= 1"):
+        afkmc2_in_memory(np.eye(3), np.ones(3), 2, np.random.default_rng(0), oversampling=0.5)
 
 
 def test_zero_weight_points_are_never_centers():

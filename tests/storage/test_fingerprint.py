@@ -10,7 +10,7 @@ import numpy as np
 
 from daskmeans import KMeans
 from daskmeans.estimators.kernel import KernelKMeans
-from daskmeans.storage.fingerprint import content_digest, differences, fit_fingerprint
+from daskmeans.storage.fingerprint import content_differences, content_digest, differences, fit_fingerprint
 from daskmeans.storage.io import open_input
 
 ROW_CHUNKS = {"count": 3, "largest": 8, "sha256": "ff03a9cafc6f581f4c6c7fdcf302ee6e"}
@@ -41,10 +41,18 @@ def test_parameters_that_are_objects_are_named_by_their_type():
 
 def test_content_digest_and_differences():
     summary = SimpleNamespace(mean=np.array([1.5, 2.5]), variance=np.array([0.25, 4.0]), max_abs=np.float32(39),
-                              total_weight=20.0, n_samples=20)
-    assert content_digest(summary) == "f737eefa995d65732ab59d9844379e81"
+                              total_weight=20.0, n_samples=20, row_hash=2**64 - 2)
+    assert content_digest(summary) == {"statistics": "f737eefa995d65732ab59d9844379e81", "rows": "fffffffffffffffe"}
     saved = {"estimator": "KMeans", "params": {"n_clusters": 16, "tol": 0.0001}, "shape": [20, 2]}
     now = {"estimator": "KMeans", "params": {"n_clusters": 12, "tol": 0.0001}, "shape": [20, 3]}
     assert differences(saved, now) == ["parameter n_clusters: 16 in the checkpoint, 12 now",
                                        "shape: [20, 2] in the checkpoint, [20, 3] now"]
     assert differences(saved, saved) == []
+
+
+def test_content_differences_say_what_differs():
+    now = {"statistics": "a", "rows": "01"}
+    assert "older format" in content_differences("f737eefa995d65732ab59d9844379e81", now)
+    assert content_differences({"statistics": "b", "rows": "02"}, now).startswith("its values or their order differ")
+    assert content_differences({"statistics": "a", "rows": "02"}, now).startswith(
+        "the rows differ with the same mean, variance, extremes and weight")

@@ -10,8 +10,8 @@ import zarr
 
 from daskmeans.exceptions import CheckpointError, ModelFileError
 from daskmeans.storage.sources import stored_bytes
-from daskmeans.storage.zarr_safe import (is_local, json_default, local_path, read_group, read_safe_array,
-                                         to_jsonable, write_group)
+from daskmeans.storage.zarr_safe import (MAX_ARRAY_BYTES, check_tree, is_local, json_default, local_path,
+                                         open_safe_array, read_group, read_safe_array, to_jsonable, write_group)
 
 
 def test_json_default_encodes_numpy_values_and_paths():
@@ -72,3 +72,37 @@ def test_stored_bytes_of_local_directories_only(tmp_path):
     assert stored_bytes(str(tmp_path / "absent")) is None
     assert stored_bytes("s3://bucket/store.zarr") is None
     assert not os.path.exists(tmp_path / "absent")
+
+
+def test_a_group_with_a_link_or_a_fifo_inside_is_refused_before_opening_a_file(tmp_path):
+    write_group(tmp_path / "g", {"x": np.arange(3.0)})
+    chunk = tmp_path / "g" / "x" / "0"
+    os.rename(chunk, tmp_path / "moved")
+    os.symlink(tmp_path / "moved", chunk)
+    with pytest.raises(CheckpointError, match=r"symbolic link 'x/0'.*not read"):
+        read_group(tmp_path / "g", ["x"])
+    os.remove(chunk)
+    os.mkfifo(chunk)
+    with pytest.raises(CheckpointError, match="'x/0', which is not a plain file"):
+        read_group(tmp_path / "g", ["x"])
+    os.remove(chunk)
+    os.rename(tmp_path / "moved", chunk)
+    check_tree(tmp_path / "g", "'g'")
+    with pytest.raises(ModelFileError, match="more than 2 files"):
+        check_tree(tmp_path / "g", "'g'", ModelFileError, max_entries=2)
+    os.symlink(tmp_path / "g", tmp_path / "alias")  # the named folder itself may be a link
+    np.testing.assert_array_equal(read_group(tmp_path / "alias", ["x"])["x"], np.arange(3.0))
+
+
+def test_declared_shapes_chunk_grids_and_sizes_are_checked_before_reading(tmp_path):
+    group = zarr.open_group(str(tmp_path / "g"), mode="w", zarr_format=3)
+    group.create_array("many", shape=(100_000, 2), chunks=(1, 2), dtype="f8")
+    group.create_array("huge", shape=(MAX_ARRAY_BYTES // 8 + 1,), chunks=(MAX_ARRAY_BYTES // 8 + 1,), dtype="f8")
+    group.create_array("x", shape=(3, 2), chunks=(3, 2), dtype="f4")[...] = 1
+    with pytest.raises(ModelFileError, match="'many' declares 100,000 chunks of shape \\(1, 2\\), over the limit"):
+        read_safe_array(group, "many", "'g'")
+    with pytest.raises(CheckpointError, match="'huge' declares shape .* over the limit"):
+        read_safe_array(group, "huge", "'g'", error=CheckpointError)
+    with pytest.raises(ModelFileError, match=r"x has shape \(3, 2\), expected \(4, 2\) \(n_clusters=4\)"):
+        open_safe_array(group, "x", "'g'", shape=(4, 2), expected="n_clusters=4")
+    np.testing.assert_array_equal(read_safe_array(group, "x", "'g'", shape=(3, 2)), np.ones((3, 2)))
