@@ -24,7 +24,7 @@ def _maker():
 
 MAKER = _maker()
 GOLDEN = dict(np.load(DATA / "golden_centers.npz"))
-#: centers of the saved models whose fit was re-recorded after they were saved (a deliberate behaviour change)
+#: centers of the saved models (they differ from GOLDEN where a fit was re-recorded after a deliberate change)
 MODEL_CENTERS = {**GOLDEN, **dict(np.load(DATA / "golden_model_centers.npz"))}
 
 
