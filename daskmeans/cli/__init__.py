@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 
 import click
@@ -45,11 +46,19 @@ def _module_exists(module: str) -> bool:
 
 
 
+def quiet_worker_failures():
+    """Keep Dask workers in this process from logging a failed task's traceback: the command reports the failure
+    in one line (worker processes are told by :class:`~daskmeans.engine.client.ClusterSpec`)."""
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+
+
 class DaskmeansGroup(click.Group):
     """A click group that loads optional commands on demand and turns user errors into one-line messages.
 
     Every mistake exits with status 1: errors of daskmeans and of the file system, and bad command lines (click's
-    own usage errors, which would exit with 2); with ``--json`` the message is a JSON object on stdout.
+    own usage errors, which would exit with 2); with ``--json`` the message is a JSON object on stdout. Any other
+    failure (a corrupt chunk, a lost scheduler, a full disk) is one line too, naming the error, with its traceback
+    only under ``daskmeans --debug``.
     """
 
     wants_json = False
@@ -86,6 +95,8 @@ class DaskmeansGroup(click.Group):
         return command
 
     def invoke(self, ctx):
+        if not ctx.params.get("debug"):
+            quiet_worker_failures()
         try:
             return super().invoke(ctx)
         except CommandError:
@@ -97,11 +108,19 @@ class DaskmeansGroup(click.Group):
                 error.exit_code = 1
                 raise
             raise CommandError(one_line(error.format_message()), "UsageError", True) from error
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as error:
+            if ctx.params.get("debug"):
+                raise
+            raise CommandError(f"{type(error).__name__}: {one_line(error)} (run 'daskmeans --debug ...' to see where)",
+                               type(error).__name__, self.wants_json) from error
 
 
 @click.group(name="daskmeans", cls=DaskmeansGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="daskmeans")
-def main():
+@click.option("--debug", is_flag=True, help="Show the traceback of an unexpected failure.")
+def main(debug):
     """Cluster data too large for one machine: chunked Zarr arrays on a Dask cluster.
 
     \b
@@ -112,8 +131,6 @@ def main():
       daskmeans predict model.zarr blobs.zarr --array X --labels blobs.zarr/labels --overwrite
       daskmeans info model.zarr
     """
-
-
 
 
 for _command in (make_data, fit, predict, info, demo):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import click
@@ -107,6 +108,7 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
     """
     from ..storage.checkpoint import open_checkpoint
     from ..storage.io import write_labels
+    from ..storage.zarr_safe import atomic_output
 
     chosen = algorithm_params(algorithm, {"init": init, "max_iter": max_iter, "max_time": max_time}, params)
     dataset = open_data(input_path, array)
@@ -133,12 +135,14 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
         estimator.fit(dataset, checkpoint=checkpoint_path)
         inertia = float(estimator.inertia_)  # may need one more pass: while the cluster is up
         fit_seconds = time.perf_counter() - start
-        if labels_path is not None:
-            say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
-            write_labels(estimator.labels_, labels_path, overwrite=overwrite, client=client)
-        if model_path is not None:
-            say(quiet, f"saving the model -> {model_path}")
-            estimator.save(model_path, overwrite=overwrite)
+        with contextlib.ExitStack() as commit:  # the outputs move into place together, or none does
+            if labels_path is not None:
+                say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
+                write_labels(estimator.labels_, commit.enter_context(atomic_output(labels_path, overwrite)),
+                             client=client)
+            if model_path is not None:
+                say(quiet, f"saving the model -> {model_path}")
+                estimator.save(commit.enter_context(atomic_output(model_path, overwrite)))
         workers = len(client.nthreads())
 
     summary = {

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import logging
 import os
+import tempfile
 
 import click
 
@@ -52,7 +54,9 @@ def cluster_options(command):
     def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, **kwargs):
         from ..engine.client import ClusterSpec
 
-        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit)
+        debug = click.get_current_context().find_root().params.get("debug", False)
+        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit,
+                           worker_log_level=logging.WARNING if debug else logging.CRITICAL)
         return command(*args, cluster=spec.validate(), **kwargs)
 
     options = [
@@ -142,6 +146,25 @@ def check_outputs(outputs: dict, overwrite: bool, inputs: dict):
         except OutputExistsError as error:
             raise OutputExistsError(f"{option} {path!r} exists already; choose another path or add --overwrite "
                                     "to replace it.") from error
+        check_writable(option, path)
+
+
+def check_writable(option: str, path: str):
+    """Refuse, before any work, a local output whose folder cannot take a new entry (read-only, no permission).
+
+    A file is created and removed there: permission bits alone do not tell (root, read-only mounts, ACLs).
+    """
+    from ..storage.zarr_safe import is_local, local_path
+
+    if not is_local(path):
+        return
+    folder = os.path.dirname(os.path.abspath(local_path(path)))
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".daskmeans-write-check-"):
+            pass
+    except OSError as error:
+        raise PermissionError(f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); "
+                              "choose a writable place.") from error
 
 
 def parse_param(text: str):

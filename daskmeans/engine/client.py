@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -118,6 +119,9 @@ class ClusterSpec:
     workers: int | None = None
     threads_per_worker: int | None = None
     memory_limit: str | float | int | None = None
+    #: Level of the embedded workers' own log messages (``logging.CRITICAL`` keeps a failed task's traceback out of
+    #: the output of a command that reports the failure itself).
+    worker_log_level: int = logging.WARNING
 
     def validate(self):
         """Check the options before any work; return the spec itself.
@@ -177,7 +181,8 @@ class ClusterSpec:
         processes = self.local_processes(input_bytes)
         with LocalCluster(n_workers=self.workers if processes else 1, threads_per_worker=self.threads_per_worker,
                           memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
-                          processes=processes, dashboard_address=":0") as cluster, \
+                          processes=processes, dashboard_address=":0",
+                          silence_logs=self.worker_log_level) as cluster, \
                 Client(cluster, set_as_default=True) as client:
             if announce:
                 announce_dashboard(client)
