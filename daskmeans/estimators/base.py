@@ -379,8 +379,12 @@ class ClusteringEstimator:
                     "labels_ belong to the data the model was fitted on, which a loaded model does not have; "
                     "call predict(X) instead."
                 )
-            self._labels = self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+            self._labels = self._like_input(data, self._lazy_labels(data))
         return self._labels
+
+    def _lazy_labels(self, data):
+        """Nearest center of each row of ``data``, as a lazy dask array."""
+        return lazy_labels(data.array, self._centers_for(data))
 
     @property
     def inertia_(self):

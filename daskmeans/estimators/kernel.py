@@ -134,20 +134,9 @@ class _KernelClustering(ClusteringEstimator):
                                                  check_finite=True, weights=weights), client=client)
         return -float(raw[1].sum())
 
-    @property
-    def labels_(self):
-        """Label of each training sample: NumPy for NumPy input, else lazy and chunk-aligned with the input."""
-        self._check_fitted()
-        if getattr(self, "_labels", None) is None:
-            data = getattr(self, "_fitted_data", None)
-            if data is None:
-                raise NotFittedError(
-                    "labels_ belong to the data the model was fitted on, which a loaded model does not have; "
-                    "call predict(X) instead."
-                )
-            self._labels = self._like_input(
-                data, lazy_kernel_labels(data.array, self._support_for(data), self.kernel_))
-        return self._labels
+    def _lazy_labels(self, data):
+        """Nearest center in feature space of each row of ``data``, as a lazy dask array."""
+        return lazy_kernel_labels(data.array, self._support_for(data), self.kernel_)
 
     @property
     def inertia_(self):
