@@ -68,10 +68,11 @@ def _is_path(source) -> bool:
 
 
 def _compute_dtype(dtype: np.dtype, name: str) -> np.dtype:
-    """float32 and float64 stay; integers and float16 compute as float32; anything else is refused."""
+    """float32 and float64 stay (in the machine's byte order); integers and float16 compute as float32; anything
+    else is refused."""
     dtype = np.dtype(dtype)
-    if dtype == np.float64 or dtype == np.float32:
-        return dtype
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):
+        return dtype.newbyteorder("=")  # big-endian stores (Zarr v2 '>f4', NumPy) are read, block by block
     if dtype.kind in "iu" or dtype == np.float16:
         return np.dtype(np.float32)
     if dtype.kind == "c":

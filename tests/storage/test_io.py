@@ -8,6 +8,7 @@ import pytest
 import xarray as xr
 import zarr
 
+import daskmeans
 from conftest import is_root
 from daskmeans import InputDataError, OutputExistsError, open_input, write_labels
 from daskmeans.exceptions import InputDtypeError
@@ -175,3 +176,17 @@ def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
     assert ds.location == str(tmp_path / "rel.zarr")
     monkeypatch.chdir("/")
     np.testing.assert_array_equal(ds.array.compute(), np.ones((10, 2)))
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8"])
+def test_big_endian_data_is_read_and_gives_the_native_result(tmp_path, dtype):
+    X = np.random.default_rng(5).normal(size=(400, 3))
+    native = daskmeans.KMeans(3, random_state=0).fit(X.astype(np.dtype(dtype).newbyteorder("="))).cluster_centers_
+    in_memory = daskmeans.KMeans(3, random_state=0).fit(X.astype(dtype)).cluster_centers_
+    store = zarr.open_array(str(tmp_path / "be.zarr"), mode="w", shape=X.shape, dtype=dtype, chunks=(100, 3),
+                            zarr_format=2)
+    store[:] = X.astype(dtype)
+    from_zarr = daskmeans.KMeans(3, random_state=0).fit(str(tmp_path / "be.zarr")).cluster_centers_
+    assert in_memory.dtype.isnative and from_zarr.dtype.isnative
+    np.testing.assert_array_equal(in_memory, native)
+    np.testing.assert_array_equal(from_zarr, native)
