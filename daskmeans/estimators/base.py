@@ -388,7 +388,8 @@ class ClusteringEstimator:
 
     @property
     def inertia_(self):
-        """Weighted sum of squared distances of the training samples to their nearest center.
+        """Weighted sum of squared distances of the training samples to their nearest center (in feature space
+        for kernel k-means).
 
         A fit that stops while the centers still move leaves this to one more pass, made on first access.
         """
@@ -397,10 +398,13 @@ class ClusteringEstimator:
             data = getattr(self, "_fitted_data", None)
             if data is None:
                 raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
-            client = resolve_client(getattr(self, "client", None))
             with LazyFinalPass(self):
-                self._inertia = final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
+                self._inertia = self._final_inertia(data, resolve_client(getattr(self, "client", None)))
         return self._inertia
+
+    def _final_inertia(self, data, client):
+        """Weighted sum of squared distances of ``data``'s rows to their nearest center: one pass."""
+        return final_inertia(data.array, self._centers_for(data), self._fitted_weights, client)
 
     @inertia_.setter
     def inertia_(self, value):

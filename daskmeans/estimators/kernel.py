@@ -17,7 +17,7 @@ from ..algorithms.result import Clock, RunContext
 from ..config import MAX_FULL_BATCH_SAMPLES
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_key
-from ..exceptions import InputDataError, ModelFileError, NotFittedError
+from ..exceptions import InputDataError, ModelFileError
 from ..kernels.kernel_centers import SparseCenters
 from ..kernels.kernel_functions import Kernel, check_kernel
 from ..kernels.minibatch import LEARNING_RATES
@@ -138,27 +138,11 @@ class _KernelClustering(ClusteringEstimator):
         """Nearest center in feature space of each row of ``data``, as a lazy dask array."""
         return lazy_kernel_labels(data.array, self._support_for(data), self.kernel_)
 
-    @property
-    def inertia_(self):
-        """Sum of squared feature-space distances of the training samples to their nearest center.
-
-        A mini-batch fit leaves this to one pass, made on first access.
-        """
-        self._check_fitted()
-        if getattr(self, "_inertia", None) is None:
-            data = getattr(self, "_fitted_data", None)
-            if data is None:
-                raise NotFittedError("inertia_ is unknown for this model; compute it with -model.score(X).")
-            client = resolve_client(getattr(self, "client", None))
-            (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
-                                                     weights=getattr(self, "_fitted_weights", None)),
-                                 client=client)
-            self._inertia = float(raw[1].sum())
-        return self._inertia
-
-    @inertia_.setter
-    def inertia_(self, value):
-        self._inertia = value
+    def _final_inertia(self, data, client):
+        """Sum of squared feature-space distances of ``data``'s rows to their nearest center: one pass."""
+        (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
+                                                 weights=getattr(self, "_fitted_weights", None)), client=client)
+        return float(raw[1].sum())
 
     def fit(self, X, y=None, sample_weight=None, checkpoint=None):
         """Fit the model to ``X``.
