@@ -48,7 +48,7 @@ def _tiny_block(dtype, rows=8, features=3):
 
 
 def _warm_assign(dtype):
-    """``nearest_direct``, and through ``nearest_gemm`` the exact distance kernel ``exact_dist2``."""
+    """``nearest_direct``, and through ``nearest_gemm`` the exact assignment kernels."""
     block = _tiny_block(dtype)
     centers = np.ascontiguousarray(block[:2])
     nearest_direct(block, centers)

@@ -23,7 +23,7 @@ import zarr
 from daskmeans.algorithms.init import weighted_lloyd
 from daskmeans.bench.monitor import MemoryMonitor
 from daskmeans.kernels.assign import nearest_centers
-from daskmeans.kernels.nested import assign_with_bounds
+from daskmeans.kernels.exact_assign import assign_with_bounds
 from daskmeans.kernels.nested_groups import choose_bounds, make_groups
 from daskmeans.memory import (
     minibatch_state_bytes,

@@ -1,8 +1,8 @@
 """Nearest center of every row of a block.
 
-Two strategies with one result: a direct Numba loop when ``k * d`` is small, and blocked GEMM
-(``||x||^2 - 2 x.c + ||c||^2`` on a slab of rows against a slab of centers) when it is large, so that the
-distance matrix in memory is never bigger than one slab, whatever ``n`` and ``k``.
+Two strategies: a direct Numba loop when ``k * d`` is small, and blocked GEMM scores (``||c||^2 - 2 x.c`` on a
+slab of rows against all centers) settled exactly when it is large, so that the score matrix in memory is never
+bigger than one slab, whatever ``n`` (and one row's scores at most, whatever ``k``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numba
 import numpy as np
 
 from ..config import ASSIGN_DIRECT_LIMIT, ASSIGN_SLAB_BYTES
-from .distance import exact_dist2
+from .exact_assign import assign_with_bounds
+from .nested_groups import make_groups
 
 
 @numba.njit(cache=True, nogil=True)
@@ -44,58 +45,32 @@ def nearest_direct(X, centers):
     return labels, dist2
 
 
-def nearest_gemm(X, centers, centers_sq=None, slab_bytes=ASSIGN_SLAB_BYTES):
-    """Nearest center by blocked GEMM; the distance of the winner is then recomputed exactly.
+def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES):
+    """Exact nearest center by blocked GEMM scores settled by exact distances where they cannot decide.
 
-    For each slab, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2, one vectorized addition
-    and NumPy's SIMD argmin (``||x||^2`` is the same for every center and is left out).
+    For each slab of rows, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2 and a vectorized
+    argmin; rows whose two best scores are within the proven GEMM error are settled by exact distances, and the
+    winner's distance is exact (:func:`daskmeans.kernels.exact_assign.assign_with_bounds` without bounds). The
+    labels are therefore the exact nearest centers, ties to the lowest index, the same as any bounded assignment.
 
     Parameters
     ----------
     X : ndarray (n, d), float32 or float64
     centers : ndarray (k, d), same dtype as X
-    centers_sq : ndarray (k,), optional
-        Squared norms of the centers (computed when not given).
     slab_bytes : int
-        Size of the largest distance slab held at once.
+        Size of the largest score slab held at once.
 
     Returns
     -------
     labels : int32 array (n,)
     dist2 : float64 array (n,)
     """
-    n = X.shape[0]
-    k = centers.shape[0]
-    if centers_sq is None:
-        centers_sq = np.einsum("ij,ij->i", centers, centers)
-    centers_sq = centers_sq.astype(X.dtype, copy=False)
-    scaled = (-2.0 * centers).astype(X.dtype)
-    itemsize = X.dtype.itemsize
-    center_step = max(1, min(k, 4096))
-    row_step = max(1, min(n, slab_bytes // (center_step * itemsize)))
-    labels = np.zeros(n, dtype=np.int32)
-    best = np.full(n, np.inf, dtype=X.dtype)
-    buffer = np.empty((row_step, center_step), dtype=X.dtype)
-    for c0 in range(0, k, center_step):
-        c1 = min(k, c0 + center_step)
-        for r0 in range(0, n, row_step):
-            r1 = min(n, r0 + row_step)
-            scores = buffer[: r1 - r0, : c1 - c0]
-            np.matmul(X[r0:r1], scaled[c0:c1].T, out=scores)
-            scores += centers_sq[c0:c1]
-            winner = np.argmin(scores, axis=1)
-            value = scores[np.arange(r1 - r0), winner]
-            if c0 == 0:
-                labels[r0:r1] = winner
-                best[r0:r1] = value
-            else:
-                closer = value < best[r0:r1]
-                labels[r0:r1][closer] = winner[closer] + c0
-                best[r0:r1][closer] = value[closer]
-    return labels, exact_dist2(X, centers, labels)
+    labels, dist2, _, _ = assign_with_bounds(X, centers, make_groups(centers, "none", 1), slab_bytes=slab_bytes,
+                                             with_bounds=False)
+    return labels, dist2
 
 
-def nearest_centers(X, centers, centers_sq=None):
+def nearest_centers(X, centers):
     """Label of the nearest center and the squared distance to it, for every row of ``X``.
 
     Parameters
@@ -103,7 +78,6 @@ def nearest_centers(X, centers, centers_sq=None):
     X : ndarray (n, d), float32 or float64, C-contiguous
     centers : ndarray (k, d)
         Cast to the dtype of ``X``.
-    centers_sq : ndarray (k,), optional
 
     Returns
     -------
@@ -116,7 +90,7 @@ def nearest_centers(X, centers, centers_sq=None):
         return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
     if centers.shape[0] * centers.shape[1] <= ASSIGN_DIRECT_LIMIT:
         return nearest_direct(X, centers)
-    return nearest_gemm(X, centers, centers_sq)
+    return nearest_gemm(X, centers)
 
 
 def all_dist2(X, centers):

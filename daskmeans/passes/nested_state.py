@@ -26,7 +26,9 @@ from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, tree_reduce
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import CheckpointError
-from ..kernels.nested import assign_with_bounds, batch_deltas, revisit_with_bounds
+from ..kernels.exact_assign import assign_with_bounds
+from ..kernels.nested import batch_deltas
+from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 
 

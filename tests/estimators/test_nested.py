@@ -21,7 +21,9 @@ from daskmeans.algorithms.nested import (
 )
 from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.algorithms.result import RunContext
+from daskmeans.kernels import exact_assign as ka
 from daskmeans.kernels import nested as kn
+from daskmeans.kernels import revisit as kr
 from daskmeans.kernels import nested_groups
 from daskmeans.kernels.distance import exact_dist2
 from daskmeans.passes.nested_state import NestedBatch, chunk_order
@@ -92,7 +94,7 @@ def test_exact_distances_and_nearest_match_numpy(dtype):
     X, C = tied_problem(dtype)
     labels, dist2, D = ref_assign(X, C)
     np.testing.assert_allclose(exact_dist2(X, C, labels.astype(np.int32)), dist2, rtol=1e-13)
-    np.testing.assert_allclose(kn.row_sq_norms(X), (X.astype(np.float64) ** 2).sum(1), rtol=1e-13)
+    np.testing.assert_allclose(ka.row_sq_norms(X), (X.astype(np.float64) ** 2).sum(1), rtol=1e-13)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -100,7 +102,7 @@ def test_exact_distances_and_nearest_match_numpy(dtype):
 def test_full_assignment_is_exact_and_bounds_are_valid_and_tight(dtype, scheme, n_groups):
     X, C = tied_problem(dtype)
     groups = groups_for(C, scheme, n_groups)
-    labels, dist2, lower, rechecked = kn.assign_with_bounds(X, C, groups)
+    labels, dist2, lower, rechecked = ka.assign_with_bounds(X, C, groups)
     ref_labels, ref_d2, D = ref_assign(X, C)
     np.testing.assert_array_equal(labels, ref_labels)  # ties go to the lowest index, like numpy's argmin
     np.testing.assert_array_equal(dist2, exact_dist2(X, C, labels))
@@ -117,8 +119,8 @@ def test_full_assignment_is_exact_and_bounds_are_valid_and_tight(dtype, scheme, 
 def test_full_assignment_in_small_slabs_matches(dtype):
     X, C = tied_problem(dtype, n=700)
     groups = groups_for(C, "yinyang", 5)
-    whole = kn.assign_with_bounds(X, C, groups)
-    slabs = kn.assign_with_bounds(X, C, groups, slab_bytes=C.shape[0] * X.dtype.itemsize * 3)
+    whole = ka.assign_with_bounds(X, C, groups)
+    slabs = ka.assign_with_bounds(X, C, groups, slab_bytes=C.shape[0] * X.dtype.itemsize * 3)
     for a, b in zip(whole[:3], slabs[:3]):
         np.testing.assert_array_equal(a, b)
 
@@ -129,12 +131,12 @@ def test_full_assignment_in_small_slabs_matches(dtype):
 def test_revisit_gives_exact_labels_and_valid_bounds_after_centers_move(dtype, scheme, n_groups, move):
     X, C = tied_problem(dtype)
     groups = groups_for(C, scheme, n_groups)
-    labels, _, lower, _ = kn.assign_with_bounds(X, C, groups)
+    labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
     rng = np.random.default_rng(1)
     C2 = (C + move * rng.standard_normal(C.shape)).astype(dtype)
     C2[3] = C2[11]
     shift = center_displacement(C2, C) * (1 + 1e-12)
-    new_labels, new_dist2, new_lower, computed = kn.revisit_with_bounds(X, C2, labels, lower, shift, groups)
+    new_labels, new_dist2, new_lower, computed = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups)
     ref_labels, ref_d2, D = ref_assign(X, C2)
     np.testing.assert_array_equal(new_labels, ref_labels)
     np.testing.assert_array_equal(new_dist2, exact_dist2(X, C2, new_labels))
@@ -144,16 +146,32 @@ def test_revisit_gives_exact_labels_and_valid_bounds_after_centers_move(dtype, s
         assert computed < 0.5 * len(X) * C.shape[0]  # small moves: the bounds rule out most centers
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scalar_limit", [0, 1, 3, 10**6])
+def test_revisit_agrees_whatever_the_rule_for_a_full_reassignment(dtype, scalar_limit):
+    X, C = tied_problem(dtype)
+    groups = groups_for(C, "yinyang", 5)
+    labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
+    C2 = (C + 0.3 * np.random.default_rng(4).standard_normal(C.shape)).astype(dtype)
+    shift = center_displacement(C2, C) * (1 + 1e-12)
+    new_labels, new_dist2, new_lower, _ = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups,
+                                                                 scalar_limit=scalar_limit)
+    ref_labels, _, D = ref_assign(X, C2)
+    np.testing.assert_array_equal(new_labels, ref_labels)
+    np.testing.assert_array_equal(new_dist2, exact_dist2(X, C2, new_labels))
+    assert np.all(new_lower <= ref_group_minima(D, ref_labels, groups))
+
+
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     X, C = tied_problem(np.float32, n=600)
     groups = groups_for(C, scheme, n_groups)
-    labels, _, lower, _ = kn.assign_with_bounds(X, C, groups)
+    labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
     rng = np.random.default_rng(2)
     for step in range(25):
         C2 = (C + 0.05 * rng.standard_normal(C.shape)).astype(np.float32)
         shift = center_displacement(C2, C) * (1 + 1e-12)
-        labels, _, lower, _ = kn.revisit_with_bounds(X, C2, labels, lower, shift, groups)
+        labels, _, lower, _ = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups)
         C = C2
         ref_labels, _, D = ref_assign(X, C)
         np.testing.assert_array_equal(labels, ref_labels)

@@ -1,0 +1,218 @@
+"""The exact nearest center of every row, by GEMM scores settled with exact distances where they cannot decide.
+
+Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
+(:func:`daskmeans.kernels.distance.pair_dist2`, one fixed summation order), ties to the lowest center index.
+GEMM scores in the data's precision only propose the winner: they come with an error bound proven from the float
+format (:func:`score_error_allowance`), and rows whose two best scores are within it are settled by exact
+distances. The same function returns lower bounds per group of centers (:mod:`daskmeans.kernels.nested_groups`)
+for the kernels that revisit rows after the centers move (:mod:`daskmeans.kernels.revisit`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ..config import NESTED_SLAB_BYTES
+from .distance import pair_dist2
+
+_STORE_SHRINK = 1.0 - 2.0**-21
+#: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
+TEST_MARGIN = 1e-9
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store_lower(value):
+    """A float32 that is certainly not above ``value`` (a lower bound stays a lower bound)."""
+    return np.float32(max(value, 0.0) * _STORE_SHRINK)
+
+
+@numba.njit(cache=True, nogil=True)
+def row_sq_norms(X):
+    """Squared norm of every row, accumulated in float64."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(X.shape[0]):
+        s = 0.0
+        for f in range(X.shape[1]):
+            v = np.float64(X[i, f])
+            s += v * v
+        out[i] = s
+    return out
+
+
+def _gamma(n_features, dtype):
+    """``gamma_{d+2} = (d + 2) u / (1 - (d + 2) u)`` for the unit roundoff ``u`` of ``dtype``."""
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 2
+    return terms * unit / (1 - terms * unit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _allowance(x_sq, center_norm, gamma):
+    scale = math.sqrt(x_sq) * center_norm + center_norm * center_norm
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
+
+
+def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
+    """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
+
+    A dot product of ``d`` terms in floating point, in any summation order, is within
+    ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
+    with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's
+    precision and the sum; a little more covers the float64 terms.
+    """
+    gamma = _gamma(n_features, dtype)
+    scale = np.sqrt(x_sq) * max_center_norm + max_center_norm**2
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+
+
+# -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_center, n_groups, x_sq, allowance,
+                 labels, dist2, lower):
+    """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
+
+    ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
+    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group.
+    ``own_second`` (when not empty) holds the second smallest score of each row's best group. Rows whose best
+    two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
+    among equals).
+    """
+    rows, columns = scores.shape
+    width = columns // n_groups
+    with_bounds = lower.shape[1] > 0
+    rechecked = 0
+    for i in range(rows):
+        col = best_col[i]
+        best = scores[i, col]
+        best_group = col % n_groups
+        if own_second.shape[0] > 0:
+            second_own = own_second[i]
+        else:
+            second_own = np.inf
+            for t in range(width):
+                other = t * n_groups + best_group
+                if other != col and scores[i, other] < second_own:
+                    second_own = scores[i, other]
+        second = second_own
+        for g in range(n_groups):
+            if g != best_group and group_min[i, g] < second:
+                second = group_min[i, g]
+        label = slot_center[col]
+        label_group = best_group
+        if second - best <= 2.0 * allowance[i]:
+            # a near tie: only exact distances decide
+            rechecked += 1
+            limit = best + 2.0 * allowance[i]
+            best_exact = np.inf
+            for c in range(columns):
+                j = slot_center[c]
+                if j < 0 or scores[i, c] > limit:
+                    continue
+                value = pair_dist2(X[i], centers[j])
+                if value < best_exact or (value == best_exact and j < label):
+                    best_exact = value
+                    label = j
+                    label_group = c % n_groups
+            dist2[i] = best_exact
+            if label != slot_center[col]:
+                second_own = np.inf
+                for t in range(width):
+                    c = t * n_groups + label_group
+                    if slot_center[c] != label and scores[i, c] < second_own:
+                        second_own = scores[i, c]
+        else:
+            dist2[i] = pair_dist2(X[i], centers[label])
+        labels[i] = label
+        if not with_bounds:
+            continue
+        for g in range(n_groups):
+            score = second_own if g == label_group else group_min[i, g]
+            if score == np.inf:
+                lower[i, g] = np.float32(np.inf)
+            else:
+                lower[i, g] = _store_lower(math.sqrt(max(score + x_sq[i] - allowance[i], 0.0)))
+    return rechecked
+
+
+def assign_with_bounds(X, centers, groups, slab_bytes=NESTED_SLAB_BYTES, with_bounds=True):
+    """Exact nearest center of every row, and fresh group lower bounds.
+
+    The scores ``||c||^2 - 2 x.c`` come from one GEMM per slab of rows against the centers laid out slot by
+    slot (slot ``t`` of every group side by side), so that the group minima, the overall minimum and its
+    position are plain vectorized NumPy reductions.
+
+    Parameters
+    ----------
+    X : ndarray (n, d), float32 or float64
+    centers : ndarray (k, d), same dtype
+    groups : CenterGroups
+    slab_bytes : int
+        Size of the largest score slab held at once (at least one row).
+    with_bounds : bool
+        False skips the bounds (``lower`` is then ``(n, 0)``).
+
+    Returns
+    -------
+    labels : int32 (n,)
+    dist2 : float64 (n,)
+        Exact squared distance to the assigned center.
+    lower : float32 (n, n_groups)
+        Lower bound on the distance to every center of each group other than the assigned one
+        (``inf`` for a group holding only the assigned center).
+    rechecked : int
+        Rows whose GEMM scores were too close to call and were settled by exact distances.
+    """
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    n_groups = groups.n_groups
+    labels = np.empty(n, dtype=np.int32)
+    dist2 = np.empty(n, dtype=np.float64)
+    lower = np.empty((n, n_groups if with_bounds else 0), dtype=np.float32)
+    if n == 0:
+        return labels, dist2, lower, 0
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    slot_center = groups.slot_center
+    padding = slot_center < 0
+    # -2 c is exact in floating point; padding slots get a zero row and an infinite norm
+    slots = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).astype(X.dtype)
+    slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
+    cmax = math.sqrt(float(np.max(slot_sq[~padding])))
+    x_sq = row_sq_norms(X)
+    allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
+    slot_sq = slot_sq.astype(X.dtype)
+    columns = slot_center.shape[0]
+    width = columns // n_groups
+    row_step = max(1, min(n, slab_bytes // (columns * X.dtype.itemsize)))
+    buffer = np.empty((row_step, columns), dtype=X.dtype)
+    rechecked = 0
+    no_second = np.empty(0, dtype=X.dtype)
+    for r0 in range(0, n, row_step):
+        r1 = min(n, r0 + row_step)
+        scores = buffer[: r1 - r0]
+        np.matmul(X[r0:r1], slots.T, out=scores)
+        scores += slot_sq
+        best_col = scores.argmin(axis=1)
+        if n_groups == 1:
+            rows = np.arange(r1 - r0)
+            best = scores[rows, best_col]
+            scores[rows, best_col] = np.inf
+            own_second = scores.min(axis=1)
+            scores[rows, best_col] = best
+            group_min = best[:, None]
+        else:
+            own_second = no_second
+            if width == 1:
+                group_min = scores
+            else:
+                group_min = scores[:, :n_groups].copy()
+                for t in range(1, width):
+                    np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
+        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, slot_center, n_groups,
+                                  x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
+    return labels, dist2, lower, rechecked
