@@ -58,6 +58,13 @@ MAX_LANES = 64
 
 # -- algorithms ---------------------------------------------------------------------------------------------------
 
+#: Exact k-means, ``algorithm="auto"``: distance bounds only from this many clusters on (below, Lloyd's full GEMM
+#: pass costs little more than checking bounds).
+BOUNDS_MIN_CLUSTERS = 8
+#: Exact k-means, ``algorithm="auto"``: distance bounds only while their per-row state (the rows as computed,
+#: labels, distances, bounds) takes at most this fraction of the cluster's memory (of the memory available to
+#: this process on the threaded scheduler).
+BOUNDS_MEMORY_FRACTION = 0.5
 #: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
 AFKMC2_CHAIN_LENGTH = 20
 #: ``init="afk-mc2"`` draws this many candidates per center and keeps the centers by weighted greedy k-means++ on

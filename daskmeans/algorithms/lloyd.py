@@ -1,25 +1,68 @@
-"""Exact k-means (Lloyd): one assign + stats pass per iteration."""
+"""Exact k-means (Lloyd): one assign + stats pass per iteration, plain or with distance bounds.
+
+With bounds (``bounds`` other than ``"none"``), the rows, their exact labels and their group lower bounds stay on
+the workers (:class:`daskmeans.passes.bounded_assign.BoundedAssignment`) and each iteration scores only the
+centers the bounds cannot rule out. The iterates are Lloyd's: every label is the exact nearest center in both
+cases and the statistics are computed from the labels by the same kernel and reduction, so the centers are the
+same to the last bit (tested).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..engine.client import compute_now
+from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_graph, finish_stats
+from ..passes.bounded_assign import BoundedAssignment
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
 
 
-def assign_and_relocate(array, centers, weights, client):
-    """One assign + stats pass; empty clusters refilled from the farthest rows (a second pass only when the
-    far rows reported by the blocks do not suffice). Returns ``(stats, relocated, passes)``."""
-    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
-    stats, extra = with_enough_far_rows(finish_stats(raw), array, centers, weights, client)
-    relocated = relocate_empty_clusters(stats)
-    return stats, relocated, 1 + extra
+def center_displacement(new_centers, old_centers):
+    """Euclidean distance each center moved, in float64."""
+    diff = np.asarray(new_centers, dtype=np.float64) - np.asarray(old_centers, dtype=np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
 
 
-def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0):
+#: Relative inflation of the center displacements handed to the bounds (covers float64 rounding of the moves).
+SHIFT_SAFETY = 1.0 + 1e-12
+
+
+class _PlainPasses:
+    """Lloyd's passes without bounds: one assign + stats graph per iteration."""
+
+    scheme = "none"
+
+    def __init__(self, array, weights, client):
+        self.array, self.weights, self.client = array, weights, client
+
+    def step(self, centers, previous):
+        (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
+        return finish_stats(raw), self.array.shape[0] * centers.shape[0]
+
+    def release(self):
+        pass
+
+
+class _BoundedPasses:
+    """Lloyd's passes with bounds kept on the workers between iterations."""
+
+    def __init__(self, array, centers, weights, client, bounds):
+        k, d = centers.shape
+        self.scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
+        self.state = BoundedAssignment(array, make_groups(centers, self.scheme, n_groups), weights=weights,
+                                       client=client)
+
+    def step(self, centers, previous):
+        shift = None if previous is None else center_displacement(centers, previous) * SHIFT_SAFETY
+        return self.state.step(centers, shift)
+
+    def release(self):
+        self.state.release()
+
+
+def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none"):
     """Run Lloyd iterations from ``centers``.
 
     Parameters
@@ -32,6 +75,9 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0):
     max_iter : int
     tol : float
         Absolute tolerance on the sum of squared center shifts.
+    bounds : {"none", "auto", "elkan", "yinyang", "hamerly"}
+        Distance bounds kept between iterations (:mod:`daskmeans.kernels.nested_groups`); ``"none"`` is plain
+        Lloyd. Bounds keep the rows on the workers: :func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`.
 
     Returns
     -------
@@ -53,9 +99,26 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0):
             return FitResult(centers, resume["inertia"], n_iter, history, resume["stop_reason"], passes)
     elif checkpoint is not None:
         checkpoint.save(_state(0, centers, history, passes, None, None))
+    engine = _PlainPasses(array, weights, client) if bounds == "none" else \
+        _BoundedPasses(array, centers, weights, client, bounds)
+    try:
+        return _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter)
+    finally:
+        engine.release()
+
+
+def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
+    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    total_weight = context.total_weight
+    n, k = array.shape[0], centers.shape[0]
+    stop_reason = "max_iter"
+    previous = None
     for iteration in range(n_iter + 1, max_iter + 1):
-        stats, relocated, spent = assign_and_relocate(array, centers, weights, client)
-        passes += spent
+        stats, computed = engine.step(centers, previous)
+        stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
+        relocated = relocate_empty_clusters(stats)
+        passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
+        previous = centers
         new_centers = centers_from_sums(stats.sums, stats.counts, centers)
         shift = float(np.sum((new_centers.astype(np.float64) - centers.astype(np.float64)) ** 2))
         record = {
@@ -64,6 +127,9 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0):
             "inertia": stats.inertia,
             "center_shift": shift,
             "relocated": relocated,
+            "distances_computed": computed,
+            "distances_skipped": n * k - computed,
+            "bounds": engine.scheme,
             "wall_time": clock.elapsed(),
             "passes": passes,
         }

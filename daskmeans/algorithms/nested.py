@@ -22,11 +22,9 @@ import numpy as np
 
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..passes.nested_state import NestedBatch
+from .lloyd import SHIFT_SAFETY, center_displacement
 from .relocation import centers_from_sums
 from .result import FitResult, RunContext
-
-#: Relative inflation of the center displacements handed to the bounds (covers float64 rounding of ``p``).
-_SHIFT_SAFETY = 1.0 + 1e-12
 
 
 @contextlib.contextmanager
@@ -53,12 +51,6 @@ def one_blas_thread_per_task(client):
 def default_initial_batch_size(n_clusters: int) -> int:
     """``max(5000, 10 k)``: about ten samples per cluster to start with."""
     return max(5000, 10 * int(n_clusters))
-
-
-def center_displacement(new_centers, old_centers):
-    """Euclidean distance each center moved, in float64."""
-    diff = np.asarray(new_centers, dtype=np.float64) - np.asarray(old_centers, dtype=np.float64)
-    return np.sqrt(np.einsum("ij,ij->i", diff, diff))
 
 
 def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
@@ -194,7 +186,7 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
     for iteration in range(n_iter + 1, max_iter + 1):
         if finished is not None:
             break
-        d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, shift * _SHIFT_SAFETY, size)
+        d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, shift * SHIFT_SAFETY, size)
         sums += d_sums
         counts += d_counts
         sse += d_sse

@@ -1,13 +1,39 @@
-"""Exact k-means (Lloyd) as an estimator: seeding, ``n_init`` restarts, checkpoints."""
+"""Exact k-means (Lloyd) as an estimator: seeding, ``n_init`` restarts, checkpoints, distance bounds."""
 
 from __future__ import annotations
 
 from ..algorithms.init import check_init
 from ..algorithms.lloyd import final_inertia, lloyd
 from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
+from ..config import ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS
+from ..engine.capacity import cluster_memory_bytes
+from ..kernels.nested_groups import choose_bounds
+from ..passes.bounded_assign import state_bytes_per_row
 from ..progress import SnapshotRecorder
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Real
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real
 from .resume import FitStart, seed_centers
+
+#: ``algorithm=`` values: Lloyd without bounds, Lloyd with bounds of a given scheme, or the choice by size.
+ALGORITHMS = ("auto", "lloyd", "elkan", "yinyang", "hamerly")
+
+
+def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, memory_bytes):
+    """The bound scheme exact k-means runs with (``"none"``: plain Lloyd).
+
+    ``"auto"`` keeps bounds (:func:`daskmeans.kernels.nested_groups.choose_bounds`) unless the problem is too
+    small for them to pay (``k < BOUNDS_MIN_CLUSTERS`` or ``k * d <= ASSIGN_DIRECT_LIMIT``) or their state
+    (:func:`daskmeans.passes.bounded_assign.state_bytes_per_row` for every row) would take more than
+    ``BOUNDS_MEMORY_FRACTION`` of ``memory_bytes`` (the cluster's memory).
+    """
+    if algorithm == "lloyd":
+        return "none"
+    if algorithm != "auto":
+        return algorithm
+    if n_clusters < BOUNDS_MIN_CLUSTERS or n_clusters * n_features <= ASSIGN_DIRECT_LIMIT:
+        return "none"
+    _, n_groups = choose_bounds("auto", n_clusters, n_features * itemsize)
+    needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize)
+    return "auto" if needed <= BOUNDS_MEMORY_FRACTION * memory_bytes else "none"
 
 
 class KMeans(ClusteringEstimator):
@@ -19,6 +45,14 @@ class KMeans(ClusteringEstimator):
     init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
         Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, AFK-MC2 (Bachem et al.)
         Markov chains, random distinct rows, or given centers.
+    algorithm : {"auto", "lloyd", "elkan", "yinyang", "hamerly"}, default "auto"
+        The same iterates either way (exact labels every iteration, the same centers to the last bit); only the
+        time differs. ``"lloyd"`` computes every distance every iteration and keeps nothing between iterations.
+        The others keep each row, its label and lower bounds on its distances to groups of centers on the workers
+        and compute only the distances the bounds cannot rule out: one bound per center (Elkan), per group of
+        about ten nearby centers (yinyang, Ding et al. 2015) or one per row (Hamerly). ``"auto"`` takes bounds
+        (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory and
+        ``k >= 8``, else Lloyd.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300
@@ -52,6 +86,8 @@ class KMeans(ClusteringEstimator):
     cluster_centers_ : ndarray (n_clusters, n_features), dtype of the (float) input
     labels_ : ndarray or dask array (n_samples,)
     inertia_ : float
+    algorithm_ : str
+        What ran: ``"lloyd"`` or the bound scheme (``"elkan"``, ``"yinyang"``, ``"hamerly"``).
     n_iter_ : int
     history_ : list of dict
         Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
@@ -64,11 +100,12 @@ class KMeans(ClusteringEstimator):
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
     """
 
-    def __init__(self, n_clusters=8, *, init="k-means||", n_init=1, max_iter=300, tol=1e-4, max_time=None,
+    def __init__(self, n_clusters=8, *, init="k-means||", algorithm="auto", n_init=1, max_iter=300, tol=1e-4, max_time=None,
                  random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
                  client=None, progress=False, snapshot_centers=False):
         self.n_clusters = n_clusters
         self.init = init
+        self.algorithm = algorithm
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -84,17 +121,21 @@ class KMeans(ClusteringEstimator):
 
     _parameter_constraints = {
         **ClusteringEstimator._parameter_constraints,
+        "algorithm": Options(ALGORITHMS),
         "n_init": Integer(1),
         "max_iter": Integer(1),
         "tol": Real(0.0),
         **SEEDING_CONSTRAINTS,
     }
+    _model_scalars = ClusteringEstimator._model_scalars + ("algorithm_",)
     _supports_checkpoint = True
     #: A record's energy is that of the centers its iteration started from (:func:`daskmeans.plots.energy_timeline`).
     _energy_before_update = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
+        bounds = choose_algorithm(self.algorithm, data.n_samples, data.n_features, self.n_clusters,
+                                  data.array.dtype.itemsize, cluster_memory_bytes(client))
         tol = self.tol * summary.mean_variance
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
@@ -112,7 +153,7 @@ class KMeans(ClusteringEstimator):
                 recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
                 context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
                                      checkpoint=hook, weights=weights, total_weight=summary.total_weight)
-                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol)
+                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol, bounds=bounds)
                 if self.n_init > 1 and result.inertia is None:
                     with recorder.final_pass(f"inertia of run {run + 1}/{self.n_init}"):
                         result.inertia = final_inertia(data.array, result.centers, weights, client)
@@ -129,5 +170,7 @@ class KMeans(ClusteringEstimator):
         self.inertia_ = best.inertia
         self.n_iter_ = best.n_iter
         self.history_ = best.history
+        self.algorithm_ = best.history[-1]["bounds"].replace("none", "lloyd") if best.history else \
+            ("lloyd" if bounds == "none" else bounds)
         self.stop_reason_ = best.stop_reason
         self._labels = None

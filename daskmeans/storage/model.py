@@ -103,6 +103,7 @@ SCALAR_KINDS = {
     "n_features_in_": (lambda v: _count(v) and v >= 1, "an integer >= 1", True),
     "stop_reason_": (lambda v: isinstance(v, str), "a string", False),
     "bounds_": (lambda v: isinstance(v, str), "a string", False),
+    "algorithm_": (lambda v: isinstance(v, str), "a string", False),
     "n_steps_": (_count, "an integer >= 0", False),
     "eta_": (_real, "a number", False),
     "kernel_name_": (lambda v: isinstance(v, str), "a string", True),

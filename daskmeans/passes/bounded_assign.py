@@ -1,0 +1,151 @@
+"""The assign + stats pass of exact k-means with distance bounds: per-block state persisted on the workers.
+
+The first pass assigns every row exactly and keeps, per row block, the rows (as computed), their labels, exact
+squared distances and one lower bound per group of centers. Each later pass revisits a block with the new centers
+(:func:`daskmeans.kernels.revisit.revisit_with_bounds`): only the centers the bounds cannot rule out are scored,
+and the labels stay the exact nearest centers. Every pass then computes the block's full statistics from its
+labels (the same :func:`daskmeans.kernels.stats.cluster_stats` and the same tree reduction as
+:func:`daskmeans.passes.assign.assign_stats_graph`), so the sums are those of a plain Lloyd pass over the same
+blocks, to the last bit, and never accumulate rounding across iterations.
+
+Memory: the state costs :func:`state_bytes_per_row` per row on the workers, on top of the persisted data.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ..config import N_FAR
+from ..engine.client import compute_now, persist_now, resolve_client
+from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..kernels.exact_assign import assign_with_bounds
+from ..kernels.revisit import revisit_with_bounds
+from ..kernels.stats import cluster_stats
+from .assign import _combine_stats, _farthest, finish_stats
+
+
+def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
+    """Worker memory one row's state takes: the row as computed, label, distance, weight and group bounds."""
+    return int(n_features * itemsize + 4 + 8 + 8 + 4 * n_groups)
+
+
+class BoundedBlock:
+    """The state of one row block: rows, weights, labels, exact squared distances, group lower bounds."""
+
+    __slots__ = ("rows", "weights", "labels", "dist2", "lower")
+
+    def __init__(self, rows, weights, labels, dist2, lower):
+        self.rows = rows
+        self.weights = weights
+        self.labels = labels
+        self.dist2 = dist2
+        self.lower = lower
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state):
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+def _report(state, k, n_far, computed):
+    """The block's statistics in the form of the assign pass, plus the distances computed."""
+    sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
+    w = np.ones(len(state.labels)) if state.weights is None else state.weights
+    eligible = np.flatnonzero(w > 0)
+    far = _farthest(state.dist2[eligible], state.rows[eligible], state.labels[eligible], w[eligible], n_far)
+    return (sums, counts, sse, far), computed
+
+
+def _start_block(block, offset, weights, centers, groups, n_far):
+    rows = np.ascontiguousarray(block)
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups)
+    state = BoundedBlock(rows, weights, labels, dist2, lower)
+    return state, _report(state, centers.shape[0], n_far, rows.shape[0] * centers.shape[0])
+
+
+def _revisit_block(previous, centers, shift, groups, n_far):
+    state = previous[0]
+    labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift,
+                                                         groups)
+    state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
+    return state, _report(state, centers.shape[0], n_far, computed)
+
+
+def _report_of(output):
+    return output[1]
+
+
+def _combine_reports(parts, n_far):
+    stats = _combine_stats([p[0] for p in parts], n_far)
+    return stats, sum(p[1] for p in parts)
+
+
+class BoundedAssignment:
+    """Exact assignments of every row kept up to date with distance bounds, block by block on the workers.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    groups : CenterGroups
+        The groups of centers that share a bound (fixed for the whole run).
+    weights : dask.array.Array (n,), optional
+        Chunked like ``array``.
+    client : distributed.Client, optional
+        None: the local threaded scheduler (the state then lives in this process).
+    n_far : int
+        Farthest rows each block reports (candidates for empty clusters).
+    """
+
+    def __init__(self, array, groups, *, weights=None, client=None, n_far=N_FAR):
+        self.array = array
+        self.weights = weights
+        self.groups = groups
+        self.client = client if client is not None else resolve_client(None)
+        self.n_far = int(n_far)
+        self.outputs = None
+
+    def _run(self, outputs):
+        outputs = persist_now(*outputs, client=self.client)
+        reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in outputs])
+        (reduced,) = compute_now(tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats"),
+                                 client=self.client)
+        self.outputs = list(outputs)
+        stats, computed = reduced
+        return finish_stats(stats), int(computed)
+
+    def step(self, centers, shift=None):
+        """Assign every row to ``centers`` (exactly) and return the pass's statistics.
+
+        Parameters
+        ----------
+        centers : ndarray (k, d)
+        shift : ndarray (k,), optional
+            An upper bound of how far each center moved since the last step (ignored on the first).
+
+        Returns
+        -------
+        stats : ClusterStats
+            As :func:`daskmeans.passes.assign.finish_stats` gives for a plain assign pass.
+        computed : int
+            Distances computed (``n k`` on the first step, far fewer once the centers settle).
+        """
+        centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
+        if self.outputs is None:
+            parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights),
+                                       shared(centers, "bounded-centers"), shared(self.groups, "bounded-groups"),
+                                       self.n_far)
+        else:
+            parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in self.outputs],
+                                       shared(centers, "bounded-centers"),
+                                       shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
+                                       shared(self.groups, "bounded-groups"), self.n_far)
+        return self._run(parts)
+
+    def release(self):
+        """Drop the state blocks (the workers free their memory)."""
+        self.outputs = None

@@ -1,0 +1,103 @@
+"""Exact k-means with distance bounds: Lloyd's iterates, to the last bit, with far fewer distances."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskmeans import KMeans
+from daskmeans.algorithms.lloyd import lloyd
+from daskmeans.algorithms.result import RunContext
+from daskmeans.estimators.kmeans import choose_algorithm
+from daskmeans.passes.bounded_assign import state_bytes_per_row
+from tests.conftest import make_blobs, shared_dataset
+
+
+def descriptors(n, dtype):
+    X = shared_dataset("cifar_dsift")["X"][:n].astype(dtype)
+    return X, X[np.random.default_rng(0).choice(n, 100, replace=False)]
+
+
+def exact_labels(X, centers):
+    """Brute force in float64: the nearest center of every row, ties to the lowest index."""
+    X64, C64 = X.astype(np.float64), centers.astype(np.float64)
+    d2 = ((X64[:, None, :] - C64[None, :, :]) ** 2).sum(-1)
+    return d2.argmin(axis=1)
+
+
+def run(array, centers, bounds, max_iter, client=None):
+    steps = []
+
+    def record(entry):
+        steps.append((entry, entry["_centers"]))
+
+    context = RunContext(client=client, total_weight=array.shape[0], callback=record)
+    return lloyd(array, centers, context, max_iter=max_iter, bounds=bounds), steps
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bounds", ["yinyang", "elkan", "hamerly"])
+def test_bounds_give_lloyds_iterates_to_the_last_bit_on_real_descriptors(dtype, bounds):
+    X, centers = descriptors(6000, dtype)
+    array = da.from_array(X, chunks=(1500, X.shape[1]))
+    plain, plain_steps = run(array, centers, "none", 12)
+    bounded, bounded_steps = run(array, centers, bounds, 12)
+    assert len(plain_steps) == len(bounded_steps) == 12
+    previous = centers
+    for (p, p_centers), (b, b_centers) in zip(plain_steps, bounded_steps):
+        np.testing.assert_array_equal(b_centers, p_centers)
+        assert b["inertia"] == p["inertia"]
+        assert b["bounds"] == bounds and p["bounds"] == "none"
+        # the labels behind each iterate are the exact nearest centers: their means are the next centers
+        labels = exact_labels(X, previous)
+        means = np.stack([X[labels == j].astype(np.float64).mean(0) for j in range(len(centers))])
+        np.testing.assert_allclose(b_centers, means.astype(dtype), rtol=1e-5, atol=1e-4)
+        previous = b_centers
+    late = bounded_steps[-1][0]
+    assert late["distances_computed"] < 0.5 * X.shape[0] * centers.shape[0]
+    assert late["distances_computed"] + late["distances_skipped"] == X.shape[0] * centers.shape[0]
+
+
+def test_bounds_on_worker_processes_match_threads(cluster_client):
+    X, centers = descriptors(4000, np.float32)
+    array = da.from_array(X, chunks=(1000, X.shape[1]))
+    threads, _ = run(array, centers, "yinyang", 8)
+    workers, _ = run(array, centers, "yinyang", 8, client=cluster_client)
+    np.testing.assert_array_equal(workers.centers, threads.centers)
+    assert [h["inertia"] for h in workers.history] == [h["inertia"] for h in threads.history]
+
+
+def test_empty_clusters_are_refilled_as_lloyd_does():
+    X, _, _ = make_blobs(n=2000, d=6, k=4, seed=1, dtype=np.float32)
+    centers = np.concatenate([X[:10], np.full((2, 6), 1e4, dtype=np.float32)])  # two centers no row is near
+    array = da.from_array(X, chunks=(500, 6))
+    plain, _ = run(array, centers, "none", 6)
+    bounded, _ = run(array, centers, "elkan", 6)
+    assert bounded.history[0]["relocated"] == plain.history[0]["relocated"] == 2
+    np.testing.assert_array_equal(bounded.centers, plain.centers)
+
+
+def test_auto_takes_bounds_only_where_they_pay_and_fit():
+    row = state_bytes_per_row(128, 100)
+    assert choose_algorithm("auto", 10**6, 128, 1000, 4, 10**6 * row * 2) == "auto"
+    assert choose_algorithm("auto", 10**6, 128, 1000, 4, 10**6 * row) == "none"  # more than half the memory
+    assert choose_algorithm("auto", 10**6, 128, 4, 4, 10**12) == "none"  # too few clusters to pay
+    assert choose_algorithm("auto", 10**6, 2, 50, 4, 10**12) == "none"  # k * d small: the direct loop
+    assert choose_algorithm("lloyd", 10, 128, 1000, 4, 10**12) == "none"
+    assert choose_algorithm("hamerly", 10, 128, 1000, 4, 1) == "hamerly"
+
+
+def test_estimator_auto_and_lloyd_agree_and_say_what_ran():
+    X, centers = descriptors(3000, np.float32)
+    fits = {name: KMeans(len(centers), init=centers, algorithm=name, max_iter=10, tol=0).fit(X)
+            for name in ("auto", "lloyd")}
+    np.testing.assert_array_equal(fits["auto"].cluster_centers_, fits["lloyd"].cluster_centers_)
+    np.testing.assert_array_equal(fits["auto"].labels_, fits["lloyd"].labels_)
+    assert fits["auto"].algorithm_ == "elkan" and fits["lloyd"].algorithm_ == "lloyd"
+    assert fits["auto"].inertia_ == fits["lloyd"].inertia_
+
+
+def test_unknown_algorithm_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="algorithm"):
+        KMeans(3, algorithm="elkan-ish").fit(np.random.default_rng(0).random((50, 3)))
