@@ -65,6 +65,9 @@ BOUNDS_MIN_CLUSTERS = 8
 #: labels, distances, bounds) takes at most this fraction of the cluster's memory (of the memory available to
 #: this process on the threaded scheduler).
 BOUNDS_MEMORY_FRACTION = 0.5
+#: Exact k-means with bounds: after an iteration that computed more than this fraction of the ``n k`` distances,
+#: the next one scores every center afresh (tight new bounds) instead of revisiting through the old bounds.
+BOUNDS_REFRESH_FRACTION = 0.5
 #: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
 AFKMC2_CHAIN_LENGTH = 20
 #: ``init="afk-mc2"`` draws this many candidates per center and keeps the centers by weighted greedy k-means++ on
