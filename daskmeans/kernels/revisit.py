@@ -37,8 +37,8 @@ def _fast_dot(x, c):
 
 
 @numba.njit(cache=True, nogil=True)
-def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit, centers_sq,
-             gamma, center_norm, new_labels, new_dist2, new_lower, needs_full):
+def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
+             centers_sq, gamma, center_norm, new_labels, new_dist2, new_lower, needs_full):
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
@@ -50,8 +50,11 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
     computed = 0
     for i in range(n):
         a = labels[i]
-        d2 = pair_dist2(X[i], centers[a])
-        computed += 1
+        if shift[a] == 0.0 and old_dist2.shape[0] > 0:
+            d2 = old_dist2[i]  # the same center: the same exact distance
+        else:
+            d2 = pair_dist2(X[i], centers[a])
+            computed += 1
         dist = math.sqrt(d2)
         threshold = dist * (1.0 + TEST_MARGIN)
         smallest = np.inf
@@ -143,7 +146,7 @@ def _revisit(X, centers, labels, lower, shift, group_shift, group_ptr, members, 
     return computed
 
 
-def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None):
+def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None):
     """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
 
     Parameters
@@ -161,6 +164,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     scalar_limit : int, optional
         A sample whose failing groups hold more centers than this is reassigned by GEMM against all centers
         (cheaper than many single distances); default ``k // 16``.
+    dist2 : float64 (m,), optional
+        The exact squared distances to the old assignment: reused for rows whose center did not move
+        (``shift == 0``), which is most rows once the centers settle.
 
     Returns
     -------
@@ -170,7 +176,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     lower : float32 (m, n_groups)
         Bounds valid for the new centers.
     computed : int
-        Distances computed (one per center per sample reassigned by GEMM).
+        Distances computed (the own center's unless reused, the candidates', and all ``k`` for a sample
+        reassigned by GEMM).
     """
     X = np.ascontiguousarray(X)
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
@@ -184,7 +191,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
     centers_sq = row_sq_norms(centers)
-    computed = _revisit(X, centers, labels, lower, np.asarray(shift, dtype=np.float64), group_shift,
+    old_dist2 = np.empty(0) if dist2 is None else np.asarray(dist2, dtype=np.float64)
+    computed = _revisit(X, centers, labels, old_dist2, lower, np.asarray(shift, dtype=np.float64), group_shift,
                         groups.ptr, groups.members, groups.group_of, int(scalar_limit), centers_sq,
                         _gamma(X.shape[1], X.dtype), math.sqrt(float(centers_sq.max())), new_labels, new_dist2,
                         new_lower, needs_full)

@@ -75,7 +75,7 @@ def _revisit_block(previous, centers, shift, groups, n_far, afresh):
         computed = state.rows.shape[0] * centers.shape[0]
     else:
         labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift,
-                                                             groups)
+                                                             groups, dist2=state.dist2)
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, computed)
 

@@ -124,7 +124,7 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     if block is not None and len(block):
         if use_bounds:
             labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
-                                                                 shift, groups)
+                                                                 shift, groups, dist2=block.dist2)
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
             computed = len(block) * k

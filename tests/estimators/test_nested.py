@@ -162,6 +162,21 @@ def test_revisit_agrees_whatever_the_rule_for_a_full_reassignment(dtype, scalar_
     assert np.all(new_lower <= ref_group_minima(D, ref_labels, groups))
 
 
+def test_revisit_reuses_the_distance_of_rows_whose_center_did_not_move():
+    X, C = tied_problem(np.float32)
+    groups = groups_for(C, "yinyang", 5)
+    labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
+    C2 = C.copy()
+    C2[0] += 0.5  # only center 0 moves
+    shift = center_displacement(C2, C) * (1 + 1e-12)
+    fresh = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups)
+    reused = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2)
+    for a, b in zip(fresh[:3], reused[:3]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(reused[0], ref_assign(X, C2)[0])
+    assert reused[3] <= fresh[3] - np.count_nonzero(labels != 0)
+
+
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     X, C = tied_problem(np.float32, n=600)
