@@ -42,6 +42,11 @@ VRKM_SLAB_BYTES = 8 * 2**20
 NESTED_SLAB_BYTES = 2**20
 #: Nested mini-batch, ``bounds="yinyang"`` (or ``"auto"`` choosing it): centers per group, about.
 YINYANG_GROUP_SIZE = 10
+#: Revisiting rows after the centers moved (exact k-means with bounds, nmbatch): a block's first rows are revisited
+#: first; when they needed more than ``REVISIT_GIVE_UP_FRACTION`` of all their distances, the rest of the block is
+#: reassigned against all centers by GEMM with fresh bounds (cheaper then).
+REVISIT_PROBE_ROWS = 2048
+REVISIT_GIVE_UP_FRACTION = 0.5
 #: Truncated EM: up to this many (best, candidate) pairs (``k^2``) are counted in a dense array.
 DENSE_PAIRS_LIMIT = 2**22
 
@@ -65,9 +70,6 @@ BOUNDS_MIN_CLUSTERS = 8
 #: labels, distances, bounds) takes at most this fraction of the cluster's memory (of the memory available to
 #: this process on the threaded scheduler).
 BOUNDS_MEMORY_FRACTION = 0.5
-#: Exact k-means with bounds: after an iteration that computed more than this fraction of the ``n k`` distances,
-#: the next one scores every center afresh (tight new bounds) instead of revisiting through the old bounds.
-BOUNDS_REFRESH_FRACTION = 0.5
 #: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
 AFKMC2_CHAIN_LENGTH = 20
 #: ``init="afk-mc2"`` draws this many candidates per center and keeps the centers by weighted greedy k-means++ on

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import BOUNDS_REFRESH_FRACTION
 from ..engine.client import compute_now
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_graph, finish_stats
@@ -47,26 +46,17 @@ class _PlainPasses:
 
 
 class _BoundedPasses:
-    """Lloyd's passes with bounds kept on the workers between iterations.
-
-    After an iteration in which the bounds ruled out few distances (the first ones, while the centers move far),
-    the next scores every center and refreshes the bounds: a revisit would cost more than that.
-    """
+    """Lloyd's passes with bounds kept on the workers between iterations."""
 
     def __init__(self, array, centers, weights, client, bounds):
         k, d = centers.shape
         self.scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
         self.state = BoundedAssignment(array, make_groups(centers, self.scheme, n_groups), weights=weights,
                                        client=client)
-        self.last_fraction = 0.0
 
     def step(self, centers, previous):
         shift = None if previous is None else center_displacement(centers, previous) * SHIFT_SAFETY
-        afresh = previous is None or self.last_fraction > BOUNDS_REFRESH_FRACTION
-        stats, computed = self.state.step(centers, shift, afresh=afresh)
-        # after a refresh the bounds are tight again: the next iteration revisits
-        self.last_fraction = 0.0 if afresh else computed / (self.state.array.shape[0] * centers.shape[0])
-        return stats, computed
+        return self.state.step(centers, shift)
 
     def release(self):
         self.state.release()

@@ -24,6 +24,7 @@ import math
 import numba
 import numpy as np
 
+from ..config import REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
 from .distance import pair_dist2
 from .exact_assign import TEST_MARGIN, _allowance, _gamma, _store_lower, assign_with_bounds, row_sq_norms
 
@@ -146,8 +147,13 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
     return computed
 
 
-def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None):
+def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,
+                        probe_rows=REVISIT_PROBE_ROWS, give_up=REVISIT_GIVE_UP_FRACTION):
     """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
+
+    The first ``probe_rows`` rows are revisited first: when they needed more than ``give_up`` of all their
+    distances (the centers moved far, as in the first iterations), the other rows are reassigned against all
+    centers at once, with fresh bounds, which costs less than a revisit then. Labels are exact either way.
 
     Parameters
     ----------
@@ -167,6 +173,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     dist2 : float64 (m,), optional
         The exact squared distances to the old assignment: reused for rows whose center did not move
         (``shift == 0``), which is most rows once the centers settle.
+    probe_rows : int
+    give_up : float
 
     Returns
     -------
@@ -192,10 +200,22 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     group_shift = groups.group_shift(shift)
     centers_sq = row_sq_norms(centers)
     old_dist2 = np.empty(0) if dist2 is None else np.asarray(dist2, dtype=np.float64)
-    computed = _revisit(X, centers, labels, old_dist2, lower, np.asarray(shift, dtype=np.float64), group_shift,
-                        groups.ptr, groups.members, groups.group_of, int(scalar_limit), centers_sq,
-                        _gamma(X.shape[1], X.dtype), math.sqrt(float(centers_sq.max())), new_labels, new_dist2,
-                        new_lower, needs_full)
+    shift = np.asarray(shift, dtype=np.float64)
+    computed = 0
+    start = 0
+    while start < m:
+        stop = m if start else min(m, int(probe_rows))
+        part = slice(start, stop)
+        computed += _revisit(X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2,
+                             lower[part], shift, group_shift, groups.ptr, groups.members, groups.group_of,
+                             int(scalar_limit), centers_sq, _gamma(X.shape[1], X.dtype),
+                             math.sqrt(float(centers_sq.max())), new_labels[part], new_dist2[part], new_lower[part],
+                             needs_full[part])
+        if not start and stop < m and \
+                computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
+            needs_full[stop:] = True
+            break
+        start = stop
     full = np.flatnonzero(needs_full)
     if full.size:
         f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
@@ -204,4 +224,3 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         new_lower[full] = f_lower
         computed += full.size * k
     return new_labels, new_dist2, new_lower, int(computed)
-

@@ -68,14 +68,10 @@ def _start_block(block, offset, weights, centers, groups, n_far):
     return state, _report(state, centers.shape[0], n_far, rows.shape[0] * centers.shape[0])
 
 
-def _revisit_block(previous, centers, shift, groups, n_far, afresh):
+def _revisit_block(previous, centers, shift, groups, n_far):
     state = previous[0]
-    if afresh:
-        labels, dist2, lower, _ = assign_with_bounds(state.rows, centers, groups)
-        computed = state.rows.shape[0] * centers.shape[0]
-    else:
-        labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift,
-                                                             groups, dist2=state.dist2)
+    labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift, groups,
+                                                         dist2=state.dist2)
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, computed)
 
@@ -122,7 +118,7 @@ class BoundedAssignment:
         stats, computed = reduced
         return finish_stats(stats), int(computed)
 
-    def step(self, centers, shift=None, afresh=False):
+    def step(self, centers, shift=None):
         """Assign every row to ``centers`` (exactly) and return the pass's statistics.
 
         Parameters
@@ -130,9 +126,6 @@ class BoundedAssignment:
         centers : ndarray (k, d)
         shift : ndarray (k,), optional
             An upper bound of how far each center moved since the last step (ignored on the first).
-        afresh : bool
-            Score every center and recompute the bounds from scratch (cheaper than a revisit when the bounds
-            would rule out few centers, as in the first iterations).
 
         Returns
         -------
@@ -150,7 +143,7 @@ class BoundedAssignment:
             parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in self.outputs],
                                        shared(centers, "bounded-centers"),
                                        shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
-                                       shared(self.groups, "bounded-groups"), self.n_far, bool(afresh))
+                                       shared(self.groups, "bounded-groups"), self.n_far)
         return self._run(parts)
 
     def release(self):

@@ -177,6 +177,22 @@ def test_revisit_reuses_the_distance_of_rows_whose_center_did_not_move():
     assert reused[3] <= fresh[3] - np.count_nonzero(labels != 0)
 
 
+@pytest.mark.parametrize("give_up", [0.0, 0.5, 1.0])
+def test_revisit_gives_up_on_the_bounds_after_a_costly_probe_with_the_same_labels(give_up):
+    X, C = tied_problem(np.float32)
+    groups = groups_for(C, "yinyang", 5)
+    labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
+    C2 = (C + 3.0 * np.random.default_rng(5).standard_normal(C.shape)).astype(np.float32)
+    shift = center_displacement(C2, C) * (1 + 1e-12)
+    out = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up)
+    ref_labels, _, D = ref_assign(X, C2)
+    np.testing.assert_array_equal(out[0], ref_labels)
+    np.testing.assert_array_equal(out[1], exact_dist2(X, C2, out[0]))
+    assert np.all(out[2] <= ref_group_minima(D, ref_labels, groups))
+    if give_up == 0.0:  # every row after the probe is reassigned against all centers
+        assert out[3] >= (len(X) - 64) * C.shape[0]
+
+
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     X, C = tied_problem(np.float32, n=600)
