@@ -247,6 +247,8 @@ def _record_steps(records, step, history, batch_size, n, pool_start, passes, con
             "wall_time": pool_start + record["seconds"],
             "passes": passes + step * batch_size / n,
         }
+        if "stop_reason" in record:
+            entry["stop_reason"] = record["stop_reason"]
         history.append(entry)
         if position == len(records):
             context.report(entry, centers=centers)

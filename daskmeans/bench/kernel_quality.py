@@ -46,15 +46,15 @@ class QualitySettings:
     kappa_scale : float
         ``kappa`` = this times the data-driven default; picked from {1, 0.3, 0.1} on seed 0 (0.3 was best for
         the kernel algorithms on both datasets).
-    batch_size, tau, max_iter : int
-        Mini-batch settings (the paper's: b = 1024, tau = 200, 200 iterations).
+    batch_size, tau, max_iter : int or None
+        Mini-batch settings; None: the estimator's defaults (the paper's b = 1024, tau = 200, 200 steps).
     """
 
     max_rows: int | None = None
     kappa_scale: float = 0.3
-    batch_size: int = 1024
-    tau: int = 200
-    max_iter: int = 200
+    batch_size: int | None = None
+    tau: int | None = None
+    max_iter: int | None = None
 
 
 SETTINGS = {
@@ -124,7 +124,8 @@ def estimator_params(name, settings: QualitySettings, kappa, k, seed, budget, cl
     if name.startswith("kernel-"):
         params["kernel_params"] = {"kappa": kappa}
     if name.startswith("kernel-minibatch"):
-        params.update(batch_size=settings.batch_size, tau=settings.tau, max_iter=settings.max_iter)
+        params.update({key: value for key, value in (("batch_size", settings.batch_size), ("tau", settings.tau),
+                                                     ("max_iter", settings.max_iter)) if value is not None})
     return params
 
 
@@ -245,6 +246,13 @@ def _cell(spread, fmt):
     return f"{fmt(spread['median'])} [{fmt(spread['min'])}, {fmt(spread['max'])}]"
 
 
+def _minibatch_settings(settings) -> str:
+    if settings["batch_size"] is None and settings["tau"] is None and settings["max_iter"] is None:
+        return "the estimator's defaults (b = 1024, tau = 200, 200 steps, tol = 0)"
+    return (f"b = {settings['batch_size'] or 'default'}, tau = {settings['tau'] or 'default'}, at most "
+            f"{settings['max_iter'] or 'the default'} steps")
+
+
 def markdown_table(record) -> str:
     """The record as a Markdown table: median [min, max] over the seeds."""
     workload, settings, kernel = record["workload"], record["settings"], record["kernel"]
@@ -256,8 +264,8 @@ def markdown_table(record) -> str:
           if workload.get("n_total", workload["n_samples"]) > workload["n_samples"] else []),
         f"n = {workload['n_samples']:,}, d = {workload['n_features']}, k = {workload['k']}, {len(record['seeds'])} "
         f"seed(s); Gaussian kernel exp(-||x-y||^2 / kappa), kappa = {kernel['kappa']:.4g} ({settings['kappa_scale']} "
-        f"x the default {kernel['kappa_default']:.4g}); mini-batch: b = {settings['batch_size']}, tau = "
-        f"{settings['tau']}, {settings['max_iter']} iterations. Time: fit + labels of every row, "
+        f"x the default {kernel['kappa_default']:.4g}); mini-batch: {_minibatch_settings(settings)}. "
+        "Time: fit + labels of every row, "
         f"{record['cluster']['workers']} workers. Median [min, max] over seeds; speed-up = full-batch time / time, "
         "seed by seed.",
         "",

@@ -21,8 +21,8 @@ def center_inner_products(K, coef, owner, n_clusters):
 
     Parameters
     ----------
-    K : float64 (m, M)
-        Kernel values between the rows and the support rows.
+    K : float32 or float64 (m, M)
+        Kernel values between the rows and the support rows (summed in float64).
     coef : float64 (M,)
     owner : int64 (M,)
         Center of each support row.

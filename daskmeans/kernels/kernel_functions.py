@@ -1,9 +1,15 @@
 """Kernel functions for kernel k-means: RBF, Laplacian, polynomial and a user callable, as kernel matrices.
 
-Every kernel matrix is float64, whatever the dtype of the rows. The dot products of the RBF and polynomial
-kernels are one GEMM (in float32 when both inputs are float32: about 1e-7 relative error in the dot products,
-twice the speed); the element-wise part (and the whole Laplacian kernel, an L1 distance) is a Numba loop in
-float64.
+A kernel block is built from one GEMM: the RBF kernel's squared distances are ``||x||^2 + ||y||^2 - 2 <x, y>``
+(the dot products one GEMM, the squared norms accumulated in float64), turned into kernel values by one fused
+Numba pass and one vectorized ``exp``; the polynomial kernel is the same GEMM and one element-wise pass. The
+Laplacian kernel (an L1 distance, no GEMM form) is a Numba loop accumulating in float64.
+
+Precision: when both inputs are float32 the GEMM runs in float32 (about 1e-7 relative error in the dot products,
+twice the speed of float64; an RBF exponent is then off by a few ``1e-7 (||x||^2 + ||y||^2) / kappa`` at most),
+and the RBF and Laplacian kernels, whose values lie in (0, 1], return float32
+blocks (half the memory traffic downstream; every sum over them accumulates in float64). The polynomial kernel
+(unbounded values) and a callable always return float64; float64 inputs give float64 blocks.
 
 Kernels (``kernel=`` and its ``kernel_params``):
 
@@ -38,8 +44,24 @@ KERNEL_PARAMETERS = {"rbf": ("kappa",), "laplacian": ("kappa",), "polynomial": (
 
 
 @numba.njit(cache=True, nogil=True)
+def squared_norms(X):
+    """``||x||^2`` of every row, accumulated in float64 (float64 ``(m,)``), for float32 or float64 rows."""
+    m, d = X.shape
+    out = np.empty(m, dtype=np.float64)
+    for i in range(m):
+        s = 0.0
+        for f in range(d):
+            value = np.float64(X[i, f])
+            s += value * value
+        out[i] = s
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def rbf_exponent(gram, x_sq, y_sq, inv_kappa):
-    """Turn a Gram matrix ``<x, y>`` into ``-||x - y||^2 / kappa`` in place (distances clipped at 0)."""
+    """Turn a Gram matrix ``<x, y>`` into ``-||x - y||^2 / kappa`` in place (distances clipped at 0).
+
+    The distance is formed in float64 (``gram`` may be float32: it keeps its dtype)."""
     m, n = gram.shape
     for i in range(m):
         for j in range(n):
@@ -57,7 +79,8 @@ def rbf_from_gram(gram, x_sq, y_sq, inv_kappa):
 
     Parameters
     ----------
-    gram : float64 (m, n)
+    gram : float32 or float64 (m, n)
+        Overwritten with the kernel values (same dtype).
     x_sq, y_sq : float64 (m,), (n,)
         Squared norms of the rows.
     inv_kappa : float
@@ -67,10 +90,10 @@ def rbf_from_gram(gram, x_sq, y_sq, inv_kappa):
 
 @numba.njit(cache=True, nogil=True)
 def laplacian_exponent(X, Y, inv_kappa):
-    """``-||x - y||_1 / kappa`` for every pair of rows, accumulated in float64 (float64 ``(m, n)``)."""
+    """``-||x - y||_1 / kappa`` for every pair of rows, accumulated in float64, stored in the rows' dtype."""
     m, d = X.shape
     n = Y.shape[0]
-    out = np.empty((m, n), dtype=np.float64)
+    out = np.empty((m, n), dtype=X.dtype)
     for i in range(m):
         for j in range(n):
             s = 0.0
@@ -91,7 +114,8 @@ def laplacian_matrix(X, Y, inv_kappa):
 
     Returns
     -------
-    float64 (m, n)
+    ndarray (m, n)
+        In the dtype of the rows.
     """
     out = laplacian_exponent(X, Y, inv_kappa)
     return np.exp(out, out=out)
@@ -147,25 +171,30 @@ class Kernel:
         return self.name in ("rbf", "laplacian")
 
     def matrix(self, X, Y) -> np.ndarray:
-        """``K(X[i], Y[j])`` for every pair of rows, float64 ``(len(X), len(Y))``."""
+        """``K(X[i], Y[j])`` for every pair of rows, ``(len(X), len(Y))``.
+
+        float32 for the RBF and Laplacian kernels when both inputs are float32, float64 otherwise (see the
+        module's notes on precision).
+        """
         if self.name == "callable":
             return self._call(X, Y)
+        single = X.dtype == np.float32 and Y.dtype == np.float32
+        out_dtype = np.float32 if single and self.name != "polynomial" else np.float64
         if X.shape[0] == 0 or Y.shape[0] == 0:
-            return np.zeros((X.shape[0], Y.shape[0]))
+            return np.zeros((X.shape[0], Y.shape[0]), dtype=out_dtype)
         if self.name == "laplacian":
-            dtype = np.result_type(X.dtype, Y.dtype)
+            dtype = np.float32 if single else np.float64
             return laplacian_matrix(np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(Y, dtype=dtype),
                                     1.0 / self.params["kappa"])
-        X64, Y64 = _as_float64(X), _as_float64(Y)
-        if X.dtype == np.float32 and Y.dtype == np.float32:
-            # float32 data: the dot products in one float32 GEMM (twice as fast), the rest in float64
-            gram = (np.ascontiguousarray(X) @ np.ascontiguousarray(Y).T).astype(np.float64)
+        if single:
+            X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
         else:
-            gram = X64 @ Y64.T
+            X, Y = _as_float64(X), _as_float64(Y)
+        gram = X @ Y.T
         if self.name == "rbf":
-            return rbf_from_gram(gram, np.einsum("ij,ij->i", X64, X64), np.einsum("ij,ij->i", Y64, Y64),
-                                 1.0 / self.params["kappa"])
-        return polynomial_from_gram(gram, self.params["gamma"], self.params["coef0"], self.params["degree"])
+            return rbf_from_gram(gram, squared_norms(X), squared_norms(Y), 1.0 / self.params["kappa"])
+        return polynomial_from_gram(gram.astype(np.float64, copy=False), self.params["gamma"], self.params["coef0"],
+                                    self.params["degree"])
 
     def diag(self, X) -> np.ndarray:
         """``K(x, x)`` for every row, float64 ``(len(X),)``."""

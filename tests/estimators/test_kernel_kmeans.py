@@ -106,6 +106,11 @@ def test_early_stopping_on_batch_improvement(circle_data):
     model = MiniBatchKernelKMeans(**small_params(max_iter=200, tol=0.02)).fit(X)
     assert model.stop_reason_ == "converged" and model.n_iter_ < 200
     assert model.history_[-1]["improvement"] < 0.02
+    assert model.history_[-1]["stop_reason"] == "converged" and model.tol_ == 0.02
+    assert all("stop_reason" not in entry for entry in model.history_[:-1])
+    auto = MiniBatchKernelKMeans(**small_params(max_iter=200, tol="auto")).fit(X)
+    assert auto.tol_ == pytest.approx(np.sqrt(auto.n_clusters / auto.batch_size))  # RBF: gamma = 1
+    assert auto.stop_reason_ == "converged" and auto.history_[-1]["improvement"] < auto.tol_
 
 
 def test_laplacian_and_callable_kernels(circle_data, cluster_client):
@@ -260,6 +265,7 @@ def test_cli_fit_predict_info_with_kernel_minibatch(tmp_path, circle_data):
     ({"learning_rate": "adam"}, "learning_rate must be one of"),
     ({"max_iter": 0}, "max_iter must be >= 1"),
     ({"tol": -1.0}, "tol must be >= 0"),
+    ({"tol": "fast"}, "tol must be a number >= 0 or 'auto'"),
     ({"truncate": "yes"}, "truncate must be True or False"),
     ({"init": "k-means||"}, "init must be one of"),
     ({"init": np.zeros((3, 2))}, "init must be"),

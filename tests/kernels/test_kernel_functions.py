@@ -18,6 +18,7 @@ from daskmeans.kernels.kernel_functions import (
     polynomial_from_gram,
     rbf_from_gram,
     resolve_kernel,
+    squared_norms,
 )
 from sparse_centers_reference import cluster_mean_centers, direct_norms
 
@@ -46,10 +47,11 @@ def test_kernel_matrix_and_diag_match_numpy(dtype, name, params):
     X, Y = data(dtype)
     kernel = Kernel(name, params)
     K = kernel.matrix(X, Y)
-    assert K.dtype == np.float64 and K.shape == (40, 30)
-    # float32 rows: the dot products come from a float32 GEMM
-    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 and name != "laplacian" else dict(rtol=1e-10,
-                                                                                                      atol=1e-12)
+    # values in (0, 1] stay float32 for float32 rows; the unbounded polynomial kernel is always float64
+    expected = np.float32 if dtype == np.float32 and name != "polynomial" else np.float64
+    assert K.dtype == expected and K.shape == (40, 30)
+    # float32 rows: the dot products come from a float32 GEMM (and RBF/Laplacian values are rounded to float32)
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(K, ref_kernel(name, X, Y, **params), **tolerance)
     np.testing.assert_allclose(kernel.diag(X), np.diagonal(ref_kernel(name, X, X, **params)), rtol=1e-10)
 
@@ -62,12 +64,63 @@ def test_numba_elementwise_kernels_match_numpy(dtype):
     sq = (X64**2).sum(1), (Y64**2).sum(1)
     np.testing.assert_allclose(rbf_from_gram(gram.copy(), sq[0], sq[1], 1 / 4.0), ref_kernel("rbf", X, Y, kappa=4.0),
                                rtol=1e-10)
-    np.testing.assert_allclose(laplacian_matrix(X, Y, 1 / 4.0), ref_kernel("laplacian", X, Y, kappa=4.0), rtol=1e-10)
+    laplacian = laplacian_matrix(X, Y, 1 / 4.0)  # accumulated in float64, stored in the rows' dtype
+    assert laplacian.dtype == dtype
+    np.testing.assert_allclose(laplacian, ref_kernel("laplacian", X, Y, kappa=4.0),
+                               rtol=1e-6 if dtype == np.float32 else 1e-10)
     np.testing.assert_allclose(polynomial_from_gram(gram.copy(), 0.5, 2.0, 2),
                                ref_kernel("polynomial", X, Y, gamma=0.5, coef0=2.0, degree=2), rtol=1e-10)
     # identical rows: the expanded squared distance can come out slightly negative; it is clipped at 0
     same = rbf_from_gram(X64 @ X64.T, sq[0], sq[0], 1.0)
     assert np.all(same <= 1.0) and np.allclose(np.diagonal(same), 1.0)
+
+
+def pairwise_reference(name, X, Y, params):
+    """Kernel values pair by pair, in float64, straight from the definitions (no GEMM, no expansion)."""
+    X, Y = X.astype(np.float64), Y.astype(np.float64)
+    out = np.empty((len(X), len(Y)))
+    for i in range(len(X)):
+        for j in range(len(Y)):
+            if name == "rbf":
+                out[i, j] = np.exp(-np.sum((X[i] - Y[j]) ** 2) / params["kappa"])
+            else:
+                out[i, j] = (params["gamma"] * np.dot(X[i], Y[j]) + params["coef0"]) ** params["degree"]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}), ("rbf", {"kappa": 0.5}),
+                                         ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})])
+def test_gemm_kernel_blocks_equal_a_pairwise_numpy_reference(dtype, name, params):
+    # data far from the origin (|x|^2 about 400, like pixel data): the expansion |x|^2 + |y|^2 - 2 x.y cancels the
+    # most there; identical rows (the batch meets itself in a step) must give distance 0, i.e. K = 1 for RBF
+    rng = np.random.default_rng(5)
+    X = (10.0 + rng.normal(size=(60, 12))).astype(dtype)
+    Y = np.concatenate([X[:7], (10.0 + rng.normal(size=(50, 12))).astype(dtype)])
+    block = Kernel(name, params).matrix(X, Y)
+    reference = pairwise_reference(name, X, Y, params)
+    if dtype == np.float64:
+        tolerance = dict(rtol=1e-9, atol=1e-12)
+    elif name == "rbf":
+        # a float32 GEMM rounds x.y by about eps32 |x| |y|: the exponent is off by at most a few eps32 (|x|^2 +
+        # |y|^2) / kappa (1e-4 at kappa = 0.5, 1e-6 at kappa = 40), the documented price of the float32 GEMM
+        sq = (X.astype(np.float64) ** 2).sum(1).max() + (Y.astype(np.float64) ** 2).sum(1).max()
+        tolerance = dict(rtol=2e-6, atol=8 * np.finfo(np.float32).eps * sq / params["kappa"])
+    else:
+        tolerance = dict(rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(block, reference, **tolerance)
+    if name == "rbf":
+        assert np.all(block <= 1.0)
+        np.testing.assert_allclose(np.diagonal(block[:7, :7]), 1.0, atol=tolerance["atol"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_squared_norms_accumulate_in_float64(dtype):
+    rng = np.random.default_rng(6)
+    X = (rng.normal(size=(33, 700)) * 100).astype(dtype)
+    norms = squared_norms(X)
+    assert norms.dtype == np.float64
+    np.testing.assert_allclose(norms, (X.astype(np.float64) ** 2).sum(axis=1), rtol=1e-13)
 
 
 def test_callable_kernel_gets_its_params_and_is_checked():
@@ -161,7 +214,9 @@ def test_single_point_and_cluster_mean_centers(dtype):
     for j in range(3):
         mine = labels == j
         expected = 1.0 - 2.0 * K[:, mine].mean(1) + K[np.ix_(mine, mine)].mean()
-        np.testing.assert_allclose(means.distances(X, kernel)[:, j], expected, rtol=1e-10, atol=1e-12)
+        # float32 rows: Laplacian kernel values are stored in float32 (rounding about 6e-8)
+        np.testing.assert_allclose(means.distances(X, kernel)[:, j], expected,
+                                   rtol=1e-6 if dtype == np.float32 else 1e-10, atol=1e-12)
     # the input-space mean of a cluster's support is the cluster's mean row
     np.testing.assert_allclose(means.input_space_means(5, np.float64)[1], X[labels == 1].astype(np.float64).mean(0),
                                rtol=1e-5)

@@ -9,6 +9,7 @@ import pytest
 from daskmeans.kernels.kernel_centers import single_point_centers
 from daskmeans.kernels.kernel_functions import Kernel
 from daskmeans.kernels.kernel_minibatch import (
+    auto_tol,
     batch_cluster_means,
     kernel_minibatch_step,
     merge_duplicates,
@@ -263,3 +264,38 @@ def test_zero_weight_rows_do_not_move_the_centers():
     without, _, _ = kernel_minibatch_step(centers, np.zeros(2), X[kept], kept, kernel, 1, tau=1000)
     np.testing.assert_allclose(with_zeros.distances(X, kernel), without.distances(X, kernel), rtol=1e-10,
                                atol=1e-12)
+
+
+def test_early_stopping_follows_the_papers_rule_exactly():
+    # Algorithm 1: stop after the first step whose batch improvement f_B(C_i) - f_B(C_i+1) is below epsilon, and
+    # never before. The run without the rule gives every step's improvement; with epsilon placed between them the
+    # run must stop at exactly the first step below it, with the same steps up to there.
+    rng = np.random.default_rng(21)
+    X = rng.normal(size=(300, 3))
+    kernel = Kernel("rbf", {"kappa": 2.0})
+    batches = [rng.integers(0, 300, 48) for _ in range(30)]
+    start = single_point_centers(X[:4], kernel, np.arange(4))
+
+    def run(tol):
+        return run_kernel_steps(start, np.zeros(4), [X[i] for i in batches], batches, kernel, 1, tol=tol)
+
+    _, _, free, reason = run(0.0)
+    assert reason is None and len(free) == 30 and all("stop_reason" not in r for r in free)
+    improvements = np.array([r["improvement"] for r in free])
+    for target in (3, 10):
+        # the smallest epsilon that stops at step `target`: just above its improvement, and no earlier step is below
+        epsilon = improvements[target - 1] + 1e-12
+        first = int(np.flatnonzero(improvements < epsilon)[0]) + 1
+        _, _, records, reason = run(epsilon)
+        assert reason == "converged" and len(records) == first and records[-1]["stop_reason"] == "converged"
+        np.testing.assert_allclose([r["improvement"] for r in records], improvements[:first], rtol=0, atol=0)
+    # an epsilon at or below every improvement never stops the run
+    _, _, records, reason = run(float(improvements.min()))
+    assert reason is None and len(records) == 30
+
+
+def test_auto_tol_is_theorem_1s_batch_size_condition_solved_for_epsilon():
+    # b = gamma^4 k / epsilon^2 (constants and logarithms dropped), for gamma >= 1; gamma^2 k / epsilon^2 below 1
+    assert auto_tol(1.0, 10, 1024) == pytest.approx(np.sqrt(10 / 1024))
+    assert 2.0**4 * 10 / auto_tol(2.0, 10, 1000) ** 2 == pytest.approx(1000)
+    assert 0.5**2 * 8 / auto_tol(0.5, 8, 256) ** 2 == pytest.approx(256)
