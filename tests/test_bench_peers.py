@@ -182,7 +182,8 @@ def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
     lower["summary"] = report.summarize(lower)
     assert lower["summary"]["E_star"] == 3.9 and lower["summary"]["E_star_source"] == "run"
     text = "\n".join(report.e_star_lines(lower))
-    assert "E* = 3.9, the lowest energy any run reached (faiss, seed 1)" in text
+    assert "E* = 3.9, the lowest energy any run reached (faiss, seed 1), below the converged Lloyd energy" in text
+    assert "the lowest converged Lloyd energy (seed 0) is 1.0256 x E*" in text
     assert "Converged Lloyd energy (seed 1): failed (MemoryError: too big)" in text
 
     best = _record("best", {}, runs)

@@ -235,7 +235,7 @@ PEERS: dict[str, Peer] = {
                               _sklearn_minibatch),
     "sklearn-intelex": Peer("sklearn-intelex", "scikit-learn-intelex KMeans (oneDAL)", "sklearnex", True,
                             _sklearnex_kmeans, distribution="scikit-learn-intelex"),
-    "faiss": Peer("faiss", "faiss Kmeans", "faiss", True, _faiss(all_rows=False)),
+    "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss(all_rows=False)),
     "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss(all_rows=True)),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

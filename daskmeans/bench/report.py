@@ -260,8 +260,11 @@ def e_star_lines(record) -> list:
         if run:
             text += f"; the lowest energy any run reached is {run['energy'] / s['E_star']:.4f} x E* ({run_text})"
     elif lloyd_references(record):
-        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}): no converged Lloyd "
-                "energy of the record is lower (--reference lloyd)")
+        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}), below the converged "
+                "Lloyd energy (--reference lloyd)")
+        if s.get("E_star_lloyd"):
+            text += (f"; the lowest converged Lloyd energy (seed {s['E_star_lloyd']['seed']}) is "
+                     f"{s['E_star_lloyd']['energy'] / s['E_star']:.4f} x E*")
     else:
         text = f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {run_text}; --reference best)"
     lines = [text + f". Energies are exact on all rows, evaluated outside the timed region "
