@@ -147,7 +147,7 @@ def lloyd_reference(workload_name, data, init, seed, client, energy, cache_path,
     if cached is not None:
         return {**cached, "seed": seed, "key": key, "cache": cache_path, "from_cache": True}
     run = converged_lloyd(data, init, seed, client, max_iter)
-    entry = {key: value for key, value in run.items() if key != "centers"}
+    entry = {name: value for name, value in run.items() if name != "centers"}
     entry.update(energy=float(energy(run["centers"])), created=created())
     entries = read_cache(cache_path)  # again: another workload of this command may have added its own
     entries[key] = entry
