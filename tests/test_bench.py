@@ -54,7 +54,7 @@ def load_record(out, name):
 def check_record(record, table):
     """Schema-like checks that hold for any workload record."""
     for key in ("schema", "created", "command", "workload", "machine", "cluster", "gemm", "assign_pass", "seeds",
-                "targets", "evaluation", "runs", "summary"):
+                "targets", "evaluation", "runs", "reference", "summary"):
         assert key in record, key
     assert record["schema"] == "daskmeans-bench/1"
     assert record["command"].startswith("daskmeans bench")
@@ -93,7 +93,20 @@ def check_record(record, table):
                   if run["status"] == "ok" and run["seed"] == seed}
         assert len(starts) <= 1
     summary = record["summary"]
-    assert summary["E_star"] == min(energies)
+    # E*: the lowest energy any run reached, or the converged Lloyd energy of a seed where that is lower
+    lloyd = report.lloyd_references(record)
+    if "--reference best" in record["command"]:
+        assert record["reference"]["method"] == "best" and not lloyd
+    else:
+        assert record["reference"]["method"] == "lloyd"
+        assert sorted(map(int, lloyd)) == record["seeds"]
+        for entry in lloyd.values():
+            assert entry["max_iter"] == 300 and 1 <= entry["n_iter"] <= 300 and entry["energy"] > 0
+            assert f"Converged Lloyd energy (seed {entry['seed']}): {entry['energy']:,.6g}" in table
+    lloyd_energies = [entry["energy"] for entry in lloyd.values()]
+    assert summary["E_star"] == min(energies + lloyd_energies)
+    assert summary["E_star_source"] == ("lloyd" if lloyd_energies and min(lloyd_energies) <= min(energies)
+                                        else "run")
     for entry in summary["runs"]:
         if entry["status"] == "ok":
             assert entry["final_relative"] >= 1.0
@@ -142,7 +155,8 @@ def test_time_to_the_kmeans_final_energy_and_speedup():
 
 def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
-                    "--time-budget", 0.5, "--peers", "sklearn-lloyd,sklearn-minibatch,faiss,dask-ml")
+                    "--time-budget", 0.5, "--peers",
+                    "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml")
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
@@ -150,7 +164,8 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     from daskmeans.registry import energy_algorithm_names
 
     assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd",
-                                                        "sklearn-minibatch", "faiss", "dask-ml"])
+                                                        "sklearn-minibatch", "sklearn-intelex", "faiss",
+                                                        "faiss-all", "dask-ml"])
     assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
     for run in runs:
         installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]
@@ -188,12 +203,14 @@ def test_user_npy_file(scheduler, tmp_path):
     np.save(tmp_path / "points.npy", X)
     out = tmp_path / "out"
     result = invoke("--data", tmp_path / "points.npy", "-k", 4, "--quick", "--scheduler", scheduler, "--out", out,
-                    "--time-budget", 0.5, "--algorithms", "kmeans", "--peers", "sklearn-elkan", "--no-refine")
+                    "--time-budget", 0.5, "--algorithms", "kmeans", "--peers", "sklearn-elkan", "--no-refine",
+                    "--reference", "best")
     assert result.exit_code == 0, result.output
     record, table = load_record(out, "data-points-quick")
     check_record(record, table)
     assert record["workload"]["n_samples"] == 3000 and record["workload"]["k"] == 4
-    assert "--no-refine" in record["command"]
+    assert "--no-refine" in record["command"] and "--reference best" in table
+    assert not (out / "reference-energies.json").exists()
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "kddcup04_bio.npz").exists(), reason="shared datasets not present")
@@ -240,6 +257,7 @@ def test_sizing_quick(scheduler, tmp_path):
     (["descriptors", "--n-features", "3"], "--n-features"),
     (["synthetic", "--memory-limit", "lots"], "not a memory size"),
     (["synthetic", "--sizes", "10,20"], "sizing"),
+    (["synthetic", "--reference", "lowest"], "--reference"),
     (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
 ])
 def test_bad_input_is_refused_before_any_work(tmp_path, args, message):
@@ -314,6 +332,8 @@ def test_kmeans_center_snapshots():
     (["synthetic"], "daskmeans bench synthetic"),
     (["descriptors", "--no-refine", "--seeds", "3", "--peers", "faiss"],
      "daskmeans bench descriptors --peers faiss --seeds 3 --no-refine"),
+    (["mnist", "--reference", "best", "--peers", "faiss-all,sklearn-intelex"],
+     "daskmeans bench mnist --peers faiss-all,sklearn-intelex --reference best"),
 ])
 def test_the_recorded_command_line_holds_only_what_was_given(args, expected):
     from daskmeans.bench.command import _command_line, bench

@@ -7,6 +7,7 @@ import shlex
 import click
 
 from ..cli.common import USER_ERRORS, cluster_options
+from .reference import DEFAULT_CACHE_NAME, REFERENCE_MAX_ITER, REFERENCES
 from .runner import BenchOptions, run_benchmark
 from .workloads import STORAGES
 
@@ -42,7 +43,8 @@ class BenchCommand(click.Command):
 @click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
                                    "algorithm; kernel k-means with --quality; 'none').")
 @click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
-                              "faiss, dask-ml (default: the workload's; 'none').")
+                              "sklearn-intelex, faiss (its default subsample), faiss-all (every row), dask-ml "
+                              "(default: the workload's; 'none').")
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
 @click.option("-k", "--n-clusters", "k", type=int, help="Number of clusters (with --data; overrides the workloads' k).")
 @click.option("--seeds", default=1, show_default=True, type=int,
@@ -62,6 +64,12 @@ class BenchCommand(click.Command):
               help="Energies evaluated per run before refinement around the 1% and 2% targets.")
 @click.option("--refine/--no-refine", default=True, show_default=True,
               help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
+@click.option("--reference", type=click.Choice(REFERENCES), default="lloyd", show_default=True,
+              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (scikit-learn, tol=0, "
+                   f"at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached if lower; "
+                   "'best' is the lowest energy any run reached.")
+@click.option("--reference-cache", type=click.Path(dir_okay=False),
+              help=f"JSON file keeping the converged Lloyd energies between runs (default OUT/{DEFAULT_CACHE_NAME}).")
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
 @click.option("--quality", is_flag=True,
@@ -70,15 +78,15 @@ class BenchCommand(click.Command):
                    "default. Writes OUT/NAME-quality.json and .md.")
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
-          n_samples, n_features, storage, batch_size, sizes, max_points, refine, driver_memory, overwrite, quality,
-          cluster):
-    """Benchmark the daskmeans algorithms against scikit-learn, faiss and dask-ml.
+          n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
+          driver_memory, overwrite, quality, cluster):
+    """Benchmark the daskmeans algorithms against scikit-learn, scikit-learn-intelex, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
     out-of-core (synthetic descriptors in Zarr), synthetic (blobs), sizing (pass time against n, extrapolated to
     1e9 rows). With --quality, the labelled ones (pendigits, mnist) are scored by ARI and NMI instead.
     All runs of a workload start from the same initial centers; energies are exact on all rows and evaluated
-    outside the timed region. Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
+    outside the timed region. E* is the converged Lloyd energy (unless a run goes lower; see --reference). Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
 
     \b
     Examples:
@@ -91,7 +99,8 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
         workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
         cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
-        max_points=max_points, refine=refine, driver_memory=driver_memory, overwrite=overwrite, quality=quality,
+        max_points=max_points, refine=refine, reference=reference, reference_cache=reference_cache,
+        driver_memory=driver_memory, overwrite=overwrite, quality=quality,
         command_line=_command_line(click.get_current_context()),
     )
     written = run_benchmark(options, echo=click.echo)

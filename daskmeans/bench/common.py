@@ -10,6 +10,7 @@ tables and plots can be rebuilt from it), ``NAME.md`` (its table) and its plots 
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -92,6 +93,13 @@ def _version(module):
         return None
 
 
+def _distribution_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info() -> dict:
     """The machine the benchmark ran on."""
     memory = psutil.virtual_memory()
@@ -106,7 +114,7 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "versions": {name: _version(name) for name in ("numpy", "dask", "distributed", "zarr", "numba", "sklearn",
                                                         "faiss", "dask_ml", "threadpoolctl")}
-        | {"daskmeans": __version__},
+        | {"daskmeans": __version__, "scikit-learn-intelex": _distribution_version("scikit-learn-intelex")},
     }
 
 

@@ -8,6 +8,7 @@ are outside the timed region. Peers without a way to report intermediate centers
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -67,6 +68,9 @@ class Peer:
         Needs the whole data as a NumPy array in the driver.
     run : callable
         ``run(context) -> Trace``.
+    distribution : str, optional
+        The package whose installed version is reported, where the module's ``__version__`` does not say it
+        (``sklearnex`` reports a placeholder).
     """
 
     name: str
@@ -74,6 +78,7 @@ class Peer:
     module: str
     in_memory: bool
     run: Callable[[PeerContext], Trace]
+    distribution: str | None = None
 
 
 def availability(peer: Peer) -> tuple[bool, str]:
@@ -82,6 +87,11 @@ def availability(peer: Peer) -> tuple[bool, str]:
         module = importlib.import_module(peer.module)
     except ImportError as error:
         return False, f"{peer.module} is not installed ({error}); install it (pip install daskmeans[bench])."
+    if peer.distribution is not None:
+        try:
+            return True, importlib.metadata.version(peer.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     return True, str(getattr(module, "__version__", "unknown"))
 
 
@@ -144,28 +154,61 @@ def _sklearn_minibatch(ctx: PeerContext) -> Trace:
                  notes=[f"batch {ctx.batch_size}; passes = rows seen / n"])
 
 
-# -- faiss Kmeans: ladder over niter ----------------------------------------------------------------------------------
-def _faiss(ctx: PeerContext) -> Trace:
-    import faiss
-
-    n, d = ctx.X.shape
+# -- scikit-learn-intelex KMeans (oneDAL): ladder -----------------------------------------------------------------
+def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
+    # oneDAL's KMeans as a class of its own: scikit-learn is not patched, so the scikit-learn peers of the same
+    # process still run scikit-learn's own code
+    from sklearnex.cluster import KMeans
 
     def fit_rung(m):
-        model = faiss.Kmeans(d, ctx.k, niter=m, seed=ctx.seed, verbose=False)
-        _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=ctx.init))
-        n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
-        return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
+        model = KMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm="lloyd",
+                       random_state=ctx.seed)
+        _, seconds = _timed_fit(lambda: model.fit(ctx.X))
+        if not hasattr(model, "_onedal_estimator"):
+            raise RuntimeError(
+                "scikit-learn-intelex handed this fit to scikit-learn's own KMeans instead of oneDAL (run it with "
+                "the 'sklearnex' logger at INFO level to see why); the sklearn-lloyd peer already measures that."
+            )
+        n_iter = int(model.n_iter_)
+        return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m,
+                float(n_iter + 1))
 
     candidates, total, stop = run_ladder(fit_rung, ctx.budget)
     last = candidates[-1]
-    probe = faiss.Kmeans(d, ctx.k)
-    n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
     return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
                  extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
-                 params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
-                         "threads": faiss.omp_get_max_threads()},
-                 notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x "
-                        "that fraction"])
+                 params={"algorithm": "lloyd", "tol": 1e-4, "n_init": 1, "backend": "oneDAL"},
+                 notes=["sklearnex.cluster.KMeans (oneDAL), scikit-learn left unpatched; passes = iterations + the "
+                        "final labelling pass"])
+
+
+# -- faiss Kmeans: ladder over niter, on faiss's default subsample or on every row ------------------------------------
+def _faiss(all_rows):
+    def run(ctx: PeerContext) -> Trace:
+        import faiss
+
+        n, d = ctx.X.shape
+        # faiss trains on a random subsample of k * max_points_per_centroid rows when the data has more
+        options = {"max_points_per_centroid": n // ctx.k + 1} if all_rows else {}
+
+        def fit_rung(m):
+            model = faiss.Kmeans(d, ctx.k, niter=m, seed=ctx.seed, verbose=False, **options)
+            _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=ctx.init))
+            n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
+            return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
+
+        candidates, total, stop = run_ladder(fit_rung, ctx.budget)
+        last = candidates[-1]
+        probe = faiss.Kmeans(d, ctx.k, **options)
+        n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
+        sample = "every row" if all_rows else "faiss default subsample"
+        return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
+                     extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
+                     params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
+                             "training_rows": n_train, "threads": faiss.omp_get_max_threads()},
+                     notes=[f"trains on {n_train:,} of {n:,} rows ({sample}); passes = iterations x that fraction"])
+
+    return run
 
 
 # -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
@@ -190,6 +233,9 @@ PEERS: dict[str, Peer] = {
     "sklearn-elkan": Peer("sklearn-elkan", "scikit-learn KMeans (elkan)", "sklearn", True, _sklearn_kmeans("elkan")),
     "sklearn-minibatch": Peer("sklearn-minibatch", "scikit-learn MiniBatchKMeans", "sklearn", True,
                               _sklearn_minibatch),
-    "faiss": Peer("faiss", "faiss Kmeans", "faiss", True, _faiss),
+    "sklearn-intelex": Peer("sklearn-intelex", "scikit-learn-intelex KMeans (oneDAL)", "sklearnex", True,
+                            _sklearnex_kmeans, distribution="scikit-learn-intelex"),
+    "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss(all_rows=False)),
+    "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss(all_rows=True)),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

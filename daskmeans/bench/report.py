@@ -11,6 +11,7 @@ import numpy as np
 
 from ..plots import plot_energy_curves
 from .common import gib, output_paths, record_json, table_lines, write_plots, write_report, write_text
+from .reference import describe
 
 
 # -- figures -----------------------------------------------------------------------------------------------------------
@@ -52,21 +53,42 @@ def kmeans_reference(record) -> dict:
     return reference
 
 
+def lloyd_references(record) -> dict:
+    """Per seed (as a string), the converged Lloyd reference of a ``--reference lloyd`` record (see
+    :mod:`.reference`); a failed one holds ``"error"``. Empty for ``--reference best`` and older records."""
+    reference = record.get("reference") or {}
+    return dict(reference.get("seeds") or {}) if reference.get("method") == "lloyd" else {}
+
+
 def summarize(record) -> dict:
     """E*, and per run and per algorithm: time to each target, final energy relative to E*, memory, passes,
-    and (when ``kmeans`` ran) time to k-means' final energy with the speedup over k-means."""
+    and (when ``kmeans`` ran) time to k-means' final energy with the speedup over k-means.
+
+    E* is the lowest energy any run reached, or the lowest converged Lloyd energy of the record's seeds where
+    that is lower (or equal); ``E_star_source`` says which (``"lloyd"`` or ``"run"``).
+    """
     ok = [r for r in record["runs"] if r["status"] == "ok"]
     best = None
     for run in ok:
         for point in run["points"]:
             if best is None or point["energy"] < best[0]:
                 best = (point["energy"], run["name"], run["seed"])
-    summary = {"E_star": None, "E_star_run": None, "runs": [], "algorithms": {}}
-    if best is None:
+    lloyd = [(entry["energy"], int(seed)) for seed, entry in lloyd_references(record).items()
+             if entry.get("energy") is not None]
+    lowest_lloyd = min(lloyd) if lloyd else None
+    summary = {"E_star": None, "E_star_source": None, "E_star_run": None, "E_star_lloyd": None, "runs": [],
+               "algorithms": {}}
+    if best is not None:
+        summary["E_star_run"] = {"name": best[1], "seed": best[2], "energy": best[0]}
+    if lowest_lloyd is not None:
+        summary["E_star_lloyd"] = {"seed": lowest_lloyd[1], "energy": lowest_lloyd[0]}
+    if lowest_lloyd is not None and (best is None or lowest_lloyd[0] <= best[0]):
+        e_star, summary["E_star_source"] = lowest_lloyd[0], "lloyd"
+    elif best is not None:
+        e_star, summary["E_star_source"] = best[0], "run"
+    else:
         return summary
-    e_star = best[0]
     summary["E_star"] = e_star
-    summary["E_star_run"] = {"name": best[1], "seed": best[2]}
     targets = record.get("targets", [0.01, 0.02])
     reference = kmeans_reference(record)
     summary["kmeans_reference"] = {str(seed): ref for seed, ref in reference.items()}
@@ -215,18 +237,40 @@ def header_lines(record) -> list:
     )
     if record.get("command"):
         lines.append(f"Command: `{record['command']}` ({record['created']}).")
-    if s["E_star"] is not None:
-        lines.append(
-            f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {s['E_star_run']['name']}, seed "
-            f"{s['E_star_run']['seed']}). Energies are exact on all rows, evaluated outside the timed region "
-            f"({record['evaluation']['method']})."
-        )
+    lines += e_star_lines(record)
     for seed, ref in (s.get("kmeans_reference") or {}).items():
         lines.append(
             f"k-means' final energy (seed {seed}): {ref['energy']:,.6g}, reached by daskmeans kmeans after "
             f"{_seconds(ref['time'])} (it stopped on {ref['stop_reason'] or 'unknown'}); the speedup column is that "
             "time over the time each algorithm first reached the same energy, from the same initial centers."
         )
+    return lines
+
+
+def e_star_lines(record) -> list:
+    """How E* was obtained: the converged Lloyd energy of a seed, or the lowest energy a run reached (and why)."""
+    s = record["summary"]
+    if s["E_star"] is None:
+        return []
+    run = s.get("E_star_run")
+    run_text = f"{run['name']}, seed {run['seed']}" if run else ""
+    if s.get("E_star_source") == "lloyd":
+        text = (f"E* = {s['E_star']:,.6g}, the converged Lloyd energy from the initial centers of seed "
+                f"{s['E_star_lloyd']['seed']} (--reference lloyd)")
+        if run:
+            text += f"; the lowest energy any run reached is {run['energy'] / s['E_star']:.4f} x E* ({run_text})"
+    elif lloyd_references(record):
+        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}), below the converged "
+                "Lloyd energy (--reference lloyd)")
+        if s.get("E_star_lloyd"):
+            text += (f"; the lowest converged Lloyd energy (seed {s['E_star_lloyd']['seed']}) is "
+                     f"{s['E_star_lloyd']['energy'] / s['E_star']:.4f} x E*")
+    else:
+        text = f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {run_text}; --reference best)"
+    lines = [text + f". Energies are exact on all rows, evaluated outside the timed region "
+                    f"({record['evaluation']['method']})."]
+    for seed, entry in lloyd_references(record).items():
+        lines.append(f"Converged Lloyd energy (seed {seed}): {describe(entry)}.")
     return lines
 
 
@@ -260,8 +304,8 @@ def markdown_table(record) -> str:
         rows.append(cells)
     lines = header_lines(record) + [""] + table_lines(columns, rows)
     lines += ["", "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
-              "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, faiss or "
-              "dask-ml point is a complete run with that iteration limit; a MiniBatchKMeans point is the time spent in "
+              "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, "
+              "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a MiniBatchKMeans point is the time spent in "
               "partial_fit so far. Time used: the timed seconds of the result each run ended with."]
     return "\n".join(lines) + "\n"
 

@@ -23,6 +23,7 @@ from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sge
 from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability
+from .reference import DEFAULT_CACHE_NAME, check_reference, describe, reference_energies, reference_or_failure
 from .traces import Candidate, Trace, drop_repeats, evaluate, refine, release_centers, select_spread
 from .workloads import SIZING, Workload, _parse_memory, load_data, resolve_workloads, scatter_rows
 
@@ -57,6 +58,8 @@ class BenchOptions:
     driver_memory: str | None = None
     overwrite: bool = False
     quality: bool = False
+    reference: str = "lloyd"
+    reference_cache: str | None = None
     command_line: str = ""
     resolved: list = field(default_factory=list)
 
@@ -95,6 +98,9 @@ def check_options(options: BenchOptions) -> BenchOptions:
         time_budget=options.time_budget, storage=options.storage, batch_size=options.batch_size,
     )
     check_out_dir(options.out_dir)
+    if options.reference_cache is None:
+        options.reference_cache = os.path.join(options.out_dir, DEFAULT_CACHE_NAME)
+    check_reference(options.reference, options.reference_cache)
     outputs = [(w.output_name, report.PLOTS) for w in options.resolved if _regular_runs(options, w)]
     if _tradeoff_asked(options):
         outputs += [(coreset_tradeoff.output_name(w.output_name), coreset_tradeoff.PLOTS) for w in options.resolved]
@@ -275,10 +281,15 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     say(f"assign pass {assign_pass['median_seconds']:.3g} s")
 
     runs = []
+    references = {}
     for seed in seeds:
         index = np.random.default_rng(seed).choice(data.n_samples, k, replace=False)
         init = init0 if seed == 0 else data.rows(index, client)
         init_energy = float(energy(init))
+        if options.reference == "lloyd":
+            references[seed] = reference_or_failure(workload.output_name, data, init, seed, client, energy,
+                                                     options.reference_cache)
+            say(f"converged Lloyd energy (seed {seed}): {describe(references[seed])}")
         for name in algorithms:
             load = load_average()
             trace, error, memory, caught = _guarded(
@@ -311,7 +322,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             gc.collect()
 
     if options.refine:
-        _refine_all(runs, energy, workload.time_budget)
+        _refine_all(runs, energy, workload.time_budget, reference_energies(references))
         say("refined the times to the targets")
     for run in runs:
         if run.trace is not None:
@@ -338,6 +349,9 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                        "seconds": energy.seconds, "calls": energy.calls,
                        "note": "exact energy on all rows, outside every timed region"},
         "runs": [run.as_record() for run in runs],
+        "reference": {"method": options.reference,
+                      "cache": options.reference_cache if options.reference == "lloyd" else None,
+                      "seeds": {str(seed): entry for seed, entry in references.items()}},
     }
     record["summary"] = report.summarize(record)
     return record
@@ -376,10 +390,10 @@ def _finish_trace(run: Run, init, init_energy, energy, max_points):
         evaluate([final], energy)
 
 
-def _refine_all(runs, energy, budget):
+def _refine_all(runs, energy, budget, lloyd_energies=()):
     """Pin down when each run first came within each target of E*, twice (E* may drop on the way)."""
     for _ in range(2):
-        best = _best_energy(runs)
+        best = _best_energy(runs, lloyd_energies)
         if best is None:
             return
         for run in runs:
@@ -393,7 +407,7 @@ def _refine_all(runs, energy, budget):
                 except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
                     run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
                     run.trace.extend = None
-        if _best_energy(runs) == best:
+        if _best_energy(runs, lloyd_energies) == best:
             break
     _refine_to_kmeans(runs, energy, budget)
 
@@ -417,9 +431,10 @@ def _refine_to_kmeans(runs, energy, budget):
             run.trace.extend = None
 
 
-def _best_energy(runs):
+def _best_energy(runs, lloyd_energies=()):
+    """E*: the lowest energy any run reached, or a converged Lloyd energy if lower."""
     energies = [c.energy for run in runs if run.trace is not None for c in run.trace.candidates
-                if c.energy is not None]
+                if c.energy is not None] + list(lloyd_energies)
     return min(energies) if energies else None
 
 

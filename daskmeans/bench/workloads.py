@@ -77,7 +77,8 @@ class Workload:
     storage: str = "memory"
     synthetic_dtype: str = "float32"
     n_blobs: int | None = None
-    peers: tuple = ("sklearn-lloyd", "sklearn-elkan", "sklearn-minibatch", "faiss", "dask-ml")
+    peers: tuple = ("sklearn-lloyd", "sklearn-elkan", "sklearn-minibatch", "sklearn-intelex", "faiss", "faiss-all",
+                    "dask-ml")
     worker_memory: str | None = None
     minibatch_batch_size: int = 1024
     quick: bool = False

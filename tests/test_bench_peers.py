@@ -1,0 +1,193 @@
+"""The bench's newer yardsticks: the scikit-learn-intelex and faiss-on-every-row peers (real runs on small data;
+skipped with the reason when the package is absent) and E* as the converged Lloyd energy, cached."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from daskmeans.bench import report
+from daskmeans.bench.command import bench
+from daskmeans.bench.energy import DaskEnergy, InMemoryEnergy
+from daskmeans.bench.peers import PEERS, PeerContext, availability
+from daskmeans.bench.reference import CACHE_SCHEMA, lloyd_reference, read_cache
+from daskmeans.bench.workloads import BenchData
+from daskmeans.exceptions import InvalidParameterError
+
+N_SAMPLES, N_CLUSTERS = 3000, 5
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    """3,000 rows in 6 dimensions around 5 centers, and 5 of its rows as the shared initial centers."""
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(-10, 10, size=(N_CLUSTERS, 6))
+    X = (centers[rng.integers(0, N_CLUSTERS, N_SAMPLES)] + rng.normal(size=(N_SAMPLES, 6))).astype(np.float32)
+    init = X[rng.choice(N_SAMPLES, N_CLUSTERS, replace=False)].copy()
+    return X, init
+
+
+def lloyd_centers(X, init, iterations):
+    """scikit-learn's Lloyd after exactly ``iterations`` updates (tol=0: no early stop on a small shift)."""
+    from sklearn.cluster import KMeans
+
+    return KMeans(N_CLUSTERS, init=init, n_init=1, max_iter=iterations, tol=0.0, algorithm="lloyd").fit(X)
+
+
+def context(X, init, budget=0.3):
+    return PeerContext(X=X, array=None, client=None, init=init, k=N_CLUSTERS, seed=0, budget=budget)
+
+
+def energy_of(X, centers):
+    return float(((X[:, None, :].astype(np.float64) - centers[None]) ** 2).sum(-1).min(1).mean())
+
+
+# -- scikit-learn-intelex --------------------------------------------------------------------------------------------
+def test_sklearn_intelex_peer_runs_onedal_and_leaves_scikit_learn_alone(blobs):
+    pytest.importorskip("sklearnex", reason="scikit-learn-intelex is not installed (pip install daskmeans[bench])")
+    import sklearn.cluster
+
+    X, init = blobs
+    plain_before = PEERS["sklearn-lloyd"].run(context(X, init)).extend(3).centers
+    trace = PEERS["sklearn-intelex"].run(context(X, init))
+    assert trace.params["backend"] == "oneDAL" and trace.stop_reason in ("converged", "time_budget", "max_iter")
+    rungs = [c for c in trace.candidates if c.kind == "rung"]
+    assert [c.step for c in rungs][:3] == [1, 2, 3] and all(c.time > 0 for c in rungs)
+    energies = [energy_of(X, c.centers) for c in rungs]
+    assert all(later <= earlier * (1 + 1e-6) for earlier, later in zip(energies, energies[1:]))
+    # a rung with max_iter=m is oneDAL's Lloyd from the shared centers: scikit-learn's iterates, to rounding
+    third = trace.extend(3)
+    assert third.iteration == 3 and third.passes == 4.0
+    np.testing.assert_allclose(third.centers, lloyd_centers(X, init, 3).cluster_centers_, rtol=1e-4, atol=1e-4)
+    # scikit-learn itself is not patched: its KMeans is its own class and gives the same bits as before
+    assert sklearn.cluster.KMeans.__module__ == "sklearn.cluster._kmeans"
+    assert not hasattr(lloyd_centers(X, init, 2), "_onedal_estimator")
+    np.testing.assert_array_equal(PEERS["sklearn-lloyd"].run(context(X, init)).extend(3).centers, plain_before)
+    ok, version = availability(PEERS["sklearn-intelex"])
+    import importlib.metadata
+
+    assert ok and version == importlib.metadata.version("scikit-learn-intelex")
+
+
+def test_an_absent_peer_package_is_reported_with_the_fix():
+    absent = dataclasses.replace(PEERS["sklearn-intelex"], module="sklearnex_not_installed_here")
+    ok, reason = availability(absent)
+    assert not ok and "sklearnex_not_installed_here is not installed" in reason and "daskmeans[bench]" in reason
+
+
+# -- faiss on every row ----------------------------------------------------------------------------------------------
+def test_faiss_all_rows_trains_on_every_row_where_the_default_subsamples(blobs):
+    pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    X, init = blobs
+    # 3,000 rows > 5 clusters x 256 points per centroid: faiss's default trains on a 1,280-row subsample
+    default = PEERS["faiss"].run(context(X, init))
+    everything = PEERS["faiss-all"].run(context(X, init))
+    assert default.params["training_rows"] == N_CLUSTERS * 256 < N_SAMPLES
+    assert everything.params["training_rows"] == N_SAMPLES
+    assert everything.params["max_points_per_centroid"] * N_CLUSTERS >= N_SAMPLES
+    assert all(c.passes == c.iteration for c in everything.candidates)
+    assert "every row" in everything.notes[0] and "default subsample" in default.notes[0]
+    # on every row, niter=m is Lloyd's m-th iterate; on the subsample it is not
+    lloyd = lloyd_centers(X, init, 3).cluster_centers_
+    np.testing.assert_allclose(everything.extend(3).centers, lloyd, rtol=1e-4, atol=1e-4)
+    assert np.abs(default.extend(3).centers - lloyd).max() > 1e-3
+
+
+# -- E*: the converged Lloyd energy ----------------------------------------------------------------------------------
+def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, cluster_client):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install daskmeans[test])")
+    X, init = blobs
+    array = da.from_array(X, chunks=(750, X.shape[1]))
+    in_driver = BenchData(X=X, array=array, fit_input=array, location=None, source_dtype="float32")
+    cache = str(tmp_path / "cache" / "reference.json")
+    first = lloyd_reference("blobs", in_driver, init, 0, cluster_client, InMemoryEnergy(X), cache)
+    converged = lloyd_centers(X, init, 300)
+    assert first["converged"] and first["n_iter"] == converged.n_iter_ < 300 and not first["from_cache"]
+    assert "scikit-learn" in first["implementation"]
+    assert first["energy"] == pytest.approx(energy_of(X, converged.cluster_centers_), rel=1e-6)
+    with open(cache) as f:
+        stored = json.load(f)
+    assert stored["schema"] == CACHE_SCHEMA and list(stored["entries"]) == [first["key"]]
+    assert f"n={N_SAMPLES} d=6 k={N_CLUSTERS} seed=0" in first["key"]
+    # the second time it is read back, not run again
+    again = lloyd_reference("blobs", in_driver, init, 0, cluster_client, InMemoryEnergy(X), cache)
+    assert again["from_cache"] and again["energy"] == first["energy"] and again["seconds"] == first["seconds"]
+    # other initial centers are another entry
+    other = lloyd_reference("blobs", in_driver, X[10:15].copy(), 0, cluster_client, InMemoryEnergy(X), cache)
+    assert not other["from_cache"] and len(read_cache(cache)) == 2
+    # data the driver does not hold: daskmeans' Lloyd on the cluster reaches the same energy
+    on_cluster = BenchData(X=None, array=array, fit_input=array, location=None, source_dtype="float32")
+    remote = lloyd_reference("blobs-remote", on_cluster, init, 0, cluster_client, DaskEnergy(array, cluster_client),
+                             cache)
+    assert "daskmeans" in remote["implementation"] and remote["converged"]
+    assert remote["energy"] == pytest.approx(first["energy"], rel=1e-6)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "cannot be read as JSON"),
+    ('{"entries": {}}', "not a cache of converged Lloyd energies"),
+])
+def test_a_broken_cache_is_refused_before_any_work(tmp_path, content, message):
+    cache = tmp_path / "reference.json"
+    cache.write_text(content)
+    with pytest.raises(InvalidParameterError, match=message):
+        read_cache(str(cache))
+    result = CliRunner().invoke(bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache",
+                                        str(cache)])
+    assert result.exit_code != 0 and message in result.output and "delete it" in result.output
+    assert not (tmp_path / "out").exists()
+    folder = CliRunner().invoke(bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache",
+                                        str(tmp_path)])
+    assert folder.exit_code != 0 and not (tmp_path / "out").exists()
+
+
+def _record(method, lloyd, runs):
+    """A record as the runner writes it: runs with their evaluated points and the seeds' Lloyd references."""
+    def run(name, seed, energies):
+        points = [{"time": float(t), "energy": e} for t, e in enumerate(energies)]
+        return {"name": name, "label": name, "kind": "peer", "seed": seed, "status": "ok", "reason": None,
+                "points": points, "final_energy": energies[-1], "fit_seconds": 1.0, "timed_seconds": 1.0,
+                "n_iter": 1, "passes": 1, "memory": {"driver_peak_rss": 1}, "uses_cluster": False}
+
+    seeds = {str(seed): {"seed": seed, "energy": energy, "implementation": "scikit-learn KMeans(...)",
+                         "version": "1", "n_iter": 40, "max_iter": 300, "converged": True, "seconds": 2.0,
+                         "cache": "c.json", "from_cache": seed == 1} if energy is not None
+             else {"seed": seed, "error": "MemoryError: too big"} for seed, energy in lloyd.items()}
+    return {"targets": [0.01], "seeds": sorted(lloyd) or [0], "evaluation": {"method": "driver"},
+            "reference": {"method": method, "cache": "c.json" if method == "lloyd" else None, "seeds": seeds},
+            "runs": [run(name, seed, energies) for name, seed, energies in runs]}
+
+
+def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
+    runs = [("faiss", 0, [10.0, 4.1]), ("faiss", 1, [9.0, 4.3]), ("sklearn-lloyd", 0, [10.0, 4.05])]
+    record = _record("lloyd", {0: 4.0, 1: 4.02}, runs)
+    summary = record["summary"] = report.summarize(record)
+    assert summary["E_star"] == 4.0 and summary["E_star_source"] == "lloyd"
+    assert summary["E_star_lloyd"] == {"seed": 0, "energy": 4.0}
+    assert summary["E_star_run"] == {"name": "sklearn-lloyd", "seed": 0, "energy": 4.05}
+    # faiss stopped 2.5% above the converged energy: it never came within 1%, though it did of the best run
+    assert summary["algorithms"]["faiss"]["time_to"]["0.01"]["median"] is None
+    lines = report.e_star_lines(record)
+    assert lines[0].startswith("E* = 4, the converged Lloyd energy from the initial centers of seed 0")
+    assert "1.0125 x E* (sklearn-lloyd, seed 0)" in lines[0]
+    assert lines[1].startswith("Converged Lloyd energy (seed 0): 4 (scikit-learn") and "computed in 2 s" in lines[1]
+    assert "converged after 40 iterations" in lines[1] and "read from the cache c.json" in lines[2]
+
+    lower = _record("lloyd", {0: 4.0, 1: None}, runs + [("faiss", 1, [9.0, 3.9])])
+    lower["summary"] = report.summarize(lower)
+    assert lower["summary"]["E_star"] == 3.9 and lower["summary"]["E_star_source"] == "run"
+    text = "\n".join(report.e_star_lines(lower))
+    assert "E* = 3.9, the lowest energy any run reached (faiss, seed 1), below the converged Lloyd energy" in text
+    assert "the lowest converged Lloyd energy (seed 0) is 1.0256 x E*" in text
+    assert "Converged Lloyd energy (seed 1): failed (MemoryError: too big)" in text
+
+    best = _record("best", {}, runs)
+    best["summary"] = report.summarize(best)
+    assert best["summary"]["E_star"] == 4.05 and best["summary"]["E_star_lloyd"] is None
+    assert report.e_star_lines(best)[0].startswith("E* = 4.05 (lowest energy any run reached: sklearn-lloyd, "
+                                                   "seed 0; --reference best)")
