@@ -107,8 +107,9 @@ def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, 
     cache = str(tmp_path / "cache" / "reference.json")
     first = lloyd_reference("blobs", in_driver, init, 0, cluster_client, InMemoryEnergy(X), cache)
     converged = lloyd_centers(X, init, 300)
-    assert first["converged"] and first["n_iter"] == converged.n_iter_ < 300 and not first["from_cache"]
-    assert "scikit-learn" in first["implementation"]
+    # daskmeans' Lloyd (with bounds) converges where scikit-learn's does, to the same energy
+    assert first["converged"] and abs(first["n_iter"] - converged.n_iter_) <= 1 and not first["from_cache"]
+    assert "daskmeans KMeans(algorithm='auto'" in first["implementation"]
     assert first["energy"] == pytest.approx(energy_of(X, converged.cluster_centers_), rel=1e-6)
     with open(cache) as f:
         stored = json.load(f)
@@ -120,7 +121,7 @@ def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, 
     # other initial centers are another entry
     other = lloyd_reference("blobs", in_driver, X[10:15].copy(), 0, cluster_client, InMemoryEnergy(X), cache)
     assert not other["from_cache"] and len(read_cache(cache)) == 2
-    # data the driver does not hold: daskmeans' Lloyd on the cluster reaches the same energy
+    # data the driver does not hold: the same on the cluster
     on_cluster = BenchData(X=None, array=array, fit_input=array, location=None, source_dtype="float32")
     remote = lloyd_reference("blobs-remote", on_cluster, init, 0, cluster_client, DaskEnergy(array, cluster_client),
                              cache)
