@@ -65,7 +65,7 @@ class BenchCommand(click.Command):
 @click.option("--refine/--no-refine", default=True, show_default=True,
               help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
 @click.option("--reference", type=click.Choice(REFERENCES), default="lloyd", show_default=True,
-              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (scikit-learn, tol=0, "
+              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (daskmeans KMeans, tol=0, "
                    f"at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached if lower; "
                    "'best' is the lowest energy any run reached.")
 @click.option("--reference-cache", type=click.Path(dir_okay=False),
