@@ -31,14 +31,11 @@ def _store_lower(value):
 
 @numba.njit(cache=True, nogil=True)
 def row_sq_norms(X):
-    """Squared norm of every row, accumulated in float64."""
+    """Squared norm of every row, accumulated in float64 (in any order: only error bounds and scores use it)."""
     out = np.empty(X.shape[0], dtype=np.float64)
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
     for i in range(X.shape[0]):
-        s = 0.0
-        for f in range(X.shape[1]):
-            v = np.float64(X[i, f])
-            s += v * v
-        out[i] = s
+        out[i] = pair_dist2(X[i], zero)
     return out
 
 

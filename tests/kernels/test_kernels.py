@@ -63,12 +63,17 @@ def test_exact_dist2_and_all_dist2(dtype):
 
 
 def reference_pair_dist2(x, c):
-    """The documented order of :func:`pair_dist2` in plain Python: float64 squares added one by one in feature
-    order."""
-    total = 0.0
-    for term in (x.astype(np.float64) - c.astype(np.float64)) ** 2:
-        total += float(term)
-    return total
+    """The documented order of :func:`pair_dist2` in plain Python: eight running sums of the float64 squares (feature
+    f to sum f % 8) over the first d - d % 8 features, combined pairwise, plus the plain sum of the rest."""
+    terms = [float(t) for t in (x.astype(np.float64) - c.astype(np.float64)) ** 2]
+    body = len(terms) - len(terms) % 8
+    sums = [0.0] * 8
+    for f in range(body):
+        sums[f % 8] += terms[f]
+    tail = 0.0
+    for term in terms[body:]:
+        tail += term
+    return (((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))) + tail
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
