@@ -15,6 +15,8 @@ from .exceptions import InvalidParameterError
 
 ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "kmeans": ("daskmeans.estimators.kmeans", "KMeans", {}),
+    # exact k-means without distance bounds: the same iterates as "kmeans", every distance every iteration
+    "kmeans-lloyd": ("daskmeans.estimators.kmeans", "KMeans", {"algorithm": "lloyd"}),
     "vrkm": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm"}),
     "vrkm++": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm++"}),
     # VRKM++ with the reference code's update when a sample keeps its label (the paper leaves C unchanged)

@@ -26,6 +26,7 @@ from daskmeans.registry import algorithm_names, make_estimator
 #: Small runs: a few iterations are enough to exercise every code path.
 FAST_PARAMS = {
     "kmeans": {"max_iter": 5},
+    "kmeans-lloyd": {"max_iter": 5},
     "vrkm": {"max_epochs": 3},
     "vrkm++": {"max_epochs": 3},
     "vrkm++-reference": {"max_epochs": 3},

@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 #: keyword arguments of each golden fit, beyond ``n_clusters`` and ``random_state``
 GOLDEN_PARAMS = {
     "kmeans": {"max_iter": 4},
+    "kmeans-lloyd": {"max_iter": 4},
     "vrkm": {"max_epochs": 2},
     "vrkm++": {"max_epochs": 2},
     "vrkm++-reference": {"max_epochs": 2},
