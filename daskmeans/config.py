@@ -15,6 +15,9 @@ from __future__ import annotations
 SPLIT_EVERY = 8
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0
+#: Seconds beyond the connect timeout that ``connect`` waits for a scheduler's handshake before calling the address
+#: silent: the grace lets a connection that failed outright (refused, no route) be reported as such instead.
+CONNECT_HANDSHAKE_GRACE_SECONDS = 1.0
 #: Without --scheduler, a command on an input (as computed) up to this size runs on a local cluster of threads in
 #: its own process, which starts in under a second; a larger input gets worker processes (several seconds to start).
 LOCAL_THREADS_MAX_BYTES = 2**30

@@ -24,6 +24,8 @@ from .commands import demo, fit, make_data, predict
 from .common import USER_ERRORS, CommandError, one_line
 from .info import info
 
+#: Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report a process a SIGINT ended.
+INTERRUPTED_EXIT_STATUS = 130
 #: Commands that live in optional modules: name -> (module, attribute). Imported only when used.
 LAZY_COMMANDS = {"bench": ("daskmeans.bench.command", "bench")}
 #: Their one-line help in ``daskmeans --help`` (listing them imports nothing).
@@ -46,10 +48,24 @@ def _module_exists(module: str) -> bool:
 
 
 
-def quiet_worker_failures():
-    """Keep Dask workers in this process from logging a failed task's traceback: the command reports the failure
-    in one line (worker processes are told by :class:`~daskmeans.engine.client.ClusterSpec`)."""
-    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+def quiet_dask_failure_logs():
+    """Keep Dask in this process from logging tracebacks the command reports itself in one line: a worker's
+    failed task, the client's attempts to reconnect to a lost scheduler (worker processes are told by
+    :class:`~daskmeans.engine.client.ClusterSpec`)."""
+    for name in ("distributed.worker", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(existing, AbandonedGatherFilter) for existing in asyncio_logger.filters):
+        asyncio_logger.addFilter(AbandonedGatherFilter())
+
+
+class AbandonedGatherFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" about a Dask gather that a Ctrl-C abandoned
+    (``AllExit``): the command reports the interruption itself."""
+
+    def filter(self, record):
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and type(error).__name__ == "AllExit")
 
 
 class DaskmeansGroup(click.Group):
@@ -96,7 +112,7 @@ class DaskmeansGroup(click.Group):
 
     def invoke(self, ctx):
         if not ctx.params.get("debug"):
-            quiet_worker_failures()
+            quiet_dask_failure_logs()
         try:
             return super().invoke(ctx)
         except CommandError:
@@ -108,6 +124,11 @@ class DaskmeansGroup(click.Group):
                 error.exit_code = 1
                 raise
             raise CommandError(one_line(error.format_message()), "UsageError", True) from error
+        except KeyboardInterrupt as error:
+            interrupted = CommandError("interrupted (Ctrl-C); the run stopped and wrote no output.",
+                                       "KeyboardInterrupt", self.wants_json)
+            interrupted.exit_code = INTERRUPTED_EXIT_STATUS
+            raise interrupted from error
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as error:

@@ -11,18 +11,24 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 
 import dask
 from dask.utils import parse_bytes
 
-from ..config import CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
+from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 
 
 def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
     """Connect to a scheduler, failing with a clear message instead of hanging.
+
+    Before the client is made, the address is checked (scheme, port, a transport this installation has, TLS
+    settings for ``tls://`` and ``wss://``) and the scheduler's handshake is awaited within ``timeout``: a port that
+    accepts the connection but never answers would otherwise hang ``distributed.Client`` for good.
 
     Parameters
     ----------
@@ -31,19 +37,22 @@ def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=N
     timeout : str or float
         How long to wait for the scheduler.
     security : distributed.Security, optional
-        TLS certificates for ``tls://`` addresses.
-    """
-    from distributed import Client
-    from distributed.comm import parse_address
-    from distributed.comm.registry import get_backend
+        TLS certificates for ``tls://`` addresses (default: Dask's configuration,
+        ``distributed.comm.tls.*``).
 
-    try:
-        get_backend(parse_address(address, strict=True)[0])
-    except ValueError as error:
-        raise SchedulerConnectionError(
-            f"Bad scheduler address {address!r}: {error}. Use tcp://HOST:PORT (or tls://HOST:PORT), the address "
-            "the scheduler prints when it starts."
-        ) from error
+    Raises
+    ------
+    SchedulerConnectionError
+        The address is malformed or cannot be used here, or the scheduler did not answer within ``timeout``.
+    """
+    from dask.utils import parse_timedelta
+    from distributed import Client, Security
+
+    seconds = parse_timedelta(timeout, default="seconds")
+    if security is None:
+        security = Security()
+    connection_args = usable_address(address, security)
+    await_handshake(address, seconds, connection_args)
     try:
         return Client(address, timeout=timeout, security=security, set_as_default=True)
     except (OSError, TimeoutError) as error:
@@ -51,6 +60,107 @@ def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=N
             f"Could not connect to the Dask scheduler at {address!r} within {timeout}: {error}. "
             "Check that the scheduler is running and the address (and TLS settings) are right."
         ) from error
+
+
+#: Schemes whose connections are encrypted, and so need TLS certificates.
+TLS_SCHEMES = ("tls", "wss")
+
+
+def usable_address(address: str, security) -> dict:
+    """Check that ``address`` names a transport this installation can use, with what it needs; return the
+    connection arguments of a client.
+
+    Raises
+    ------
+    SchedulerConnectionError
+        Malformed address, unknown or unavailable transport (``ucx://`` without ``distributed-ucxx``), or an
+        encrypted one without TLS settings.
+    """
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme = parse_address(address, strict=True)[0]
+        backend = get_backend(scheme)
+    except ValueError as error:
+        raise SchedulerConnectionError(
+            f"Bad scheduler address {address!r}: {one_line(error)}. Use tcp://HOST:PORT (or tls://HOST:PORT), the "
+            "address the scheduler prints when it starts."
+        ) from error
+    try:
+        backend.get_connector()
+    except Exception as error:  # noqa: BLE001 - a transport that cannot start fails in ways of its own
+        raise SchedulerConnectionError(
+            f"Scheduler address {address!r}: this installation cannot use the {scheme}:// transport "
+            f"({type(error).__name__}: {one_line(error)}). Install its package (for ucx://: distributed-ucxx, "
+            "or distributed-ucxx-cu12/-cu13 from PyPI), or use the scheduler's tcp:// address."
+        ) from error
+    connection_args = security.get_connection_args("client")
+    if scheme in TLS_SCHEMES and connection_args.get("ssl_context") is None:
+        raise SchedulerConnectionError(
+            f"Scheduler address {address!r} is encrypted ({scheme}://) but no TLS settings were given: set the "
+            "CA file, client certificate and key in Dask's configuration (DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT, DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY, or "
+            "distributed.comm.tls in a Dask config file), pass security= to connect(), or use a tcp:// address."
+        )
+    return connection_args
+
+
+def await_handshake(address: str, seconds: float, connection_args: dict):
+    """Open a connection to ``address`` and wait for the scheduler's handshake, at most ``seconds`` (plus
+    :data:`~daskmeans.config.CONNECT_HANDSHAKE_GRACE_SECONDS`).
+
+    Runs on an event loop of its own, in a thread, so it works whether or not the caller runs one.
+
+    Raises
+    ------
+    SchedulerConnectionError
+        No connection, or no answer, within ``seconds``; or an answer that is not a Dask handshake.
+    """
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm import connect as open_comm
+
+    async def handshake():
+        comm = await open_comm(address, timeout=seconds, **connection_args)
+        await comm.close()
+
+    async def within_time():
+        await asyncio.wait_for(handshake(), seconds + CONNECT_HANDSHAKE_GRACE_SECONDS)
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskmeans-handshake") as pool:
+        try:
+            pool.submit(asyncio.run, within_time()).result()
+        except (TimeoutError, asyncio.TimeoutError) as error:
+            raise SchedulerConnectionError(
+                f"The Dask scheduler at {address!r} did not answer within {seconds:g} s: something accepts "
+                "connections there but does not speak Dask's protocol (or is stuck). Check the address and port "
+                "(the scheduler prints its address when it starts), or raise --connect-timeout."
+            ) from error
+        except OSError as error:
+            raise SchedulerConnectionError(
+                f"Could not connect to the Dask scheduler at {address!r} within {seconds:g} s: {one_line(error)}. "
+                "Check that the scheduler is running and the address (and TLS settings) are right."
+            ) from error
+        except Exception as error:  # noqa: BLE001 - whatever answered, it was not a Dask scheduler
+            raise SchedulerConnectionError(
+                f"What answers at {address!r} is not a Dask scheduler ({type(error).__name__}: "
+                f"{one_line(error)}). Check the address and port."
+            ) from error
+
+
+def scheduler_lost(client, error: BaseException) -> bool:
+    """Whether ``error``, raised while ``client`` was in use, comes from losing its scheduler."""
+    from distributed.client import FutureCancelledError
+
+    if isinstance(error, FutureCancelledError) and error.reason == "scheduler-connection-lost":
+        return True
+    return isinstance(error, (OSError, TimeoutError, FutureCancelledError)) and client.status != "running"
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def resolve_client(client=None):
@@ -119,8 +229,9 @@ class ClusterSpec:
     workers: int | None = None
     threads_per_worker: int | None = None
     memory_limit: str | float | int | None = None
-    #: Level of the embedded workers' own log messages (``logging.CRITICAL`` keeps a failed task's traceback out of
-    #: the output of a command that reports the failure itself).
+    #: Level of Dask's own log messages in the workers and this process (``logging.CRITICAL`` keeps a failed task's
+    #: traceback, and the client's attempts to reach a lost scheduler, out of the output of a command that reports
+    #: the failure itself).
     worker_log_level: int = logging.WARNING
 
     def validate(self):
@@ -165,28 +276,58 @@ class ClusterSpec:
         """
         from distributed import Client, LocalCluster
 
+        if self.worker_log_level > logging.WARNING:  # after distributed's import, which sets its loggers' levels
+            for name in ("distributed.client", "distributed.worker"):
+                logging.getLogger(name).setLevel(self.worker_log_level)
         if self.scheduler:
-            try:
-                client = connect(self.scheduler, timeout=f"{self.connect_timeout:g}s")
-            except ValueError as error:  # malformed address: no scheme, no port, unknown protocol
-                raise SchedulerConnectionError(
-                    f"Bad scheduler address {self.scheduler!r}: {error}. Use tcp://HOST:PORT "
-                    "(the address the scheduler prints when it starts)."
-                ) from error
+            client = connect(self.scheduler, timeout=f"{self.connect_timeout:g}s")
             with client:
                 if announce:
                     announce_dashboard(client)
-                yield client
+                try:
+                    yield client
+                except Exception as error:
+                    if scheduler_lost(client, error):
+                        raise SchedulerConnectionError(
+                            f"Lost the Dask scheduler at {self.scheduler!r} during the run ({type(error).__name__}); "
+                            "nothing was written. Restart the scheduler (and its workers) and run the command "
+                            "again; with --checkpoint a fit resumes from its last saved iteration."
+                        ) from error
+                    raise
             return
         processes = self.local_processes(input_bytes)
-        with LocalCluster(n_workers=self.workers if processes else 1, threads_per_worker=self.threads_per_worker,
-                          memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
-                          processes=processes, dashboard_address=":0",
-                          silence_logs=self.worker_log_level) as cluster, \
-                Client(cluster, set_as_default=True) as client:
+        with interrupts_held():  # the cluster's thread and worker processes never see a Ctrl-C: this process does
+            cluster = LocalCluster(n_workers=self.workers if processes else 1,
+                                   threads_per_worker=self.threads_per_worker,
+                                   memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
+                                   processes=processes, dashboard_address=":0", silence_logs=self.worker_log_level)
+        with cluster, Client(cluster, set_as_default=True) as client:
             if announce:
                 announce_dashboard(client)
             yield client
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Block SIGINT in this thread while the block runs; a Ctrl-C that comes meanwhile is raised after it.
+
+    Threads and processes started meanwhile inherit the blocked signal for good (a signal mask survives ``fork``
+    and ``exec``): a Ctrl-C to the process group then reaches only this process, which stops the run and closes
+    the cluster, instead of every worker dying with a traceback of its own. Does nothing outside the main thread
+    or where signal masks do not exist (Windows).
+    """
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing unblocks SIGINT in the thread that first starts its resource tracker: start it now
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def announce_dashboard(client):

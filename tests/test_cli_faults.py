@@ -1,0 +1,228 @@
+"""Faults around the real ``daskmeans`` command, made with real processes: scheduler addresses this installation
+cannot use, a port that accepts connections and never answers, the scheduler killed during a fit, Ctrl-C to the
+command's process group. Each ends with one line (or JSON with --json), no traceback, and no output written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from daskmeans.datasets import make_blobs_zarr
+from test_real_cluster import Processes, base_env, dask_command, wait_for_scheduler_file, wait_for_workers
+
+#: A fit that runs for several seconds on two workers of one thread (400,000 x 16 float32, k = 200, 40 Lloyd
+#: iterations with no tolerance): long enough to be hit while it runs.
+LONG_FIT = ("--array", "X", "-k", "200", "--seed", "0", "--max-iter", "40", "--param", "tol=0")
+
+
+def daskmeans_command(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
+                          env=base_env(), timeout=timeout)
+
+
+def assert_one_line(returncode, stderr, *fragments, status=1):
+    assert returncode == status, (returncode, stderr[-3000:])
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-5000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+@pytest.fixture(scope="module")
+def long_data(tmp_path_factory):
+    path = tmp_path_factory.mktemp("long") / "blobs.zarr"
+    make_blobs_zarr(path, 400_000, 16, 20, chunk_rows=25_000, random_state=0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_npy(tmp_path_factory):
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("small") / "small.npy"
+    np.save(path, np.random.default_rng(0).random((100, 3), dtype=np.float32))
+    return path
+
+
+# -- addresses this installation cannot use ----------------------------------------------------------------------
+
+
+def test_a_tls_address_without_tls_settings_says_what_is_needed(small_npy):
+    done = daskmeans_command("fit", small_npy, "-k", 2, "--quiet", "--scheduler", "tls://127.0.0.1:9")
+    assert_one_line(done.returncode, done.stderr, "tls://127.0.0.1:9", "no TLS settings",
+                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE")
+
+
+def test_a_tls_address_without_tls_settings_is_json_with_json(small_npy):
+    done = daskmeans_command("fit", small_npy, "-k", 2, "--json", "--scheduler", "tls://127.0.0.1:9")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    error = json.loads(done.stdout)
+    assert error["type"] == "SchedulerConnectionError" and "TLS" in error["error"]
+
+
+def test_a_ucx_address_says_which_package_is_missing(small_npy):
+    from distributed.comm.registry import get_backend
+
+    try:
+        get_backend("ucx").get_connector()
+    except Exception:  # noqa: BLE001 - the transport cannot start: what the command must say
+        pass
+    else:
+        pytest.skip("this installation has a working ucx:// transport")
+    done = daskmeans_command("fit", small_npy, "-k", 2, "--quiet", "--scheduler", "ucx://127.0.0.1:9")
+    assert_one_line(done.returncode, done.stderr, "ucx://", "distributed-ucxx")
+
+
+# -- a port that accepts and never answers ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def silent_port():
+    """A plain TCP server on loopback that accepts every connection and never sends a byte."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        for connection in accepted:
+            connection.close()
+        server.close()
+
+
+def test_a_silent_port_gives_up_after_the_connect_timeout(small_npy, silent_port):
+    port, accepted = silent_port
+    start = time.monotonic()
+    done = daskmeans_command("fit", small_npy, "-k", 2, "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}",
+                             "--connect-timeout", 3, timeout=60)
+    seconds = time.monotonic() - start
+    assert_one_line(done.returncode, done.stderr, f"127.0.0.1:{port}", "did not answer within 3 s")
+    assert accepted, "the command reached the server"
+    assert seconds < 30, f"gave up only after {seconds:.0f} s"
+
+
+def test_the_api_connect_honours_its_timeout_on_a_silent_port(silent_port):
+    from daskmeans import SchedulerConnectionError
+    from daskmeans.engine.client import connect
+
+    outcome = []
+
+    def attempt():
+        try:
+            connect(f"tcp://127.0.0.1:{silent_port[0]}", timeout="2s")
+        except Exception as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=attempt, daemon=True)  # a hang must fail the test, not stop the run
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "connect() still waits after 20 s"
+    assert isinstance(outcome[0], SchedulerConnectionError) and "did not answer within 2 s" in str(outcome[0])
+
+
+# -- faults during a fit ------------------------------------------------------------------------------------------
+
+
+def start_and_wait_for(command: list[str], marker: str, timeout: float = 180):
+    """Start ``command`` in a process group of its own; return it once ``marker`` appeared on its stderr, with
+    a function that returns all of its stderr once it has ended."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env(),
+                               start_new_session=True)
+    chunks = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stderr.read(64), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while marker not in "".join(chunks):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            reader.join(5)
+            raise AssertionError(f"{marker!r} never appeared:\n{''.join(chunks)[-3000:]}")
+        time.sleep(0.05)
+
+    def stderr_when_done():
+        reader.join(60)
+        return "".join(chunks)
+
+    return process, stderr_when_done
+
+
+def test_the_scheduler_killed_during_a_fit_is_one_line(tmp_path, long_data):
+    processes = Processes(tmp_path)
+    try:
+        scheduler_file = tmp_path / "scheduler.json"
+        scheduler = processes.start("scheduler", dask_command("scheduler", "--host", "127.0.0.1", "--port", "0",
+                                                              "--no-dashboard", "--scheduler-file",
+                                                              str(scheduler_file)), base_env())
+        address = wait_for_scheduler_file(scheduler_file, processes)
+        processes.start("worker", dask_command("worker", address, "--nworkers", "2", "--nthreads", "1",
+                                               "--no-dashboard", "--local-directory", str(tmp_path / "worker")),
+                        base_env())
+        wait_for_workers(address, 2, processes)
+        outputs = tmp_path / "outputs"
+        outputs.mkdir()
+        fit, stderr = start_and_wait_for(
+            [sys.executable, "-m", "daskmeans", "fit", str(long_data), *LONG_FIT, "--scheduler", address,
+             "--out", str(outputs / "model.zarr"), "--labels", str(outputs / "labels.zarr")],
+            "k-means iterations")
+        os.killpg(scheduler.pid, signal.SIGKILL)
+        fit.wait(120)
+        assert_one_line(fit.returncode, stderr(), "Lost the Dask scheduler", address)
+        assert os.listdir(outputs) == []
+    finally:
+        processes.stop()
+
+
+def test_ctrl_c_during_a_fit_on_local_worker_processes(tmp_path, long_data):
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    fit, stderr = start_and_wait_for(
+        [sys.executable, "-m", "daskmeans", "fit", str(long_data), *LONG_FIT, "--workers", "2",
+         "--threads-per-worker", "1", "--out", str(outputs / "model.zarr"), "--labels",
+         str(outputs / "labels.zarr")],
+        "k-means iterations")
+    os.killpg(fit.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground process group
+    start = time.monotonic()
+    fit.wait(60)
+    seconds = time.monotonic() - start
+    assert_one_line(fit.returncode, stderr(), "interrupted", status=130)
+    assert seconds < 30, f"took {seconds:.0f} s to stop"
+    assert os.listdir(outputs) == []
+    assert group_ends(fit.pid, within=20), "a process of the command's group (a worker) outlived it"
+
+
+def group_ends(group: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    os.killpg(group, signal.SIGKILL)
+    return False
