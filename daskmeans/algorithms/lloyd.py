@@ -85,11 +85,9 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
         ``inertia`` is None when the last iteration moved the centers (see :func:`final_inertia`).
     """
     context = context or RunContext()
-    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
-    total_weight = context.total_weight
+    client, weights, checkpoint = context.client, context.weights, context.checkpoint
     passes = context.passes
     history = []
-    stop_reason = "max_iter"
     n_iter = 0
     resume = context.resume
     if resume is not None:
