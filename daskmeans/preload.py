@@ -21,7 +21,7 @@ import numpy as np
 
 from .engine import random as engine_random
 from .engine.random import row_uniforms
-from .kernels import afkmc2, assign, distance, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
+from .kernels import afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
@@ -115,7 +115,8 @@ def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
-        "kernels.distance.exact_dist2": distance.exact_dist2,
+        "kernels.exact_assign._finish_slab": exact_assign._finish_slab,
+        "kernels.exact_assign.row_sq_norms": exact_assign.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2.afkmc2_chains": afkmc2.afkmc2_chains,

@@ -16,8 +16,9 @@ import numpy as np
 
 from .zarr_safe import to_jsonable
 
-#: Parameters that change neither the result nor the state (where and how a fit is shown).
-UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers")
+#: Parameters that change neither the result nor the state (where and how a fit is shown, and exact k-means'
+#: ``algorithm``: with bounds or without, the same iterates to the last bit; a checkpoint resumes either way).
+UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers", "algorithm")
 
 
 def digest(*parts) -> str:
