@@ -138,10 +138,11 @@ def sample_weights(sample_weight, data: Dataset):
     return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
 
 
-def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None):
+def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None, with_row_hash=False):
     """Open the input, run the summary pass (which validates the values): ``(data, weights, summary)``.
 
     ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
+    ``with_row_hash``: compute the data's row hash too (only a checkpoint's fingerprint needs it).
     """
     data = open_input(X, chunk_rows=chunk_rows, name="X")
     weights = sample_weights(sample_weight, data)
@@ -150,7 +151,7 @@ def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None):
     if data.in_memory and client is not None:
         (array,) = persist_now(data.array, client=client)
         data.array = array
-    (raw,) = compute_now(summary_graph(data.array, weights), client=client)
+    (raw,) = compute_now(summary_graph(data.array, weights, with_row_hash), client=client)
     summary = finish_summary(raw, data.n_samples)
     check_summary(summary, data.dtype)
     return data, weights, summary
@@ -253,9 +254,9 @@ class ClusteringEstimator:
     def _check_data(self, data: Dataset):
         """Checks of the opened input that need no values (before the summary pass); none by default."""
 
-    def _prepare(self, X, sample_weight, client, on_opened=None):
+    def _prepare(self, X, sample_weight, client, on_opened=None, with_row_hash=False):
         return prepare_input(X, sample_weight, client, chunk_rows=getattr(self, "chunk_rows", None),
-                             on_opened=on_opened)
+                             on_opened=on_opened, with_row_hash=with_row_hash)
 
     def _check_fitted(self):
         if not hasattr(self, "cluster_centers_"):
@@ -322,7 +323,8 @@ class ClusteringEstimator:
             if checkpoint is not None:
                 opened.append(open_checkpoint(checkpoint, self, data, weights))
 
-        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=on_opened)
+        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=on_opened,
+                                               with_row_hash=checkpoint is not None)
         if self.n_clusters > data.n_samples:
             raise InputDataError(
                 f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "

@@ -114,7 +114,7 @@ def row_hash(block, offset, weights=None) -> int:
     return total
 
 
-def _summarize_block(block, offset, weights):
+def _summarize_block(block, offset, weights, with_row_hash=True):
     block = np.asarray(block)
     finite_rows = np.isfinite(block).all(axis=1)
     n_nonfinite = int(block.size - np.count_nonzero(np.isfinite(block)))
@@ -132,7 +132,7 @@ def _summarize_block(block, offset, weights):
         n_bad = int(bad.sum())
         first_bad = int(offset + np.argmax(bad)) if n_bad else -1
         total_weight = float(weights[~bad].sum())
-    hashed = row_hash(block, offset, weights)
+    hashed = row_hash(block, offset, weights) if with_row_hash else 0
     return n, mean, m2, n_nonfinite, first, max_abs, total_weight, n_bad, first_bad, hashed
 
 
@@ -164,9 +164,13 @@ def _combine(parts):
     return n, mean, m2, nonfinite, first, max_abs, weight, n_bad, first_bad, hashed
 
 
-def summary_graph(array, weights=None):
-    """The delayed summary of ``array`` (one read of every block)."""
-    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights))
+def summary_graph(array, weights=None, with_row_hash=True):
+    """The delayed summary of ``array`` (one read of every block).
+
+    ``with_row_hash=False`` leaves :attr:`Summary.row_hash` at 0: the hash is a third of the pass's work and only
+    checkpoints use it.
+    """
+    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights), bool(with_row_hash))
     return tree_reduce(parts, _combine, "summary")
 
 
