@@ -186,7 +186,10 @@ def check_summary(summary: Summary, dtype, name: str = "X") -> None:
     Raises
     ------
     InputDataError
-        NaN/inf values, bad sample weights, all-zero weights, or values whose squared distances overflow.
+        NaN/inf values, bad sample weights, all-zero weights, or values whose squared distances cannot be
+        computed: they overflow ``dtype`` (values too large), underflow it (values so small that their squares are
+        below its smallest normal number, where the rows would look alike), or are lost in float64 rounding
+        (rows that differ by little around a large common offset).
     """
     if summary.n_nonfinite:
         raise InputDataError(
@@ -207,4 +210,45 @@ def check_summary(summary: Summary, dtype, name: str = "X") -> None:
             f"Input {name} has values up to {summary.max_abs:.3g} in absolute value: squared distances would "
             f"overflow {np.dtype(dtype).name}. Rescale the data (e.g. divide by {summary.max_abs:.3g}) "
             "or pass float64."
+        )
+    check_tiny_magnitudes(summary, dtype, name)
+    check_offset_precision(summary, name)
+
+
+def check_tiny_magnitudes(summary: Summary, dtype, name: str = "X") -> None:
+    """Refuse values so small that squared distances underflow ``dtype``: the scale guard of the small end.
+
+    The values' squares, and so the squared distances that the kernels sum, must be normal numbers of ``dtype``
+    with its full precision: the largest absolute value must be at least ``sqrt(tiny / eps)`` (about 3e-16 for
+    float32, 1e-146 for float64). Below, squares are subnormal or zero and distinct rows look alike. All-zero
+    data is fine (one distinct row).
+    """
+    info = np.finfo(dtype)
+    smallest = float(np.sqrt(float(info.tiny) / float(info.eps)))
+    if 0.0 < summary.max_abs < smallest:
+        raise InputDataError(
+            f"Input {name} has values of at most {summary.max_abs:.3g} in absolute value: their squared distances "
+            f"underflow {np.dtype(dtype).name} (below its smallest normal number {float(info.tiny):.3g}), so "
+            f"distinct rows would look alike. Rescale the data (e.g. multiply by {1 / summary.max_abs:.3g})"
+            + (" or pass float64." if np.dtype(dtype).itemsize < 8 else ".")
+        )
+
+
+def check_offset_precision(summary: Summary, name: str = "X") -> None:
+    """Refuse rows that differ so little around a large common offset that float64 rounding hides the difference.
+
+    Squared distances on the driver (seeding, reclustering) are formed as ``|x|^2 - 2 x.c + |c|^2`` in float64,
+    whose rounding error grows with the values' magnitude: about ``2 * max_abs**2 * eps`` per feature. When that
+    reaches the typical squared spread (the mean per-feature variance), rows are indistinguishable. Subtracting
+    the offset loses nothing and fixes it. Constant data (zero variance) is fine.
+    """
+    rounding = 2.0 * summary.max_abs**2 * float(np.finfo(np.float64).eps)
+    spread = summary.mean_variance
+    if spread > 0 and rounding >= spread:
+        raise InputDataError(
+            f"Input {name} has values up to {summary.max_abs:.6g} in absolute value that vary by only about "
+            f"{np.sqrt(spread):.3g} (standard deviation) around them: float64 rounding at that magnitude "
+            f"({rounding:.3g} per squared feature) is as large as the squared distances between rows, so rows "
+            "would look alike. Subtract the offset first, e.g. X - X.mean(axis=0) (or X - X.min(axis=0) for "
+            "unsigned integers), and add it back to the centers."
         )

@@ -67,13 +67,30 @@ def _is_path(source) -> bool:
     return isinstance(source, (str, os.PathLike))
 
 
+#: Widest integers whose every value float32 holds exactly (its significand has 24 bits: int8/16, uint8/16).
+FLOAT32_EXACT_INTEGER_BITS = 16
+
+
 def _compute_dtype(dtype: np.dtype, name: str) -> np.dtype:
-    """float32 and float64 stay (in the machine's byte order); integers and float16 compute as float32; anything
-    else is refused."""
+    """The floating dtype the passes compute an input of ``dtype`` with, chosen from the dtype alone (no value is
+    read), so that no stored value changes.
+
+    - float32 and float64 stay, in the machine's byte order (big-endian stores are converted block by block).
+    - float16 and integers of up to 16 bits (uint8 descriptors, int16 samples) compute as float32, which holds
+      each of their values exactly.
+    - Wider integers (int32, uint32, int64, uint64) compute as float64: float32 holds integers exactly only up to
+      2**24 in magnitude, so larger ones would be rounded (distinct rows merged, sums off). float64 holds every
+      int32/uint32 value, and int64/uint64 values up to 2**53 in magnitude (beyond, they are rounded to 53
+      significant bits, a relative 1e-16). Cast to float32 yourself (``X.astype('float32')``) to halve the memory
+      of small-valued wide integers.
+    - Anything else (complex, boolean, text, objects, dates) is refused.
+    """
     dtype = np.dtype(dtype)
     if dtype.kind == "f" and dtype.itemsize in (4, 8):
         return dtype.newbyteorder("=")  # big-endian stores (Zarr v2 '>f4', NumPy) are read, block by block
-    if dtype.kind in "iu" or dtype == np.float16:
+    if dtype.kind in "iu":
+        return np.dtype(np.float32 if dtype.itemsize * 8 <= FLOAT32_EXACT_INTEGER_BITS else np.float64)
+    if dtype == np.float16:
         return np.dtype(np.float32)
     if dtype.kind == "c":
         raise InputDataError(
