@@ -29,6 +29,12 @@ TARGET_BLOCK_BYTES = 64 * 2**20
 #: Zarr chunks smaller than this are merged into larger blocks, so that per-task overhead stays small.
 MIN_BLOCK_BYTES = 8 * 2**20
 
+#: A pass walks each stored chunk in slabs of rows of about this many bytes as computed (float32/float64):
+#: a task holds the chunk as stored plus one converted slab and the kernels' temporaries for it, whatever the
+#: chunk size. Sums that a kernel accumulates row by row carry over from slab to slab (same result as one call);
+#: the summary pass's mean and variance are combined per slab, so they can change in the last bits with it.
+SLAB_BYTES = 8 * 2**20
+
 # -- kernels: memory per call -------------------------------------------------------------------------------------
 
 #: Nearest-center assignment: below this many center coordinates (``k * d``) a direct loop beats BLAS.
@@ -59,6 +65,14 @@ DENSE_PAIRS_LIMIT = 2**22
 N_FAR = 32
 #: Mini-batch pool: rows one pool of steps holds (batch_size x steps), about 64 MiB of float32 rows at d = 128.
 POOL_ROWS = 2**17
+#: Mini-batch, ``sampling="chunks"``: a pool of steps reads whole blocks, at least this many (the rows of a pool
+#: mix that many parts of the data) ...
+MIN_POOL_BLOCKS = 8
+#: ... and enough to hold this many times the pool's rows (its rows are drawn, with replacement, from those read).
+POOL_BLOCK_OVERSAMPLING = 2
+#: Mini-batch, ``sampling="auto"``: whole blocks when drawing rows uniformly would read at least this many times
+#: more blocks per pool.
+CHUNK_SAMPLING_MIN_SAVING = 4
 #: Nested mini-batch: a state block of the active batch is split only while both halves keep this many rows.
 MIN_BLOCK_ROWS = 4096
 #: Nested mini-batch: most lanes the chunks are dealt to (the first batches mix this many chunks).
@@ -80,7 +94,7 @@ AFKMC2_CHAIN_LENGTH = 20
 #: well-separated clusters without a center).
 AFKMC2_OVERSAMPLING = 2.0
 #: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).
-RECLUSTER_SLAB_BYTES = 16 * 2**20
+RECLUSTER_SLAB_BYTES = 8 * 2**20
 #: VRKM: the epoch's sample streams in at least this many segments (the unit in which candidate lists are remade).
 MIN_SEGMENTS = 8
 #: VRKM: remake the candidate lists once a step needs this many times more distances than a list holds.

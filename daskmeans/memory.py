@@ -3,7 +3,8 @@
 A worker never holds the data set: it reads one row block at a time from the store, so what it needs above its
 idle footprint (the Python process with NumPy, Dask and the compiled kernels, about 200-300 MiB) is
 
-* per running task (one per worker thread): the block as stored and as floats, a few per-row vectors, one
+* per running task (one per worker thread): the block as stored (never as floats: a task converts and processes
+  it a slab of rows at a time, see :mod:`daskmeans.engine.slabs`), one slab as floats with its temporaries, one
   slab of the distance matrix (the assign kernels block over rows *and* centers, so the slab has a fixed size
   whatever ``k``), and a few ``k x d`` arrays (the centers, their float64 sums);
 * the partial results of the tree reduction waiting on the worker (``k x d`` float64 sums each);
@@ -18,11 +19,15 @@ nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k ce
 from __future__ import annotations
 
 from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
+from .engine.slabs import slab_rows
 
 
 def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
                       compute_itemsize: int = 4) -> int:
-    """Bytes one assign/statistics task allocates for a block of ``block_rows`` rows.
+    """Bytes one pass task allocates for a block of ``block_rows`` rows, whatever the pass.
+
+    A task walks its block in slabs (:mod:`daskmeans.engine.slabs`), so only the block as stored grows with the
+    block; everything else is a constant set by ``SLAB_BYTES`` and ``k``.
 
     Parameters
     ----------
@@ -35,14 +40,18 @@ def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, sour
     Returns
     -------
     int
-        The block as read and as floats, plus one float copy for the kernels' contiguous input; the per-row
-        vectors; the larger distance slab of the two assign kernels; the centers (two casts), their squared
-        norms and the float64 sums and counts of the statistics.
+        The block as stored, twice (the block a task works on and the next one, read while it works); per row of
+        the block, its label and distance (the outputs of a labels pass); per slab, the rows as computed, one
+        float64 temporary of them (the summary's deviations) and the per-row vectors of the assign kernels; the
+        larger distance slab of the two assign kernels; the centers (two casts), their squared norms and the
+        float64 sums and counts of the statistics.
     """
-    block = block_rows * n_features
-    rows = block * source_itemsize + 2 * block * compute_itemsize + block_rows * PER_ROW_BYTES
+    stored = 2 * block_rows * n_features * source_itemsize
+    outputs = block_rows * (4 + 8)
+    rows = min(block_rows, slab_rows(n_features, compute_itemsize))
+    slab = rows * n_features * (compute_itemsize + 8) + rows * PER_ROW_BYTES
     centers = n_clusters * n_features * (2 * compute_itemsize + 8) + n_clusters * (compute_itemsize + 16)
-    return int(rows + max(ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES) + centers)
+    return int(stored + outputs + slab + max(ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES) + centers)
 
 
 def reduction_bytes(n_clusters: int, n_features: int) -> int:

@@ -4,10 +4,12 @@ without spilling or restarting, within :func:`daskmeans.memory.worker_memory_bou
 * k = 100,000: the kernels that see every center at once (the assign kernel of the passes, nmbatch's full
   assignment, k-means||'s reclustering) are run under ``tracemalloc`` and stay within the documented bound,
   far below one ``n x k`` (or ``k x k``) matrix.
-* Out of core: a uint8 Zarr store larger than the memory limit of the only worker; each algorithm fits it with
-  the worker's resident memory sampled every 50 ms (psutil). Dask's default memory thresholds apply (spill at 70%
-  of the limit): the limit is 640 MiB because a warm worker's own footprint is already about 300 MiB. The data is
-  just above the limit, so the test stays one to two minutes on two cores.
+* Out of core: a uint8 Zarr store in 64 MiB chunks (an ordinary chunk size that daskmeans did not choose), larger
+  than the memory limit of the only worker; each algorithm fits it with the worker's resident memory sampled every
+  50 ms (psutil). Dask's default memory thresholds apply (spill at 70% of the limit). The limit, 768 MiB, is
+  twelve chunks: a warm worker's own footprint is already about 300 MiB, and a chunk as float32 is 256 MiB (as
+  float64 temporaries, 512 MiB), so only a pass that converts and works a slab at a time fits. The data is just
+  above the limit, so the test stays within a few minutes on two cores.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import zarr
 
 from daskmeans.algorithms.init import weighted_lloyd
+from daskmeans.algorithms.nested import state_bytes_per_row
 from daskmeans.bench.monitor import MemoryMonitor
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.exact_assign import assign_with_bounds
@@ -118,24 +121,26 @@ def test_kmeans_parallel_reclustering_is_not_quadratic_in_k():
 
 
 # -- out of core -----------------------------------------------------------------------------------------------
-N_FEATURES, CHUNK_ROWS, N_CLUSTERS = 32, 131_072, 16
-MEMORY_LIMIT = 640 * MiB
+N_FEATURES, CHUNK_ROWS, N_CLUSTERS = 128, 2**19, 16
+#: 64 MiB per stored chunk
+CHUNK_BYTES = CHUNK_ROWS * N_FEATURES
+MEMORY_LIMIT = 768 * MiB
 #: Just above the worker's memory limit (uint8 on disk; 4x that as float32 if it were all loaded).
 DATA_BYTES = MEMORY_LIMIT + 48 * MiB
-N_SAMPLES = math.ceil(DATA_BYTES / N_FEATURES / CHUNK_ROWS) * CHUNK_ROWS
+N_SAMPLES = math.ceil(DATA_BYTES / CHUNK_BYTES) * CHUNK_ROWS
 
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("out-of-core") / "descriptors.zarr")
     rng = np.random.default_rng(3)
-    means = rng.integers(30, 225, size=(N_CLUSTERS, N_FEATURES))
+    means = rng.integers(30, 225, size=(N_CLUSTERS, N_FEATURES)).astype(np.int16)
     store = zarr.create_array(path, shape=(N_SAMPLES, N_FEATURES), chunks=(CHUNK_ROWS, N_FEATURES), dtype="u1",
                               compressors=None)
-    for start in range(0, N_SAMPLES, 8 * CHUNK_ROWS):
-        rows = min(8 * CHUNK_ROWS, N_SAMPLES - start)
-        noise = rng.integers(-25, 26, size=(rows, N_FEATURES))
-        store[start:start + rows] = (means[rng.integers(0, N_CLUSTERS, rows)] + noise).astype("u1")
+    for start in range(0, N_SAMPLES, CHUNK_ROWS):
+        noise = rng.integers(-25, 26, size=(CHUNK_ROWS, N_FEATURES), dtype=np.int16)
+        noise += means[rng.integers(0, N_CLUSTERS, CHUNK_ROWS)]
+        store[start:start + CHUNK_ROWS] = noise.astype("u1")
     init = (means + rng.uniform(-3, 3, size=means.shape)).astype(np.float32)
     return path, init
 
@@ -156,15 +161,24 @@ def _pid():
 CASES = {
     "kmeans": ({"max_iter": 1, "tol": 0.0}, lambda model: 0),
     "vrkm++": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
-    "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0},
+    "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0, "batch_rows": "cached"},
                 lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES,
                                                   N_CLUSTERS)),
+    # a batch of 1,000,000 rows: cached as floats with its bounds it would take about 1.1 GB (the worker has
+    # 768 MiB), so "auto" re-reads its rows from the store and keeps Hamerly's bound alone
+    "nmbatch-reread": ({"max_iter": 2, "initial_batch_size": 1_000_000, "tol": 0.0},
+                       lambda model: 1_000_000 * state_bytes_per_row(N_FEATURES, 1, 4, cached=False)),
     "minibatch": ({"max_time": 0.5, "max_no_improvement": None}, lambda model: minibatch_state_bytes(N_FEATURES)),
+    # the coreset (10,000 rows) is drawn by two passes and iterated on the driver
+    "vc-gmm": ({"max_iter": 2}, lambda model: 0),
 }
 
 
 #: Warm-up fits on 4096 rows need smaller epochs and batches.
-WARM_UP = {"vrkm++": {"epoch_size": 1000}, "nmbatch": {"initial_batch_size": 1000}}
+WARM_UP = {"vrkm++": {"epoch_size": 1000}, "nmbatch": {"initial_batch_size": 1000},
+           "nmbatch-reread": {"initial_batch_size": 1000, "batch_rows": "reread"}}
+#: The registered algorithm of each case.
+ALGORITHM = {"nmbatch-reread": "nmbatch"}
 
 
 @pytest.mark.timeout(900)
@@ -186,16 +200,19 @@ def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(bi
         zarr.create_array(small, shape=(4096, N_FEATURES), chunks=(1024, N_FEATURES), dtype="u1")[:] = \
             zarr.open_array(path, mode="r")[:4096]
         for name, (params, _) in CASES.items():
-            make_estimator(name, n_clusters=N_CLUSTERS, init=init, random_state=0, client=client, chunk_rows=1024,
-                           **{**params, **WARM_UP.get(name, {})}).fit(small)
+            make_estimator(ALGORITHM.get(name, name), n_clusters=N_CLUSTERS, init=init, random_state=0,
+                           client=client, chunk_rows=1024, **{**params, **WARM_UP.get(name, {})}).fit(small)
         measured = {}
         for name, (params, state_of) in CASES.items():
-            model = make_estimator(name, n_clusters=N_CLUSTERS, init=init, random_state=0, client=client,
-                                   chunk_rows=CHUNK_ROWS, **params)
+            model = make_estimator(ALGORITHM.get(name, name), n_clusters=N_CLUSTERS, init=init, random_state=0,
+                                   client=client, chunk_rows=CHUNK_ROWS, **params)
             spilled_before = client.run(_bytes_spilled)[address]
             with MemoryMonitor(client, interval=0.05) as monitor:
                 model.fit(path)
             assert np.isfinite(model.cluster_centers_).all()
+            if name == "nmbatch-reread":
+                assert (model.batch_rows_, model.bounds_) == ("reread", "hamerly")
+                assert model.history_[-1]["batch_size"] >= 1_000_000
             bound = worker_memory_bound(CHUNK_ROWS, N_FEATURES, N_CLUSTERS, source_itemsize=1,
                                         state_bytes=state_of(model))
             measured[name] = {"baseline": monitor.result["workers_baseline_rss"][address],

@@ -10,12 +10,22 @@ from ..config import POOL_ROWS
 from ..engine.client import compute_now
 from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
-from ..passes.minibatch_pool import pool_graph, step_indices
+from ..passes.minibatch_pool import blocks_per_pool, choose_sampling, chunk_step_indices, pool_graph, step_indices
 from .result import FitResult, RunContext
 
 
+#: ``MiniBatchKMeans(sampling=...)``
+SAMPLING_METHODS = ("auto", "rows", "chunks")
+
+
+def resolve_sampling(sampling: str, block_rows, batch_size: int, pool_rows: int = POOL_ROWS) -> str:
+    """What ``sampling`` means for data in blocks of ``block_rows`` rows: ``"rows"`` or ``"chunks"``
+    (:func:`daskmeans.passes.minibatch_pool.choose_sampling` for ``"auto"``)."""
+    return choose_sampling(sampling, block_rows, max(1, pool_rows // batch_size) * batch_size)
+
+
 def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, learning_rate="sklearn", max_iter=100,
-                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, pool_rows=POOL_ROWS):
+                     tol=0.0, max_no_improvement=10, reassignment_ratio=0.01, pool_rows=POOL_ROWS, sampling="rows"):
     """Run mini-batch k-means from ``centers``.
 
     Parameters
@@ -42,6 +52,9 @@ def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, lea
         (:class:`~daskmeans.kernels.minibatch.Reassignment`; 0 disables).
     pool_rows : int
         Rows drawn per pool of steps.
+    sampling : {"rows", "chunks"}
+        How a step's rows are drawn: uniformly over all rows, or over the rows of a few whole blocks per pool
+        (:mod:`daskmeans.passes.minibatch_pool`).
 
     Returns
     -------
@@ -75,9 +88,14 @@ def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, lea
         stop_reason = finished or stop_reason
     elif checkpoint is not None:
         checkpoint.save(_state(step, centers, seen, stopping, reassignment, history, passes, None))
+    block_rows = array.chunks[0]
+    per_pool = blocks_per_pool(block_rows, steps_per_pool * batch_size)
     while finished is None and step < total_steps:
         n_steps = min(steps_per_pool, total_steps - step)
-        indices = step_indices(n, batch_size, seed, step, n_steps)
+        if sampling == "chunks":
+            indices = chunk_step_indices(block_rows, batch_size, seed, step, n_steps, steps_per_pool, per_pool)
+        else:
+            indices = step_indices(n, batch_size, seed, step, n_steps)
         time_left = clock.time_left()
         ((centers, seen, records, reason, stopping, reassignment),) = compute_now(
             pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights, reassignment, step),

@@ -20,7 +20,9 @@ import os
 import dask
 import numpy as np
 
+from ..config import BOUNDS_MEMORY_FRACTION
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
+from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
 from .relocation import centers_from_sums
@@ -46,6 +48,41 @@ def one_blas_thread_per_task(client):
         return
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+#: ``NestedMiniBatchKMeans(batch_rows=...)``: keep the active batch's rows on the workers, re-read them from the
+#: store every iteration, or choose by memory.
+BATCH_ROWS = ("auto", "cached", "reread")
+
+
+def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int, cached: bool) -> int:
+    """Bytes nmbatch keeps per active row, counted twice (the state blocks before and after an iteration).
+
+    Cached: the row as computed, its index, label, distance, weight and group bounds
+    (``d * itemsize + 28 + 4 * groups``). Re-read: its label, distance and group bounds (``12 + 4 * groups``).
+    """
+    per_row = 4 + 8 + 4 * n_groups + ((n_features * itemsize + 8 + 8) if cached else 0)
+    return 2 * per_row
+
+
+def choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, itemsize, memory_bytes):
+    """How nmbatch keeps its batch, and its bounds: ``(batch_rows, bounds)``, both resolved.
+
+    The batch may grow to all ``n_samples`` rows, so ``"auto"`` caches the rows when the state of all of them
+    (:func:`state_bytes_per_row`) takes at most ``BOUNDS_MEMORY_FRACTION`` of ``memory_bytes`` (the cluster's
+    memory), and re-reads them otherwise. Re-reading with ``bounds="auto"`` keeps the groups that
+    :func:`~daskmeans.kernels.nested_groups.choose_bounds` picks while their state fits that share, else
+    Hamerly's single bound (``4 + 8 + 4`` bytes a row).
+    """
+    limit = BOUNDS_MEMORY_FRACTION * memory_bytes
+    scheme, n_groups = choose_bounds(bounds, n_clusters, n_features * itemsize)
+    if batch_rows == "auto":
+        cached = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=True) <= limit
+        batch_rows = "cached" if cached else "reread"
+    if batch_rows == "reread" and bounds == "auto" and scheme not in ("none", "hamerly") and \
+            n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=False) > limit:
+        return batch_rows, "hamerly"
+    return batch_rows, scheme
 
 
 def default_initial_batch_size(n_clusters: int) -> int:
@@ -80,7 +117,8 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
 
 
 def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
-                     bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False):
+                     bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False,
+                     batch_rows="cached"):
     """Run nmbatch from ``centers``.
 
     Parameters
@@ -113,6 +151,10 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
         State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
     keep_batch : bool
         Return the :class:`NestedBatch` too (``result.batch``); otherwise it is released.
+    batch_rows : {"cached", "reread"}
+        Keep the batch's rows on the workers (:class:`~daskmeans.passes.nested_state.NestedBatch`) or re-read
+        them from the store at every iteration (:class:`~daskmeans.passes.nested_reread.RereadBatch`: bounded
+        memory at any n, one read of the batch's chunks per iteration). The iterates are the same.
 
     Returns
     -------
@@ -123,11 +165,11 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
     context = context or RunContext()
     with one_blas_thread_per_task(context.client):
         return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
-                                 max_iter, tol, max_blocks, min_block_rows, keep_batch)
+                                 max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows)
 
 
 def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol,
-                      max_blocks, min_block_rows, keep_batch):
+                      max_blocks, min_block_rows, keep_batch, batch_rows):
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
     passes = context.passes
     n, d = (int(s) for s in array.shape)
@@ -136,9 +178,12 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
         centers = resume["centers"]
     k = centers.shape[0]
     scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
+    if resume is not None:  # the saved state blocks are in the layout and with the bounds of the first run
+        scheme, batch_rows = resume.get("bounds", scheme), resume.get("batch_rows", "cached")
     groups = make_groups(centers, scheme, n_groups) if resume is None else CenterGroups(resume["group_of"], scheme)
     layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
-    batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
+    batch_class = RereadBatch if batch_rows == "reread" else NestedBatch
+    batch = batch_class(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
     sums = np.zeros((k, d))
     counts = np.zeros(k)
@@ -156,7 +201,7 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
                 "batch_size": batch.size, "rows_read": batch.rows_read, "sums": sums, "counts": counts, "sse": sse,
                 "members": members,
                 "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final,
-                "layout_id": batch.layout_id}
+                "layout_id": batch.layout_id, "batch_rows": batch_rows, "bounds": scheme}
 
     written_layouts = set()
 
@@ -241,4 +286,4 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
     if not keep_batch:
         batch.release()
     return FitResult(centers, inertia, n_iter, history, stop_reason, total_passes,
-                     batch=batch if keep_batch else None)
+                     batch=batch if keep_batch else None, batch_rows=batch_rows)

@@ -48,6 +48,8 @@ class FitResult:
         Where the blocks ran, ``"driver"`` or ``"workers"`` (vc-GMM).
     batch : NestedBatch, optional
         The state blocks of nested mini-batch k-means, kept when asked (``keep_batch=True``).
+    batch_rows : str, optional
+        ``"cached"`` or ``"reread"``: where nested mini-batch k-means kept its batch's rows.
     """
 
     centers: Any
@@ -65,6 +67,7 @@ class FitResult:
     lower_bound: float | None = None
     where: str | None = None
     batch: Any = None
+    batch_rows: str | None = None
 
 
 class Clock:

@@ -8,6 +8,7 @@ from dask.base import tokenize
 from dask.delayed import Delayed, delayed
 
 from ..config import SPLIT_EVERY
+from .slabs import stored_form
 
 
 def blocks_of(array) -> list[Delayed]:
@@ -73,9 +74,15 @@ def block_offsets(array) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(array.chunks[0])[:-1]]).astype(np.int64)
 
 
+def stored_blocks(array) -> list[Delayed]:
+    """One delayed object per row block of the data *as stored* (see :mod:`daskmeans.engine.slabs`): a task
+    converts it slab by slab (:func:`~daskmeans.engine.slabs.slabs`), never whole."""
+    return blocks_of(stored_form(array))
+
+
 def block_args(array, weights=None, *states) -> list[list]:
-    """Per-block argument lists: the data block, its first row's index, its weights (or None), states."""
-    data_blocks = blocks_of(array)
+    """Per-block argument lists: the data block as stored, its first row's index, its weights (or None), states."""
+    data_blocks = stored_blocks(array)
     offsets = block_offsets(array)
     weight_blocks = blocks_of(weights) if weights is not None else [None] * len(data_blocks)
     state_blocks = [list(state) for state in states]
@@ -85,4 +92,4 @@ def block_args(array, weights=None, *states) -> list[list]:
     ]
 
 
-__all__ = ["blocks_of", "shared", "map_blocks_delayed", "tree_reduce", "block_offsets", "block_args", "dask"]
+__all__ = ["blocks_of", "stored_blocks", "shared", "map_blocks_delayed", "tree_reduce", "block_offsets", "block_args", "dask"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..algorithms.init import check_init
-from ..algorithms.minibatch import minibatch_kmeans, minibatch_partial_step
-from ..algorithms.nested import nested_minibatch
+from ..algorithms.minibatch import SAMPLING_METHODS, minibatch_kmeans, minibatch_partial_step, resolve_sampling
+from ..algorithms.nested import BATCH_ROWS, choose_batch_rows, nested_minibatch
 from ..algorithms.result import Clock, RunContext
+from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
 from ..exceptions import InputDataError
@@ -48,7 +49,15 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         Distance bounds kept per sample. ``"elkan"``: one per center (k floats per sample); ``"yinyang"``:
         one per group of about 10 nearby centers; ``"hamerly"``: one; ``"none"``: every distance is computed.
         ``"auto"`` takes Elkan when its bounds are no larger than a row of data (``4 k <= d * itemsize``),
-        else yinyang with at most that many groups, else Hamerly: memory stays O(batch x d).
+        else yinyang with at most that many groups, else Hamerly: memory stays O(batch x d). With
+        ``batch_rows="reread"``, ``"auto"`` falls back to Hamerly when the groups' state would not fit.
+    batch_rows : {"auto", "cached", "reread"}, default "auto"
+        Where the active batch's rows live. ``"cached"``: on the workers, as floats, beside their labels,
+        distances and bounds (fastest; ``2 (d itemsize + 28 + 4 groups)`` bytes per active row). ``"reread"``:
+        only labels, distances and bounds stay (``2 (12 + 4 groups)`` bytes a row); every iteration re-reads
+        the chunks the batch touches from the store, a slab at a time, so memory is bounded at any n. The
+        iterates are the same. ``"auto"``: cached when all n rows' cached state fits in half the cluster's
+        memory (the batch may grow to n), else re-read.
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).
     max_time : float, optional
@@ -78,6 +87,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     n_iter_ : int
     bounds_ : str
         The bound scheme used.
+    batch_rows_ : str
+        ``"cached"`` or ``"reread"``: where the batch's rows lived (what ``"auto"`` chose).
     history_ : list of dict
         Per iteration: ``batch_size``, ``new_samples``, ``changed`` (reused samples that changed cluster),
         ``distances_computed`` and ``distances_skipped`` (against ``k`` per sample visited), ``energy`` and
@@ -88,12 +99,14 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         ``"max_time"``.
     """
 
-    _model_scalars = ClusteringEstimator._model_scalars + ("bounds_",)
+    _model_scalars = ClusteringEstimator._model_scalars + ("bounds_", "batch_rows_")
 
     def __init__(self, n_clusters=8, *, init="k-means||", initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
-                 bounds="auto", max_iter=1000, max_time=None, tol=1e-4, random_state=None, init_rounds=5, oversampling_factor=2.0,
-                 init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+                 bounds="auto", batch_rows="auto", max_iter=1000, max_time=None, tol=1e-4, random_state=None,
+                 init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
+                 progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
+        self.batch_rows = batch_rows
         self.n_clusters = n_clusters
         self.init = init
         self.initial_batch_size = initial_batch_size
@@ -117,6 +130,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         "rho": Real(0.0, strict=True),
         "doubling_quantile": Real(0.0, 1.0),
         "bounds": Options(BOUND_SCHEMES),
+        "batch_rows": Options(BATCH_ROWS),
         "max_iter": Integer(1),
         "tol": Real(0.0),
         **SEEDING_CONSTRAINTS,
@@ -142,6 +156,9 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
+        self.batch_rows_, bounds = choose_batch_rows(self.batch_rows, self.bounds, data.n_samples, data.n_features,
+                                                     self.n_clusters, data.array.dtype.itemsize,
+                                                     cluster_memory_bytes(client))
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
@@ -155,7 +172,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
             result = nested_minibatch(
                 data.array, centers, context, seed=stage_key(start.seed, "nmbatch"),
                 initial_batch_size=self.initial_batch_size, rho=self.rho, doubling_quantile=self.doubling_quantile,
-                bounds=self.bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
+                bounds=bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
+                batch_rows=self.batch_rows_,
             )
         recorder.keep(self)
         self.cluster_centers_ = result.centers
@@ -164,6 +182,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
         self.bounds_ = result.history[-1]["bounds"] if result.history else self.bounds
+        self.batch_rows_ = result.batch_rows
         self._labels = None
 
 
@@ -192,11 +211,20 @@ class MiniBatchKMeans(ClusteringEstimator):
     reassignment_ratio : float, default 0.01
         Now and then (every ``10 * n_clusters`` samples), centers that received less than this fraction of
         the largest center's weight are moved onto random rows of the batch, as scikit-learn does (0 disables).
+    sampling : {"auto", "rows", "chunks"}, default "auto"
+        How the rows of the steps are drawn. ``"rows"``: uniformly over all rows (a pool of 131,072 rows then
+        reads nearly every block of a large store). ``"chunks"``: each pool of steps reads a few whole blocks
+        (at least 8, enough for twice its rows), taken from a random permutation of the blocks, and draws its
+        rows uniformly from them: each block is read once per sweep over the data, and reads are whole chunks.
+        Rows of one pool then come from those few blocks, which matters only if the data is ordered (e.g. sorted
+        by class). ``"auto"``: ``"chunks"`` when uniform draws would read at least 4 times more blocks per pool
+        (``daskmeans.config.CHUNK_SAMPLING_MIN_SAVING``), i.e. for data in many more blocks than a pool needs.
     max_time : float, optional
         Wall-clock budget in seconds.
     random_state : int, numpy Generator or None
-        Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler, worker
-        count or chunking.
+        Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler or worker
+        count, and (with ``sampling="rows"``) any chunking; with ``"chunks"`` the block sizes are part of the
+        draw.
     init_rounds, oversampling_factor, init_sample_size :
         Seeding options, as for :class:`KMeans`.
     chunk_rows : int, optional
@@ -223,19 +251,22 @@ class MiniBatchKMeans(ClusteringEstimator):
         One record per pool of steps: ``steps``, ``energy`` (smoothed batch inertia per sample),
         ``batch_inertia``, ``center_shift``, ``wall_time``, ``passes``.
     stop_reason_ : str
+    sampling_ : str
+        ``"rows"`` or ``"chunks"``: how the fit drew its rows (what ``"auto"`` chose).
     """
 
     _model_arrays = ("cluster_centers_", "counts_")
-    _model_scalars = ClusteringEstimator._model_scalars + ("n_steps_",)
+    _model_scalars = ClusteringEstimator._model_scalars + ("n_steps_", "sampling_")
 
     def __init__(self, n_clusters=8, *, init="k-means||", batch_size=1024, learning_rate="sklearn", max_iter=100,
-                 max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, max_time=None, random_state=None,
-                 init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
-                 progress=False, snapshot_centers=False):
+                 max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, sampling="auto", max_time=None,
+                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
+                 client=None, progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.init = init
         self.batch_size = batch_size
+        self.sampling = sampling
         self.learning_rate = learning_rate
         self.max_iter = max_iter
         self.max_no_improvement = max_no_improvement
@@ -258,12 +289,14 @@ class MiniBatchKMeans(ClusteringEstimator):
         "max_no_improvement": Integer(1, none=True),
         "tol": Real(0.0),
         "reassignment_ratio": Real(0.0, 1.0),
+        "sampling": Options(SAMPLING_METHODS),
         **SEEDING_CONSTRAINTS,
     }
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
+        self.sampling_ = resolve_sampling(self.sampling, data.array.chunks[0], self.batch_size)
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
@@ -280,6 +313,7 @@ class MiniBatchKMeans(ClusteringEstimator):
                 data.array, centers, context, seed=stage_key(start.seed, "minibatch"), batch_size=self.batch_size,
                 learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
                 max_no_improvement=self.max_no_improvement, reassignment_ratio=self.reassignment_ratio,
+                sampling=self.sampling_,
             )
         recorder.keep(self)
         self.cluster_centers_ = result.centers

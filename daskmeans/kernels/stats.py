@@ -7,11 +7,8 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def _cluster_stats(X, labels, dist2, weights, k, use_weights):
+def _cluster_stats(X, labels, dist2, weights, use_weights, sums, counts, sse):
     n, d = X.shape
-    sums = np.zeros((k, d), dtype=np.float64)
-    counts = np.zeros(k, dtype=np.float64)
-    sse = np.zeros(k, dtype=np.float64)
     for i in range(n):
         j = labels[i]
         w = weights[i] if use_weights else 1.0
@@ -22,8 +19,11 @@ def _cluster_stats(X, labels, dist2, weights, k, use_weights):
     return sums, counts, sse
 
 
-def cluster_stats(X, labels, dist2, k, weights=None):
+def cluster_stats(X, labels, dist2, k, weights=None, out=None):
     """Sum of the (weighted) rows, total weight and weighted SSE of each of the ``k`` clusters.
+
+    Rows are added one at a time, in order, to float64 accumulators: calls on consecutive slabs of a block that
+    pass the previous call's result as ``out`` give exactly the result of one call on the whole block.
 
     Parameters
     ----------
@@ -33,6 +33,8 @@ def cluster_stats(X, labels, dist2, k, weights=None):
         Squared distance of each row to its center.
     k : int
     weights : ndarray (n,), optional
+    out : (sums, counts, sse), optional
+        Accumulators to add to (modified in place and returned); new zeros by default.
 
     Returns
     -------
@@ -42,4 +44,9 @@ def cluster_stats(X, labels, dist2, k, weights=None):
     """
     use_weights = weights is not None
     w = np.asarray(weights, dtype=np.float64) if use_weights else np.empty(0, dtype=np.float64)
-    return _cluster_stats(np.ascontiguousarray(X), labels, dist2, w, int(k), use_weights)
+    if out is None:
+        out = (np.zeros((int(k), X.shape[1]), dtype=np.float64), np.zeros(int(k), dtype=np.float64),
+               np.zeros(int(k), dtype=np.float64))
+    sums, counts, sse = out
+    _cluster_stats(np.ascontiguousarray(X), labels, dist2, w, use_weights, sums, counts, sse)
+    return sums, counts, sse

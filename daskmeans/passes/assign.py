@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.stats import cluster_stats
@@ -53,17 +54,27 @@ def _farthest(dist2, rows, labels, weights, keep):
     return dist2[order], rows[order], labels[order], weights[order]
 
 
-def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
-    block = np.asarray(block)
-    if check_finite:
-        check_finite_block(block, offset)
-    labels, dist2 = nearest_centers(block, centers)
-    sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
-    w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
-    # rows of weight 0 cannot refill an empty cluster
+def _farthest_eligible(dist2, rows, labels, weights, keep):
+    """The ``keep`` rows farthest from their centers among those of positive weight (weight 0 cannot refill an
+    empty cluster)."""
+    w = np.ones(len(labels)) if weights is None else weights
     eligible = np.flatnonzero(w > 0)
-    far = _farthest(dist2[eligible], block[eligible], labels[eligible], w[eligible], n_far)
-    return sums, counts, sse, far
+    return _farthest(dist2[eligible], rows[eligible], labels[eligible], w[eligible], keep)
+
+
+def _merge_farthest(parts, keep):
+    return _farthest(*[np.concatenate([p[i] for p in parts]) for i in range(4)], keep)
+
+
+def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
+    stats, far = None, []
+    for start, rows, w in slabs(block, weights):
+        if check_finite:
+            check_finite_block(rows, offset + start)
+        labels, dist2 = nearest_centers(rows, centers)
+        stats = cluster_stats(rows, labels, dist2, centers.shape[0], w, out=stats)
+        far.append(_farthest_eligible(dist2, rows, labels, w, n_far))
+    return (*stats, _merge_farthest(far, n_far))
 
 
 def _combine_stats(parts, n_far):
@@ -74,8 +85,7 @@ def _combine_stats(parts, n_far):
         sums += other[0]
         counts += other[1]
         sse += other[2]
-    far = [np.concatenate([p[3][i] for p in parts]) for i in range(4)]
-    return sums, counts, sse, _farthest(*far, n_far)
+    return sums, counts, sse, _merge_farthest([p[3] for p in parts], n_far)
 
 
 def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=False):
@@ -107,49 +117,35 @@ def check_finite_block(block, offset):
         )
 
 
-def _offset(block_info):
-    return block_info[0]["array-location"][0][0] if block_info else 0
+def _labels_rows(rows, offset, centers):
+    check_finite_block(rows, offset)
+    return nearest_centers(rows, centers)[0]
 
 
-def _labels_block(block, centers, block_info=None):
-    block = np.asarray(block)
-    check_finite_block(block, _offset(block_info))
-    return nearest_centers(block, centers)[0]
-
-
-def _dist2_block(block, centers, block_info=None):
-    block = np.asarray(block)
-    check_finite_block(block, _offset(block_info))
-    return nearest_centers(block, centers)[1]
+def _dist2_rows(rows, offset, centers):
+    check_finite_block(rows, offset)
+    return nearest_centers(rows, centers)[1]
 
 
 def lazy_labels(array, centers) -> da.Array:
     """Labels of every row as a lazy dask array, chunk-aligned with ``array``."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    return array.map_blocks(
-        _labels_block, centers, drop_axis=1, dtype=np.int32, name="daskmeans-labels", meta=np.empty(0, np.int32)
-    )
+    return map_rows(array, _labels_rows, centers, dtype=np.int32, name="daskmeans-labels")
 
 
 def lazy_min_dist2(array, centers) -> da.Array:
     """Squared distance of every row to its nearest center, lazy and chunk-aligned."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    return array.map_blocks(
-        _dist2_block, centers, drop_axis=1, dtype=np.float64, name="daskmeans-min-dist2",
-        meta=np.empty(0, np.float64),
-    )
+    return map_rows(array, _dist2_rows, centers, dtype=np.float64, name="daskmeans-min-dist2")
 
 
-def _transform_block(block, centers, block_info=None):
-    block = np.asarray(block)
-    check_finite_block(block, _offset(block_info))
-    return np.sqrt(all_dist2(block, centers))
+def _transform_rows(rows, offset, centers):
+    check_finite_block(rows, offset)
+    return np.sqrt(all_dist2(rows, centers))
 
 
 def lazy_transform(array, centers) -> da.Array:
     """Euclidean distance of every row to every center, ``(n, k)``, lazy (one block at a time)."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    return array.map_blocks(
-        _transform_block, centers, chunks=(array.chunks[0], (centers.shape[0],)), dtype=array.dtype,
-        name="daskmeans-transform",
-    )
+    return map_rows(array, _transform_rows, centers, dtype=array.dtype, name="daskmeans-transform",
+                    trailing=centers.shape[0])

@@ -20,10 +20,11 @@ import numpy as np
 from ..config import N_FAR
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
-from .assign import _combine_stats, _farthest, finish_stats
+from .assign import _combine_stats, _farthest_eligible, finish_stats
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
@@ -54,14 +55,12 @@ class BoundedBlock:
 def _report(state, k, n_far, computed):
     """The block's statistics in the form of the assign pass, plus the distances computed."""
     sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
-    w = np.ones(len(state.labels)) if state.weights is None else state.weights
-    eligible = np.flatnonzero(w > 0)
-    far = _farthest(state.dist2[eligible], state.rows[eligible], state.labels[eligible], w[eligible], n_far)
+    far = _farthest_eligible(state.dist2, state.rows, state.labels, state.weights, n_far)
     return (sums, counts, sse, far), computed
 
 
 def _start_block(block, offset, weights, centers, groups, n_far):
-    rows = np.ascontiguousarray(block)
+    rows = converted_rows(block, slice(None))  # the state keeps the block's rows as computed
     weights = None if weights is None else np.asarray(weights, dtype=np.float64)
     labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups)
     state = BoundedBlock(rows, weights, labels, dist2, lower)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.random import stage_generator, stage_key
+from ..engine.slabs import converted_rows, slabs
 from .proposal import block_probabilities, row_probabilities
 
 
@@ -34,15 +35,16 @@ def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
 
 
 def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weight, m, seed):
-    block = np.asarray(block)
+    block = np.asarray(block)  # as stored: q is computed a slab at a time, only the drawn rows are converted
     w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    q = row_probabilities(block, weights, mean, total_spread, total_weight)
+    q = np.concatenate([row_probabilities(rows, slab_weights, mean, total_spread, total_weight)
+                        for _, rows, slab_weights in slabs(block, weights)])
     # inside the block, rows are drawn proportionally to q (the block's share of the draws is fixed already)
     cumulative = np.cumsum(q)
     rng = np.random.default_rng(stage_key(seed, "lwcs", "block", int(offset), int(block.shape[0])))
     local = np.searchsorted(cumulative, rng.random(int(n_draws)) * cumulative[-1], side="right")
     local = np.minimum(local, block.shape[0] - 1)
-    return offset + local, block[local], w[local] / (m * q[local])
+    return offset + local, converted_rows(block, local), w[local] / (m * q[local])
 
 
 def _concatenate(parts):

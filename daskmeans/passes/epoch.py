@@ -21,10 +21,11 @@ import numpy as np
 
 from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.slabs import slabs
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
 from ..kernels.vrkm import candidate_lists
-from .assign import _combine_stats, _farthest
+from .assign import _combine_stats, _farthest_eligible, _merge_farthest
 from .sampling import _gather_block
 
 
@@ -60,23 +61,27 @@ def segment_starts(n_draws: int, segment_rows: int) -> np.ndarray:
 
 
 def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n_far):
-    block = np.asarray(block)
+    block = np.asarray(block)  # as stored: converted a slab at a time
     positions, rows = _gather_block(block, offset, weights, draws)
     sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
-    labels = np.empty(block.shape[0], dtype=np.int32)
-    dist2 = np.empty(block.shape[0], dtype=np.float64)
-    others = np.ones(block.shape[0], dtype=bool)
-    others[sampled] = False
-    # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
-    if sampled.size < block.shape[0]:
-        labels[others], dist2[others] = nearest_centers(block[others], centers)
-    s_labels, s_dist2, s_candidates, s_lower = candidate_lists(block[sampled], centers, n_candidates)
-    labels[sampled] = s_labels
-    dist2[sampled] = s_dist2
-    sums, counts, sse = cluster_stats(block, labels, dist2, centers.shape[0], weights)
-    w = np.ones(len(labels)) if weights is None else np.asarray(weights, dtype=np.float64)
-    eligible = np.flatnonzero(w > 0)  # rows of weight 0 cannot refill an empty cluster
-    far = _farthest(dist2[eligible], block[eligible], labels[eligible], w[eligible], n_far)
+    stats, far, lists = None, [], []
+    for start, slab, w in slabs(block, weights):
+        labels = np.empty(slab.shape[0], dtype=np.int32)
+        dist2 = np.empty(slab.shape[0], dtype=np.float64)
+        lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
+        here = sampled[lo:hi] - start
+        others = np.ones(slab.shape[0], dtype=bool)
+        others[here] = False
+        # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
+        if here.size < slab.shape[0]:
+            labels[others], dist2[others] = nearest_centers(slab[others], centers)
+        s_labels, s_dist2, s_candidates, s_lower = candidate_lists(slab[here], centers, n_candidates)
+        labels[here] = s_labels
+        dist2[here] = s_dist2
+        lists.append((s_labels, s_candidates, s_lower))
+        stats = cluster_stats(slab, labels, dist2, centers.shape[0], w, out=stats)
+        far.append(_farthest_eligible(dist2, slab, labels, w, n_far))
+    s_labels, s_candidates, s_lower = (np.concatenate([part[i] for part in lists]) for i in range(3))
     # positions come sorted (np.flatnonzero): each segment is a slice
     cuts = np.append(np.searchsorted(positions, starts), positions.size)
     pieces = []
@@ -84,7 +89,7 @@ def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n
         part = slice(cuts[s], cuts[s + 1])
         which = inverse[part]
         pieces.append((positions[part], rows[part], s_labels[which], s_candidates[which], s_lower[which]))
-    return (sums, counts, sse, far), tuple(pieces)
+    return (*stats, _merge_farthest(far, n_far)), tuple(pieces)
 
 
 def _stats_of(part):

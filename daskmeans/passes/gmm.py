@@ -12,7 +12,8 @@ from functools import partial
 
 import numpy as np
 
-from ..engine.graph import block_args, blocks_of, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
+from ..engine.slabs import converted_rows, map_rows, slabs
 from ..engine.random import row_uniforms, stage_key
 from ..kernels import truncated_em as kernels
 from .assign import check_finite_block
@@ -30,17 +31,18 @@ def _initial_truncation_block(block, offset, weights, key, n_clusters, n_truncat
 
 
 def _estep_block(block, offset, weights, state, means, neighbours, explore_key, n_clusters):
-    block = np.ascontiguousarray(block)
     # the state is the initial K_n of the block, or the previous E-step's result (K_n first)
     truncation = state[0] if isinstance(state, tuple) else state
-    rows = block.shape[0]
+    rows = np.asarray(block).shape[0]
     if explore_key is None:
         extra = np.full(rows, -1, dtype=np.int32)
     else:
         extra = np.minimum(row_uniforms(explore_key, offset, rows) * n_clusters, n_clusters - 1).astype(np.int32)
-    new_truncation, new_dist2, best, candidate, pair_dist2, n_distances = kernels.truncated_estep(
-        block, means, truncation, neighbours, extra
-    )
+    parts = [kernels.truncated_estep(slab, means, truncation[start:start + len(slab)], neighbours,
+                                     extra[start:start + len(slab)])
+             for start, slab, _ in slabs(block)]
+    new_truncation, new_dist2, best, candidate, pair_dist2 = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    n_distances = sum(int(p[5]) for p in parts)
     w = np.ones(rows) if weights is None else np.asarray(weights, dtype=np.float64)
     pairs = kernels.aggregate_pairs(best, candidate, pair_dist2, n_clusters)
     return new_truncation, new_dist2, pairs, int(n_distances), float(w @ new_dist2[:, 0])
@@ -60,7 +62,7 @@ def _combine_summaries(parts, n_clusters):
 
 
 def _stats_block(block, weights, part, sigma2, n_clusters):
-    block = np.ascontiguousarray(block)
+    block = converted_rows(block, slice(None))  # coreset points, in blocks of GMM_BLOCK_ROWS
     w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     return kernels.posterior_stats(block, w, part[0], part[1], sigma2, n_clusters)
 
@@ -105,7 +107,7 @@ def truncation_parts(parts):
 
 def posterior_stats_graph(array, weights, parts, sigma2, n_clusters):
     """Delayed tree-reduced ``(sums, responsibilities, spread, log-likelihood sum)`` for the M-step."""
-    data_blocks = blocks_of(array)
+    data_blocks = stored_blocks(array)
     weight_blocks = blocks_of(weights) if weights is not None else [None] * len(data_blocks)
     stats = map_blocks_delayed(
         _stats_block, "vc-gmm-posteriors",
@@ -116,23 +118,30 @@ def posterior_stats_graph(array, weights, parts, sigma2, n_clusters):
 
 
 # -- the fitted model on new data ------------------------------------------------------------------------------------
-def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
-    block = np.ascontiguousarray(block)
+def _posterior_rows(rows, offset, means, sigma2, n_truncated, check_finite):
     if check_finite:
-        check_finite_block(block, offset)
-    return kernels.truncated_posterior(block, means, sigma2, n_truncated)
+        check_finite_block(rows, offset)
+    return kernels.truncated_posterior(rows, means, sigma2, n_truncated)
+
+
+def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
+    parts = [_posterior_rows(rows, offset + start, means, sigma2, n_truncated, check_finite)
+             for start, rows, _ in slabs(block)]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
 def _log_likelihood_block(block, offset, weights, means, sigma2, n_truncated):
-    _, _, log_likelihood = _posterior_block(block, offset, weights, means, sigma2, n_truncated, True)
-    w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    return np.array([float(w @ log_likelihood), float(w.sum())])
+    total = np.zeros(2)
+    for start, rows, w in slabs(block, weights):
+        _, _, log_likelihood = _posterior_rows(rows, offset + start, means, sigma2, n_truncated, True)
+        w = np.ones(rows.shape[0]) if w is None else w
+        total += [float(w @ log_likelihood), float(w.sum())]
+    return total
 
 
-def _dense_posterior_block(block, means, sigma2, n_truncated, block_info=None):
-    offset = block_info[0]["array-location"][0][0] if block_info else 0
-    indices, probabilities, _ = _posterior_block(block, offset, None, means, sigma2, n_truncated, True)
-    out = np.zeros((block.shape[0], means.shape[0]), dtype=np.float64)
+def _dense_posterior_rows(rows, offset, means, sigma2, n_truncated):
+    indices, probabilities, _ = _posterior_rows(rows, offset, means, sigma2, n_truncated, True)
+    out = np.zeros((rows.shape[0], means.shape[0]), dtype=np.float64)
     np.put_along_axis(out, indices.astype(np.int64), probabilities, axis=1)
     return out
 
@@ -143,9 +152,8 @@ def _sum_parts(parts):
 
 def lazy_dense_posterior(array, means, sigma2, n_truncated):
     """Lazy ``(n, k)`` truncated posteriors: zeros outside each row's ``n_truncated`` nearest components."""
-    return array.map_blocks(_dense_posterior_block, means, sigma2, int(n_truncated),
-                            chunks=(array.chunks[0], (means.shape[0],)), dtype=np.float64,
-                            name="daskmeans-vc-gmm-posterior")
+    return map_rows(array, _dense_posterior_rows, means, sigma2, int(n_truncated), dtype=np.float64,
+                    name="daskmeans-vc-gmm-posterior", trailing=means.shape[0])
 
 
 def sparse_posterior_parts(array, means, sigma2, n_truncated):

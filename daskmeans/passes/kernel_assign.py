@@ -13,8 +13,9 @@ import dask.array as da
 import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.slabs import map_rows, slabs
 from ..kernels.kernel_centers import SparseCenters
-from .assign import _offset, check_finite_block
+from .assign import check_finite_block
 
 
 @dataclass
@@ -29,42 +30,38 @@ def _model_node(centers, kernel):
     return shared(KernelModel(centers, kernel), "kernel-centers")
 
 
-def _labels_block(block, model, block_info=None):
-    block = np.asarray(block)
-    check_finite_block(block, _offset(block_info))
-    return model.centers.nearest(block, model.kernel)[0]
+def _labels_rows(rows, offset, model):
+    check_finite_block(rows, offset)
+    return model.centers.nearest(rows, model.kernel)[0]
 
 
-def _transform_block(block, model, block_info=None):
-    block = np.asarray(block)
-    check_finite_block(block, _offset(block_info))
-    return np.sqrt(model.centers.distances(block, model.kernel))
+def _transform_rows(rows, offset, model):
+    check_finite_block(rows, offset)
+    return np.sqrt(model.centers.distances(rows, model.kernel))
 
 
 def lazy_kernel_labels(array, centers, kernel) -> da.Array:
     """Label of the nearest feature-space center for every row, lazy and chunk-aligned with ``array``."""
-    return array.map_blocks(_labels_block, _model_node(centers, kernel), drop_axis=1, dtype=np.int32,
-                            name="daskmeans-kernel-labels", meta=np.empty(0, np.int32))
+    return map_rows(array, _labels_rows, _model_node(centers, kernel), dtype=np.int32,
+                    name="daskmeans-kernel-labels")
 
 
 def lazy_kernel_transform(array, centers, kernel) -> da.Array:
     """Feature-space distance of every row to every center, ``(n, k)`` float64, lazy."""
-    return array.map_blocks(_transform_block, _model_node(centers, kernel),
-                            chunks=(array.chunks[0], (centers.n_clusters,)), dtype=np.float64,
-                            name="daskmeans-kernel-transform", meta=np.empty((0, 0), np.float64))
+    return map_rows(array, _transform_rows, _model_node(centers, kernel), dtype=np.float64,
+                    name="daskmeans-kernel-transform", trailing=centers.n_clusters)
 
 
 def _energy_block(block, offset, weights, model, check_finite):
-    block = np.asarray(block)
-    if check_finite:
-        check_finite_block(block, offset)
-    labels, dist2 = model.centers.nearest(block, model.kernel)
     k = model.centers.n_clusters
-    if weights is None:
-        return np.bincount(labels, minlength=k).astype(np.float64), np.bincount(labels, weights=dist2, minlength=k)
-    weights = np.asarray(weights, dtype=np.float64)
-    return np.bincount(labels, weights=weights, minlength=k), np.bincount(labels, weights=weights * dist2,
-                                                                          minlength=k)
+    counts, sse = np.zeros(k), np.zeros(k)
+    for start, rows, w in slabs(block, weights):
+        if check_finite:
+            check_finite_block(rows, offset + start)
+        labels, dist2 = model.centers.nearest(rows, model.kernel)
+        counts += np.bincount(labels, weights=w, minlength=k)
+        sse += np.bincount(labels, weights=dist2 if w is None else w * dist2, minlength=k)
+    return counts, sse
 
 
 def _combine(parts):

@@ -1,20 +1,31 @@
 """Random mini-batches drawn by the workers, a pool of steps at a time.
 
-The rows of step ``t`` are ``batch_size`` indices drawn uniformly with replacement from a generator keyed by
-the seed and ``t`` (so they depend on neither chunking nor workers). For a pool of steps, each row block
-that holds drawn rows is read once by a worker, which keeps only those rows; one task then assembles the
-pool's batches and runs the sequential steps on them. Only the ``k x d`` centers and per-step numbers travel
-back to the driver.
+Two ways to draw the rows of step ``t`` (``batch_size`` indices, with replacement, from a generator keyed by the
+seed and ``t``):
+
+- ``"rows"``: uniformly over all rows, so they depend on neither chunking nor workers. A pool of 131,072 rows
+  then touches nearly every block of a large store: each pool reads almost the whole data.
+- ``"chunks"``: uniformly over the rows of the pool's blocks (:func:`pool_blocks`): a few whole blocks per pool,
+  taken in the order of a random permutation of all blocks (a new one per sweep), so reads are whole chunks and
+  every block is read once per sweep. The blocks' sizes are part of the draw: the same seed and the same chunking
+  give the same rows.
+
+For a pool of steps, each row block that holds drawn rows is read once by a worker, which keeps only those rows;
+one task then assembles the pool's batches and runs the sequential steps on them. Only the ``k x d`` centers and
+per-step numbers travel back to the driver.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 
+from ..config import CHUNK_SAMPLING_MIN_SAVING, MIN_POOL_BLOCKS, POOL_BLOCK_OVERSAMPLING
 from ..engine.graph import block_args, block_offsets, map_blocks_delayed, shared
 from ..engine.random import stage_generator
+from ..engine.slabs import converted_rows
 from ..kernels.minibatch import run_steps
 
 
@@ -26,10 +37,54 @@ def step_indices(n_samples: int, batch_size: int, seed: int, first_step: int, n_
     ])
 
 
+def blocks_per_pool(block_rows, pool_rows: int) -> int:
+    """Blocks a pool reads with ``sampling="chunks"``: enough for ``POOL_BLOCK_OVERSAMPLING`` times its rows (by
+    the mean block size), at least ``MIN_POOL_BLOCKS``, at most all."""
+    block_rows = np.asarray(block_rows)
+    wanted = math.ceil(POOL_BLOCK_OVERSAMPLING * pool_rows / max(1.0, float(block_rows.mean())))
+    return int(min(len(block_rows), max(MIN_POOL_BLOCKS, wanted)))
+
+
+def choose_sampling(sampling: str, block_rows, pool_rows: int) -> str:
+    """``"auto"`` becomes ``"chunks"`` when drawing a pool's rows uniformly would read at least
+    ``CHUNK_SAMPLING_MIN_SAVING`` times more blocks than whole-block pools (blocks touched by uniform draws: about
+    ``min(blocks, pool_rows)``), else ``"rows"``; other values stay."""
+    if sampling != "auto":
+        return sampling
+    uniform_blocks = min(len(block_rows), pool_rows)
+    return "chunks" if uniform_blocks >= CHUNK_SAMPLING_MIN_SAVING * blocks_per_pool(block_rows, pool_rows) \
+        else "rows"
+
+
+def pool_blocks(n_blocks: int, per_pool: int, seed: int, pool: int) -> np.ndarray:
+    """The blocks pool ``pool`` reads: positions ``pool * per_pool ...`` of the concatenated random permutations of
+    the blocks (one permutation per sweep over the data, keyed by the seed and the sweep), sorted."""
+    first = pool * per_pool
+    taken = []
+    while len(taken) < per_pool:
+        sweep, position = divmod(first + len(taken), n_blocks)
+        order = stage_generator(seed, "minibatch-blocks", sweep).permutation(n_blocks)
+        taken.extend(order[position:position + per_pool - len(taken)])
+    return np.unique(np.asarray(taken, dtype=np.int64))
+
+
+def chunk_step_indices(block_rows, batch_size: int, seed: int, first_step: int, n_steps: int,
+                       steps_per_pool: int, per_pool: int) -> np.ndarray:
+    """Row indices of steps ``first_step ..`` (one pool: ``first_step`` is a multiple of ``steps_per_pool``) with
+    ``sampling="chunks"``: each drawn uniformly, with replacement, from the rows of the pool's blocks."""
+    block_rows = np.asarray(block_rows, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(block_rows)[:-1]])
+    blocks = pool_blocks(len(block_rows), per_pool, seed, first_step // steps_per_pool)
+    ends = np.cumsum(block_rows[blocks])
+    local = step_indices(int(ends[-1]), batch_size, seed, first_step, n_steps)
+    which = np.searchsorted(ends, local, side="right")
+    return offsets[blocks][which] + local - (ends - block_rows[blocks])[which]
+
+
 def _take_rows(block, offset, weights, positions, local):
     """The drawn rows held by one block (and their weights), with their positions in the pool."""
     taken_weights = None if weights is None else np.asarray(weights, dtype=np.float64)[local]
-    return positions, np.ascontiguousarray(np.asarray(block)[local]), taken_weights
+    return positions, converted_rows(block, local), taken_weights
 
 
 def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_counts, learning_rate, stopping,

@@ -23,8 +23,9 @@ import numpy as np
 
 from ..config import MAX_LANES, MIN_BLOCK_ROWS
 from ..engine.client import compute_now, persist_now, resolve_client
-from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
 from ..engine.random import stage_generator, stage_key
+from ..engine.slabs import converted_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
@@ -106,7 +107,7 @@ def _read_new_rows(block, offset, weights, key, start, stop):
     block = np.asarray(block)
     order = chunk_order(key, offset, block.shape[0])[start:stop]
     taken = np.ones(order.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)[order]
-    return offset + order.astype(np.int64), np.ascontiguousarray(block[order]), taken
+    return offset + order.astype(np.int64), converted_rows(block, order), taken
 
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
@@ -253,7 +254,7 @@ class NestedBatch:
         self.row_key = stage_key(seed, "nmbatch", "row-order")
         self.max_blocks = int(max_blocks or len(self.chunk_sizes))
         self.min_block_rows = int(min_block_rows)
-        self.data_blocks = blocks_of(array)
+        self.data_blocks = stored_blocks(array)
         self.size = 0
         self.outputs = []
         self.rows_read = 0

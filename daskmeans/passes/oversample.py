@@ -10,13 +10,14 @@ import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.random import row_uniforms
+from ..engine.slabs import converted_rows, slabs
 from ..kernels.assign import nearest_centers
 
 
 def _update_state_block(block, offset, weights, state, candidates, first_index):
     """Fold new candidates into a block's (min squared distance, nearest candidate) state."""
-    block = np.asarray(block)
-    labels, dist2 = nearest_centers(block, candidates)
+    parts = [nearest_centers(rows, candidates) for _, rows, _ in slabs(block)]
+    labels, dist2 = (np.concatenate([p[i] for p in parts]) for i in range(2))
     if state is None:
         best_dist2, best_index = dist2, labels.astype(np.int32) + first_index
     else:
@@ -50,11 +51,10 @@ def total_cost_graph(states):
 
 
 def _oversample_block(block, offset, weights, state, key, scale):
-    block = np.asarray(block)
     w = 1.0 if weights is None else np.asarray(weights, dtype=np.float64)
     probability = np.minimum(1.0, scale * w * state[0])
-    chosen = np.flatnonzero(row_uniforms(key, offset, block.shape[0]) < probability)
-    return offset + chosen, block[chosen]
+    chosen = np.flatnonzero(row_uniforms(key, offset, np.asarray(block).shape[0]) < probability)
+    return offset + chosen, converted_rows(block, chosen)
 
 
 def _merge_oversample(parts):

@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.slabs import slabs, stored_form
 
 
 def _weights_of(block, weights):
@@ -25,9 +26,12 @@ def _dist2_to(block, point):
 
 
 def _masses_block(block, offset, weights, point):
-    block = np.asarray(block)
-    w = _weights_of(block, weights)
-    return np.array([[float(w @ _dist2_to(block, point)), float(w.sum())]])
+    mass, total = 0.0, 0.0
+    for _, rows, w in slabs(block, weights):
+        w = _weights_of(rows, w)
+        mass += float(w @ _dist2_to(rows, point))
+        total += float(w.sum())
+    return np.array([[mass, total]])
 
 
 def block_masses_graph(array, point, weights=None, name="proposal-masses"):
@@ -65,7 +69,9 @@ def row_probabilities(block, weights, point, total_d2, total_w) -> np.ndarray:
 
 
 def _proposal_block(block, weights, point, total_d2, total_w):
-    return row_probabilities(np.asarray(block), weights, point, total_d2, total_w)
+    weights = np.asarray(weights, dtype=np.float64).ravel()
+    return np.concatenate([row_probabilities(rows, w, point, total_d2, total_w)
+                           for _, rows, w in slabs(block, weights)])
 
 
 def lazy_proposal(array, point, masses, weights=None):
@@ -74,5 +80,6 @@ def lazy_proposal(array, point, masses, weights=None):
     total_d2, total_w = float(masses[:, 0].sum()), float(masses[:, 1].sum())
     if weights is None:
         weights = da.ones(array.shape[0], chunks=(array.chunks[0],), dtype=np.float64)
-    return da.map_blocks(_proposal_block, array, weights[:, None], point, total_d2, total_w, drop_axis=1,
-                         dtype=np.float64, name="daskmeans-afkmc2-proposal", meta=np.empty(0, np.float64))
+    return da.map_blocks(_proposal_block, stored_form(array), weights[:, None], point, total_d2, total_w,
+                         drop_axis=1, dtype=np.float64, token="daskmeans-afkmc2-proposal",
+                         meta=np.empty(0, np.float64))

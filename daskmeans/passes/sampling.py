@@ -12,6 +12,7 @@ import numpy as np
 
 from ..engine.graph import block_args, block_offsets, blocks_of, map_blocks_delayed, tree_reduce
 from ..engine.random import row_uniforms, stage_generator
+from ..engine.slabs import converted_rows
 
 
 def _sort_keys(keys, index):
@@ -19,7 +20,7 @@ def _sort_keys(keys, index):
 
 
 def _bottom_block(block, offset, weights, key, m):
-    block = np.asarray(block)
+    block = np.asarray(block)  # as stored: only the chosen rows are converted
     u = row_uniforms(key, offset, block.shape[0])
     if weights is None:
         keys = u
@@ -30,7 +31,7 @@ def _bottom_block(block, offset, weights, key, m):
     index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
     order = _sort_keys(keys, index)[:m]
     order = order[np.isfinite(keys[order])]
-    return keys[order], index[order], block[order]
+    return keys[order], index[order], converted_rows(block, order)
 
 
 def _merge_bottom(parts, m):
@@ -53,7 +54,7 @@ def sample_without_replacement_graph(array, m: int, key: int, weights=None):
 def _gather_block(block, offset, weights, wanted):
     block = np.asarray(block)
     positions = np.flatnonzero((wanted >= offset) & (wanted < offset + block.shape[0]))
-    return positions, block[wanted[positions] - offset]
+    return positions, converted_rows(block, wanted[positions] - offset)
 
 
 def _merge_gather(parts):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.graph import block_args, map_blocks_delayed, tree_reduce
+from ..engine.slabs import slabs
 from ..exceptions import InputDataError
 
 
@@ -114,26 +115,33 @@ def row_hash(block, offset, weights=None) -> int:
     return total
 
 
-def _summarize_block(block, offset, weights, with_row_hash=True):
-    block = np.asarray(block)
-    finite_rows = np.isfinite(block).all(axis=1)
-    n_nonfinite = int(block.size - np.count_nonzero(np.isfinite(block)))
+def _summarize_slab(rows, offset, weights, with_row_hash):
+    finite_rows = np.isfinite(rows).all(axis=1)
+    n_nonfinite = int(rows.size - np.count_nonzero(np.isfinite(rows)))
     first = int(offset + np.argmin(finite_rows)) if n_nonfinite else -1
-    good = block if n_nonfinite == 0 else block[finite_rows]
+    good = rows if n_nonfinite == 0 else rows[finite_rows]
     n = good.shape[0]
-    mean = good.mean(axis=0, dtype=np.float64) if n else np.zeros(block.shape[1])
-    m2 = ((good - mean) ** 2).sum(axis=0, dtype=np.float64) if n else np.zeros(block.shape[1])
+    mean = good.mean(axis=0, dtype=np.float64) if n else np.zeros(rows.shape[1])
+    if n:
+        deviations = np.subtract(good, mean, dtype=np.float64)
+        m2 = np.square(deviations, out=deviations).sum(axis=0)
+    else:
+        m2 = np.zeros(rows.shape[1])
     max_abs = float(np.abs(good).max()) if n else 0.0
     if weights is None:
-        total_weight, n_bad, first_bad = float(block.shape[0]), 0, -1
+        total_weight, n_bad, first_bad = float(rows.shape[0]), 0, -1
     else:
-        weights = np.asarray(weights, dtype=np.float64)
         bad = ~np.isfinite(weights) | (weights < 0)
         n_bad = int(bad.sum())
         first_bad = int(offset + np.argmax(bad)) if n_bad else -1
         total_weight = float(weights[~bad].sum())
-    hashed = row_hash(block, offset, weights) if with_row_hash else 0
+    hashed = row_hash(rows, offset, weights) if with_row_hash else 0
     return n, mean, m2, n_nonfinite, first, max_abs, total_weight, n_bad, first_bad, hashed
+
+
+def _summarize_block(block, offset, weights, with_row_hash=True):
+    return _combine([_summarize_slab(rows, offset + start, w, with_row_hash)
+                     for start, rows, w in slabs(block, weights)])
 
 
 def _first(a, b):

@@ -17,6 +17,7 @@ import zarr
 
 from ..config import MIN_BLOCK_BYTES, TARGET_BLOCK_BYTES
 from ..engine.client import compute_now
+from ..engine.slabs import compute_dtype, with_stored_form
 from ..exceptions import InputDataError, InputDtypeError
 from .sources import open_source
 from .zarr_safe import atomic_output
@@ -29,9 +30,11 @@ class Dataset:
     Attributes
     ----------
     array : dask.array.Array
-        ``(n_samples, n_features)`` float32 or float64, chunked along samples only.
+        ``(n_samples, n_features)`` float32 or float64, chunked along samples only. When the stored dtype differs,
+        the array as stored is attached to it and the passes convert each block slab by slab
+        (:mod:`daskmeans.engine.slabs`); computing ``array`` itself converts whole blocks.
     source_dtype : numpy.dtype
-        The dtype as stored (e.g. uint8 for SIFT descriptors); conversion happens block by block.
+        The dtype as stored (e.g. uint8 for SIFT descriptors).
     in_memory : bool
         True when the input was a NumPy array (the data already lives in the driver's memory).
     location : str or None
@@ -65,45 +68,6 @@ class Dataset:
 
 def _is_path(source) -> bool:
     return isinstance(source, (str, os.PathLike))
-
-
-#: Widest integers whose every value float32 holds exactly (its significand has 24 bits: int8/16, uint8/16).
-FLOAT32_EXACT_INTEGER_BITS = 16
-
-
-def _compute_dtype(dtype: np.dtype, name: str) -> np.dtype:
-    """The floating dtype the passes compute an input of ``dtype`` with, chosen from the dtype alone (no value is
-    read), so that no stored value changes.
-
-    - float32 and float64 stay, in the machine's byte order (big-endian stores are converted block by block).
-    - float16 and integers of up to 16 bits (uint8 descriptors, int16 samples) compute as float32, which holds
-      each of their values exactly.
-    - Wider integers (int32, uint32, int64, uint64) compute as float64: float32 holds integers exactly only up to
-      2**24 in magnitude, so larger ones would be rounded (distinct rows merged, sums off). float64 holds every
-      int32/uint32 value, and int64/uint64 values up to 2**53 in magnitude (beyond, they are rounded to 53
-      significant bits, a relative 1e-16). Cast to float32 yourself (``X.astype('float32')``) to halve the memory
-      of small-valued wide integers.
-    - Anything else (complex, boolean, text, objects, dates) is refused.
-    """
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f" and dtype.itemsize in (4, 8):
-        return dtype.newbyteorder("=")  # big-endian stores (Zarr v2 '>f4', NumPy) are read, block by block
-    if dtype.kind in "iu":
-        return np.dtype(np.float32 if dtype.itemsize * 8 <= FLOAT32_EXACT_INTEGER_BITS else np.float64)
-    if dtype == np.float16:
-        return np.dtype(np.float32)
-    if dtype.kind == "c":
-        raise InputDataError(
-            f"Complex data not supported: {name} has dtype {dtype}. Cluster the real and imaginary parts as "
-            "separate features, e.g. numpy.hstack([X.real, X.imag])."
-        )
-    kinds = {"b": "boolean", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
-             "m": "timedelta", "V": "structured"}
-    kind = kinds.get(dtype.kind, str(dtype))
-    raise InputDataError(
-        f"{name} has dtype {dtype} ({kind}); daskmeans clusters real numbers only. "
-        "Convert the data to float32 (or float64, or an integer type) first, e.g. X.astype('float32')."
-    )
 
 
 def _check_shape(shape, name: str):
@@ -227,7 +191,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         raw = source
     elif isinstance(source, zarr.Array):
         _check_shape(source.shape, name)
-        _compute_dtype(source.dtype, name)
+        compute_dtype(source.dtype, name)
         raw = da.from_zarr(source)
     else:
         _refuse_sparse(source, name)
@@ -242,21 +206,19 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         if source.dtype == object:
             source = _numeric_from_object(source, name)
         _check_shape(source.shape, name)
-        compute_dtype = _compute_dtype(source.dtype, name)
-        rows = chunk_rows or _default_rows(source.shape[1], compute_dtype.itemsize)
+        rows = chunk_rows or _default_rows(source.shape[1], compute_dtype(source.dtype, name).itemsize)
         raw = da.from_array(source, chunks=(min(rows, source.shape[0]), source.shape[1]),
                             name=None if location is None else False)
 
     _check_shape(raw.shape, name)
     if any(np.isnan(c) for c in raw.chunks[0]):
         raise InputDataError(f"{name} has unknown chunk sizes; call X.compute_chunk_sizes() first.")
-    compute_dtype = _compute_dtype(raw.dtype, name)
+    computed = compute_dtype(raw.dtype, name)
     source_dtype = raw.dtype
     raw = _normalize_chunks(raw, chunk_rows, name, merge_small=from_store)
-    if raw.dtype != compute_dtype:
-        raw = raw.astype(compute_dtype)
+    array = raw if raw.dtype == computed else with_stored_form(raw.astype(computed), raw)
     return Dataset(
-        array=raw,
+        array=array,
         source_dtype=np.dtype(source_dtype),
         in_memory=in_memory,
         location=location,

@@ -1,0 +1,171 @@
+"""Row slabs: how a task walks a stored chunk, so that its memory is the chunk as stored plus a constant.
+
+An input is stored in its own dtype (uint8 descriptors, float32 embeddings) and in chunks its writer chose, often
+64 MB or more. A pass never converts a whole chunk: its task receives the chunk as stored and converts and
+processes it a slab of rows at a time (:func:`row_slabs`, :func:`slab_rows`), so what a task allocates is the
+stored chunk, one slab as floats with the kernels' temporaries for it (a constant set by ``SLAB_BYTES``), and the
+pass's per-row outputs (a few bytes per row). Accumulating kernels carry their sums from slab to slab, so a slabbed
+pass gives the same numbers as one call on the whole chunk wherever the kernel sums row by row.
+
+The dask array the passes are given is the converted one (its dtype is the compute dtype, which the graph builders
+need); :func:`with_stored_form` attaches the array as stored to it, and :func:`stored_blocks` hands the tasks the
+stored blocks when it is there (an array derived from it, e.g. by slicing, has its own converted blocks).
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+
+from ..config import SLAB_BYTES
+from ..exceptions import InputDataError
+
+#: The attribute of a converted dask array that holds the array as stored.
+_STORED_ATTRIBUTE = "_daskmeans_stored"
+
+
+#: Widest integers (bytes) whose every value float32 holds exactly (its significand has 24 bits: int8/16, uint8/16).
+FLOAT32_EXACT_INTEGER_BYTES = 2
+
+
+def compute_dtype(dtype, name: str = "X") -> np.dtype:
+    """The floating dtype an input stored as ``dtype`` is computed with, from the dtype alone (no value read).
+
+    - float32 and float64 stay, in the machine's byte order (big-endian stores are converted slab by slab).
+    - float16 and integers of up to 16 bits (uint8 descriptors, int16 samples) compute as float32, which holds
+      each of their values exactly.
+    - Wider integers (int32, uint32, int64, uint64) compute as float64: float32 holds integers exactly only up to
+      2**24 in magnitude, so larger ones would be rounded (distinct rows merged, sums off). float64 holds every
+      int32/uint32 value, and int64/uint64 values up to 2**53 in magnitude (beyond, they are rounded to 53
+      significant bits, a relative 1e-16). Cast to float32 yourself (``X.astype('float32')``) to halve the memory
+      of small-valued wide integers.
+    - Anything else (complex, boolean, text, objects, dates) is refused.
+
+    Raises
+    ------
+    InputDataError
+        A dtype that is not a real number.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):
+        return dtype.newbyteorder("=")
+    if dtype.kind in "iu":
+        return np.dtype(np.float32 if dtype.itemsize <= FLOAT32_EXACT_INTEGER_BYTES else np.float64)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    if dtype.kind == "c":
+        raise InputDataError(
+            f"Complex data not supported: {name} has dtype {dtype}. Cluster the real and imaginary parts as "
+            "separate features, e.g. numpy.hstack([X.real, X.imag])."
+        )
+    kinds = {"b": "boolean", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+             "m": "timedelta", "V": "structured"}
+    kind = kinds.get(dtype.kind, str(dtype))
+    raise InputDataError(
+        f"{name} has dtype {dtype} ({kind}); daskmeans clusters real numbers only. "
+        "Convert the data to float32 (or float64, or an integer type) first, e.g. X.astype('float32')."
+    )
+
+
+def slab_rows(n_features: int, itemsize: int = 8, slab_bytes: int = SLAB_BYTES) -> int:
+    """Rows of one slab: ``slab_bytes`` of rows with ``n_features`` values of ``itemsize`` bytes (at least one)."""
+    return max(1, int(slab_bytes) // max(1, int(n_features) * int(itemsize)))
+
+
+def row_slabs(n_rows: int, rows_per_slab: int):
+    """``(start, stop)`` of consecutive slabs covering ``n_rows`` rows (one empty slab when there are none)."""
+    if n_rows == 0:
+        yield 0, 0
+        return
+    for start in range(0, n_rows, rows_per_slab):
+        yield start, min(n_rows, start + rows_per_slab)
+
+
+def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES):
+    """Walk a stored block: ``(start, rows, weights)`` per slab, ``rows`` converted to the compute dtype.
+
+    Parameters
+    ----------
+    block : ndarray (n, d)
+        The block as stored (any dtype :func:`compute_dtype` accepts; a converted block is walked as it is).
+    weights : ndarray (n,), optional
+        Sample weights, sliced along (float64).
+    slab_bytes : int
+        Bytes of one slab as computed.
+
+    Yields
+    ------
+    start : int
+        The slab's first row within the block.
+    rows : ndarray (m, d)
+        C-contiguous, in the compute dtype (a view of the block when no conversion is needed).
+    weights : float64 ndarray (m,) or None
+    """
+    block = np.asarray(block)
+    dtype = compute_dtype(block.dtype)
+    step = slab_rows(block.shape[1], dtype.itemsize, slab_bytes)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+    for start, stop in row_slabs(block.shape[0], step):
+        rows = np.ascontiguousarray(block[start:stop], dtype=dtype)
+        yield start, rows, (None if weights is None else weights[start:stop])
+
+
+def converted_rows(block, index) -> np.ndarray:
+    """Rows ``index`` (an integer array or a slice) of a stored block, in the compute dtype."""
+    block = np.asarray(block)
+    return np.ascontiguousarray(block[index], dtype=compute_dtype(block.dtype))
+
+
+def map_slabs(block, function, *args, block_info=None, slab_bytes: int = SLAB_BYTES):
+    """``function(rows, offset, *args)`` on each slab of a stored block (``offset``: the slab's first row in the
+    whole array), its per-row results concatenated.
+
+    For per-row outputs (labels, distances, posteriors): the result is that of one call on the whole converted
+    block, with a task's memory bounded by one slab. Used as a ``map_blocks`` function (see :func:`map_rows`).
+    """
+    offset = block_info[0]["array-location"][0][0] if block_info else 0
+    parts = [function(rows, offset + start, *args) for start, rows, _ in slabs(block, slab_bytes=slab_bytes)]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def with_stored_form(converted: da.Array, stored: da.Array) -> da.Array:
+    """Attach ``stored`` (same shape and chunks, any dtype) to ``converted`` (its values in the compute dtype)."""
+    if stored is not converted and stored.chunks == converted.chunks:
+        setattr(converted, _STORED_ATTRIBUTE, stored)
+    return converted
+
+
+def stored_form(array: da.Array) -> da.Array:
+    """The array as stored when :func:`with_stored_form` attached it, else ``array`` itself."""
+    return getattr(array, _STORED_ATTRIBUTE, array)
+
+
+def map_rows(array: da.Array, function, *args, dtype, name: str, trailing: int | None = None) -> da.Array:
+    """A lazy per-row map of ``array``: ``function(rows, offset, *args)`` on slabs of each stored block, chunk-aligned.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+        The converted input (its stored form is used when attached).
+    function : callable
+        ``function(rows, offset, *args) -> ndarray`` with one result (or one row of results) per row; ``offset``
+        is the global index of the first of ``rows`` (for error messages).
+    dtype : numpy dtype
+        The result's dtype.
+    name : str
+        Task name prefix (the keys are ``name-<token of the arguments>``: maps with other centers never share
+        keys).
+    trailing : int, optional
+        Columns of the result (``(n, trailing)``); by default the result is 1-D ``(n,)``.
+    """
+    stored = stored_form(array)
+    if trailing is None:
+        return stored.map_blocks(map_slabs, function, *args, drop_axis=1, dtype=dtype, token=name,
+                                 meta=np.empty(0, dtype))
+    return stored.map_blocks(map_slabs, function, *args, chunks=(stored.chunks[0], (int(trailing),)), dtype=dtype,
+                             token=name, meta=np.empty((0, 0), dtype))
+
+
+__all__ = ["compute_dtype", "slab_rows", "row_slabs", "slabs", "converted_rows", "map_slabs", "with_stored_form",
+           "stored_form", "map_rows"]

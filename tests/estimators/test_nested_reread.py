@@ -1,0 +1,99 @@
+"""nmbatch with its batch's rows re-read from the store (``batch_rows="reread"``): the same batch, the same labels,
+the same iterates as with the rows cached on the workers, on bounded memory."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+from daskmeans import NestedMiniBatchKMeans, open_input
+from daskmeans.algorithms.nested import choose_batch_rows, nested_minibatch, state_bytes_per_row
+from daskmeans.algorithms.result import RunContext
+from daskmeans.kernels.nested_groups import make_groups
+from daskmeans.passes.nested_reread import RereadBatch
+from daskmeans.passes.nested_state import NestedBatch
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """30,000 uint8 rows in 7 chunks of unequal size, 12 blobs."""
+    rng = np.random.default_rng(0)
+    means = rng.integers(20, 235, size=(12, 16))
+    X = np.clip(means[rng.integers(0, 12, 30_000)] + rng.integers(-12, 13, size=(30_000, 16)), 0, 255).astype("u1")
+    path = str(tmp_path_factory.mktemp("reread") / "X.zarr")
+    zarr.create_array(store=path, data=X, chunks=(4500, 16))
+    return path, X
+
+
+def test_the_chunks_prefixes_make_the_same_batch_as_the_cached_layout(store):
+    path, X = store
+    array = open_input(path).array
+    groups = make_groups(X[:12].astype(np.float32), "hamerly", 1)
+    cached, reread = NestedBatch(array, 5, groups, min_block_rows=1000), RereadBatch(array, 5, groups)
+    centers = X[:12].astype(np.float32)
+    for size in (700, 1400, 5000, 11_000, 30_000):
+        counts = reread.chunk_counts(size)
+        assert counts.sum() == size and np.all(counts <= reread.chunk_sizes)
+        cached.step(centers, np.zeros(12), size)
+        reread.step(centers, np.zeros(12), size)
+        index_c, labels_c, dist2_c, _ = cached.content()
+        index_r, labels_r, dist2_r, _ = reread.content()
+        order_c, order_r = np.argsort(index_c), np.argsort(index_r)
+        np.testing.assert_array_equal(index_c[order_c], index_r[order_r])
+        np.testing.assert_array_equal(labels_c[order_c], labels_r[order_r])
+        np.testing.assert_array_equal(dist2_c[order_c], dist2_r[order_r])
+    assert cached.rows_read == 30_000, "cached: each row read once"
+    assert reread.rows_read == 5 * 30_000, "re-read: 7 lanes, so every batch touches all 7 chunks, read each time"
+
+
+@pytest.mark.parametrize("bounds", ["yinyang", "hamerly", "none"])
+def test_reread_gives_the_iterates_of_the_cached_batch(store, bounds):
+    path, X = store
+    params = dict(n_clusters=12, random_state=3, initial_batch_size=600, bounds=bounds, max_iter=25, tol=0.0)
+    cached = NestedMiniBatchKMeans(batch_rows="cached", **params).fit(path)
+    reread = NestedMiniBatchKMeans(batch_rows="reread", **params).fit(path)
+    assert (cached.batch_rows_, reread.batch_rows_) == ("cached", "reread")
+    for a, b in zip(cached.history_, reread.history_):
+        for key in ("batch_size", "new_samples", "changed", "distances_computed", "distances_skipped"):
+            assert a[key] == b[key], (key, a, b)
+        assert a["inertia"] == pytest.approx(b["inertia"], rel=1e-9)
+    assert len(cached.history_) == len(reread.history_)
+    np.testing.assert_allclose(reread.cluster_centers_, cached.cluster_centers_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(reread.labels_), np.asarray(cached.labels_))
+    assert reread.history_[-1]["passes"] > cached.history_[-1]["passes"], "re-reading is counted as passes"
+
+
+def test_reread_on_a_cluster_of_processes_equals_threads(store, cluster_client):
+    path, _ = store
+    params = dict(n_clusters=12, random_state=4, initial_batch_size=600, batch_rows="reread", max_iter=10, tol=0.0)
+    threads = NestedMiniBatchKMeans(**params).fit(path)
+    processes = NestedMiniBatchKMeans(client=cluster_client, **params).fit(path)
+    np.testing.assert_array_equal(processes.cluster_centers_, threads.cluster_centers_)
+
+
+def test_auto_rereads_only_when_the_cached_batch_would_not_fit():
+    # descriptors in memory: 960,000 x 128 float32, k = 1000, 24 GiB
+    assert choose_batch_rows("auto", "auto", 960_000, 128, 1000, 4, 24 * GiB) == ("cached", "yinyang")
+    # 100 million descriptors on 2 x 4 GiB: re-read, and yinyang's 100 groups (about 80 GB) give way to Hamerly
+    assert choose_batch_rows("auto", "auto", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
+    # 10 million: yinyang's state (2 x 412 bytes a row, 8.2 GB) still does not fit 4 GiB, Hamerly's does
+    assert choose_batch_rows("reread", "auto", 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
+    assert choose_batch_rows("reread", "auto", 10**6, 128, 1000, 4, 8 * GiB) == ("reread", "yinyang")
+    assert choose_batch_rows("reread", "elkan", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "elkan"), \
+        "an explicit scheme is kept"
+    assert state_bytes_per_row(128, 1, 4, cached=False) == 2 * 16
+    assert state_bytes_per_row(128, 1, 4, cached=True) == 2 * (512 + 32)
+
+
+def test_reread_runs_through_the_algorithm_with_sample_weights(store):
+    path, X = store
+    array = open_input(path).array
+    weights = da.from_array(np.random.default_rng(1).uniform(0.5, 2, len(X)), chunks=(array.chunks[0],))
+    centers = X[np.random.default_rng(2).choice(len(X), 12, replace=False)].astype(np.float32)
+    results = [nested_minibatch(array, centers, RunContext(weights=weights), seed=9, initial_batch_size=30_000,
+                                max_iter=8, batch_rows=mode) for mode in ("cached", "reread")]
+    np.testing.assert_allclose(results[1].centers, results[0].centers, rtol=1e-9)

@@ -1,0 +1,124 @@
+"""Passes read each chunk as stored and convert it a slab of rows at a time: the same numbers as one call on the
+whole converted block, with memory bounded by the slab (the worker-level check is tests/test_memory_bounds.py)."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from daskmeans import open_input
+from daskmeans.config import SLAB_BYTES
+from daskmeans.engine.graph import block_args
+from daskmeans.engine.slabs import map_rows, row_slabs, slab_rows, slabs, stored_form
+from daskmeans.kernels.assign import nearest_centers
+from daskmeans.kernels.stats import cluster_stats
+from daskmeans.passes.assign import _assign_stats_block, lazy_labels, lazy_min_dist2
+from daskmeans.passes.summary import _summarize_block, finish_summary
+
+D = 128
+#: rows of a uint8 block that is three and a half slabs as float32
+ROWS = 7 * slab_rows(D, 4) // 2
+
+
+def _uint8_block(rows=ROWS, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, size=(rows, D), dtype=np.uint8)
+
+
+def test_slabs_cover_the_block_in_order_converted_and_bounded():
+    block = _uint8_block()
+    weights = np.random.default_rng(1).random(ROWS)
+    seen = []
+    for start, rows, w in slabs(block, weights):
+        assert rows.dtype == np.float32 and rows.flags.c_contiguous and rows.nbytes <= SLAB_BYTES
+        np.testing.assert_array_equal(rows, block[start:start + len(rows)].astype(np.float32))
+        np.testing.assert_array_equal(w, weights[start:start + len(rows)])
+        seen.append((start, len(rows)))
+    assert len(seen) == 4 and [s for s, _ in seen] == [0, *np.cumsum([n for _, n in seen])[:-1]]
+    assert sum(n for _, n in seen) == ROWS
+    assert list(row_slabs(0, 10)) == [(0, 0)], "an empty block is one empty slab (the passes' partials stay typed)"
+    floats = block.astype(np.float32)
+    (only,) = [rows for _, rows, _ in slabs(floats[:100])]
+    assert np.shares_memory(only, floats), "a block already in its compute dtype is not copied"
+
+
+def test_statistics_carried_over_slabs_equal_one_call_on_the_whole_block_bitwise():
+    block = _uint8_block().astype(np.float32)
+    centers = block[:20].copy()
+    labels, dist2 = nearest_centers(block, centers)
+    whole = cluster_stats(block, labels, dist2, 20)
+    carried = None
+    for start, rows, _ in slabs(block, slab_bytes=1 << 20):
+        part = slice(start, start + len(rows))
+        carried = cluster_stats(rows, labels[part], dist2[part], 20, out=carried)
+    for a, b in zip(whole, carried):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_assign_pass_on_a_stored_block_gives_the_whole_block_result():
+    block = _uint8_block(seed=2)
+    floats = block.astype(np.float32)
+    centers = floats[np.random.default_rng(3).choice(ROWS, 16, replace=False)]
+    sums, counts, sse, far = _assign_stats_block(block, 0, None, centers, 8, True)
+    labels, dist2 = nearest_centers(floats, centers)
+    expected = cluster_stats(floats, labels, dist2, 16)
+    np.testing.assert_array_equal(sums, expected[0])
+    np.testing.assert_array_equal(counts, expected[1])
+    np.testing.assert_array_equal(sse, expected[2])
+    # brute force in float64: the labels of the pass are the nearest centers
+    exact = ((floats[:, None, :].astype(np.float64) - centers[None].astype(np.float64)) ** 2).sum(-1)
+    np.testing.assert_array_equal(counts, np.bincount(exact.argmin(1), minlength=16))
+    np.testing.assert_array_equal(far[0], np.sort(exact.min(1))[::-1][:8])
+    assert far[1].dtype == np.float32 and far[1].shape == (8, D)
+
+
+def test_the_summary_of_a_stored_block_matches_numpy():
+    block = _uint8_block(seed=4)
+    result = finish_summary(_summarize_block(block, 0, None, True), ROWS)
+    floats = block.astype(np.float64)
+    np.testing.assert_allclose(result.mean, floats.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(result.variance, floats.var(0), rtol=1e-10)
+    assert result.max_abs == block.max() and result.n_nonfinite == 0
+    whole = finish_summary(_summarize_block(block.astype(np.float32), 0, None, True), ROWS)
+    assert result.row_hash == whole.row_hash != 0, "the hash does not depend on the dtype as stored"
+
+
+def test_opened_stores_hand_their_chunks_to_the_passes_as_stored(tmp_path):
+    path = str(tmp_path / "u8.zarr")
+    X = _uint8_block(rows=5000, seed=5)
+    zarr.create_array(store=path, data=X, chunks=(1000, D))
+    data = open_input(path, chunk_rows=1000)
+    assert data.dtype == np.float32 and stored_form(data.array).dtype == np.uint8
+    assert stored_form(data.array).chunks == data.array.chunks
+    first = block_args(data.array)[0][0].compute()
+    assert first.dtype == np.uint8, "a task receives the chunk as stored, never a converted copy"
+    np.testing.assert_array_equal(first, X[:1000])
+    floats = open_input(X.astype(np.float32), chunk_rows=1000).array
+    assert stored_form(floats) is floats
+
+
+def test_lazy_maps_with_other_centers_never_share_keys():
+    """Two label maps of one array with different centers, computed together, give each its own labels
+    (the keys were once the fixed name ``daskmeans-labels``: the second overwrote the first)."""
+    X = np.random.default_rng(6).normal(size=(3000, 4)).astype(np.float32)
+    array = da.from_array(X, chunks=1000)
+    first, second = X[:3].copy(), X[3:6].copy() + 5
+    a, b = lazy_labels(array, first), lazy_labels(array, second)
+    assert a.name != b.name
+    labels_a, labels_b, dist_a = da.compute(a, b, lazy_min_dist2(array, first), scheduler="threads")
+    np.testing.assert_array_equal(labels_a, nearest_centers(X, first)[0])
+    np.testing.assert_array_equal(labels_b, nearest_centers(X, second)[0])
+    np.testing.assert_array_equal(dist_a, nearest_centers(X, first)[1])
+
+
+def test_map_rows_walks_stored_blocks_and_reports_global_rows(tmp_path):
+    path = str(tmp_path / "u8.zarr")
+    X = _uint8_block(rows=3 * slab_rows(D, 4), seed=7)
+    zarr.create_array(store=path, data=X, chunks=(len(X), D))
+    data = open_input(path)
+    offsets = map_rows(data.array, lambda rows, offset: offset + np.arange(len(rows)), dtype=np.int64,
+                       name="row-index").compute(scheduler="threads")
+    np.testing.assert_array_equal(offsets, np.arange(len(X)))
+    sums = map_rows(data.array, lambda rows, offset: rows.sum(1, dtype=np.float64)[:, None], dtype=np.float64,
+                    name="row-sums", trailing=1).compute(scheduler="threads")
+    np.testing.assert_array_equal(sums[:, 0], X.sum(1, dtype=np.float64))
