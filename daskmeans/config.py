@@ -39,16 +39,19 @@ SLAB_BYTES = 8 * 2**20
 
 #: Nearest-center assignment: below this many center coordinates (``k * d``) a direct loop beats BLAS.
 ASSIGN_DIRECT_LIMIT = 256
-#: Nearest-center assignment: bytes of one slab of the distance matrix in the GEMM strategy.
+#: Nearest-center assignment: most bytes of the GEMM score matrix held at once (the memory bound).
 ASSIGN_SLAB_BYTES = 8 * 2**20
+#: Nearest-center assignment: bytes of one GEMM tile of scores, small enough that the reductions after the GEMM
+#: (argmin, second best, group minima) read it from the L2 cache ...
+ASSIGN_TILE_BYTES = 2**20
+#: ... but at least this many rows per GEMM (at large k a tile of a few rows runs far below the BLAS rate).
+ASSIGN_MIN_TILE_ROWS = 64
 #: Kernel centers: bytes of one slab of kernel values (rows x support rows) held at once.
 KERNEL_CENTERS_SLAB_BYTES = 32 * 2**20
 #: VRKM inner loop: steps over which it measures its cost per step (``InnerLoop.run(max_cost=...)``).
 VRKM_COST_WINDOW = 512
 #: VRKM candidate lists: bytes of one slab of the GEMM scores.
 VRKM_SLAB_BYTES = 8 * 2**20
-#: Nested mini-batch: bytes of the score slab of a full assignment (small enough to stay in the L2 cache).
-NESTED_SLAB_BYTES = 2**20
 #: Nested mini-batch, ``bounds="yinyang"`` (or ``"auto"`` choosing it): centers per group, about.
 YINYANG_GROUP_SIZE = 10
 #: Revisiting rows after the centers moved (exact k-means with bounds, nmbatch): a block's first rows are revisited

@@ -18,7 +18,7 @@ nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k ce
 
 from __future__ import annotations
 
-from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
+from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
 from .engine.slabs import slab_rows
 
 
@@ -43,7 +43,7 @@ def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, sour
         The block as stored, twice (the block a task works on and the next one, read while it works); per row of
         the block, its label and distance (the outputs of a labels pass); per slab, the rows as computed, one
         float64 temporary of them (the summary's deviations) and the per-row vectors of the assign kernels; the
-        larger distance slab of the two assign kernels; the centers (two casts), their squared norms and the
+        score slab of the assign kernel (with its tile of rows); the centers (two casts), their squared norms and the
         float64 sums and counts of the statistics.
     """
     stored = 2 * block_rows * n_features * source_itemsize
@@ -51,7 +51,7 @@ def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, sour
     rows = min(block_rows, slab_rows(n_features, compute_itemsize))
     slab = rows * n_features * (compute_itemsize + 8) + rows * PER_ROW_BYTES
     centers = n_clusters * n_features * (2 * compute_itemsize + 8) + n_clusters * (compute_itemsize + 16)
-    return int(stored + outputs + slab + max(ASSIGN_SLAB_BYTES, NESTED_SLAB_BYTES) + centers)
+    return int(stored + outputs + slab + ASSIGN_SLAB_BYTES + centers)
 
 
 def reduction_bytes(n_clusters: int, n_features: int) -> int:

@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import NESTED_SLAB_BYTES
+from ..config import ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES, ASSIGN_TILE_BYTES
 from .distance import pair_dist2
 
 _STORE_SHRINK = 1.0 - 2.0**-21
@@ -137,12 +137,25 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
     return rechecked
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=NESTED_SLAB_BYTES, with_bounds=True):
+def score_rows(n_rows, columns, itemsize, slab_bytes=ASSIGN_SLAB_BYTES, tile_bytes=ASSIGN_TILE_BYTES,
+               min_rows=ASSIGN_MIN_TILE_ROWS):
+    """Rows per GEMM tile of scores: about ``tile_bytes`` of scores (cache-resident for the reductions after the
+    GEMM), at least ``min_rows`` rows (a GEMM of few rows runs far below the BLAS rate at large ``k``), never more
+    than ``slab_bytes`` of scores (the memory bound) nor than ``n_rows``; at least one row."""
+    row_bytes = max(1, columns * itemsize)
+    cap = max(1, int(slab_bytes) // row_bytes)
+    return max(1, min(n_rows, cap, max(int(tile_bytes) // row_bytes, int(min_rows))))
+
+
+def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True):
     """Exact nearest center of every row, and fresh group lower bounds.
 
-    The scores ``||c||^2 - 2 x.c`` come from one GEMM per slab of rows against the centers laid out slot by
-    slot (slot ``t`` of every group side by side), so that the group minima, the overall minimum and its
-    position are plain vectorized NumPy reductions.
+    The scores ``||c||^2 - 2 x.c`` come from one GEMM per tile of rows against the centers laid out slot by
+    slot (slot ``t`` of every group side by side), with ``||c||^2`` folded into the GEMM as one more coordinate
+    (rows get a trailing 1, centers their float norm), so that the group minima, the overall minimum and its
+    position are plain vectorized NumPy reductions of the GEMM's output, read once while it is in cache. The
+    folded norm is one more term of the same dot product: the proven error of
+    :func:`score_error_allowance` covers it. Labels and winners' distances are exact whatever the scores' rounding.
 
     Parameters
     ----------
@@ -150,7 +163,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=NESTED_SLAB_BYTES, with_bo
     centers : ndarray (k, d), same dtype
     groups : CenterGroups
     slab_bytes : int
-        Size of the largest score slab held at once (at least one row).
+        Most bytes of scores held at once (at least one row); tiles are smaller (:func:`score_rows`).
     with_bounds : bool
         False skips the bounds (``lower`` is then ``(n, 0)``).
 
@@ -176,24 +189,27 @@ def assign_with_bounds(X, centers, groups, slab_bytes=NESTED_SLAB_BYTES, with_bo
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
     slot_center = groups.slot_center
     padding = slot_center < 0
-    # -2 c is exact in floating point; padding slots get a zero row and an infinite norm
-    slots = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).astype(X.dtype)
     slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
     cmax = math.sqrt(float(np.max(slot_sq[~padding])))
     x_sq = row_sq_norms(X)
     allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
-    slot_sq = slot_sq.astype(X.dtype)
     columns = slot_center.shape[0]
+    # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots score 0 + inf
+    slots = np.empty((d + 1, columns), dtype=X.dtype)
+    slots[:d] = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).T
+    slots[d] = slot_sq
     width = columns // n_groups
-    row_step = max(1, min(n, slab_bytes // (columns * X.dtype.itemsize)))
+    row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
     buffer = np.empty((row_step, columns), dtype=X.dtype)
+    augmented = np.ones((row_step, d + 1), dtype=X.dtype)
     rechecked = 0
     no_second = np.empty(0, dtype=X.dtype)
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
         scores = buffer[: r1 - r0]
-        np.matmul(X[r0:r1], slots.T, out=scores)
-        scores += slot_sq
+        tile = augmented[: r1 - r0]
+        tile[:, :d] = X[r0:r1]
+        np.matmul(tile, slots, out=scores)
         best_col = scores.argmin(axis=1)
         if n_groups == 1:
             rows = np.arange(r1 - r0)
