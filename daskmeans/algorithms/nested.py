@@ -14,10 +14,8 @@ changes (almost) nothing, which spends most of the time polishing small batches.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
-import dask
 import numpy as np
 
 from ..config import BOUNDS_MEMORY_FRACTION
@@ -27,27 +25,6 @@ from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
 from .relocation import centers_from_sums
 from .result import FitResult, RunContext
-
-
-@contextlib.contextmanager
-def one_blas_thread_per_task(client):
-    """On the local threaded scheduler, let each task use one BLAS thread.
-
-    The scheduler's threads already run the state blocks in parallel; BLAS threads on top of them only compete
-    for the same cores (Dask's distributed workers set this up themselves). Needs ``threadpoolctl``; without it
-    nothing changes.
-    """
-    scheduler = dask.config.get("scheduler", None)
-    if client is not None or scheduler in ("sync", "synchronous", "single-threaded", "processes"):
-        yield
-        return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 #: ``NestedMiniBatchKMeans(batch_rows=...)``: keep the active batch's rows on the workers, re-read them from the
@@ -163,9 +140,8 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
         ``"tol"``, ``"max_iter"`` or ``"max_time"``.
     """
     context = context or RunContext()
-    with one_blas_thread_per_task(context.client):
-        return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
-                                 max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows)
+    return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
+                             max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows)
 
 
 def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol,

@@ -21,6 +21,7 @@ from dask.utils import parse_bytes
 
 from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
+from .blas import one_blas_thread_for
 
 
 def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
@@ -301,7 +302,7 @@ class ClusterSpec:
                                    threads_per_worker=self.threads_per_worker,
                                    memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
                                    processes=processes, dashboard_address=":0", silence_logs=self.worker_log_level)
-        with cluster, Client(cluster, set_as_default=True) as client:
+        with cluster, Client(cluster, set_as_default=True) as client, one_blas_thread_for(client):
             if announce:
                 announce_dashboard(client)
             yield client

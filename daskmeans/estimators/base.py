@@ -11,6 +11,7 @@ import numpy as np
 from .._validation import check_choice, check_float, check_int, check_max_time
 from ..algorithms.init import INIT_METHODS, check_init
 from ..algorithms.lloyd import final_inertia
+from ..engine.blas import one_blas_thread_for
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.random import seed_from_random_state
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
@@ -313,10 +314,19 @@ class ClusteringEstimator:
         self
         """
         self._validate_params()
-        opened = []
         if checkpoint is not None:
             check_supported(self)
         client = resolve_client(getattr(self, "client", None))
+        with one_blas_thread_for(client):
+            data, weights = self._fit_in(X, sample_weight, client, checkpoint)
+        self.n_features_in_ = data.n_features
+        self._fitted_data = data
+        self._fitted_weights = weights
+        return self
+
+    def _fit_in(self, X, sample_weight, client, checkpoint):
+        """:meth:`fit`'s work: open and check the data, then fit (with the checkpoint, when one is given)."""
+        opened = []
 
         def on_opened(data, weights):  # before the summary pass: all but the values are checked
             self._check_data(data)
@@ -338,10 +348,7 @@ class ClusteringEstimator:
                 opened[0].close()
         else:
             self._fit(data, weights, summary, client)
-        self.n_features_in_ = data.n_features
-        self._fitted_data = data
-        self._fitted_weights = weights
-        return self
+        return data, weights
 
     def predict(self, X):
         """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input)."""

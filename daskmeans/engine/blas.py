@@ -1,0 +1,53 @@
+"""One BLAS thread per task when the tasks run in this process.
+
+Dask's worker processes start with ``OPENBLAS_NUM_THREADS=1`` (and the OpenMP/MKL equivalents): each worker
+thread runs one task, and the worker's threads already use the cores. Threaded workers (``processes=False``, the
+local cluster the CLI starts for small inputs) and Dask's threaded scheduler run their tasks in the driver's
+process, where BLAS uses every core by default: each task thread then runs its GEMMs on all cores at once, and on a
+2-core machine the descriptors' assign pass took four times as long. A fit whose tasks run in this process
+therefore limits BLAS to one thread for its duration (:func:`one_blas_thread_for`).
+
+The limit is set from the driver's thread: OpenBLAS (0.3.31) ignores a worker thread's change of its thread count
+once the main thread has set one, so a limit taken inside each task would not hold everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import dask
+
+#: Dask schedulers that run tasks outside this process, or one at a time.
+_SCHEDULERS_WITHOUT_THREADS = ("sync", "synchronous", "single-threaded", "processes", "multiprocessing")
+
+
+def tasks_run_in_this_process(client) -> bool:
+    """Whether the tasks of a computation on ``client`` (None: Dask's default scheduler) run in this process.
+
+    True for the threaded scheduler and for a client whose workers live in this process (a
+    ``LocalCluster(processes=False)``, or workers reached over ``inproc://``).
+    """
+    if client is None:
+        return dask.config.get("scheduler", None) not in _SCHEDULERS_WITHOUT_THREADS
+    from distributed import Worker
+
+    cluster = getattr(client, "cluster", None)
+    if cluster is not None and any(isinstance(worker, Worker) for worker in getattr(cluster, "workers", {}).values()):
+        return True
+    try:
+        addresses = client.scheduler_info().get("workers", {})
+    except Exception:  # a client that cannot answer now: nothing to limit
+        return False
+    return any(str(address).startswith("inproc://") for address in addresses)
+
+
+@contextlib.contextmanager
+def one_blas_thread_for(client):
+    """BLAS limited to one thread while the block runs, when ``client``'s tasks run in this process."""
+    if not tasks_run_in_this_process(client):
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -1,0 +1,56 @@
+"""A fit whose tasks run in the driver's process runs BLAS on one thread; the driver's own limit comes back after."""
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from daskmeans import KMeans
+from daskmeans.engine.blas import one_blas_thread_for, tasks_run_in_this_process
+from daskmeans.engine.client import compute_now
+from daskmeans.engine.graph import map_blocks_delayed
+
+
+def blas_threads(*_):
+    return sorted({info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"})
+
+
+@pytest.fixture
+def two_blas_threads():
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != [2]:
+            pytest.skip(f"BLAS here cannot run two threads ({blas_threads()})")
+        yield
+
+
+def fit_seeing_blas_threads(client):
+    seen = []
+    X = np.random.default_rng(0).standard_normal((4000, 16)).astype(np.float32)
+    KMeans(8, max_iter=3, random_state=0, client=client, progress=lambda record: seen.append(blas_threads())).fit(X)
+    return seen
+
+
+def test_threaded_workers_get_one_blas_thread_during_the_fit(two_blas_threads):
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert tasks_run_in_this_process(client)
+        with one_blas_thread_for(client):
+            seen = compute_now(*map_blocks_delayed(blas_threads, "blas-check", [[i] for i in range(4)]),
+                               client=client)
+            assert all(threads == [1] for threads in seen), seen
+        assert blas_threads() == [2], "the driver's limit is restored after the block"
+        assert fit_seeing_blas_threads(client) and all(t == [1] for t in fit_seeing_blas_threads(client))
+        assert blas_threads() == [2], "and after a fit"
+
+
+def test_worker_processes_and_the_sync_scheduler_leave_blas_alone(two_blas_threads):
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert not tasks_run_in_this_process(client)
+        assert all(t == [2] for t in fit_seeing_blas_threads(client))
+    import dask
+
+    with dask.config.set(scheduler="sync"):
+        assert not tasks_run_in_this_process(None)
+    with dask.config.set(scheduler="threads"):
+        assert tasks_run_in_this_process(None)
