@@ -24,9 +24,10 @@ def same_rows(centers, rows, atol=0.0):
     return sorted(nearest) == list(range(len(rows))) and distance.min(axis=1).max() <= atol
 
 
+@pytest.mark.parametrize("init", ["afk-mc2", "k-means||"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_kmeans_afkmc2_with_exactly_k_distinct_rows_makes_every_row_a_center(seed):
-    model = KMeans(12, init="afk-mc2", random_state=seed, max_iter=3).fit(X)
+def test_kmeans_with_exactly_k_distinct_rows_makes_every_row_a_center(seed, init):
+    model = KMeans(12, init=init, random_state=seed, max_iter=3).fit(X)
     assert same_rows(model.cluster_centers_, DISTINCT, atol=1e-9)
     assert model.inertia_ < 1e-15
 
@@ -34,6 +35,13 @@ def test_kmeans_afkmc2_with_exactly_k_distinct_rows_makes_every_row_a_center(see
 def test_kmeans_afkmc2_with_fewer_distinct_rows_than_k_gives_their_number():
     with pytest.raises(InputDataError, match=r"The data has only 12 distinct row\(s\).*n_clusters=13"):
         KMeans(13, init="afk-mc2", random_state=0).fit(X)
+
+
+def test_kmeans_plusplus_on_a_sample_says_the_sample_missed_a_row():
+    many = np.repeat(DISTINCT, [2000] * 8 + [1] * 4, axis=0)  # 16004 rows: k-means++ seeds on 10000 of them
+    with pytest.raises(InputDataError, match=r"A sample of 10000 rows \(init='k-means\|\|' looks at every row\) "
+                                             r"has only 11 distinct row\(s\)"):
+        KMeans(12, init="k-means++", random_state=1).fit(many)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
