@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from . import _numba_cache
 from ._version import __version__
 from .exceptions import (
     CheckpointError,
@@ -21,6 +22,8 @@ from .exceptions import (
     OutputExistsError,
     SchedulerConnectionError,
 )
+
+_numba_cache.choose_cache_dir()  # before any kernel is defined: a read-only install needs a cache folder elsewhere
 
 #: public name -> module that defines it
 _LAZY = {

@@ -30,7 +30,7 @@ def _dist2_to(points, center):
     return np.einsum("ij,ij->i", diff, diff)
 
 
-def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=None):
+def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=None, what="The data"):
     """Greedy k-means++ (Arthur & Vassilvitskii) on weighted points, in float64 on the driver.
 
     Parameters
@@ -42,10 +42,13 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     rng : numpy.random.Generator
     n_local_trials : int, optional
         Candidates tried per center; default ``2 + floor(log k)`` as in scikit-learn.
+    what : str
+        What ``points`` are, for the message (``"The data"``, ``"A sample of 10000 rows"``).
 
     Returns
     -------
     ndarray (n_clusters, d)
+        With exactly ``n_clusters`` distinct points of positive weight, every one of them.
 
     Raises
     ------
@@ -54,6 +57,15 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     """
     points = np.asarray(points, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
+    # counted exactly: the expanded distances below leave rounding residues where a point lies on a center
+    distinct = np.unique(points[weights > 0], axis=0)
+    if distinct.shape[0] <= n_clusters:
+        if distinct.shape[0] == n_clusters:
+            return distinct
+        raise InputDataError(
+            f"{what} has only {distinct.shape[0]} distinct row(s) (with positive weight) but n_clusters="
+            f"{n_clusters}; lower n_clusters or remove duplicate rows."
+        )
     m = points.shape[0]
     if n_local_trials is None:
         n_local_trials = 2 + int(math.log(n_clusters))
@@ -61,14 +73,8 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     first = rng.choice(m, p=weights / weights.sum())
     centers[0] = points[first]
     closest = _dist2_to(points, centers[0])
-    potential = float(weights @ closest)
     points_sq = np.einsum("ij,ij->i", points, points)
     for c in range(1, n_clusters):
-        if potential <= 0:
-            raise InputDataError(
-                f"The data has only {c} distinct row(s) (with positive weight) but n_clusters={n_clusters}; "
-                "lower n_clusters or remove duplicate rows."
-            )
         cumulative = np.cumsum(weights * closest)
         targets = rng.random(n_local_trials) * cumulative[-1]
         trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
@@ -80,7 +86,6 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
         best = int(np.argmin(potentials))
         centers[c] = points[trials[best]]
         closest = d2[best]
-        potential = float(potentials[best])
     return centers
 
 
@@ -166,7 +171,7 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
                     f"{n_clusters}; lower n_clusters or remove duplicate rows."
                 )
             break
-        enough = candidates.shape[0] >= n_clusters
+        enough = _count_distinct(candidates) >= n_clusters
         if round_index >= rounds and (enough or round_index >= rounds + max_extra_rounds):
             break
         key = stage_key(seed, "k-means||", "round", round_index)
@@ -204,7 +209,8 @@ def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_s
     rows = np.asarray(sample[2])
     on_progress(1, 1, f"k-means++ on {m} rows on the driver")
     rng = stage_generator(seed, "k-means++", "seed")
-    centers = weighted_kmeans_plusplus(rows, np.ones(rows.shape[0]), n_clusters, rng)
+    what = "The data" if m == n else f"A sample of {m} rows (init='k-means||' looks at every row)"
+    centers = weighted_kmeans_plusplus(rows, np.ones(rows.shape[0]), n_clusters, rng, what=what)
     return centers.astype(array.dtype), 1
 
 
@@ -229,15 +235,6 @@ def random_rows(array, n_clusters, seed, *, weights=None, client=None, on_progre
     return distinct[:n_clusters].astype(array.dtype), 1
 
 
-def _too_few_distinct(centers, n_clusters, where="the data"):
-    distinct = _count_distinct(centers)
-    if distinct < n_clusters:
-        raise InputDataError(
-            f"AFK-MC2 seeding found only {distinct} distinct center(s) for n_clusters={n_clusters}: {where} has too "
-            "few distinct rows with positive weight. Lower n_clusters or remove duplicate rows."
-        )
-
-
 def afkmc2_candidates(n_clusters, oversampling=AFKMC2_OVERSAMPLING) -> int:
     """Centers the chains draw for ``n_clusters``: ``ceil(oversampling * n_clusters)`` (at least ``n_clusters``)."""
     if not oversampling >= 1.0:
@@ -246,7 +243,7 @@ def afkmc2_candidates(n_clusters, oversampling=AFKMC2_OVERSAMPLING) -> int:
 
 
 def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN_LENGTH,
-                     oversampling=AFKMC2_OVERSAMPLING):
+                     oversampling=AFKMC2_OVERSAMPLING, what="The data"):
     """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset), oversampled.
 
     The chains draw ``ceil(oversampling * n_clusters)`` candidates, of which weighted greedy k-means++ keeps
@@ -254,6 +251,10 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     oversampled candidates: D^2 sampling alone, which the chains approximate, leaves well-separated clusters
     without a center (about 10 of 100 blobs), and the few uncovered clusters it misses at the end are covered by
     the extra candidates.
+
+    When the chains find fewer than ``n_clusters`` distinct candidates (data with about ``n_clusters`` distinct
+    rows, some of them rare), greedy k-means++ on all the points takes over: it looks at every point, so with
+    exactly ``n_clusters`` distinct points every one is a center, and with fewer the message gives their number.
 
     Parameters
     ----------
@@ -267,6 +268,8 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
         Length of each Markov chain (>= 1; 1 takes every first proposal).
     oversampling : float
         Centers drawn per center kept (>= 1; 1 is plain AFK-MC2).
+    what : str
+        What ``points`` are, for the message (``"The data"``, ``"The coreset of 20000 rows"``).
 
     Returns
     -------
@@ -294,12 +297,14 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     rows = np.ascontiguousarray(points[proposals])
     centers, _, n_distances = afkmc2_chains(rows, weights[proposals], q[proposals], points[first].astype(np.float64),
                                             int(n_candidates), int(chain_length), uniforms)
-    if n_candidates > n_clusters:
-        _too_few_distinct(centers, n_clusters)
+    if n_candidates > n_clusters and _count_distinct(centers) >= n_clusters:
         centers, reduce_distances = reduce_candidates(centers, rows, weights[proposals], q[proposals], n_clusters,
                                                       rng)
         n_distances += reduce_distances
-    _too_few_distinct(centers, n_clusters)
+    if _count_distinct(centers) < n_clusters:
+        n_trials = 2 + int(math.log(n_clusters))
+        centers = weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_trials, what=what)
+        n_distances += m * (1 + n_trials * (n_clusters - 1))
     return centers.astype(points.dtype), int(n_distances) + m
 
 
@@ -311,6 +316,10 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     ``(n_candidates - 1) * chain_length`` proposals (``n_candidates = ceil(oversampling * n_clusters)``) are then
     located and read in the blocks they fall in, and the Markov chains run on the driver over those rows only;
     ``n_clusters`` of the candidates are kept as in :func:`afkmc2_in_memory` (no further pass).
+
+    When the chains find fewer than ``n_clusters`` distinct candidates (data with about ``n_clusters`` distinct
+    rows, some of them rare), :func:`kmeans_parallel` takes over: it looks at every row, so with exactly
+    ``n_clusters`` distinct rows every one is a center, and with fewer the message gives their number.
 
     Returns
     -------
@@ -344,12 +353,13 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     rows = np.ascontiguousarray(rows)
     centers, _, _ = afkmc2_chains(rows, candidate_w, candidate_q, first_center, int(n_candidates), int(chain_length),
                                   uniforms)
-    if n_candidates > n_clusters:
-        _too_few_distinct(centers, n_clusters, where="a sample of the data")
+    if n_candidates > n_clusters and _count_distinct(centers) >= n_clusters:
         centers, _ = reduce_candidates(centers, rows, candidate_w, candidate_q, n_clusters,
                                        stage_generator(seed, "afk-mc2", "reduce"))
-    _too_few_distinct(centers, n_clusters, where="a sample of the data")
-    return centers.astype(array.dtype), 4
+    if _count_distinct(centers) < n_clusters:
+        centers, passes = kmeans_parallel(array, n_clusters, seed, weights=weights, client=client)
+        return centers, AFKMC2_PASSES + passes
+    return centers.astype(array.dtype), AFKMC2_PASSES
 
 
 def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):

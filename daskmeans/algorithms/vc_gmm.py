@@ -193,7 +193,7 @@ def truncated_em(points, means, context=None, *, n_truncated, search_size, rando
             # the paper's Eq. (8): the first E-step's nearest distances give the initial variance
             sigma2 = nearest_sum / (n_features * total_weight)
             if sigma2 <= 0.0:
-                raise_degenerate()
+                raise_degenerate(n_clusters)
             sigma2_floor = sigma2 * 1e-12
             stats_graph = gmm.posterior_stats_graph(array, weights, estep_parts, sigma2, n_clusters)
             (stats,) = runner.compute(stats_graph)
@@ -248,10 +248,12 @@ def truncated_em(points, means, context=None, *, n_truncated, search_size, rando
     return result(stop_reason)
 
 
-def raise_degenerate():
+def raise_degenerate(n_clusters):
     raise InputDataError(
-        "Every point lies exactly on one of the initial means (zero spread), so the GMM variance is zero; the "
-        "data has no more distinct points than n_components. Lower n_components."
+        f"Every point lies exactly on one of the {n_clusters} initial means (zero spread), so the GMM variance is "
+        f"zero: the points fitted (the data, or its coreset) have no more distinct rows than n_components="
+        f"{n_clusters}, and a Gaussian mixture needs more. Lower n_components (KMeans with that many clusters has "
+        "these rows as its centers)."
     )
 
 

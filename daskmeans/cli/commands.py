@@ -79,7 +79,7 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
 @click.argument("input_path", metavar="INPUT")
 @click.option("-k", "--n-clusters", "--clusters", "n_clusters", type=click.IntRange(min=1), required=True,
               help="Number of clusters.")
-@click.option("--array", metavar="NAME", help="Array inside a Zarr group or .npz file (e.g. X).")
+@click.option("--array", metavar="NAME", help="Array inside a Zarr group (its path: X, or sub/X in a subgroup) or .npz file.")
 @click.option("--algorithm", type=click.Choice(algorithm_names()), default="kmeans", show_default=True)
 @click.option("--init", metavar="METHOD", help="Seeding: k-means|| (default), k-means++, afk-mc2, random.")
 @click.option("--max-iter", type=click.IntRange(min=1),
@@ -187,7 +187,7 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
 @click.argument("model_path", metavar="MODEL")
 @click.argument("input_path", metavar="INPUT")
 @click.option("--labels", "labels_path", metavar="OUT", required=True, help="Write the labels (a Zarr array) here.")
-@click.option("--array", metavar="NAME", help="Array inside a Zarr group or .npz file (e.g. X).")
+@click.option("--array", metavar="NAME", help="Array inside a Zarr group (its path: X, or sub/X in a subgroup) or .npz file.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @cluster_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")

@@ -57,14 +57,13 @@ def _array_info(name: str, array) -> dict:
 def _data_info(path: str, node, array: str | None) -> dict:
     import zarr
 
-    from ..storage.sources import open_source, stored_bytes
+    from ..storage.sources import array_paths, open_source, stored_bytes
 
-    if node is None or array is not None and isinstance(node, zarr.Group) and array not in node.array_keys():
+    if node is None or array is not None and isinstance(node, zarr.Group):
         source, _ = open_source(path, array)  # .npy, .npz, or a missing array name: open_source says what is wrong
         arrays = [_array_info(array or "X", source)]
     elif isinstance(node, zarr.Group):
-        names = [array] if array is not None else sorted(node.array_keys())
-        arrays = [_array_info(name, node[name]) for name in names]
+        arrays = [_array_info(name, node[name]) for name in array_paths(node)]
     else:
         if array is not None:
             raise InputDataError(f"{path!r} is a Zarr array, not a group; drop --array {array}.")
@@ -77,7 +76,7 @@ def _data_info(path: str, node, array: str | None) -> dict:
 
 @click.command("info", short_help="Describe a model or a data set.")
 @click.argument("path", metavar="MODEL|INPUT")
-@click.option("--array", metavar="NAME", help="Describe only this array of a Zarr group.")
+@click.option("--array", metavar="NAME", help="Describe only this array of a Zarr group (its path: X, or sub/X).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
 def info(path, array, as_json):
     """Describe a model (estimator, parameters, k, d, inertia, ...) or a data set (shape, dtype, chunks, size)."""

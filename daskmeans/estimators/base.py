@@ -281,15 +281,15 @@ class ClusteringEstimator:
 
     @staticmethod
     def _like_input(data: Dataset, lazy, name="labels"):
-        """NumPy in, NumPy out; xarray in, xarray out; otherwise a lazy dask array."""
-        if data.in_memory:
-            return compute_now(lazy)[0]
+        """NumPy in, NumPy out; xarray in, xarray out (along the sample dimension, with its coordinates);
+        otherwise a lazy dask array."""
+        values = compute_now(lazy)[0] if data.in_memory else lazy
         if data.is_xarray:
             import xarray as xr
 
             dims = (data.sample_dim,) if lazy.ndim == 1 else (data.sample_dim, "cluster")
-            return xr.DataArray(lazy, dims=dims, coords=data.sample_coords, name=name)
-        return lazy
+            return xr.DataArray(values, dims=dims, coords=data.sample_coords, name=name)
+        return values
 
     # -- public methods -------------------------------------------------------------------------------------
     #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).

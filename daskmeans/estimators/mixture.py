@@ -266,7 +266,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         in_memory = isinstance(points, np.ndarray)
         if self.init == "afk-mc2" and in_memory:
             rng = stage_generator(seed, "afk-mc2")
-            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length), 0)
+            what = f"The coreset of {points.shape[0]} rows (coreset_size=None uses every row)"
+            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length, what=what), 0)
         if in_memory:
             array = da.from_array(points, chunks=(max(1, points.shape[0]),) + points.shape[1:])
             weights = da.from_array(np.asarray(point_weights, dtype=np.float64), chunks=array.chunks[0])

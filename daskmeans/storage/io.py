@@ -3,6 +3,9 @@
 Accepted inputs: a path to a Zarr array, or to a Zarr group plus an array name (local directory or any
 fsspec URL zarr accepts); a ``.npy`` file; a ``.npz`` file plus an array name (default ``X``); an
 ``xarray.DataArray``; a dask array; a NumPy array (or anything ``numpy.asarray`` accepts).
+
+Rows are samples. Where the dimensions have names (an ``xarray.DataArray``, a Zarr array with dimension names
+as xarray and daskmeans write them) the names decide, not the order (:func:`sample_dimension`).
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ class Dataset:
     location : str or None
         Path or URL of the Zarr store or file the data came from.
     sample_dim : str
-        Name of the sample dimension (xarray input), used for labels.
+        Name of the sample dimension (xarray input or a Zarr array with dimension names), used for labels.
     sample_coords : dict
         Coordinates along the sample dimension (xarray input), attached to labels.
+    is_xarray : bool
+        True when the input was an ``xarray.DataArray`` (labels and transforms are then DataArrays too).
     """
 
     array: da.Array
@@ -139,7 +144,58 @@ def _numeric_from_object(source: np.ndarray, name: str) -> np.ndarray:
         ) from error
 
 
-def open_input(source, *, array: str | None = None, chunk_rows: int | None = None, name: str = "X") -> Dataset:
+#: The dimension names that say which axis holds the samples and which the features.
+SAMPLE_DIM, FEATURE_DIM = "sample", "feature"
+
+
+def sample_dimension(dims, sample_dim: str | None = None, name: str = "X") -> int:
+    """Which of two named dimensions holds the samples.
+
+    The rule: ``sample_dim`` when given; else the dimension named ``"sample"``; else the one not named
+    ``"feature"``; else (neither name) the first, as for a NumPy array.
+
+    Parameters
+    ----------
+    dims : sequence of str or None
+        The two dimension names (None: unnamed).
+    sample_dim : str, optional
+        The name of the sample dimension, given by the user.
+    name : str
+        How the input is called in error messages.
+
+    Returns
+    -------
+    int
+        0 or 1: the axis of the samples.
+
+    Raises
+    ------
+    InputDataError
+        ``sample_dim`` is not one of ``dims``.
+    """
+    dims = list(dims)
+    if sample_dim is not None:
+        if sample_dim not in dims:
+            raise InputDataError(f"sample_dim={sample_dim!r} is not a dimension of {name}; its dimensions are "
+                                 f"{dims}. Pass one of them.")
+        return dims.index(sample_dim)
+    if SAMPLE_DIM in dims:
+        return dims.index(SAMPLE_DIM)
+    if FEATURE_DIM in dims:
+        return 1 - dims.index(FEATURE_DIM)
+    return 0
+
+
+def _zarr_dimension_names(source) -> tuple | None:
+    """The dimension names of a Zarr array (v3 ``dimension_names``, v2 xarray's ``_ARRAY_DIMENSIONS``), if any."""
+    names = getattr(source.metadata, "dimension_names", None) or source.attrs.get("_ARRAY_DIMENSIONS")
+    if not isinstance(names, (list, tuple)) or not any(isinstance(n, str) for n in names):
+        return None
+    return tuple(n if isinstance(n, str) else None for n in names)
+
+
+def open_input(source, *, array: str | None = None, chunk_rows: int | None = None, name: str = "X",
+               sample_dim: str | None = None) -> Dataset:
     """Open any supported input as a :class:`Dataset` without reading its values.
 
     Parameters
@@ -147,11 +203,16 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     source : str, os.PathLike, xarray.DataArray, dask.array.Array, numpy.ndarray or Dataset
         The data, ``(n_samples, n_features)``.
     array : str, optional
-        Array name inside a Zarr group or ``.npz`` file.
+        Array name (or path, ``"sub/X"``) inside a Zarr group, or array name inside a ``.npz`` file.
     chunk_rows : int, optional
         Rows per block; by default the store's chunking, merged up to about 64 MiB blocks when it is small.
     name : str
         How the input is called in error messages.
+    sample_dim : str, optional
+        The dimension that holds the samples, for inputs with named dimensions (an ``xarray.DataArray``, a Zarr
+        array with dimension names). By default the dimension named ``"sample"``, else the one not named
+        ``"feature"``, else the first. The other dimension holds the features; the data is transposed lazily when
+        the samples are not first, and labels carry the sample dimension's name and coordinates.
 
     Returns
     -------
@@ -160,7 +221,8 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     Raises
     ------
     InputDataError
-        Wrong number of dimensions, zero rows or features, or a dtype that is not numeric.
+        Wrong number of dimensions, zero rows or features, a dtype that is not numeric, or a ``sample_dim`` that
+        is not a dimension of the input (or an input without named dimensions).
     FileNotFoundError, PermissionError
         The path does not exist or cannot be read.
     """
@@ -170,7 +232,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         raise InputDataError(f"chunk_rows must be a positive integer, got {chunk_rows!r}.")
     location = None
     in_memory = False
-    sample_dim, sample_coords, is_xarray = "sample", {}, False
+    dims_given, sample_dim, sample_coords, is_xarray = sample_dim, SAMPLE_DIM, {}, False
     if _is_path(source):
         source, location = open_source(source, array)
     elif array is not None:
@@ -179,20 +241,31 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     if type(source).__module__.startswith("xarray") and hasattr(source, "dims"):
         if source.ndim != 2:
             _check_shape(source.shape, name)
-        sample_dim = source.dims[0]
+        sample_dim = source.dims[sample_dimension(source.dims, dims_given, name)]
+        source = source.transpose(sample_dim, ...)  # lazy for dask, a view for NumPy
         sample_coords = {
             key: coord.variable for key, coord in source.coords.items() if coord.dims == (sample_dim,)
         }
         is_xarray = True
         source = source.data
+        dims_given = None
 
     from_store = isinstance(source, zarr.Array)
+    stored_dims = _zarr_dimension_names(source) if from_store else None
+    if dims_given is not None and stored_dims is None:
+        raise InputDataError(f"sample_dim={dims_given!r} names a dimension, but {name} has no dimension names "
+                             "(a NumPy, dask, .npy or Zarr array without them: rows are samples). Drop sample_dim, or transpose the "
+                             "data so that rows are samples.")
     if isinstance(source, da.Array):
         raw = source
-    elif isinstance(source, zarr.Array):
+    elif from_store:
         _check_shape(source.shape, name)
         compute_dtype(source.dtype, name)
         raw = da.from_zarr(source)
+        if stored_dims is not None:
+            axis = sample_dimension(stored_dims, dims_given, name)
+            sample_dim = stored_dims[axis] or SAMPLE_DIM
+            raw = raw.T if axis == 1 else raw
     else:
         _refuse_sparse(source, name)
         if not isinstance(source, np.ndarray):

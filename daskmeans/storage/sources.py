@@ -20,6 +20,8 @@ def open_source(source, array_name: str | None) -> tuple[object, str]:
     source : str or os.PathLike
         A .npy or .npz file, a Zarr array, or a Zarr group (then ``array_name`` picks the array, or its only one).
     array_name : str or None
+        An array's name in a .npz file, or its path in a Zarr group (``"X"``, ``"sub/X"`` in the subgroup ``sub``).
+        Without it, a group's only array is taken (the only one anywhere in it when it has none at the top).
 
     Returns
     -------
@@ -69,20 +71,37 @@ def open_source(source, array_name: str | None) -> tuple[object, str]:
     except PermissionError as error:
         raise PermissionError(f"Cannot read the Zarr store at {path!r}: {error}. Fix its permissions.") from error
     if isinstance(node, zarr.Group):
-        names = sorted(node.array_keys())
+        names = array_paths(node)
         if array_name is None:
-            if len(names) != 1:
+            candidates = [name for name in names if "/" not in name] or names
+            if len(candidates) != 1:
                 raise InputDataError(
                     f"{path!r} is a Zarr group holding arrays {names}; say which one to cluster with "
-                    "array=NAME (CLI: --array NAME)."
+                    "array=NAME (CLI: --array NAME; a path such as sub/X for an array in a subgroup)."
                 )
-            array_name = names[0]
+            array_name = candidates[0]
+        array_name = _array_path(array_name, path)
         if array_name not in names:
-            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names}.")
+            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names} "
+                                 "(arrays in subgroups by their path).")
         return node[array_name], f"{path.rstrip('/')}/{array_name}"
     if array_name is not None:
         raise InputDataError(f"{path!r} is a Zarr array, not a group; drop array={array_name!r}.")
     return node, path
+
+
+def array_paths(group) -> list[str]:
+    """The paths of every array in a Zarr group, its subgroups' included (``["X", "sub/Y"]``), sorted."""
+    return sorted(name for name, member in group.members(max_depth=None) if isinstance(member, zarr.Array))
+
+
+def _array_path(array_name: str, path: str) -> str:
+    """``array_name`` as a path inside the group: no leading or trailing ``/``, no empty, ``.`` or ``..`` part."""
+    parts = str(array_name).strip("/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise InputDataError(f"array={array_name!r} is not a path inside the Zarr group {path!r}: name the array "
+                             "by its path from the group, e.g. 'X' or 'sub/X', without '.' or '..'.")
+    return "/".join(parts)
 
 
 def stored_bytes(path) -> int | None:
