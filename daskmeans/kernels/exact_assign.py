@@ -70,13 +70,14 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_center, n_groups, x_sq, allowance,
-                 labels, dist2, lower):
+def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
+                 allowance, labels, dist2, lower):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
     ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
     ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group.
-    ``own_second`` (when not empty) holds the second smallest score of each row's best group. Rows whose best
+    ``own_second`` (when not empty) holds the second smallest score of each row's best group, ``other_second``
+    the smallest score outside it (with one group: ``inf``). Rows whose best
     two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
     among equals).
     """
@@ -96,10 +97,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
                 other = t * n_groups + best_group
                 if other != col and scores[i, other] < second_own:
                     second_own = scores[i, other]
-        second = second_own
-        for g in range(n_groups):
-            if g != best_group and group_min[i, g] < second:
-                second = group_min[i, g]
+        second = min(second_own, other_second[i])
         label = slot_center[col]
         label_group = best_group
         if second - best <= 2.0 * allowance[i]:
@@ -128,13 +126,21 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, slot_cente
         labels[i] = label
         if not with_bounds:
             continue
+        # branch-free so that it vectorizes: an infinite score (no other center) gives an infinite bound
+        offset = x_sq[i] - allowance[i]
         for g in range(n_groups):
-            score = second_own if g == label_group else group_min[i, g]
-            if score == np.inf:
-                lower[i, g] = np.float32(np.inf)
-            else:
-                lower[i, g] = _store_lower(math.sqrt(max(score + x_sq[i] - allowance[i], 0.0)))
+            lower[i, g] = _store_lower(math.sqrt(max(np.float64(group_min[i, g]) + offset, 0.0)))
+        lower[i, label_group] = _store_lower(math.sqrt(max(np.float64(second_own) + offset, 0.0)))
     return rechecked
+
+
+def _second_smallest(values, rows, best):
+    """Smallest of each row of ``values`` but its entry ``best[row]`` (vectorized: ``values`` is restored)."""
+    kept = values[rows, best]
+    values[rows, best] = np.inf
+    second = values.min(axis=1)
+    values[rows, best] = kept
+    return second
 
 
 def score_rows(n_rows, columns, itemsize, slab_bytes=ASSIGN_SLAB_BYTES, tile_bytes=ASSIGN_TILE_BYTES,
@@ -211,13 +217,11 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         tile[:, :d] = X[r0:r1]
         np.matmul(tile, slots, out=scores)
         best_col = scores.argmin(axis=1)
+        rows = np.arange(r1 - r0)
         if n_groups == 1:
-            rows = np.arange(r1 - r0)
-            best = scores[rows, best_col]
-            scores[rows, best_col] = np.inf
-            own_second = scores.min(axis=1)
-            scores[rows, best_col] = best
-            group_min = best[:, None]
+            own_second = _second_smallest(scores, rows, best_col)
+            group_min = scores[rows, best_col][:, None]
+            other_second = np.full(r1 - r0, np.inf, dtype=X.dtype)
         else:
             own_second = no_second
             if width == 1:
@@ -226,6 +230,8 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
                 group_min = scores[:, :n_groups].copy()
                 for t in range(1, width):
                     np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
-        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, slot_center, n_groups,
-                                  x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1])
+            other_second = _second_smallest(group_min, rows, best_col % n_groups)
+        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, other_second,
+                                  slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1],
+                                  lower[r0:r1])
     return labels, dist2, lower, rechecked
