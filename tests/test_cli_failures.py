@@ -144,7 +144,8 @@ def labels_on_a_full_disk(store, disk, *cluster):
     before = snapshot(store)
     done = daskmeans_command("fit", store, "--array", "X", "-k", 16, "--random-state", 0, "--quiet",
                              "--labels", disk / "labels.zarr", *cluster)
-    assert_one_line(done, "No space left on device")
+    assert_one_line(done, f"--labels {str(disk / 'labels.zarr')!r} could not be written", "No space left on device")
+    assert "--debug" not in done.stderr  # the user's disk, not a fault of daskmeans: nothing to debug
     assert os.listdir(disk) == []  # no labels, no temporary folder, no write-check file
     assert snapshot(store) == before
 
@@ -165,7 +166,7 @@ def test_a_model_that_does_not_fit_on_the_disk_leaves_no_labels(tmp_path, small_
     done = daskmeans_command("fit", store, "--array", "X", "-k", 200, "--init", "random", "--max-iter", 1,
                              "--random-state", 0, "--quiet", "--labels", store / "labels", "--out",
                              small_disk / "model.zarr")
-    assert_one_line(done, "No space left on device")
+    assert_one_line(done, "--out", "could not be written", "No space left on device")
     assert os.listdir(small_disk) == []
     assert snapshot(store) == before  # no labels, no temporary labels folder beside X, X untouched
 
@@ -175,6 +176,13 @@ def test_a_disk_full_while_predict_writes_labels_is_one_line_and_leaves_nothing(
     KMeans(n_clusters=16, random_state=0).fit(np.random.default_rng(0).normal(size=(1000, 2))).save(model)
     before = snapshot(big_store), snapshot(model)
     done = daskmeans_command("predict", model, big_store, "--array", "X", "--labels", full_disk / "labels.zarr")
-    assert_one_line(done, "No space left on device")
+    assert_one_line(done, "--labels", "could not be written", "No space left on device")
     assert os.listdir(full_disk) == []
     assert (snapshot(big_store), snapshot(model)) == before
+
+
+def test_a_disk_full_while_making_data_is_one_line_and_leaves_nothing(full_disk):
+    done = daskmeans_command("make-data", full_disk / "data.zarr", "--n-samples", FULL_ROWS, "--n-features", 2, "-k",
+                             16, "--seed", 0)
+    assert_one_line(done, "OUT", "could not be written", "No space left on device")
+    assert os.listdir(full_disk) == []
