@@ -3,6 +3,7 @@ object with --json); ``daskmeans --debug`` shows the traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from daskmeans import KMeans
 from daskmeans.datasets import make_blobs_zarr
 from test_cli import environment
 
@@ -66,19 +68,66 @@ def test_a_corrupt_chunk_is_one_line(tmp_path, cluster):
     assert not (store / "labels").exists()
 
 
-@pytest.fixture
-def read_only_folder(tmp_path):
-    """A read-only tmpfs mounted for the test (refused even to root), or a skip where mounting is not allowed."""
-    folder = tmp_path / "read-only"
+@contextlib.contextmanager
+def mounted_tmpfs(folder, options, what):
+    """A tmpfs mounted on ``folder`` with mount ``options`` for the test and unmounted after it, or a skip (saying
+    why) where mounting is not allowed (not root, no CAP_SYS_ADMIN, a container without mount)."""
     folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
                           text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here ({done.stderr.strip() or done.returncode})")
+        pytest.skip(f"cannot mount {what} here ({done.stderr.strip() or done.returncode})")
     try:
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only tmpfs mounted for the test (refused even to root), or a skip where mounting is not allowed."""
+    with mounted_tmpfs(tmp_path / "read-only", "ro,size=1m", "a read-only tmpfs") as folder:
+        yield folder
+
+
+#: tmpfs mount options for a disk that fills up halfway through writing an output: 64 KiB of bytes (a labels chunk
+#: of FULL_ROWS rows alone is larger, compressed), or 1 MiB of bytes but 4 inodes (the folder itself, then the
+#: output's temporary folder, its zarr.json and chunk folder: the chunk file finds no inode). Either way the
+#: write check before the fit passes and the write fails with ENOSPC.
+FULL_DISKS = {"bytes": "size=64k", "inodes": "size=1m,nr_inodes=4"}
+#: Rows (2 features, 16 blobs) whose labels do not fit in FULL_DISKS["bytes"] (about 0.8 byte per label).
+FULL_ROWS = 200_000
+
+
+@pytest.fixture(params=list(FULL_DISKS))
+def full_disk(request, tmp_path):
+    """A small writable tmpfs that an output fills up (too few bytes, or too few inodes), or a skip."""
+    with mounted_tmpfs(tmp_path / "full-disk", FULL_DISKS[request.param],
+                       f"a tmpfs with {FULL_DISKS[request.param]}") as folder:
+        yield folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 64 KiB (too few bytes for the outputs of the disk-full tests), or a skip."""
+    with mounted_tmpfs(tmp_path / "small-disk", FULL_DISKS["bytes"], "a 64 KiB tmpfs") as folder:
+        yield folder
+
+
+def snapshot(folder):
+    """Every file under ``folder`` (relative path -> contents) and every folder: to show nothing was written."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        files[str(path.relative_to(folder))] = path.read_bytes() if path.is_file() else None
+    return files
+
+
+@pytest.fixture
+def big_store(tmp_path):
+    """FULL_ROWS x 2 blobs in 4 chunks, on the ordinary disk."""
+    store = tmp_path / "data.zarr"
+    make_blobs_zarr(store, FULL_ROWS, 2, 16, chunk_rows=FULL_ROWS // 4, random_state=0)
+    return store
 
 
 def test_an_unwritable_output_is_refused_before_the_fit(tmp_path, read_only_folder):
@@ -90,20 +139,50 @@ def test_an_unwritable_output_is_refused_before_the_fit(tmp_path, read_only_fold
     assert "iterations" not in done.stderr and not (store / "labels").exists()
 
 
-def test_a_failed_model_save_leaves_no_labels(tmp_path, monkeypatch):
-    from daskmeans.estimators.base import ClusteringEstimator
-    from test_cli import assert_user_error, invoke
+def labels_on_a_full_disk(store, disk, *cluster):
+    """``daskmeans fit --labels`` onto a disk the labels do not fit on: one line, nothing left, the input as it was."""
+    before = snapshot(store)
+    done = daskmeans_command("fit", store, "--array", "X", "-k", 16, "--random-state", 0, "--quiet",
+                             "--labels", disk / "labels.zarr", *cluster)
+    assert_one_line(done, f"--labels {str(disk / 'labels.zarr')!r} could not be written", "No space left on device")
+    assert "--debug" not in done.stderr  # the user's disk, not a fault of daskmeans: nothing to debug
+    assert os.listdir(disk) == []  # no labels, no temporary folder, no write-check file
+    assert snapshot(store) == before
 
+
+def test_a_disk_full_while_writing_labels_is_one_line_and_leaves_nothing(big_store, full_disk):
+    labels_on_a_full_disk(big_store, full_disk)
+
+
+def test_a_disk_full_while_workers_write_labels_is_one_line_and_leaves_nothing(big_store, small_disk):
+    labels_on_a_full_disk(big_store, small_disk, "--workers", 2, "--threads-per-worker", 1)
+
+
+def test_a_model_that_does_not_fit_on_the_disk_leaves_no_labels(tmp_path, small_disk):
     store = tmp_path / "data.zarr"
-    make_blobs_zarr(store, 2000, 4, 3, chunk_rows=500, random_state=0)
+    make_blobs_zarr(store, 1000, 128, 8, random_state=0)
+    before = snapshot(store)
+    # 200 x 128 float32 centers: about 100 KiB, compressed or not; the labels (beside X) fit, and are written first
+    done = daskmeans_command("fit", store, "--array", "X", "-k", 200, "--init", "random", "--max-iter", 1,
+                             "--random-state", 0, "--quiet", "--labels", store / "labels", "--out",
+                             small_disk / "model.zarr")
+    assert_one_line(done, "--out", "could not be written", "No space left on device")
+    assert os.listdir(small_disk) == []
+    assert snapshot(store) == before  # no labels, no temporary labels folder beside X, X untouched
 
-    def disk_full(self, path, *, overwrite=False):
-        os.makedirs(path)  # half written, then the disk is full
-        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ClusteringEstimator, "save", disk_full)
-    result = invoke("fit", store, "--array", "X", "-k", 3, "--quiet", "--labels", store / "labels", "--out",
-                    tmp_path / "model.zarr")
-    assert_user_error(result, "No space left on device")
-    assert not (store / "labels").exists() and not (tmp_path / "model.zarr").exists()
-    assert not [name for name in os.listdir(tmp_path) if name.startswith(".model.zarr")]
+def test_a_disk_full_while_predict_writes_labels_is_one_line_and_leaves_nothing(tmp_path, big_store, full_disk):
+    model = tmp_path / "model.zarr"
+    KMeans(n_clusters=16, random_state=0).fit(np.random.default_rng(0).normal(size=(1000, 2))).save(model)
+    before = snapshot(big_store), snapshot(model)
+    done = daskmeans_command("predict", model, big_store, "--array", "X", "--labels", full_disk / "labels.zarr")
+    assert_one_line(done, "--labels", "could not be written", "No space left on device")
+    assert os.listdir(full_disk) == []
+    assert (snapshot(big_store), snapshot(model)) == before
+
+
+def test_a_disk_full_while_making_data_is_one_line_and_leaves_nothing(full_disk):
+    done = daskmeans_command("make-data", full_disk / "data.zarr", "--n-samples", FULL_ROWS, "--n-features", 2, "-k",
+                             16, "--seed", 0)
+    assert_one_line(done, "OUT", "could not be written", "No space left on device")
+    assert os.listdir(full_disk) == []

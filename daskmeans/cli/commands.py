@@ -19,6 +19,7 @@ from .common import (
     overlap,
     shape_text,
     where,
+    writing,
 )
 
 
@@ -58,8 +59,9 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
     from ..datasets import make_blobs_zarr
 
     start = time.perf_counter()
-    make_blobs_zarr(out, n_samples, n_features, n_clusters, chunk_rows=chunk_rows, dtype=dtype,
-                    cluster_std=cluster_std, random_state=seed, overwrite=overwrite)
+    with writing("OUT", out):
+        make_blobs_zarr(out, n_samples, n_features, n_clusters, chunk_rows=chunk_rows, dtype=dtype,
+                        cluster_std=cluster_std, random_state=seed, overwrite=overwrite)
     seconds = time.perf_counter() - start
     group = zarr.open_group(store=out, mode="r")
     attrs = dict(group.attrs["daskmeans"])
@@ -138,11 +140,13 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
         with contextlib.ExitStack() as commit:  # the outputs move into place together, or none does
             if labels_path is not None:
                 say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
-                write_labels(estimator.labels_, commit.enter_context(atomic_output(labels_path, overwrite)),
-                             client=client)
+                with writing("--labels", labels_path):
+                    write_labels(estimator.labels_, commit.enter_context(atomic_output(labels_path, overwrite)),
+                                 client=client)
             if model_path is not None:
                 say(quiet, f"saving the model -> {model_path}")
-                estimator.save(commit.enter_context(atomic_output(model_path, overwrite)))
+                with writing("--out", model_path):
+                    estimator.save(commit.enter_context(atomic_output(model_path, overwrite)))
         workers = len(client.nthreads())
 
     summary = {
@@ -208,7 +212,8 @@ def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_j
 
     with cluster.client(input_bytes=compute_bytes(dataset)) as client:
         start = time.perf_counter()
-        write_labels(model.predict(dataset), labels_path, overwrite=overwrite, client=client)
+        with writing("--labels", labels_path):
+            write_labels(model.predict(dataset), labels_path, overwrite=overwrite, client=client)
         seconds = time.perf_counter() - start
 
     summary = {"command": "predict", "model": model_path, "input": where(dataset, input_path),

@@ -5,6 +5,8 @@ that ``--help`` and ``info`` start at once."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import errno
 import functools
 import json
 import logging
@@ -165,6 +167,28 @@ def check_writable(option: str, path: str):
     except OSError as error:
         raise PermissionError(f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); "
                               "choose a writable place.") from error
+
+
+class DiskFullError(DaskmeansError, OSError):
+    """An output did not fit where it was written: the disk (or the user's quota) filled up during the write."""
+
+
+@contextlib.contextmanager
+def writing(option: str, path):
+    """Say which output a full disk or quota stopped (``ENOSPC``, ``EDQUOT``), in one line without a traceback.
+
+    Any other failure passes unchanged. The output itself is atomic
+    (:class:`~daskmeans.storage.zarr_safe.atomic_output`): its temporary folder is gone when the error reaches the
+    user.
+    """
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        raise DiskFullError(f"{option} {os.fspath(path)!r} could not be written: {error.strerror}; nothing of it was "
+                            "left behind (an existing one is kept). Free some space or choose another place.") \
+            from error
 
 
 def parse_param(text: str):
