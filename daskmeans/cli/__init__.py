@@ -61,11 +61,13 @@ def quiet_dask_failure_logs():
 
 class AbandonedGatherFilter(logging.Filter):
     """Drops asyncio's "Task exception was never retrieved" about a Dask gather that a Ctrl-C abandoned
-    (``AllExit``): the command reports the interruption itself."""
+    (``AllExit``), and about a store write that failed after another had already failed the command (an
+    ``OSError`` such as a full disk, or its temporary folder removed by the clean-up): the command reports the
+    failure itself."""
 
     def filter(self, record):
         error = record.exc_info[1] if record.exc_info else None
-        return not (error is not None and type(error).__name__ == "AllExit")
+        return not (error is not None and (type(error).__name__ == "AllExit" or isinstance(error, OSError)))
 
 
 class DaskmeansGroup(click.Group):

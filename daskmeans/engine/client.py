@@ -17,6 +17,9 @@ import threading
 from dataclasses import dataclass
 
 import dask
+from dask._task_spec import convert_legacy_graph, cull, fuse_linear_task_spec
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
 from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
@@ -192,6 +195,15 @@ def compute_now(*objects, client=None):
         client = resolve_client(None)
     if client is None:
         return dask.compute(*objects)
+    if objects and all(isinstance(o, Delayed) for o in objects):
+        # daskmeans' own task graphs (daskmeans.engine.graph): submitted as they are, without the collection
+        # optimizations of Client.compute, whose cost exceeds the scheduler's round trip on small passes
+        keys = [o.key for o in objects]
+        graph = convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))))
+        # reading a block and working on it stay one task, as Client.compute's optimization makes them: the block
+        # is then never a result held (and counted, and spilled) in worker memory
+        graph = fuse_linear_task_spec(cull(graph, keys), keys)
+        return tuple(client.get(graph, keys, sync=True))
     futures = client.compute(list(objects))
     return tuple(client.gather(futures))
 
