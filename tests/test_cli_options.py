@@ -13,6 +13,7 @@ import zarr
 
 from daskmeans.datasets import make_blobs_zarr
 from daskmeans.engine.client import ClusterSpec
+from daskmeans.exceptions import InvalidParameterError
 from daskmeans.registry import algorithm_names
 from test_cli import assert_user_error, environment, invoke
 
@@ -107,6 +108,18 @@ def test_small_inputs_run_on_threads_unless_the_cluster_is_sized():
     assert ClusterSpec().local_processes(10 * 2**30)
     assert ClusterSpec().local_processes(None)
     assert ClusterSpec(workers=2).local_processes(10 * 2**20)
+
+
+def test_local_workers_can_be_chosen(tmp_path, small):
+    assert not ClusterSpec(workers=2, threads_per_worker=1, local_workers="threads").local_processes(10 * 2**30)
+    assert ClusterSpec(local_workers="processes").local_processes(10 * 2**20)
+    assert ClusterSpec(workers=2, threads_per_worker=3, local_workers="threads").local_threads() == 6
+    with pytest.raises(InvalidParameterError, match="--local-workers"):
+        ClusterSpec(scheduler="tcp://127.0.0.1:1", local_workers="threads").validate()
+    done = invoke("fit", small, "--array", "X", "-k", 4, "--workers", 2, "--threads-per-worker", 1,
+                  "--local-workers", "threads", "--json", "--quiet")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["workers"] == 1, "one threaded worker holding both threads"
 
 
 #: Heavy modules that `daskmeans --help` and `daskmeans info` must not import (they cost seconds).

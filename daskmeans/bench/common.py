@@ -124,10 +124,14 @@ def load_average():
 
 
 def cluster_info(client) -> dict:
-    """The workers of ``client``'s cluster: how many, their threads and memory limits."""
+    """The workers of ``client``'s cluster: how many, their threads and memory limits, and whether their tasks run
+    in this process (threaded workers)."""
+    from ..engine.blas import tasks_run_in_this_process
+
     info = client.scheduler_info()
     workers = info.get("workers", {})
     return {
+        "in_process": tasks_run_in_this_process(client),
         "scheduler": info.get("address"),
         "n_workers": len(workers),
         "threads": sum(w.get("nthreads", 0) for w in workers.values()),

@@ -218,6 +218,7 @@ def header_lines(record) -> list:
         + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
         + _load_range(record)
         + f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
+        + (" in this process (threaded workers)" if c.get("in_process") else "")
         + (f", {c['memory_limit_per_worker'][0] / 2**30:.1f} GiB each" if c.get("memory_limit_per_worker") else "")
         + ".",
     ]

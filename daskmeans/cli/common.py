@@ -49,15 +49,17 @@ class CommandError(click.ClickException):
 
 
 def cluster_options(command):
-    """Add ``--scheduler``, ``--connect-timeout``, ``--workers``, ``--threads-per-worker``, ``--memory-limit``;
+    """Add ``--scheduler``, ``--connect-timeout``, ``--workers``, ``--threads-per-worker``, ``--memory-limit``,
+    ``--local-workers``;
     the command receives them checked, as ``cluster=ClusterSpec(...)``."""
 
     @functools.wraps(command)
-    def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, **kwargs):
+    def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
+                **kwargs):
         from ..engine.client import ClusterSpec
 
         debug = click.get_current_context().find_root().params.get("debug", False)
-        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit,
+        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
                            worker_log_level=logging.WARNING if debug else logging.CRITICAL)
         return command(*args, cluster=spec.validate(), **kwargs)
 
@@ -72,6 +74,11 @@ def cluster_options(command):
         click.option("--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker."),
         click.option("--memory-limit", metavar="SIZE",
                      help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default)."),
+        click.option("--local-workers", type=click.Choice(["auto", "processes", "threads"]), default="auto",
+                     show_default=True,
+                     help="Workers of the local cluster: threads in this process (one worker with --workers x "
+                          "--threads-per-worker threads), worker processes, or auto (threads for inputs up to "
+                          "1 GiB unless the cluster is sized, else processes)."),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)

@@ -235,6 +235,8 @@ class ClusterSpec:
     memory_limit : str, float, int or None
         Memory limit per embedded worker: ``auto``, a size like ``4GiB``, or a fraction of the memory;
         :meth:`validate` turns it into what ``LocalCluster`` takes (:func:`parse_memory_limit`).
+    local_workers : {"auto", "processes", "threads"}
+        What the embedded cluster's workers are.
     """
 
     scheduler: str | None = None
@@ -242,6 +244,9 @@ class ClusterSpec:
     workers: int | None = None
     threads_per_worker: int | None = None
     memory_limit: str | float | int | None = None
+    #: ``"auto"``: threads for small inputs (:meth:`local_processes`), else processes; ``"processes"`` or
+    #: ``"threads"`` (one worker holding ``workers x threads_per_worker`` threads in this process) to choose.
+    local_workers: str = "auto"
     #: Level of Dask's own log messages in the workers and this process (``logging.CRITICAL`` keeps a failed task's
     #: traceback, and the client's attempts to reach a lost scheduler, out of the output of a command that reports
     #: the failure itself).
@@ -256,7 +261,8 @@ class ClusterSpec:
             Embedded-cluster options given with ``--scheduler``, or a memory limit that is not a size.
         """
         local_options = {"--workers": self.workers, "--threads-per-worker": self.threads_per_worker,
-                         "--memory-limit": self.memory_limit}
+                         "--memory-limit": self.memory_limit,
+                         "--local-workers": None if self.local_workers == "auto" else self.local_workers}
         given = [name for name, value in local_options.items() if value is not None]
         if self.scheduler and given:
             raise InvalidParameterError(
@@ -273,8 +279,17 @@ class ClusterSpec:
         Threads when the input is known and small (:data:`~daskmeans.config.LOCAL_THREADS_MAX_BYTES`) and the
         cluster's size was not asked for; results are the same either way.
         """
+        if self.local_workers != "auto":
+            return self.local_workers == "processes"
         sized = any(value is not None for value in (self.workers, self.threads_per_worker, self.memory_limit))
         return sized or input_bytes is None or input_bytes > LOCAL_THREADS_MAX_BYTES
+
+    def local_threads(self) -> int | None:
+        """Threads of the one worker of a threaded embedded cluster: ``--workers x --threads-per-worker`` when
+        either is given (the same cores as the processes would have), else one per core (Dask's choice)."""
+        if self.workers is None and self.threads_per_worker is None:
+            return None
+        return (self.workers or 1) * (self.threads_per_worker or 1)
 
     @contextlib.contextmanager
     def client(self, announce: bool = False, input_bytes: int | None = None):
@@ -311,7 +326,7 @@ class ClusterSpec:
         processes = self.local_processes(input_bytes)
         with interrupts_held():  # the cluster's thread and worker processes never see a Ctrl-C: this process does
             cluster = LocalCluster(n_workers=self.workers if processes else 1,
-                                   threads_per_worker=self.threads_per_worker,
+                                   threads_per_worker=self.threads_per_worker if processes else self.local_threads(),
                                    memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
                                    processes=processes, dashboard_address=":0", silence_logs=self.worker_log_level)
         with cluster, Client(cluster, set_as_default=True) as client, one_blas_thread_for(client):
