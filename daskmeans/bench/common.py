@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 
 from .._version import __version__
+from ..engine.blas import tasks_run_in_this_process
 from ..exceptions import InvalidParameterError, OutputExistsError
 from ..kernels.assign import nearest_centers
 from ..registry import make_estimator
@@ -126,8 +127,6 @@ def load_average():
 def cluster_info(client) -> dict:
     """The workers of ``client``'s cluster: how many, their threads and memory limits, and whether their tasks run
     in this process (threaded workers)."""
-    from ..engine.blas import tasks_run_in_this_process
-
     info = client.scheduler_info()
     workers = info.get("workers", {})
     return {
