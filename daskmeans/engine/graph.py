@@ -3,7 +3,7 @@
 The passes' graphs are written as task-spec graphs directly (:func:`task`), not through ``dask.delayed`` calls:
 on a small dataset building and submitting a pass through ``delayed`` cost about three times the scheduler's own
 round trip (tens of milliseconds per iteration). :func:`daskmeans.engine.client.compute_now` submits such graphs
-with ``Client.get``, without the collection optimizations they do not need.
+with ``Client.get`` after culling and linear fusion, without the rest of ``Client.compute``'s collection work.
 """
 
 from __future__ import annotations
