@@ -158,6 +158,58 @@ def test_a_disk_full_while_workers_write_labels_is_one_line_and_leaves_nothing(b
     labels_on_a_full_disk(big_store, small_disk, "--workers", 2, "--threads-per-worker", 1)
 
 
+def test_labels_larger_than_the_free_space_are_announced_before_the_fit(big_store, small_disk):
+    done = daskmeans_command("fit", big_store, "--array", "X", "-k", 16, "--random-state", 0,
+                             "--labels", small_disk / "labels.zarr")
+    warning = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warning) == 1 and "--labels" in warning[0] and "may not fit" in warning[0], done.stderr
+    assert "781.2 KiB uncompressed" in warning[0] and "64.0 KiB free" in warning[0], warning[0]
+    assert done.stderr.index("Warning:") < done.stderr.index("iterations")  # said before any work
+
+
+def fill_up(folder, what):
+    """Take every free byte (one file written until ENOSPC) or every free inode (empty files until ENOSPC)."""
+    if what == "bytes":
+        with open(folder / "filler", "wb", buffering=0) as filler:
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.write(b"\0" * 4096)
+    else:
+        with contextlib.suppress(OSError):
+            for i in range(10_000):
+                (folder / f"filler-{i}").touch()
+
+
+#: A tmpfs that will be filled up: every byte, or every inode.
+FILLED_DISKS = {"bytes": "size=64k", "inodes": "size=1m,nr_inodes=8"}
+
+
+@pytest.fixture(params=list(FILLED_DISKS))
+def filled_disk(request, tmp_path):
+    """A small tmpfs with no free byte (or no free inode) left, or a skip where mounting is not allowed."""
+    with mounted_tmpfs(tmp_path / "filled-disk", FILLED_DISKS[request.param],
+                       f"a tmpfs with {FILLED_DISKS[request.param]}") as folder:
+        fill_up(folder, request.param)
+        yield folder
+
+
+def test_a_full_disk_is_refused_before_the_fit(tmp_path, filled_disk):
+    store = tmp_path / "data.zarr"
+    make_blobs_zarr(store, 2000, 4, 3, chunk_rows=500, random_state=0)
+    before, disk_before = snapshot(store), snapshot(filled_disk)
+    for option in ("--labels", "--out"):
+        done = daskmeans_command("fit", store, "--array", "X", "-k", 3, option, filled_disk / "output.zarr")
+        assert_one_line(done, option, "the disk of", "is full", "nothing was computed")
+        assert "iterations" not in done.stderr and "seeding" not in done.stderr, done.stderr
+    model = tmp_path / "model.zarr"
+    KMeans(n_clusters=3, random_state=0).fit(np.random.default_rng(0).normal(size=(100, 4))).save(model)
+    done = daskmeans_command("predict", model, store, "--array", "X", "--labels", filled_disk / "labels.zarr")
+    assert_one_line(done, "--labels", "is full")
+    done = daskmeans_command("make-data", filled_disk / "data.zarr", "--n-samples", 100, "--n-features", 2, "-k", 2)
+    assert_one_line(done, "OUT", "is full")
+    assert snapshot(store) == before and snapshot(filled_disk) == disk_before
+
+
 def test_a_model_that_does_not_fit_on_the_disk_leaves_no_labels(tmp_path, small_disk):
     store = tmp_path / "data.zarr"
     make_blobs_zarr(store, 1000, 128, 8, random_state=0)

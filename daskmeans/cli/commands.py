@@ -11,10 +11,13 @@ from ..exceptions import InputDataError, InvalidParameterError
 from ..registry import algorithm_names, make_estimator
 from .common import (
     algorithm_params,
+    check_free_space,
     check_outputs,
     cluster_options,
     compute_bytes,
     emit,
+    labels_bytes,
+    model_bytes,
     open_data,
     overlap,
     shape_text,
@@ -58,6 +61,14 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
 
     from ..datasets import make_blobs_zarr
 
+    import numpy as np
+
+    np_dtype = np.dtype(dtype)
+    out_bytes = (n_samples * n_features * np_dtype.itemsize + labels_bytes(n_samples)
+                 + n_clusters * n_features * np_dtype.itemsize)
+    warning = check_free_space("OUT", out, out_bytes)
+    if warning:
+        click.echo(f"Warning: {warning}", err=True)
     start = time.perf_counter()
     with writing("OUT", out):
         make_blobs_zarr(out, n_samples, n_features, n_clusters, chunk_rows=chunk_rows, dtype=dtype,
@@ -121,7 +132,8 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
     estimator = make_estimator(algorithm, n_clusters=n_clusters, random_state=seed, progress=not quiet, **chosen)
     estimator._validate_params()
     check_outputs({"--out": model_path, "--labels": labels_path}, overwrite,
-                   {"input data": dataset.location or input_path})
+                   {"input data": dataset.location or input_path},
+                  {"--out": model_bytes(n_clusters, dataset.n_features), "--labels": labels_bytes(dataset.n_samples)})
     if checkpoint_path is not None:
         for option, other in {"INPUT": dataset.location or input_path, "--out": model_path,
                               "--labels": labels_path}.items():
@@ -208,7 +220,8 @@ def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_j
             f"{model.n_features_in_}; use the same kind of data (or --array to pick another array)."
         )
     check_outputs({"--labels": labels_path}, overwrite,
-                   {"input data": dataset.location or input_path, "model": model_path})
+                   {"input data": dataset.location or input_path, "model": model_path},
+                  {"--labels": labels_bytes(dataset.n_samples)})
 
     with cluster.client(input_bytes=compute_bytes(dataset)) as client:
         start = time.perf_counter()

@@ -126,12 +126,15 @@ def overlap(path: str, other: str) -> str | None:
     return None
 
 
-def check_outputs(outputs: dict, overwrite: bool, inputs: dict):
-    """Check every output of a command before any work: writable, apart from the others and from every input.
+def check_outputs(outputs: dict, overwrite: bool, inputs: dict, sizes: dict | None = None):
+    """Check every output of a command before any work: writable, apart from the others and from every input,
+    and room for it on its disk.
 
     An output may not be, lie inside or contain an input (the data array, a model) or another output, whatever
     symlinks or ``..`` lead there: writing it could destroy what the command reads. Labels may go beside the
-    data array in its group (``data.zarr/labels`` for ``data.zarr/X``).
+    data array in its group (``data.zarr/labels`` for ``data.zarr/X``). ``sizes`` maps an option to its output's
+    uncompressed size in bytes (:func:`check_free_space`); a warning for each output that may not fit goes to
+    stderr.
     """
     from ..storage.zarr_safe import prepare_output
 
@@ -155,7 +158,10 @@ def check_outputs(outputs: dict, overwrite: bool, inputs: dict):
         except OutputExistsError as error:
             raise OutputExistsError(f"{option} {path!r} exists already; choose another path or add --overwrite "
                                     "to replace it.") from error
+        warning = check_free_space(option, path, (sizes or {}).get(option, 0))
         check_writable(option, path)
+        if warning:
+            click.echo(f"Warning: {warning}", err=True)
 
 
 def check_writable(option: str, path: str):
@@ -174,6 +180,70 @@ def check_writable(option: str, path: str):
     except OSError as error:
         raise PermissionError(f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); "
                               "choose a writable place.") from error
+
+
+#: Bytes and file-system entries that any Zarr output takes whatever its compression: its folder and its
+#: ``zarr.json`` (a few hundred bytes for the smallest array daskmeans writes).
+OUTPUT_MINIMUM_BYTES = 256
+OUTPUT_MINIMUM_ENTRIES = 2
+
+
+def check_free_space(option: str, path: str, uncompressed_bytes: int) -> str | None:
+    """Refuse a local output that certainly does not fit on its disk; say when it may not.
+
+    The compressed size of an output is known only once written (labels of skewed clusters compress far more
+    than labels of even ones), so the check refuses only what cannot fit whatever the compression: fewer free
+    bytes than :data:`OUTPUT_MINIMUM_BYTES` or, on file systems that count inodes, fewer free inodes than
+    :data:`OUTPUT_MINIMUM_ENTRIES` (a full disk). Less free space than ``uncompressed_bytes`` gives a warning
+    instead; if the disk then fills up during the write, nothing of the output is left
+    (:func:`writing`).
+
+    Returns
+    -------
+    str or None
+        The warning, or None when the output fits uncompressed (or is not local).
+
+    Raises
+    ------
+    DiskFullError
+        The output cannot fit.
+    """
+    from ..storage.zarr_safe import is_local, local_path
+
+    if not is_local(path):
+        return None
+    folder = os.path.dirname(os.path.abspath(local_path(path)))
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    inodes_short = stats.f_files > 0 and stats.f_favail < OUTPUT_MINIMUM_ENTRIES
+    if free < OUTPUT_MINIMUM_BYTES or inodes_short:
+        room = f"{stats.f_favail} free inodes" if inodes_short else f"{free:,} bytes free"
+        raise DiskFullError(f"{option} {os.fspath(path)!r} cannot be written: the disk of {folder!r} is full "
+                            f"({room}). Free some space or choose another place; nothing was computed.")
+    if free < uncompressed_bytes:
+        return (f"{option} {os.fspath(path)!r} may not fit: it takes up to {_size(uncompressed_bytes)} "
+                f"uncompressed and {folder!r} has {_size(free)} free (if it fills up, nothing of it is kept).")
+    return None
+
+
+def labels_bytes(n_samples: int) -> int:
+    """Uncompressed size of the labels of ``n_samples`` rows (int32)."""
+    return 4 * int(n_samples)
+
+
+def model_bytes(n_clusters: int, n_features: int) -> int:
+    """Uncompressed size of a model's arrays, at most: float64 centers and a few float64 values per cluster."""
+    return 8 * int(n_clusters) * (int(n_features) + 4)
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:,.0f} {unit}" if unit == "bytes" else f"{n_bytes:,.1f} {unit}"
+        n_bytes /= 1024
+    return ""
 
 
 class DiskFullError(DaskmeansError, OSError):
