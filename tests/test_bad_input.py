@@ -108,6 +108,8 @@ SPECIFIC_BAD = [
     ("vc-gmm", {"search_size": -4}, r"search_size \(G\) must be >= 1"),
     ("vc-gmm", {"chain_length": -1}, "chain_length must be >= 1"),
     ("vc-gmm", {"chain_length": 2.5}, "chain_length must be an integer"),
+    ("vc-gmm", {"oversampling": 0.5}, "oversampling must be >= 1"),
+    ("vc-gmm", {"oversampling": float("nan")}, "oversampling"),
     ("vc-gmm", {"max_iter": 0}, "max_iter must be >= 1"),
     ("kernel-minibatch", {"tau": 0}, "tau must be >= 1"),
     ("kernel-minibatch", {"tau": -7}, "tau must be >= 1"),

@@ -3,7 +3,9 @@
 ``daskmeans bench WORKLOAD --algorithms vc-gmm`` runs, on the workload's data:
 
 - the reference: scikit-learn ``KMeans(init="k-means++", n_init=1)`` on all rows (in the driver);
-- vc-GMM (:class:`daskmeans.CoresetGaussianMixture`) for several coreset sizes;
+- vc-GMM (:class:`daskmeans.CoresetGaussianMixture`) for several coreset sizes, at its defaults and at its
+  previous defaults (:data:`PREVIOUS_DEFAULTS`: plain AFK-MC2, ``G = 5``), so that a change of defaults is judged
+  in the same run;
 - "LWCS": scikit-learn k-means++ ``KMeans`` on a lightweight coreset (:func:`daskmeans.lightweight_coreset`,
   coreset weights as ``sample_weight``), for a ladder of coreset sizes;
 - "uniform": the same on a uniform sample of rows (with replacement), for a ladder of sample sizes.
@@ -37,6 +39,8 @@ from .common import created, load_average, table_lines, write_report
 
 #: The algorithm name that asks for this study.
 NAME = "vc-gmm"
+#: vc-GMM's parameters before 2026-11-23 (plain AFK-MC2 seeding, 5 neighbour clusters), run beside the defaults.
+PREVIOUS_DEFAULTS = {"search_size": 5, "oversampling": 1.0}
 
 
 def coreset_sizes(n, k):
@@ -68,9 +72,10 @@ def run_reference(X, k, seed):
     return model.cluster_centers_, time.perf_counter() - start, int(model.n_iter_)
 
 
-def run_vc_gmm(array, k, m, seed, client):
-    """vc-GMM with coreset size ``m``; returns the record fields (the fit includes its final labelling pass)."""
-    model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client)
+def run_vc_gmm(array, k, m, seed, client, **params):
+    """vc-GMM with coreset size ``m`` (and ``params``); returns the record fields (the fit includes its final
+    labelling pass)."""
+    model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client, **params)
     start = time.perf_counter()
     model.fit(array)
     seconds = time.perf_counter() - start
@@ -157,6 +162,7 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
 
         for m in sizes:
             add("vc-gmm", m, run_vc_gmm(data.array, k, m, seed, client))
+            add("vc-gmm-previous", m, run_vc_gmm(data.array, k, m, seed, client, **PREVIOUS_DEFAULTS))
         for kind in ("lwcs", "uniform"):
             for m in ladder:
                 add(kind, m, run_baseline(kind, data.array, k, m, seed, client))
@@ -169,7 +175,8 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
 
 
 # -- outputs ------------------------------------------------------------------------------------------------------------
-LABELS = {"k-means++": "k-means++ (all rows)", "vc-gmm": "vc-GMM", "lwcs": "LWCS + k-means++",
+LABELS = {"k-means++": "k-means++ (all rows)", "vc-gmm": "vc-GMM",
+          "vc-gmm-previous": "vc-GMM, previous defaults (G = 5, plain AFK-MC2)", "lwcs": "LWCS + k-means++",
           "uniform": "uniform sample + k-means++"}
 
 
@@ -209,7 +216,27 @@ def markdown_table(record) -> str:
             verdict = "NOT below both baselines at the same time"
         lines.append(f"- vc-GMM, coreset {run['size']:,}: {_percent(run['error'])} at {run['speedup']:.1f}x: "
                      f"{verdict}.")
+    lines += previous_defaults_verdicts(record["runs"])
     return "\n".join(lines) + "\n"
+
+
+def previous_defaults_verdicts(runs) -> list:
+    """One line per coreset size: the defaults against the previous defaults (error, time), and against the
+    previous defaults' error at the same time (the lowest error a previous-defaults run reached in no more
+    time; linear interpolation would flatter neither)."""
+    lines = []
+    previous = [r for r in runs if r["method"] == "vc-gmm-previous"]
+    for run in runs:
+        if run["method"] != "vc-gmm":
+            continue
+        same = [r for r in previous if r["size"] == run["size"] and r["seed"] == run["seed"]]
+        if not same:
+            continue
+        at_same_time = at_time([r for r in previous if r["seed"] == run["seed"]], run["seconds"])
+        lines.append(f"- defaults vs previous defaults, coreset {run['size']:,}: {_percent(run['error'])} in "
+                     f"{run['seconds']:.2f} s against {_percent(same[0]['error'])} in {same[0]['seconds']:.2f} s; "
+                     f"previous defaults' best error in that time: {_percent(at_same_time)}.")
+    return lines
 
 
 def plot(record, path):
@@ -220,7 +247,7 @@ def plot(record, path):
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for method, style in (("vc-gmm", "o-"), ("lwcs", "s--"), ("uniform", "^:")):
+    for method, style in (("vc-gmm", "o-"), ("vc-gmm-previous", "o:"), ("lwcs", "s--"), ("uniform", "^:")):
         runs = sorted((r for r in record["runs"] if r["method"] == method), key=lambda r: r["speedup"])
         if runs:
             axes.plot([r["speedup"] for r in runs], [100 * r["error"] for r in runs], style, label=LABELS[method])

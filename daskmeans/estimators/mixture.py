@@ -68,8 +68,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
     random_exploration : bool, default True
         Search one random cluster more per point and iteration (the paper's ``+1``).
     chain_length : int, default 20
-        Length of AFK-MC2's Markov chains (>= 1). The chains draw ``2 n_components`` candidates, of which weighted
-        greedy k-means++ keeps ``n_components`` (see :func:`daskmeans.algorithms.init.afkmc2_in_memory`).
+        Length of AFK-MC2's Markov chains (>= 1).
+    oversampling : float, default 2.0
+        AFK-MC2's chains draw ``ceil(oversampling * n_components)`` candidates, of which weighted greedy k-means++
+        keeps ``n_components`` (see :func:`daskmeans.algorithms.init.afkmc2_in_memory`); 1 is plain AFK-MC2, which
+        leaves about 10 of 100 well-separated clusters without a mean.
     tol : float, default 1e-4
         Stop when the free energy changes by less than ``tol`` times its absolute value.
     max_iter : int, default 100
@@ -132,8 +135,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
     _n_clusters_parameter = "n_components"
 
     def __init__(self, n_components=8, *, coreset_size="auto", n_truncated=5, search_size=10, random_exploration=True,
-                 chain_length=20, tol=1e-4, max_iter=100, init="afk-mc2", max_time=None, random_state=None,
-                 estep_on="auto", chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+                 chain_length=20, oversampling=2.0, tol=1e-4, max_iter=100, init="afk-mc2", max_time=None,
+                 random_state=None, estep_on="auto", chunk_rows=None, client=None, progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
         self.n_components = n_components
         self.coreset_size = coreset_size
@@ -141,6 +144,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         self.search_size = search_size
         self.random_exploration = random_exploration
         self.chain_length = chain_length
+        self.oversampling = oversampling
         self.tol = tol
         self.max_iter = max_iter
         self.init = init
@@ -175,6 +179,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         "search_size": Integer(1, label="search_size (G)"),
         "random_exploration": Boolean(),
         "chain_length": Integer(1),
+        "oversampling": Real(1.0),
         "tol": Real(0.0),
         "max_iter": Integer(1),
         "estep_on": Options(PLACEMENTS),
@@ -267,7 +272,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         if self.init == "afk-mc2" and in_memory:
             rng = stage_generator(seed, "afk-mc2")
             what = f"The coreset of {points.shape[0]} rows (coreset_size=None uses every row)"
-            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length, what=what), 0)
+            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length,
+                                      oversampling=self.oversampling, what=what), 0)
         if in_memory:
             array = da.from_array(points, chunks=(max(1, points.shape[0]),) + points.shape[1:])
             weights = da.from_array(np.asarray(point_weights, dtype=np.float64), chunks=array.chunks[0])
@@ -275,7 +281,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
             return means.astype(np.float64), 0, 0
         if self.init == "afk-mc2":
             means, spent = afkmc2_distributed(points, k, stage_key(seed, "init"), weights=point_weights,
-                                              chain_length=self.chain_length, client=client)
+                                              chain_length=self.chain_length, oversampling=self.oversampling,
+                                              client=client)
             return means.astype(np.float64), 0, spent
         means, spent = initial_centers(points, k, self.init, stage_key(seed, "init"), weights=point_weights,
                                        client=client)

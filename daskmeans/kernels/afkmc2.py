@@ -21,22 +21,79 @@ import numpy as np
 
 from ..config import RECLUSTER_SLAB_BYTES
 from .distance import pair_dist2
+from .exact_assign import score_error_allowance
+
+
+#: Chains per block: each proposal is measured pair by pair against the centers chosen earlier in its block (on
+#: average half this many), and by the block's GEMM against all the centers chosen before it.
+CHAINS_PER_BLOCK = 32
 
 
 @numba.njit(cache=True, nogil=True)
-def _dist2_to_centers(candidate, centers, n_centers):
-    """Squared distance from one row to the nearest of the first ``n_centers`` centers (float64)."""
-    best = np.inf
-    for j in range(n_centers):
-        value = pair_dist2(candidate, centers[j])
-        if value < best:
-            best = value
-    return best
+def _nearest_by_scores(rows, centers, scores, allowance, out):
+    """Exact squared distance from each row to its nearest center, the centers proposed by GEMM scores.
+
+    ``scores[i, j] = ||c_j||^2 - 2 x_i . c_j`` (float64) for the first ``scores.shape[1]`` centers, each within
+    ``allowance[i]`` of its exact value: every center whose score is within twice that of the row's best score
+    is measured exactly (:func:`~daskmeans.kernels.distance.pair_dist2`), so the minimum is the one that measuring
+    every center would give, to the last bit.
+    """
+    for i in range(rows.shape[0]):
+        best_score = np.inf
+        for j in range(scores.shape[1]):
+            if scores[i, j] < best_score:
+                best_score = scores[i, j]
+        limit = best_score + 2.0 * allowance[i]
+        best = np.inf
+        for j in range(scores.shape[1]):
+            if scores[i, j] <= limit:
+                value = pair_dist2(rows[i], centers[j])
+                if value < best:
+                    best = value
+        out[i] = best
 
 
 @numba.njit(cache=True, nogil=True)
-def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_clusters, chain_length, uniforms):
+def _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
+                known_d2, centers, chosen):
+    """Run the chains ``first_chain .. stop_chain - 1`` (chain ``c`` picks center ``c``).
+
+    ``known_d2[p]`` is the exact squared distance from the block's ``p``-th proposal to its nearest center among
+    the first ``first_chain`` centers; the centers this block chooses are measured here, one pair at a time.
+    """
+    offset = (first_chain - 1) * chain_length
+    for c in range(first_chain, stop_chain):
+        base = (c - 1) * chain_length
+        x = base
+        x_d2 = known_d2[x - offset]
+        for j in range(first_chain, c):
+            x_d2 = min(x_d2, pair_dist2(candidates[x], centers[j]))
+        for step in range(1, chain_length):
+            y = base + step
+            y_d2 = known_d2[y - offset]
+            for j in range(first_chain, c):
+                y_d2 = min(y_d2, pair_dist2(candidates[y], centers[j]))
+            numerator = candidate_weights[y] * y_d2 * candidate_q[x]
+            denominator = candidate_weights[x] * x_d2 * candidate_q[y]
+            # a state on a center (d^2 = 0) has target mass 0: any proposal with mass is taken
+            if denominator <= 0.0 or numerator >= uniforms[y] * denominator:
+                x = y
+                x_d2 = y_d2
+        chosen[c - 1] = x
+        for f in range(centers.shape[1]):
+            centers[c, f] = np.float64(candidates[x, f])
+
+
+def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_clusters, chain_length, uniforms,
+                  block_bytes=RECLUSTER_SLAB_BYTES):
     """Run the ``n_clusters - 1`` Markov chains of AFK-MC2 over pre-drawn proposals.
+
+    Chain ``c`` needs the distance from each of its proposals to the nearest of the ``c`` centers chosen before
+    it. The chains run in blocks of consecutive chains: the distances of a block's proposals to the centers
+    chosen before the block come from one float64 GEMM (scores settled exactly where they cannot decide,
+    :func:`_nearest_by_scores`), the few centers chosen inside the block are measured pair by pair. Every
+    distance is the exact :func:`~daskmeans.kernels.distance.pair_dist2` minimum, so the chains are those of the
+    plain algorithm, decision for decision.
 
     Parameters
     ----------
@@ -53,6 +110,8 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     uniforms : float64 ((n_clusters - 1) * chain_length,)
         Acceptance uniforms in (0, 1), one per proposal (the first of each chain is not used: the chain starts
         there).
+    block_bytes : int
+        Largest score matrix of a block (its proposals against the centers chosen before it).
 
     Returns
     -------
@@ -60,32 +119,35 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     chosen : int64 (n_clusters - 1,)
         Index into ``candidates`` of each center after the first.
     n_distances : int
-        Distance evaluations made (one per candidate and center so far).
+        Distance evaluations of the algorithm (one per proposal and center chosen before its chain).
     """
+    n_clusters, chain_length = int(n_clusters), int(chain_length)
     d = first_center.shape[0]
     centers = np.empty((n_clusters, d), dtype=np.float64)
-    for f in range(d):
-        centers[0, f] = np.float64(first_center[f])
+    centers[0] = np.asarray(first_center, dtype=np.float64)
     chosen = np.empty(n_clusters - 1, dtype=np.int64)
-    n_distances = 0
-    for c in range(1, n_clusters):
-        base = (c - 1) * chain_length
-        x = base
-        x_d2 = _dist2_to_centers(candidates[x], centers, c)
-        n_distances += c
-        for step in range(1, chain_length):
-            y = base + step
-            y_d2 = _dist2_to_centers(candidates[y], centers, c)
-            n_distances += c
-            numerator = candidate_weights[y] * y_d2 * candidate_q[x]
-            denominator = candidate_weights[x] * x_d2 * candidate_q[y]
-            # a state on a center (d^2 = 0) has target mass 0: any proposal with mass is taken
-            if denominator <= 0.0 or numerator >= uniforms[y] * denominator:
-                x = y
-                x_d2 = y_d2
-        chosen[c - 1] = x
-        for f in range(d):
-            centers[c, f] = np.float64(candidates[x, f])
+    center_sq = np.empty(n_clusters, dtype=np.float64)
+    center_sq[0] = float(centers[0] @ centers[0])
+    first_chain = 1
+    while first_chain < n_clusters:
+        rows_fit = max(chain_length, int(block_bytes) // (8 * first_chain))
+        stop_chain = min(n_clusters, first_chain + max(1, min(CHAINS_PER_BLOCK, rows_fit // chain_length)))
+        block = np.ascontiguousarray(candidates[(first_chain - 1) * chain_length:(stop_chain - 1) * chain_length],
+                                     dtype=np.float64)
+        known = centers[:first_chain]
+        scores = block @ known.T
+        scores *= -2.0
+        scores += center_sq[:first_chain]
+        block_sq = np.einsum("ij,ij->i", block, block)
+        allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, np.float64)
+        known_d2 = np.empty(block.shape[0], dtype=np.float64)
+        _nearest_by_scores(block, known, scores, allowance, known_d2)
+        _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
+                    known_d2, centers, chosen)
+        center_sq[first_chain:stop_chain] = np.einsum("ij,ij->i", centers[first_chain:stop_chain],
+                                                      centers[first_chain:stop_chain])
+        first_chain = stop_chain
+    n_distances = chain_length * (n_clusters - 1) * n_clusters // 2
     return centers, chosen, n_distances
 
 

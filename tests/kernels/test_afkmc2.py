@@ -33,9 +33,10 @@ def reference_chains(candidates, weights, q, first, k, chain_length, uniforms):
     return np.array(centers), np.array(chosen)
 
 
+@pytest.mark.parametrize("block_bytes", [1, 2000, 2**23], ids=["one-chain-blocks", "small-blocks", "one-block"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("k,chain_length", [(2, 1), (5, 3), (12, 20)])
-def test_chains_match_numpy(dtype, k, chain_length):
+@pytest.mark.parametrize("k,chain_length", [(2, 1), (5, 3), (12, 20), (60, 7)])
+def test_chains_match_numpy(dtype, k, chain_length, block_bytes):
     rng = np.random.default_rng(k)
     points = rng.normal(size=(400, 6)).astype(dtype)
     weights = rng.uniform(0.1, 3.0, size=400)
@@ -47,13 +48,34 @@ def test_chains_match_numpy(dtype, k, chain_length):
     uniforms = rng.random(proposals.shape[0])
     candidates = np.ascontiguousarray(points[proposals])
     centers, chosen, n_distances = afkmc2_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
-                                                 uniforms)
+                                                 uniforms, block_bytes=block_bytes)
     ref_centers, ref_chosen = reference_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
                                                uniforms)
     np.testing.assert_array_equal(chosen, ref_chosen)
     np.testing.assert_allclose(centers, ref_centers)
     # every proposal is measured against every center chosen before it
     assert n_distances == sum(c * chain_length for c in range(1, k))
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2**23])
+def test_chains_on_integer_data_with_repeated_rows_match_numpy(block_bytes):
+    """Proposals that repeat chosen centers (distance exactly 0) and near ties between centers, as in uint8 SIFT
+    data: the GEMM-proposed distances are settled exactly, so every decision is the plain algorithm's."""
+    rng = np.random.default_rng(5)
+    points = rng.integers(0, 4, size=(300, 16)).astype(np.float32)
+    weights = np.ones(300)
+    first = points[0].astype(np.float64)
+    q = proposal_distribution(points, weights, first)
+    k, chain_length = 40, 10
+    proposals = rng.choice(300, size=(k - 1) * chain_length, p=q)
+    uniforms = rng.random(proposals.shape[0])
+    candidates = np.ascontiguousarray(points[proposals])
+    centers, chosen, _ = afkmc2_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
+                                       uniforms, block_bytes=block_bytes)
+    ref_centers, ref_chosen = reference_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
+                                               uniforms)
+    np.testing.assert_array_equal(chosen, ref_chosen)
+    np.testing.assert_array_equal(centers, ref_centers)
 
 
 def test_a_chain_never_moves_to_a_proposal_of_zero_weight_times_distance():
