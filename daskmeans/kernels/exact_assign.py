@@ -202,7 +202,12 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     columns = slot_center.shape[0]
     # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots score 0 + inf
     slots = np.empty((d + 1, columns), dtype=X.dtype)
-    slots[:d] = np.where(padding[:, None], 0, -2 * centers[np.maximum(slot_center, 0)]).T
+    step = max(1, slab_bytes // max(1, d * X.dtype.itemsize))  # a slab of centers at a time: no k x d temporaries
+    for c0 in range(0, columns, step):
+        part = centers[np.maximum(slot_center[c0:c0 + step], 0)]
+        part *= -2
+        part[padding[c0:c0 + step]] = 0
+        slots[:d, c0:c0 + step] = part.T
     slots[d] = slot_sq
     width = columns // n_groups
     row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
