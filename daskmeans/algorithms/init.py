@@ -1,4 +1,5 @@
-"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, AFK-MC2, random rows, or given centers."""
+"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, AFK-MC2, two-level k-means (large k), random
+rows, or given centers."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from ..passes.sampling import (
 )
 from .sample_kmeans import count_distinct as _count_distinct
 from .sample_kmeans import weighted_kmeans_plusplus, weighted_lloyd
+from .two_level import two_level_centers
 
-INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2")
+INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2", "two-level")
 #: Passes over the data of :func:`afkmc2_distributed` (first center, proposal masses, proposals, their rows).
 AFKMC2_PASSES = 4
 
@@ -301,6 +303,10 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
 
     ``on_progress(passes_done, passes_expected, note)`` follows the seeding's passes (AFK-MC2: once before
     its passes and chains, once after).
+
+    ``"two-level"`` (:func:`daskmeans.algorithms.two_level.two_level_centers`, for large k) takes none of the
+    k-means|| and k-means++ options; when one of its coarse clusters has fewer distinct rows than the fine centers
+    it was given (data with about ``n_clusters`` distinct rows), k-means|| seeds instead, as AFK-MC2 does.
     """
     init = check_init(init, n_clusters, array.shape[1])
     if not isinstance(init, str):
@@ -313,6 +319,16 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
         on_progress(passes, passes)
+        return centers, passes
+    if init == "two-level":
+        centers, passes = two_level_centers(array, n_clusters, seed, weights=weights, client=client,
+                                            on_progress=on_progress)
+        if centers.shape[0] < n_clusters:  # about n_clusters distinct rows: k-means|| looks at every row
+            on_progress(passes, passes + 2 + 2 * rounds, "too few distinct rows in a coarse cluster: k-means||")
+            centers, more = kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
+                                            oversampling_factor=oversampling_factor, client=client)
+            passes += more
+            on_progress(passes, passes)
         return centers, passes
     if init == "k-means++":
         return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,
