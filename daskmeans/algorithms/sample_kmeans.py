@@ -12,6 +12,8 @@ import numpy as np
 
 from ..config import RECLUSTER_SLAB_BYTES
 from ..exceptions import InputDataError
+from ..kernels.assign import nearest_centers
+from ..kernels.stats import cluster_stats
 
 
 def _dist2_to(points, center):
@@ -110,3 +112,33 @@ def weighted_lloyd(points, weights, centers, max_iter=30):
 def count_distinct(rows) -> int:
     """Number of distinct rows of ``rows`` (exact, by sorting)."""
     return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
+
+
+def lloyd(points, centers, max_iter=30):
+    """Unweighted Lloyd iterations on points in memory, by the passes' kernels: exact nearest centers
+    (:func:`daskmeans.kernels.assign.nearest_centers`, GEMM in slabs at large k) and float64 sums in row order
+    (:func:`daskmeans.kernels.stats.cluster_stats`). Stops when no label changes; a center that loses all its
+    points keeps its position.
+
+    Parameters
+    ----------
+    points : ndarray (m, d), float32 or float64
+    centers : ndarray (k, d)
+    max_iter : int
+
+    Returns
+    -------
+    float64 ndarray (k, d)
+    """
+    points = np.ascontiguousarray(points)
+    centers = np.array(centers, dtype=np.float64)
+    labels = None
+    for _ in range(max_iter):
+        new_labels, dist2 = nearest_centers(points, centers)
+        if labels is not None and np.array_equal(new_labels, labels):
+            break
+        labels = new_labels
+        sums, counts, _ = cluster_stats(points, labels, dist2, centers.shape[0])
+        filled = counts > 0
+        centers[filled] = sums[filled] / counts[filled, None]
+    return centers

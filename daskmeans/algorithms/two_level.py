@@ -21,7 +21,7 @@ from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.sampling import sample_without_replacement_graph
 from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph
-from .sample_kmeans import count_distinct, weighted_kmeans_plusplus, weighted_lloyd
+from .sample_kmeans import count_distinct, lloyd, weighted_kmeans_plusplus
 
 #: Passes over the data of :func:`two_level_centers` (coarse sample, rows per coarse cluster, fine samples).
 TWO_LEVEL_PASSES = 3
@@ -60,7 +60,8 @@ def check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter):
 
 
 def sample_kmeans(points, n_clusters, rng, n_iter=TWO_LEVEL_LLOYD_ITER):
-    """k-means on points in memory: greedy k-means++, then up to ``n_iter`` Lloyd iterations.
+    """k-means on points in memory: greedy k-means++, then up to ``n_iter`` Lloyd iterations
+    (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`).
 
     Parameters
     ----------
@@ -78,11 +79,8 @@ def sample_kmeans(points, n_clusters, rng, n_iter=TWO_LEVEL_LLOYD_ITER):
     points = np.asarray(points)
     if count_distinct(points) <= n_clusters:
         return np.unique(points, axis=0)
-    ones = np.ones(points.shape[0])
-    centers = weighted_kmeans_plusplus(points, ones, n_clusters, rng)
-    if n_iter:
-        centers = weighted_lloyd(points, ones, centers, max_iter=n_iter)
-    return centers.astype(points.dtype)
+    centers = weighted_kmeans_plusplus(points, np.ones(points.shape[0]), n_clusters, rng)
+    return lloyd(points, centers, max_iter=n_iter).astype(points.dtype)
 
 
 def _quotas(n_clusters, mass, low, high):

@@ -24,6 +24,7 @@ from daskmeans.algorithms.two_level import (
     split_centers,
     two_level_centers,
 )
+from daskmeans.algorithms.sample_kmeans import lloyd
 from daskmeans.config import RECLUSTER_SLAB_BYTES
 from daskmeans.passes.two_level import bottom_per_cluster
 from daskmeans.registry import make_estimator
@@ -121,6 +122,21 @@ def test_fine_batches_bound_the_merge_tasks():
     assert fine_batches(caps, 10).tolist() == [0, -1, 1, 2, 3]
     batch_of = fine_batches(np.ones(5000, dtype=np.int64), 10**5)  # 12,500 groups of blocks: one batch
     assert set(batch_of.tolist()) == {0}
+
+
+def test_lloyd_by_the_pass_kernels_matches_numpy():
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(3000, 5))
+    start = points[rng.choice(3000, 40, replace=False)]
+    reference = start.copy()
+    for _ in range(3):
+        labels = np.argmin(((points[:, None, :] - reference[None]) ** 2).sum(-1), axis=1)
+        counts = np.bincount(labels, minlength=40)
+        sums = np.zeros_like(reference)
+        np.add.at(sums, labels, points)
+        reference[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    np.testing.assert_allclose(lloyd(points, start, max_iter=3), reference, rtol=1e-12, atol=1e-12)
+    assert lloyd(points.astype(np.float32), start, max_iter=0).dtype == np.float64
 
 
 def test_two_level_is_one_of_the_init_methods():
