@@ -20,7 +20,7 @@ from ..engine.graph import task
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.sampling import sample_without_replacement_graph
-from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph
+from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph, sample_thresholds
 from .sample_kmeans import count_distinct, lloyd, weighted_kmeans_plusplus
 
 #: Passes over the data of :func:`two_level_centers` (coarse sample, rows per coarse cluster, fine samples).
@@ -187,8 +187,9 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
     2. One pass counts the rows (and their weight) nearest to each coarse center; :func:`split_centers` splits
        ``n_clusters`` among the coarse clusters in proportion to their weight, each non-empty one at least one
        center, none more than its rows.
-    3. One pass draws a sample of every coarse cluster, at most ``points_per_center`` rows per fine center it
-       was given (all its rows when it has fewer); a task per coarse cluster (or per batch of them, for very many
+    3. One pass draws a sample of every coarse cluster, ``points_per_center`` rows per fine center it was given
+       (all its rows when it has fewer; each block sends on only about its share of that,
+       :func:`~daskmeans.passes.two_level.sample_thresholds`); a task per coarse cluster (or per batch of them, for very many
        blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations) on the workers where the sample
        lies, and returns its fine centers. They are concatenated in coarse-cluster order.
 
@@ -199,10 +200,10 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
 
     Memory: the driver holds ``O(n_clusters * d)`` for the centers, the coarse sample with its float64 copy
     (``points_per_center * n_coarse * d`` values: with the defaults ``256 sqrt(k) d``), k-means++'s ``n_trials x
-    sample`` distances, Lloyd's distance slabs (at most three of ``RECLUSTER_SLAB_BYTES``, 24 MiB, whatever k), a
-    few numbers per coarse cluster, and the graph of the fine pass (one task per block, batch and group of
-    blocks); nothing of size ``n`` or ``n_clusters ** 2``. Measured under tracemalloc at k = 4096, d = 4
-    (tests/algorithms/test_two_level.py): 26 MiB, the Lloyd slabs included. A worker's fine task holds
+    sample`` distances, Lloyd's assignment (in slabs of ``ASSIGN_SLAB_BYTES``), a few numbers per coarse cluster,
+    and the graph of the fine pass (one task per block, batch and group of blocks); nothing of size ``n`` or
+    ``n_clusters ** 2``. Measured under tracemalloc at k = 4096, d = 4 (tests/algorithms/test_two_level.py):
+    about 6 MiB, against a stated bound of 16 MiB plus 64 bytes per center value. A worker's fine task holds
     its batch's samples (``points_per_center`` rows per fine center) and the k-means temporaries for them.
 
     Parameters
@@ -263,8 +264,9 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
     batch_of = fine_batches(caps, array.numblocks[0])
     on_progress(2, TWO_LEVEL_PASSES, f"fine k-means: {n_clusters} centers in {int((fine_k > 0).sum())} coarse "
                                      "clusters on the workers")
-    samples = cluster_samples_graphs(array, coarse, caps, batch_of, stage_key(seed, "two-level", "fine-sample"),
-                                     weights)
+    thresholds = sample_thresholds(caps, counts[0], counts[1], weights is not None)
+    samples = cluster_samples_graphs(array, coarse, caps, thresholds, batch_of,
+                                     stage_key(seed, "two-level", "fine-sample"), weights)
     members = [np.flatnonzero(batch_of == b) for b in range(len(samples))]
     name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, n_iter)}"
     fine = [task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(n_iter))

@@ -67,11 +67,29 @@ def bottom_per_cluster(labels, keys, index, caps):
     return order[rank < caps[sorted_labels]]
 
 
-def _cluster_sample_block(block, offset, weights, coarse, caps, key, batch_of, n_batches):
+def sample_thresholds(caps, rows, mass, weighted: bool):
+    """The largest random key a row of each coarse cluster may have to be a candidate for its sample.
+
+    About ``caps + 4 sqrt(caps) + 16`` rows of a cluster have a key below it (uniform keys: that many over its
+    rows; Efraimidis-Spirakis keys: that many over its weight, fewer with very unequal weights), so the blocks
+    send on only about that many candidates per cluster, not all their rows, and the sample is nearly always its
+    ``caps`` smallest keys; ``inf`` where the sample is all the cluster's rows, ``-inf`` where it is none.
+    """
+    caps = np.asarray(caps, dtype=np.float64)
+    size = np.asarray(mass if weighted else rows, dtype=np.float64)
+    target = caps + 4.0 * np.sqrt(caps) + 16.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        thresholds = target / size
+    thresholds = np.where(caps >= np.asarray(rows), np.inf, thresholds)
+    return np.where(caps > 0, thresholds, -np.inf)
+
+
+def _cluster_sample_block(block, offset, weights, coarse, caps, thresholds, key, batch_of, n_batches):
     """This block's candidates for every coarse cluster's sample, split by batch of coarse clusters."""
     block = np.asarray(block)  # as stored: only the kept rows are converted
     labels = _coarse_labels(block, coarse)
     keys = sample_keys(key, offset, block.shape[0], weights)
+    keys = np.where(keys <= thresholds[labels], keys, np.inf)  # inf: never kept
     index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
     kept = bottom_per_cluster(labels, keys, index, caps)
     rows = converted_rows(block, kept)
@@ -99,11 +117,14 @@ def _merge_next(parts):
     return _merge_samples(parts, parts[0][4])
 
 
-def cluster_samples_graphs(array, coarse, caps, batch_of, key, weights=None):
+def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weights=None):
     """Delayed samples of every coarse cluster, one per batch of coarse clusters, in one pass over the data.
 
     Coarse cluster ``c`` gets its ``caps[c]`` rows of smallest random key (uniform without weights,
-    weight-proportional without replacement with them): all its rows of positive weight when it has no more.
+    weight-proportional without replacement with them) among those of key at most ``thresholds[c]``
+    (:func:`sample_thresholds`): all its rows of positive weight when it has no more than ``caps[c]``, otherwise
+    nearly always ``caps[c]`` rows. Which rows depends on the rows, their keys and the thresholds only, not on the
+    chunking.
 
     Parameters
     ----------
@@ -111,6 +132,8 @@ def cluster_samples_graphs(array, coarse, caps, batch_of, key, weights=None):
     coarse : ndarray (k_coarse, d)
     caps : int ndarray (k_coarse,)
         Rows to sample in each coarse cluster.
+    thresholds : float ndarray (k_coarse,)
+        Largest key of a candidate row in each coarse cluster.
     batch_of : int ndarray (k_coarse,)
         The batch of each coarse cluster, ``0 .. n_batches - 1`` (any value for clusters of cap 0).
     key : int
@@ -121,7 +144,7 @@ def cluster_samples_graphs(array, coarse, caps, batch_of, key, weights=None):
     -------
     list of Delayed, one per batch
         Each ``(labels, keys, row_indices, rows, caps)``: the batch's samples sorted by ``(label, key, index)``.
-        A worker holds each block's candidates (at most ``sum(caps)`` rows, fewer than the block) until the
+        A worker holds each block's candidates (about the block's share of ``sum(caps)`` rows) until the
         batches' merges have read them.
     """
     coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
@@ -130,9 +153,10 @@ def cluster_samples_graphs(array, coarse, caps, batch_of, key, weights=None):
     n_batches = int(batch_of.max()) + 1 if len(batch_of) else 0
     caps_node = shared(caps, "two-level-caps")
     block_parts = map_blocks_delayed(_cluster_sample_block, "two-level-sample", block_args(array, weights),
-                                     shared(coarse, "coarse-centers"), caps_node, int(key),
+                                     shared(coarse, "coarse-centers"), caps_node,
+                                     shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"), int(key),
                                      shared(batch_of, "two-level-batches"), n_batches)
-    token = tokenize(block_parts, caps, batch_of)
+    token = tokenize(block_parts, caps, thresholds, batch_of)
     batches = []
     for b in range(n_batches):
         name = f"daskmeans-two-level-merge-{token}-{b}"
