@@ -98,6 +98,15 @@ AFKMC2_CHAIN_LENGTH = 20
 AFKMC2_OVERSAMPLING = 2.0
 #: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).
 RECLUSTER_SLAB_BYTES = 8 * 2**20
+#: ``init="two-level"``: rows sampled per center for each k-means on a sample (the coarse level on the driver, each
+#: fine problem on a worker), as faiss's ``max_points_per_centroid``.
+TWO_LEVEL_POINTS_PER_CENTER = 256
+#: ``init="two-level"``: most Lloyd iterations of each k-means on a sample, after its k-means++ seeding (faiss's
+#: default; with 10, a coarse level left one of 64 blobs without a center in 12 seeds, with 25 none in 40).
+TWO_LEVEL_LLOYD_ITER = 25
+#: ``init="two-level"``: most first-level merge tasks of the fine samples' pass (batches of coarse clusters times
+#: groups of ``SPLIT_EVERY`` blocks); more coarse clusters than that allows are batched together.
+TWO_LEVEL_MAX_MERGE_TASKS = 2**14
 #: VRKM: the epoch's sample streams in at least this many segments (the unit in which candidate lists are remade).
 MIN_SEGMENTS = 8
 #: VRKM: remake the candidate lists once a step needs this many times more distances than a list holds.

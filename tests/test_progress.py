@@ -110,7 +110,8 @@ def test_results_do_not_depend_on_progress(data):
     np.testing.assert_array_equal(quiet.cluster_centers_, shown.cluster_centers_)
 
 
-@pytest.mark.parametrize("init, expected", [("k-means||", 12), ("k-means++", 1), ("random", 1), ("afk-mc2", 4)])
+@pytest.mark.parametrize("init, expected", [("k-means||", 12), ("k-means++", 1), ("random", 1), ("afk-mc2", 4),
+                                             ("two-level", 3)])
 def test_seeding_reports_its_passes(data, init, expected):
     import dask.array as da
 

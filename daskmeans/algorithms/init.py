@@ -1,4 +1,5 @@
-"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, AFK-MC2, random rows, or given centers."""
+"""Seeding shared by every algorithm: k-means||, k-means++ on a sample, AFK-MC2, two-level k-means (large k), random
+rows, or given centers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..config import AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, RECLUSTER_SLAB_BYTES
+from ..config import AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
@@ -19,107 +20,13 @@ from ..passes.sampling import (
     sample_without_replacement_graph,
     weighted_indices_with_replacement_graph,
 )
+from .sample_kmeans import count_distinct as _count_distinct
+from .sample_kmeans import weighted_kmeans_plusplus, weighted_lloyd
+from .two_level import two_level_centers
 
-INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2")
+INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2", "two-level")
 #: Passes over the data of :func:`afkmc2_distributed` (first center, proposal masses, proposals, their rows).
 AFKMC2_PASSES = 4
-
-
-def _dist2_to(points, center):
-    diff = points - center
-    return np.einsum("ij,ij->i", diff, diff)
-
-
-def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=None, what="The data"):
-    """Greedy k-means++ (Arthur & Vassilvitskii) on weighted points, in float64 on the driver.
-
-    Parameters
-    ----------
-    points : ndarray (m, d)
-    weights : ndarray (m,)
-        Non-negative; a point of weight w counts as w copies.
-    n_clusters : int
-    rng : numpy.random.Generator
-    n_local_trials : int, optional
-        Candidates tried per center; default ``2 + floor(log k)`` as in scikit-learn.
-    what : str
-        What ``points`` are, for the message (``"The data"``, ``"A sample of 10000 rows"``).
-
-    Returns
-    -------
-    ndarray (n_clusters, d)
-        With exactly ``n_clusters`` distinct points of positive weight, every one of them.
-
-    Raises
-    ------
-    InputDataError
-        Fewer distinct points (of positive weight) than ``n_clusters``.
-    """
-    points = np.asarray(points, dtype=np.float64)
-    weights = np.asarray(weights, dtype=np.float64)
-    # counted exactly: the expanded distances below leave rounding residues where a point lies on a center
-    distinct = np.unique(points[weights > 0], axis=0)
-    if distinct.shape[0] <= n_clusters:
-        if distinct.shape[0] == n_clusters:
-            return distinct
-        raise InputDataError(
-            f"{what} has only {distinct.shape[0]} distinct row(s) (with positive weight) but n_clusters="
-            f"{n_clusters}; lower n_clusters or remove duplicate rows."
-        )
-    m = points.shape[0]
-    if n_local_trials is None:
-        n_local_trials = 2 + int(math.log(n_clusters))
-    centers = np.empty((n_clusters, points.shape[1]))
-    first = rng.choice(m, p=weights / weights.sum())
-    centers[0] = points[first]
-    closest = _dist2_to(points, centers[0])
-    points_sq = np.einsum("ij,ij->i", points, points)
-    for c in range(1, n_clusters):
-        cumulative = np.cumsum(weights * closest)
-        targets = rng.random(n_local_trials) * cumulative[-1]
-        trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
-        trial_points = points[trials]
-        d2 = points_sq[None, :] - 2.0 * trial_points @ points.T + points_sq[trials][:, None]
-        np.maximum(d2, 0.0, out=d2)
-        np.minimum(d2, closest[None, :], out=d2)
-        potentials = d2 @ weights
-        best = int(np.argmin(potentials))
-        centers[c] = points[trials[best]]
-        closest = d2[best]
-    return centers
-
-
-def weighted_lloyd(points, weights, centers, max_iter=30):
-    """Lloyd iterations on a small weighted point set on the driver (reclustering of k-means|| candidates).
-
-    A center that loses all its points keeps its position.
-    """
-    points = np.asarray(points, dtype=np.float64)
-    centers = np.array(centers, dtype=np.float64)
-    points_sq = np.einsum("ij,ij->i", points, points)
-    # the (points x centers) distances in slabs of rows: about 10 k candidates x k centers would be O(k^2)
-    slab_rows = max(1, RECLUSTER_SLAB_BYTES // (8 * centers.shape[0]))
-    labels = None
-    for _ in range(max_iter):
-        centers_sq = np.einsum("ij,ij->i", centers, centers)[None, :]
-        new_labels = np.empty(points.shape[0], dtype=np.intp)
-        for r0 in range(0, points.shape[0], slab_rows):
-            r1 = min(points.shape[0], r0 + slab_rows)
-            d2 = points_sq[r0:r1, None] - 2.0 * points[r0:r1] @ centers.T + centers_sq
-            new_labels[r0:r1] = np.argmin(d2, axis=1)
-        if labels is not None and np.array_equal(new_labels, labels):
-            break
-        labels = new_labels
-        totals = np.bincount(labels, weights=weights, minlength=centers.shape[0])
-        sums = np.zeros_like(centers)
-        np.add.at(sums, labels, weights[:, None] * points)
-        filled = totals > 0
-        centers[filled] = sums[filled] / totals[filled, None]
-    return centers
-
-
-def _count_distinct(rows) -> int:
-    return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
 
 
 def _no_progress(done, total, note=None):
@@ -396,6 +303,10 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
 
     ``on_progress(passes_done, passes_expected, note)`` follows the seeding's passes (AFK-MC2: once before
     its passes and chains, once after).
+
+    ``"two-level"`` (:func:`daskmeans.algorithms.two_level.two_level_centers`, for large k) takes none of the
+    k-means|| and k-means++ options; when one of its coarse clusters has fewer distinct rows than the fine centers
+    it was given (data with about ``n_clusters`` distinct rows), k-means|| seeds instead, as AFK-MC2 does.
     """
     init = check_init(init, n_clusters, array.shape[1])
     if not isinstance(init, str):
@@ -408,6 +319,16 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
         on_progress(passes, passes)
+        return centers, passes
+    if init == "two-level":
+        centers, passes = two_level_centers(array, n_clusters, seed, weights=weights, client=client,
+                                            on_progress=on_progress)
+        if centers.shape[0] < n_clusters:  # about n_clusters distinct rows: k-means|| looks at every row
+            on_progress(passes, passes + 2 + 2 * rounds, "too few distinct rows in a coarse cluster: k-means||")
+            centers, more = kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
+                                            oversampling_factor=oversampling_factor, client=client)
+            passes += more
+            on_progress(passes, passes)
         return centers, passes
     if init == "k-means++":
         return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,

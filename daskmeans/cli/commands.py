@@ -94,7 +94,7 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
               help="Number of clusters.")
 @click.option("--array", metavar="NAME", help="Array inside a Zarr group (its path: X, or sub/X in a subgroup) or .npz file.")
 @click.option("--algorithm", type=click.Choice(algorithm_names()), default="kmeans", show_default=True)
-@click.option("--init", metavar="METHOD", help="Seeding: k-means|| (default), k-means++, afk-mc2, random.")
+@click.option("--init", metavar="METHOD", help="Seeding: k-means|| (default), k-means++, afk-mc2, two-level (large k), random.")
 @click.option("--max-iter", type=click.IntRange(min=1),
               help="Most iterations (epochs for vrkm/vrkm++; default: the algorithm's).")
 @click.option("--max-time", type=click.FloatRange(min=0, min_open=True), help="Wall-clock budget in seconds.")

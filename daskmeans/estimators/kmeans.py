@@ -42,9 +42,11 @@ class KMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
         Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, AFK-MC2 (Bachem et al.)
-        Markov chains, random distinct rows, or given centers.
+        Markov chains, two-level k-means (about sqrt(k) coarse clusters, each split into fine centers by a
+        k-means on the workers; for large k, where k-means|| and k-means++ take O(k^2) time on the driver), random
+        distinct rows, or given centers.
     algorithm : {"auto", "lloyd", "elkan", "yinyang", "hamerly"}, default "auto"
         The same iterates either way (exact labels every iteration, the same centers to the last bit); only the
         time differs. ``"lloyd"`` computes every distance every iteration and keeps nothing between iterations.

@@ -32,7 +32,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     initial_batch_size : int, optional
         First batch size; default ``max(5000, 10 * n_clusters)`` (capped at the number of samples).
     rho : float, default 1.0
@@ -195,7 +195,7 @@ class MiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     batch_size : int, default 1024
     learning_rate : {"sklearn", "beta"}, default "sklearn"
         ``"sklearn"``: ``1 / v(j)`` per sample, so each center is the mean of every sample ever assigned to

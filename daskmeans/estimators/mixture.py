@@ -77,7 +77,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         Stop when the free energy changes by less than ``tol`` times its absolute value.
     max_iter : int, default 100
         EM iterations at most.
-    init : {"afk-mc2", "k-means||", "k-means++", "random"} or ndarray (n_components, n_features), default "afk-mc2"
+    init : {"afk-mc2", "k-means||", "k-means++", "two-level", "random"} or ndarray (n_components, n_features), default "afk-mc2"
         Seeding of the means, made on the coreset (AFK-MC2 runs its chains on the driver), or given means.
     max_time : float, optional
         Wall-clock budget in seconds for the EM iterations (the coreset and the final pass always run).

@@ -63,7 +63,7 @@ class VRKMeans(ClusteringEstimator):
     max_epochs : int, default 100
     tol : float, default 1e-4
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes.
-    init : {"k-means||", "k-means++", "afk-mc2", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     max_time : float, optional
         Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
     random_state : int, numpy Generator or None

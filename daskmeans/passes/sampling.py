@@ -19,15 +19,23 @@ def _sort_keys(keys, index):
     return np.lexsort((index, keys))
 
 
+def sample_keys(key: int, offset: int, count: int, weights=None) -> np.ndarray:
+    """The random sort keys of rows ``offset .. offset + count - 1``: the ``m`` smallest are a sample of ``m`` rows.
+
+    Uniform numbers without weights; with weights, Efraimidis-Spirakis keys ``-log(u) / w`` (a weight-proportional
+    sample without replacement), ``inf`` for rows of weight 0 (never sampled).
+    """
+    u = row_uniforms(key, offset, count)
+    if weights is None:
+        return u
+    w = np.asarray(weights, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.where(w > 0, -np.log(u) / np.where(w > 0, w, 1.0), np.inf)
+
+
 def _bottom_block(block, offset, weights, key, m):
     block = np.asarray(block)  # as stored: only the chosen rows are converted
-    u = row_uniforms(key, offset, block.shape[0])
-    if weights is None:
-        keys = u
-    else:
-        w = np.asarray(weights, dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            keys = np.where(w > 0, -np.log(u) / np.where(w > 0, w, 1.0), np.inf)
+    keys = sample_keys(key, offset, block.shape[0], weights)
     index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
     order = _sort_keys(keys, index)[:m]
     order = order[np.isfinite(keys[order])]

@@ -24,7 +24,7 @@ def same_rows(centers, rows, atol=0.0):
     return sorted(nearest) == list(range(len(rows))) and distance.min(axis=1).max() <= atol
 
 
-@pytest.mark.parametrize("init", ["afk-mc2", "k-means||"])
+@pytest.mark.parametrize("init", ["afk-mc2", "k-means||", "two-level"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kmeans_with_exactly_k_distinct_rows_makes_every_row_a_center(seed, init):
     model = KMeans(12, init=init, random_state=seed, max_iter=3).fit(X)

@@ -18,7 +18,7 @@ def _match_centers(found, truth):
     return np.sqrt(d2.min(1)).max()
 
 
-@pytest.mark.parametrize("init", ["k-means||", "k-means++", "random"])
+@pytest.mark.parametrize("init", ["k-means||", "k-means++", "two-level", "random"])
 def test_finds_the_true_centers_of_separated_blobs(init):
     X, labels, centers = make_blobs(n=3000, d=4, k=5, seed=1)
     model = KMeans(5, init=init, n_init=3 if init == "random" else 1, random_state=0).fit(X)
@@ -143,7 +143,7 @@ def test_xarray_labels_keep_the_sample_coordinate():
     assert int(labels.sample[0]) == 1000
 
 
-@pytest.mark.parametrize("init", ["k-means||", "k-means++", "random"])
+@pytest.mark.parametrize("init", ["k-means||", "k-means++", "two-level", "random"])
 def test_fewer_distinct_rows_than_clusters(init):
     X = np.repeat(np.array([[1.0, 2.0], [3.0, 4.0]]), 50, axis=0)
     with pytest.raises(InputDataError, match="only 2 distinct row"):

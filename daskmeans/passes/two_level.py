@@ -1,0 +1,166 @@
+"""The passes of the two-level seeding (:mod:`daskmeans.algorithms.two_level`): rows per coarse cluster, then a
+bounded random sample of every coarse cluster, delivered per batch of coarse clusters to the tasks that use it.
+
+Every row's coarse cluster is its exact nearest coarse center (:func:`daskmeans.kernels.assign.nearest_centers`)
+and its random key comes from its global index (:func:`daskmeans.passes.sampling.sample_keys`), so the counts and
+the samples do not depend on chunking, worker count or scheduler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dask.base import tokenize
+
+from ..config import SPLIT_EVERY
+from ..engine.graph import block_args, map_blocks_delayed, shared, task, tree_reduce
+from ..engine.slabs import converted_rows, slabs
+from ..kernels.assign import nearest_centers
+from .sampling import sample_keys
+
+
+def _coarse_labels(block, coarse):
+    """The coarse cluster of every row of a stored block, slab by slab."""
+    parts = [nearest_centers(rows, coarse)[0] for _, rows, _ in slabs(block)]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _coarse_counts_block(block, offset, weights, coarse):
+    labels = _coarse_labels(block, coarse)
+    k = coarse.shape[0]
+    if weights is None:
+        rows = np.bincount(labels, minlength=k).astype(np.int64)
+        return rows, rows.astype(np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    return np.bincount(labels[w > 0], minlength=k).astype(np.int64), np.bincount(labels, weights=w, minlength=k)
+
+
+def _sum_counts(parts):
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def coarse_counts_graph(array, coarse, weights=None):
+    """Delayed ``(rows, mass)`` per coarse cluster: its rows of positive weight (int64) and their total weight.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    coarse : ndarray (k_coarse, d)
+        The coarse centers.
+    weights : dask.array.Array (n,), optional
+        Without weights the mass is the number of rows.
+    """
+    coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
+    parts = map_blocks_delayed(_coarse_counts_block, "two-level-counts", block_args(array, weights),
+                               shared(coarse, "coarse-centers"))
+    return tree_reduce(parts, _sum_counts, "two-level-counts")
+
+
+def bottom_per_cluster(labels, keys, index, caps):
+    """Positions of the rows kept: per cluster ``c``, its ``caps[c]`` rows of smallest ``(key, index)``.
+
+    Rows of infinite key (weight 0) are never kept. The positions come sorted by ``(label, key, index)``.
+    """
+    finite = np.flatnonzero(np.isfinite(keys))
+    order = finite[np.lexsort((index[finite], keys[finite], labels[finite]))]
+    sorted_labels = labels[order]
+    rank = np.arange(len(order)) - np.searchsorted(sorted_labels, sorted_labels, side="left")
+    return order[rank < caps[sorted_labels]]
+
+
+def sample_thresholds(caps, rows, mass, weighted: bool):
+    """The largest random key a row of each coarse cluster may have to be a candidate for its sample.
+
+    About ``caps + 4 sqrt(caps) + 16`` rows of a cluster have a key below it (uniform keys: that many over its
+    rows; Efraimidis-Spirakis keys: that many over its weight, fewer with very unequal weights), so the blocks
+    send on only about that many candidates per cluster, not all their rows, and the sample is nearly always its
+    ``caps`` smallest keys; ``inf`` where the sample is all the cluster's rows, ``-inf`` where it is none.
+    """
+    caps = np.asarray(caps, dtype=np.float64)
+    size = np.asarray(mass if weighted else rows, dtype=np.float64)
+    target = caps + 4.0 * np.sqrt(caps) + 16.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        thresholds = target / size
+    thresholds = np.where(caps >= np.asarray(rows), np.inf, thresholds)
+    return np.where(caps > 0, thresholds, -np.inf)
+
+
+def _cluster_sample_block(block, offset, weights, coarse, caps, thresholds, key, batch_of, n_batches):
+    """This block's candidates for every coarse cluster's sample, split by batch of coarse clusters."""
+    block = np.asarray(block)  # as stored: only the kept rows are converted
+    labels = _coarse_labels(block, coarse)
+    keys = sample_keys(key, offset, block.shape[0], weights)
+    keys = np.where(keys <= thresholds[labels], keys, np.inf)  # inf: never kept
+    index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
+    kept = bottom_per_cluster(labels, keys, index, caps)
+    rows = converted_rows(block, kept)
+    labels, keys, index = labels[kept], keys[kept], index[kept]
+    batch = batch_of[labels]
+    out = []
+    for b in range(n_batches):
+        mine = np.flatnonzero(batch == b)
+        out.append((labels[mine], keys[mine], index[mine], rows[mine]))
+    return out
+
+
+def _merge_samples(parts, caps):
+    labels, keys, index, rows = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    kept = bottom_per_cluster(labels, keys, index, caps)
+    return labels[kept], keys[kept], index[kept], rows[kept], caps
+
+
+def _merge_first(block_parts, batch, caps):
+    """The first level of a batch's merge: that batch's part of a few blocks' candidates."""
+    return _merge_samples([p[batch] for p in block_parts], caps)
+
+
+def _merge_next(parts):
+    return _merge_samples(parts, parts[0][4])
+
+
+def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weights=None):
+    """Delayed samples of every coarse cluster, one per batch of coarse clusters, in one pass over the data.
+
+    Coarse cluster ``c`` gets its ``caps[c]`` rows of smallest random key (uniform without weights,
+    weight-proportional without replacement with them) among those of key at most ``thresholds[c]``
+    (:func:`sample_thresholds`): all its rows of positive weight when it has no more than ``caps[c]``, otherwise
+    nearly always ``caps[c]`` rows. Which rows depends on the rows, their keys and the thresholds only, not on the
+    chunking.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    coarse : ndarray (k_coarse, d)
+    caps : int ndarray (k_coarse,)
+        Rows to sample in each coarse cluster.
+    thresholds : float ndarray (k_coarse,)
+        Largest key of a candidate row in each coarse cluster.
+    batch_of : int ndarray (k_coarse,)
+        The batch of each coarse cluster, ``0 .. n_batches - 1`` (any value for clusters of cap 0).
+    key : int
+        The stage key of the random keys (:func:`daskmeans.engine.random.stage_key`).
+    weights : dask.array.Array (n,), optional
+
+    Returns
+    -------
+    list of Delayed, one per batch
+        Each ``(labels, keys, row_indices, rows, caps)``: the batch's samples sorted by ``(label, key, index)``.
+        A worker holds each block's candidates (about the block's share of ``sum(caps)`` rows) until the
+        batches' merges have read them.
+    """
+    coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
+    caps = np.asarray(caps, dtype=np.int64)
+    batch_of = np.asarray(batch_of, dtype=np.int64)
+    n_batches = int(batch_of.max()) + 1 if len(batch_of) else 0
+    caps_node = shared(caps, "two-level-caps")
+    block_parts = map_blocks_delayed(_cluster_sample_block, "two-level-sample", block_args(array, weights),
+                                     shared(coarse, "coarse-centers"), caps_node,
+                                     shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"), int(key),
+                                     shared(batch_of, "two-level-batches"), n_batches)
+    token = tokenize(block_parts, caps, thresholds, batch_of)
+    batches = []
+    for b in range(n_batches):
+        name = f"daskmeans-two-level-merge-{token}-{b}"
+        first = [task((name, j // SPLIT_EVERY), _merge_first, block_parts[j:j + SPLIT_EVERY], b, caps_node)
+                 for j in range(0, len(block_parts), SPLIT_EVERY)]
+        batches.append(first[0] if len(first) == 1 else tree_reduce(first, _merge_next, f"two-level-merge-{b}"))
+    return batches
