@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from ..config import RECLUSTER_SLAB_BYTES
+from .assign import nearest_centers
 from .distance import pair_dist2
 from .exact_assign import score_error_allowance
 
@@ -191,14 +192,11 @@ def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
     candidates = np.asarray(candidates, dtype=np.float64)
     _, first_of = np.unique(candidates, axis=0, return_index=True)
     distinct = candidates[np.sort(first_of)]  # in the order the chains chose them
-    rows = np.asarray(rows, dtype=np.float64)
+    rows = np.asarray(rows)
+    # the exact nearest candidate (GEMM in the data's precision, settled exactly; float32 for small integers)
+    compute = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float32
+    nearest, _ = nearest_centers(np.ascontiguousarray(rows, dtype=compute), distinct.astype(compute))
     row_weights, row_q = np.asarray(row_weights, dtype=np.float64), np.asarray(row_q, dtype=np.float64)
-    distinct_sq = np.einsum("ij,ij->i", distinct, distinct)
-    nearest = np.empty(rows.shape[0], dtype=np.intp)
-    slab_rows = max(1, RECLUSTER_SLAB_BYTES // (8 * distinct.shape[0]))
-    for r0 in range(0, rows.shape[0], slab_rows):
-        block = rows[r0:r0 + slab_rows]
-        nearest[r0:r0 + slab_rows] = np.argmin(distinct_sq[None, :] - 2.0 * block @ distinct.T, axis=1)
     mass = np.bincount(nearest, weights=row_weights / row_q, minlength=distinct.shape[0])
     # a candidate that is a proposal has its own row (distance 0); the first center may be none: the least mass
     mass = np.where(mass > 0, mass, mass[mass > 0].min())
