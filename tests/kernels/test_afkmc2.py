@@ -33,6 +33,16 @@ def reference_chains(candidates, weights, q, first, k, chain_length, uniforms):
     return np.array(centers), np.array(chosen)
 
 
+def chains_against_reference(points, weights, first, k, chain_length, rng, block_bytes):
+    """The kernel's chains and the plain transcription's over the same draws: ``(kernel, reference)`` results."""
+    q = proposal_distribution(points, weights, first)
+    proposals = rng.choice(points.shape[0], size=(k - 1) * chain_length, p=q)
+    uniforms = rng.random(proposals.shape[0])
+    candidates = np.ascontiguousarray(points[proposals])
+    args = (candidates, weights[proposals], q[proposals], first, k, chain_length, uniforms)
+    return afkmc2_chains(*args, block_bytes=block_bytes), reference_chains(*args)
+
+
 @pytest.mark.parametrize("block_bytes", [1, 2000, 2**23], ids=["one-chain-blocks", "small-blocks", "one-block"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("k,chain_length", [(2, 1), (5, 3), (12, 20), (60, 7)])
@@ -44,13 +54,8 @@ def test_chains_match_numpy(dtype, k, chain_length, block_bytes):
     q = proposal_distribution(points, weights, first)
     np.testing.assert_allclose(q, reference_proposal(points, weights, first), rtol=1e-12)
     assert q.sum() == pytest.approx(1.0)
-    proposals = rng.choice(400, size=(k - 1) * chain_length, p=q)
-    uniforms = rng.random(proposals.shape[0])
-    candidates = np.ascontiguousarray(points[proposals])
-    centers, chosen, n_distances = afkmc2_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
-                                                 uniforms, block_bytes=block_bytes)
-    ref_centers, ref_chosen = reference_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
-                                               uniforms)
+    (centers, chosen, n_distances), (ref_centers, ref_chosen) = chains_against_reference(
+        points, weights, first, k, chain_length, rng, block_bytes)
     np.testing.assert_array_equal(chosen, ref_chosen)
     np.testing.assert_allclose(centers, ref_centers)
     # every proposal is measured against every center chosen before it
@@ -63,17 +68,8 @@ def test_chains_on_integer_data_with_repeated_rows_match_numpy(block_bytes):
     data: the GEMM-proposed distances are settled exactly, so every decision is the plain algorithm's."""
     rng = np.random.default_rng(5)
     points = rng.integers(0, 4, size=(300, 16)).astype(np.float32)
-    weights = np.ones(300)
-    first = points[0].astype(np.float64)
-    q = proposal_distribution(points, weights, first)
-    k, chain_length = 40, 10
-    proposals = rng.choice(300, size=(k - 1) * chain_length, p=q)
-    uniforms = rng.random(proposals.shape[0])
-    candidates = np.ascontiguousarray(points[proposals])
-    centers, chosen, _ = afkmc2_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
-                                       uniforms, block_bytes=block_bytes)
-    ref_centers, ref_chosen = reference_chains(candidates, weights[proposals], q[proposals], first, k, chain_length,
-                                               uniforms)
+    (centers, chosen, _), (ref_centers, ref_chosen) = chains_against_reference(
+        points, np.ones(300), points[0].astype(np.float64), 40, 10, rng, block_bytes)
     np.testing.assert_array_equal(chosen, ref_chosen)
     np.testing.assert_array_equal(centers, ref_centers)
 
