@@ -69,7 +69,8 @@ def _warm_random(dtype):
 
 
 def _warm_afkmc2(dtype):
-    """The AFK-MC2 Markov chains (float64 weights, proposals and uniforms; rows of the data's dtype)."""
+    """The AFK-MC2 Markov chains, their GEMM-proposed distances settled exactly and the chains' steps (float64
+    weights, proposals and uniforms; rows of the data's dtype)."""
     block = _tiny_block(dtype)
     ones = np.ones(block.shape[0])
     afkmc2_chains(block, ones, ones / block.shape[0], block[0].astype(np.float64), 3, 4, np.full(block.shape[0], 0.5))
@@ -119,7 +120,8 @@ def _dispatchers():
         "kernels.exact_assign.row_sq_norms": exact_assign.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,
-        "kernels.afkmc2.afkmc2_chains": afkmc2.afkmc2_chains,
+        "kernels.afkmc2._nearest_by_scores": afkmc2._nearest_by_scores,
+        "kernels.afkmc2._run_chains": afkmc2._run_chains,
         "kernels.truncated_em.random_truncation": truncated_em.random_truncation,
         "kernels.truncated_em.truncated_estep": truncated_em.truncated_estep,
         "kernels.truncated_em.update_neighbours": truncated_em.update_neighbours,
