@@ -196,16 +196,24 @@ def compute_now(*objects, client=None):
     if client is None:
         return dask.compute(*objects)
     if objects and all(isinstance(o, Delayed) for o in objects):
-        # daskmeans' own task graphs (daskmeans.engine.graph): submitted as they are, without the collection
-        # optimizations of Client.compute, whose cost exceeds the scheduler's round trip on small passes
-        keys = [o.key for o in objects]
-        graph = convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))))
-        # reading a block and working on it stay one task, as Client.compute's optimization makes them: the block
-        # is then never a result held (and counted, and spilled) in worker memory
-        graph = fuse_linear_task_spec(cull(graph, keys), keys)
-        return tuple(client.get(graph, keys, sync=True))
+        return tuple(client.get(*_own_graph(objects), sync=True))
     futures = client.compute(list(objects))
     return tuple(client.gather(futures))
+
+
+def _own_graph(objects):
+    """The graph and keys of daskmeans' own task graphs (:mod:`daskmeans.engine.graph`), ready to submit.
+
+    They are submitted as they are, without the collection optimizations of ``Client.compute`` (whose cost
+    exceeds the scheduler's round trip on small passes), culled, and fused along linear chains: reading a block
+    and working on it stay one task, so the block is never a result held (and counted, and spilled) in worker
+    memory. Every submission of daskmeans goes this one way, so a block's key gets the same task in each: a key
+    the scheduler still remembers from the last pass, given another task by the next one, is what Dask warns
+    about as "different `run_spec`" (and may then run the old one).
+    """
+    keys = [o.key for o in objects]
+    graph = convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))))
+    return fuse_linear_task_spec(cull(graph, keys), keys), keys
 
 
 def persist_now(*objects, client=None):
@@ -214,6 +222,9 @@ def persist_now(*objects, client=None):
         client = resolve_client(None)
     if client is None:
         return dask.persist(*objects)
+    if objects and all(isinstance(o, Delayed) for o in objects):
+        futures = client.get(*_own_graph(objects), sync=False)
+        return tuple(Delayed(future.key, {future.key: future}) for future in futures)
     return tuple(client.persist(list(objects)))
 
 
