@@ -209,7 +209,11 @@ def test_ctrl_c_during_a_fit_on_local_worker_processes(tmp_path, long_data):
         "k-means iterations")
     os.killpg(fit.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground process group
     start = time.monotonic()
-    fit.wait(60)
+    try:
+        fit.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(fit.pid, signal.SIGKILL)
+        raise AssertionError(f"the fit still ran 60 s after Ctrl-C; its stderr:\n{stderr()[-5000:]}") from None
     seconds = time.monotonic() - start
     assert_one_line(fit.returncode, stderr(), "interrupted", status=130)
     assert seconds < 30, f"took {seconds:.0f} s to stop"
