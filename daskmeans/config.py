@@ -96,6 +96,9 @@ AFKMC2_CHAIN_LENGTH = 20
 #: them, each weighted by the chains' proposals nearest to it (D^2 sampling alone leaves about 10 of 100
 #: well-separated clusters without a center).
 AFKMC2_OVERSAMPLING = 2.0
+#: Largest matrix of the squared distances between AFK-MC2's candidates (bytes): up to this size (4,096
+#: candidates), weighted greedy k-means++ on them computes it once by GEMM and then only looks distances up.
+GREEDY_DISTANCE_MATRIX_BYTES = 128 * 2**20
 #: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).
 RECLUSTER_SLAB_BYTES = 8 * 2**20
 #: ``init="two-level"``: rows sampled per center for each k-means on a sample (the coarse level on the driver, each

@@ -70,10 +70,11 @@ def _warm_random(dtype):
 
 def _warm_afkmc2(dtype):
     """The AFK-MC2 Markov chains, their GEMM-proposed distances settled exactly and the chains' steps (float64
-    weights, proposals and uniforms; rows of the data's dtype)."""
+    weights, proposals and uniforms; rows of the data's dtype), and the greedy k-means++ that keeps the centers."""
     block = _tiny_block(dtype)
     ones = np.ones(block.shape[0])
     afkmc2_chains(block, ones, ones / block.shape[0], block[0].astype(np.float64), 3, 4, np.full(block.shape[0], 0.5))
+    afkmc2.greedy_kmeans_plusplus_with_mode(block.astype(np.float64), ones, 2, np.random.default_rng(0), 1)
 
 
 def _warm_truncated_em(dtype):
@@ -122,6 +123,7 @@ def _dispatchers():
         "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2._nearest_by_scores": afkmc2._nearest_by_scores,
         "kernels.afkmc2._run_chains": afkmc2._run_chains,
+        "kernels.afkmc2._greedy_steps": afkmc2._greedy_steps,
         "kernels.truncated_em.random_truncation": truncated_em.random_truncation,
         "kernels.truncated_em.truncated_estep": truncated_em.truncated_estep,
         "kernels.truncated_em.update_neighbours": truncated_em.update_neighbours,

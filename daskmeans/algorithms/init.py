@@ -154,7 +154,8 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset), oversampled.
 
     The chains draw ``ceil(oversampling * n_clusters)`` candidates, of which weighted greedy k-means++ keeps
-    ``n_clusters`` (:func:`daskmeans.kernels.afkmc2.reduce_candidates`), as k-means|| reclusters its
+    ``n_clusters`` (:func:`daskmeans.kernels.afkmc2.reduce_candidates`; each candidate weighted by the points
+    nearest to it, or where the points outnumber the chains' proposals, by the proposals), as k-means|| reclusters its
     oversampled candidates: D^2 sampling alone, which the chains approximate, leaves well-separated clusters
     without a center (about 10 of 100 blobs), and the few uncovered clusters it misses at the end are covered by
     the extra candidates.
@@ -183,7 +184,8 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     centers : ndarray (n_clusters, d), dtype of ``points``
     n_distances : int
         Distance evaluations: one per point for the proposal, one per proposal and candidate so far, then one per
-        proposal and candidate and those of the greedy k-means++ on the candidates.
+        point (or proposal, whichever are fewer) and candidate and those of the greedy k-means++ on the
+        candidates.
 
     Raises
     ------
@@ -205,8 +207,9 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     centers, _, n_distances = afkmc2_chains(rows, weights[proposals], q[proposals], points[first].astype(np.float64),
                                             int(n_candidates), int(chain_length), uniforms)
     if n_candidates > n_clusters and _count_distinct(centers) >= n_clusters:
-        centers, reduce_distances = reduce_candidates(centers, rows, weights[proposals], q[proposals], n_clusters,
-                                                      rng)
+        # the candidates' masses: exact from the points where they are fewer than the proposals
+        mass_rows = (points, weights, np.ones(m)) if m <= n_proposals else (rows, weights[proposals], q[proposals])
+        centers, reduce_distances = reduce_candidates(centers, *mass_rows, n_clusters, rng)
         n_distances += reduce_distances
     if _count_distinct(centers) < n_clusters:
         n_trials = 2 + int(math.log(n_clusters))

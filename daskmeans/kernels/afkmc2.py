@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import RECLUSTER_SLAB_BYTES
+from ..config import GREEDY_DISTANCE_MATRIX_BYTES, RECLUSTER_SLAB_BYTES
 from .assign import nearest_centers
 from .distance import pair_dist2
 from .exact_assign import score_error_allowance
@@ -91,8 +91,9 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
 
     Chain ``c`` needs the distance from each of its proposals to the nearest of the ``c`` centers chosen before
     it. The chains run in blocks of consecutive chains: the distances of a block's proposals to the centers
-    chosen before the block come from one float64 GEMM (scores settled exactly where they cannot decide,
-    :func:`_nearest_by_scores`), the few centers chosen inside the block are measured pair by pair. Every
+    chosen before the block come from one GEMM (scores settled exactly where they cannot decide,
+    :func:`_nearest_by_scores`; float32 where the rows convert to it exactly, :func:`gemm_dtype`), the few
+    centers chosen inside the block are measured pair by pair. Every
     distance is the exact :func:`~daskmeans.kernels.distance.pair_dist2` minimum, so the chains are those of the
     plain algorithm, decision for decision.
 
@@ -129,27 +130,44 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     chosen = np.empty(n_clusters - 1, dtype=np.int64)
     center_sq = np.empty(n_clusters, dtype=np.float64)
     center_sq[0] = float(centers[0] @ centers[0])
+    compute = gemm_dtype(candidates.dtype, first_center)
+    centers_in_compute = np.empty((n_clusters, d), dtype=compute)
+    centers_in_compute[0] = centers[0]
     first_chain = 1
     while first_chain < n_clusters:
         rows_fit = max(chain_length, int(block_bytes) // (8 * first_chain))
         stop_chain = min(n_clusters, first_chain + max(1, min(CHAINS_PER_BLOCK, rows_fit // chain_length)))
         block = np.ascontiguousarray(candidates[(first_chain - 1) * chain_length:(stop_chain - 1) * chain_length],
-                                     dtype=np.float64)
-        known = centers[:first_chain]
-        scores = block @ known.T
+                                     dtype=compute)
+        known = centers_in_compute[:first_chain]
+        scores = (block @ known.T).astype(np.float64, copy=False)
         scores *= -2.0
         scores += center_sq[:first_chain]
-        block_sq = np.einsum("ij,ij->i", block, block)
-        allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, np.float64)
+        block_sq = np.einsum("ij,ij->i", block, block, dtype=np.float64)
+        allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, compute)
         known_d2 = np.empty(block.shape[0], dtype=np.float64)
         _nearest_by_scores(block, known, scores, allowance, known_d2)
         _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
                     known_d2, centers, chosen)
         center_sq[first_chain:stop_chain] = np.einsum("ij,ij->i", centers[first_chain:stop_chain],
                                                       centers[first_chain:stop_chain])
+        centers_in_compute[first_chain:stop_chain] = centers[first_chain:stop_chain]
         first_chain = stop_chain
     n_distances = chain_length * (n_clusters - 1) * n_clusters // 2
     return centers, chosen, n_distances
+
+
+def gemm_dtype(dtype, *vectors):
+    """float32 when rows of ``dtype`` (and the float64 ``vectors``) convert to it exactly, else float64.
+
+    float32 rows and integers of at most 16 bits do; the GEMM then runs at twice the float64 rate, and its
+    larger error is still covered by the allowance of :func:`~daskmeans.kernels.exact_assign.score_error_allowance`
+    before distances are settled exactly.
+    """
+    dtype = np.dtype(dtype)
+    exact = dtype == np.float32 or (dtype.kind in "iub" and dtype.itemsize <= 2)
+    exact = exact and all(np.array_equal(np.asarray(v, dtype=np.float32), v) for v in vectors)
+    return np.dtype(np.float32) if exact else np.dtype(np.float64)
 
 
 def proposal_distribution(points, weights, first_center):
@@ -176,16 +194,18 @@ def proposal_distribution(points, weights, first_center):
 def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
     """Keep ``n_clusters`` of the chains' candidates: ``(centers, distance evaluations)``.
 
-    Each candidate's mass is estimated from the chains' proposals (i.i.d. draws from ``q``, so a row counts
-    ``w / q``) that have it as their nearest candidate; weighted greedy k-means++ on the distinct candidates
-    (:func:`greedy_kmeans_plusplus_with_mode`) then picks ``n_clusters`` of them.
+    Each candidate's mass is the weight of the rows that have it as their nearest candidate, each row counting
+    ``w / q``: the chains' proposals (i.i.d. draws from ``q``) estimate it, all the points (``q = 1``) give it
+    exactly. Weighted greedy k-means++ on the distinct candidates (:func:`greedy_kmeans_plusplus_with_mode`) then
+    picks ``n_clusters`` of them.
 
     Parameters
     ----------
     candidates : ndarray (n_candidates, d)
         The chains' centers, with at least ``n_clusters`` distinct rows.
-    rows, row_weights, row_q : ndarray (n_proposals, d), (n_proposals,), (n_proposals,)
-        The proposals, their weights and their ``q``.
+    rows, row_weights, row_q : ndarray (n_rows, d), (n_rows,), (n_rows,)
+        The rows that measure the masses, their weights and their ``q``: the proposals with theirs, or all the
+        points with ``q = 1``.
     n_clusters : int
     rng : numpy.random.Generator
     """
@@ -206,12 +226,17 @@ def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
     return centers, n_distances
 
 
-def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials):
+def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
+                                     matrix_bytes=GREEDY_DISTANCE_MATRIX_BYTES):
     """Greedy k-means++ on a few weighted points whose trials always include the point of largest ``w d^2``.
 
     With only ``n_trials`` random trials, the last uncovered clusters (small ``w d^2`` mass next to that of the
     many near-copies of chosen centers) are missed with high probability; the mode of ``w d^2`` is such a
     cluster's candidate, and it is kept only if it lowers the weighted potential most, as greedy k-means++ asks.
+
+    The squared distances between the points come from one GEMM (:func:`pairwise_dist2`) when their matrix takes
+    at most ``matrix_bytes``, and the greedy steps then only look them up (:func:`_greedy_steps`); more points
+    than that (k in the tens of thousands) get each step's trial rows from a GEMM of their own.
 
     Parameters
     ----------
@@ -220,26 +245,90 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials)
     weights : float64 (m,)
     n_clusters, n_trials : int
     rng : numpy.random.Generator
+        Draws the first point, then ``n_trials`` uniforms per further center.
+    matrix_bytes : int
 
     Returns
     -------
     float64 (n_clusters, d)
     """
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    m = points.shape[0]
+    first = int(rng.choice(m, p=weights / weights.sum()))
+    uniforms = rng.random((max(n_clusters - 1, 0), n_trials))
+    if 8 * m * m <= matrix_bytes:
+        chosen = np.empty(n_clusters, dtype=np.int64)
+        _greedy_steps(pairwise_dist2(points), weights, first, uniforms, chosen)
+        return points[chosen]
     points_sq = np.einsum("ij,ij->i", points, points)
     centers = np.empty((n_clusters, points.shape[1]))
-    first = int(rng.choice(points.shape[0], p=weights / weights.sum()))
     centers[0] = points[first]
     closest = np.maximum(points_sq - 2.0 * points @ points[first] + points_sq[first], 0.0)
+    closest[first] = 0.0
     for c in range(1, n_clusters):
         target = weights * closest
         cumulative = np.cumsum(target)
-        drawn = np.minimum(np.searchsorted(cumulative, rng.random(n_trials) * cumulative[-1], side="right"),
-                           points.shape[0] - 1)
+        drawn = np.minimum(np.searchsorted(cumulative, uniforms[c - 1] * cumulative[-1], side="right"), m - 1)
         trials = np.append(drawn, np.argmax(target))
         d2 = points_sq[None, :] - 2.0 * points[trials] @ points.T + points_sq[trials][:, None]
         np.maximum(d2, 0.0, out=d2)
+        d2[np.arange(trials.shape[0]), trials] = 0.0
         np.minimum(d2, closest[None, :], out=d2)
         best = int(np.argmin(d2 @ weights))
         centers[c] = points[trials[best]]
         closest = d2[best]
     return centers
+
+
+def pairwise_dist2(points):
+    """Squared distances between all rows of float64 ``points`` by one GEMM (clipped at 0, zero diagonal)."""
+    points_sq = np.einsum("ij,ij->i", points, points)
+    d2 = points @ points.T
+    d2 *= -2.0
+    d2 += points_sq[:, None]
+    d2 += points_sq[None, :]
+    np.maximum(d2, 0.0, out=d2)
+    np.fill_diagonal(d2, 0.0)
+    return d2
+
+
+@numba.njit(cache=True, nogil=True)
+def _greedy_steps(d2, weights, first, uniforms, chosen):
+    """The greedy k-means++ steps of :func:`greedy_kmeans_plusplus_with_mode` on the points' distance matrix.
+
+    ``chosen[0] = first``; step ``c`` tries the points that ``uniforms[c - 1]`` draw from ``w d^2`` (searched in
+    its running sum as ``numpy.searchsorted(..., side="right")``) and then the first point of largest ``w d^2``,
+    and keeps the first trial of least weighted potential.
+    """
+    m = d2.shape[0]
+    closest = d2[first].copy()
+    cumulative = np.empty(m)
+    chosen[0] = first
+    for c in range(1, chosen.shape[0]):
+        total = 0.0
+        mode = 0
+        mode_mass = -1.0
+        for i in range(m):
+            mass = weights[i] * closest[i]
+            total += mass
+            cumulative[i] = total
+            if mass > mode_mass:
+                mode_mass = mass
+                mode = i
+        best = -1
+        best_potential = np.inf
+        for t in range(uniforms.shape[1] + 1):
+            if t < uniforms.shape[1]:
+                trial = min(np.searchsorted(cumulative, uniforms[c - 1, t] * total, side="right"), m - 1)
+            else:
+                trial = mode
+            potential = 0.0
+            for i in range(m):
+                potential += weights[i] * min(d2[trial, i], closest[i])
+            if potential < best_potential:
+                best_potential = potential
+                best = trial
+        chosen[c] = best
+        for i in range(m):
+            closest[i] = min(d2[best, i], closest[i])

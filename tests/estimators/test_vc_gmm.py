@@ -65,7 +65,9 @@ def test_free_energy_never_decreases(n_truncated, search_size, exploration):
     model = CoresetGaussianMixture(30, coreset_size=800, n_truncated=n_truncated, search_size=search_size,
                                    random_exploration=exploration, tol=0.0, max_iter=25, random_state=1).fit(X)
     energies = np.array([r["free_energy"] for r in model.history_])
-    assert len(energies) == 25
+    # tol = 0: it runs all 25 iterations unless it reaches a fixed point (the same free energy twice)
+    assert len(energies) == 25 or (model.stop_reason_ == "converged" and energies[-1] == energies[-2])
+    assert len(energies) >= 5
     assert np.all(np.diff(energies) >= -1e-10 * np.abs(energies[1:])), np.diff(energies).min()
     assert model.lower_bound_ == energies[-1]
 

@@ -5,7 +5,8 @@ import pytest
 
 from daskmeans.algorithms.init import afkmc2_in_memory
 from daskmeans.exceptions import InputDataError, InvalidParameterError
-from daskmeans.kernels.afkmc2 import afkmc2_chains, proposal_distribution
+from daskmeans.kernels.afkmc2 import (afkmc2_chains, gemm_dtype, greedy_kmeans_plusplus_with_mode,
+                                      proposal_distribution)
 
 
 def reference_proposal(points, weights, first):
@@ -82,6 +83,57 @@ def test_a_chain_never_moves_to_a_proposal_of_zero_weight_times_distance():
     candidates = points[[2, 1]]  # start at 5.0, then propose a copy of the first center
     centers, chosen, _ = afkmc2_chains(candidates, weights[[2, 1]], q[[2, 1]], first, 2, 2, np.array([0.5, 1e-9]))
     assert chosen[0] == 0 and centers[1, 0] == 5.0
+
+
+def reference_greedy_with_mode(points, weights, k, rng, n_trials):
+    """Weighted greedy k-means++ whose trials are n_trials D^2 draws plus the point of largest w d^2, plainly."""
+    def d2(a, b):
+        return float(((a - b) ** 2).sum())
+
+    first = int(rng.choice(len(points), p=weights / weights.sum()))
+    chosen = [first]
+    closest = np.array([d2(p, points[first]) for p in points])
+    for _ in range(1, k):
+        mass = weights * closest
+        cumulative = np.cumsum(mass)
+        trials = [min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(points) - 1)
+                  for u in rng.random(n_trials)]
+        trials.append(int(np.argmax(mass)))
+        after = [np.minimum(closest, [d2(p, points[t]) for p in points]) for t in trials]
+        best = int(np.argmin([(weights * a).sum() for a in after]))
+        chosen.append(trials[best])
+        closest = after[best]
+    return points[chosen]
+
+
+@pytest.mark.parametrize("matrix_bytes", [0, 2**27], ids=["gemm-per-step", "distance-matrix"])
+@pytest.mark.parametrize("k,n_trials", [(1, 3), (2, 1), (9, 3), (40, 5)])
+def test_greedy_kmeans_plusplus_with_mode_matches_numpy(k, n_trials, matrix_bytes):
+    rng = np.random.default_rng(k)
+    points = rng.normal(size=(120, 5)) * rng.uniform(0.5, 4.0, size=(120, 1))
+    weights = rng.uniform(0.1, 3.0, size=120)
+    centers = greedy_kmeans_plusplus_with_mode(points, weights, k, np.random.default_rng(7), n_trials,
+                                               matrix_bytes=matrix_bytes)
+    np.testing.assert_array_equal(centers, reference_greedy_with_mode(points, weights, k,
+                                                                      np.random.default_rng(7), n_trials))
+
+
+def test_greedy_with_mode_takes_a_lone_far_point_the_random_trials_miss():
+    """A far point of tiny weight has little w d^2 mass but the largest w d^2: the mode trial keeps it."""
+    points = np.concatenate([np.random.default_rng(0).normal(size=(200, 2)) * 0.01, [[0.0, 100.0]]])
+    weights = np.concatenate([np.full(200, 1.0), [0.0005]])
+    for matrix_bytes in (0, 2**27):
+        centers = greedy_kmeans_plusplus_with_mode(points, weights, 2, np.random.default_rng(1), 1,
+                                                   matrix_bytes=matrix_bytes)
+        assert any(c[1] == 100.0 for c in centers)
+
+
+@pytest.mark.parametrize("dtype,vector,expected", [
+    (np.float32, [0.5], np.float32), (np.uint8, [3.0], np.float32), (np.int16, [-7.0], np.float32),
+    (np.float64, [0.5], np.float64), (np.int32, [3.0], np.float64), (np.float32, [0.1], np.float64),
+])
+def test_chains_gemm_in_float32_only_where_the_rows_convert_exactly(dtype, vector, expected):
+    assert gemm_dtype(dtype, np.array(vector)) == expected
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
