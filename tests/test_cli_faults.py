@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from daskmeans.datasets import make_blobs_zarr
@@ -231,3 +232,62 @@ def group_ends(group: int, within: float) -> bool:
         time.sleep(0.2)
     os.killpg(group, signal.SIGKILL)
     return False
+
+
+#: A command whose clean-up after Ctrl-C never ends (as a cluster close that waits on a worker forever), with a
+#: child process that ignores Ctrl-C (as the cluster's workers do): only the deadline can end it.
+STUCK_AFTER_CTRL_C = """
+import subprocess, sys, time
+from daskmeans.cli import main as command
+from daskmeans.cli.interrupts import interrupts_with_deadline
+
+command.wants_json = "--json" in sys.argv
+with interrupts_with_deadline(command.report_interrupted, grace_seconds=2):
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, "
+                              "signal.SIG_IGN); print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+    child.stdout.readline()
+    print(child.pid, flush=True)
+    try:
+        time.sleep(600)
+    finally:
+        while True:
+            try:
+                time.sleep(600)
+            except KeyboardInterrupt:
+                pass
+"""
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_command_stuck_after_ctrl_c_stops_at_its_deadline_and_takes_its_workers_with_it(as_json):
+    process = subprocess.Popen([sys.executable, "-c", STUCK_AFTER_CTRL_C, *(["--json"] if as_json else [])],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env(),
+                               start_new_session=True)
+    child = int(process.stdout.readline())
+    os.killpg(process.pid, signal.SIGINT)
+    start = time.monotonic()
+    try:
+        stdout, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("the deadline did not end the command") from None
+    assert 1.5 < time.monotonic() - start < 15
+    assert process.returncode == 130, stderr
+    if as_json:
+        error = json.loads(stdout.splitlines()[-1])
+        assert error["type"] == "KeyboardInterrupt" and error["exit_status"] == 130
+        assert "did not close within 2 s" in error["error"]
+    else:
+        assert_one_line(process.returncode, stderr, "interrupted (Ctrl-C)", "did not close within 2 s", status=130)
+    deadline = time.monotonic() + 10
+    while not process_gone(child):
+        assert time.monotonic() < deadline, "the command's child outlived it"
+        time.sleep(0.1)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie nobody reaped counts as ended)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -23,9 +23,8 @@ from .._version import __version__
 from .commands import demo, fit, make_data, predict
 from .common import USER_ERRORS, CommandError, one_line
 from .info import info
+from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTED_MESSAGE, interrupts_with_deadline
 
-#: Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report a process a SIGINT ended.
-INTERRUPTED_EXIT_STATUS = 130
 #: Commands that live in optional modules: name -> (module, attribute). Imported only when used.
 LAZY_COMMANDS = {"bench": ("daskmeans.bench.command", "bench")}
 #: Their one-line help in ``daskmeans --help`` (listing them imports nothing).
@@ -84,7 +83,18 @@ class DaskmeansGroup(click.Group):
     def main(self, args=None, *pargs, **kwargs):
         args = list(sys.argv[1:] if args is None else args)
         self.wants_json = "--json" in args
-        return super().main(args, *pargs, **kwargs)
+        with interrupts_with_deadline(self.report_interrupted):
+            return super().main(args, *pargs, **kwargs)
+
+    def interrupted(self, note=None) -> CommandError:
+        """The error of a command stopped by Ctrl-C (``note``: how it stopped, when not the usual way)."""
+        message = INTERRUPTED_MESSAGE if note is None else f"{INTERRUPTED_MESSAGE[:-1]} ({note})."
+        error = CommandError(message, "KeyboardInterrupt", self.wants_json)
+        error.exit_code = INTERRUPTED_EXIT_STATUS
+        return error
+
+    def report_interrupted(self, note):
+        self.interrupted(note).show()
 
     def list_commands(self, ctx):
         names = set(super().list_commands(ctx))
@@ -127,10 +137,7 @@ class DaskmeansGroup(click.Group):
                 raise
             raise CommandError(one_line(error.format_message()), "UsageError", True) from error
         except KeyboardInterrupt as error:
-            interrupted = CommandError("interrupted (Ctrl-C); the run stopped and wrote no output.",
-                                       "KeyboardInterrupt", self.wants_json)
-            interrupted.exit_code = INTERRUPTED_EXIT_STATUS
-            raise interrupted from error
+            raise self.interrupted() from error
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as error:
