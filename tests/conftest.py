@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -51,3 +52,22 @@ def blobs():
 
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+#: Capabilities that let root write (or read) whatever the permission bits say.
+OVERRIDING_CAPABILITIES = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+PR_CAPBSET_DROP = 24
+
+
+def drop_overriding_capabilities():
+    """``preexec_fn`` (root only): the child and what it runs lose the capabilities that ignore permissions."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in OVERRIDING_CAPABILITIES:
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def permission_bits_apply():
+    """``preexec_fn`` for a subprocess that must obey permission bits: None for a user, or, for root, one that
+    drops the capabilities that override them."""
+    return drop_overriding_capabilities if is_root() else None

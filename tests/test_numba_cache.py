@@ -6,7 +6,6 @@ read-only for it; where that cannot be done the tests are skipped with the reaso
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import stat
@@ -17,12 +16,9 @@ from pathlib import Path
 import pytest
 
 import daskmeans
+from conftest import permission_bits_apply
 
 PACKAGE = Path(daskmeans.__file__).resolve().parent
-#: Capabilities that let root write (or read) whatever the permission bits say.
-OVERRIDING_CAPABILITIES = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
-PR_CAPBSET_DROP = 24
-
 KERNEL_CALL = (
     "import os, numpy as np, daskmeans\n"
     "from daskmeans.kernels.distance import exact_dist2\n"
@@ -30,14 +26,6 @@ KERNEL_CALL = (
     "assert np.allclose(exact_dist2(X, X[:1], np.zeros(3, np.int64)), [0, 8, 32])\n"
     "print(os.environ.get('NUMBA_CACHE_DIR', ''))\n"
 )
-
-
-def _drop_overriding_capabilities():
-    """``preexec_fn`` (root only): the child and what it runs lose the capabilities that ignore permissions."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in OVERRIDING_CAPABILITIES:
-        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
 def make_read_only(path: Path):
@@ -66,7 +54,7 @@ def read_only_install(tmp_path):
     temporary.mkdir(mode=0o700)
     make_read_only(install)
     make_read_only(home)
-    preexec = _drop_overriding_capabilities if os.geteuid() == 0 else None
+    preexec = permission_bits_apply()
     base_env = {key: value for key, value in os.environ.items()
                 if not key.startswith(("NUMBA_", "XDG_", "DASK_")) and key not in ("PYTHONPATH", "HOME", "TMPDIR")}
     base_env.update(HOME=str(home), TMPDIR=str(temporary), PYTHONPATH=str(install), PYTHONDONTWRITEBYTECODE="1")
