@@ -91,9 +91,8 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
 
     Chain ``c`` needs the distance from each of its proposals to the nearest of the ``c`` centers chosen before
     it. The chains run in blocks of consecutive chains: the distances of a block's proposals to the centers
-    chosen before the block come from one GEMM (scores settled exactly where they cannot decide,
-    :func:`_nearest_by_scores`; float32 where the rows convert to it exactly, :func:`gemm_dtype`), the few
-    centers chosen inside the block are measured pair by pair. Every
+    chosen before the block come from one float64 GEMM (scores settled exactly where they cannot decide,
+    :func:`_nearest_by_scores`), the few centers chosen inside the block are measured pair by pair. Every
     distance is the exact :func:`~daskmeans.kernels.distance.pair_dist2` minimum, so the chains are those of the
     plain algorithm, decision for decision.
 
@@ -130,44 +129,27 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     chosen = np.empty(n_clusters - 1, dtype=np.int64)
     center_sq = np.empty(n_clusters, dtype=np.float64)
     center_sq[0] = float(centers[0] @ centers[0])
-    compute = gemm_dtype(candidates.dtype, first_center)
-    centers_in_compute = np.empty((n_clusters, d), dtype=compute)
-    centers_in_compute[0] = centers[0]
     first_chain = 1
     while first_chain < n_clusters:
         rows_fit = max(chain_length, int(block_bytes) // (8 * first_chain))
         stop_chain = min(n_clusters, first_chain + max(1, min(CHAINS_PER_BLOCK, rows_fit // chain_length)))
         block = np.ascontiguousarray(candidates[(first_chain - 1) * chain_length:(stop_chain - 1) * chain_length],
-                                     dtype=compute)
-        known = centers_in_compute[:first_chain]
-        scores = (block @ known.T).astype(np.float64, copy=False)
+                                     dtype=np.float64)
+        known = centers[:first_chain]
+        scores = block @ known.T
         scores *= -2.0
         scores += center_sq[:first_chain]
-        block_sq = np.einsum("ij,ij->i", block, block, dtype=np.float64)
-        allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, compute)
+        block_sq = np.einsum("ij,ij->i", block, block)
+        allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, np.float64)
         known_d2 = np.empty(block.shape[0], dtype=np.float64)
         _nearest_by_scores(block, known, scores, allowance, known_d2)
         _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
                     known_d2, centers, chosen)
         center_sq[first_chain:stop_chain] = np.einsum("ij,ij->i", centers[first_chain:stop_chain],
                                                       centers[first_chain:stop_chain])
-        centers_in_compute[first_chain:stop_chain] = centers[first_chain:stop_chain]
         first_chain = stop_chain
     n_distances = chain_length * (n_clusters - 1) * n_clusters // 2
     return centers, chosen, n_distances
-
-
-def gemm_dtype(dtype, *vectors):
-    """float32 when rows of ``dtype`` (and the float64 ``vectors``) convert to it exactly, else float64.
-
-    float32 rows and integers of at most 16 bits do; the GEMM then runs at twice the float64 rate, and its
-    larger error is still covered by the allowance of :func:`~daskmeans.kernels.exact_assign.score_error_allowance`
-    before distances are settled exactly.
-    """
-    dtype = np.dtype(dtype)
-    exact = dtype == np.float32 or (dtype.kind in "iub" and dtype.itemsize <= 2)
-    exact = exact and all(np.array_equal(np.asarray(v, dtype=np.float32), v) for v in vectors)
-    return np.dtype(np.float32) if exact else np.dtype(np.float64)
 
 
 def proposal_distribution(points, weights, first_center):

@@ -5,8 +5,7 @@ import pytest
 
 from daskmeans.algorithms.init import afkmc2_in_memory
 from daskmeans.exceptions import InputDataError, InvalidParameterError
-from daskmeans.kernels.afkmc2 import (afkmc2_chains, gemm_dtype, greedy_kmeans_plusplus_with_mode,
-                                      proposal_distribution)
+from daskmeans.kernels.afkmc2 import afkmc2_chains, greedy_kmeans_plusplus_with_mode, proposal_distribution
 
 
 def reference_proposal(points, weights, first):
@@ -126,14 +125,6 @@ def test_greedy_with_mode_takes_a_lone_far_point_the_random_trials_miss():
         centers = greedy_kmeans_plusplus_with_mode(points, weights, 2, np.random.default_rng(1), 1,
                                                    matrix_bytes=matrix_bytes)
         assert any(c[1] == 100.0 for c in centers)
-
-
-@pytest.mark.parametrize("dtype,vector,expected", [
-    (np.float32, [0.5], np.float32), (np.uint8, [3.0], np.float32), (np.int16, [-7.0], np.float32),
-    (np.float64, [0.5], np.float64), (np.int32, [3.0], np.float64), (np.float32, [0.1], np.float64),
-])
-def test_chains_gemm_in_float32_only_where_the_rows_convert_exactly(dtype, vector, expected):
-    assert gemm_dtype(dtype, np.array(vector)) == expected
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
