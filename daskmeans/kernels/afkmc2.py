@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from ..config import GREEDY_DISTANCE_MATRIX_BYTES, RECLUSTER_SLAB_BYTES
-from .assign import nearest_centers
+from .assign import all_dist2, nearest_centers
 from .distance import pair_dist2
 from .exact_assign import score_error_allowance
 
@@ -216,7 +216,7 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
     many near-copies of chosen centers) are missed with high probability; the mode of ``w d^2`` is such a
     cluster's candidate, and it is kept only if it lowers the weighted potential most, as greedy k-means++ asks.
 
-    The squared distances between the points come from one GEMM (:func:`pairwise_dist2`) when their matrix takes
+    The squared distances between the points come from one GEMM (:func:`~daskmeans.kernels.assign.all_dist2`) when their matrix takes
     at most ``matrix_bytes``, and the greedy steps then only look them up (:func:`_greedy_steps`); more points
     than that (k in the tens of thousands) get each step's trial rows from a GEMM of their own.
 
@@ -240,8 +240,10 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
     first = int(rng.choice(m, p=weights / weights.sum()))
     uniforms = rng.random((max(n_clusters - 1, 0), n_trials))
     if 8 * m * m <= matrix_bytes:
+        d2 = all_dist2(points, points)
+        np.fill_diagonal(d2, 0.0)
         chosen = np.empty(n_clusters, dtype=np.int64)
-        _greedy_steps(pairwise_dist2(points), weights, first, uniforms, chosen)
+        _greedy_steps(d2, weights, first, uniforms, chosen)
         return points[chosen]
     points_sq = np.einsum("ij,ij->i", points, points)
     centers = np.empty((n_clusters, points.shape[1]))
@@ -261,18 +263,6 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
         centers[c] = points[trials[best]]
         closest = d2[best]
     return centers
-
-
-def pairwise_dist2(points):
-    """Squared distances between all rows of float64 ``points`` by one GEMM (clipped at 0, zero diagonal)."""
-    points_sq = np.einsum("ij,ij->i", points, points)
-    d2 = points @ points.T
-    d2 *= -2.0
-    d2 += points_sq[:, None]
-    d2 += points_sq[None, :]
-    np.maximum(d2, 0.0, out=d2)
-    np.fill_diagonal(d2, 0.0)
-    return d2
 
 
 @numba.njit(cache=True, nogil=True)
