@@ -246,8 +246,8 @@ with interrupts_with_deadline(command.report_interrupted, grace_seconds=2):
     child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, "
                               "signal.SIG_IGN); print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
     child.stdout.readline()
-    print(child.pid, flush=True)
-    try:
+    try:  # the pid is printed inside the try: a Ctrl-C sent once it is read must land in the stuck clean-up
+        print(child.pid, flush=True)
         time.sleep(600)
     finally:
         while True:
@@ -269,8 +269,10 @@ def test_a_command_stuck_after_ctrl_c_stops_at_its_deadline_and_takes_its_worker
     try:
         stdout, stderr = process.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        ended = process.poll()
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError("the deadline did not end the command") from None
+        raise AssertionError("the deadline did not end the command" if ended is None else
+                             f"the command exited ({ended}) but left its child holding its output") from None
     assert 1.5 < time.monotonic() - start < 15
     assert process.returncode == 130, stderr
     if as_json:
