@@ -90,6 +90,23 @@ def test_exact_distance_is_the_documented_float64_sum_bitwise(dtype, d):
     assert exact_dist2(X[:0], C, labels[:0]).shape == (0,)
 
 
+@pytest.mark.parametrize("d", [3, 8, 16, 67, 128])
+def test_exact_distance_is_the_same_sum_for_bytes_and_strided_vectors(d):
+    """Stored descriptors (uint8) and vectors whose elements are not adjacent (a column view) give the documented
+    sum to the last bit, on the vector path and the scalar one alike."""
+    rng = np.random.default_rng(8)
+    X = rng.integers(0, 256, size=(30, d), dtype=np.uint8)
+    C = rng.normal(loc=100, scale=40, size=(3, d))
+    labels = rng.integers(0, 3, size=30)
+    expected = np.array([reference_pair_dist2(X[i], C[labels[i]]) for i in range(30)])
+    np.testing.assert_array_equal(exact_dist2(X, C, labels), expected)
+    np.testing.assert_array_equal(exact_dist2(X, C.astype(np.float32), labels),
+                                  [reference_pair_dist2(X[i], C.astype(np.float32)[labels[i]]) for i in range(30)])
+    strided_X, strided_C = np.asfortranarray(X), np.asfortranarray(C)
+    assert pair_dist2(strided_X[4], strided_C[1]) == reference_pair_dist2(X[4], C[1])
+    assert pair_dist2(X[4], strided_C[1]) == pair_dist2(X[4], C[1])
+
+
 def test_exact_distance_of_one_pair_is_symmetric_and_zero_on_itself():
     rng = np.random.default_rng(7)
     x, c = rng.normal(size=(2, 21))
