@@ -46,6 +46,11 @@ ASSIGN_SLAB_BYTES = 8 * 2**20
 ASSIGN_TILE_BYTES = 2**20
 #: ... but at least this many rows per GEMM (at large k a tile of a few rows runs far below the BLAS rate).
 ASSIGN_MIN_TILE_ROWS = 64
+#: ... and with one group of at least four times this many centers, scores are computed this many centers at a
+#: time (a tile of all k centers' scores would hold too few rows for the BLAS rate) ...
+ASSIGN_COLUMN_BLOCK = 2048
+#: ... in tiles of about this many bytes of scores.
+ASSIGN_BLOCKED_TILE_BYTES = 4 * 2**20
 #: Kernel centers: bytes of one slab of kernel values (rows x support rows) held at once.
 KERNEL_CENTERS_SLAB_BYTES = 32 * 2**20
 #: VRKM inner loop: steps over which it measures its cost per step (``InnerLoop.run(max_cost=...)``).

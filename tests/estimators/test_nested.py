@@ -126,6 +126,27 @@ def test_full_assignment_in_small_slabs_matches(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scheme", ["hamerly", "none"])
+def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dtype, scheme, monkeypatch):
+    """Many centers in one group are scored a block of centers at a time (here blocks of 16, so that 100
+    centers take that path): the same labels, exact distances and bounds as scoring all of them at once, near
+    ties (a duplicate center, rows on centers) and tiles smaller than the data included."""
+    X, C = tied_problem(dtype, n=900, d=9, k=100, seed=3)
+    groups = groups_for(C, scheme, 1)
+    whole = ka.assign_with_bounds(X, C, groups, column_blocks=False)
+    monkeypatch.setattr(ka, "ASSIGN_COLUMN_BLOCK", 16)
+    for slab_bytes in (ka.ASSIGN_SLAB_BYTES, 16 * X.dtype.itemsize * 50):  # one tile; tiles of 50 rows
+        blocks = ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes)
+        for a, b in zip(whole, blocks):
+            np.testing.assert_array_equal(a, b)
+    ref_labels, ref_d2, D = ref_assign(X, C)
+    np.testing.assert_array_equal(blocks[0], ref_labels)
+    np.testing.assert_array_equal(blocks[1], exact_dist2(X, C, ref_labels))
+    assert blocks[3] > 0  # the near ties were settled by exact distances
+    assert np.all(blocks[2] <= ref_group_minima(D, ref_labels, groups))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 @pytest.mark.parametrize("move", [0.02, 0.5, 3.0])
 def test_revisit_gives_exact_labels_and_valid_bounds_after_centers_move(dtype, scheme, n_groups, move):
