@@ -46,8 +46,8 @@ ASSIGN_SLAB_BYTES = 8 * 2**20
 ASSIGN_TILE_BYTES = 2**20
 #: ... but at least this many rows per GEMM (at large k a tile of a few rows runs far below the BLAS rate).
 ASSIGN_MIN_TILE_ROWS = 64
-#: ... and with one group of at least four times this many centers, scores are computed this many centers at a
-#: time (a tile of all k centers' scores would hold too few rows for the BLAS rate) ...
+#: ... and with at least four times this many centers, scores are computed about this many centers (whole slots
+#: of the groups) at a time (a tile of all k centers' scores would hold too few rows for the BLAS rate) ...
 ASSIGN_COLUMN_BLOCK = 2048
 #: ... in tiles of about this many bytes of scores.
 ASSIGN_BLOCKED_TILE_BYTES = 4 * 2**20

@@ -136,9 +136,10 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_seco
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_two_best(X, centers, best_col, best, second, slot_center, x_sq, allowance, labels, dist2, lower,
-                     near_ties):
-    """:func:`_finish_slab` for one group from each row's best score, its column and the second best score.
+def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, other_second, slot_center, n_groups,
+                           x_sq, allowance, labels, dist2, lower, near_ties):
+    """:func:`_finish_slab` from each row's best score and its column, the minimum score per group, the second
+    smallest score of the best group (``own_second``) and the smallest score outside it (``other_second``).
 
     Rows whose two best scores are within twice the proven GEMM error are not settled here: their positions go
     to ``near_ties`` (the count is returned), for the caller to settle from all their scores.
@@ -146,39 +147,65 @@ def _finish_two_best(X, centers, best_col, best, second, slot_center, x_sq, allo
     with_bounds = lower.shape[1] > 0
     n_ties = 0
     for i in range(best_col.shape[0]):
-        if second[i] - best[i] <= 2.0 * allowance[i]:
+        if min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i]:
             near_ties[n_ties] = i
             n_ties += 1
             continue
-        label = slot_center[best_col[i]]
+        col = best_col[i]
+        label = slot_center[col]
         labels[i] = label
         dist2[i] = pair_dist2(X[i], centers[label])
-        if with_bounds:
-            offset = x_sq[i] - allowance[i]
-            lower[i, 0] = _store_lower(math.sqrt(max(np.float64(second[i]) + offset, 0.0)))
+        if not with_bounds:
+            continue
+        offset = x_sq[i] - allowance[i]
+        for g in range(n_groups):
+            lower[i, g] = _store_lower(math.sqrt(max(np.float64(group_min[i, g]) + offset, 0.0)))
+        lower[i, col % n_groups] = _store_lower(math.sqrt(max(np.float64(own_second[i]) + offset, 0.0)))
     return n_ties
 
 
-def _two_best_by_column_blocks(tile, slots, buffer, first_column):
-    """Best score, its column and the second best score of every row of ``tile @ slots``, computed one block of
-    ``buffer.shape[1]`` columns at a time (the same values as over the whole row; first column on ties)."""
-    rows = np.arange(tile.shape[0])
-    best = np.full(tile.shape[0], np.inf, dtype=slots.dtype)
-    second = np.full(tile.shape[0], np.inf, dtype=slots.dtype)
-    best_col = np.zeros(tile.shape[0], dtype=np.int64)
+def _best_by_slot_blocks(tile, slots, n_groups, buffer, scratch):
+    """The scores' summary that :func:`_finish_best_of_groups` takes, for every row of ``tile @ slots``, computed
+    one block of ``buffer.shape[1]`` columns (whole slots) at a time: the same values as over the whole row
+    (first column on ties).
+
+    Returns
+    -------
+    best_col, best, group_min, own_second, other_second
+    """
+    n_rows = tile.shape[0]
+    rows = np.arange(n_rows)
+    best = np.full(n_rows, np.inf, dtype=slots.dtype)
+    best_col = np.zeros(n_rows, dtype=np.int64)
+    if n_groups == 1:
+        second = np.full(n_rows, np.inf, dtype=slots.dtype)
+    else:
+        group_min = np.full((n_rows, n_groups), np.inf, dtype=slots.dtype)
+        group_second = np.full((n_rows, n_groups), np.inf, dtype=slots.dtype)
+        larger = scratch[:n_rows]
     columns = slots.shape[1]
     for c0 in range(0, columns, buffer.shape[1]):
         c1 = min(columns, c0 + buffer.shape[1])
-        scores = buffer[: tile.shape[0], : c1 - c0]
+        scores = buffer[:n_rows, : c1 - c0]
         np.matmul(tile, slots[:, c0:c1], out=scores)
         block_col = scores.argmin(axis=1)
         block_best = scores[rows, block_col]
-        block_second = _second_smallest(scores, rows, block_col)
         better = block_best < best
-        second = np.where(better, np.minimum(best, block_second), np.minimum(second, block_best))
-        best_col = np.where(better, block_col + (first_column + c0), best_col)
+        if n_groups == 1:
+            block_second = _second_smallest(scores, rows, block_col)
+            second = np.where(better, np.minimum(best, block_second), np.minimum(second, block_best))
+        else:
+            for t0 in range(0, c1 - c0, n_groups):  # one slot: one center of every group
+                slot_scores = scores[:, t0:t0 + n_groups]
+                np.maximum(group_min, slot_scores, out=larger)
+                np.minimum(group_second, larger, out=group_second)
+                np.minimum(group_min, slot_scores, out=group_min)
+        best_col = np.where(better, block_col + c0, best_col)
         best = np.where(better, block_best, best)
-    return best_col, best, second
+    if n_groups == 1:
+        return best_col, best, best[:, None], second, np.full(n_rows, np.inf, dtype=slots.dtype)
+    best_group = best_col % n_groups
+    return best_col, best, group_min, group_second[rows, best_group], _second_smallest(group_min, rows, best_group)
 
 
 def _second_smallest(values, rows, best):
@@ -220,8 +247,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     with_bounds : bool
         False skips the bounds (``lower`` is then ``(n, 0)``).
     column_blocks : bool
-        With one group of at least ``4 * ASSIGN_COLUMN_BLOCK`` centers, score them a block of centers at a time
-        (:func:`_assign_by_column_blocks`); False scores all centers of a tile of rows at once.
+        With at least ``4 * ASSIGN_COLUMN_BLOCK`` slots of centers (and no more groups than ``ASSIGN_COLUMN_BLOCK``),
+        score them a block of slots at a time (:func:`_assign_by_column_blocks`); False scores all the slots of a
+        tile of rows at once.
 
     Returns
     -------
@@ -259,7 +287,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         part[padding[c0:c0 + step]] = 0
         slots[:d, c0:c0 + step] = part.T
     slots[d] = slot_sq
-    if column_blocks and n_groups == 1 and columns >= 4 * ASSIGN_COLUMN_BLOCK:
+    if column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK:
         rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
                                              lower)
         return labels, dist2, lower, rechecked
@@ -307,19 +335,21 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
 
 
 def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2, lower):
-    """:func:`assign_with_bounds` for one group of many centers: tiles of rows against blocks of
-    ``ASSIGN_COLUMN_BLOCK`` centers at a time, keeping each row's two best scores.
+    """:func:`assign_with_bounds` for many centers: tiles of rows against blocks of about ``ASSIGN_COLUMN_BLOCK``
+    centers (whole slots) at a time, keeping each row's best score, its group minima and second best scores.
 
     At large k a tile of all the centers' scores holds only a few rows within the tile size, and a GEMM of few
     rows runs far below the BLAS rate (k = 16,384: 64 rows reach about 60% of the rate of 1,024 rows); blocks of
     centers keep both the rows per GEMM and the scores held at once in bounds. The rare rows whose two best scores
-    cannot decide are settled from all their scores (:func:`_assign_tiles` on those rows alone). The labels and the
-    winners' distances are the same as on that path; the bounds are bounds all the same.
+    cannot decide are settled from all their scores (:func:`_assign_tiles` on those rows alone). Labels, the
+    winners' distances and the bounds are those of :func:`_assign_tiles`.
     """
     n, d = X.shape
-    block = min(ASSIGN_COLUMN_BLOCK, slots.shape[1])
+    n_groups = groups.n_groups
+    block = max(1, ASSIGN_COLUMN_BLOCK // n_groups) * n_groups
     row_step = score_rows(n, block, X.dtype.itemsize, slab_bytes, tile_bytes=ASSIGN_BLOCKED_TILE_BYTES)
     buffer = np.empty((row_step, block), dtype=X.dtype)
+    scratch = np.empty((row_step, n_groups), dtype=X.dtype)
     augmented = np.ones((row_step, d + 1), dtype=X.dtype)
     near_ties = np.empty(row_step, dtype=np.int64)
     tied = []
@@ -327,18 +357,18 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
         r1 = min(n, r0 + row_step)
         tile = augmented[: r1 - r0]
         tile[:, :d] = X[r0:r1]
-        best_col, best, second = _two_best_by_column_blocks(tile, slots, buffer, 0)
-        n_ties = _finish_two_best(X[r0:r1], centers, best_col, best, second, groups.slot_center, x_sq[r0:r1],
-                                  allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
+        summary = _best_by_slot_blocks(tile, slots, n_groups, buffer, scratch)
+        n_ties = _finish_best_of_groups(X[r0:r1], centers, *summary, groups.slot_center, n_groups, x_sq[r0:r1],
+                                        allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
         tied.append(r0 + near_ties[:n_ties])
-    del buffer, augmented
+    del buffer, scratch, augmented
     tied = np.concatenate(tied)
     if tied.shape[0] == 0:
         return 0
     tie_labels = np.empty(tied.shape[0], dtype=labels.dtype)
     tie_dist2 = np.empty(tied.shape[0], dtype=dist2.dtype)
     tie_lower = np.empty((tied.shape[0], lower.shape[1]), dtype=lower.dtype)
-    rechecked = _assign_tiles(X[tied], centers, slots, groups.slot_center, 1, x_sq[tied], allowance[tied], slab_bytes,
-                              tie_labels, tie_dist2, tie_lower)
+    rechecked = _assign_tiles(X[tied], centers, slots, groups.slot_center, n_groups, x_sq[tied], allowance[tied],
+                              slab_bytes, tie_labels, tie_dist2, tie_lower)
     labels[tied], dist2[tied], lower[tied] = tie_labels, tie_dist2, tie_lower
     return rechecked

@@ -126,13 +126,14 @@ def test_full_assignment_in_small_slabs_matches(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("scheme", ["hamerly", "none"])
-def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dtype, scheme, monkeypatch):
-    """Many centers in one group are scored a block of centers at a time (here blocks of 16, so that 100
-    centers take that path): the same labels, exact distances and bounds as scoring all of them at once, near
-    ties (a duplicate center, rows on centers) and tiles smaller than the data included."""
+@pytest.mark.parametrize("scheme, n_groups", [("hamerly", 1), ("none", 1), ("yinyang", 5), ("yinyang", 7)])
+def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dtype, scheme, n_groups, monkeypatch):
+    """Many centers are scored a block of centers (whole slots of the groups) at a time (here blocks of about 16,
+    so that 100 centers take that path): the same labels, exact distances and bounds as scoring all of them at
+    once, near ties (a duplicate center, rows on centers), groups of unequal sizes (7) and tiles smaller than the
+    data included."""
     X, C = tied_problem(dtype, n=900, d=9, k=100, seed=3)
-    groups = groups_for(C, scheme, 1)
+    groups = groups_for(C, scheme, n_groups)
     whole = ka.assign_with_bounds(X, C, groups, column_blocks=False)
     monkeypatch.setattr(ka, "ASSIGN_COLUMN_BLOCK", 16)
     for slab_bytes in (ka.ASSIGN_SLAB_BYTES, 16 * X.dtype.itemsize * 50):  # one tile; tiles of 50 rows
