@@ -79,6 +79,19 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
 
 
+def principal_axis(centered):
+    """Unit direction of largest variance of the rows of ``centered`` (mean zero), its largest component positive.
+
+    From the eigenvectors of the ``d x d`` scatter matrix when there are at least ``d`` rows (one GEMM: at
+    k = 16,384 centers in 128 dimensions the groups took 2.4 s by SVD of the rows), else from the SVD of the rows.
+    """
+    if centered.shape[0] >= centered.shape[1]:
+        direction = np.linalg.eigh(centered.T @ centered)[1][:, -1]
+    else:
+        direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+    return direction if direction[np.argmax(np.abs(direction))] >= 0 else -direction
+
+
 def _bisect(points, index, n_groups, group_of, next_group):
     """Split ``index`` into ``n_groups`` groups of nearly equal size by halving along the principal axis."""
     if n_groups == 1:
@@ -86,7 +99,7 @@ def _bisect(points, index, n_groups, group_of, next_group):
         return next_group + 1
     part = points[index]
     centered = part - part.mean(axis=0)
-    direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+    direction = principal_axis(centered)
     order = np.argsort(centered @ direction, kind="stable")
     first = n_groups // 2
     cut = int(round(len(index) * first / n_groups))

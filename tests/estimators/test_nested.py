@@ -125,6 +125,21 @@ def test_full_assignment_in_small_slabs_matches(dtype):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("n_rows, d", [(500, 12), (6, 12)])
+def test_principal_axis_is_the_first_right_singular_vector(n_rows, d):
+    """The yinyang groups' splitting direction: the SVD's first right singular vector (NumPy), up to its sign,
+    which is fixed (largest component positive); by the scatter matrix with more rows than features, by SVD
+    with fewer."""
+    rng = np.random.default_rng(9)
+    points = rng.standard_normal((n_rows, d)) * np.linspace(1, 4, d)
+    centered = points - points.mean(axis=0)
+    axis = nested_groups.principal_axis(centered)
+    reference = np.linalg.svd(centered, full_matrices=False)[2][0]
+    reference = reference if reference[np.argmax(np.abs(reference))] >= 0 else -reference
+    np.testing.assert_allclose(axis, reference, atol=1e-8)
+    assert axis[np.argmax(np.abs(axis))] > 0
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("scheme, n_groups", [("hamerly", 1), ("none", 1), ("yinyang", 5), ("yinyang", 7)])
 def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dtype, scheme, n_groups, monkeypatch):
