@@ -164,7 +164,7 @@ def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, ot
     return n_ties
 
 
-def _best_by_slot_blocks(tile, slots, n_groups, buffer, scratch):
+def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch):
     """The scores' summary that :func:`_finish_best_of_groups` takes, for every row of ``tile @ slots``, computed
     one block of ``buffer.shape[1]`` columns (whole slots) at a time: the same values as over the whole row
     (first column on ties).
@@ -188,6 +188,7 @@ def _best_by_slot_blocks(tile, slots, n_groups, buffer, scratch):
         c1 = min(columns, c0 + buffer.shape[1])
         scores = buffer[:n_rows, : c1 - c0]
         np.matmul(tile, slots[:, c0:c1], out=scores)
+        scores[:, padding_columns[(padding_columns >= c0) & (padding_columns < c1)] - c0] = np.inf
         block_col = scores.argmin(axis=1)
         block_best = scores[rows, block_col]
         better = block_best < best
@@ -236,6 +237,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     position are plain vectorized NumPy reductions of the GEMM's output, read once while it is in cache. The
     folded norm is one more term of the same dot product: the proven error of
     :func:`score_error_allowance` covers it. Labels and winners' distances are exact whatever the scores' rounding.
+    Padding slots (groups of unequal sizes) score ``inf``.
 
     Parameters
     ----------
@@ -278,7 +280,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     x_sq = row_sq_norms(X)
     allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
     columns = slot_center.shape[0]
-    # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots score 0 + inf
+    # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots are all zeros, and their scores
+    # are set to inf after each GEMM (an inf inside the GEMM raises a spurious 'invalid value' from BLAS kernels
+    # that multiply it by the zeros they pad a tile with)
     slots = np.empty((d + 1, columns), dtype=X.dtype)
     step = max(1, slab_bytes // max(1, d * X.dtype.itemsize))  # a slab of centers at a time: no k x d temporaries
     for c0 in range(0, columns, step):
@@ -286,7 +290,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         part *= -2
         part[padding[c0:c0 + step]] = 0
         slots[:d, c0:c0 + step] = part.T
-    slots[d] = slot_sq
+    slots[d] = np.where(padding, 0, slot_sq)
     if column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK:
         rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
                                              lower)
@@ -301,6 +305,7 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances."""
     n, d = X.shape
     columns = slots.shape[1]
+    padding_columns = np.flatnonzero(slot_center < 0)
     width = columns // n_groups
     row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
     buffer = np.empty((row_step, columns), dtype=X.dtype)
@@ -313,6 +318,7 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
         tile = augmented[: r1 - r0]
         tile[:, :d] = X[r0:r1]
         np.matmul(tile, slots, out=scores)
+        scores[:, padding_columns] = np.inf
         best_col = scores.argmin(axis=1)
         rows = np.arange(r1 - r0)
         if n_groups == 1:
@@ -352,12 +358,13 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
     scratch = np.empty((row_step, n_groups), dtype=X.dtype)
     augmented = np.ones((row_step, d + 1), dtype=X.dtype)
     near_ties = np.empty(row_step, dtype=np.int64)
+    padding_columns = np.flatnonzero(groups.slot_center < 0)
     tied = []
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
         tile = augmented[: r1 - r0]
         tile[:, :d] = X[r0:r1]
-        summary = _best_by_slot_blocks(tile, slots, n_groups, buffer, scratch)
+        summary = _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch)
         n_ties = _finish_best_of_groups(X[r0:r1], centers, *summary, groups.slot_center, n_groups, x_sq[r0:r1],
                                         allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
         tied.append(r0 + near_ties[:n_ties])
