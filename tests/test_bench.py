@@ -153,14 +153,56 @@ def test_time_to_the_kmeans_final_energy_and_speedup():
     assert summary["algorithms"]["kmeans"]["speedup_vs_kmeans"]["median"] == 1.0
 
 
+def test_time_to_a_versus_run_energy_after_an_iteration_or_at_its_end():
+    """``--versus faiss-all@2``: when each run first reached the energy faiss had after 2 iterations (same seed);
+    a seed where faiss stopped sooner has no reference and says so."""
+    def run(name, seed, points, kind="daskmeans"):
+        return {"name": name, "label": name, "kind": kind, "seed": seed, "status": "ok", "reason": None,
+                "points": [{"time": t, "energy": e, "iteration": i} for i, (t, e) in enumerate(points)],
+                "final_energy": points[-1][1], "fit_seconds": points[-1][0], "timed_seconds": points[-1][0],
+                "n_iter": 1, "passes": 1, "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1},
+                "stop_reason": "max_time"}
+
+    record = {"targets": [0.01], "versus": [{"name": "faiss-all", "iteration": 2},
+                                            {"name": "faiss-all", "iteration": None}], "runs": [
+        run("faiss-all", 0, [(0.0, 10.0), (4.0, 3.0), (8.0, 2.0), (12.0, 1.8)], kind="peer"),
+        run("kmeans", 0, [(0.0, 10.0), (1.0, 2.5), (2.0, 1.9), (3.0, 1.7)]),
+        run("nmbatch", 0, [(0.0, 10.0), (5.0, 4.0)]),
+        run("faiss-all", 1, [(0.0, 9.0), (4.0, 3.0)], kind="peer"),
+        run("kmeans", 1, [(0.0, 9.0), (1.0, 2.0)]),
+    ]}
+    summary = report.summarize(record)
+    at_two = summary["versus"]["faiss-all@2"]["seeds"]
+    assert at_two["0"] == {"energy": 2.0, "time": 8.0}
+    assert at_two["1"]["energy"] is None and "stopped at iteration 1" in at_two["1"]["missing"]
+    assert summary["versus"]["faiss-all"]["seeds"]["1"] == {"energy": 3.0, "time": 4.0}
+    by_run = {(e["name"], e["seed"]): e for e in summary["runs"]}
+    assert by_run[("kmeans", 0)]["versus"]["faiss-all@2"] == {"time": 2.0, "speedup": 4.0}
+    assert by_run[("kmeans", 0)]["versus"]["faiss-all"] == {"time": 3.0, "speedup": 4.0}
+    assert by_run[("nmbatch", 0)]["versus"]["faiss-all@2"] == {"time": None, "speedup": 0.0}
+    assert by_run[("faiss-all", 0)]["versus"]["faiss-all@2"]["speedup"] == 1.0
+    assert "faiss-all@2" not in by_run[("kmeans", 1)]["versus"]
+    assert by_run[("kmeans", 1)]["versus"]["faiss-all"] == {"time": 1.0, "speedup": 4.0}
+    assert summary["algorithms"]["kmeans"]["versus"]["faiss-all"]["speedup"]["values"] == [4.0, 4.0]
+
+
 def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
                     "--time-budget", 0.5, "--peers",
-                    "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml")
+                    "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml", "--versus",
+                    "faiss-all@2")
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
     runs = record["runs"]
+    if availability(PEERS["faiss-all"])[0]:
+        # the iterate --versus names is evaluated, and every run is timed against it
+        assert record["versus"] == [{"name": "faiss-all", "iteration": 2}]
+        faiss_runs = [r for r in runs if r["name"] == "faiss-all"]
+        assert all(any(p["iteration"] == 2 and p["energy"] is not None for p in r["points"]) for r in faiss_runs)
+        assert "time to faiss-all's energy after 2 iterations (speedup)" in table
+        assert set(record["summary"]["versus"]["faiss-all@2"]["seeds"]) == {"0", "1"}
+        assert record["summary"]["algorithms"]["faiss-all"]["versus"]["faiss-all@2"]["speedup"]["median"] == 1.0
     from daskmeans.registry import energy_algorithm_names
 
     assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd",
@@ -258,6 +300,11 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--memory-limit", "lots"], "not a memory size"),
     (["synthetic", "--sizes", "10,20"], "sizing"),
     (["synthetic", "--reference", "lowest"], "--reference"),
+    (["synthetic", "--versus", "faiss-every"], "neither a daskmeans algorithm nor a peer"),
+    (["synthetic", "--peers", "faiss", "--versus", "faiss-all@25"], "add it to --peers"),
+    (["synthetic", "--algorithms", "nmbatch", "--versus", "kmeans"], "add it to --algorithms"),
+    (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
+    (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
     (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
 ])
 def test_bad_input_is_refused_before_any_work(tmp_path, args, message):

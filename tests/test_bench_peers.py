@@ -91,11 +91,35 @@ def test_faiss_all_rows_trains_on_every_row_where_the_default_subsamples(blobs):
     assert everything.params["training_rows"] == N_SAMPLES
     assert everything.params["max_points_per_centroid"] * N_CLUSTERS >= N_SAMPLES
     assert all(c.passes == c.iteration for c in everything.candidates)
-    assert "every row" in everything.notes[0] and "default subsample" in default.notes[0]
-    # on every row, niter=m is Lloyd's m-th iterate; on the subsample it is not
+    assert "all 3,000 rows" in everything.notes[0] and "default subsample" in default.notes[0]
+    # on every row, iteration m is Lloyd's m-th iterate; on the subsample it is not
     lloyd = lloyd_centers(X, init, 3).cluster_centers_
-    np.testing.assert_allclose(everything.extend(3).centers, lloyd, rtol=1e-4, atol=1e-4)
+    third = next(c for c in everything.candidates if c.iteration == 3)
+    np.testing.assert_allclose(third.centers, lloyd, rtol=1e-4, atol=1e-4)
     assert np.abs(default.extend(3).centers - lloyd).max() > 1e-3
+
+
+def test_faiss_on_every_row_steps_through_the_iterates_of_one_fit_bit_for_bit():
+    """One candidate per iteration, each faiss's own ``train(niter=m)`` result, also when empty clusters are split
+    (many centers in a corner where no row is), and timed as the sum of the iterations up to it."""
+    faiss = pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2000, 8)).astype(np.float32)
+    k = 40
+    init = np.concatenate([X[:20], 50 + rng.normal(size=(20, 8))]).astype(np.float32)
+    trace = PEERS["faiss-all"].run(PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=60))
+    iterations = [c.iteration for c in trace.candidates]
+    assert iterations == list(range(1, len(iterations) + 1)) and len(iterations) >= 4
+    assert trace.candidates[-1].kind == "final" and trace.stop_reason in ("converged", "max_iter")
+    times = [c.time for c in trace.candidates]
+    assert all(b > a > 0 for a, b in zip(times, times[1:])) and trace.fit_seconds == times[-1]
+    split_any = False
+    for m in (1, 2, 4):
+        one_fit = faiss.Kmeans(8, k, niter=m, seed=0, max_points_per_centroid=len(X) // k + 1)
+        one_fit.train(X, init_centroids=init)
+        split_any |= any(stats["nsplit"] > 0 for stats in one_fit.iteration_stats)
+        np.testing.assert_array_equal(trace.candidates[m - 1].centers, one_fit.centroids)
+    assert split_any, "the test data must make faiss split empty clusters"
 
 
 # -- E*: the converged Lloyd energy ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .traces import Candidate, Trace, ladder_extender, run_ladder
+from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
 
 #: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
 STREAM_SNAPSHOTS = 64
@@ -182,33 +182,79 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
                         "final labelling pass"])
 
 
-# -- faiss Kmeans: ladder over niter, on faiss's default subsample or on every row ------------------------------------
-def _faiss(all_rows):
-    def run(ctx: PeerContext) -> Trace:
-        import faiss
+# -- faiss Kmeans: ladder over niter on faiss's default subsample; iteration by iteration on every row --------------
+#: Most iterations the stepped faiss run makes (as many as a ladder may).
+FAISS_MAX_ITER = 300
+#: Centroids the stepped faiss run keeps of every iteration, until they take this many bytes; after that only
+#: those of the ladder's iteration counts (and the last).
+FAISS_SNAPSHOT_BYTES = 1 << 30
 
-        n, d = ctx.X.shape
-        # faiss trains on a random subsample of k * max_points_per_centroid rows when the data has more
-        options = {"max_points_per_centroid": n // ctx.k + 1} if all_rows else {}
 
-        def fit_rung(m):
-            model = faiss.Kmeans(d, ctx.k, niter=m, seed=ctx.seed, verbose=False, **options)
-            _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=ctx.init))
-            n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
-            return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
+def _faiss_default_subsample(ctx: PeerContext) -> Trace:
+    import faiss
 
-        candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-        last = candidates[-1]
-        probe = faiss.Kmeans(d, ctx.k, **options)
-        n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
-        sample = "every row" if all_rows else "faiss default subsample"
-        return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
-                     extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
-                     params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
-                             "training_rows": n_train, "threads": faiss.omp_get_max_threads()},
-                     notes=[f"trains on {n_train:,} of {n:,} rows ({sample}); passes = iterations x that fraction"])
+    n, d = ctx.X.shape
 
-    return run
+    def fit_rung(m):
+        model = faiss.Kmeans(d, ctx.k, niter=m, seed=ctx.seed, verbose=False)
+        _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=ctx.init))
+        n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
+        return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
+
+    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
+    last = candidates[-1]
+    # faiss trains on a random subsample of k * max_points_per_centroid rows when the data has more; each rung
+    # draws it again, so the rungs cannot be chained
+    probe = faiss.Kmeans(d, ctx.k)
+    n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
+    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
+                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
+                 params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
+                         "training_rows": n_train, "threads": faiss.omp_get_max_threads()},
+                 notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x "
+                        "that fraction"])
+
+
+def _faiss_every_row(ctx: PeerContext) -> Trace:
+    """faiss on every row, one iteration per ``train`` call, each starting from the centroids the last one left.
+
+    Without a subsample, faiss's ``train(niter=m)`` is m such calls in a row, bit for bit (its empty-cluster
+    splits draw from a generator seeded anew in every iteration; tested), so the run costs the time of one fit of
+    m iterations, not the sum of a ladder's rungs, and every iterate is a candidate timed as the sum of the calls
+    up to it (what ``niter=m`` takes, plus one call's set-up per iteration).
+    """
+    import faiss
+
+    n, d = ctx.X.shape
+    options = {"max_points_per_centroid": n // ctx.k + 1}
+    centers = np.ascontiguousarray(ctx.init, dtype=np.float32)
+    candidates = []
+    elapsed = 0.0
+    stop = "max_iter"
+    for iteration in range(1, FAISS_MAX_ITER + 1):
+        model = faiss.Kmeans(d, ctx.k, niter=1, seed=ctx.seed, verbose=False, **options)
+        _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=centers))
+        elapsed += seconds
+        previous, centers = centers, np.array(model.centroids, dtype=np.float32)
+        if candidates and candidates[-1].kind == "passing":
+            candidates.pop()
+        kept = len(candidates) * centers.nbytes < FAISS_SNAPSHOT_BYTES or iteration in LADDER
+        candidates.append(Candidate(step=iteration, time=elapsed, centers=centers, iteration=iteration,
+                                    passes=float(iteration), kind="snapshot" if kept else "passing"))
+        if np.array_equal(previous, centers):
+            stop = "converged"
+            break
+        if iteration < FAISS_MAX_ITER and elapsed + seconds > ctx.budget:
+            stop = "time_budget"
+            break
+    candidates[-1].kind = "final"
+    return Trace(candidates=candidates, fit_seconds=elapsed, timed_seconds=elapsed, n_iter=len(candidates),
+                 passes=float(len(candidates)), stop_reason=stop,
+                 params={"niter": len(candidates), "max_points_per_centroid": options["max_points_per_centroid"],
+                         "training_rows": n, "threads": faiss.omp_get_max_threads(),
+                         "method": "train(niter=1) chained from the last centroids"},
+                 notes=[f"trains on all {n:,} rows, one iteration per train call (the same iterates as niter=m); "
+                        "passes = iterations"])
 
 
 # -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
@@ -235,7 +281,7 @@ PEERS: dict[str, Peer] = {
                               _sklearn_minibatch),
     "sklearn-intelex": Peer("sklearn-intelex", "scikit-learn-intelex KMeans (oneDAL)", "sklearnex", True,
                             _sklearnex_kmeans, distribution="scikit-learn-intelex"),
-    "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss(all_rows=False)),
-    "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss(all_rows=True)),
+    "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss_default_subsample),
+    "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss_every_row),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

@@ -53,6 +53,64 @@ def kmeans_reference(record) -> dict:
     return reference
 
 
+def parse_versus(text) -> dict:
+    """``"faiss-all@25"`` -> ``{"name": "faiss-all", "iteration": 25}``; ``"faiss-all"`` -> its final energy.
+
+    Raises
+    ------
+    ValueError
+        When the iteration is not a positive integer.
+    """
+    name, _, iteration = text.partition("@")
+    if not iteration:
+        return {"name": name, "iteration": None}
+    if not iteration.isdigit() or int(iteration) < 1:
+        raise ValueError(f"the iteration after '@' must be a positive integer, e.g. faiss-all@25; got {text!r}")
+    return {"name": name, "iteration": int(iteration)}
+
+
+def versus_key(spec) -> str:
+    return spec["name"] if spec["iteration"] is None else f"{spec['name']}@{spec['iteration']}"
+
+
+def versus_reference(record, spec) -> dict:
+    """Per seed, the energy run ``spec["name"]`` ended with (or had after ``spec["iteration"]`` iterations) and the
+    time it first had it: the yardstick of ``--versus`` (e.g. faiss on every row after its default 25 iterations).
+
+    A seed whose run failed, or stopped before that iteration, has no reference (its entry says why).
+    """
+    reference = {}
+    for run in record["runs"]:
+        if run["name"] != spec["name"]:
+            continue
+        if run["status"] != "ok" or not run["points"]:
+            reference[run["seed"]] = {"energy": None, "time": None, "missing": f"the run {run['status']}"}
+            continue
+        if spec["iteration"] is None:
+            energy = min(p["energy"] for p in run["points"] if p["energy"] is not None)
+        else:
+            at = [p["energy"] for p in run["points"]
+                  if p.get("iteration") == spec["iteration"] and p["energy"] is not None]
+            if not at:
+                reached = max((p.get("iteration") or 0) for p in run["points"])
+                reference[run["seed"]] = {"energy": None, "time": None,
+                                          "missing": f"the run stopped at iteration {reached}"}
+                continue
+            energy = at[0]
+        reference[run["seed"]] = {"energy": energy, "time": time_to_reach(run["points"], energy)}
+    return reference
+
+
+def _time_and_speedup(points, reference):
+    """When a run first reached a reference energy (same seed) and the reference's time over that time; a run
+    that never reached it counts as no speedup (0), so medians over seeds order correctly."""
+    # relative slack far below any difference the table shows: the reference itself counts as reached
+    reached = time_to_reach(points, reference["energy"] * (1 + 1e-12))
+    if reached is None:
+        return None, 0.0
+    return reached, reference["time"] / reached if reached > 0 else None
+
+
 def lloyd_references(record) -> dict:
     """Per seed (as a string), the converged Lloyd reference of a ``--reference lloyd`` record (see
     :mod:`.reference`); a failed one holds ``"error"``. Empty for ``--reference best`` and older records."""
@@ -92,6 +150,9 @@ def summarize(record) -> dict:
     targets = record.get("targets", [0.01, 0.02])
     reference = kmeans_reference(record)
     summary["kmeans_reference"] = {str(seed): ref for seed, ref in reference.items()}
+    versus = {versus_key(spec): (spec, versus_reference(record, spec)) for spec in record.get("versus", [])}
+    summary["versus"] = {key: {**spec, "seeds": {str(seed): ref for seed, ref in refs.items()}}
+                         for key, (spec, refs) in versus.items()}
     by_name = {}
     for run in record["runs"]:
         entry = {"name": run["name"], "seed": run["seed"], "status": run["status"]}
@@ -99,14 +160,13 @@ def summarize(record) -> dict:
             entry["time_to"] = {str(t): time_to_reach(run["points"], e_star * (1 + t)) for t in targets}
             ref = reference.get(run["seed"])
             if ref is not None:
-                # relative slack far below any difference the table shows: the reference itself counts as reached
-                reached = time_to_reach(run["points"], ref["energy"] * (1 + 1e-12))
-                entry["time_to_kmeans_final"] = reached
-                # not reached counts as no speedup at all, so medians over seeds order correctly
-                if reached is None:
-                    entry["speedup_vs_kmeans"] = 0.0
-                else:
-                    entry["speedup_vs_kmeans"] = ref["time"] / reached if reached > 0 else None
+                entry["time_to_kmeans_final"], entry["speedup_vs_kmeans"] = _time_and_speedup(run["points"], ref)
+            entry["versus"] = {}
+            for key, (_, refs) in versus.items():
+                ref = refs.get(run["seed"])
+                if ref is not None and ref["energy"] is not None:
+                    time_to, speedup = _time_and_speedup(run["points"], ref)
+                    entry["versus"][key] = {"time": time_to, "speedup": speedup}
             entry["final_relative"] = run["final_energy"] / e_star if run["final_energy"] is not None else None
             entry["best_relative"] = min(p["energy"] for p in run["points"]) / e_star
         summary["runs"].append(entry)
@@ -124,6 +184,10 @@ def summarize(record) -> dict:
             if reference:
                 algorithm["time_to_kmeans_final"] = _spread([e.get("time_to_kmeans_final") for e in entries])
                 algorithm["speedup_vs_kmeans"] = _spread([e.get("speedup_vs_kmeans") for e in entries])
+            algorithm["versus"] = {
+                key: {"time": _spread([e["versus"][key]["time"] for e in entries if key in e["versus"]]),
+                      "speedup": _spread([e["versus"][key]["speedup"] for e in entries if key in e["versus"]])}
+                for key in versus if any(key in e["versus"] for e in entries)}
             algorithm["final_relative"] = _spread([e["final_relative"] for e in entries])
             algorithm["best_relative"] = _spread([e["best_relative"] for e in entries])
             algorithm["fit_seconds"] = _spread([r["fit_seconds"] for r in runs])
@@ -167,11 +231,19 @@ def _speedup(value):
 
 def _reference_cell(algorithm, many):
     """Time to k-means' final energy with the speedup over k-means, e.g. ``7.1 s (2.03x)``."""
-    reached = algorithm.get("time_to_kmeans_final")
+    return _time_speedup_cell(algorithm.get("time_to_kmeans_final"), algorithm.get("speedup_vs_kmeans"), many)
+
+
+def _versus_cell(algorithm, key, many):
+    """Time to a ``--versus`` run's energy with the speedup over that run."""
+    figures = (algorithm.get("versus") or {}).get(key)
+    return "" if figures is None else _time_speedup_cell(figures["time"], figures["speedup"], many)
+
+
+def _time_speedup_cell(reached, speedup, many):
     if reached is None:
         return ""
     text = _with_spread(reached, _seconds, many)
-    speedup = algorithm["speedup_vs_kmeans"]
     if reached["median"] is not None and speedup["median"] is not None:
         text += f" ({_with_spread(speedup, _speedup, many)})"
     return text
@@ -245,7 +317,26 @@ def header_lines(record) -> list:
             f"{_seconds(ref['time'])} (it stopped on {ref['stop_reason'] or 'unknown'}); the speedup column is that "
             "time over the time each algorithm first reached the same energy, from the same initial centers."
         )
+    for key, versus in (s.get("versus") or {}).items():
+        for seed, ref in versus["seeds"].items():
+            if ref["energy"] is None:
+                lines.append(f"{_versus_title(versus)} (seed {seed}): none, {ref['missing']}.")
+            else:
+                lines.append(
+                    f"{_versus_title(versus)} (seed {seed}): {ref['energy']:,.6g}, after {_seconds(ref['time'])}; "
+                    f"the column '{_versus_column(versus)}' is that time over the time each algorithm first reached "
+                    "the same energy, from the same initial centers.")
     return lines
+
+
+def _versus_title(versus) -> str:
+    if versus["iteration"] is None:
+        return f"{versus['name']}'s final energy"
+    return f"{versus['name']}'s energy after {versus['iteration']} iterations"
+
+
+def _versus_column(versus) -> str:
+    return f"time to {_versus_title(versus)} (speedup)"
 
 
 def e_star_lines(record) -> list:
@@ -282,8 +373,10 @@ def markdown_table(record) -> str:
     targets = record.get("targets", [0.01, 0.02])
     order = sorted(targets, reverse=True)
     with_reference = bool(summary.get("kmeans_reference"))
+    versus = summary.get("versus") or {}
     columns = ["algorithm", "status"] + [f"time to {t:.0%} of E*" for t in order] + (
         ["time to k-means' final energy (speedup)"] if with_reference else []) + [
+        _versus_column(v) for v in versus.values()] + [
         "final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
     rows = []
     for name, a in summary["algorithms"].items():
@@ -297,6 +390,7 @@ def markdown_table(record) -> str:
             cells += [_with_spread(a["time_to"][str(t)], _seconds, many) for t in order]
             if with_reference:
                 cells.append(_reference_cell(a, many))
+            cells += [_versus_cell(a, key, many) for key in versus]
             cells += [_with_spread(a["final_relative"], _ratio, many),
                       _with_spread(a["fit_seconds"], _seconds, many),
                       _number(a["n_iter"]["median"]), _number(a["passes"]["median"]),

@@ -60,6 +60,7 @@ class BenchOptions:
     quality: bool = False
     reference: str = "lloyd"
     reference_cache: str | None = None
+    versus: tuple | None = None
     command_line: str = ""
     resolved: list = field(default_factory=list)
 
@@ -83,6 +84,7 @@ def check_options(options: BenchOptions) -> BenchOptions:
     options.algorithms = split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
     options.peers = split_names(options.peers, list(PEERS), "peer(s)")
     check_seeds(options.seeds)
+    options.versus = _check_versus(options)
     if not isinstance(options.max_points, int) or options.max_points < 2:
         raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")
     if options.driver_memory is not None:
@@ -109,6 +111,28 @@ def check_options(options: BenchOptions) -> BenchOptions:
     if not options.overwrite:
         refuse_existing(path for name, plots in outputs for path in output_paths(options.out_dir, name, plots).values())
     return options
+
+
+def _check_versus(options: BenchOptions) -> tuple:
+    """``--versus`` as specs (:func:`report.parse_versus`), each naming a run this bench makes."""
+    specs = []
+    for text in options.versus or ():
+        try:
+            spec = report.parse_versus(text)
+        except ValueError as error:
+            raise InvalidParameterError(f"--versus: {error}.") from None
+        known = list(ALGORITHMS) + list(PEERS)
+        if spec["name"] not in known:
+            raise InvalidParameterError(
+                f"--versus names {spec['name']!r}, which is neither a daskmeans algorithm nor a peer; choose from "
+                f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25).")
+        asked = options.algorithms if spec["name"] in ALGORITHMS else options.peers
+        if asked is not None and spec["name"] not in asked:
+            option = "--algorithms" if spec["name"] in ALGORITHMS else "--peers"
+            raise InvalidParameterError(
+                f"--versus names {spec['name']!r}, which this bench does not run; add it to {option}.")
+        specs.append(spec)
+    return tuple(specs)
 
 
 def _tradeoff_asked(options: BenchOptions) -> bool:
@@ -297,7 +321,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
                       status="ok" if trace else "failed", reason=error, version=__version__, trace=trace,
                       memory=memory, warnings=caught, load_average=load)
-            _finish_trace(run, init, init_energy, energy, options.max_points)
+            _finish_trace(run, init, init_energy, energy, options.max_points, options.versus)
             runs.append(run)
             say(_progress_line(run))
             gc.collect()
@@ -316,13 +340,13 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                 trace, error, memory, caught = _guarded(lambda: peer.run(context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
                     "ok" if trace else "failed", error, trace, memory, caught)
-                _finish_trace(run, init, init_energy, energy, options.max_points)
+                _finish_trace(run, init, init_energy, energy, options.max_points, options.versus)
             runs.append(run)
             say(_progress_line(run))
             gc.collect()
 
     if options.refine:
-        _refine_all(runs, energy, workload.time_budget, reference_energies(references))
+        _refine_all(runs, energy, workload.time_budget, reference_energies(references), options.versus)
         say("refined the times to the targets")
     for run in runs:
         if run.trace is not None:
@@ -345,6 +369,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         "assign_pass": assign_pass,
         "seeds": seeds,
         "targets": list(TARGETS),
+        "versus": list(options.versus),
         "evaluation": {"method": "driver, blocked GEMM" if data.X is not None else "cluster pass",
                        "seconds": energy.seconds, "calls": energy.calls,
                        "note": "exact energy on all rows, outside every timed region"},
@@ -373,8 +398,9 @@ def _progress_line(run) -> str:
             f"{run.trace.timed_seconds:.3g} s timed in all")
 
 
-def _finish_trace(run: Run, init, init_energy, energy, max_points):
-    """Add the shared initial centers at time 0, drop repeated centers, evaluate a spread of candidates."""
+def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
+    """Add the shared initial centers at time 0, drop repeated centers, evaluate a spread of candidates (and the
+    iteration a ``--versus`` spec names in this run)."""
     trace = run.trace
     if trace is None:
         return
@@ -388,9 +414,14 @@ def _finish_trace(run: Run, init, init_energy, energy, max_points):
     final = trace.final()
     if final.energy is None:
         evaluate([final], energy)
+    named = {spec["iteration"] for spec in versus if spec["name"] == run.name and spec["iteration"] is not None}
+    for iteration in sorted(named):
+        at = [c for c in trace.candidates if c.iteration == iteration]
+        if at and at[0].energy is None:
+            evaluate(at[:1], energy)
 
 
-def _refine_all(runs, energy, budget, lloyd_energies=()):
+def _refine_all(runs, energy, budget, lloyd_energies=(), versus=()):
     """Pin down when each run first came within each target of E*, twice (E* may drop on the way)."""
     for _ in range(2):
         best = _best_energy(runs, lloyd_energies)
@@ -409,15 +440,18 @@ def _refine_all(runs, energy, budget, lloyd_energies=()):
                     run.trace.extend = None
         if _best_energy(runs, lloyd_energies) == best:
             break
-    _refine_to_kmeans(runs, energy, budget)
+    for spec in ({"name": report.KMEANS_REFERENCE, "iteration": None}, *versus):
+        _refine_to_reference(runs, energy, budget, spec)
 
 
-def _refine_to_kmeans(runs, energy, budget):
-    """Pin down when each run first reached the energy the ``kmeans`` run of its seed ended with."""
+def _refine_to_reference(runs, energy, budget, spec):
+    """Pin down when each run first reached the energy the run ``spec["name"]`` of its seed ended with (or had
+    after ``spec["iteration"]`` iterations)."""
     reference = {}
     for run in runs:
-        if run.name == report.KMEANS_REFERENCE and run.trace is not None:
-            energies = [c.energy for c in run.trace.candidates if c.energy is not None]
+        if run.name == spec["name"] and run.trace is not None:
+            energies = [c.energy for c in run.trace.candidates if c.energy is not None
+                        and (spec["iteration"] is None or c.iteration == spec["iteration"])]
             if energies:
                 reference[run.seed] = min(energies)
     for run in runs:
