@@ -115,6 +115,9 @@ TWO_LEVEL_LLOYD_ITER = 25
 #: ``init="two-level"``: most first-level merge tasks of the fine samples' pass (batches of coarse clusters times
 #: groups of ``SPLIT_EVERY`` blocks); more coarse clusters than that allows are batched together.
 TWO_LEVEL_MAX_MERGE_TASKS = 2**14
+#: ``predict(X, n_probe=...)``: seed of the k-means that groups the fitted centers into lists (fixed, so that the
+#: approximate labels depend on the centers alone).
+COARSE_INDEX_SEED = 0
 #: VRKM: the epoch's sample streams in at least this many segments (the unit in which candidate lists are remade).
 MIN_SEGMENTS = 8
 #: VRKM: remake the candidate lists once a step needs this many times more distances than a list holds.

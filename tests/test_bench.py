@@ -190,16 +190,21 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
                     "--time-budget", 0.5, "--peers",
                     "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml", "--versus",
-                    "faiss-all@2")
+                    "faiss-all@2", "--param", "kmeans:tol=0", "--param", "nmbatch:initial_batch_size=500")
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
     runs = record["runs"]
+    # --param reaches the estimators, and the recorded command repeats it
+    assert all(r["params"]["tol"] == 0 for r in runs if r["name"] == "kmeans")
+    assert all(r["params"]["initial_batch_size"] == 500 for r in runs if r["name"] == "nmbatch")
+    assert "--param kmeans:tol=0 --param nmbatch:initial_batch_size=500" in record["command"]
     if availability(PEERS["faiss-all"])[0]:
         # the iterate --versus names is evaluated, and every run is timed against it
         assert record["versus"] == [{"name": "faiss-all", "iteration": 2}]
         faiss_runs = [r for r in runs if r["name"] == "faiss-all"]
         assert all(any(p["iteration"] == 2 and p["energy"] is not None for p in r["points"]) for r in faiss_runs)
+        assert all(max(p["iteration"] for p in r["points"]) == 2 for r in faiss_runs)  # faiss stops there
         assert "time to faiss-all's energy after 2 iterations (speedup)" in table
         assert set(record["summary"]["versus"]["faiss-all@2"]["seeds"]) == {"0", "1"}
         assert record["summary"]["algorithms"]["faiss-all"]["versus"]["faiss-all@2"]["speedup"]["median"] == 1.0
@@ -305,6 +310,11 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--algorithms", "nmbatch", "--versus", "kmeans"], "add it to --algorithms"),
     (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
     (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
+    (["synthetic", "--param", "tol=0"], "ALGORITHM:NAME=VALUE"),
+    (["synthetic", "--param", "kmeans:nope=1"], "no parameter 'nope'"),
+    (["synthetic", "--param", "kmeans:init=random"], "no parameter 'init' that the bench leaves free"),
+    (["synthetic", "--algorithms", "nmbatch", "--param", "kmeans:tol=0"], "add it to --algorithms"),
+    (["synthetic", "--param", "kmeans:tol=-1"], "--param for kmeans: tol"),
     (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
 ])
 def test_bad_input_is_refused_before_any_work(tmp_path, args, message):

@@ -120,6 +120,11 @@ def test_faiss_on_every_row_steps_through_the_iterates_of_one_fit_bit_for_bit():
         split_any |= any(stats["nsplit"] > 0 for stats in one_fit.iteration_stats)
         np.testing.assert_array_equal(trace.candidates[m - 1].centers, one_fit.centroids)
     assert split_any, "the test data must make faiss split empty clusters"
+    # faiss's default niter as a limit (--versus faiss-all@25 sets it)
+    limited = PEERS["faiss-all"].run(PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=60,
+                                                 max_iter=2))
+    assert [c.iteration for c in limited.candidates] == [1, 2] and limited.stop_reason == "max_iter"
+    np.testing.assert_array_equal(limited.candidates[-1].centers, trace.candidates[1].centers)
 
 
 # -- E*: the converged Lloyd energy ----------------------------------------------------------------------------------

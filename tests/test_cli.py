@@ -277,6 +277,28 @@ def test_outputs_must_differ_from_each_other_and_from_the_input(tmp_path, data):
     assert_user_error(result, "--labels", "is the input data")
 
 
+def test_predict_with_n_probe_writes_the_approximate_labels(tmp_path, cluster, client, data):
+    model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
+        daskmeans.open_input(data, array="X"))
+    model.save(tmp_path / "m.zarr")
+    result = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l.zarr",
+                    "--n-probe", 1, "--json", "--scheduler", cluster.scheduler_address)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["n_probe"] == 1
+    expected = model.predict(daskmeans.open_input(data, array="X"), n_probe=1).compute()
+    np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "l.zarr"), mode="r")[...], expected)
+    refused = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l2.zarr",
+                     "--n-probe", 0, "--scheduler", cluster.scheduler_address)
+    assert_user_error(refused, "--n-probe")
+    kernel = daskmeans.MiniBatchKernelKMeans(n_clusters=2, max_iter=2, random_state=0, client=client).fit(
+        daskmeans.open_input(data, array="X"))
+    kernel.save(tmp_path / "kernel.zarr")
+    assert_user_error(invoke("predict", tmp_path / "kernel.zarr", data, "--array", "X", "--labels",
+                             tmp_path / "l3.zarr", "--n-probe", 2, "--scheduler", cluster.scheduler_address),
+                      "--n-probe", "MiniBatchKernelKMeans", "leave --n-probe out")
+    assert not (tmp_path / "l2.zarr").exists() and not (tmp_path / "l3.zarr").exists()
+
+
 def test_output_folder_missing(tmp_path, data):
     result = invoke("fit", data, "--array", "X", "-k", 2, "--out", tmp_path / "no" / "m.zarr")
     assert_user_error(result, "does not exist")

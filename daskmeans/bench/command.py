@@ -70,6 +70,9 @@ class BenchCommand(click.Command):
                    "'best' is the lowest energy any run reached.")
 @click.option("--reference-cache", type=click.Path(dir_okay=False),
               help=f"JSON file keeping the converged Lloyd energies between runs (default OUT/{DEFAULT_CACHE_NAME}).")
+@click.option("--param", "params", multiple=True, metavar="ALGORITHM:NAME=VALUE",
+              help="A parameter of a daskmeans algorithm's estimator, e.g. --param kmeans:tol=0 (repeatable; the "
+                   "bench sets n_clusters, init, max_time and random_state itself).")
 @click.option("--versus", help="Runs every run is also timed against, comma-separated: NAME (its final energy) or "
                                "NAME@ITERATION (its energy after that many iterations, e.g. faiss-all@25 for faiss's "
                                "default); the table gets a column 'time to NAME's energy (speedup)' for each.")
@@ -82,7 +85,7 @@ class BenchCommand(click.Command):
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
           n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
-          versus, driver_memory, overwrite, quality, cluster):
+          params, versus, driver_memory, overwrite, quality, cluster):
     """Benchmark the daskmeans algorithms against scikit-learn, scikit-learn-intelex, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
@@ -103,7 +106,7 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
         cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
         max_points=max_points, refine=refine, reference=reference, reference_cache=reference_cache,
-        versus=_names(versus), driver_memory=driver_memory, overwrite=overwrite, quality=quality,
+        params=tuple(params), versus=_names(versus), driver_memory=driver_memory, overwrite=overwrite, quality=quality,
         command_line=_command_line(click.get_current_context()),
     )
     written = run_benchmark(options, echo=click.echo)
@@ -125,6 +128,9 @@ def _command_line(ctx) -> str:
             words.append("--no-refine")
         elif param.is_flag:
             words.append(param.opts[-1])
+        elif param.multiple:
+            for item in value:
+                words += [param.opts[-1], str(item)]
         else:
             words += [param.opts[-1], str(value)]
     return shlex.join(words)

@@ -40,6 +40,9 @@ class PeerContext:
         Seconds the run may take.
     batch_size : int
         Mini-batch size (mini-batch peers).
+    max_iter : int, optional
+        Most iterations of faiss on every row (e.g. faiss's default 25, where ``--versus faiss-all@25`` asks for
+        it); None: as many as the budget allows, at most ``FAISS_MAX_ITER``.
     """
 
     X: np.ndarray | None
@@ -50,6 +53,7 @@ class PeerContext:
     seed: int
     budget: float
     batch_size: int = 1024
+    max_iter: int | None = None
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,8 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
     candidates = []
     elapsed = 0.0
     stop = "max_iter"
-    for iteration in range(1, FAISS_MAX_ITER + 1):
+    max_iter = FAISS_MAX_ITER if ctx.max_iter is None else ctx.max_iter
+    for iteration in range(1, max_iter + 1):
         model = faiss.Kmeans(d, ctx.k, niter=1, seed=ctx.seed, verbose=False, **options)
         _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=centers))
         elapsed += seconds
@@ -244,7 +249,7 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
         if np.array_equal(previous, centers):
             stop = "converged"
             break
-        if iteration < FAISS_MAX_ITER and elapsed + seconds > ctx.budget:
+        if iteration < max_iter and elapsed + seconds > ctx.budget:
             stop = "time_budget"
             break
     candidates[-1].kind = "final"

@@ -24,7 +24,9 @@ from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability
 from .reference import DEFAULT_CACHE_NAME, check_reference, describe, reference_energies, reference_or_failure
-from .traces import Candidate, Trace, drop_repeats, evaluate, refine, release_centers, select_spread
+from .refinement import refine_all
+from .run_options import check_params, check_versus
+from .traces import Candidate, Trace, drop_repeats, evaluate, release_centers, select_spread
 from .workloads import SIZING, Workload, _parse_memory, load_data, resolve_workloads, scatter_rows
 
 SCHEMA = "daskmeans-bench/1"
@@ -61,6 +63,7 @@ class BenchOptions:
     reference: str = "lloyd"
     reference_cache: str | None = None
     versus: tuple | None = None
+    params: tuple | dict = ()
     command_line: str = ""
     resolved: list = field(default_factory=list)
 
@@ -84,7 +87,8 @@ def check_options(options: BenchOptions) -> BenchOptions:
     options.algorithms = split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
     options.peers = split_names(options.peers, list(PEERS), "peer(s)")
     check_seeds(options.seeds)
-    options.versus = _check_versus(options)
+    options.versus = check_versus(options.versus, options.algorithms, options.peers)
+    options.params = check_params(options.params, options.algorithms)
     if not isinstance(options.max_points, int) or options.max_points < 2:
         raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")
     if options.driver_memory is not None:
@@ -111,28 +115,6 @@ def check_options(options: BenchOptions) -> BenchOptions:
     if not options.overwrite:
         refuse_existing(path for name, plots in outputs for path in output_paths(options.out_dir, name, plots).values())
     return options
-
-
-def _check_versus(options: BenchOptions) -> tuple:
-    """``--versus`` as specs (:func:`report.parse_versus`), each naming a run this bench makes."""
-    specs = []
-    for text in options.versus or ():
-        try:
-            spec = report.parse_versus(text)
-        except ValueError as error:
-            raise InvalidParameterError(f"--versus: {error}.") from None
-        known = list(ALGORITHMS) + list(PEERS)
-        if spec["name"] not in known:
-            raise InvalidParameterError(
-                f"--versus names {spec['name']!r}, which is neither a daskmeans algorithm nor a peer; choose from "
-                f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25).")
-        asked = options.algorithms if spec["name"] in ALGORITHMS else options.peers
-        if asked is not None and spec["name"] not in asked:
-            option = "--algorithms" if spec["name"] in ALGORITHMS else "--peers"
-            raise InvalidParameterError(
-                f"--versus names {spec['name']!r}, which this bench does not run; add it to {option}.")
-        specs.append(spec)
-    return tuple(specs)
 
 
 def _tradeoff_asked(options: BenchOptions) -> bool:
@@ -186,10 +168,11 @@ def _warning_texts(caught) -> list:
     return texts[:5]
 
 
-def run_daskmeans(name, data, init, k, seed, budget, client) -> Trace:
-    """Fit a daskmeans algorithm from ``init``; its center snapshots become the candidates."""
+def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Trace:
+    """Fit a daskmeans algorithm from ``init`` (with the estimator parameters ``params`` besides its defaults);
+    its center snapshots become the candidates."""
     estimator = make_estimator(name, n_clusters=k, init=init, max_time=budget, random_state=seed, client=client,
-                               progress=False)
+                               progress=False, **(params or {}))
     snapshots_supported = "snapshot_centers" in estimator.get_params()
     if snapshots_supported:
         estimator.set_params(snapshot_centers=True)
@@ -317,7 +300,8 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         for name in algorithms:
             load = load_average()
             trace, error, memory, caught = _guarded(
-                lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client), (client, 0.05, processes))
+                lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client,
+                                      options.params.get(name)), (client, 0.05, processes))
             run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
                       status="ok" if trace else "failed", reason=error, version=__version__, trace=trace,
                       memory=memory, warnings=caught, load_average=load)
@@ -335,8 +319,10 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             elif peer.in_memory and data.X is None:
                 run.reason = f"in-memory peer: {data.in_driver_reason}"
             else:
+                named = [spec["iteration"] for spec in options.versus if spec["name"] == name]
                 context = PeerContext(X=data.X, array=data.array, client=client, init=init, k=k, seed=seed,
-                                      budget=workload.time_budget, batch_size=workload.minibatch_batch_size)
+                                      budget=workload.time_budget, batch_size=workload.minibatch_batch_size,
+                                      max_iter=max(named) if named and None not in named else None)
                 trace, error, memory, caught = _guarded(lambda: peer.run(context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
                     "ok" if trace else "failed", error, trace, memory, caught)
@@ -346,7 +332,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
             gc.collect()
 
     if options.refine:
-        _refine_all(runs, energy, workload.time_budget, reference_energies(references), options.versus)
+        refine_all(runs, energy, workload.time_budget, TARGETS, reference_energies(references), options.versus)
         say("refined the times to the targets")
     for run in runs:
         if run.trace is not None:
@@ -419,57 +405,6 @@ def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
         at = [c for c in trace.candidates if c.iteration == iteration]
         if at and at[0].energy is None:
             evaluate(at[:1], energy)
-
-
-def _refine_all(runs, energy, budget, lloyd_energies=(), versus=()):
-    """Pin down when each run first came within each target of E*, twice (E* may drop on the way)."""
-    for _ in range(2):
-        best = _best_energy(runs, lloyd_energies)
-        if best is None:
-            return
-        for run in runs:
-            if run.trace is None:
-                continue
-            for target in TARGETS:
-                ladder = run.trace.extend is not None
-                try:
-                    refine(run.trace, best * (1 + target), energy, max_steps=3 if ladder else 6,
-                           ladder_budget=budget)
-                except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
-                    run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
-                    run.trace.extend = None
-        if _best_energy(runs, lloyd_energies) == best:
-            break
-    for spec in ({"name": report.KMEANS_REFERENCE, "iteration": None}, *versus):
-        _refine_to_reference(runs, energy, budget, spec)
-
-
-def _refine_to_reference(runs, energy, budget, spec):
-    """Pin down when each run first reached the energy the run ``spec["name"]`` of its seed ended with (or had
-    after ``spec["iteration"]`` iterations)."""
-    reference = {}
-    for run in runs:
-        if run.name == spec["name"] and run.trace is not None:
-            energies = [c.energy for c in run.trace.candidates if c.energy is not None
-                        and (spec["iteration"] is None or c.iteration == spec["iteration"])]
-            if energies:
-                reference[run.seed] = min(energies)
-    for run in runs:
-        if run.trace is None or run.seed not in reference:
-            continue
-        try:
-            refine(run.trace, reference[run.seed] * (1 + 1e-12), energy,
-                   max_steps=3 if run.trace.extend is not None else 6, ladder_budget=budget)
-        except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
-            run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
-            run.trace.extend = None
-
-
-def _best_energy(runs, lloyd_energies=()):
-    """E*: the lowest energy any run reached, or a converged Lloyd energy if lower."""
-    energies = [c.energy for run in runs if run.trace is not None for c in run.trace.candidates
-                if c.energy is not None] + list(lloyd_energies)
-    return min(energies) if energies else None
 
 
 def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:

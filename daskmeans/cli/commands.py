@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 
 import click
@@ -204,10 +205,13 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
 @click.argument("input_path", metavar="INPUT")
 @click.option("--labels", "labels_path", metavar="OUT", required=True, help="Write the labels (a Zarr array) here.")
 @click.option("--array", metavar="NAME", help="Array inside a Zarr group (its path: X, or sub/X in a subgroup) or .npz file.")
+@click.option("--n-probe", type=click.IntRange(min=1), metavar="N",
+              help="Approximate labels for large k: search only the centers of the N lists (of about sqrt(k), "
+                   "grouped by a k-means of the centers) nearest to each row; default: the exact nearest center.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @cluster_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
-def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_json):
+def predict(model_path, input_path, labels_path, array, n_probe, overwrite, cluster, as_json):
     """Label every row of INPUT with the nearest center of MODEL and write the labels to OUT."""
     from ..storage.io import write_labels
     from ..storage.model import load
@@ -219,6 +223,11 @@ def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_j
             f"{input_path!r} has {dataset.n_features} features but the model {model_path!r} was fitted on "
             f"{model.n_features_in_}; use the same kind of data (or --array to pick another array)."
         )
+    if n_probe is not None and "n_probe" not in inspect.signature(model.predict).parameters:
+        raise InvalidParameterError(
+            f"--n-probe searches lists of centers, but {model_path!r} holds a {type(model).__name__}, whose centers "
+            "live in the kernel's feature space; leave --n-probe out to label with it."
+        )
     check_outputs({"--labels": labels_path}, overwrite,
                    {"input data": dataset.location or input_path, "model": model_path},
                   {"--labels": labels_bytes(dataset.n_samples)})
@@ -226,12 +235,13 @@ def predict(model_path, input_path, labels_path, array, overwrite, cluster, as_j
     with cluster.client(input_bytes=compute_bytes(dataset)) as client:
         start = time.perf_counter()
         with writing("--labels", labels_path):
-            write_labels(model.predict(dataset), labels_path, overwrite=overwrite, client=client)
+            labels = model.predict(dataset) if n_probe is None else model.predict(dataset, n_probe=n_probe)
+            write_labels(labels, labels_path, overwrite=overwrite, client=client)
         seconds = time.perf_counter() - start
 
     summary = {"command": "predict", "model": model_path, "input": where(dataset, input_path),
                "labels": labels_path, "n_samples": dataset.n_samples, "n_clusters": int(model.n_clusters),
-               "seconds": seconds}
+               "n_probe": n_probe, "seconds": seconds}
     emit(summary, as_json, [
         f"Labelled {dataset.n_samples:,} rows of {summary['input']} with {model.n_clusters} clusters of "
         f"{model_path} in {seconds:.2f} s -> {labels_path}"

@@ -7,15 +7,17 @@ import inspect
 
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 
 from .._validation import check_choice, check_float, check_int, check_max_time
+from ..algorithms.coarse_index import build_coarse_index
 from ..algorithms.init import INIT_METHODS, check_init
 from ..algorithms.lloyd import final_inertia
 from ..engine.blas import one_blas_thread_for
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.random import seed_from_random_state
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
-from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_transform
+from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_probe_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
 from ..progress import LazyFinalPass
 from ..storage.checkpoint import check_supported, open_checkpoint
@@ -350,10 +352,42 @@ class ClusteringEstimator:
             self._fit(data, weights, summary, client)
         return data, weights
 
-    def predict(self, X):
-        """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input)."""
+    def predict(self, X, n_probe=None):
+        """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input).
+
+        Parameters
+        ----------
+        X : array-like, dask array, xarray or Zarr store (n, d)
+        n_probe : int, optional
+            Approximate assignment through a coarse level, for large k: the centers are grouped into about
+            ``sqrt(k)`` lists by a k-means of the centers (built once per model on the driver, seeded by
+            ``config.COARSE_INDEX_SEED``: it depends on the centers only), each sample is scored against the lists'
+            coarse centers and then against the centers of its ``n_probe`` nearest lists only, about
+            ``(1 + n_probe) * sqrt(k)`` distances instead of ``k``. A sample whose nearest center is in a probed
+            list gets the exact label; the others get the nearest probed center. Probing every list is the exact
+            assignment. None (the default): the exact nearest center.
+
+        Returns
+        -------
+        labels : int32, NumPy for NumPy input, xarray for xarray input, else a lazy dask array
+        """
+        if n_probe is not None:
+            check_int(n_probe, "n_probe", minimum=1)
         data = self._check_predict_input(X)
-        return self._like_input(data, lazy_labels(data.array, self._centers_for(data)))
+        centers = self._centers_for(data)
+        if n_probe is None:
+            return self._like_input(data, lazy_labels(data.array, centers))
+        return self._like_input(data, lazy_probe_labels(data.array, centers, self.coarse_index(), n_probe))
+
+    def coarse_index(self):
+        """The lists of centers ``predict(X, n_probe=...)`` probes (:class:`daskmeans.kernels.probe.CoarseIndex`),
+        built on first use and kept while the centers stay the same."""
+        self._check_fitted()
+        key = tokenize(self.cluster_centers_)
+        cached = getattr(self, "_coarse_index", None)
+        if cached is None or cached[0] != key:
+            self._coarse_index = (key, build_coarse_index(self.cluster_centers_))
+        return self._coarse_index[1]
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``."""

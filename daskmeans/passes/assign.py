@@ -13,6 +13,7 @@ from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
+from ..kernels.probe import probe_nearest
 from ..kernels.stats import cluster_stats
 
 
@@ -131,6 +132,19 @@ def lazy_labels(array, centers) -> da.Array:
     """Labels of every row as a lazy dask array, chunk-aligned with ``array``."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     return map_rows(array, _labels_rows, centers, dtype=np.int32, name="daskmeans-labels")
+
+
+def _probe_labels_rows(rows, offset, centers, index, n_probe):
+    check_finite_block(rows, offset)
+    return probe_nearest(rows, centers, index, n_probe)[0]
+
+
+def lazy_probe_labels(array, centers, index, n_probe) -> da.Array:
+    """Approximate labels of every row (:func:`daskmeans.kernels.probe.probe_nearest`: the nearest center among
+    the ``n_probe`` lists of ``index`` nearest to the row), lazy and chunk-aligned with ``array``."""
+    centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    return map_rows(array, _probe_labels_rows, centers, index, int(n_probe), dtype=np.int32,
+                    name="daskmeans-probe-labels")
 
 
 def lazy_min_dist2(array, centers) -> da.Array:

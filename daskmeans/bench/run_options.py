@@ -1,0 +1,64 @@
+"""The bench's options that name runs: ``--versus`` (a run every run is timed against) and ``--param`` (an
+estimator parameter of a daskmeans algorithm), checked before any work."""
+
+from __future__ import annotations
+
+from ..cli.common import parse_param
+from ..exceptions import InvalidParameterError
+from ..registry import ALGORITHMS, estimator_class
+from . import report
+from .peers import PEERS
+
+
+def check_versus(versus, algorithms, peers) -> tuple:
+    """``--versus`` as specs (:func:`.report.parse_versus`), each naming a run this bench makes (``algorithms`` and
+    ``peers``: the names asked for, None for the defaults)."""
+    specs = []
+    for text in versus or ():
+        try:
+            spec = report.parse_versus(text)
+        except ValueError as error:
+            raise InvalidParameterError(f"--versus: {error}.") from None
+        known = list(ALGORITHMS) + list(PEERS)
+        if spec["name"] not in known:
+            raise InvalidParameterError(
+                f"--versus names {spec['name']!r}, which is neither a daskmeans algorithm nor a peer; choose from "
+                f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25).")
+        asked = algorithms if spec["name"] in ALGORITHMS else peers
+        if asked is not None and spec["name"] not in asked:
+            option = "--algorithms" if spec["name"] in ALGORITHMS else "--peers"
+            raise InvalidParameterError(
+                f"--versus names {spec['name']!r}, which this bench does not run; add it to {option}.")
+        specs.append(spec)
+    return tuple(specs)
+
+
+#: Estimator parameters every bench run sets itself (``--param`` may not).
+BENCH_SETS = ("n_clusters", "init", "max_time", "random_state", "client", "progress", "snapshot_centers")
+
+
+def check_params(params, algorithms) -> dict:
+    """``--param ALGORITHM:NAME=VALUE`` as ``{algorithm: {name: value}}``, each a parameter of that algorithm
+    (``algorithms``: the names asked for, None for the defaults)."""
+    chosen = {}
+    for text in params or ():
+        algorithm, sep, assignment = text.partition(":")
+        if not sep or algorithm not in ALGORITHMS:
+            raise InvalidParameterError(
+                f"--param {text!r} is not ALGORITHM:NAME=VALUE with a daskmeans algorithm (e.g. --param kmeans:tol=0); "
+                f"the algorithms are {', '.join(ALGORITHMS)}.")
+        if algorithms is not None and algorithm not in algorithms:
+            raise InvalidParameterError(f"--param {text!r}: this bench does not run {algorithm}; add it to --algorithms.")
+        name, value = parse_param(assignment)
+        accepted = estimator_class(algorithm)._get_param_names()
+        if name in BENCH_SETS or name not in accepted:
+            raise InvalidParameterError(
+                f"--param {text!r}: {algorithm} has no parameter {name!r} that the bench leaves free; choose from "
+                f"{', '.join(n for n in sorted(accepted) if n not in BENCH_SETS)}.")
+        chosen.setdefault(algorithm, {})[name] = value
+    for algorithm, values in chosen.items():
+        try:
+            estimator_class(algorithm)(**values)._validate_params()
+        except InvalidParameterError as error:
+            raise InvalidParameterError(f"--param for {algorithm}: {error}") from None
+    return chosen
