@@ -184,6 +184,13 @@ def test_time_to_a_versus_run_energy_after_an_iteration_or_at_its_end():
     assert "faiss-all@2" not in by_run[("kmeans", 1)]["versus"]
     assert by_run[("kmeans", 1)]["versus"]["faiss-all"] == {"time": 1.0, "speedup": 4.0}
     assert summary["algorithms"]["kmeans"]["versus"]["faiss-all"]["speedup"]["values"] == [4.0, 4.0]
+    # --versus-within: reached once within that relative distance (2.5 is within 30% of 2.0; the reference's own
+    # time stays the time it had its energy)
+    record["versus"] = [{"name": "faiss-all", "iteration": 2, "within": 0.3}]
+    loose = {(e["name"], e["seed"]): e for e in report.summarize(record)["runs"]}
+    assert loose[("kmeans", 0)]["versus"]["faiss-all@2"] == {"time": 1.0, "speedup": 8.0}
+    assert loose[("nmbatch", 0)]["versus"]["faiss-all@2"] == {"time": None, "speedup": 0.0}
+    assert loose[("faiss-all", 0)]["versus"]["faiss-all@2"] == {"time": 8.0, "speedup": 1.0}
 
 
 def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
@@ -201,7 +208,7 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     assert "--param kmeans:tol=0 --param nmbatch:initial_batch_size=500" in record["command"]
     if availability(PEERS["faiss-all"])[0]:
         # the iterate --versus names is evaluated, and every run is timed against it
-        assert record["versus"] == [{"name": "faiss-all", "iteration": 2}]
+        assert record["versus"] == [{"name": "faiss-all", "iteration": 2, "within": 0.0}]
         faiss_runs = [r for r in runs if r["name"] == "faiss-all"]
         assert all(any(p["iteration"] == 2 and p["energy"] is not None for p in r["points"]) for r in faiss_runs)
         assert all(max(p["iteration"] for p in r["points"]) == 2 for r in faiss_runs)  # faiss stops there
@@ -311,6 +318,9 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
     (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
     (["synthetic", "--param", "tol=0"], "ALGORITHM:NAME=VALUE"),
+    (["synthetic", "--versus-within", "1e-4"], "name one"),
+    (["synthetic", "--versus", "faiss-all", "--versus-within", "-0.1"], "--versus-within must be"),
+    (["synthetic", "--versus", "faiss-all", "--versus-within", "1"], "--versus-within must be"),
     (["synthetic", "--param", "kmeans:nope=1"], "no parameter 'nope'"),
     (["synthetic", "--param", "kmeans:init=random"], "no parameter 'init' that the bench leaves free"),
     (["synthetic", "--algorithms", "nmbatch", "--param", "kmeans:tol=0"], "add it to --algorithms"),

@@ -76,6 +76,9 @@ class BenchCommand(click.Command):
 @click.option("--versus", help="Runs every run is also timed against, comma-separated: NAME (its final energy) or "
                                "NAME@ITERATION (its energy after that many iterations, e.g. faiss-all@25 for faiss's "
                                "default); the table gets a column 'time to NAME's energy (speedup)' for each.")
+@click.option("--versus-within", type=float, default=0.0, show_default=True, metavar="REL",
+              help="Count a run as having reached a --versus energy once within this relative distance of it "
+                   "(e.g. 1e-4: 0.01%).")
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
 @click.option("--quality", is_flag=True,
@@ -85,7 +88,7 @@ class BenchCommand(click.Command):
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
           n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
-          params, versus, driver_memory, overwrite, quality, cluster):
+          params, versus, versus_within, driver_memory, overwrite, quality, cluster):
     """Benchmark the daskmeans algorithms against scikit-learn, scikit-learn-intelex, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
@@ -106,7 +109,7 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
         cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
         max_points=max_points, refine=refine, reference=reference, reference_cache=reference_cache,
-        params=tuple(params), versus=_names(versus), driver_memory=driver_memory, overwrite=overwrite, quality=quality,
+        params=tuple(params), versus=_names(versus), versus_within=versus_within, driver_memory=driver_memory, overwrite=overwrite, quality=quality,
         command_line=_command_line(click.get_current_context()),
     )
     written = run_benchmark(options, echo=click.echo)

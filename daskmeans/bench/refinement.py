@@ -31,8 +31,8 @@ def refine_all(runs, energy, budget, targets, lloyd_energies=(), versus=()):
 
 
 def refine_to_reference(runs, energy, budget, spec):
-    """Pin down when each run first reached the energy the run ``spec["name"]`` of its seed ended with (or had
-    after ``spec["iteration"]`` iterations)."""
+    """Pin down when each run first reached (within ``spec["within"]``) the energy the run ``spec["name"]`` of its
+    seed ended with (or had after ``spec["iteration"]`` iterations)."""
     reference = {}
     for run in runs:
         if run.name == spec["name"] and run.trace is not None:
@@ -44,7 +44,7 @@ def refine_to_reference(runs, energy, budget, spec):
         if run.trace is None or run.seed not in reference:
             continue
         try:
-            refine(run.trace, reference[run.seed] * (1 + 1e-12), energy,
+            refine(run.trace, report.reach_threshold(reference[run.seed], spec.get("within", 0.0)), energy,
                    max_steps=3 if run.trace.extend is not None else 6, ladder_budget=budget)
         except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
             run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")

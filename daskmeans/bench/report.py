@@ -53,22 +53,6 @@ def kmeans_reference(record) -> dict:
     return reference
 
 
-def parse_versus(text) -> dict:
-    """``"faiss-all@25"`` -> ``{"name": "faiss-all", "iteration": 25}``; ``"faiss-all"`` -> its final energy.
-
-    Raises
-    ------
-    ValueError
-        When the iteration is not a positive integer.
-    """
-    name, _, iteration = text.partition("@")
-    if not iteration:
-        return {"name": name, "iteration": None}
-    if not iteration.isdigit() or int(iteration) < 1:
-        raise ValueError(f"the iteration after '@' must be a positive integer, e.g. faiss-all@25; got {text!r}")
-    return {"name": name, "iteration": int(iteration)}
-
-
 def versus_key(spec) -> str:
     return spec["name"] if spec["iteration"] is None else f"{spec['name']}@{spec['iteration']}"
 
@@ -101,11 +85,16 @@ def versus_reference(record, spec) -> dict:
     return reference
 
 
-def _time_and_speedup(points, reference):
-    """When a run first reached a reference energy (same seed) and the reference's time over that time; a run
-    that never reached it counts as no speedup (0), so medians over seeds order correctly."""
-    # relative slack far below any difference the table shows: the reference itself counts as reached
-    reached = time_to_reach(points, reference["energy"] * (1 + 1e-12))
+def reach_threshold(energy, within=0.0):
+    """The energy a run must reach to count as having reached ``energy`` (within ``within`` of it, relative; at
+    least a slack far below any difference the table shows, so the reference itself counts as reached)."""
+    return energy * (1 + max(within, 1e-12))
+
+
+def _time_and_speedup(points, reference, within=0.0):
+    """When a run first reached a reference energy (same seed; within ``within`` of it) and the reference's time
+    over that time; a run that never reached it counts as no speedup (0), so medians over seeds order correctly."""
+    reached = time_to_reach(points, reach_threshold(reference["energy"], within))
     if reached is None:
         return None, 0.0
     return reached, reference["time"] / reached if reached > 0 else None
@@ -165,7 +154,7 @@ def summarize(record) -> dict:
             for key, (_, refs) in versus.items():
                 ref = refs.get(run["seed"])
                 if ref is not None and ref["energy"] is not None:
-                    time_to, speedup = _time_and_speedup(run["points"], ref)
+                    time_to, speedup = _time_and_speedup(run["points"], ref, versus[key][0].get("within", 0.0))
                     entry["versus"][key] = {"time": time_to, "speedup": speedup}
             entry["final_relative"] = run["final_energy"] / e_star if run["final_energy"] is not None else None
             entry["best_relative"] = min(p["energy"] for p in run["points"]) / e_star
@@ -330,9 +319,10 @@ def header_lines(record) -> list:
 
 
 def _versus_title(versus) -> str:
+    within = f"within {versus['within']:.2g} of " if versus.get("within") else ""
     if versus["iteration"] is None:
-        return f"{versus['name']}'s final energy"
-    return f"{versus['name']}'s energy after {versus['iteration']} iterations"
+        return f"{within}{versus['name']}'s final energy"
+    return f"{within}{versus['name']}'s energy after {versus['iteration']} iterations"
 
 
 def _versus_column(versus) -> str:

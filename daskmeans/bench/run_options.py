@@ -6,17 +6,39 @@ from __future__ import annotations
 from ..cli.common import parse_param
 from ..exceptions import InvalidParameterError
 from ..registry import ALGORITHMS, estimator_class
-from . import report
 from .peers import PEERS
 
 
-def check_versus(versus, algorithms, peers) -> tuple:
-    """``--versus`` as specs (:func:`.report.parse_versus`), each naming a run this bench makes (``algorithms`` and
-    ``peers``: the names asked for, None for the defaults)."""
+def parse_versus(text, within=0.0) -> dict:
+    """``"faiss-all@25"`` -> ``{"name": "faiss-all", "iteration": 25, "within": within}``; ``"faiss-all"`` -> its
+    final energy. A run counts as having reached the reference energy once within ``within`` (relative) of it.
+
+    Raises
+    ------
+    ValueError
+        When the iteration is not a positive integer.
+    """
+    name, _, iteration = text.partition("@")
+    if not iteration:
+        return {"name": name, "iteration": None, "within": within}
+    if not iteration.isdigit() or int(iteration) < 1:
+        raise ValueError(f"the iteration after '@' must be a positive integer, e.g. faiss-all@25; got {text!r}")
+    return {"name": name, "iteration": int(iteration), "within": within}
+
+
+def check_versus(versus, algorithms, peers, within=0.0) -> tuple:
+    """``--versus`` as specs (:func:`parse_versus`), each naming a run this bench makes (``algorithms`` and
+    ``peers``: the names asked for, None for the defaults), reached once within ``within`` (``--versus-within``)."""
+    if isinstance(within, bool) or not isinstance(within, (int, float)) or not 0 <= within < 1:
+        raise InvalidParameterError(f"--versus-within must be a relative distance from 0 to below 1 (e.g. 1e-4), "
+                                    f"got {within!r}.")
+    if within and not versus:
+        raise InvalidParameterError("--versus-within applies to the runs named by --versus; name one (e.g. "
+                                    "--versus faiss-all@25).")
     specs = []
     for text in versus or ():
         try:
-            spec = report.parse_versus(text)
+            spec = parse_versus(text, float(within))
         except ValueError as error:
             raise InvalidParameterError(f"--versus: {error}.") from None
         known = list(ALGORITHMS) + list(PEERS)

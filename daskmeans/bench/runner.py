@@ -63,6 +63,7 @@ class BenchOptions:
     reference: str = "lloyd"
     reference_cache: str | None = None
     versus: tuple | None = None
+    versus_within: float = 0.0
     params: tuple | dict = ()
     command_line: str = ""
     resolved: list = field(default_factory=list)
@@ -87,7 +88,7 @@ def check_options(options: BenchOptions) -> BenchOptions:
     options.algorithms = split_names(options.algorithms, list(ALGORITHMS), "algorithm(s)")
     options.peers = split_names(options.peers, list(PEERS), "peer(s)")
     check_seeds(options.seeds)
-    options.versus = check_versus(options.versus, options.algorithms, options.peers)
+    options.versus = check_versus(options.versus, options.algorithms, options.peers, options.versus_within)
     options.params = check_params(options.params, options.algorithms)
     if not isinstance(options.max_points, int) or options.max_points < 2:
         raise InvalidParameterError(f"--max-points must be an integer >= 2, got {options.max_points!r}.")

@@ -43,9 +43,16 @@ class CoarseIndex:
 
 def probed_lists(rows, coarse_centers, n_probe) -> np.ndarray:
     """The ``n_probe`` lists whose coarse centers are nearest to each row, nearest first (ties to the lower list),
-    shape ``(n, n_probe)``: nested in ``n_probe``, so probing more lists never gives a farther center."""
+    shape ``(n, n_probe)``: nested in ``n_probe`` (up to exact ties of scores at the ``n_probe``-th place), so
+    probing more lists never gives a farther center."""
     scores = all_dist2(rows, coarse_centers.astype(rows.dtype))
-    return np.argsort(scores, axis=1, kind="stable")[:, :n_probe]
+    n_lists = scores.shape[1]
+    if 4 * n_probe >= n_lists:
+        return np.argsort(scores, axis=1, kind="stable")[:, :n_probe]
+    chosen = np.argpartition(scores, n_probe - 1, axis=1)[:, :n_probe]
+    chosen.sort(axis=1)  # the lower list first among equal scores, as the stable sort
+    order = np.argsort(np.take_along_axis(scores, chosen, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(chosen, order, axis=1)
 
 
 def probe_nearest(rows, centers, index: CoarseIndex, n_probe):
