@@ -77,10 +77,12 @@ def check_record(record, table):
                     "stop_reason", "notes", "params"):
             assert key in run, key
         points = run["points"]
-        # the shared initial centers come first; a run that ended on them (its budget spent in its first pass, as
-        # on a busy machine) marks them as its final point
-        assert points[0]["kind"] in ("init", "final") and points[0]["time"] == 0.0
-        assert points[0]["kind"] == "init" or len(points) == 1
+        own_seeding = isinstance(run["params"].get("init"), str)
+        # the shared initial centers come first (unless the run seeded itself); a run that ended on them (its
+        # budget spent in its first pass, as on a busy machine) marks them as its final point
+        if not own_seeding:
+            assert points[0]["kind"] in ("init", "final") and points[0]["time"] == 0.0
+            assert points[0]["kind"] == "init" or len(points) == 1
         assert [p["time"] for p in points] == sorted(p["time"] for p in points)
         assert all(math.isfinite(p["energy"]) and p["energy"] >= 0 for p in points)
         assert run["final_energy"] in [p["energy"] for p in points]
@@ -90,7 +92,7 @@ def check_record(record, table):
     # every run of one seed starts from the same centers
     for seed in record["seeds"]:
         starts = {run["points"][0]["energy"] for run in record["runs"]
-                  if run["status"] == "ok" and run["seed"] == seed}
+                  if run["status"] == "ok" and run["seed"] == seed and not isinstance(run["params"].get("init"), str)}
         assert len(starts) <= 1
     summary = record["summary"]
     # E*: the lowest energy any run reached, or the converged Lloyd energy of a seed where that is lower
@@ -197,7 +199,8 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
                     "--time-budget", 0.5, "--peers",
                     "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml", "--versus",
-                    "faiss-all@2", "--param", "kmeans:tol=0", "--param", "nmbatch:initial_batch_size=500")
+                    "faiss-all@2", "--param", "kmeans:tol=0", "--param", "nmbatch:initial_batch_size=500", "--param",
+                    "vrkm:init=two-level")
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
@@ -206,6 +209,11 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
     assert all(r["params"]["tol"] == 0 for r in runs if r["name"] == "kmeans")
     assert all(r["params"]["initial_batch_size"] == 500 for r in runs if r["name"] == "nmbatch")
     assert "--param kmeans:tol=0 --param nmbatch:initial_batch_size=500" in record["command"]
+    # a run seeded by itself has no point at the shared initial centers, and says so
+    own = [r for r in runs if r["name"] == "vrkm"]
+    assert all(r["params"]["init"] == "two-level" and r["points"][0]["time"] > 0 for r in own)
+    assert all(any("seeded by itself" in note for note in r["notes"]) for r in own)
+    assert all(r["points"][0]["kind"] == "init" for r in runs if r["name"] == "kmeans")
     if availability(PEERS["faiss-all"])[0]:
         # the iterate --versus names is evaluated, and every run is timed against it
         assert record["versus"] == [{"name": "faiss-all", "iteration": 2, "within": 0.0}]
@@ -322,7 +330,9 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--versus", "faiss-all", "--versus-within", "-0.1"], "--versus-within must be"),
     (["synthetic", "--versus", "faiss-all", "--versus-within", "1"], "--versus-within must be"),
     (["synthetic", "--param", "kmeans:nope=1"], "no parameter 'nope'"),
-    (["synthetic", "--param", "kmeans:init=random"], "no parameter 'init' that the bench leaves free"),
+    (["synthetic", "--param", "kmeans:random_state=3"], "no parameter 'random_state' that the bench leaves free"),
+    (["synthetic", "--param", "kmeans:init=[[0, 1]]"], "init may name a seeding method"),
+    (["synthetic", "--param", "kmeans:init=nope"], "--param for kmeans: init"),
     (["synthetic", "--algorithms", "nmbatch", "--param", "kmeans:tol=0"], "add it to --algorithms"),
     (["synthetic", "--param", "kmeans:tol=-1"], "--param for kmeans: tol"),
     (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),

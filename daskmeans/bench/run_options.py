@@ -55,8 +55,9 @@ def check_versus(versus, algorithms, peers, within=0.0) -> tuple:
     return tuple(specs)
 
 
-#: Estimator parameters every bench run sets itself (``--param`` may not).
-BENCH_SETS = ("n_clusters", "init", "max_time", "random_state", "client", "progress", "snapshot_centers")
+#: Estimator parameters every bench run sets itself (``--param`` may not). ``init`` may be set to a seeding method
+#: by name (e.g. ``kmeans:init=two-level``): the run then seeds itself instead of starting from the shared centers.
+BENCH_SETS = ("n_clusters", "max_time", "random_state", "client", "progress", "snapshot_centers")
 
 
 def check_params(params, algorithms) -> dict:
@@ -77,6 +78,9 @@ def check_params(params, algorithms) -> dict:
             raise InvalidParameterError(
                 f"--param {text!r}: {algorithm} has no parameter {name!r} that the bench leaves free; choose from "
                 f"{', '.join(n for n in sorted(accepted) if n not in BENCH_SETS)}.")
+        if name == "init" and not isinstance(value, str):
+            raise InvalidParameterError(f"--param {text!r}: init may name a seeding method (e.g. two-level); the "
+                                        "shared initial centers are the default.")
         chosen.setdefault(algorithm, {})[name] = value
     for algorithm, values in chosen.items():
         try:

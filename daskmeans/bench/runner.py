@@ -172,8 +172,9 @@ def _warning_texts(caught) -> list:
 def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Trace:
     """Fit a daskmeans algorithm from ``init`` (with the estimator parameters ``params`` besides its defaults);
     its center snapshots become the candidates."""
-    estimator = make_estimator(name, n_clusters=k, init=init, max_time=budget, random_state=seed, client=client,
-                               progress=False, **(params or {}))
+    params = {"init": init, **(params or {})}
+    estimator = make_estimator(name, n_clusters=k, max_time=budget, random_state=seed, client=client, progress=False,
+                               **params)
     snapshots_supported = "snapshot_centers" in estimator.get_params()
     if snapshots_supported:
         estimator.set_params(snapshot_centers=True)
@@ -205,6 +206,9 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
         notes.append("passes as counted by the algorithm; fit adds one summary pass and one final statistics pass")
     if candidates[:-1]:
         notes.append(f"snapshot times include the {tail:.3g} s the fit spent after its last iteration")
+    if isinstance(params["init"], str):
+        notes.append(f"seeded by itself (init={params['init']!r}), not from the shared initial centers; its times "
+                     "include the seeding")
     return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
                  n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
                  stop_reason=getattr(estimator, "stop_reason_", None), history=to_jsonable(list(history)),
@@ -393,6 +397,11 @@ def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
         return
     start = Candidate(step=0, time=0.0, centers=init, iteration=0, passes=0.0, kind="init", energy=init_energy,
                       eval_seconds=0.0)
+    if isinstance(trace.params.get("init"), str):  # seeded by itself: the shared centers were never its own
+        evaluate(select_spread(trace.candidates, max_points), energy)
+        if trace.final().energy is None:
+            evaluate([trace.final()], energy)
+        return
     if trace.extend is None:
         trace.candidates = drop_repeats([start, *trace.candidates])
     else:
