@@ -390,22 +390,19 @@ def _progress_line(run) -> str:
 
 
 def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
-    """Add the shared initial centers at time 0, drop repeated centers, evaluate a spread of candidates (and the
-    iteration a ``--versus`` spec names in this run)."""
+    """Add the shared initial centers at time 0 (unless the run seeded itself), drop repeated centers, evaluate a
+    spread of candidates (and the iteration a ``--versus`` spec names in this run)."""
     trace = run.trace
     if trace is None:
         return
-    start = Candidate(step=0, time=0.0, centers=init, iteration=0, passes=0.0, kind="init", energy=init_energy,
-                      eval_seconds=0.0)
-    if isinstance(trace.params.get("init"), str):  # seeded by itself: the shared centers were never its own
-        evaluate(select_spread(trace.candidates, max_points), energy)
-        if trace.final().energy is None:
-            evaluate([trace.final()], energy)
-        return
+    # a run seeded by itself never held the shared centers
+    starts = [] if isinstance(trace.params.get("init"), str) else [
+        Candidate(step=0, time=0.0, centers=init, iteration=0, passes=0.0, kind="init", energy=init_energy,
+                  eval_seconds=0.0)]
     if trace.extend is None:
-        trace.candidates = drop_repeats([start, *trace.candidates])
+        trace.candidates = drop_repeats([*starts, *trace.candidates])
     else:
-        trace.candidates = [start, *trace.candidates]
+        trace.candidates = [*starts, *trace.candidates]
     evaluate(select_spread(trace.candidates, max_points), energy)
     final = trace.final()
     if final.energy is None:
