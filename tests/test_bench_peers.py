@@ -127,6 +127,24 @@ def test_faiss_on_every_row_steps_through_the_iterates_of_one_fit_bit_for_bit():
     np.testing.assert_array_equal(limited.candidates[-1].centers, trace.candidates[1].centers)
 
 
+def test_faiss_two_level_finds_known_centers_of_well_separated_blobs_and_seeds_itself():
+    """faiss's large-k method as a peer: k centroids on blobs whose centers are known (most of them on a true center:
+    k-means from random rows may leave a few in local minima), one final candidate, marked as seeding itself (so the
+    bench adds no shared-initial-centers point at time 0)."""
+    pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    rng = np.random.default_rng(5)
+    k, d = 64, 16
+    truth = rng.uniform(-100, 100, size=(k, d))
+    X = (np.repeat(truth, 100, axis=0) + 0.1 * rng.normal(size=(100 * k, d))).astype(np.float32)
+    trace = PEERS["faiss-two-level"].run(PeerContext(X=X, array=None, client=None, init=None, k=k, seed=0,
+                                                     budget=60))
+    [final] = trace.candidates
+    assert final.kind == "final" and final.centers.shape == (k, d) and final.time == trace.fit_seconds > 0
+    assert isinstance(trace.params["init"], str) and trace.params["coarse_centroids"] == 8
+    on_a_center = np.linalg.norm(final.centers[:, None, :] - truth[None], axis=2).min(axis=1) < 1.0
+    assert on_a_center.mean() >= 0.75
+
+
 # -- E*: the converged Lloyd energy ----------------------------------------------------------------------------------
 def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, cluster_client):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install daskmeans[test])")

@@ -43,8 +43,9 @@ class BenchCommand(click.Command):
 @click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
                                    "algorithm; kernel k-means with --quality; 'none').")
 @click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
-                              "sklearn-intelex, faiss (its default subsample), faiss-all (every row), dask-ml "
-                              "(default: the workload's; 'none').")
+                              "sklearn-intelex, faiss (its default subsample), faiss-all (every row), "
+                              "faiss-two-level (faiss's large-k clustering), dask-ml (default: the workload's; "
+                              "'none').")
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
 @click.option("-k", "--n-clusters", "k", type=int, help="Number of clusters (with --data; overrides the workloads' k).")
 @click.option("--seeds", default=1, show_default=True, type=int,

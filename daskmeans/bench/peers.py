@@ -262,6 +262,33 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
                         "passes = iterations"])
 
 
+def _faiss_two_level(ctx: PeerContext) -> Trace:
+    """faiss's two-level clustering for large k (``faiss.contrib.clustering.two_level_clustering``), on every row.
+
+    A coarse k-means with ``round(sqrt(k))`` centroids, then each coarse cluster's rows clustered into a number of
+    centroids proportional to its size (``rebalance=True``), each level with faiss's default 25 iterations. It
+    seeds itself (random rows of each sub-problem), so it does not start from the shared initial centers; one
+    candidate: the centroids it returns.
+    """
+    import faiss
+    from faiss.contrib.clustering import two_level_clustering
+
+    n, d = ctx.X.shape
+    n_coarse = max(1, min(ctx.k, int(round(np.sqrt(ctx.k)))))
+    (centroids, _), seconds = _timed_fit(
+        lambda: two_level_clustering(ctx.X, n_coarse, ctx.k, rebalance=True, seed=ctx.seed, verbose=False))
+    centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+    if centroids.shape != (ctx.k, d):
+        raise RuntimeError(f"faiss two-level clustering returned {centroids.shape[0]} centroids, not {ctx.k}")
+    final = Candidate(step=1, time=seconds, centers=centroids, iteration=None, passes=None, kind="final")
+    return Trace(candidates=[final], fit_seconds=seconds, timed_seconds=seconds, stop_reason="max_iter",
+                 params={"init": "two-level (faiss.contrib.clustering)", "coarse_centroids": n_coarse,
+                         "niter_per_level": 25, "training_rows": n, "threads": faiss.omp_get_max_threads()},
+                 notes=[f"faiss.contrib.clustering.two_level_clustering: {n_coarse} coarse centroids (max 2000 "
+                        "training rows each), then every coarse cluster's rows into centroids in proportion to its "
+                        "size; 25 iterations per level; seeds itself"])
+
+
 # -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
 def _dask_ml(ctx: PeerContext) -> Trace:
     from dask_ml.cluster import KMeans
@@ -288,5 +315,6 @@ PEERS: dict[str, Peer] = {
                             _sklearnex_kmeans, distribution="scikit-learn-intelex"),
     "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss_default_subsample),
     "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss_every_row),
+    "faiss-two-level": Peer("faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

@@ -69,8 +69,9 @@ class BenchOptions:
     resolved: list = field(default_factory=list)
 
 
-#: Above this many rows the assign pass is timed once instead of three times.
-LONG_PASS_ROWS = 10_000_000
+#: Above this many distances per pass (rows x centers: 10,000,000 rows at k = 1000, or 960,000 rows at
+#: k = 65,536, minutes either way) the assign pass is timed once instead of three times.
+LONG_PASS_DISTANCES = 10_000_000 * 1000
 
 
 def check_options(options: BenchOptions) -> BenchOptions:
@@ -287,8 +288,8 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     k = workload.k
 
     init0 = data.rows(np.random.default_rng(0).choice(data.n_samples, k, replace=False), client)
-    # the best of three passes, but a single one where a pass takes minutes (tens of millions of rows)
-    repeats = 1 if workload.quick or data.n_samples > LONG_PASS_ROWS else 3
+    # the best of three passes, but a single one where a pass takes minutes (tens of millions of rows, or large k)
+    repeats = 1 if workload.quick or data.n_samples * k > LONG_PASS_DISTANCES else 3
     assign_pass = measure_assign_pass(data.array, init0, client, repeats=repeats)
     say(f"assign pass {assign_pass['median_seconds']:.3g} s")
 
