@@ -33,6 +33,7 @@ class _PlainPasses:
     """Lloyd's passes without bounds: one assign + stats graph per iteration."""
 
     scheme = "none"
+    n_groups = 0
 
     def __init__(self, array, weights, client):
         self.array, self.weights, self.client = array, weights, client
@@ -50,8 +51,8 @@ class _BoundedPasses:
 
     def __init__(self, array, centers, weights, client, bounds):
         k, d = centers.shape
-        self.scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
-        self.state = BoundedAssignment(array, make_groups(centers, self.scheme, n_groups), weights=weights,
+        self.scheme, self.n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
+        self.state = BoundedAssignment(array, make_groups(centers, self.scheme, self.n_groups), weights=weights,
                                        client=client)
 
     def step(self, centers, previous):
@@ -128,6 +129,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
             "distances_computed": computed,
             "distances_skipped": n * k - computed,
             "bounds": engine.scheme,
+            "bound_groups": engine.n_groups,
             "wall_time": clock.elapsed(),
             "passes": passes,
         }

@@ -92,7 +92,9 @@ class KMeans(ClusteringEstimator):
         What ran: ``"lloyd"`` or the bound scheme (``"elkan"``, ``"yinyang"``, ``"hamerly"``).
     n_iter_ : int
     history_ : list of dict
-        Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``.
+        Per iteration: ``energy`` (mean squared distance), ``inertia``, ``center_shift``, ``wall_time``, ``passes``,
+        ``distances_computed`` and ``distances_skipped`` (by the bounds), ``bounds`` (the scheme) and
+        ``bound_groups`` (lower bounds kept per row: 1 for Hamerly, k for Elkan, the groups of yinyang, 0 for Lloyd).
     stop_reason_ : str
     fit_phases_ : list of dict
         The phases of the fit (``seeding``, ``iterations``, ``final pass``): ``{"phase", "start", "end", "unit",

@@ -48,7 +48,9 @@ def test_bounds_give_lloyds_iterates_to_the_last_bit_on_real_descriptors(dtype, 
     for (p, p_centers), (b, b_centers) in zip(plain_steps, bounded_steps):
         np.testing.assert_array_equal(b_centers, p_centers)
         assert b["inertia"] == p["inertia"]
-        assert b["bounds"] == bounds and p["bounds"] == "none"
+        assert b["bounds"] == bounds and p["bounds"] == "none" and p["bound_groups"] == 0
+        # 100 centers: one bound per center (Elkan), per group of about ten (yinyang), one per row (Hamerly)
+        assert b["bound_groups"] == {"elkan": 100, "yinyang": 10, "hamerly": 1}[bounds]
         # the labels behind each iterate are the exact nearest centers: their means are the next centers
         labels = exact_labels(X, previous)
         means = np.stack([X[labels == j].astype(np.float64).mean(0) for j in range(len(centers))])
