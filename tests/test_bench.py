@@ -325,6 +325,7 @@ def test_sizing_quick(scheduler, tmp_path):
     (["synthetic", "--algorithms", "nmbatch", "--versus", "kmeans"], "add it to --algorithms"),
     (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
     (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
+    (["synthetic", "--peers", "faiss-two-level", "--versus", "faiss-two-level@2"], "name it without '@'"),
     (["synthetic", "--param", "tol=0"], "ALGORITHM:NAME=VALUE"),
     (["synthetic", "--versus-within", "1e-4"], "name one"),
     (["synthetic", "--versus", "faiss-all", "--versus-within", "-0.1"], "--versus-within must be"),

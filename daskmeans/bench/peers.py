@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..algorithms.two_level import default_coarse_clusters
 from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
 
 #: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
@@ -75,6 +76,8 @@ class Peer:
     distribution : str, optional
         The package whose installed version is reported, where the module's ``__version__`` does not say it
         (``sklearnex`` reports a placeholder).
+    iterates : bool
+        Its candidates are numbered iterates (``--versus NAME@ITERATION`` can name one).
     """
 
     name: str
@@ -83,6 +86,7 @@ class Peer:
     in_memory: bool
     run: Callable[[PeerContext], Trace]
     distribution: str | None = None
+    iterates: bool = True
 
 
 def availability(peer: Peer) -> tuple[bool, str]:
@@ -187,6 +191,8 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
 
 
 # -- faiss Kmeans: ladder over niter on faiss's default subsample; iteration by iteration on every row --------------
+#: faiss's default number of iterations (``faiss.Kmeans(niter=25)``, and per level of its two-level clustering).
+FAISS_DEFAULT_NITER = 25
 #: Most iterations the stepped faiss run makes (as many as a ladder may).
 FAISS_MAX_ITER = 300
 #: Centroids the stepped faiss run keeps of every iteration, until they take this many bytes; after that only
@@ -274,19 +280,20 @@ def _faiss_two_level(ctx: PeerContext) -> Trace:
     from faiss.contrib.clustering import two_level_clustering
 
     n, d = ctx.X.shape
-    n_coarse = max(1, min(ctx.k, int(round(np.sqrt(ctx.k)))))
+    n_coarse = default_coarse_clusters(ctx.k)
     (centroids, _), seconds = _timed_fit(
-        lambda: two_level_clustering(ctx.X, n_coarse, ctx.k, rebalance=True, seed=ctx.seed, verbose=False))
+        lambda: two_level_clustering(ctx.X, n_coarse, ctx.k, rebalance=True, clustering_niter=FAISS_DEFAULT_NITER,
+                                     seed=ctx.seed, verbose=False))
     centroids = np.ascontiguousarray(centroids, dtype=np.float32)
     if centroids.shape != (ctx.k, d):
         raise RuntimeError(f"faiss two-level clustering returned {centroids.shape[0]} centroids, not {ctx.k}")
     final = Candidate(step=1, time=seconds, centers=centroids, iteration=None, passes=None, kind="final")
     return Trace(candidates=[final], fit_seconds=seconds, timed_seconds=seconds, stop_reason="max_iter",
                  params={"init": "two-level (faiss.contrib.clustering)", "coarse_centroids": n_coarse,
-                         "niter_per_level": 25, "training_rows": n, "threads": faiss.omp_get_max_threads()},
+                         "niter_per_level": FAISS_DEFAULT_NITER, "training_rows": n, "threads": faiss.omp_get_max_threads()},
                  notes=[f"faiss.contrib.clustering.two_level_clustering: {n_coarse} coarse centroids (max 2000 "
                         "training rows each), then every coarse cluster's rows into centroids in proportion to its "
-                        "size; 25 iterations per level; seeds itself"])
+                        f"size; {FAISS_DEFAULT_NITER} iterations per level; seeds itself"])
 
 
 # -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
@@ -315,6 +322,7 @@ PEERS: dict[str, Peer] = {
                             _sklearnex_kmeans, distribution="scikit-learn-intelex"),
     "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss_default_subsample),
     "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss_every_row),
-    "faiss-two-level": Peer("faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level),
+    "faiss-two-level": Peer("faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level,
+                            iterates=False),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

@@ -46,6 +46,10 @@ def check_versus(versus, algorithms, peers, within=0.0) -> tuple:
             raise InvalidParameterError(
                 f"--versus names {spec['name']!r}, which is neither a daskmeans algorithm nor a peer; choose from "
                 f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25).")
+        if spec["iteration"] is not None and spec["name"] in PEERS and not PEERS[spec["name"]].iterates:
+            raise InvalidParameterError(
+                f"--versus {text}: {spec['name']} returns only its final centers, not numbered iterations; name it "
+                f"without '@' (its final energy).")
         asked = algorithms if spec["name"] in ALGORITHMS else peers
         if asked is not None and spec["name"] not in asked:
             option = "--algorithms" if spec["name"] in ALGORITHMS else "--peers"
