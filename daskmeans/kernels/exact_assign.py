@@ -236,7 +236,8 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     (rows get a trailing 1, centers their float norm), so that the group minima, the overall minimum and its
     position are plain vectorized NumPy reductions of the GEMM's output, read once while it is in cache. The
     folded norm is one more term of the same dot product: the proven error of
-    :func:`score_error_allowance` covers it. Labels and winners' distances are exact whatever the scores' rounding.
+    :func:`score_error_allowance` covers it. With fewer slots than features the norm is added to the scores after
+    the GEMM instead (one more rounding, also covered), which spares copying the rows. Labels and winners' distances are exact whatever the scores' rounding.
     Padding slots (groups of unequal sizes) score ``inf``.
 
     Parameters
@@ -309,15 +310,22 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     width = columns // n_groups
     row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
     buffer = np.empty((row_step, columns), dtype=X.dtype)
-    augmented = np.ones((row_step, d + 1), dtype=X.dtype)
+    # the norms folded into the GEMM cost a copy of each tile of rows with a column of ones; with fewer centers'
+    # slots than features, adding them to the (narrower) scores afterwards costs less
+    fold_norms = columns > d
+    augmented = np.ones((row_step, d + 1), dtype=X.dtype) if fold_norms else None
     rechecked = 0
     no_second = np.empty(0, dtype=X.dtype)
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
         scores = buffer[: r1 - r0]
-        tile = augmented[: r1 - r0]
-        tile[:, :d] = X[r0:r1]
-        np.matmul(tile, slots, out=scores)
+        if fold_norms:
+            tile = augmented[: r1 - r0]
+            tile[:, :d] = X[r0:r1]
+            np.matmul(tile, slots, out=scores)
+        else:
+            np.matmul(X[r0:r1], slots[:d], out=scores)
+            scores += slots[d]
         scores[:, padding_columns] = np.inf
         best_col = scores.argmin(axis=1)
         rows = np.arange(r1 - r0)

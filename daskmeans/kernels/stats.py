@@ -50,3 +50,65 @@ def cluster_stats(X, labels, dist2, k, weights=None, out=None):
     sums, counts, sse = out
     _cluster_stats(np.ascontiguousarray(X), labels, dist2, w, use_weights, sums, counts, sse)
     return sums, counts, sse
+
+
+@numba.njit(cache=True, nogil=True)
+def column_moments(rows):
+    """Per-feature mean and sum of squared deviations of the finite rows of a slab, with the data checks, in two
+    reads of the slab (float64 accumulators, no temporaries the size of the slab).
+
+    A row holding any NaN or infinity is left out of the moments and counted.
+
+    Parameters
+    ----------
+    rows : ndarray (n, d), float32 or float64
+
+    Returns
+    -------
+    n_finite_rows : int
+    mean : float64 (d,)
+        Zeros when no row is finite.
+    m2 : float64 (d,)
+        Sum over the finite rows of ``(x - mean)^2`` per feature.
+    n_nonfinite : int
+        NaN and infinite values.
+    first_nonfinite : int
+        Position of the first row holding one (-1 when none).
+    max_abs : float
+        Largest absolute value of the finite rows (0 when none).
+    """
+    n, d = rows.shape
+    finite = np.ones(n, dtype=np.bool_)
+    total = np.zeros(d)
+    column_max = np.zeros(d)
+    n_nonfinite = 0
+    first_nonfinite = -1
+    n_finite = 0
+    for i in range(n):
+        bad = 0
+        for f in range(d):
+            value = np.float64(rows[i, f])
+            bad += (value - value) != 0.0  # NaN for NaN and +-inf, 0 for every finite value
+        if bad:
+            finite[i] = False
+            n_nonfinite += bad
+            if first_nonfinite < 0:
+                first_nonfinite = i
+            continue
+        n_finite += 1
+        for f in range(d):
+            value = np.float64(rows[i, f])
+            total[f] += value
+            column_max[f] = max(column_max[f], abs(value))
+    mean = np.zeros(d)
+    m2 = np.zeros(d)
+    if n_finite == 0:
+        return 0, mean, m2, n_nonfinite, first_nonfinite, 0.0
+    for f in range(d):
+        mean[f] = total[f] / n_finite
+    for i in range(n):
+        if finite[i]:
+            for f in range(d):
+                deviation = np.float64(rows[i, f]) - mean[f]
+                m2[f] += deviation * deviation
+    return n_finite, mean, m2, n_nonfinite, first_nonfinite, column_max.max()

@@ -46,21 +46,28 @@ class ClusterStats:
         return float(self.sse.sum())
 
 
-def _farthest(dist2, rows, labels, weights, keep):
+def _farthest_order(dist2, keep):
+    """Positions of the ``keep`` largest of ``dist2``, largest first (ties in position order)."""
     if len(dist2) > keep:
         top = np.argpartition(-dist2, keep - 1)[:keep]
-        order = top[np.argsort(-dist2[top], kind="stable")]
-    else:
-        order = np.argsort(-dist2, kind="stable")
+        return top[np.argsort(-dist2[top], kind="stable")]
+    return np.argsort(-dist2, kind="stable")
+
+
+def _farthest(dist2, rows, labels, weights, keep):
+    order = _farthest_order(dist2, keep)
     return dist2[order], rows[order], labels[order], weights[order]
 
 
 def _farthest_eligible(dist2, rows, labels, weights, keep):
     """The ``keep`` rows farthest from their centers among those of positive weight (weight 0 cannot refill an
-    empty cluster)."""
-    w = np.ones(len(labels)) if weights is None else weights
-    eligible = np.flatnonzero(w > 0)
-    return _farthest(dist2[eligible], rows[eligible], labels[eligible], w[eligible], keep)
+    empty cluster); only the chosen rows are copied."""
+    if weights is None:
+        chosen = _farthest_order(dist2, keep)
+        return dist2[chosen], rows[chosen], labels[chosen], np.ones(len(chosen))
+    eligible = np.flatnonzero(weights > 0)
+    chosen = eligible[_farthest_order(dist2[eligible], keep)]
+    return dist2[chosen], rows[chosen], labels[chosen], weights[chosen]
 
 
 def _merge_farthest(parts, keep):

@@ -9,6 +9,7 @@ import numpy as np
 from ..engine.graph import block_args, map_blocks_delayed, tree_reduce
 from ..engine.slabs import slabs
 from ..exceptions import InputDataError
+from ..kernels.stats import column_moments
 
 
 @dataclass
@@ -116,18 +117,8 @@ def row_hash(block, offset, weights=None) -> int:
 
 
 def _summarize_slab(rows, offset, weights, with_row_hash):
-    finite_rows = np.isfinite(rows).all(axis=1)
-    n_nonfinite = int(rows.size - np.count_nonzero(np.isfinite(rows)))
-    first = int(offset + np.argmin(finite_rows)) if n_nonfinite else -1
-    good = rows if n_nonfinite == 0 else rows[finite_rows]
-    n = good.shape[0]
-    mean = good.mean(axis=0, dtype=np.float64) if n else np.zeros(rows.shape[1])
-    if n:
-        deviations = np.subtract(good, mean, dtype=np.float64)
-        m2 = np.square(deviations, out=deviations).sum(axis=0)
-    else:
-        m2 = np.zeros(rows.shape[1])
-    max_abs = float(np.abs(good).max()) if n else 0.0
+    n, mean, m2, n_nonfinite, first, max_abs = column_moments(np.ascontiguousarray(rows))
+    first = offset + first if n_nonfinite else -1
     if weights is None:
         total_weight, n_bad, first_bad = float(rows.shape[0]), 0, -1
     else:

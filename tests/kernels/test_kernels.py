@@ -6,7 +6,7 @@ import pytest
 from daskmeans.engine.random import row_uniforms, stage_key
 from daskmeans.kernels.assign import all_dist2, nearest_centers, nearest_direct, nearest_gemm
 from daskmeans.kernels.distance import exact_dist2, pair_dist2
-from daskmeans.kernels.stats import cluster_stats
+from daskmeans.kernels.stats import cluster_stats, column_moments
 
 
 def reference_nearest(X, C):
@@ -136,6 +136,37 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
         np.testing.assert_allclose(counts[j], ww[mask].sum())
         np.testing.assert_allclose(sse[j], (ww[mask] * dist2[mask]).sum())
     assert counts[4] == 0 and sums.dtype == np.float64
+
+
+def _moments_reference(rows):
+    """NumPy transcription of :func:`column_moments`."""
+    finite_rows = np.isfinite(rows).all(axis=1)
+    n_nonfinite = int(rows.size - np.count_nonzero(np.isfinite(rows)))
+    good = rows[finite_rows].astype(np.float64)
+    if good.shape[0] == 0:
+        return 0, np.zeros(rows.shape[1]), np.zeros(rows.shape[1]), n_nonfinite, int(np.argmin(finite_rows)), 0.0
+    mean = good.mean(axis=0)
+    first = int(np.argmin(finite_rows)) if n_nonfinite else -1
+    return good.shape[0], mean, ((good - mean) ** 2).sum(axis=0), n_nonfinite, first, float(np.abs(good).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("poison", ["none", "nan", "inf", "all"])
+def test_column_moments_matches_numpy(dtype, poison):
+    rng = np.random.default_rng(6)
+    rows = (rng.normal(size=(500, 9)) * 40 + 1000).astype(dtype)
+    if poison == "nan":
+        rows[[17, 200], [3, 8]] = np.nan
+        rows[200, 0] = np.nan
+    elif poison == "inf":
+        rows[[5, 499], [0, 2]] = [np.inf, -np.inf]
+    elif poison == "all":
+        rows[:, 4] = np.nan
+    n, mean, m2, n_bad, first, max_abs = column_moments(rows)
+    e_n, e_mean, e_m2, e_bad, e_first, e_max = _moments_reference(rows)
+    assert (n, n_bad, first, max_abs) == (e_n, e_bad, e_first, e_max)
+    np.testing.assert_allclose(mean, e_mean, rtol=1e-13)
+    np.testing.assert_allclose(m2, e_m2, rtol=1e-10)
 
 
 def test_row_uniforms_depend_only_on_key_and_row():
