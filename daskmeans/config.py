@@ -21,6 +21,9 @@ CONNECT_HANDSHAKE_GRACE_SECONDS = 1.0
 #: Without --scheduler, a command on an input (as computed) up to this size runs on a local cluster of threads in
 #: its own process, which starts in under a second; a larger input gets worker processes (several seconds to start).
 LOCAL_THREADS_MAX_BYTES = 2**30
+#: With ``progress=True``, a pass over the data gets a bar of its own (chunks done, rows/s, time left) once it has
+#: run this many seconds: long passes show how far they are, short ones do not flicker.
+PASS_BAR_DELAY_SECONDS = 2.0
 
 # -- storage: input blocks and outputs ----------------------------------------------------------------------------
 

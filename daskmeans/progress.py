@@ -5,7 +5,11 @@ A fit has up to three phases: **seeding** (a bar over the passes of k-means||, t
 passes of AFK-MC2, with its total), **iterations** (a bar whose unit is the algorithm's own: iterations, epochs,
 steps; its total is ``max_iter``, an upper bound, so the bar shows "of at most" and no remaining-time estimate)
 and a **final pass** where the estimator makes one (the inertia of the final centers). Every bar shows the
-current energy; a phase that cannot count its work shows one line that says what runs.
+current energy and the rows read per second; a phase that cannot count its work shows one line that says what
+runs. A pass over the data that runs longer than :data:`~daskmeans.config.PASS_BAR_DELAY_SECONDS` gets a bar of
+its own below: chunks done of the pass's chunks, rows per second and the time left
+(:mod:`daskmeans.engine.pass_progress`). Each history record gets ``rows_per_second``: the rows the passes since
+the previous record read, over the seconds those passes took.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+from .engine.pass_progress import PassWatch
 
 #: Bar layout when the total is known: the bar, the count and total in their unit, the remaining time.
 KNOWN_TOTAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]"
@@ -58,6 +64,7 @@ class Phase:
         self.total = total
         self.count = 0
         self.energy = None
+        self.rows_per_second = None
         self.note = note
         self.start = clock.elapsed()
         self.started_at = time.perf_counter()
@@ -84,12 +91,15 @@ class Phase:
         postfix = {}
         if self.energy is not None:
             postfix["energy"] = _format_energy(self.energy)
+        if self.rows_per_second is not None:
+            postfix["rows/s"] = f"{self.rows_per_second:.3g}"
         if self.note:
             postfix["now"] = self.note
         self.bar.set_postfix(postfix, refresh=refresh)
 
-    def advance_to(self, count, *, total=None, energy=None, note=None):
-        """Set the count to ``count`` (cumulative), and optionally the total, the energy and what runs now."""
+    def advance_to(self, count, *, total=None, energy=None, note=None, rows_per_second=None):
+        """Set the count to ``count`` (cumulative), and optionally the total, the energy, the rows read per second
+        and what runs now."""
         if total is not None and total != self.total:
             self.total = total
             if self.bar is not None:
@@ -98,6 +108,8 @@ class Phase:
                 self.bar.total = total
         if energy is not None:
             self.energy = energy
+        if rows_per_second is not None:
+            self.rows_per_second = rows_per_second
         if note is not None:
             self.note = note
         count, before = int(count), self.count
@@ -176,6 +188,7 @@ class SnapshotRecorder:
 
     def __init__(self, estimator, clock, *, total=None, desc="daskmeans", centers_of=centers_in_record,
                  unit="iterations", count_key="iteration"):
+        self.passes_seen = 0
         self.snapshots = [] if estimator.snapshot_centers else None
         self.clock = clock
         progress = estimator.progress
@@ -188,6 +201,7 @@ class SnapshotRecorder:
         self.centers_of = centers_of
         self.phases = []
         self.current = None
+        self.watch = PassWatch(desc, show=self.show)
 
     # -- phases ------------------------------------------------------------------------------------------------
     def begin(self, name, *, unit=None, total=None, cap=False, note=None, label=None) -> Phase:
@@ -209,6 +223,7 @@ class SnapshotRecorder:
     def iterations(self, total=None, *, label=None) -> Phase:
         """Open the iterations phase: the estimator's unit, ``total`` (default the recorder's) as an upper bound."""
         total = self.total if total is None else total
+        self.passes_seen = len(self.watch.passes)  # the first record's rate covers the iterations' passes only
         return self.begin("iterations", unit=self.unit, total=total, cap=total is not None, label=label or self.unit)
 
     def final_pass(self, what="inertia of the final centers") -> Phase:
@@ -223,10 +238,12 @@ class SnapshotRecorder:
 
     # -- the algorithm's callback ----------------------------------------------------------------------------
     def __enter__(self):
+        self.watch.__enter__()
         return self
 
     def __exit__(self, *exc):
         self.end_phase()
+        self.watch.__exit__(*exc)
         return False
 
     def start(self, centers):
@@ -234,11 +251,17 @@ class SnapshotRecorder:
         self._add(0, centers)
 
     def __call__(self, record):
+        passes = self.watch.passes[self.passes_seen:]
+        self.passes_seen = len(self.watch.passes)
+        seconds = sum(p["seconds"] for p in passes)
+        if passes and seconds > 0:
+            record["rows_per_second"] = sum(p["rows"] for p in passes) / seconds
         if self.function is not None:
             self.function({key: value for key, value in record.items() if not key.startswith("_")})
         if self.current is None or self.current.name != "iterations":
             self.iterations()
-        self.current.advance_to(record.get(self.count_key, self.current.count + 1), energy=record["energy"])
+        self.current.advance_to(record.get(self.count_key, self.current.count + 1), energy=record["energy"],
+                                rows_per_second=record.get("rows_per_second"))
         if self.snapshots is not None:
             centers = self.centers_of(record)
             if centers is not None:

@@ -132,12 +132,20 @@ class RunContext:
         return None if self.checkpoint is None else self.checkpoint.resume
 
     def report(self, record, **private):
-        """Hand ``record`` to the callback, with ``private`` objects under ``_name`` keys (e.g. ``centers=``)."""
+        """Hand ``record`` to the callback, with ``private`` objects under ``_name`` keys (e.g. ``centers=``).
+
+        Keys the callback adds (the progress recorder's ``rows_per_second``) are added to ``record`` too, so the
+        history keeps them."""
         if self.callback is None:
             return
-        if private:
-            record = dict(record, **{f"_{name}": value for name, value in private.items()})
-        self.callback(record)
+        if not private:
+            self.callback(record)
+            return
+        full = dict(record, **{f"_{name}": value for name, value in private.items()})
+        self.callback(full)
+        for key, value in full.items():
+            if not key.startswith("_") and key not in record:
+                record[key] = value
 
 
 def result_to_state(result: FitResult) -> dict:

@@ -25,6 +25,7 @@ from dask.utils import parse_bytes
 from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 from .blas import one_blas_thread_for
+from .pass_progress import active_watch
 
 
 def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
@@ -190,18 +191,36 @@ def resolve_client(client=None):
 
 
 def compute_now(*objects, client=None):
-    """Compute dask collections on ``client`` (or the local scheduler) and return their values."""
+    """Compute dask collections on ``client`` (or the local scheduler) and return their values.
+
+    While a :class:`~daskmeans.engine.pass_progress.PassWatch` is active, the block tasks computed (and those
+    persisted since the last computation) are one pass to it, which ends when the values are here.
+    """
     if client is None:
         client = resolve_client(None)
+    watch = active_watch()
+    if watch is None:
+        return _compute(objects, client)
+    try:
+        return _compute(objects, client, watch)
+    finally:
+        watch.finished()
+
+
+def _compute(objects, client, watch=None):
     if client is None:
+        if watch is not None:
+            watch.submitted(_graph_of(objects))
         return dask.compute(*objects)
     if objects and all(isinstance(o, Delayed) for o in objects):
-        return tuple(client.get(*_own_graph(objects), sync=True))
+        return tuple(client.get(*_own_graph(objects, watch, client), sync=True))
+    if watch is not None:
+        watch.submitted(_graph_of(objects), client)
     futures = client.compute(list(objects))
     return tuple(client.gather(futures))
 
 
-def _own_graph(objects):
+def _own_graph(objects, watch=None, client=None):
     """The graph and keys of daskmeans' own task graphs (:mod:`daskmeans.engine.graph`), ready to submit.
 
     They are submitted as they are, without the collection optimizations of ``Client.compute`` (whose cost
@@ -212,8 +231,15 @@ def _own_graph(objects):
     about as "different `run_spec`" (and may then run the old one).
     """
     keys = [o.key for o in objects]
-    graph = convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))))
-    return fuse_linear_task_spec(cull(graph, keys), keys), keys
+    graph = cull(convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects)))), keys)
+    if watch is not None:
+        watch.submitted(graph, client)
+    return fuse_linear_task_spec(graph, keys), keys
+
+
+def _graph_of(objects):
+    """The merged graph of ``objects`` (a mapping of keys to tasks)."""
+    return HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))
 
 
 def persist_now(*objects, client=None):
@@ -221,10 +247,16 @@ def persist_now(*objects, client=None):
     if client is None:
         client = resolve_client(None)
     if client is None:
+        watch = active_watch()
+        if watch is not None:
+            watch.submitted(_graph_of(objects))
         return dask.persist(*objects)
     if objects and all(isinstance(o, Delayed) for o in objects):
-        futures = client.get(*_own_graph(objects), sync=False)
+        futures = client.get(*_own_graph(objects, active_watch(), client), sync=False)
         return tuple(Delayed(future.key, {future.key: future}) for future in futures)
+    watch = active_watch()
+    if watch is not None:
+        watch.submitted(_graph_of(objects), client)
     return tuple(client.persist(list(objects)))
 
 

@@ -16,6 +16,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from ..config import SPLIT_EVERY
+from .pass_progress import active_watch, report_block
 from .slabs import stored_form
 
 
@@ -66,7 +67,7 @@ def shared(value, name: str) -> Delayed:
     return Delayed(key, HighLevelGraph.from_collections(key, {key: DataNode(key, value)}), layer=key)
 
 
-def map_blocks_delayed(function, name: str, block_args: list[list], *common_args) -> list[Delayed]:
+def map_blocks_delayed(function, name: str, block_args: list[list], *common_args, reads_data=False) -> list[Delayed]:
     """Apply ``function(*per_block_args, *common_args)`` to every block.
 
     Parameters
@@ -78,10 +79,17 @@ def map_blocks_delayed(function, name: str, block_args: list[list], *common_args
         ``block_args[i]`` are the per-block arguments of block ``i`` (delayed blocks, offsets, ...).
     *common_args
         Arguments shared by every block (wrap large ones with :func:`shared`).
+    reads_data : bool
+        The tasks are a pass's work over the data (a block of rows, or a state holding them, first): while a
+        :class:`~daskmeans.engine.pass_progress.PassWatch` is active, each reports its end and its rows to it.
     """
-    token = tokenize(function, name, block_args, common_args)
+    watch = active_watch() if reads_data else None
+    token = tokenize(function, name, block_args, common_args, watch is not None)
     key = f"daskmeans-{name}-{token}"
-    return [task((key, i), function, *args, *common_args) for i, args in enumerate(block_args)]
+    if watch is None:
+        return [task((key, i), function, *args, *common_args) for i, args in enumerate(block_args)]
+    watch.register(key)
+    return [task((key, i), report_block, function, key, *args, *common_args) for i, args in enumerate(block_args)]
 
 
 def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY) -> Delayed:

@@ -104,7 +104,7 @@ def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=F
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     parts = map_blocks_delayed(
         _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
-        bool(check_finite),
+        bool(check_finite), reads_data=True
     )
     return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign")
 

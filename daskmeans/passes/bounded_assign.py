@@ -137,12 +137,12 @@ class BoundedAssignment:
         if self.outputs is None:
             parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights),
                                        shared(centers, "bounded-centers"), shared(self.groups, "bounded-groups"),
-                                       self.n_far)
+                                       self.n_far, reads_data=True)
         else:
             parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in self.outputs],
                                        shared(centers, "bounded-centers"),
                                        shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
-                                       shared(self.groups, "bounded-groups"), self.n_far)
+                                       shared(self.groups, "bounded-groups"), self.n_far, reads_data=True)
         return self._run(parts)
 
     def release(self):

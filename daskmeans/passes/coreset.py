@@ -61,5 +61,5 @@ def draw_graph(array, masses, mean, m: int, seed: int, weights=None):
     args = block_args(array, weights)
     wanted = [args[i] + [int(counts[i])] for i in np.flatnonzero(counts)]
     parts = map_blocks_delayed(_draw_block, "lwcs-draw", wanted, shared(np.asarray(mean, np.float64), "mean"),
-                               total_spread, total_weight, int(m), int(seed))
+                               total_spread, total_weight, int(m), int(seed), reads_data=True)
     return tree_reduce(parts, _concatenate, "lwcs-draw")

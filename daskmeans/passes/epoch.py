@@ -130,7 +130,7 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
     starts = segment_starts(draws.size, segment_rows)
     parts = map_blocks_delayed(
         _epoch_block, "vrkm-epoch", block_args(array, weights), shared(centers, "centers"),
-        shared(draws, "draws"), starts, int(n_candidates), int(n_far),
+        shared(draws, "draws"), starts, int(n_candidates), int(n_far), reads_data=True
     )
     stats = tree_reduce(
         map_blocks_delayed(_stats_of, "vrkm-epoch-stats", [[p] for p in parts]),

@@ -82,7 +82,7 @@ def _combine_stats(parts):
 def initial_truncations(array, weights, key, n_clusters, n_truncated):
     """Delayed random ``K_n`` of every block (all clusters when ``n_truncated == n_clusters``)."""
     return map_blocks_delayed(_initial_truncation_block, "vc-gmm-init-truncation", block_args(array, weights),
-                              key, n_clusters, n_truncated)
+                              key, n_clusters, n_truncated, reads_data=True)
 
 
 def estep_parts(array, weights, truncations, means, neighbours, explore_key, n_clusters, name="vc-gmm-estep"):
@@ -91,7 +91,7 @@ def estep_parts(array, weights, truncations, means, neighbours, explore_key, n_c
     ``explore_key`` (None: no random exploration) keys the one random cluster each point searches more.
     """
     return map_blocks_delayed(_estep_block, name, block_args(array, weights, truncations), shared(means, "means"),
-                              shared(neighbours, "neighbours"), explore_key, n_clusters)
+                              shared(neighbours, "neighbours"), explore_key, n_clusters, reads_data=True)
 
 
 def estep_summary_graph(parts, n_clusters):
@@ -112,7 +112,7 @@ def posterior_stats_graph(array, weights, parts, sigma2, n_clusters):
     stats = map_blocks_delayed(
         _stats_block, "vc-gmm-posteriors",
         [[data_blocks[i], weight_blocks[i], parts[i]] for i in range(len(data_blocks))],
-        float(sigma2), n_clusters,
+        float(sigma2), n_clusters, reads_data=True
     )
     return tree_reduce(stats, _combine_stats, "vc-gmm-posteriors")
 
@@ -159,11 +159,11 @@ def lazy_dense_posterior(array, means, sigma2, n_truncated):
 def sparse_posterior_parts(array, means, sigma2, n_truncated):
     """Delayed ``(indices, probabilities, log-likelihoods)`` of every block (non-finite values refused)."""
     return map_blocks_delayed(_posterior_block, "vc-gmm-posterior", block_args(array), shared(means, "means"),
-                              sigma2, int(n_truncated), True)
+                              sigma2, int(n_truncated), True, reads_data=True)
 
 
 def log_likelihood_graph(array, weights, means, sigma2, n_truncated):
     """Delayed ``[weighted sum of truncated log-likelihoods, total weight]`` over the blocks."""
     parts = map_blocks_delayed(_log_likelihood_block, "vc-gmm-score", block_args(array, weights),
-                               shared(means, "means"), sigma2, int(n_truncated))
+                               shared(means, "means"), sigma2, int(n_truncated), reads_data=True)
     return tree_reduce(parts, _sum_parts, "vc-gmm-score")

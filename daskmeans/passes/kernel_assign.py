@@ -72,5 +72,5 @@ def kernel_energy_graph(array, centers, kernel, check_finite=False, weights=None
     """Delayed ``(counts, sse)`` per center: rows (or their weight) and summed (weighted) squared feature-space
     distances, over all rows."""
     parts = map_blocks_delayed(_energy_block, "kernel-assign", block_args(array, weights),
-                               _model_node(centers, kernel), bool(check_finite))
+                               _model_node(centers, kernel), bool(check_finite), reads_data=True)
     return tree_reduce(parts, _combine, "kernel-assign")

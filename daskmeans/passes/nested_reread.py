@@ -175,7 +175,7 @@ class RereadBatch(NestedBatch):
         outputs = map_blocks_delayed(
             _chunk_step, "nmbatch-reread-step", args, shared(centers, "nmbatch-centers"),
             shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"), shared(self.groups, "nmbatch-groups"),
-            self.use_bounds,
+            self.use_bounds, reads_data=True
         )
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])

@@ -359,7 +359,7 @@ class NestedBatch:
             _step_block, "nmbatch-step",
             [[parent, half, pieces] for (parent, half), pieces in zip(parents, block_pieces)],
             shared(centers, "nmbatch-centers"), shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"),
-            shared(self.groups, "nmbatch-groups"), self.use_bounds, self.n_features,
+            shared(self.groups, "nmbatch-groups"), self.use_bounds, self.n_features, reads_data=True
         )
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])

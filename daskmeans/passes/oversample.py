@@ -36,7 +36,7 @@ def update_state_graph(array, weights, states, candidates, first_index):
     states = states if states is not None else [None] * array.numblocks[0]
     return map_blocks_delayed(
         _update_state_block, "kmeans-parallel-distances", block_args(array, weights, states),
-        shared(candidates, "candidates"), int(first_index),
+        shared(candidates, "candidates"), int(first_index), reads_data=True
     )
 
 
@@ -67,7 +67,8 @@ def _merge_oversample(parts):
 def oversample_graph(array, weights, states, key, scale):
     """Delayed rows chosen independently with probability ``min(1, scale * w * d^2)``."""
     parts = map_blocks_delayed(
-        _oversample_block, "kmeans-parallel-oversample", block_args(array, weights, states), key, float(scale)
+        _oversample_block, "kmeans-parallel-oversample", block_args(array, weights, states), key, float(scale),
+        reads_data=True,
     )
     return tree_reduce(parts, _merge_oversample, "kmeans-parallel-oversample")
 

@@ -46,7 +46,7 @@ def block_masses_graph(array, point, weights=None, name="proposal-masses"):
         Pass name in the task graph.
     """
     point = np.asarray(point, dtype=np.float64)
-    parts = map_blocks_delayed(_masses_block, name, block_args(array, weights), shared(point, "point"))
+    parts = map_blocks_delayed(_masses_block, name, block_args(array, weights), shared(point, "point"), reads_data=True)
     return tree_reduce(parts, np.concatenate, name)
 
 

@@ -55,7 +55,7 @@ def sample_without_replacement_graph(array, m: int, key: int, weights=None):
 
     The result is ``(keys, row_indices, rows)`` in the order of the random keys.
     """
-    parts = map_blocks_delayed(_bottom_block, "sample", block_args(array, weights), key, int(m))
+    parts = map_blocks_delayed(_bottom_block, "sample", block_args(array, weights), key, int(m), reads_data=True)
     return tree_reduce(parts, partial(_merge_bottom, m=int(m)), "sample")
 
 

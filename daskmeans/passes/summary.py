@@ -169,7 +169,8 @@ def summary_graph(array, weights=None, with_row_hash=True):
     ``with_row_hash=False`` leaves :attr:`Summary.row_hash` at 0: the hash is a third of the pass's work and only
     checkpoints use it.
     """
-    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights), bool(with_row_hash))
+    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights), bool(with_row_hash),
+                               reads_data=True)
     return tree_reduce(parts, _combine, "summary")
 
 

@@ -51,7 +51,7 @@ def coarse_counts_graph(array, coarse, weights=None):
     """
     coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
     parts = map_blocks_delayed(_coarse_counts_block, "two-level-counts", block_args(array, weights),
-                               shared(coarse, "coarse-centers"))
+                               shared(coarse, "coarse-centers"), reads_data=True)
     return tree_reduce(parts, _sum_counts, "two-level-counts")
 
 
@@ -155,7 +155,7 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
     block_parts = map_blocks_delayed(_cluster_sample_block, "two-level-sample", block_args(array, weights),
                                      shared(coarse, "coarse-centers"), caps_node,
                                      shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"), int(key),
-                                     shared(batch_of, "two-level-batches"), n_batches)
+                                     shared(batch_of, "two-level-batches"), n_batches, reads_data=True)
     token = tokenize(block_parts, caps, thresholds, batch_of)
     batches = []
     for b in range(n_batches):

@@ -48,7 +48,7 @@ COMMON = {"random_state": 5, "chunk_rows": CHUNK_ROWS}
 #: saves: after seeding, after each iteration, after the run).
 KILL_AT_VERSION = {"kmeans": 17, "kmeans-bounds": 8}
 #: History fields that measure time (or where the work ran) rather than describe the run.
-TIMING_FIELDS = {"wall_time", "pass_time", "inner_time", "inner_on"}
+TIMING_FIELDS = {"wall_time", "pass_time", "inner_time", "inner_on", "rows_per_second"}
 
 FIT_SCRIPT = """
 import json

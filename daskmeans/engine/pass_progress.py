@@ -1,0 +1,215 @@
+"""How far the pass under way has got: chunks done of its chunks, rows per second and the time left.
+
+At a hundred million rows one pass over the data takes minutes, and a bar that moves once per iteration says
+nothing meanwhile. While a :class:`PassWatch` is active (a fit with ``progress=True``), every block task that
+:func:`daskmeans.engine.graph.map_blocks_delayed` builds reports, when it ends, that it ended and how many rows its
+block held:
+
+- on a ``distributed`` worker in another process, as an event on the scheduler's topic :data:`TOPIC`
+  (``Worker.log_event``), which the driver's client subscribes to;
+- in the driver's own process (the threaded scheduler, or workers that are threads of it), by a direct call.
+
+The watch counts them against the block tasks it submitted (:func:`daskmeans.engine.client.compute_now` and
+``persist_now`` tell it what they submit), and draws a bar per pass: chunks done out of the pass's chunks,
+rows per second, and tqdm's estimate of the time left. The bar appears only for passes longer than
+:data:`daskmeans.config.PASS_BAR_DELAY_SECONDS`, so that small data shows no flicker. Without a watch, tasks
+report nothing and cost nothing extra; the results never depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+
+from .. import config
+
+#: The scheduler topic that block tasks on worker processes report on.
+TOPIC = "daskmeans-pass-progress"
+
+_ACTIVE: contextvars.ContextVar[PassWatch | None] = contextvars.ContextVar("daskmeans_pass_watch", default=None)
+
+#: A pass's bar: how much is done, chunks done of the pass's chunks, the time spent and left, the rows per second.
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} chunks [{elapsed}<{remaining}{postfix}]"
+#: Seconds the end of a pass waits for block reports still on their way from the workers.
+LATE_REPORT_SECONDS = 0.2
+
+#: Watches of this process by the pass names they submitted, for tasks that run in this process.
+_LOCAL_WATCHES: dict[str, PassWatch] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def active_watch() -> PassWatch | None:
+    """The watch of the fit under way in this context, or None."""
+    return _ACTIVE.get()
+
+
+def rows_of(block) -> int:
+    """Rows of a block task's first argument: a data block (its length), a state holding ``rows``, or a tuple
+    whose first item is one of those; else 0."""
+    if isinstance(block, tuple) and block:
+        block = block[0]
+    shape = getattr(block, "shape", None)
+    if shape is None:
+        shape = getattr(getattr(block, "rows", None), "shape", None)
+    return int(shape[0]) if shape else 0
+
+
+def report_block(function, pass_name, *args):
+    """Run ``function(*args)`` (a block task), then report its end and its rows to the watch of ``pass_name``."""
+    result = function(*args)
+    rows = rows_of(args[0]) if args else 0
+    watch = _LOCAL_WATCHES.get(pass_name)
+    if watch is not None:
+        watch.block_done(pass_name, rows)
+        return result
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return result
+    worker.log_event(TOPIC, {"pass": pass_name, "rows": rows})
+    return result
+
+
+class PassWatch:
+    """Counts the block tasks of the passes a fit submits, and shows each pass as a bar.
+
+    Use as a context manager around the fit; graph builders ask :func:`active_watch` whether to make their block
+    tasks report (:meth:`register`), and the submitting functions call :meth:`submitted` and :meth:`finished`.
+
+    Parameters
+    ----------
+    desc : str
+        Label of the bars (the algorithm's name).
+    show : bool
+        Draw bars (tqdm.auto); False only counts.
+    delay : float
+        Seconds a pass runs before its bar appears.
+
+    Attributes
+    ----------
+    passes : list of dict
+        One per pass that ended: ``names`` (the block maps it ran), ``chunks``, ``rows``, ``seconds`` and
+        ``rows_per_second``.
+    """
+
+    def __init__(self, desc="daskmeans", *, show=True, delay=None):
+        self.desc, self.show = desc, show
+        self.delay = config.PASS_BAR_DELAY_SECONDS if delay is None else delay
+        self.passes = []
+        self._lock = threading.Condition()
+        self._names = set()
+        self._client = None
+        self._token = None
+        self._reset()
+
+    def _reset(self):
+        self.total = 0
+        self.done = 0
+        self.rows = 0
+        self.started = None
+        self.current_names = []
+        self.bar = None
+
+    # -- the fit ------------------------------------------------------------------------------------------------
+    def __enter__(self):
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.finished()
+        _ACTIVE.reset(self._token)
+        with _LOCAL_LOCK:
+            for name in self._names:
+                if _LOCAL_WATCHES.get(name) is self:
+                    del _LOCAL_WATCHES[name]
+        if self._client is not None:
+            with contextlib.suppress(Exception):  # a client already closed has nothing to unsubscribe
+                self._client.unsubscribe_topic(TOPIC)
+            self._client = None
+        return False
+
+    def register(self, pass_name: str):
+        """Make tasks of this process that report for ``pass_name`` report here."""
+        with _LOCAL_LOCK:
+            _LOCAL_WATCHES[pass_name] = self
+        self._names.add(pass_name)
+
+    # -- what the submitting functions tell ---------------------------------------------------------------------
+    def submitted(self, graph, client=None):
+        """The reporting block tasks of ``graph`` (a submitted graph before fusion: keys to tasks) join the pass
+        under way (or start one); results already computed (futures) do not count."""
+        mine = [key for key, value in graph.items()
+                if getattr(value, "func", None) is report_block and isinstance(key, tuple) and key[0] in self._names]
+        if not mine:
+            return
+        if client is not None and self._client is None:
+            client.subscribe_topic(TOPIC, self._on_event)
+            self._client = client
+        with self._lock:
+            if self.started is None:
+                self.started = time.perf_counter()
+            self.total += len(mine)
+            for name in dict.fromkeys(key[0] for key in mine):
+                if name not in self.current_names:
+                    self.current_names.append(name)
+            if self.bar is not None:
+                self.bar.total = self.total
+                self.bar.refresh()
+
+    def finished(self):
+        """The pass under way ended (its results are in the driver): record it and close its bar.
+
+        Reports from worker processes travel through the scheduler ahead of the tasks' completion, so they are
+        normally all here; a straggler is awaited at most :data:`LATE_REPORT_SECONDS`."""
+        with self._lock:
+            if self.started is None:
+                return
+            if self._client is not None:
+                self._lock.wait_for(lambda: self.done >= self.total, timeout=LATE_REPORT_SECONDS)
+            seconds = time.perf_counter() - self.started
+            self.passes.append({"names": [self._short(name) for name in self.current_names], "chunks": self.total,
+                                "rows": self.rows, "seconds": seconds,
+                                "rows_per_second": self.rows / seconds if seconds > 0 else None})
+            if self.bar is not None:
+                self.bar.close()
+            self._reset()
+
+    # -- the tasks' reports -------------------------------------------------------------------------------------
+    def _on_event(self, event):
+        _, message = event
+        self.block_done(message["pass"], int(message["rows"]))
+
+    def block_done(self, pass_name, rows):
+        """One block task of ``pass_name`` ended, having read ``rows`` rows."""
+        with self._lock:
+            if self.started is None or pass_name not in self.current_names:
+                return  # a late report of a pass already recorded
+            self.done += 1
+            self.rows += rows
+            self._draw()
+            self._lock.notify_all()
+
+    def _draw(self):
+        if not self.show:
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            elapsed = time.perf_counter() - self.started
+            if elapsed < self.delay:
+                return
+            names = ", ".join(self._short(name) for name in self.current_names)
+            self.bar = tqdm(total=self.total, desc=f"{self.desc} pass ({names})", unit="chunks", leave=False,
+                            bar_format=BAR_FORMAT)
+        elapsed = time.perf_counter() - self.started
+        self.bar.set_postfix({"rows/s": f"{self.rows / elapsed:.3g}"}, refresh=False)
+        self.bar.update(self.done - self.bar.n)  # redraws at most every tqdm ``mininterval``
+
+    @staticmethod
+    def _short(name):
+        """``daskmeans-assign-<token>`` -> ``assign``."""
+        return name.removeprefix("daskmeans-").rsplit("-", 1)[0]
