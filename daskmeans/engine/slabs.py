@@ -81,7 +81,7 @@ def row_slabs(n_rows: int, rows_per_slab: int):
         yield start, min(n_rows, start + rows_per_slab)
 
 
-def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES):
+def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
     """Walk a stored block: ``(start, rows, weights)`` per slab, ``rows`` converted to the compute dtype.
 
     Parameters
@@ -92,6 +92,10 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES):
         Sample weights, sliced along (float64).
     slab_bytes : int
         Bytes of one slab as computed.
+    reuse : bool
+        Convert every slab into the same buffer (for a caller that keeps nothing of ``rows`` from one slab to the
+        next): in Dask's worker processes, whose ``malloc`` hands every large array fresh pages from the system,
+        this spares the page faults of a new slab each time.
 
     Yields
     ------
@@ -106,8 +110,16 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES):
     step = slab_rows(block.shape[1], dtype.itemsize, slab_bytes)
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
+    buffer = None
     for start, stop in row_slabs(block.shape[0], step):
-        rows = np.ascontiguousarray(block[start:stop], dtype=dtype)
+        part = block[start:stop]
+        if reuse and (part.dtype != dtype or not part.flags.c_contiguous):
+            if buffer is None:
+                buffer = np.empty((step, block.shape[1]), dtype=dtype)
+            rows = buffer[: stop - start]
+            rows[...] = part
+        else:
+            rows = np.ascontiguousarray(part, dtype=dtype)
         yield start, rows, (None if weights is None else weights[start:stop])
 
 

@@ -76,7 +76,7 @@ def _merge_farthest(parts, keep):
 
 def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
     stats, far = None, []
-    for start, rows, w in slabs(block, weights):
+    for start, rows, w in slabs(block, weights, reuse=True):
         if check_finite:
             check_finite_block(rows, offset + start)
         labels, dist2 = nearest_centers(rows, centers)

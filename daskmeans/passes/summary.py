@@ -132,7 +132,7 @@ def _summarize_slab(rows, offset, weights, with_row_hash):
 
 def _summarize_block(block, offset, weights, with_row_hash=True):
     return _combine([_summarize_slab(rows, offset + start, w, with_row_hash)
-                     for start, rows, w in slabs(block, weights)])
+                     for start, rows, w in slabs(block, weights, reuse=True)])
 
 
 def _first(a, b):

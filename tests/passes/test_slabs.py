@@ -42,6 +42,20 @@ def test_slabs_cover_the_block_in_order_converted_and_bounded():
     assert np.shares_memory(only, floats), "a block already in its compute dtype is not copied"
 
 
+def test_reused_slabs_are_the_same_values_in_one_buffer():
+    block = _uint8_block(seed=2)
+    fresh = [(start, rows.copy()) for start, rows, _ in slabs(block)]
+    reused = [(start, rows.copy(), rows) for start, rows, _ in slabs(block, reuse=True)]
+    assert [s for s, _ in fresh] == [s for s, _, _ in reused]
+    for (_, a), (_, b, view) in zip(fresh, reused):
+        np.testing.assert_array_equal(a, b)
+        assert view.dtype == np.float32 and view.flags.c_contiguous
+    assert all(np.shares_memory(reused[0][2], view) for _, _, view in reused), "one buffer for every slab"
+    floats = block.astype(np.float32)
+    (only,) = [rows for _, rows, _ in slabs(floats[:100], reuse=True)]
+    assert np.shares_memory(only, floats), "a block already in its compute dtype is still not copied"
+
+
 def test_statistics_carried_over_slabs_equal_one_call_on_the_whole_block_bitwise():
     block = _uint8_block().astype(np.float32)
     centers = block[:20].copy()
