@@ -204,7 +204,8 @@ class PassWatch:
                 return
             names = ", ".join(self._short(name) for name in self.current_names)
             self.bar = tqdm(total=self.total, desc=f"{self.desc} pass ({names})", unit="chunks", leave=False,
-                            bar_format=BAR_FORMAT)
+                            bar_format=BAR_FORMAT, smoothing=0)
+            self.bar.start_t -= elapsed  # elapsed time, rate and time left: the average since the pass started
         elapsed = time.perf_counter() - self.started
         self.bar.set_postfix({"rows/s": f"{self.rows / elapsed:.3g}"}, refresh=False)
         self.bar.update(self.done - self.bar.n)  # redraws at most every tqdm ``mininterval``
