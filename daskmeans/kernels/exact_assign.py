@@ -209,6 +209,32 @@ def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch
     return best_col, best, group_min, group_second[rows, best_group], _second_smallest(group_min, rows, best_group)
 
 
+@numba.njit(cache=True, nogil=True)
+def _best_two(scores):
+    """Per row of ``scores``: the position of its smallest entry (the first among equals, as ``argmin``), that
+    entry, and the smallest of the others (equal to it when the minimum occurs twice), in one read."""
+    rows, columns = scores.shape
+    best_col = np.empty(rows, dtype=np.int64)
+    best = np.empty(rows, dtype=scores.dtype)
+    second = np.empty(rows, dtype=scores.dtype)
+    for i in range(rows):
+        low = scores[i, 0]
+        col = 0
+        runner_up = np.inf
+        for c in range(1, columns):
+            value = scores[i, c]
+            if value < low:
+                runner_up = low
+                low = value
+                col = c
+            elif value < runner_up:
+                runner_up = value
+        best_col[i] = col
+        best[i] = low
+        second[i] = runner_up
+    return best_col, best, second
+
+
 def _second_smallest(values, rows, best):
     """Smallest of each row of ``values`` but its entry ``best[row]`` (vectorized: ``values`` is restored)."""
     kept = values[rows, best]
@@ -327,13 +353,13 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
             np.matmul(X[r0:r1], slots[:d], out=scores)
             scores += slots[d]
         scores[:, padding_columns] = np.inf
-        best_col = scores.argmin(axis=1)
-        rows = np.arange(r1 - r0)
         if n_groups == 1:
-            own_second = _second_smallest(scores, rows, best_col)
-            group_min = scores[rows, best_col][:, None]
+            best_col, best, own_second = _best_two(scores)
+            group_min = best[:, None]
             other_second = np.full(r1 - r0, np.inf, dtype=X.dtype)
         else:
+            best_col = scores.argmin(axis=1)
+            rows = np.arange(r1 - r0)
             own_second = no_second
             if width == 1:
                 group_min = scores

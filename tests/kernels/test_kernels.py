@@ -138,6 +138,27 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
     assert counts[4] == 0 and sums.dtype == np.float64
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_best_two_matches_argmin_and_the_second_smallest(dtype):
+    from daskmeans.kernels.exact_assign import _best_two
+
+    rng = np.random.default_rng(8)
+    scores = rng.integers(0, 6, size=(400, 7)).astype(dtype)  # many ties, within and across rows
+    scores[5] = np.inf
+    scores[6, 3:] = -np.inf
+    scores[7] = [3, 1, 1, 2, 5, 1, 9]
+    single = rng.random((10, 1)).astype(dtype)
+    for values in (scores, single):
+        best_col, best, second = _best_two(values)
+        expected_col = values.argmin(axis=1)
+        np.testing.assert_array_equal(best_col, expected_col)
+        np.testing.assert_array_equal(best, values[np.arange(len(values)), expected_col])
+        others = values.copy()
+        others[np.arange(len(values)), expected_col] = np.inf
+        np.testing.assert_array_equal(second, others.min(axis=1))
+        assert best.dtype == second.dtype == dtype
+
+
 def _moments_reference(rows):
     """NumPy transcription of :func:`column_moments`."""
     finite_rows = np.isfinite(rows).all(axis=1)
