@@ -86,8 +86,9 @@ class PassWatch:
         Label of the bars (the algorithm's name).
     show : bool
         Draw bars (tqdm.auto); False only counts.
-    delay : float
-        Seconds a pass runs before its bar appears.
+    delay : float, optional
+        Seconds a pass runs before its bar appears (default :data:`daskmeans.config.PASS_BAR_DELAY_SECONDS`, read
+        when the watch is made).
 
     Attributes
     ----------
