@@ -13,6 +13,7 @@ import numpy as np
 from ..config import ASSIGN_DIRECT_LIMIT, ASSIGN_SLAB_BYTES
 from .exact_assign import assign_with_bounds
 from .nested_groups import make_groups
+from .stats import cluster_stats
 
 
 @numba.njit(cache=True, nogil=True)
@@ -45,7 +46,7 @@ def nearest_direct(X, centers):
     return labels, dist2
 
 
-def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES):
+def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES, stats=None, weights=None):
     """Exact nearest center by blocked GEMM scores settled by exact distances where they cannot decide.
 
     For each slab of rows, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2 and a vectorized
@@ -59,6 +60,9 @@ def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES):
     centers : ndarray (k, d), same dtype as X
     slab_bytes : int
         Size of the largest score slab held at once.
+    stats, weights :
+        Per-cluster accumulators the rows are added to as they are settled, and the rows' weights (see
+        :func:`daskmeans.kernels.exact_assign.assign_with_bounds`).
 
     Returns
     -------
@@ -66,11 +70,11 @@ def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES):
     dist2 : float64 array (n,)
     """
     labels, dist2, _, _ = assign_with_bounds(X, centers, make_groups(centers, "none", 1), slab_bytes=slab_bytes,
-                                             with_bounds=False)
+                                             with_bounds=False, stats=stats, weights=weights)
     return labels, dist2
 
 
-def nearest_centers(X, centers):
+def nearest_centers(X, centers, stats=None, weights=None):
     """Label of the nearest center and the squared distance to it, for every row of ``X``.
 
     Parameters
@@ -78,6 +82,11 @@ def nearest_centers(X, centers):
     X : ndarray (n, d), float32 or float64, C-contiguous
     centers : ndarray (k, d)
         Cast to the dtype of ``X``.
+    stats : tuple (sums, counts, sse), optional
+        float64 accumulators that the rows are added to (in place, in row order): the numbers of
+        :func:`daskmeans.kernels.stats.cluster_stats` with ``out=stats``, computed while each row is at hand.
+    weights : ndarray (n,), optional
+        The rows' sample weights, for ``stats``.
 
     Returns
     -------
@@ -89,8 +98,11 @@ def nearest_centers(X, centers):
     if X.shape[0] == 0:
         return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
     if centers.shape[0] * centers.shape[1] <= ASSIGN_DIRECT_LIMIT:
-        return nearest_direct(X, centers)
-    return nearest_gemm(X, centers)
+        labels, dist2 = nearest_direct(X, centers)
+        if stats is not None:
+            cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
+        return labels, dist2
+    return nearest_gemm(X, centers, stats=stats, weights=weights)
 
 
 def all_dist2(X, centers):

@@ -18,6 +18,7 @@ import numpy as np
 from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES,
                       ASSIGN_TILE_BYTES)
 from .distance import pair_dist2
+from .stats import cluster_stats
 
 _STORE_SHRINK = 1.0 - 2.0**-21
 #: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
@@ -72,7 +73,7 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
 
 @numba.njit(cache=True, nogil=True)
 def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
-                 allowance, labels, dist2, lower):
+                 allowance, labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
     ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
@@ -81,12 +82,22 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_seco
     the smallest score outside it (with one group: ``inf``). Rows whose best
     two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
     among equals).
+
+    With ``norms_here``, each row's ``x_sq`` and ``allowance`` are computed here (the row is then read once, for
+    them and its winner's distance) instead of read. With ``sums`` not empty, each row is added to its cluster's
+    statistics as it is settled, in row order: the same float64 sums as
+    :func:`daskmeans.kernels.stats.cluster_stats` (``weights`` empty: weight 1).
     """
     rows, columns = scores.shape
     width = columns // n_groups
     with_bounds = lower.shape[1] > 0
+    with_stats = sums.shape[0] > 0
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
     rechecked = 0
     for i in range(rows):
+        if norms_here:
+            x_sq[i] = pair_dist2(X[i], zero)
+            allowance[i] = _allowance(x_sq[i], center_norm, gamma)
         col = best_col[i]
         best = scores[i, col]
         best_group = col % n_groups
@@ -125,6 +136,12 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_seco
         else:
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
+        if with_stats:
+            w = weights[i] if weights.shape[0] > 0 else 1.0
+            counts[label] += w
+            sse[label] += w * dist2[i]
+            for f in range(X.shape[1]):
+                sums[label, f] += w * np.float64(X[i, f])
         if not with_bounds:
             continue
         # branch-free so that it vectorizes: an infinite score (no other center) gives an infinite bound
@@ -254,7 +271,8 @@ def score_rows(n_rows, columns, itemsize, slab_bytes=ASSIGN_SLAB_BYTES, tile_byt
     return max(1, min(n_rows, cap, max(int(tile_bytes) // row_bytes, int(min_rows))))
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True, column_blocks=True):
+def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True, column_blocks=True,
+                       stats=None, weights=None):
     """Exact nearest center of every row, and fresh group lower bounds.
 
     The scores ``||c||^2 - 2 x.c`` come from one GEMM per tile of rows against the centers laid out slot by
@@ -263,8 +281,10 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     position are plain vectorized NumPy reductions of the GEMM's output, read once while it is in cache. The
     folded norm is one more term of the same dot product: the proven error of
     :func:`score_error_allowance` covers it. With fewer slots than features the norm is added to the scores after
-    the GEMM instead (one more rounding, also covered), which spares copying the rows. Labels and winners' distances are exact whatever the scores' rounding.
-    Padding slots (groups of unequal sizes) score ``inf``.
+    the GEMM instead (one more rounding, also covered), which spares copying the rows. Labels and winners'
+    distances are exact whatever the scores' rounding. Padding slots (groups of unequal sizes) score ``inf``.
+    After a tile's GEMM each row is read once more, for its norm, its winner's exact distance and (with ``stats``)
+    its cluster's sums.
 
     Parameters
     ----------
@@ -279,6 +299,11 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         With at least ``4 * ASSIGN_COLUMN_BLOCK`` slots of centers (and no more groups than ``ASSIGN_COLUMN_BLOCK``),
         score them a block of slots at a time (:func:`_assign_by_column_blocks`); False scores all the slots of a
         tile of rows at once.
+    stats : tuple (sums, counts, sse), optional
+        float64 accumulators ``(k, d)``, ``(k,)``, ``(k,)`` that every row is added to, in row order: the same
+        numbers as :func:`daskmeans.kernels.stats.cluster_stats` on the result (modified in place).
+    weights : ndarray (n,), optional
+        Sample weights of the rows, for ``stats``.
 
     Returns
     -------
@@ -304,8 +329,6 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     padding = slot_center < 0
     slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
     cmax = math.sqrt(float(np.max(slot_sq[~padding])))
-    x_sq = row_sq_norms(X)
-    allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
     columns = slot_center.shape[0]
     # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots are all zeros, and their scores
     # are set to inf after each GEMM (an inf inside the GEMM raises a spurious 'invalid value' from BLAS kernels
@@ -319,18 +342,30 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         slots[:d, c0:c0 + step] = part.T
     slots[d] = np.where(padding, 0, slot_sq)
     if column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK:
+        x_sq = row_sq_norms(X)
+        allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
         rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
                                              lower)
+        if stats is not None:
+            cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
         return labels, dist2, lower, rechecked
-    rechecked = _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2,
-                              lower)
+    rechecked = _assign_tiles(X, centers, slots, slot_center, n_groups, np.empty(n), np.empty(n), slab_bytes, labels,
+                              dist2, lower, row_norms=(_gamma(d, X.dtype), cmax), stats=stats, weights=weights)
     return labels, dist2, lower, rechecked
 
 
-def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2, lower):
+def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2, lower,
+                  row_norms=None, stats=None, weights=None):
     """The body of :func:`assign_with_bounds`: each tile of rows scored against all the slots at once; fills
-    ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances."""
+    ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances.
+
+    ``row_norms=(gamma, max center norm)``: ``x_sq`` and ``allowance`` are filled row by row as the rows are
+    settled, else they are given. ``stats`` and ``weights``: as :func:`assign_with_bounds`."""
     n, d = X.shape
+    norms_here = row_norms is not None
+    gamma, center_norm = row_norms if norms_here else (0.0, 0.0)
+    sums, counts, sse = stats if stats is not None else (np.empty((0, d)), np.empty(0), np.empty(0))
+    weights = np.empty(0) if weights is None else np.asarray(weights, dtype=np.float64)
     columns = slots.shape[1]
     padding_columns = np.flatnonzero(slot_center < 0)
     width = columns // n_groups
@@ -370,7 +405,8 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
             other_second = _second_smallest(group_min, rows, best_col % n_groups)
         rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, other_second,
                                   slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1],
-                                  lower[r0:r1])
+                                  lower[r0:r1], norms_here, gamma, center_norm,
+                                  weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
     return rechecked
 
 

@@ -14,7 +14,6 @@ from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.probe import probe_nearest
-from ..kernels.stats import cluster_stats
 
 
 @dataclass
@@ -75,12 +74,12 @@ def _merge_farthest(parts, keep):
 
 
 def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
-    stats, far = None, []
+    k, d = centers.shape
+    stats, far = (np.zeros((k, d)), np.zeros(k), np.zeros(k)), []
     for start, rows, w in slabs(block, weights, reuse=True):
         if check_finite:
             check_finite_block(rows, offset + start)
-        labels, dist2 = nearest_centers(rows, centers)
-        stats = cluster_stats(rows, labels, dist2, centers.shape[0], w, out=stats)
+        labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=w)
         far.append(_farthest_eligible(dist2, rows, labels, w, n_far))
     return (*stats, _merge_farthest(far, n_far))
 

@@ -159,6 +159,27 @@ def test_best_two_matches_argmin_and_the_second_smallest(dtype):
         assert best.dtype == second.dtype == dtype
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k, d", [(3, 4), (40, 24)])  # the direct loop and the GEMM path
+@pytest.mark.parametrize("weighted", [False, True])
+def test_statistics_gathered_while_assigning_equal_cluster_stats_bitwise(dtype, k, d, weighted):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(3000, d)).astype(dtype)
+    centers = X[rng.choice(3000, k, replace=False)]
+    w = rng.random(3000) if weighted else None
+    stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
+    halves = [slice(0, 1700), slice(1700, 3000)]  # carried over two calls, as a pass carries them over slabs
+    parts = [nearest_centers(X[h], centers, stats=stats, weights=None if w is None else w[h]) for h in halves]
+    labels = np.concatenate([p[0] for p in parts])
+    dist2 = np.concatenate([p[1] for p in parts])
+    plain_labels, plain_dist2 = nearest_centers(X, centers)
+    np.testing.assert_array_equal(labels, plain_labels)
+    np.testing.assert_array_equal(dist2, plain_dist2)
+    expected = cluster_stats(X, labels, dist2, k, w)
+    for got, want in zip(stats, expected):
+        np.testing.assert_array_equal(got, want)
+
+
 def _moments_reference(rows):
     """NumPy transcription of :func:`column_moments`."""
     finite_rows = np.isfinite(rows).all(axis=1)
