@@ -226,6 +226,11 @@ def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch
     return best_col, best, group_min, group_second[rows, best_group], _second_smallest(group_min, rows, best_group)
 
 
+#: Up to this many centers a row, :func:`_best_two`'s one scalar read of the scores beats NumPy's argmin and masked
+#: min (measured on 1-MiB tiles: 2.3x faster at 50 centers, even at 200, 2x slower at 1000).
+BEST_TWO_MAX_COLUMNS = 128
+
+
 @numba.njit(cache=True, nogil=True)
 def _best_two(scores):
     """Per row of ``scores``: the position of its smallest entry (the first among equals, as ``argmin``), that
@@ -389,7 +394,13 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
             scores += slots[d]
         scores[:, padding_columns] = np.inf
         if n_groups == 1:
-            best_col, best, own_second = _best_two(scores)
+            if columns <= BEST_TWO_MAX_COLUMNS:
+                best_col, best, own_second = _best_two(scores)
+            else:  # NumPy's vectorized argmin and min are faster on wide rows
+                best_col = scores.argmin(axis=1)
+                rows = np.arange(r1 - r0)
+                own_second = _second_smallest(scores, rows, best_col)
+                best = scores[rows, best_col]
             group_min = best[:, None]
             other_second = np.full(r1 - r0, np.inf, dtype=X.dtype)
         else:
