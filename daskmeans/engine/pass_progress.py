@@ -32,9 +32,6 @@ _ACTIVE: contextvars.ContextVar[PassWatch | None] = contextvars.ContextVar("dask
 
 #: A pass's bar: how much is done, chunks done of the pass's chunks, the time spent and left, the rows per second.
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} chunks [{elapsed}<{remaining}{postfix}]"
-#: Seconds the end of a pass waits for block reports still on their way from the workers.
-LATE_REPORT_SECONDS = 0.2
-
 #: Watches of this process by the pass names they submitted, for tasks that run in this process.
 _LOCAL_WATCHES: dict[str, PassWatch] = {}
 _LOCAL_LOCK = threading.Lock()
@@ -165,12 +162,13 @@ class PassWatch:
         """The pass under way ended (its results are in the driver): record it and close its bar.
 
         Reports from worker processes travel through the scheduler ahead of the tasks' completion, so they are
-        normally all here; a straggler is awaited at most :data:`LATE_REPORT_SECONDS`."""
+        normally all here; a straggler is awaited at most
+        :data:`daskmeans.config.LATE_REPORT_SECONDS`."""
         with self._lock:
             if self.started is None:
                 return
             if self._client is not None:
-                self._lock.wait_for(lambda: self.done >= self.total, timeout=LATE_REPORT_SECONDS)
+                self._lock.wait_for(lambda: self.done >= self.total, timeout=config.LATE_REPORT_SECONDS)
             seconds = time.perf_counter() - self.started
             self.passes.append({"names": [self._short(name) for name in self.current_names], "chunks": self.total,
                                 "rows": self.rows, "seconds": seconds,
