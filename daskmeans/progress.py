@@ -7,9 +7,9 @@ steps; its total is ``max_iter``, an upper bound, so the bar shows "of at most" 
 and a **final pass** where the estimator makes one (the inertia of the final centers). Every bar shows the
 current energy and the rows read per second; a phase that cannot count its work shows one line that says what
 runs. A pass over the data that runs longer than :data:`~daskmeans.config.PASS_BAR_DELAY_SECONDS` gets a bar of
-its own below: chunks done of the pass's chunks, rows per second and the time left
-(:mod:`daskmeans.engine.pass_progress`). Each history record gets ``rows_per_second``: the rows the passes since
-the previous record read, over the seconds those passes took.
+its own below: chunks done of the pass's chunks, rows per second, the time left and (exact k-means' passes) the
+energy of the rows done so far (:mod:`daskmeans.engine.pass_progress`). Each history record gets
+``rows_per_second``: the rows the passes since the previous record read, over the seconds those passes took.
 """
 
 from __future__ import annotations

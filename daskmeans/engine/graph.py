@@ -67,7 +67,8 @@ def shared(value, name: str) -> Delayed:
     return Delayed(key, HighLevelGraph.from_collections(key, {key: DataNode(key, value)}), layer=key)
 
 
-def map_blocks_delayed(function, name: str, block_args: list[list], *common_args, reads_data=False) -> list[Delayed]:
+def map_blocks_delayed(function, name: str, block_args: list[list], *common_args, reads_data=False,
+                       energy_of=None) -> list[Delayed]:
     """Apply ``function(*per_block_args, *common_args)`` to every block.
 
     Parameters
@@ -82,14 +83,18 @@ def map_blocks_delayed(function, name: str, block_args: list[list], *common_args
     reads_data : bool
         The tasks are a pass's work over the data (a block of rows, or a state holding them, first): while a
         :class:`~daskmeans.engine.pass_progress.PassWatch` is active, each reports its end and its rows to it.
+    energy_of : callable, optional
+        ``energy_of(result) -> (sse, weight)`` of a block's result, reported with it: the watch shows the mean
+        squared distance of the rows done so far while the pass runs.
     """
     watch = active_watch() if reads_data else None
-    token = tokenize(function, name, block_args, common_args, watch is not None)
+    token = tokenize(function, name, block_args, common_args, watch is not None, energy_of)
     key = f"daskmeans-{name}-{token}"
     if watch is None:
         return [task((key, i), function, *args, *common_args) for i, args in enumerate(block_args)]
     watch.register(key)
-    return [task((key, i), report_block, function, key, *args, *common_args) for i, args in enumerate(block_args)]
+    return [task((key, i), report_block, function, key, energy_of, *args, *common_args)
+            for i, args in enumerate(block_args)]
 
 
 def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY) -> Delayed:

@@ -53,13 +53,15 @@ def rows_of(block) -> int:
     return int(shape[0]) if shape else 0
 
 
-def report_block(function, pass_name, *args):
-    """Run ``function(*args)`` (a block task), then report its end and its rows to the watch of ``pass_name``."""
+def report_block(function, pass_name, energy_of, *args):
+    """Run ``function(*args)`` (a block task), then report its end and its rows to the watch of ``pass_name``, with
+    ``energy_of(result)`` (the block's weighted sum of squared distances and its weight) when given."""
     result = function(*args)
     rows = rows_of(args[0]) if args else 0
+    sse, weight = energy_of(result) if energy_of is not None else (0.0, 0.0)
     watch = _LOCAL_WATCHES.get(pass_name)
     if watch is not None:
-        watch.block_done(pass_name, rows)
+        watch.block_done(pass_name, rows, sse, weight)
         return result
     try:
         from distributed import get_worker
@@ -67,7 +69,7 @@ def report_block(function, pass_name, *args):
         worker = get_worker()
     except (ImportError, ValueError):
         return result
-    worker.log_event(TOPIC, {"pass": pass_name, "rows": rows})
+    worker.log_event(TOPIC, {"pass": pass_name, "rows": rows, "sse": float(sse), "weight": float(weight)})
     return result
 
 
@@ -90,8 +92,9 @@ class PassWatch:
     Attributes
     ----------
     passes : list of dict
-        One per pass that ended: ``names`` (the block maps it ran), ``chunks``, ``rows``, ``seconds`` and
-        ``rows_per_second``.
+        One per pass that ended: ``names`` (the block maps it ran), ``chunks``, ``rows``, ``seconds``,
+        ``rows_per_second`` and ``energy`` (the mean squared distance to the pass's centers, for passes that
+        measure it: assign and bounded k-means; else None).
     """
 
     def __init__(self, desc="daskmeans", *, show=True, delay=None):
@@ -108,6 +111,8 @@ class PassWatch:
         self.total = 0
         self.done = 0
         self.rows = 0
+        self.sse = 0.0
+        self.weight = 0.0
         self.started = None
         self.current_names = []
         self.bar = None
@@ -172,7 +177,8 @@ class PassWatch:
             seconds = time.perf_counter() - self.started
             self.passes.append({"names": [self._short(name) for name in self.current_names], "chunks": self.total,
                                 "rows": self.rows, "seconds": seconds,
-                                "rows_per_second": self.rows / seconds if seconds > 0 else None})
+                                "rows_per_second": self.rows / seconds if seconds > 0 else None,
+                                "energy": self._energy()})
             if self.bar is not None:
                 self.bar.close()
             self._reset()
@@ -180,17 +186,24 @@ class PassWatch:
     # -- the tasks' reports -------------------------------------------------------------------------------------
     def _on_event(self, event):
         _, message = event
-        self.block_done(message["pass"], int(message["rows"]))
+        self.block_done(message["pass"], int(message["rows"]), message["sse"], message["weight"])
 
-    def block_done(self, pass_name, rows):
-        """One block task of ``pass_name`` ended, having read ``rows`` rows."""
+    def block_done(self, pass_name, rows, sse=0.0, weight=0.0):
+        """One block task of ``pass_name`` ended, having read ``rows`` rows (and, for a pass that measures it, found
+        ``sse`` as their weighted sum of squared distances for ``weight`` in all)."""
         with self._lock:
             if self.started is None or pass_name not in self.current_names:
                 return  # a late report of a pass already recorded
             self.done += 1
             self.rows += rows
+            self.sse += sse
+            self.weight += weight
             self._draw()
             self._lock.notify_all()
+
+    def _energy(self):
+        """The mean squared distance over the rows done so far (None for a pass that does not measure it)."""
+        return self.sse / self.weight if self.weight > 0 else None
 
     def _draw(self):
         if not self.show:
@@ -206,7 +219,11 @@ class PassWatch:
                             bar_format=BAR_FORMAT, smoothing=0)
             self.bar.start_t -= elapsed  # elapsed time, rate and time left: the average since the pass started
         elapsed = time.perf_counter() - self.started
-        self.bar.set_postfix({"rows/s": f"{self.rows / elapsed:.3g}"}, refresh=False)
+        postfix = {"rows/s": f"{self.rows / elapsed:.3g}"}
+        energy = self._energy()
+        if energy is not None:
+            postfix["energy"] = f"{energy:.6g}"
+        self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(self.done - self.bar.n)  # redraws at most every tqdm ``mininterval``
 
     @staticmethod

@@ -95,6 +95,11 @@ def _combine_stats(parts, n_far):
     return sums, counts, sse, _merge_farthest([p[3] for p in parts], n_far)
 
 
+def block_energy(stats):
+    """``(sse, weight)`` of a block's statistics ``(sums, counts, sse, far)``: what a pass watch shows as energy."""
+    return float(stats[2].sum()), float(stats[1].sum())
+
+
 def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=False):
     """The delayed assign + stats pass of ``array`` against ``centers``.
 
@@ -103,7 +108,7 @@ def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=F
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     parts = map_blocks_delayed(
         _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
-        bool(check_finite), reads_data=True
+        bool(check_finite), reads_data=True, energy_of=block_energy,
     )
     return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign")
 

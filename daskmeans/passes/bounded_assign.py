@@ -24,7 +24,7 @@ from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
-from .assign import _combine_stats, _farthest_eligible, finish_stats
+from .assign import _combine_stats, _farthest_eligible, block_energy, finish_stats
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
@@ -73,6 +73,10 @@ def _revisit_block(previous, centers, shift, groups, n_far):
                                                          dist2=state.dist2)
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, computed)
+
+
+def _output_energy(output):
+    return block_energy(output[1][0])
 
 
 def _report_of(output):
@@ -137,12 +141,13 @@ class BoundedAssignment:
         if self.outputs is None:
             parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights),
                                        shared(centers, "bounded-centers"), shared(self.groups, "bounded-groups"),
-                                       self.n_far, reads_data=True)
+                                       self.n_far, reads_data=True, energy_of=_output_energy)
         else:
             parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in self.outputs],
                                        shared(centers, "bounded-centers"),
                                        shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
-                                       shared(self.groups, "bounded-groups"), self.n_far, reads_data=True)
+                                       shared(self.groups, "bounded-groups"), self.n_far, reads_data=True,
+                                       energy_of=_output_energy)
         return self._run(parts)
 
     def release(self):

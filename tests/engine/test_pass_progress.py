@@ -41,6 +41,7 @@ def test_a_pass_counts_every_block_and_its_rows(array, cluster_client, where):
     assert record["names"] == ["assign"] and record["chunks"] == N_CHUNKS
     assert record["rows"] == N_ROWS and record["rows_per_second"] == pytest.approx(N_ROWS / record["seconds"])
     assert stats[1].sum() == N_ROWS
+    assert record["energy"] == pytest.approx(stats[2].sum() / N_ROWS), "the pass's energy from the blocks' reports"
     (plain,) = compute_now(assign_stats_graph(array, centers), client=client)
     np.testing.assert_array_equal(plain[0], stats[0]), "the watch never changes a result"
 
@@ -50,6 +51,11 @@ def _slow_block(block, offset, weights):
 
     time.sleep(0.05)
     return int(np.asarray(block).shape[0])
+
+
+def _two_per_row(rows):
+    """A block's ``(sse, weight)`` for a pass whose every row is at squared distance 2."""
+    return 2.0 * rows, float(rows)
 
 
 @pytest.mark.parametrize("where", ["threads", "worker processes"])
@@ -88,12 +94,13 @@ def test_a_long_pass_gets_a_bar_with_chunks_rows_per_second_and_time_left(array,
     from daskmeans.engine.graph import block_args
 
     with PassWatch("test", show=True, delay=0.0) as watch:
-        parts = map_blocks_delayed(_slow_block, "slow-bar", block_args(array), reads_data=True)
+        parts = map_blocks_delayed(_slow_block, "slow-bar", block_args(array), reads_data=True,
+                                   energy_of=_two_per_row)
         (total,) = compute_now(tree_reduce(parts, sum, "slow-bar-total"), client=client)
-    assert total == N_ROWS and watch.passes[0]["rows"] == N_ROWS
+    assert total == N_ROWS and watch.passes[0]["rows"] == N_ROWS and watch.passes[0]["energy"] == 2.0
     lines = _bar_states(capsys.readouterr().err, "test pass (slow-bar)")
-    assert any(re.search(rf": +\d+%\|.*\| \d+/{N_CHUNKS} chunks \[\d\d:\d\d<\d\d:\d\d, rows/s=\d", line)
-               for line in lines), lines
+    assert any(re.search(rf": +\d+%\|.*\| \d+/{N_CHUNKS} chunks \[\d\d:\d\d<\d\d:\d\d, rows/s=\d.*, "
+                         r"energy=2\]", line) for line in lines), lines
 
 
 @pytest.mark.parametrize("where", ["threads", "worker processes"])
