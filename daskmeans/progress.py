@@ -18,10 +18,8 @@ import time
 
 import numpy as np
 
-from .engine.pass_progress import PassWatch
+from .engine.pass_progress import KNOWN_TOTAL_FORMAT, PassWatch
 
-#: Bar layout when the total is known: the bar, the count and total in their unit, the remaining time.
-KNOWN_TOTAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]"
 #: Bar layout while the total is not known yet.
 COUNT_FORMAT = "{desc}: {n_fmt} {unit} [{elapsed}{postfix}]"
 #: Bar layout when the total is only an upper bound: no bar, no remaining time (it would assume the bound is met).

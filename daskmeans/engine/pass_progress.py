@@ -30,8 +30,9 @@ TOPIC = "daskmeans-pass-progress"
 
 _ACTIVE: contextvars.ContextVar[PassWatch | None] = contextvars.ContextVar("daskmeans_pass_watch", default=None)
 
-#: A pass's bar: how much is done, chunks done of the pass's chunks, the time spent and left, the rows per second.
-BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} chunks [{elapsed}<{remaining}{postfix}]"
+#: Bar layout when the total is known (a pass's chunks, and the progress bars of :mod:`daskmeans.progress`): the
+#: bar, the count and total in their unit, the time spent and left, then the postfix (rows/s, energy).
+KNOWN_TOTAL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]"
 #: Watches of this process by the pass names they submitted, for tasks that run in this process.
 _LOCAL_WATCHES: dict[str, PassWatch] = {}
 _LOCAL_LOCK = threading.Lock()
@@ -216,7 +217,7 @@ class PassWatch:
                 return
             names = ", ".join(self._short(name) for name in self.current_names)
             self.bar = tqdm(total=self.total, desc=f"{self.desc} pass ({names})", unit="chunks", leave=False,
-                            bar_format=BAR_FORMAT, smoothing=0)
+                            bar_format=KNOWN_TOTAL_FORMAT, smoothing=0)
             self.bar.start_t -= elapsed  # elapsed time, rate and time left: the average since the pass started
         elapsed = time.perf_counter() - self.started
         postfix = {"rows/s": f"{self.rows / elapsed:.3g}"}

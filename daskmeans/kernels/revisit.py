@@ -37,17 +37,6 @@ def _fast_dot(x, c):
     return np.float64(total)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
-def _fast_sq_norm(x):
-    """``||x||^2`` accumulated in float64, vectorized (any summation order: only scores and their error
-    allowance use it, and float64 rounding is far inside the allowance)."""
-    total = 0.0
-    for f in range(x.shape[0]):
-        value = np.float64(x[f])
-        total += value * value
-    return total
-
-
 @numba.njit(cache=True, nogil=True)
 def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
              centers_sq, gamma, center_norm, new_labels, new_dist2, new_lower, needs_full):
@@ -59,6 +48,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
     low = np.empty(k, dtype=np.float64)
     high = np.empty(k, dtype=np.float64)
     decreased = np.empty(n_groups, dtype=np.float64)
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
     computed = 0
     for i in range(n):
         a = labels[i]
@@ -102,7 +92,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             needs_full[i] = True
             continue
         # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide
-        x_sq = _fast_sq_norm(X[i])
+        x_sq = pair_dist2(X[i], zero)
         allowance = _allowance(x_sq, center_norm, gamma)
         best_high = d2
         for c in range(n_candidates):
