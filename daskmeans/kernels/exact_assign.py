@@ -16,9 +16,9 @@ import numba
 import numpy as np
 
 from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES,
-                      ASSIGN_TILE_BYTES, BEST_TWO_MAX_COLUMNS)
+                      ASSIGN_TILE_BYTES, ONE_GROUP_TILE_ROWS)
 from .distance import pair_dist2
-from .stats import cluster_stats
+from .stats import add_scaled_row, cluster_stats
 
 _STORE_SHRINK = 1.0 - 2.0**-21
 #: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
@@ -72,14 +72,13 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
-                 allowance, labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
+def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_center, n_groups, x_sq, allowance,
+                 labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
     ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
-    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group.
-    ``own_second`` (when not empty) holds the second smallest score of each row's best group, ``other_second``
-    the smallest score outside it (with one group: ``inf``). Rows whose best
+    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group,
+    ``other_second`` the smallest score outside each row's best group. Rows whose best
     two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
     among equals).
 
@@ -101,14 +100,11 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_seco
         col = best_col[i]
         best = scores[i, col]
         best_group = col % n_groups
-        if own_second.shape[0] > 0:
-            second_own = own_second[i]
-        else:
-            second_own = np.inf
-            for t in range(width):
-                other = t * n_groups + best_group
-                if other != col and scores[i, other] < second_own:
-                    second_own = scores[i, other]
+        second_own = np.inf
+        for t in range(width):
+            other = t * n_groups + best_group
+            if other != col and scores[i, other] < second_own:
+                second_own = scores[i, other]
         second = min(second_own, other_second[i])
         label = slot_center[col]
         label_group = best_group
@@ -140,8 +136,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, own_second, other_seco
             w = weights[i] if weights.shape[0] > 0 else 1.0
             counts[label] += w
             sse[label] += w * dist2[i]
-            for f in range(X.shape[1]):
-                sums[label, f] += w * np.float64(X[i, f])
+            add_scaled_row(sums[label], w, X[i])
         if not with_bounds:
             continue
         # branch-free so that it vectorizes: an infinite score (no other center) gives an infinite bound
@@ -227,29 +222,110 @@ def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_two(scores):
-    """Per row of ``scores``: the position of its smallest entry (the first among equals, as ``argmin``), that
-    entry, and the smallest of the others (equal to it when the minimum occurs twice), in one read."""
-    rows, columns = scores.shape
-    best_col = np.empty(rows, dtype=np.int64)
-    best = np.empty(rows, dtype=scores.dtype)
-    second = np.empty(rows, dtype=scores.dtype)
+def _best_two_by_column(scores_t, column_add, best, second, best_col):
+    """For every row ``i`` of the scores ``scores_t[c, i] + column_add[c]`` (laid out center by center): the
+    position of its smallest (the first among equals, as ``argmin``), that score, and the smallest of the others
+    (equal to it when the minimum occurs twice), written to ``best_col``, ``best`` and ``second``.
+
+    The loop over the rows is innermost and branch-free, so that it runs on vectors of rows.
+    """
+    columns, rows = scores_t.shape
     for i in range(rows):
-        low = scores[i, 0]
-        col = 0
-        runner_up = np.inf
-        for c in range(1, columns):
-            value = scores[i, c]
-            if value < low:
-                runner_up = low
-                low = value
-                col = c
-            elif value < runner_up:
-                runner_up = value
-        best_col[i] = col
-        best[i] = low
-        second[i] = runner_up
-    return best_col, best, second
+        best[i] = np.inf
+        second[i] = np.inf
+        best_col[i] = 0
+    for c in range(columns):
+        add = column_add[c]
+        for i in range(rows):
+            value = scores_t[c, i] + add
+            low = best[i]
+            second[i] = min(second[i], max(low, value))
+            best_col[i] = c if value < low else best_col[i]
+            best[i] = min(low, value)
+
+
+@numba.njit(cache=True, nogil=True)
+def _settle_one_group(X, centers, scores_t, column_sq, slot_center, best, second, best_col, x_sq, allowance,
+                      labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
+    """:func:`_finish_slab` for one group of centers from the raw GEMM products ``scores_t[c, i] = -2 x_i.c``
+    (center by center, the center of column ``c`` being ``slot_center[c]``; ``column_sq[c]`` its squared norm is
+    added here, in the data's precision): each row's best two scores (:func:`_best_two_by_column`), then each row
+    settled while the tile is in cache: its norm and allowance (``norms_here``), the exact nearest center (near
+    ties by exact distances, lowest center index among equals), its exact distance, its cluster's float64 sums and
+    (``lower`` not ``(n, 0)``) the lower bound on its distance to every other center.
+    """
+    _best_two_by_column(scores_t, column_sq, best, second, best_col)
+    rows = X.shape[0]
+    columns = scores_t.shape[0]
+    with_bounds = lower.shape[1] > 0
+    with_stats = sums.shape[0] > 0
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
+    rechecked = 0
+    for i in range(rows):
+        if norms_here:
+            x_sq[i] = pair_dist2(X[i], zero)
+            allowance[i] = _allowance(x_sq[i], center_norm, gamma)
+        col = best_col[i]
+        label = slot_center[col]
+        runner_up = second[i]
+        if runner_up - best[i] <= 2.0 * allowance[i]:
+            # a near tie: only exact distances decide
+            rechecked += 1
+            limit = best[i] + 2.0 * allowance[i]
+            best_exact = np.inf
+            label_col = col
+            for c in range(columns):
+                if scores_t[c, i] + column_sq[c] > limit:
+                    continue
+                j = slot_center[c]
+                value = pair_dist2(X[i], centers[j])
+                if value < best_exact or (value == best_exact and j < label):
+                    best_exact = value
+                    label = j
+                    label_col = c
+            dist2[i] = best_exact
+            if label_col != col:
+                runner_up = np.inf
+                for c in range(columns):
+                    if c != label_col:
+                        runner_up = min(runner_up, scores_t[c, i] + column_sq[c])
+        else:
+            dist2[i] = pair_dist2(X[i], centers[label])
+        labels[i] = label
+        if with_stats:
+            w = weights[i] if weights.shape[0] > 0 else 1.0
+            counts[label] += w
+            sse[label] += w * dist2[i]
+            add_scaled_row(sums[label], w, X[i])
+        if with_bounds:
+            lower[i, 0] = _store_lower(math.sqrt(max(np.float64(runner_up) + x_sq[i] - allowance[i], 0.0)))
+    return rechecked
+
+
+def _assign_one_group(X, centers, slots, slot_center, x_sq, allowance, slab_bytes, labels, dist2, lower,
+                      norms_here, gamma, center_norm, weights, sums, counts, sse):
+    """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
+    (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
+    tile's rows, laid out center by center, then :func:`_settle_one_group`."""
+    n, d = X.shape
+    columns = slots.shape[1]
+    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * X.dtype.itemsize)))
+    scaled_centers = np.ascontiguousarray(slots[:d].T)
+    column_sq = np.ascontiguousarray(slots[d])
+    buffer = np.empty(columns * row_step, dtype=X.dtype)
+    best = np.empty(row_step, dtype=X.dtype)
+    second = np.empty(row_step, dtype=X.dtype)
+    best_col = np.empty(row_step, dtype=np.int64)
+    rechecked = 0
+    for r0 in range(0, n, row_step):
+        r1 = min(n, r0 + row_step)
+        scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
+        np.matmul(scaled_centers, X[r0:r1].T, out=scores_t)
+        rechecked += _settle_one_group(X[r0:r1], centers, scores_t, column_sq, slot_center, best, second, best_col,
+                                       x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1],
+                                       norms_here, gamma, center_norm, weights[r0:r1] if weights.shape[0] else weights,
+                                       sums, counts, sse)
+    return rechecked
 
 
 def _second_smallest(values, rows, best):
@@ -284,7 +360,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     the GEMM instead (one more rounding, also covered), which spares copying the rows. Labels and winners'
     distances are exact whatever the scores' rounding. Padding slots (groups of unequal sizes) score ``inf``.
     After a tile's GEMM each row is read once more, for its norm, its winner's exact distance and (with ``stats``)
-    its cluster's sums.
+    its cluster's sums. With one group (the plain nearest center, or one bound per row) the tiles are smaller and
+    their scores laid out center by center, and one Numba pass per tile finds the best two scores and settles the
+    rows while the tile is in cache (:func:`_assign_one_group`).
 
     Parameters
     ----------
@@ -366,6 +444,9 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     gamma, center_norm = row_norms if norms_here else (0.0, 0.0)
     sums, counts, sse = stats if stats is not None else (np.empty((0, d)), np.empty(0), np.empty(0))
     weights = np.empty(0) if weights is None else np.asarray(weights, dtype=np.float64)
+    if n_groups == 1:
+        return _assign_one_group(X, centers, slots, slot_center, x_sq, allowance, slab_bytes, labels, dist2, lower,
+                                 norms_here, gamma, center_norm, weights, sums, counts, sse)
     columns = slots.shape[1]
     padding_columns = np.flatnonzero(slot_center < 0)
     width = columns // n_groups
@@ -376,7 +457,6 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     fold_norms = columns > d
     augmented = np.ones((row_step, d + 1), dtype=X.dtype) if fold_norms else None
     rechecked = 0
-    no_second = np.empty(0, dtype=X.dtype)
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
         scores = buffer[: r1 - r0]
@@ -388,28 +468,16 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
             np.matmul(X[r0:r1], slots[:d], out=scores)
             scores += slots[d]
         scores[:, padding_columns] = np.inf
-        if n_groups == 1:
-            if columns <= BEST_TWO_MAX_COLUMNS:
-                best_col, best, own_second = _best_two(scores)
-            else:  # NumPy's vectorized argmin and min are faster on wide rows
-                best_col = scores.argmin(axis=1)
-                rows = np.arange(r1 - r0)
-                own_second = _second_smallest(scores, rows, best_col)
-                best = scores[rows, best_col]
-            group_min = best[:, None]
-            other_second = np.full(r1 - r0, np.inf, dtype=X.dtype)
+        best_col = scores.argmin(axis=1)
+        rows = np.arange(r1 - r0)
+        if width == 1:
+            group_min = scores
         else:
-            best_col = scores.argmin(axis=1)
-            rows = np.arange(r1 - r0)
-            own_second = no_second
-            if width == 1:
-                group_min = scores
-            else:
-                group_min = scores[:, :n_groups].copy()
-                for t in range(1, width):
-                    np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
-            other_second = _second_smallest(group_min, rows, best_col % n_groups)
-        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, own_second, other_second,
+            group_min = scores[:, :n_groups].copy()
+            for t in range(1, width):
+                np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
+        other_second = _second_smallest(group_min, rows, best_col % n_groups)
+        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, other_second,
                                   slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1],
                                   lower[r0:r1], norms_here, gamma, center_norm,
                                   weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .stats import add_scaled_row
+
+
 # -- one sample, one vote --------------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
 def _batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, weights, n_reused, k):
@@ -31,12 +34,10 @@ def _batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, weights, n_re
             changed += 1
             counts[a] -= w
             members[a] -= 1
-            for f in range(d):
-                sums[a, f] -= w * np.float64(X[i, f])
+            add_scaled_row(sums[a], -w, X[i])
         counts[b] += w
         members[b] += 1
-        for f in range(d):
-            sums[b, f] += w * np.float64(X[i, f])
+        add_scaled_row(sums[b], w, X[i])
     return sums, counts, sse, members, changed
 
 

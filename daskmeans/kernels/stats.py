@@ -6,16 +6,23 @@ import numba
 import numpy as np
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def add_scaled_row(total, scale, row):
+    """``total += scale * row`` in float64, element by element (written over one row so that it vectorizes: the
+    same loop indexing a 2-D ``total`` runs about 2-5x slower)."""
+    for f in range(row.shape[0]):
+        total[f] += scale * np.float64(row[f])
+
+
 @numba.njit(cache=True, nogil=True)
 def _cluster_stats(X, labels, dist2, weights, use_weights, sums, counts, sse):
-    n, d = X.shape
+    n = X.shape[0]
     for i in range(n):
         j = labels[i]
         w = weights[i] if use_weights else 1.0
         counts[j] += w
         sse[j] += w * dist2[i]
-        for f in range(d):
-            sums[j, f] += w * np.float64(X[i, f])
+        add_scaled_row(sums[j], w, X[i])
     return sums, counts, sse
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..config import DENSE_PAIRS_LIMIT
 from .distance import pair_dist2
+from .stats import add_scaled_row
 
 
 @numba.njit(cache=True, nogil=True)
@@ -288,8 +289,7 @@ def posterior_stats(X, weights, truncation, dist2, sigma2, n_clusters):
             c = truncation[i, a]
             resp[c] += r
             spread += r * dist2[i, a]
-            for f in range(d):
-                sums[c, f] += r * np.float64(X[i, f])
+            add_scaled_row(sums[c], r, X[i])
     return sums, resp, spread, log_sum
 
 

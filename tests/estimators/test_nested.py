@@ -116,9 +116,10 @@ def test_full_assignment_is_exact_and_bounds_are_valid_and_tight(dtype, scheme, 
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_full_assignment_in_small_slabs_matches(dtype):
+@pytest.mark.parametrize("scheme, n_groups", [("yinyang", 5), ("hamerly", 1), ("none", 1)])
+def test_full_assignment_in_small_slabs_matches(dtype, scheme, n_groups):
     X, C = tied_problem(dtype, n=700)
-    groups = groups_for(C, "yinyang", 5)
+    groups = groups_for(C, scheme, n_groups)
     whole = ka.assign_with_bounds(X, C, groups)
     slabs = ka.assign_with_bounds(X, C, groups, slab_bytes=C.shape[0] * X.dtype.itemsize * 3)
     for a, b in zip(whole[:3], slabs[:3]):

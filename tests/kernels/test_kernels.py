@@ -139,8 +139,8 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_best_two_matches_argmin_and_the_second_smallest(dtype):
-    from daskmeans.kernels.exact_assign import _best_two
+def test_best_two_by_column_matches_argmin_and_the_second_smallest(dtype):
+    from daskmeans.kernels.exact_assign import _best_two_by_column
 
     rng = np.random.default_rng(8)
     scores = rng.integers(0, 6, size=(400, 7)).astype(dtype)  # many ties, within and across rows
@@ -149,14 +149,18 @@ def test_best_two_matches_argmin_and_the_second_smallest(dtype):
     scores[7] = [3, 1, 1, 2, 5, 1, 9]
     single = rng.random((10, 1)).astype(dtype)
     for values in (scores, single):
-        best_col, best, second = _best_two(values)
-        expected_col = values.argmin(axis=1)
+        column_add = rng.integers(-2, 3, size=values.shape[1]).astype(dtype)
+        expected_scores = values + column_add  # the NumPy reference: scores with the column's term added
+        best = np.empty(len(values), dtype=dtype)
+        second = np.empty(len(values), dtype=dtype)
+        best_col = np.empty(len(values), dtype=np.int64)
+        _best_two_by_column(np.ascontiguousarray(values.T), column_add, best, second, best_col)
+        expected_col = expected_scores.argmin(axis=1)
         np.testing.assert_array_equal(best_col, expected_col)
-        np.testing.assert_array_equal(best, values[np.arange(len(values)), expected_col])
-        others = values.copy()
+        np.testing.assert_array_equal(best, expected_scores[np.arange(len(values)), expected_col])
+        others = expected_scores.copy()
         others[np.arange(len(values)), expected_col] = np.inf
         np.testing.assert_array_equal(second, others.min(axis=1))
-        assert best.dtype == second.dtype == dtype
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
