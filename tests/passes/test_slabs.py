@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
+import pytest
 import zarr
 
 from daskmeans import open_input
 from daskmeans.config import SLAB_BYTES
 from daskmeans.engine.graph import block_args
-from daskmeans.engine.slabs import map_rows, row_slabs, slab_rows, slabs, stored_form
+from daskmeans.engine.slabs import (ROW_ALIGNMENT, converted_rows, is_aligned, map_rows, row_slabs, slab_rows,
+                                    slabs, stored_form)
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.stats import cluster_stats
 from daskmeans.passes.assign import _assign_stats_block, lazy_labels, lazy_min_dist2
@@ -54,6 +56,41 @@ def test_reused_slabs_are_the_same_values_in_one_buffer():
     floats = block.astype(np.float32)
     (only,) = [rows for _, rows, _ in slabs(floats[:100], reuse=True)]
     assert np.shares_memory(only, floats), "a block already in its compute dtype is still not copied"
+
+
+def _misaligned(array, offset=3):
+    """``array``'s values in memory that starts ``offset`` bytes past an aligned address (as a block deserialized
+    from a Dask message can)."""
+    raw = np.empty(array.nbytes + ROW_ALIGNMENT + offset, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ROW_ALIGNMENT + offset
+    moved = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    moved[...] = array
+    return moved
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_misaligned_blocks_are_read_from_an_aligned_copy(reuse):
+    floats = _uint8_block(rows=500, seed=4).astype(np.float32)
+    block = _misaligned(floats)
+    assert not is_aligned(block)
+    for start, rows, _ in slabs(block, reuse=reuse):
+        assert is_aligned(rows) and rows.flags.c_contiguous and not np.shares_memory(rows, block)
+        np.testing.assert_array_equal(rows, floats[start:start + len(rows)])
+    chosen = converted_rows(block, slice(10, 90))
+    assert is_aligned(chosen)
+    np.testing.assert_array_equal(chosen, floats[10:90])
+
+
+def test_blocks_scattered_to_worker_processes_are_read_aligned(cluster_client):
+    """Whatever byte a block received by a worker starts at, what the kernels read there is aligned."""
+    floats = _uint8_block(rows=2000, seed=5).astype(np.float32)
+
+    def slab_addresses(block):
+        return is_aligned(block), [is_aligned(rows) for _, rows, _ in slabs(block, reuse=True)]
+
+    futures = cluster_client.scatter([floats[i:] for i in range(1, 5)])
+    results = cluster_client.gather([cluster_client.submit(slab_addresses, f) for f in futures])
+    assert all(all(slab_flags) for _, slab_flags in results)
 
 
 def test_statistics_carried_over_slabs_equal_one_call_on_the_whole_block_bitwise():
