@@ -34,6 +34,12 @@ LATE_REPORT_SECONDS = 0.2
 TARGET_BLOCK_BYTES = 64 * 2**20
 #: Zarr chunks smaller than this are merged into larger blocks, so that per-task overhead stays small.
 MIN_BLOCK_BYTES = 8 * 2**20
+#: An input whose row chunking daskmeans chooses (a NumPy array, a ``.npy``/``.npz`` file) is cut into at least this
+#: many blocks, so that a small input keeps the threads of a few workers busy (kdd, 43 MB, was one block: one thread
+#: worked, the others waited); from the shape alone, so that results never depend on the cluster ...
+MIN_CHOSEN_BLOCKS = 8
+#: ... but never into blocks of fewer rows than this (tiny tasks cost more in scheduling than they compute).
+MIN_CHOSEN_BLOCK_ROWS = 1024
 
 #: A pass walks each stored chunk in slabs of rows of about this many bytes as computed (float32/float64):
 #: a task holds the chunk as stored plus one converted slab and the kernels' temporaries for it, whatever the

@@ -21,12 +21,14 @@ import numpy as np
 
 from .engine import random as engine_random
 from .engine.random import row_uniforms
-from .kernels import afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch, stats, truncated_em
+from .kernels import (afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch, one_group_assign,
+                      score_error, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
 from .kernels.kernel_functions import Kernel
 from .kernels.kernel_minibatch import kernel_minibatch_step
+from .kernels.nested_groups import make_groups
 from .kernels.stats import cluster_stats
 
 #: Logged under ``distributed.`` so that the worker's own log configuration shows it.
@@ -48,11 +50,13 @@ def _tiny_block(dtype, rows=8, features=3):
 
 
 def _warm_assign(dtype):
-    """``nearest_direct``, and through ``nearest_gemm`` the exact assignment kernels."""
+    """``nearest_direct``; the exact assignment against groups of centers with their bounds (exact k-means with
+    bounds, nmbatch); through ``nearest_gemm`` the exact assignment against one group."""
     block = _tiny_block(dtype)
-    centers = np.ascontiguousarray(block[:2])
-    nearest_direct(block, centers)
-    return nearest_gemm(block, centers)
+    centers = np.ascontiguousarray(block[:4])
+    nearest_direct(block, centers[:2])
+    exact_assign.assign_with_bounds(block, centers, make_groups(centers, "yinyang", 2))
+    return nearest_gemm(block, centers[:2])
 
 
 def _warm_stats(dtype):
@@ -118,7 +122,8 @@ def _dispatchers():
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
         "kernels.exact_assign._finish_slab": exact_assign._finish_slab,
-        "kernels.exact_assign.row_sq_norms": exact_assign.row_sq_norms,
+        "kernels.one_group_assign._settle_one_group": one_group_assign._settle_one_group,
+        "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2._nearest_by_scores": afkmc2._nearest_by_scores,

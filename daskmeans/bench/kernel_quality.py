@@ -165,8 +165,7 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
     k = options.k if options.k is not None else int(np.unique(y).size)
     kappa_default = auto_kappa("rbf", X, np.random.default_rng(0))
     kappa = settings.kappa_scale * kappa_default
-    threads = sum(client.nthreads().values())
-    array = scatter_rows(X, block_rows(X.shape[0], X.shape[1], threads), client)
+    array = scatter_rows(X, block_rows(X.shape[0], X.shape[1]), client)
     say(f"data ready: {X.shape[0]:,} x {X.shape[1]}, k={k}, kappa={kappa:.6g} ({settings.kappa_scale} x default)")
     budget = options.time_budget
     # warm-up (untimed): compile the kernels in the driver and on the workers
@@ -207,7 +206,7 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
         "settings": asdict(settings),
         "kernel": {"name": "rbf", "kappa": kappa, "kappa_default": kappa_default},
         "machine": machine,
-        "cluster": {"workers": len(client.nthreads()), "threads": threads},
+        "cluster": {"workers": len(client.nthreads()), "threads": sum(client.nthreads().values())},
         "seeds": list(range(options.seeds)),
         "runs": runs,
     }

@@ -275,7 +275,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         echo(f"  [{time.perf_counter() - began:6.1f} s] {text}")
 
     cluster = cluster_info(client)
-    data = _load_data(workload, options, client, cluster)
+    data = _load_data(workload, options, client)
     say(f"data ready: {data.n_samples:,} x {data.n_features}")
     algorithms = energy_algorithm_names() if options.algorithms is None else list(options.algorithms)
     peer_names = list(workload.peers) if options.peers is None else list(options.peers)
@@ -374,11 +374,11 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     return record
 
 
-def _load_data(workload, options: BenchOptions, client, cluster):
+def _load_data(workload, options: BenchOptions, client):
     """The workload's data, loaded with the driver memory of ``--driver-memory`` (default: half of what is free)."""
     driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
                      else int(psutil.virtual_memory().available * 0.5))
-    return load_data(workload, client=client, total_threads=cluster["threads"],
+    return load_data(workload, client=client,
                      work_dir=options.work_dir or os.path.join(options.out_dir, "data"), driver_memory=driver_memory)
 
 
@@ -419,7 +419,7 @@ def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
     """vc-GMM's error-vs-speedup study on one workload, beside its LWCS and uniform-sample baselines."""
     with cluster_for(options, workload.worker_memory).client() as client:
         cluster = cluster_info(client)
-        data = _load_data(workload, options, client, cluster)
+        data = _load_data(workload, options, client)
         record = coreset_tradeoff.run_tradeoff(workload, data, client, machine, seeds=tuple(range(options.seeds)),
                                                echo=echo)
     record["command"] = options.command_line

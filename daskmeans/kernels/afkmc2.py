@@ -22,7 +22,7 @@ import numpy as np
 from ..config import GREEDY_DISTANCE_MATRIX_BYTES, RECLUSTER_SLAB_BYTES
 from .assign import all_dist2, nearest_centers
 from .distance import pair_dist2
-from .exact_assign import score_error_allowance
+from .score_error import score_error_allowance
 
 
 #: Chains per block: each proposal is measured pair by pair against the centers chosen earlier in its block (on

@@ -12,7 +12,7 @@ Gathering each failing group's rows into a GEMM tile instead was measured slower
 gathering and scattering the rows costs more than the small products save.
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
-:func:`daskmeans.kernels.exact_assign.score_error_allowance`; the own center's distance and every candidate the
+:func:`daskmeans.kernels.score_error.score_error_allowance`; the own center's distance and every candidate the
 scores cannot rule out are computed exactly (:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest
 center index. So labels are the same with any bounds or none.
 """
@@ -26,7 +26,8 @@ import numpy as np
 
 from ..config import REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
 from .distance import pair_dist2
-from .exact_assign import TEST_MARGIN, _allowance, _gamma, _store_lower, assign_with_bounds, row_sq_norms
+from .exact_assign import assign_with_bounds
+from .score_error import TEST_MARGIN, _allowance, _gamma, _store_lower, row_sq_norms
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
 def _fast_dot(x, c):

@@ -18,7 +18,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..config import MIN_BLOCK_BYTES, TARGET_BLOCK_BYTES
+from ..config import MIN_BLOCK_BYTES, MIN_CHOSEN_BLOCK_ROWS, MIN_CHOSEN_BLOCKS, TARGET_BLOCK_BYTES
 from ..engine.client import compute_now
 from ..engine.slabs import compute_dtype, with_stored_form
 from ..exceptions import InputDataError, InputDtypeError
@@ -96,6 +96,15 @@ def _check_shape(shape, name: str):
 
 def _default_rows(n_features: int, itemsize: int, target=TARGET_BLOCK_BYTES) -> int:
     return max(1024, target // max(1, n_features * itemsize))
+
+
+def chosen_block_rows(n_samples: int, n_features: int, itemsize: int) -> int:
+    """Rows per block where daskmeans chooses the chunking, from the shape alone (so that results do not depend on
+    the cluster): about ``TARGET_BLOCK_BYTES`` of rows as computed, and at least ``MIN_CHOSEN_BLOCKS`` blocks of at
+    least ``MIN_CHOSEN_BLOCK_ROWS`` rows when the data is smaller."""
+    rows = min(_default_rows(n_features, itemsize),
+               max(MIN_CHOSEN_BLOCK_ROWS, -(-int(n_samples) // MIN_CHOSEN_BLOCKS)))
+    return int(max(1, min(rows, n_samples)))
 
 
 def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str, merge_small: bool) -> da.Array:
@@ -205,7 +214,9 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
     array : str, optional
         Array name (or path, ``"sub/X"``) inside a Zarr group, or array name inside a ``.npz`` file.
     chunk_rows : int, optional
-        Rows per block; by default the store's chunking, merged up to about 64 MiB blocks when it is small.
+        Rows per block; by default the store's chunking, merged up to about 64 MiB blocks when it is small (a
+        dask array's or xarray's chunking is kept); a NumPy array or a ``.npy``/``.npz`` file gets blocks of about
+        64 MiB, at least 8 of them when the data is smaller (:func:`chosen_block_rows`).
     name : str
         How the input is called in error messages.
     sample_dim : str, optional
@@ -213,7 +224,6 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         array with dimension names). By default the dimension named ``"sample"``, else the one not named
         ``"feature"``, else the first. The other dimension holds the features; the data is transposed lazily when
         the samples are not first, and labels carry the sample dimension's name and coordinates.
-
     Returns
     -------
     Dataset
@@ -279,7 +289,8 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         if source.dtype == object:
             source = _numeric_from_object(source, name)
         _check_shape(source.shape, name)
-        rows = chunk_rows or _default_rows(source.shape[1], compute_dtype(source.dtype, name).itemsize)
+        rows = chunk_rows or chosen_block_rows(source.shape[0], source.shape[1],
+                                               compute_dtype(source.dtype, name).itemsize)
         raw = da.from_array(source, chunks=(min(rows, source.shape[0]), source.shape[1]),
                             name=None if location is None else False)
 

@@ -140,7 +140,7 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_best_two_by_column_matches_argmin_and_the_second_smallest(dtype):
-    from daskmeans.kernels.exact_assign import _best_two_by_column
+    from daskmeans.kernels.one_group_assign import _best_two_by_column
 
     rng = np.random.default_rng(8)
     scores = rng.integers(0, 6, size=(400, 7)).astype(dtype)  # many ties, within and across rows

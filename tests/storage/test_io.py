@@ -69,6 +69,24 @@ def test_npy_npz_numpy_dask_and_xarray(tmp_path):
     assert ds.is_xarray and ds.sample_dim == "descriptor" and "descriptor" in ds.sample_coords
 
 
+def test_arrays_daskmeans_chunks_are_cut_from_their_shape_alone(tmp_path):
+    """Blocks of about 64 MiB as computed, at least 8 of them (of at least 1,024 rows) for smaller data, so that a
+    small array keeps a few workers' threads busy; the same blocks whatever the cluster, for a NumPy array and a
+    .npy file alike."""
+    from daskmeans.config import MIN_CHOSEN_BLOCK_ROWS, MIN_CHOSEN_BLOCKS, TARGET_BLOCK_BYTES
+
+    kdd_like = np.zeros((145_751, 74), dtype=np.float32)  # 43 MB: one block before
+    chunks = open_input(kdd_like).array.chunks[0]
+    assert len(chunks) == MIN_CHOSEN_BLOCKS and sum(chunks) == 145_751
+    np.save(tmp_path / "kdd.npy", kdd_like)
+    assert open_input(str(tmp_path / "kdd.npy")).array.chunks[0] == chunks
+    assert open_input(np.zeros((3_000, 4))).array.chunks[0] == (MIN_CHOSEN_BLOCK_ROWS,) * 2 + (952,)
+    assert open_input(np.zeros((500, 4))).array.chunks[0] == (500,)
+    uint8_rows = np.zeros((2_000_000, 128), dtype=np.uint8)  # 1 GB as float32: blocks of 64 MiB as float32
+    assert max(open_input(uint8_rows).array.chunks[0]) * 128 * 4 == TARGET_BLOCK_BYTES
+    assert open_input(kdd_like, chunk_rows=50_000).array.chunks[0] == (50_000, 50_000, 45_751)
+
+
 def test_feature_chunking_is_fixed_with_a_warning():
     array = da.ones((100, 10), chunks=(20, 5))
     with pytest.warns(UserWarning, match="chunked along features"):

@@ -1,0 +1,63 @@
+"""The proven error of a GEMM score, and the bounds derived from it.
+
+A GEMM score ``||c||^2 - 2 x.c`` in the data's precision only proposes a nearest center; its error is bounded
+from the float format (:func:`score_error_allowance`), so that kernels can tell when the scores decide and settle
+the rest by exact distances (:func:`daskmeans.kernels.distance.pair_dist2`). Lower bounds derived from scores are
+stored as float32 values that are certainly not above them (:func:`_store_lower`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from .distance import pair_dist2
+
+_STORE_SHRINK = 1.0 - 2.0**-21
+#: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
+TEST_MARGIN = 1e-9
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store_lower(value):
+    """A float32 that is certainly not above ``value`` (a lower bound stays a lower bound)."""
+    return np.float32(max(value, 0.0) * _STORE_SHRINK)
+
+
+@numba.njit(cache=True, nogil=True)
+def row_sq_norms(X):
+    """Squared norm of every row, accumulated in float64 (in any order: only error bounds and scores use it)."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
+    for i in range(X.shape[0]):
+        out[i] = pair_dist2(X[i], zero)
+    return out
+
+
+def _gamma(n_features, dtype):
+    """``gamma_{d+2} = (d + 2) u / (1 - (d + 2) u)`` for the unit roundoff ``u`` of ``dtype``."""
+    unit = np.finfo(dtype).eps / 2
+    terms = n_features + 2
+    return terms * unit / (1 - terms * unit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _allowance(x_sq, center_norm, gamma):
+    scale = math.sqrt(x_sq) * center_norm + center_norm * center_norm
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
+
+
+def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
+    """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
+
+    A dot product of ``d`` terms in floating point, in any summation order, is within
+    ``gamma_d * sum_f |x_f c_f| <= gamma_d ||x|| ||c||`` of the exact value, ``gamma_d = d u / (1 - d u)``
+    with ``u`` the unit roundoff of ``dtype`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    sec. 3.1). Twice that covers ``2 x.c``; ``2 gamma ||c||^2`` covers rounding ``||c||^2`` to the data's
+    precision and the sum; a little more covers the float64 terms.
+    """
+    gamma = _gamma(n_features, dtype)
+    scale = np.sqrt(x_sq) * max_center_norm + max_center_norm**2
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
