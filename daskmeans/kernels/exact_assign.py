@@ -19,8 +19,8 @@ from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN
                       ASSIGN_TILE_BYTES)
 from .distance import pair_dist2
 from .one_group_assign import _assign_one_group
-from .score_error import _allowance, _gamma, _store_lower, row_sq_norms, score_error_allowance
-from .stats import add_scaled_row, cluster_stats
+from .score_error import _gamma, _store_lower, norm_and_allowance, row_sq_norms, score_error_allowance
+from .stats import add_to_cluster, cluster_stats
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
@@ -50,8 +50,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
     rechecked = 0
     for i in range(rows):
         if norms_here:
-            x_sq[i] = pair_dist2(X[i], zero)
-            allowance[i] = _allowance(x_sq[i], center_norm, gamma)
+            x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
         col = best_col[i]
         best = scores[i, col]
         best_group = col % n_groups
@@ -88,10 +87,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
         if with_stats:
-            w = weights[i] if weights.shape[0] > 0 else 1.0
-            counts[label] += w
-            sse[label] += w * dist2[i]
-            add_scaled_row(sums[label], w, X[i])
+            add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
         if not with_bounds:
             continue
         # branch-free so that it vectorizes: an infinite score (no other center) gives an infinite bound

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..config import ONE_GROUP_TILE_ROWS
 from .distance import pair_dist2
-from .score_error import _allowance, _store_lower
-from .stats import add_scaled_row
+from .score_error import _store_lower, norm_and_allowance
+from .stats import add_to_cluster
 
 
 @numba.njit(cache=True, nogil=True)
@@ -62,8 +62,7 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, best, second
     rechecked = 0
     for i in range(rows):
         if norms_here:
-            x_sq[i] = pair_dist2(X[i], zero)
-            allowance[i] = _allowance(x_sq[i], center_norm, gamma)
+            x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
         col = best_col[i]
         label = slot_center[col]
         runner_up = second[i]
@@ -92,10 +91,7 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, best, second
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
         if with_stats:
-            w = weights[i] if weights.shape[0] > 0 else 1.0
-            counts[label] += w
-            sse[label] += w * dist2[i]
-            add_scaled_row(sums[label], w, X[i])
+            add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
         if with_bounds:
             lower[i, 0] = _store_lower(math.sqrt(max(np.float64(runner_up) + x_sq[i] - allowance[i], 0.0)))
     return rechecked

@@ -61,3 +61,10 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     gamma = _gamma(n_features, dtype)
     scale = np.sqrt(x_sq) * max_center_norm + max_center_norm**2
     return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + max_center_norm**2)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def norm_and_allowance(row, zero, center_norm, gamma):
+    """A row's squared norm (the exact distance to ``zero``, a zero vector of its length) and its score allowance."""
+    x_sq = pair_dist2(row, zero)
+    return x_sq, _allowance(x_sq, center_norm, gamma)

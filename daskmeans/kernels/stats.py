@@ -14,15 +14,20 @@ def add_scaled_row(total, scale, row):
         total[f] += scale * np.float64(row[f])
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def add_to_cluster(sums, counts, sse, label, weight, dist2, row):
+    """One row of weight ``weight`` at squared distance ``dist2`` added to cluster ``label``'s float64 statistics."""
+    counts[label] += weight
+    sse[label] += weight * dist2
+    add_scaled_row(sums[label], weight, row)
+
+
 @numba.njit(cache=True, nogil=True)
 def _cluster_stats(X, labels, dist2, weights, use_weights, sums, counts, sse):
     n = X.shape[0]
     for i in range(n):
         j = labels[i]
-        w = weights[i] if use_weights else 1.0
-        counts[j] += w
-        sse[j] += w * dist2[i]
-        add_scaled_row(sums[j], w, X[i])
+        add_to_cluster(sums, counts, sse, j, weights[i] if use_weights else 1.0, dist2[i], X[i])
     return sums, counts, sse
 
 
