@@ -21,8 +21,8 @@ import numpy as np
 
 from .engine import random as engine_random
 from .engine.random import row_uniforms
-from .kernels import (afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch, one_group_assign,
-                      score_error, stats, truncated_em)
+from .kernels import (afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch,
+                      one_group_assign, score_error, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers

@@ -198,5 +198,5 @@ def map_rows(array: da.Array, function, *args, dtype, name: str, trailing: int |
                              token=name, meta=np.empty((0, 0), dtype))
 
 
-__all__ = ["ROW_ALIGNMENT", "is_aligned", "compute_dtype", "slab_rows", "row_slabs", "slabs", "converted_rows", "map_slabs", "with_stored_form",
-           "stored_form", "map_rows"]
+__all__ = ["ROW_ALIGNMENT", "is_aligned", "compute_dtype", "slab_rows", "row_slabs", "slabs", "converted_rows",
+           "map_slabs", "with_stored_form", "stored_form", "map_rows"]

@@ -3,9 +3,10 @@
 Every assignment here is the *exact* nearest center: the smallest squared distance computed in float64
 (:func:`daskmeans.kernels.distance.pair_dist2`, one fixed summation order), ties to the lowest center index.
 GEMM scores in the data's precision only propose the winner: they come with an error bound proven from the float
-format (:func:`daskmeans.kernels.score_error.score_error_allowance`), and rows whose two best scores are within it are settled by exact
-distances. The same function returns lower bounds per group of centers (:mod:`daskmeans.kernels.nested_groups`)
-for the kernels that revisit rows after the centers move (:mod:`daskmeans.kernels.revisit`).
+format (:func:`daskmeans.kernels.score_error.score_error_allowance`), and rows whose two best scores are within it
+are settled by exact distances. The same function returns lower bounds per group of centers
+(:mod:`daskmeans.kernels.nested_groups`) for the kernels that revisit rows after the centers move
+(:mod:`daskmeans.kernels.revisit`).
 """
 
 from __future__ import annotations

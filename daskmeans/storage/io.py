@@ -95,7 +95,7 @@ def _check_shape(shape, name: str):
 
 
 def _default_rows(n_features: int, itemsize: int, target=TARGET_BLOCK_BYTES) -> int:
-    return max(1024, target // max(1, n_features * itemsize))
+    return max(MIN_CHOSEN_BLOCK_ROWS, target // max(1, n_features * itemsize))
 
 
 def chosen_block_rows(n_samples: int, n_features: int, itemsize: int) -> int:
@@ -224,6 +224,7 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         array with dimension names). By default the dimension named ``"sample"``, else the one not named
         ``"feature"``, else the first. The other dimension holds the features; the data is transposed lazily when
         the samples are not first, and labels carry the sample dimension's name and coordinates.
+
     Returns
     -------
     Dataset
