@@ -157,6 +157,10 @@ INITIAL_ESTEP_RTOL = 0.01
 #: ``VRKMeans(learning_rate="auto")``: this multiple of ``n_clusters / n_samples`` (lowered where needed so that
 #: the learning rate stays at most 0.5).
 AUTO_LEARNING_RATE = 4.0
+#: ``VRKMeans(inner_batch_size=...)`` default: draws of the inner loop whose nearest centers one GEMM finds. Measured
+#: (MNIST k = 50, kdd k = 200, 2 worker processes): 256, 1024 and 4096 reach the same energies epoch by epoch; the
+#: inner loop takes 0.10, 0.08 and 0.07 s per epoch on kdd (the per-sample loop: 0.3-0.6 s).
+VRKM_INNER_BATCH_SIZE = 1024
 #: ``CoresetGaussianMixture(coreset_size="auto")``: this many rows per component ...
 AUTO_CORESET_PER_COMPONENT = 20
 #: ... and at least this many rows (never more than the data has).

@@ -12,10 +12,12 @@ Each epoch:
    (Algorithm 4) ``c~new`` = the cluster means and ``G = 0``. Over the same partition ``G`` is zero up to float64
    rounding, which is why the paper finds both variants give the same clustering; VRKM still computes and applies
    it, as Algorithm 3 does;
-3. the inner loop (:mod:`daskmeans.kernels.vrkm`) runs the ``T`` steps from ``C_0 = C~new``, on the driver, or
-   on one pinned worker when the sample is larger than ``driver_sample_bytes`` (on another one if that worker dies);
-   either way the sample stays on the workers that gathered it and streams in one segment at a time, and the
-   result is the same;
+3. the inner loop runs the ``T`` steps from ``C_0 = C~new``, batched (:mod:`daskmeans.kernels.vrkm_batched`: the
+   nearest centers of ``inner_batch_size`` draws at a time by one GEMM) or per sample as in the paper
+   (:mod:`daskmeans.kernels.vrkm`, with candidate lists made in the pass), on the driver, or on one pinned worker
+   when the sample is larger than ``driver_sample_bytes`` (on another one if that worker dies). The driver gets
+   the sample with the pass's statistics, in the same round trip; for a worker it stays on the workers that
+   gathered it and streams in one segment at a time. The result is the same either way;
 4. ``C~ = C_T``.
 
 It stops after ``max_epochs``, when the energy changed by at most ``tol`` (relative) between two passes (the
@@ -34,8 +36,9 @@ import psutil
 from ..config import MIN_SEGMENTS, REMAKE_COST
 from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
+from ..kernels.vrkm_batched import BatchedInnerLoop
 from ..passes.assign import finish_stats
-from ..passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
+from ..passes.epoch import SegmentsHere, SegmentsOnCluster, epoch_pass_graph, ordered_segment, segment_starts
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
@@ -108,18 +111,21 @@ def segment_rows_for(n_draws: int, array) -> int:
 
 
 def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
-                 n_candidates):
-    """The inner loop over a sample kept on the cluster, one segment at a time.
+                 n_candidates, batch_size=1):
+    """The inner loop over an epoch's sample, one segment at a time.
 
-    The candidate lists made in the pass are used while they keep the steps cheap; once the centers have drifted
-    so far from the pass's that a step needs more than ``REMAKE_COST`` distances per listed candidate, each
-    remaining segment gets its lists remade against the centers of that moment. This changes the speed only.
+    With ``batch_size > 1`` the loop is batched (:class:`~daskmeans.kernels.vrkm_batched.BatchedInnerLoop`) and the
+    segments carry no candidate lists. In the per-sample loop, the candidate lists made in the pass are used while
+    they keep the steps cheap; once the centers have drifted so far from the pass's that a step needs more than
+    ``REMAKE_COST`` distances per listed candidate, each remaining segment gets its lists remade against the
+    centers of that moment. This changes the speed only.
 
     Parameters
     ----------
-    pieces : list of list of Delayed or Future
-        ``pieces[s][b]``: block ``b``'s part of segment ``s``.
-    compute : callable
+    pieces : list of list
+        ``pieces[s][b]``: block ``b``'s part of segment ``s``: Delayed objects or Futures of a sample kept on the
+        cluster, or the parts themselves when the pass brought them here (``compute`` None).
+    compute : callable or None
         Computes a delayed object and returns its value (driver client, worker client or local scheduler).
     starts : int array
         First draw of each segment.
@@ -130,6 +136,8 @@ def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, 
         ``C~``, the centers the pass made the candidate lists against.
     batch_gradient, agree_rule, n_candidates :
         See :class:`~daskmeans.kernels.vrkm.InnerLoop`.
+    batch_size : int
+        Draws whose nearest centers are found together (1: the paper's per-sample loop).
 
     Returns
     -------
@@ -138,36 +146,57 @@ def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, 
     remade : int
         Segments whose candidate lists were remade.
     """
-    loop = InnerLoop(snapshot, eta, batch_gradient=batch_gradient, agree_rule=agree_rule,
-                     reference_centers=pass_centers)
+    if batch_size > 1:
+        loop = BatchedInnerLoop(snapshot, eta, batch_size=batch_size, batch_gradient=batch_gradient,
+                                agree_rule=agree_rule)
+    else:
+        loop = InnerLoop(snapshot, eta, batch_gradient=batch_gradient, agree_rule=agree_rule,
+                         reference_centers=pass_centers)
+    segments = SegmentsHere(pieces) if compute is None else SegmentsOnCluster(pieces, compute)
     ends = list(starts[1:]) + [n_draws]
     pass_lists = True
     remade = 0
-    for segment, first, last in zip(pieces, starts, ends):
+    for s, (first, last) in enumerate(zip(starts, ends)):
         done = 0
         if pass_lists:
-            sample = finish_segment(compute(segment_graph(segment)), int(first), int(last - first))
+            sample = ordered_segment(segments.parts(s), int(first), int(last - first))
             done = loop.run(*sample.as_tuple(), max_cost=REMAKE_COST * (n_candidates + 1))
             pass_lists = done == sample.rows.shape[0]
         if done < last - first:
             loop.rebase()
-            sample = finish_segment(compute(segment_graph(segment, loop.centers(), n_candidates)), int(first),
-                                    int(last - first))
+            sample = ordered_segment(segments.parts(s, loop.centers(), n_candidates), int(first),
+                                     int(last - first))
             loop.run(*(values[done:] for values in sample.as_tuple()))
             remade += 1
         del sample
     return loop.centers(), loop.counts(), remade
 
 
-def _epoch_pass(array, centers, draws, weights, n_candidates, client):
-    """Run the epoch pass; the sample stays where it was computed (the workers, or this process)."""
-    segment_rows = segment_rows_for(draws.size, array)
+def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sample):
+    """Run the epoch pass.
+
+    Returns
+    -------
+    stats : ClusterStats
+    pieces : list of list
+        ``pieces[s][b]``: persisted on the workers that computed them (``keep_sample``), else here (values).
+    starts : int array
+        First draw of each segment.
+    """
+    # the driver takes the sample whole; a worker streams it in segments
+    segment_rows = segment_rows_for(draws.size, array) if keep_sample else max(1, draws.size)
     stats_graph, segments = epoch_pass_graph(array, centers, draws, weights=weights, segment_rows=segment_rows,
                                              n_candidates=n_candidates)
-    persisted = persist_now(stats_graph, *[piece for segment in segments for piece in segment], client=client)
-    (raw,) = compute_now(persisted[0], client=client)
+    flat = [piece for segment in segments for piece in segment]
     n_blocks = len(segments[0])
-    pieces = [list(persisted[1 + s * n_blocks:1 + (s + 1) * n_blocks]) for s in range(len(segments))]
+    if keep_sample:
+        persisted = persist_now(stats_graph, *flat, client=client)
+        (raw,) = compute_now(persisted[0], client=client)
+        flat = persisted[1:]
+    else:
+        # one round trip brings the statistics and the sample
+        raw, *flat = compute_now(stats_graph, *flat, client=client)
+    pieces = [list(flat[s * n_blocks:(s + 1) * n_blocks]) for s in range(len(segments))]
     return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
 
 
@@ -178,7 +207,7 @@ def _state(epoch, centers, history, passes, previous_energy, stop_reason, inerti
 
 
 def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
-         agree_rule="paper", n_candidates=16, driver_sample_bytes=None):
+         agree_rule="paper", n_candidates=16, inner_batch_size=1, driver_sample_bytes=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
@@ -201,7 +230,10 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         Root seed of the draws.
     agree_rule : {"paper", "reference"}
     n_candidates : int
-        Candidate centers per sampled row (speed only: the result does not depend on it).
+        Candidate centers per sampled row of the per-sample loop (speed only: the result does not depend on it).
+    inner_batch_size : int
+        Draws of the inner loop whose nearest centers are found together, by one GEMM against the centers at the
+        start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); 1 is the paper's per-sample loop.
     driver_sample_bytes : int, optional
         With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
         is at most this, else on one worker; either way the sample streams in one segment at a time and the
@@ -222,6 +254,7 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
     block_totals = None
     if weights is not None:
         (block_totals,) = compute_now(weight_totals_graph(weights), client=client)
+    listed = 0 if inner_batch_size > 1 else n_candidates  # the batched loop needs no candidate lists
     history = []
     previous_energy = None
     stop_reason = "max_epochs"
@@ -239,7 +272,8 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         steps = int(sizes(epoch))
         draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
-        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, n_candidates, client)
+        on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
+        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, listed, client, keep_sample=on_worker)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         passes += 1 + extra
         energy = stats.inertia / total_weight
@@ -268,8 +302,8 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         record["relocated"] = relocate_empty_clusters(stats)
         snapshot, batch_gradient = position_correction(stats, centers, variant)
         started = time.perf_counter()
-        loop_args = (starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates)
-        on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
+        loop_args = (starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates,
+                     inner_batch_size)
         if on_worker:
             # the sample stays on the workers that gathered it; one of them streams it in
             keys = [[piece.key for piece in segment] for segment in pieces]
@@ -277,8 +311,7 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
                                                           key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}")
         else:
             where = "driver"
-            centers, counts, remade = run_segments(pieces, lambda graph: compute_now(graph, client=client)[0],
-                                                   *loop_args)
+            centers, counts, remade = run_segments(pieces, None, *loop_args)
         del pieces
         record.update({
             "inner_steps": counts.steps,

@@ -8,9 +8,9 @@ from .._validation import check_choice, check_float, check_int
 from ..algorithms.init import check_init
 from ..algorithms.result import Clock, RunContext
 from ..algorithms.vrkm import VARIANTS, vrkm
-from ..config import AUTO_LEARNING_RATE
+from ..config import AUTO_LEARNING_RATE, VRKM_INNER_BATCH_SIZE
 from ..exceptions import InvalidParameterError
-from ..kernels.vrkm import AGREE_RULES
+from ..kernels.vrkm_steps import AGREE_RULES
 from ..progress import SnapshotRecorder
 from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
@@ -43,7 +43,8 @@ class VRKMeans(ClusteringEstimator):
 
     Each epoch assigns every sample to the current centers in one pass (which also draws the epoch's samples),
     corrects the centers' positions (VRKM++: the cluster means), then runs ``epoch_size`` sequential SVRG-style
-    steps with a constant learning rate on the drawn samples. See :mod:`daskmeans.algorithms.vrkm`.
+    steps with a constant learning rate on the drawn samples, their nearest centers found ``inner_batch_size`` at a
+    time by one GEMM. See :mod:`daskmeans.algorithms.vrkm`.
 
     Parameters
     ----------
@@ -72,7 +73,12 @@ class VRKMeans(ClusteringEstimator):
         When a sample's nearest center is its snapshot label: leave the centers (the paper) or move that center
         towards its corrected position, ``c -= eta (c - c~new)`` (the authors' code).
     n_candidates : int, default 16
-        Nearest centers remembered per sampled row to speed up the inner loop; the result does not depend on it.
+        Nearest centers remembered per sampled row to speed up the per-sample inner loop (``inner_batch_size=1``);
+        the result does not depend on it.
+    inner_batch_size : int, default 1024
+        Draws of the inner loop whose nearest centers are found together, by one GEMM against the centers at the
+        start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); the steps themselves are the paper's, taken
+        one draw at a time. 1 is the paper's per-sample loop (Algorithms 3 and 4 exactly), several times slower.
     driver_sample_bytes : int, optional
         Largest epoch sample (bytes of its rows) the driver holds for the inner loop; with a distributed client a
         larger one stays on the cluster and the inner loop runs on one worker, streaming it segment by segment
@@ -116,8 +122,8 @@ class VRKMeans(ClusteringEstimator):
 
     def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-4, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
-                 driver_sample_bytes=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None,
-                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+                 inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None, init_rounds=5,
+                 oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
         self.n_clusters = n_clusters
         self.variant = variant
         self.learning_rate = learning_rate
@@ -129,6 +135,7 @@ class VRKMeans(ClusteringEstimator):
         self.random_state = random_state
         self.agree_rule = agree_rule
         self.n_candidates = n_candidates
+        self.inner_batch_size = inner_batch_size
         self.driver_sample_bytes = driver_sample_bytes
         self.init_rounds = init_rounds
         self.oversampling_factor = oversampling_factor
@@ -147,6 +154,7 @@ class VRKMeans(ClusteringEstimator):
         "tol": Real(0.0),
         "agree_rule": Options(AGREE_RULES),
         "n_candidates": Integer(1),
+        "inner_batch_size": Integer(1),
         "driver_sample_bytes": Integer(0, none=True),
         **SEEDING_CONSTRAINTS,
     }
@@ -179,7 +187,8 @@ class VRKMeans(ClusteringEstimator):
             result = vrkm(
                 data.array, centers, context, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
                 max_epochs=self.max_epochs, tol=self.tol, seed=start.seed, agree_rule=self.agree_rule,
-                n_candidates=self.n_candidates, driver_sample_bytes=self.driver_sample_bytes,
+                n_candidates=self.n_candidates, inner_batch_size=self.inner_batch_size,
+                driver_sample_bytes=self.driver_sample_bytes,
             )
         recorder.keep(self)
         self.cluster_centers_ = result.centers

@@ -28,15 +28,19 @@ number of steps that changed the centers so far, so a VRKM step costs O(d), not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numba
 import numpy as np
 
 from ..config import VRKM_COST_WINDOW, VRKM_SLAB_BYTES
 from .distance import exact_dist2, pair_dist2
-
-AGREE_RULES = ("paper", "reference")
+from .vrkm_steps import (
+    MOVED_BOTH,
+    MOVED_NONE,
+    InnerLoopCounts,
+    check_inner_loop_inputs,
+    lazy_centers,
+    take_step,
+)
 
 
 def rounding_bound(dtype, n_features: int) -> float:
@@ -274,50 +278,13 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
                 best = value
                 best_j = j
 
-        counters[0] += 1
-        if best_j != a:
-            j = best_j
-            step_count[0] = steps_taken
-            m_cast = step_count[0]
-            for f in range(d):
-                current = base[j, f] - m_cast * shift[j, f]
-                base[j, f] = base[j, f] - eta * (current - x[f])
-                base[a, f] = base[a, f] + eta * (snapshot[a, f] - x[f])
-            steps_taken += 1
-            counters[1] += 1
-            _moved(j, base, reference, drift, order, where)
-            _moved(a, base, reference, drift, order, where)
-        elif agree_reference:
-            step_count[0] = steps_taken
-            m_cast = step_count[0]
-            for f in range(d):
-                current = base[a, f] - m_cast * shift[a, f]
-                base[a, f] = base[a, f] - eta * (current - snapshot[a, f])
-            counters[2] += 1
+        steps_taken, moved = take_step(x, a, best_j, base, snapshot, shift, eta, steps_taken, agree_reference,
+                                       step_count, counters)
+        if moved == MOVED_BOTH:
+            _moved(best_j, base, reference, drift, order, where)
+        if moved != MOVED_NONE:
             _moved(a, base, reference, drift, order, where)
     return rows.shape[0], steps_taken
-
-
-@dataclass
-class InnerLoopCounts:
-    """What an inner loop did.
-
-    Attributes
-    ----------
-    steps : int
-        Samples processed.
-    changed : int
-        Steps whose nearest center differed from the snapshot label (they moved two centers).
-    agree_updates : int
-        Steps that moved the snapshot label's center under ``agree_rule="reference"``.
-    distances : int
-        Distances computed to find the nearest centers, over all steps (``k * steps`` for a full search).
-    """
-
-    steps: int = 0
-    changed: int = 0
-    agree_updates: int = 0
-    distances: int = 0
 
 
 class InnerLoop:
@@ -350,27 +317,11 @@ class InnerLoop:
     """
 
     def __init__(self, snapshot_centers, eta, *, batch_gradient=None, agree_rule="paper", reference_centers=None):
-        snapshot = np.array(snapshot_centers, order="C", copy=True)
-        if snapshot.ndim != 2 or snapshot.dtype not in (np.float32, np.float64):
-            raise ValueError("snapshot_centers must be a 2-D float32 or float64 array.")
-        k, d = snapshot.shape
-        dtype = snapshot.dtype
-        if agree_rule not in AGREE_RULES:
-            raise ValueError(f"agree_rule must be one of {AGREE_RULES}, got {agree_rule!r}.")
-        if not (np.isfinite(eta) and eta > 0):
-            raise ValueError(f"eta must be a positive finite number, got {eta!r}.")
-        self.dtype = dtype
-        self.snapshot = snapshot
-        self.base = snapshot.copy()
-        self.eta = dtype.type(eta)
-        self.agree_reference = agree_rule == "reference"
-        if batch_gradient is None:
-            self.shift = np.zeros((k, d), dtype=dtype)
-        else:
-            gradient = np.asarray(batch_gradient, dtype=np.float64)
-            if gradient.shape != (k, d):
-                raise ValueError(f"batch_gradient has shape {gradient.shape}, expected {(k, d)}.")
-            self.shift = np.ascontiguousarray(eta * gradient, dtype=dtype)
+        self.snapshot, self.shift, self.eta, self.agree_reference = check_inner_loop_inputs(
+            snapshot_centers, eta, batch_gradient, agree_rule)
+        k, d = self.snapshot.shape
+        dtype = self.dtype = self.snapshot.dtype
+        self.base = self.snapshot.copy()
         shift64 = self.shift.astype(np.float64)
         self.shift_norm = np.sqrt(np.einsum("ij,ij->i", shift64, shift64))
         self.rho = rounding_bound(dtype, d)
@@ -447,9 +398,7 @@ class InnerLoop:
 
     def centers(self) -> np.ndarray:
         """The current centers ``C_t`` (a new array)."""
-        if not np.any(self.shift_norm > 0):
-            return self.base.copy()
-        return (self.base - self.dtype.type(self.steps_taken) * self.shift).astype(self.dtype, copy=False)
+        return lazy_centers(self.base, self.shift, self.steps_taken)
 
     def counts(self) -> InnerLoopCounts:
         steps, changed, agree_updates, approx, exact = (int(v) for v in self.counters)

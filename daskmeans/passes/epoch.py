@@ -64,22 +64,27 @@ def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n
     block = np.asarray(block)  # as stored: converted a slab at a time
     positions, rows = _gather_block(block, offset, weights, draws)
     sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
-    stats, far, lists = None, [], []
+    k = centers.shape[0]
+    stats, far, lists = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k)), [], []
     for start, slab, w in slabs(block, weights):
-        labels = np.empty(slab.shape[0], dtype=np.int32)
-        dist2 = np.empty(slab.shape[0], dtype=np.float64)
         lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
         here = sampled[lo:hi] - start
-        others = np.ones(slab.shape[0], dtype=bool)
-        others[here] = False
-        # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
-        if here.size < slab.shape[0]:
-            labels[others], dist2[others] = nearest_centers(slab[others], centers)
-        s_labels, s_dist2, s_candidates, s_lower = candidate_lists(slab[here], centers, n_candidates)
-        labels[here] = s_labels
-        dist2[here] = s_dist2
-        lists.append((s_labels, s_candidates, s_lower))
-        stats = cluster_stats(slab, labels, dist2, centers.shape[0], w, out=stats)
+        if n_candidates == 0:
+            labels, dist2 = nearest_centers(slab, centers, stats=stats, weights=w)
+            lists.append((labels[here], np.empty((here.size, 0), np.int32), np.full(here.size, np.inf)))
+        else:
+            # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
+            labels = np.empty(slab.shape[0], dtype=np.int32)
+            dist2 = np.empty(slab.shape[0], dtype=np.float64)
+            others = np.ones(slab.shape[0], dtype=bool)
+            others[here] = False
+            if here.size < slab.shape[0]:
+                labels[others], dist2[others] = nearest_centers(slab[others], centers)
+            s_labels, s_dist2, s_candidates, s_lower = candidate_lists(slab[here], centers, n_candidates)
+            labels[here] = s_labels
+            dist2[here] = s_dist2
+            lists.append((s_labels, s_candidates, s_lower))
+            cluster_stats(slab, labels, dist2, k, w, out=stats)
         far.append(_farthest_eligible(dist2, slab, labels, w, n_far))
     s_labels, s_candidates, s_lower = (np.concatenate([part[i] for part in lists]) for i in range(3))
     # positions come sorted (np.flatnonzero): each segment is a slice
@@ -113,7 +118,7 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
     segment_rows : int
         Draws per segment.
     n_candidates : int
-        Candidate centers listed per sampled row.
+        Candidate centers listed per sampled row; 0 lists none (the batched inner loop needs only the labels).
     n_far : int
         Farthest rows kept for relocating empty clusters.
 
@@ -178,10 +183,68 @@ def segment_graph(pieces, centers=None, n_candidates=16):
 
 def finish_segment(merged, first_draw: int, n_draws: int) -> EpochSample:
     """Put a merged segment in draw order."""
-    positions, rows, labels, candidates, lower = merged
-    if positions.size != n_draws:
-        raise RuntimeError(f"a segment of the VRKM sample has {positions.size} rows, expected {n_draws}")
-    where = positions - first_draw
-    order = np.empty(n_draws, dtype=np.int64)
-    order[where] = np.arange(n_draws)
-    return EpochSample(rows[order], labels[order], candidates[order], lower[order])
+    return ordered_segment([merged], first_draw, n_draws)
+
+
+def ordered_segment(parts, first_draw: int, n_draws: int) -> EpochSample:
+    """The parts of one segment (``(positions, rows, labels, candidates, lower)`` each, e.g. one per block) as one
+    sample in draw order, each row copied once."""
+    if sum(part[0].size for part in parts) != n_draws:
+        raise RuntimeError(f"a segment of the VRKM sample has {sum(part[0].size for part in parts)} rows, expected "
+                           f"{n_draws}")
+    first = parts[0]
+    out = [np.empty((n_draws,) + values.shape[1:], dtype=values.dtype) for values in first[1:]]
+    for positions, *values in parts:
+        where = positions - first_draw
+        for target, source in zip(out, values):
+            target[where] = source
+    return EpochSample(*out)
+
+
+class SegmentsOnCluster:
+    """The segments of an epoch sample kept on the cluster, merged on the workers and fetched one at a time.
+
+    Parameters
+    ----------
+    pieces : list of list of Delayed or Future
+        ``pieces[s][b]``: block ``b``'s part of segment ``s``, persisted.
+    compute : callable
+        Computes a delayed object and returns its value.
+    """
+
+    def __init__(self, pieces, compute):
+        self.pieces = pieces
+        self.compute = compute
+
+    def __len__(self):
+        return len(self.pieces)
+
+    def parts(self, s, centers=None, n_candidates=16):
+        """Segment ``s`` merged on the workers (see :func:`segment_graph`), as one part, its lists remade against
+        ``centers`` if given."""
+        return [self.compute(segment_graph(self.pieces[s], centers, n_candidates))]
+
+
+class SegmentsHere:
+    """The segments of an epoch sample already in this process (computed with the pass).
+
+    Parameters
+    ----------
+    pieces : list of list of tuple
+        ``pieces[s][b]``: block ``b``'s part of segment ``s``.
+    """
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def __len__(self):
+        return len(self.pieces)
+
+    def parts(self, s, centers=None, n_candidates=16):
+        """Segment ``s`` as its parts (one per block), its lists remade against ``centers`` if given; the segment is
+        released here."""
+        parts, self.pieces[s] = self.pieces[s], None
+        if centers is not None:
+            centers = np.ascontiguousarray(centers)
+            parts = [_candidates_of_piece(part, centers, n_candidates) for part in parts]
+        return parts

@@ -11,10 +11,19 @@ from conftest import make_blobs
 from daskmeans import InvalidParameterError, VRKMeans, load
 from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.algorithms.vrkm import epoch_sizes, position_correction, segment_rows_for
+from daskmeans.config import VRKM_INNER_BATCH_SIZE
 from daskmeans.engine.random import seed_from_random_state
 from daskmeans.kernels.vrkm import InnerLoop, candidate_lists
+from daskmeans.kernels.vrkm_batched import BatchedInnerLoop, batch_steps
 from daskmeans.passes.assign import finish_stats
-from daskmeans.passes.epoch import epoch_pass_graph, finish_segment, segment_graph, segment_starts
+from daskmeans.passes.epoch import (
+    SegmentsHere,
+    epoch_pass_graph,
+    finish_segment,
+    ordered_segment,
+    segment_graph,
+    segment_starts,
+)
 from daskmeans.passes.sampling import uniform_indices_with_replacement
 from daskmeans.registry import make_estimator
 
@@ -36,27 +45,40 @@ def reference_nearest(X, C):
     return d2.argmin(axis=1), d2
 
 
-def reference_inner_loop(snapshot, rows, labels, eta, batch_gradient=None, agree_rule="paper"):
-    """Algorithm 3 (with ``batch_gradient``) or 4 (without), lines 9-16 / 6-13, step by step in matrix form:
+def reference_step(C, snapshot, x, a, j, eta, G, agree_rule):
+    """One step of Algorithm 3 (with ``G``) or 4 (``G = 0``), lines 9-16 / 6-13, in matrix form:
     ``gamma = grad_x(C_t) - grad_x(C~new) + grad f~(C~new)``, ``C_{t+1} = C_t - eta gamma`` when the nearest
-    center differs from the snapshot label, else ``C_{t+1} = C_t`` (paper) or the authors' agree update."""
+    center ``j`` differs from the snapshot label ``a``, else ``C_{t+1} = C_t`` (paper) or the authors' agree
+    update. Returns the new centers and whether the step changed them."""
+    if j != a:
+        grad_current = np.zeros_like(C)
+        grad_current[j] = C[j] - x
+        grad_snapshot = np.zeros_like(C)
+        grad_snapshot[a] = snapshot[a] - x
+        return C - eta * (grad_current - grad_snapshot + G), True
+    if agree_rule == "reference":
+        C = C.copy()
+        C[a] = C[a] - eta * (C[a] - snapshot[a])
+    return C, False
+
+
+def reference_inner_loop(snapshot, rows, labels, eta, batch_gradient=None, agree_rule="paper"):
+    """The paper's loop: each step's nearest center (exact, float64) against the centers of that step."""
+    return reference_batched_inner_loop(snapshot, rows, labels, eta, 1, batch_gradient, agree_rule)
+
+
+def reference_batched_inner_loop(snapshot, rows, labels, eta, batch_size, batch_gradient=None, agree_rule="paper"):
+    """The batched loop: each batch's nearest centers (exact, float64) against the centers at its start, then the
+    paper's steps one row at a time with those nearest centers."""
     C = snapshot.copy()
     eta = C.dtype.type(eta)
     G = np.zeros_like(C) if batch_gradient is None else batch_gradient.astype(C.dtype)
     changed = 0
-    for x, a in zip(rows, labels):
-        d2 = ((x.astype(np.float64) - C.astype(np.float64)) ** 2).sum(axis=1)
-        j = int(np.argmin(d2))
-        if j != a:
-            grad_current = np.zeros_like(C)
-            grad_current[j] = C[j] - x
-            grad_snapshot = np.zeros_like(C)
-            grad_snapshot[a] = snapshot[a] - x
-            gamma = grad_current - grad_snapshot + G
-            C = C - eta * gamma
-            changed += 1
-        elif agree_rule == "reference":
-            C[a] = C[a] - eta * (C[a] - snapshot[a])
+    for start in range(0, len(rows), batch_size):
+        nearest, _ = reference_nearest(rows[start:start + batch_size], C)
+        for x, a, j in zip(rows[start:start + batch_size], labels[start:start + batch_size], nearest):
+            C, moved = reference_step(C, snapshot, x, a, int(j), eta, G, agree_rule)
+            changed += moved
     return C, changed
 
 
@@ -106,6 +128,63 @@ def test_vrkm_steps_with_batch_gradient_equal_algorithm_3(dtype, agree_rule):
                                      batch_gradient=gradient, agree_rule=agree_rule, n_candidates=4)
     np.testing.assert_allclose(centers, expected, **_tolerance(dtype))
     assert counts.changed == expected_changed
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("agree_rule", ["paper", "reference"])
+@pytest.mark.parametrize("with_gradient", [False, True])
+def test_batched_steps_equal_the_transcription_whatever_the_segments(dtype, agree_rule, with_gradient):
+    pass_centers, snapshot, rows, labels = _problem(dtype, seed=4)
+    gradient = 0.02 * np.random.default_rng(5).normal(size=snapshot.shape) if with_gradient else None
+    eta = 0.05
+    expected, expected_changed = reference_batched_inner_loop(snapshot, rows, labels, eta, 64, gradient, agree_rule)
+    # segments cut inside batches: a batch's rows all use the centers of its start
+    for cuts in ([0, 1500], [0, 100, 101, 700, 1500]):
+        loop = BatchedInnerLoop(snapshot, eta, batch_size=64, batch_gradient=gradient, agree_rule=agree_rule)
+        for first, last in zip(cuts[:-1], cuts[1:]):
+            assert loop.rebase().run(rows[first:last], labels[first:last]) == last - first
+        if with_gradient:  # the lazy form B - m E rounds otherwise than the transcription's C - eta G
+            np.testing.assert_allclose(loop.centers(), expected, **_tolerance(dtype))
+        else:
+            np.testing.assert_array_equal(loop.centers(), expected)
+        counts = loop.counts()
+        assert counts.changed == expected_changed > 0
+        assert counts.steps == len(rows) and counts.distances == len(rows) * snapshot.shape[0]
+        assert (counts.agree_updates == len(rows) - expected_changed) == (agree_rule == "reference")
+        assert loop.centers().dtype == dtype
+    # a batch of one is the paper's loop; labels from the centers of the batch's start differ from it
+    one = BatchedInnerLoop(snapshot, eta, batch_size=1, agree_rule=agree_rule)
+    one.run(rows, labels)
+    paper, _ = reference_inner_loop(snapshot, rows, labels, eta, agree_rule=agree_rule)
+    np.testing.assert_array_equal(one.centers(), paper)
+    whole = BatchedInnerLoop(snapshot, eta, batch_size=len(rows), agree_rule=agree_rule)
+    whole.run(rows, labels)
+    assert not np.array_equal(whole.centers(), paper)
+
+
+def test_batch_steps_kernel_equals_the_numpy_steps():
+    _, snapshot, rows, labels = _problem(np.float64, seed=6)
+    nearest = np.random.default_rng(7).integers(0, snapshot.shape[0], len(rows)).astype(np.int32)
+    base = snapshot.copy()
+    counters = np.zeros(5, dtype=np.int64)
+    steps = batch_steps(rows, labels, nearest, base, snapshot, np.zeros_like(snapshot), 0.05, 0, False, counters)
+    C, changed = snapshot.copy(), 0
+    for x, a, j in zip(rows, labels, nearest):
+        C, moved = reference_step(C, snapshot, x, a, int(j), 0.05, np.zeros_like(C), "paper")
+        changed += moved
+    np.testing.assert_allclose(base, C, rtol=1e-12, atol=1e-12)
+    assert steps == changed == counters[1] and counters[0] == len(rows)
+
+
+def test_batched_inner_loop_rejects_bad_inputs():
+    _, snapshot, rows, labels = _problem(np.float64, k=4, d=3, steps=10)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        BatchedInnerLoop(snapshot, 0.1, batch_size=0)
+    loop = BatchedInnerLoop(snapshot, 0.1, batch_size=4)
+    with pytest.raises(ValueError, match="run\\(\\) needs rows"):
+        loop.run(rows[:, :2], labels)
+    with pytest.raises(ValueError, match="labels must lie in"):
+        loop.run(rows, labels + 4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -197,6 +276,34 @@ def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chu
             np.testing.assert_array_equal(resample.candidates[:, 0], reference_nearest(sample.rows, C + 1.0)[0])
 
 
+def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order():
+    """The batched loop's pass (no candidate lists) computed with its sample in one go, as the driver does."""
+    X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.0, seed=5)
+    C = X[:6].copy()
+    draws = uniform_indices_with_replacement(len(X), 900, 12, "test")
+    ref_labels, d2 = reference_nearest(X, C)
+    for chunk in (2000, 333):
+        array = da.from_array(X, chunks=(chunk, 3))
+        stats_graph, segments = epoch_pass_graph(array, C, draws, segment_rows=400, n_candidates=0)
+        raw, *flat = dask.compute(stats_graph, *[piece for segment in segments for piece in segment])
+        stats = finish_stats(raw)
+        np.testing.assert_array_equal(stats.counts, np.bincount(ref_labels, minlength=6))
+        np.testing.assert_allclose(stats.sse, np.bincount(ref_labels, d2.min(1), minlength=6), rtol=1e-10)
+        n_blocks = len(segments[0])
+        here = SegmentsHere([flat[s * n_blocks:(s + 1) * n_blocks] for s in range(len(segments))])
+        for s, first in enumerate(segment_starts(len(draws), 400)):
+            last = min(first + 400, len(draws))
+            parts = here.parts(s, C + 1.0, 2) if s == 1 else here.parts(s)
+            sample = ordered_segment(parts, first, last - first)
+            np.testing.assert_array_equal(sample.rows, X[draws[first:last]])
+            np.testing.assert_array_equal(sample.labels, ref_labels[draws[first:last]])
+            if s == 1:  # lists remade here against other centers
+                np.testing.assert_array_equal(sample.candidates[:, 0], reference_nearest(sample.rows, C + 1.0)[0])
+            else:
+                assert sample.candidates.shape == (last - first, 0) and np.all(np.isinf(sample.lower))
+        assert here.pieces == [None] * len(segments)  # each segment released once used
+
+
 def test_position_correction_of_vrkm_plus_plus_is_the_cluster_means():
     X, _, _ = make_blobs(n=1500, d=4, k=5, spread=1.0, seed=6, dtype=np.float32)
     C = X[:5].copy()
@@ -242,25 +349,33 @@ def test_finds_the_true_centers_of_separated_blobs(variant, agree_rule):
     assert energies[-1] <= energies[0]
 
 
-def test_one_epoch_equals_the_numpy_transcription():
+@pytest.mark.parametrize("inner_batch_size", [1, 96, None])
+def test_one_epoch_equals_the_numpy_transcription(inner_batch_size):
     X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.5, seed=7)
     init = X[:6].copy()
+    batching = {} if inner_batch_size is None else {"inner_batch_size": inner_batch_size}
     model = VRKMeans(6, init=init, max_epochs=1, learning_rate=3.0, epoch_size=800, random_state=5,
-                     chunk_rows=300).fit(X)
+                     chunk_rows=300, **batching).fit(X)
     # the epoch by hand: assign, correct to the means, 800 steps on the drawn rows with their pass labels
     labels, _ = reference_nearest(X, init)
     means = np.stack([X[labels == j].mean(0) for j in range(6)])
     draws = uniform_indices_with_replacement(len(X), 800, seed_from_random_state(5), "vrkm", 1)
-    expected, changed = reference_inner_loop(means, X[draws], labels[draws], 3.0 * 6 / len(X))
+    expected, changed = reference_batched_inner_loop(means, X[draws], labels[draws], 3.0 * 6 / len(X),
+                                                     inner_batch_size or VRKM_INNER_BATCH_SIZE)
     np.testing.assert_allclose(model.cluster_centers_, expected, rtol=1e-12, atol=1e-12)
     assert model.history_[0]["changed"] == changed
+    if inner_batch_size != 1:  # every draw's distance to every center, by GEMM
+        assert model.history_[0]["distances_per_step"] == 6
     assert model.eta_ == pytest.approx(3.0 * 6 / len(X))
 
 
-def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(cluster_client):
+@pytest.mark.parametrize("inner_batch_size", [1, 150])
+def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(cluster_client, inner_batch_size):
+    """The streamed loop gets the sample in segments of 250 draws: batches of 150 straddle them."""
     X, _, _ = make_blobs(n=4000, d=6, k=8, spread=2.0, seed=4, dtype=np.float32)
     array = da.from_array(X, chunks=(700, 6))
-    params = dict(n_clusters=8, random_state=123, max_epochs=4, tol=0.0, learning_rate=4.0)
+    params = dict(n_clusters=8, random_state=123, max_epochs=4, tol=0.0, learning_rate=4.0,
+                  inner_batch_size=inner_batch_size)
     with dask.config.set(scheduler="sync"):
         sync = VRKMeans(**params).fit(array)
     with dask.config.set(scheduler="threads"):
@@ -323,6 +438,8 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     (dict(agree_rule="always"), "agree_rule must be one of"),
     (dict(max_epochs=0), "max_epochs must be >= 1"),
     (dict(n_candidates=0), "n_candidates must be >= 1"),
+    (dict(inner_batch_size=0), "inner_batch_size must be >= 1"),
+    (dict(inner_batch_size=2.5), "inner_batch_size must be an integer"),
     (dict(tol=-1.0), "tol must be >= 0"),
     (dict(snapshot_centers="yes"), "snapshot_centers must be True or False"),
 ])
