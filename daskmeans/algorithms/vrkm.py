@@ -206,7 +206,7 @@ def _state(epoch, centers, history, passes, previous_energy, stop_reason, inerti
             "previous_energy": previous_energy, "stop_reason": stop_reason, "inertia": inertia}
 
 
-def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-4, seed=0,
+def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-5, seed=0,
          agree_rule="paper", n_candidates=16, inner_batch_size=1, driver_sample_bytes=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
