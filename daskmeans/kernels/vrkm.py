@@ -33,14 +33,7 @@ import numpy as np
 
 from ..config import VRKM_COST_WINDOW, VRKM_SLAB_BYTES
 from .distance import exact_dist2, pair_dist2
-from .vrkm_steps import (
-    MOVED_BOTH,
-    MOVED_NONE,
-    InnerLoopCounts,
-    check_inner_loop_inputs,
-    lazy_centers,
-    take_step,
-)
+from .vrkm_steps import MOVED_BOTH, MOVED_NONE, InnerLoopState, check_inner_loop_inputs, take_step
 
 
 def rounding_bound(dtype, n_features: int) -> float:
@@ -287,7 +280,7 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
     return rows.shape[0], steps_taken
 
 
-class InnerLoop:
+class InnerLoop(InnerLoopState):
     """The state of one epoch's inner loop, fed the sample in one or more consecutive segments.
 
     Parameters
@@ -395,12 +388,4 @@ class InnerLoop:
             0.0 if max_cost is None else float(max_cost),
         )
         return processed
-
-    def centers(self) -> np.ndarray:
-        """The current centers ``C_t`` (a new array)."""
-        return lazy_centers(self.base, self.shift, self.steps_taken)
-
-    def counts(self) -> InnerLoopCounts:
-        steps, changed, agree_updates, approx, exact = (int(v) for v in self.counters)
-        return InnerLoopCounts(steps, changed, agree_updates, approx + exact)
 

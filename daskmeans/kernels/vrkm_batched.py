@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from .assign import nearest_centers
-from .vrkm_steps import InnerLoopCounts, check_inner_loop_inputs, lazy_centers, take_step
+from .vrkm_steps import InnerLoopState, check_inner_loop_inputs, take_step
 
 
 @numba.njit(cache=True, nogil=True)
@@ -40,7 +40,7 @@ def batch_steps(rows, labels, nearest, base, snapshot, shift, eta, steps_taken, 
     return steps_taken
 
 
-class BatchedInnerLoop:
+class BatchedInnerLoop(InnerLoopState):
     """One epoch's batched inner loop, fed the sample in one or more consecutive segments.
 
     Parameters
@@ -112,11 +112,3 @@ class BatchedInnerLoop:
             self._rows_done += stop - start
             start = stop
         return t
-
-    def centers(self) -> np.ndarray:
-        """The current centers ``C_t`` (a new array)."""
-        return lazy_centers(self.base, self.shift, self.steps_taken)
-
-    def counts(self) -> InnerLoopCounts:
-        steps, changed, agree_updates, approx, exact = (int(v) for v in self.counters)
-        return InnerLoopCounts(steps, changed, agree_updates, approx + exact)

@@ -115,3 +115,21 @@ def lazy_centers(base, shift, steps_taken) -> np.ndarray:
     if not np.any(shift):
         return base.copy()
     return (base - base.dtype.type(steps_taken) * shift).astype(base.dtype, copy=False)
+
+
+class InnerLoopState:
+    """What both inner loops keep: the centers in the lazy form (``base``, ``shift``, ``steps_taken``) and the
+    counters (steps, changing steps, agree updates, distances in the data's dtype, distances in float64)."""
+
+    base: np.ndarray
+    shift: np.ndarray
+    steps_taken: int
+    counters: np.ndarray
+
+    def centers(self) -> np.ndarray:
+        """The current centers ``C_t`` (a new array)."""
+        return lazy_centers(self.base, self.shift, self.steps_taken)
+
+    def counts(self) -> InnerLoopCounts:
+        steps, changed, agree_updates, approx, exact = (int(v) for v in self.counters)
+        return InnerLoopCounts(steps, changed, agree_updates, approx + exact)

@@ -249,20 +249,29 @@ def test_candidate_lists_match_numpy(dtype):
 
 
 # -- the epoch pass and the position correction ----------------------------------------------------------------
-def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chunks():
+def _epoch_problem(draw_seed):
+    """Rows, centers, 900 draws, and the rows' exact labels and squared distances to every center."""
     X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.0, seed=5)
     C = X[:6].copy()
-    draws = uniform_indices_with_replacement(len(X), 900, 11, "test")
     ref_labels, d2 = reference_nearest(X, C)
+    return X, C, uniform_indices_with_replacement(len(X), 900, draw_seed, "test"), ref_labels, d2
+
+
+def _assert_pass_stats(raw, ref_labels, d2):
+    stats = finish_stats(raw)
+    np.testing.assert_array_equal(stats.counts, np.bincount(ref_labels, minlength=6))
+    np.testing.assert_allclose(stats.sse, np.bincount(ref_labels, d2.min(1), minlength=6), rtol=1e-10)
+
+
+def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chunks():
+    X, C, draws, ref_labels, d2 = _epoch_problem(11)
     for chunk in (2000, 333):
         array = da.from_array(X, chunks=(chunk, 3))
         segment_rows = segment_rows_for(len(draws), array)
         stats_graph, segments = epoch_pass_graph(array, C, draws, segment_rows=segment_rows, n_candidates=4)
         starts = segment_starts(len(draws), segment_rows)
         assert len(starts) == len(segments) >= 8
-        stats = finish_stats(dask.compute(stats_graph)[0])
-        np.testing.assert_array_equal(stats.counts, np.bincount(ref_labels, minlength=6))
-        np.testing.assert_allclose(stats.sse, np.bincount(ref_labels, d2.min(1), minlength=6), rtol=1e-10)
+        _assert_pass_stats(dask.compute(stats_graph)[0], ref_labels, d2)
         ends = list(starts[1:]) + [len(draws)]
         for s, (first, last) in enumerate(zip(starts, ends)):
             (merged,) = dask.compute(segment_graph(segments[s]))
@@ -278,17 +287,12 @@ def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chu
 
 def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order():
     """The batched loop's pass (no candidate lists) computed with its sample in one go, as the driver does."""
-    X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.0, seed=5)
-    C = X[:6].copy()
-    draws = uniform_indices_with_replacement(len(X), 900, 12, "test")
-    ref_labels, d2 = reference_nearest(X, C)
+    X, C, draws, ref_labels, d2 = _epoch_problem(12)
     for chunk in (2000, 333):
         array = da.from_array(X, chunks=(chunk, 3))
         stats_graph, segments = epoch_pass_graph(array, C, draws, segment_rows=400, n_candidates=0)
         raw, *flat = dask.compute(stats_graph, *[piece for segment in segments for piece in segment])
-        stats = finish_stats(raw)
-        np.testing.assert_array_equal(stats.counts, np.bincount(ref_labels, minlength=6))
-        np.testing.assert_allclose(stats.sse, np.bincount(ref_labels, d2.min(1), minlength=6), rtol=1e-10)
+        _assert_pass_stats(raw, ref_labels, d2)
         n_blocks = len(segments[0])
         here = SegmentsHere([flat[s * n_blocks:(s + 1) * n_blocks] for s in range(len(segments))])
         for s, first in enumerate(segment_starts(len(draws), 400)):
