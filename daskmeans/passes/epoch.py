@@ -21,12 +21,11 @@ import numpy as np
 
 from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
-from ..engine.slabs import slabs
+from ..engine.slabs import compute_dtype, slabs
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
 from ..kernels.vrkm import candidate_lists
 from .assign import _combine_stats, _farthest_eligible, _merge_farthest
-from .sampling import _gather_block
 
 
 @dataclass
@@ -36,6 +35,7 @@ class EpochSample:
     Attributes
     ----------
     rows : ndarray (t, d)
+        As stored (uint8 data stays uint8 until the inner loop converts it).
     labels : int32 (t,)
         Nearest center in the pass (the snapshot label).
     candidates : int32 (t, m)
@@ -62,7 +62,8 @@ def segment_starts(n_draws: int, segment_rows: int) -> np.ndarray:
 
 def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n_far):
     block = np.asarray(block)  # as stored: converted a slab at a time
-    positions, rows = _gather_block(block, offset, weights, draws)
+    positions = np.flatnonzero((draws >= offset) & (draws < offset + block.shape[0]))
+    rows = block[draws[positions] - offset]  # as stored: a quarter of the bytes of uint8 data as floats
     sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
     k = centers.shape[0]
     stats, far, lists = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k)), [], []
@@ -148,7 +149,8 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
 
 def _candidates_of_piece(piece, centers, n_candidates):
     positions, rows, labels = piece[:3]
-    _, _, candidates, lower = candidate_lists(rows, centers, n_candidates)
+    converted = np.ascontiguousarray(rows, dtype=compute_dtype(rows.dtype))
+    _, _, candidates, lower = candidate_lists(converted, centers, n_candidates)
     return positions, rows, labels, candidates, lower
 
 

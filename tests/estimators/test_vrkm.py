@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import make_blobs
 
-from daskmeans import InvalidParameterError, VRKMeans, load
+from daskmeans import InvalidParameterError, VRKMeans, load, open_input
 from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.algorithms.vrkm import epoch_sizes, position_correction, segment_rows_for
 from daskmeans.config import VRKM_INNER_BATCH_SIZE
@@ -249,10 +249,13 @@ def test_candidate_lists_match_numpy(dtype):
 
 
 # -- the epoch pass and the position correction ----------------------------------------------------------------
-def _epoch_problem(draw_seed):
+def _epoch_problem(draw_seed, dtype=np.float64):
     """Rows, centers, 900 draws, and the rows' exact labels and squared distances to every center."""
     X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.0, seed=5)
     C = X[:6].copy()
+    if dtype == np.uint8:  # centers between the integer rows
+        X = np.clip(np.round(20 * X + 128), 0, 255).astype(np.uint8)
+        C = X[:6].astype(np.float32) + 0.25
     ref_labels, d2 = reference_nearest(X, C)
     return X, C, uniform_indices_with_replacement(len(X), 900, draw_seed, "test"), ref_labels, d2
 
@@ -285,11 +288,13 @@ def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chu
             np.testing.assert_array_equal(resample.candidates[:, 0], reference_nearest(sample.rows, C + 1.0)[0])
 
 
-def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order():
-    """The batched loop's pass (no candidate lists) computed with its sample in one go, as the driver does."""
-    X, C, draws, ref_labels, d2 = _epoch_problem(12)
+@pytest.mark.parametrize("dtype", [np.float64, np.uint8])
+def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order(dtype):
+    """The batched loop's pass (no candidate lists) computed with its sample in one go, as the driver does; the
+    rows travel as stored."""
+    X, C, draws, ref_labels, d2 = _epoch_problem(12, dtype)
     for chunk in (2000, 333):
-        array = da.from_array(X, chunks=(chunk, 3))
+        array = open_input(X, chunk_rows=chunk).array  # float32 for uint8 rows, read as stored
         stats_graph, segments = epoch_pass_graph(array, C, draws, segment_rows=400, n_candidates=0)
         raw, *flat = dask.compute(stats_graph, *[piece for segment in segments for piece in segment])
         _assert_pass_stats(raw, ref_labels, d2)
@@ -300,6 +305,7 @@ def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order():
             parts = here.parts(s, C + 1.0, 2) if s == 1 else here.parts(s)
             sample = ordered_segment(parts, first, last - first)
             np.testing.assert_array_equal(sample.rows, X[draws[first:last]])
+            assert sample.rows.dtype == X.dtype
             np.testing.assert_array_equal(sample.labels, ref_labels[draws[first:last]])
             if s == 1:  # lists remade here against other centers
                 np.testing.assert_array_equal(sample.candidates[:, 0], reference_nearest(sample.rows, C + 1.0)[0])
