@@ -67,7 +67,7 @@ def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n
     sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
     k = centers.shape[0]
     stats, far, lists = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k)), [], []
-    for start, slab, w in slabs(block, weights):
+    for start, slab, w in slabs(block, weights, reuse=True):  # nothing below keeps a view of the slab
         lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
         here = sampled[lo:hi] - start
         if n_candidates == 0:
