@@ -33,7 +33,7 @@ import uuid
 import numpy as np
 import psutil
 
-from ..config import MIN_SEGMENTS, REMAKE_COST
+from ..config import MIN_SEGMENTS, REMAKE_COST, VRKM_INNER_BATCH_SIZE
 from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
 from ..kernels.vrkm_batched import BatchedInnerLoop
@@ -207,7 +207,7 @@ def _state(epoch, centers, history, passes, previous_energy, stop_reason, inerti
 
 
 def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-5, seed=0,
-         agree_rule="paper", n_candidates=16, inner_batch_size=1, driver_sample_bytes=None):
+         agree_rule="paper", n_candidates=16, inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
@@ -236,8 +236,8 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); 1 is the paper's per-sample loop.
     driver_sample_bytes : int, optional
         With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
-        is at most this, else on one worker; either way the sample streams in one segment at a time and the
-        result is the same. Default: a quarter of the driver's available memory.
+        is at most this (it then comes with the pass, whole), else on one worker (it streams in one segment at a
+        time); the result is the same. Default: a quarter of the driver's available memory.
 
     Returns
     -------

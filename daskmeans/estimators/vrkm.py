@@ -64,8 +64,9 @@ class VRKMeans(ClusteringEstimator):
     max_epochs : int, default 100
     tol : float, default 1e-5
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes. The energy of a
-        constant-rate stochastic loop moves by 1e-4 to 1e-3 per epoch long before it stops improving (kdd, k = 200:
-        1e-4 stopped after 24 epochs at 1.0066 x E*, 1e-5 after 90, at 1.0025 x E* after about 50; MNIST: 12 and 15).
+        constant-rate stochastic loop moves by 1e-4 to 1e-3 per epoch long before it stops improving (kdd,
+        k = 200: 1e-4 stopped after 24 epochs at 1.0066 x E*, 1e-5 after 90, at 1.0025 x E* after about 50;
+        MNIST: 12 and 15 epochs).
     init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     max_time : float, optional
         Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
@@ -125,7 +126,8 @@ class VRKMeans(ClusteringEstimator):
     def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-5, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
                  inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None, init_rounds=5,
-                 oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+                 oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False,
+                 snapshot_centers=False):
         self.n_clusters = n_clusters
         self.variant = variant
         self.learning_rate = learning_rate

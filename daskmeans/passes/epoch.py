@@ -173,7 +173,7 @@ def segment_graph(pieces, centers=None, n_candidates=16):
     Returns
     -------
     Delayed
-        ``(positions, rows, labels, candidates, lower)``; :func:`finish_segment` puts it in draw order.
+        ``(positions, rows, labels, candidates, lower)``; :func:`ordered_segment` puts it in draw order.
     """
     if centers is None:
         return tree_reduce(list(pieces), _merge_pieces, "vrkm-segment")
@@ -181,11 +181,6 @@ def segment_graph(pieces, centers=None, n_candidates=16):
     parts = map_blocks_delayed(_candidates_of_piece, "vrkm-candidates", [[p] for p in pieces],
                                shared(centers, "centers"), int(n_candidates))
     return tree_reduce(parts, _merge_pieces, "vrkm-candidates")
-
-
-def finish_segment(merged, first_draw: int, n_draws: int) -> EpochSample:
-    """Put a merged segment in draw order."""
-    return ordered_segment([merged], first_draw, n_draws)
 
 
 def ordered_segment(parts, first_draw: int, n_draws: int) -> EpochSample:
@@ -218,9 +213,6 @@ class SegmentsOnCluster:
         self.pieces = pieces
         self.compute = compute
 
-    def __len__(self):
-        return len(self.pieces)
-
     def parts(self, s, centers=None, n_candidates=16):
         """Segment ``s`` merged on the workers (see :func:`segment_graph`), as one part, its lists remade against
         ``centers`` if given."""
@@ -238,9 +230,6 @@ class SegmentsHere:
 
     def __init__(self, pieces):
         self.pieces = pieces
-
-    def __len__(self):
-        return len(self.pieces)
 
     def parts(self, s, centers=None, n_candidates=16):
         """Segment ``s`` as its parts (one per block), its lists remade against ``centers`` if given; the segment is

@@ -19,7 +19,6 @@ from daskmeans.passes.assign import finish_stats
 from daskmeans.passes.epoch import (
     SegmentsHere,
     epoch_pass_graph,
-    finish_segment,
     ordered_segment,
     segment_graph,
     segment_starts,
@@ -278,12 +277,12 @@ def test_epoch_pass_gathers_the_draws_in_order_with_pass_labels_whatever_the_chu
         ends = list(starts[1:]) + [len(draws)]
         for s, (first, last) in enumerate(zip(starts, ends)):
             (merged,) = dask.compute(segment_graph(segments[s]))
-            sample = finish_segment(merged, first, last - first)
+            sample = ordered_segment([merged], first, last - first)
             np.testing.assert_array_equal(sample.rows, X[draws[first:last]])
             np.testing.assert_array_equal(sample.labels, ref_labels[draws[first:last]])
             np.testing.assert_array_equal(sample.candidates[:, 0], sample.labels)
             (remade,) = dask.compute(segment_graph(segments[s], C + 1.0, 2))
-            resample = finish_segment(remade, first, last - first)
+            resample = ordered_segment([remade], first, last - first)
             np.testing.assert_array_equal(resample.rows, sample.rows)
             np.testing.assert_array_equal(resample.candidates[:, 0], reference_nearest(sample.rows, C + 1.0)[0])
 
