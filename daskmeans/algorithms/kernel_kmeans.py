@@ -131,8 +131,8 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     return resolved, centers, gamma
 
 
-def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=1024, tau=200,
-                            truncate=True, learning_rate="beta", max_iter=200, tol=0.0, pool_bytes=POOL_BYTES):
+def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=256, tau=50,
+                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=POOL_BYTES):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
     Parameters
@@ -189,12 +189,14 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         # pools start at multiples of steps_per_pool, also when a resumed run starts inside one
         n_steps = min(steps_per_pool - step % steps_per_pool, max_iter - step)
         indices = step_indices(n, batch_size, seed, step, n_steps)
-        ((rows, row_weights),) = compute_now(gather_steps_graph(array, indices, weights), client=client)
+        # each distinct row travels once (on small data a pool draws most rows several times)
+        distinct, position = np.unique(indices.ravel(), return_inverse=True)
+        ((rows, row_weights),) = compute_now(gather_steps_graph(array, distinct, weights), client=client)
         if not kernel.normalized:
             gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
-        steps = [slice(t * batch_size, (t + 1) * batch_size) for t in range(n_steps)]
-        batches = [rows[s] for s in steps]
-        batch_weights = None if row_weights is None else [row_weights[s] for s in steps]
+        position = position.reshape(indices.shape)
+        batches = [rows[position[t]] for t in range(n_steps)]
+        batch_weights = None if row_weights is None else [row_weights[position[t]] for t in range(n_steps)]
         # with a checkpoint, the steps run one at a time, each followed by a save
         rounds = [(t, t + 1) for t in range(n_steps)] if checkpoint is not None else [(0, n_steps)]
         for first, stop in rounds:

@@ -103,6 +103,9 @@ class SparseCenters:
         Global index of the row in the data (-1 when unknown, e.g. given initial centers).
     norms : float64 (k,)
         ``<C_j, C_j>``.
+    row_norms : float64 (M,) or None
+        The support rows' :meth:`Kernel.row_norms <daskmeans.kernels.kernel_functions.Kernel.row_norms>`, kept by
+        the mini-batch steps so that each row's norm is computed once (None: not kept; never saved).
     """
 
     rows: np.ndarray
@@ -111,6 +114,7 @@ class SparseCenters:
     segment: np.ndarray
     row_index: np.ndarray
     norms: np.ndarray
+    row_norms: np.ndarray | None = None
 
     @property
     def n_clusters(self) -> int:
@@ -119,7 +123,8 @@ class SparseCenters:
     def take(self, keep) -> SparseCenters:
         """The support rows ``keep`` (a boolean mask or indices), norms unchanged."""
         return SparseCenters(self.rows[keep], self.coef[keep], self.owner[keep], self.segment[keep],
-                             self.row_index[keep], self.norms.copy())
+                             self.row_index[keep], self.norms.copy(),
+                             None if self.row_norms is None else self.row_norms[keep])
 
     def inner_products(self, X, kernel) -> np.ndarray:
         """``<phi(x), C_j>`` for every row of ``X``, float64 ``(len(X), k)``."""

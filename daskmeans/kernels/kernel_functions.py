@@ -170,11 +170,17 @@ class Kernel:
         """``K(x, x) = 1`` for every x (then ``gamma = max ||phi(x)|| = 1``)."""
         return self.name in ("rbf", "laplacian")
 
-    def matrix(self, X, Y) -> np.ndarray:
+    def row_norms(self, X):
+        """What :meth:`matrix` may be given for the rows ``X`` (``x_sq``/``y_sq``): their squared norms for RBF
+        (float64), None for the other kernels, which do not use them."""
+        return squared_norms(np.ascontiguousarray(X)) if self.name == "rbf" else None
+
+    def matrix(self, X, Y, *, x_sq=None, y_sq=None) -> np.ndarray:
         """``K(X[i], Y[j])`` for every pair of rows, ``(len(X), len(Y))``.
 
         float32 for the RBF and Laplacian kernels when both inputs are float32, float64 otherwise (see the
-        module's notes on precision).
+        module's notes on precision). ``x_sq``, ``y_sq``: the rows' :meth:`row_norms` when the caller keeps them
+        (the result is the same; they are computed when None).
         """
         if self.name == "callable":
             return self._call(X, Y)
@@ -192,7 +198,8 @@ class Kernel:
             X, Y = _as_float64(X), _as_float64(Y)
         gram = X @ Y.T
         if self.name == "rbf":
-            return rbf_from_gram(gram, squared_norms(X), squared_norms(Y), 1.0 / self.params["kappa"])
+            return rbf_from_gram(gram, squared_norms(X) if x_sq is None else x_sq,
+                                 squared_norms(Y) if y_sq is None else y_sq, 1.0 / self.params["kappa"])
         return polynomial_from_gram(gram.astype(np.float64, copy=False), self.params["gamma"], self.params["coef0"],
                                     self.params["degree"])
 

@@ -167,7 +167,10 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     diag = kernel.diag(rows)
     # one kernel block (one GEMM) between the batch and the support followed by the batch itself
     stacked_rows = np.concatenate([centers.rows, rows])
-    block = kernel.matrix(rows, stacked_rows)
+    batch_row_norms = kernel.row_norms(rows)
+    stacked_row_norms = None if batch_row_norms is None else np.concatenate(
+        [kernel.row_norms(centers.rows) if centers.row_norms is None else centers.row_norms, batch_row_norms])
+    block = kernel.matrix(rows, stacked_rows, x_sq=batch_row_norms, y_sq=stacked_row_norms)
     batch_to_support, batch_kernel = block[:, :n_old], block[:, n_old:]
     inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
     labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
@@ -194,7 +197,7 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
         coef=coef[order], owner=owner[order],
         segment=np.concatenate([centers.segment, np.full(b, step, dtype=np.int64)])[order],
         row_index=np.concatenate([centers.row_index, np.asarray(row_index, dtype=np.int64)])[order],
-        norms=norms,
+        norms=norms, row_norms=None if stacked_row_norms is None else stacked_row_norms[order],
     )
     n_dropped = 0
     if truncate:
@@ -209,7 +212,10 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
             for j in np.unique(combined.owner[dropped]):
                 mine = np.flatnonzero(combined.owner == j)
                 gone = ~keep[mine]
-                k_center = kernel.matrix(combined.rows[mine], combined.rows[mine[gone]])
+                row_norms = combined.row_norms
+                k_center = kernel.matrix(combined.rows[mine], combined.rows[mine[gone]],
+                                         x_sq=None if row_norms is None else row_norms[mine],
+                                         y_sq=None if row_norms is None else row_norms[mine[gone]])
                 coef_all, coef_gone = combined.coef[mine], combined.coef[mine[gone]]
                 center_dot_gone = coef_all @ k_center @ coef_gone
                 gone_dot_gone = coef_gone @ k_center[gone] @ coef_gone

@@ -361,8 +361,12 @@ def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp
     with open(tmp_path / "pendigits-quick-quality.json") as f:
         record = json.load(f)
     assert record["workload"]["n_samples"] == 600 and record["workload"]["k"] == 10
-    assert [r["name"] for r in record["runs"]] == ["kernel-minibatch", "kernel-minibatch-untruncated",
-                                                   "kernel-kmeans", "kmeans"]
+    assert [r["name"] for r in record["runs"]] == ["kernel-minibatch", "kernel-minibatch-paper",
+                                                   "kernel-minibatch-untruncated", "kernel-kmeans", "kmeans"]
+    steps = {r["name"]: r["n_iter"] for r in record["runs"]}
+    # the quick settings (30 steps) apply where the name fixes nothing; the paper's entry keeps its 200 steps
+    assert steps["kernel-minibatch"] == steps["kernel-minibatch-untruncated"] == 30
+    assert steps["kernel-minibatch-paper"] == 200
     assert all(r["status"] == "ok" and 0 < r["nmi"] <= 1 and -1 <= r["ari"] <= 1 for r in record["runs"])
     full = record["summary"]["kernel-kmeans"]
     assert full["speedup"]["values"] == [1.0]
@@ -373,3 +377,31 @@ def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp
     result = CliRunner().invoke(bench, ["synthetic", "--quality", "--out", str(tmp_path / "x")])
     assert result.exit_code == 1 and "true labels" in result.output
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("pool_steps", [3, 40])
+def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(cluster_client, pool_steps):
+    """On 200 rows, 25 steps of 64 draws repeat most rows: a pool fetches each distinct row once from the workers,
+    and the steps still see every draw in order (the centers equal those of the steps run on ``X[draws]`` here),
+    whether the pools hold 3 steps or all of them."""
+    from daskmeans.algorithms.kernel_kmeans import minibatch_kernel_kmeans
+    from daskmeans.algorithms.result import RunContext
+    from daskmeans.kernels.kernel_centers import single_point_centers
+    from daskmeans.kernels.kernel_minibatch import kernel_minibatch_step
+    from daskmeans.passes.minibatch_pool import step_indices
+
+    X, _ = circles(200, seed=5)
+    kernel = Kernel("rbf", dict(RBF))
+    start = single_point_centers(X[:2], kernel, np.arange(2))
+    b, n_steps, seed = 64, 25, 11
+    result = minibatch_kernel_kmeans(da.from_array(X, chunks=70), start, kernel, RunContext(client=cluster_client),
+                                     seed=seed, batch_size=b, tau=30, max_iter=n_steps,
+                                     pool_bytes=pool_steps * b * X.shape[1] * X.itemsize)
+    draws = step_indices(X.shape[0], b, seed, 0, n_steps)
+    assert np.unique(draws).size < draws.size / 4  # most rows are drawn several times
+    expected, seen = start, np.zeros(2)
+    for step, index in enumerate(draws, start=1):
+        expected, seen, _ = kernel_minibatch_step(expected, seen, X[index], index, kernel, step, tau=30)
+    for field in ("rows", "coef", "owner", "row_index", "norms"):
+        np.testing.assert_array_equal(getattr(result.centers, field), getattr(expected, field))
+    np.testing.assert_array_equal(result.seen_counts, seen)

@@ -220,3 +220,26 @@ def test_single_point_and_cluster_mean_centers(dtype):
     # the input-space mean of a cluster's support is the cluster's mean row
     np.testing.assert_allclose(means.input_space_means(5, np.float64)[1], X[labels == 1].astype(np.float64).mean(0),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_given_row_norms_give_the_same_kernel_matrix(dtype):
+    X, Y = data(dtype, seed=4)
+    rbf = Kernel("rbf", {"kappa": 2.5})
+    x_sq, y_sq = rbf.row_norms(X), rbf.row_norms(Y)
+    np.testing.assert_allclose(x_sq, (X.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(rbf.matrix(X, Y, x_sq=x_sq, y_sq=y_sq), rbf.matrix(X, Y))
+    # the other kernels use no norms: none are made for them, and the matrix is the same without
+    for kernel in (Kernel("laplacian", {"kappa": 3.0}), Kernel("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1})):
+        assert kernel.row_norms(X) is None
+        np.testing.assert_array_equal(kernel.matrix(X, Y, x_sq=None, y_sq=None), kernel.matrix(X, Y))
+
+
+def test_taking_support_rows_takes_their_kept_norms():
+    rows = np.arange(12.0).reshape(4, 3)
+    centers = SparseCenters(rows, np.ones(4), np.array([0, 0, 1, 1]), np.zeros(4, dtype=np.int64),
+                            np.arange(4), np.ones(2), row_norms=(rows**2).sum(axis=1))
+    taken = centers.take(np.array([True, False, False, True]))
+    np.testing.assert_array_equal(taken.row_norms, (rows[[0, 3]] ** 2).sum(axis=1))
+    assert SparseCenters(rows, np.ones(4), centers.owner, centers.segment, centers.row_index,
+                         np.ones(2)).take([1]).row_norms is None

@@ -299,3 +299,25 @@ def test_auto_tol_is_theorem_1s_batch_size_condition_solved_for_epsilon():
     assert auto_tol(1.0, 10, 1024) == pytest.approx(np.sqrt(10 / 1024))
     assert 2.0**4 * 10 / auto_tol(2.0, 10, 1000) ** 2 == pytest.approx(1000)
     assert 0.5**2 * 8 / auto_tol(0.5, 8, 256) ** 2 == pytest.approx(256)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("truncate", [True, False])
+def test_kept_row_norms_change_no_step(dtype, truncate):
+    """The steps keep the support rows' squared norms (computed once per row); forgetting them before every step
+    (so that each is recomputed) gives the same centers bit for bit, and the kept norms are the rows' own."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(300, 5)).astype(dtype)
+    kernel = Kernel("rbf", {"kappa": 4.0})
+    kept = forgotten = single_point_centers(X[:3], kernel, np.arange(3))
+    seen_kept = seen_forgotten = np.zeros(3)
+    for step in range(1, 9):
+        index = rng.integers(0, 300, 64)
+        kept, seen_kept, _ = kernel_minibatch_step(kept, seen_kept, X[index], index, kernel, step, tau=40,
+                                                   truncate=truncate)
+        forgotten.row_norms = None
+        forgotten, seen_forgotten, _ = kernel_minibatch_step(forgotten, seen_forgotten, X[index], index, kernel,
+                                                             step, tau=40, truncate=truncate)
+    for field in ("rows", "coef", "owner", "segment", "row_index", "norms", "row_norms"):
+        np.testing.assert_array_equal(getattr(kept, field), getattr(forgotten, field))
+    np.testing.assert_allclose(kept.row_norms, (kept.rows.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
