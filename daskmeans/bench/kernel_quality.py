@@ -38,6 +38,10 @@ VARIANTS = {
     # the paper's experimental settings, beside the estimator's defaults (b = 256, tau = 50, 150 steps)
     "kernel-minibatch-paper": ("kernel-minibatch", {"batch_size": 1024, "tau": 200, "max_iter": 200}),
 }
+#: Shorter runs of each mini-batch algorithm, as fractions of its ``max_iter``: the same seed draws the same
+#: batches, so a run of fewer steps is the start of the full run, and its ARI, NMI and time (its own seeding and
+#: labels included) trace quality against time.
+CURVE_FRACTIONS = (1 / 6, 1 / 3, 2 / 3)
 #: Budget of each algorithm's untimed warm-up fit (it compiles the kernels; settings fixed by a name still apply).
 WARM_UP_SECONDS = 2.0
 
@@ -145,6 +149,11 @@ def make_run_estimator(name, params):
     return make_estimator(VARIANTS.get(name, (name, {}))[0], **params)
 
 
+def curve_steps(max_iter) -> list:
+    """The step counts of the shorter runs (:data:`CURVE_FRACTIONS` of ``max_iter``, distinct, below it)."""
+    return sorted({max(1, round(fraction * max_iter)) for fraction in CURVE_FRACTIONS} - {max_iter})
+
+
 def _run_one(name, params, fit_input):
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score  # noqa: F401  (checked early)
 
@@ -210,9 +219,18 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
                 "support_rows": int(getattr(estimator, "support_rows_", np.empty(0)).shape[0]) or None,
                 "gamma": getattr(estimator, "gamma_", None),
             })
-            runs.append(run)
             say(f"{name} seed {seed}: ARI {run['ari']:.3f}, NMI {run['nmi']:.3f}, {seconds:.2f} s "
                 f"({run['n_iter']} iterations, {run['stop_reason']})")
+            if name.startswith("kernel-minibatch"):
+                run["curve"] = []
+                for steps in curve_steps(estimator.max_iter):
+                    _, labels, _, seconds = _run_one(name, {**params, "max_iter": steps}, array)
+                    run["curve"].append({"steps": steps, "seconds": seconds,
+                                         "ari": float(adjusted_rand_score(y, labels)),
+                                         "nmi": float(normalized_mutual_info_score(y, labels))})
+                say(f"{name} seed {seed}: " + ", ".join(f"{point['steps']} steps ARI {point['ari']:.3f} in "
+                                                        f"{point['seconds']:.2f} s" for point in run["curve"]))
+            runs.append(run)
     record = {
         "schema": SCHEMA,
         "created": created(),
@@ -233,20 +251,28 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
 def summarize(record) -> dict:
     """Per algorithm: median and range of ARI, NMI and seconds, and the speed-up over the full batch.
 
-    The speed-up of a run is the full batch's seconds on the same seed divided by the run's seconds.
+    The speed-up of a run is the full batch's seconds on the same seed divided by the run's seconds. The shorter
+    runs of a mini-batch algorithm (its ``curve``) follow it as ``NAME@STEPS``.
     """
     baseline = {r["seed"]: r["seconds"] for r in record["runs"] if r["name"] == BASELINE and r["status"] == "ok"}
+
+    def entry(runs, ok):
+        return {
+            "runs": len(runs), "ok": len(ok),
+            "ari": _spread([r["ari"] for r in ok]), "nmi": _spread([r["nmi"] for r in ok]),
+            "seconds": _spread([r["seconds"] for r in ok]),
+            "speedup": _spread([baseline[r["seed"]] / r["seconds"] for r in ok if r["seed"] in baseline]),
+        }
+
     out = {}
     for name in dict.fromkeys(r["name"] for r in record["runs"]):
         mine = [r for r in record["runs"] if r["name"] == name]
         ok = [r for r in mine if r["status"] == "ok"]
-        out[name] = {
-            "runs": len(mine), "ok": len(ok),
-            "ari": _spread([r["ari"] for r in ok]), "nmi": _spread([r["nmi"] for r in ok]),
-            "seconds": _spread([r["seconds"] for r in ok]),
-            "speedup": _spread([baseline[r["seed"]] / r["seconds"] for r in ok if r["seed"] in baseline]),
-            "support_rows": _spread([r["support_rows"] for r in ok if r.get("support_rows")]),
-        }
+        out[name] = {**entry(mine, ok),
+                     "support_rows": _spread([r["support_rows"] for r in ok if r.get("support_rows")])}
+        for steps in dict.fromkeys(point["steps"] for r in ok for point in r.get("curve", ())):
+            points = [{**point, "seed": r["seed"]} for r in ok for point in r["curve"] if point["steps"] == steps]
+            out[f"{name}@{steps}"] = entry(points, points)
     return out
 
 
@@ -282,15 +308,17 @@ def markdown_table(record) -> str:
         f"n = {workload['n_samples']:,}, d = {workload['n_features']}, k = {workload['k']}, {len(record['seeds'])} "
         f"seed(s); Gaussian kernel exp(-||x-y||^2 / kappa), kappa = {kernel['kappa']:.4g} ({settings['kappa_scale']} "
         f"x the default {kernel['kappa_default']:.4g}); mini-batch: {_minibatch_settings(settings)}. "
-        "Time: fit + labels of every row, "
-        f"{record['cluster']['workers']} workers. Median [min, max] over seeds; speed-up = full-batch time / time, "
-        "seed by seed.",
+        f"Time: fit + labels of every row, {record['cluster']['workers']} workers. Median [min, max] over seeds; "
+        "speed-up = full-batch time / time, seed by seed. \"Stopped after N steps\": the same seeds run with "
+        "max_iter = N (the start of the full run: quality against time).",
         "",
     ]
     rows = []
-    for name, entry in record["summary"].items():
+    for key, entry in record["summary"].items():
+        name, _, steps = key.partition("@")
+        label = LABELS.get(name, name) + (f", stopped after {steps} steps" if steps else "")
         failed = "" if entry["ok"] == entry["runs"] else f" ({entry['runs'] - entry['ok']} failed)"
-        rows.append([f"{LABELS.get(name, name)}{failed}", _cell(entry["ari"], lambda v: f"{v:.3f}"),
+        rows.append([f"{label}{failed}", _cell(entry["ari"], lambda v: f"{v:.3f}"),
                      _cell(entry["nmi"], lambda v: f"{v:.3f}"), _cell(entry["seconds"], lambda v: f"{v:.2f}"),
                      _cell(entry["speedup"], lambda v: f"{v:.2f}x")])
     lines += table_lines(["algorithm", "ARI", "NMI", "time (s)", "speed-up vs full batch"], rows)

@@ -367,6 +367,17 @@ def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp
     # the quick settings (30 steps) apply where the name fixes nothing; the paper's entry keeps its 200 steps
     assert steps["kernel-minibatch"] == steps["kernel-minibatch-untruncated"] == 30
     assert steps["kernel-minibatch-paper"] == 200
+    # the shorter runs of each mini-batch algorithm: the start of its run, each with its own ARI and time
+    from daskmeans.bench.kernel_quality import curve_steps
+
+    assert curve_steps(30) == [5, 10, 20] and curve_steps(150) == [25, 50, 100] and curve_steps(2) == [1]
+    for run in record["runs"]:
+        curve = run.get("curve")
+        assert (curve is not None) == run["name"].startswith("kernel-minibatch")
+        if curve is not None:
+            assert [point["steps"] for point in curve] == curve_steps(run["n_iter"])
+            assert all(-1 <= point["ari"] <= 1 and 0 < point["nmi"] <= 1 and point["seconds"] > 0 for point in curve)
+            assert record["summary"][f"{run['name']}@{curve[0]['steps']}"]["ok"] == 1
     assert all(r["status"] == "ok" and 0 < r["nmi"] <= 1 and -1 <= r["ari"] <= 1 for r in record["runs"])
     full = record["summary"]["kernel-kmeans"]
     assert full["speedup"]["values"] == [1.0]
@@ -405,3 +416,13 @@ def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(clust
     for field in ("rows", "coef", "owner", "row_index", "norms"):
         np.testing.assert_array_equal(getattr(result.centers, field), getattr(expected, field))
     np.testing.assert_array_equal(result.seen_counts, seen)
+
+
+def test_a_run_of_fewer_steps_is_the_start_of_the_longer_run(circle_data):
+    """What the quality bench's curve relies on: the same seed draws the same batches whatever ``max_iter``."""
+    X, _ = circle_data
+    short = MiniBatchKernelKMeans(**small_params(max_iter=7)).fit(X)
+    full = MiniBatchKernelKMeans(**small_params(max_iter=25)).fit(X)
+    keys = ("energy", "batch_energy_after", "support", "dropped")
+    assert [[entry[key] for key in keys] for entry in short.history_] == \
+        [[entry[key] for key in keys] for entry in full.history_[:7]]
