@@ -84,8 +84,10 @@ class BenchCommand(click.Command):
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
 @click.option("--quality", is_flag=True,
               help="Score clusterings against the true labels (ARI, NMI) and time them, for labelled workloads "
-                   "(pendigits, mnist): kernel k-means (truncated, untruncated, full batch) and linear k-means by "
-                   "default. Writes OUT/NAME-quality.json and .md.")
+                   "(pendigits, mnist): kernel k-means (truncated at the defaults and at the paper's settings, "
+                   "'kernel-minibatch-paper'; untruncated; full batch) and linear k-means by default, each "
+                   "mini-batch run also stopped after 1/6, 1/3 and 2/3 of its steps. Writes OUT/NAME-quality.json "
+                   "and .md.")
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
           n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
