@@ -13,6 +13,13 @@ from __future__ import annotations
 #: Partial results one combine task of a tree reduction merges (the tree's fan-in). The order in which sums are
 #: combined follows from it, so results can change in the last bits when it changes.
 SPLIT_EVERY = 8
+#: A driver-side array passed to every block task of a pass (centers, shifts) travels inside each task up to this
+#: size, and as one task of its own, transferred between workers, above it (:func:`daskmeans.engine.graph.shared`).
+SHARED_INLINE_BYTES = 256 * 2**10
+#: A tree reduction whose last combine takes at most this many bytes of partial results (as its pass estimates
+#: them) runs that combine on the driver, saving a dispatch and a transfer between workers per pass
+#: (:func:`daskmeans.engine.graph.tree_reduce`).
+DRIVER_COMBINE_BYTES = 4 * 2**20
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0
 #: Seconds beyond the connect timeout that ``connect`` waits for a scheduler's handshake before calling the address

@@ -110,7 +110,14 @@ def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=F
         _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
         bool(check_finite), reads_data=True, energy_of=block_energy,
     )
-    return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign")
+    return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign",
+                       part_bytes=stats_part_bytes(*centers.shape, n_far))
+
+
+def stats_part_bytes(n_clusters, n_features, n_far=N_FAR) -> int:
+    """An upper bound on the bytes of one block's statistics (or a report holding them and a few per-cluster
+    totals): what :func:`~daskmeans.engine.graph.tree_reduce` weighs to combine them on the driver."""
+    return 8 * int(n_clusters) * (int(n_features) + 8) + 8 * int(n_far) * (int(n_features) + 2)
 
 
 def finish_stats(result) -> ClusterStats:

@@ -24,7 +24,7 @@ from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
-from .assign import _combine_stats, _farthest_eligible, block_energy, finish_stats
+from .assign import _combine_stats, _farthest_eligible, block_energy, finish_stats, stats_part_bytes
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
@@ -115,8 +115,9 @@ class BoundedAssignment:
     def _run(self, outputs):
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in outputs])
-        (reduced,) = compute_now(tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats"),
-                                 client=self.client)
+        part_bytes = stats_part_bytes(len(self.groups.group_of), self.array.shape[1], self.n_far)
+        (reduced,) = compute_now(tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats",
+                                             part_bytes=part_bytes), client=self.client)
         self.outputs = list(outputs)
         stats, computed = reduced
         return finish_stats(stats), int(computed)

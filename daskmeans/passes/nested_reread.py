@@ -29,6 +29,7 @@ from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
+from .assign import stats_part_bytes
 from .nested_state import COUNTERS, NestedBatch, StepOutput, _combine_reports, _report_of, chunk_order
 
 
@@ -179,7 +180,8 @@ class RereadBatch(NestedBatch):
         )
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas"), client=self.client)
+        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
+                                            part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
         self.outputs = list(outputs)
         self.chunks_in_batch = chunks
         self.rows_read += int(self.chunk_sizes[chunks].sum())

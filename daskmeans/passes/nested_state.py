@@ -31,6 +31,7 @@ from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
+from .assign import stats_part_bytes
 
 
 class BatchBlock:
@@ -363,7 +364,8 @@ class NestedBatch:
         )
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas"), client=self.client)
+        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
+                                            part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
         self.outputs = list(outputs)
         self.rows_read += hi - lo
         self.size = target_size

@@ -61,3 +61,51 @@ def test_passes_give_every_key_one_task_so_dask_never_warns_of_a_different_run_s
             NestedMiniBatchKMeans(20, random_state=0, max_iter=5, client=cluster_client).fit(data)
     # the scheduler of the shared cluster runs in this process: its log reaches caplog
     assert not [r for r in caplog.records if "different `run_spec`" in r.getMessage()], caplog.text
+
+
+def partial_sums(values):
+    """A block's partial: a float64 sum whose last bits depend on the order it is combined in."""
+    return np.asarray(values, dtype=np.float64) * np.float64(1.0 / 3.0)
+
+
+def combine_sums(parts):
+    total = parts[0].copy()
+    for other in parts[1:]:
+        total += other
+    return total
+
+
+def test_small_shared_arrays_travel_inside_the_tasks_and_large_ones_as_one_task():
+    from daskmeans.config import SHARED_INLINE_BYTES
+
+    small = np.arange(SHARED_INLINE_BYTES // 8, dtype=np.float64)
+    large = np.arange(SHARED_INLINE_BYTES // 8 + 1, dtype=np.float64)
+    assert shared(small, "small") is small
+    shared_large = shared(large, "large")
+    assert not isinstance(shared_large, np.ndarray) and shared_large.key.startswith("daskmeans-large-")
+    for centers in (small, large):
+        parts = map_blocks_delayed(lambda block, c: block * c[-1], "scale", [[1.0], [2.0]], shared(centers, "c"))
+        assert compute_now(*parts) == (centers[-1], 2 * centers[-1])
+
+
+def test_the_last_combine_on_the_driver_gives_the_tree_s_value_bitwise(cluster_client):
+    """A reduction whose partials are small combines its last level on the driver; the tree (and so every bit of
+    the result) is the one the combine tasks would have made, on a cluster and on the local scheduler alike."""
+    from daskmeans.engine.graph import DriverCombine
+
+    rng = np.random.default_rng(3)
+    for n_parts in (2, 8, 19):  # one level, a full level, and levels below a driver-side last combine
+        values = [rng.normal(size=5) * 10.0 ** rng.integers(-8, 8, size=5) for _ in range(n_parts)]
+        parts = map_blocks_delayed(partial_sums, f"sums-{n_parts}", [[v] for v in values])
+        on_workers = tree_reduce(parts, combine_sums, f"total-{n_parts}")
+        here = tree_reduce(parts, combine_sums, f"total-{n_parts}", part_bytes=40)
+        # the driver gets the blocks' partials, or (19 parts) the 3 combines of the level below
+        assert isinstance(here, DriverCombine) and len(here.inputs) == (n_parts if n_parts <= 8 else 3)
+        (expected,) = compute_now(on_workers, client=cluster_client)
+        for client in (cluster_client, None):
+            # with another object in the same submission, which comes back in its place
+            got, first = compute_now(here, parts[0], client=client)
+            np.testing.assert_array_equal(got, expected)
+            np.testing.assert_array_equal(first, partial_sums(values[0]))
+        # partials too large for the driver: the last combine stays a task
+        assert not isinstance(tree_reduce(parts, combine_sums, "total", part_bytes=2**40), DriverCombine)
