@@ -25,7 +25,7 @@ from dask.utils import parse_bytes
 from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 from .blas import one_blas_thread_for
-from .graph import DriverCombine
+from .graph import DriverCombine, unfold_driver_combines
 from .pass_progress import active_watch
 
 
@@ -226,17 +226,8 @@ def _compute(objects, client, watch=None):
 def _compute_with_driver_combines(objects, client, watch):
     """Compute the inputs of every :class:`DriverCombine` with the other objects, in one submission, then combine
     them here."""
-    flat, spans = [], []
-    for o in objects:
-        if isinstance(o, DriverCombine):
-            spans.append((len(flat), len(o.inputs)))
-            flat.extend(o.inputs)
-        else:
-            spans.append((len(flat), None))
-            flat.append(o)
-    values = _compute(tuple(flat), client, watch)
-    return tuple(values[start] if count is None else o.combine(list(values[start:start + count]))
-                 for o, (start, count) in zip(objects, spans))
+    flat, finish = unfold_driver_combines(objects)
+    return finish(_compute(tuple(flat), client, watch))
 
 
 def _own_graph(objects, watch=None, client=None):

@@ -120,6 +120,32 @@ class DriverCombine:
     combine: object
 
 
+def unfold_driver_combines(objects):
+    """``objects`` with each :class:`DriverCombine` replaced by its inputs, and the function that turns the values
+    of that flat list back into one value per object (each driver combine applied here).
+
+    Returns
+    -------
+    flat : list
+    finish : callable
+        ``finish(values) -> tuple``, ``values`` being the computed ``flat`` in order.
+    """
+    flat, spans = [], []
+    for o in objects:
+        if isinstance(o, DriverCombine):
+            spans.append((len(flat), len(o.inputs)))
+            flat.extend(o.inputs)
+        else:
+            spans.append((len(flat), None))
+            flat.append(o)
+
+    def finish(values):
+        return tuple(values[start] if count is None else o.combine(list(values[start:start + count]))
+                     for o, (start, count) in zip(objects, spans))
+
+    return flat, finish
+
+
 def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY, part_bytes=None):
     """Reduce partial results pairwise in a fixed tree, so the result does not depend on the scheduler.
 
@@ -180,4 +206,4 @@ def block_args(array, weights=None, *states) -> list[list]:
 
 
 __all__ = ["blocks_of", "stored_blocks", "shared", "task", "map_blocks_delayed", "tree_reduce", "DriverCombine",
-           "block_offsets", "block_args", "dask"]
+           "unfold_driver_combines", "block_offsets", "block_args", "dask"]

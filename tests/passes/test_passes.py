@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskmeans.engine.client import compute_now
+from daskmeans.engine.graph import unfold_driver_combines
 from daskmeans.engine.random import stage_key
 from daskmeans.exceptions import InputDataError
 from daskmeans.passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_min_dist2
@@ -59,6 +60,14 @@ def test_summary_refuses_bad_weights_and_overflowing_values():
         check_summary(_summary(big, 3), np.float32)
 
 
+def computed_on(scheduler, graph):
+    """A pass's value computed by a local Dask scheduler, its last combine (a ``DriverCombine``) applied here as
+    :func:`compute_now` does."""
+    flat, finish = unfold_driver_combines([graph])
+    (value,) = finish(dask.compute(*flat, scheduler=scheduler))
+    return value
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_assign_stats_matches_numpy(weighted):
     rng = np.random.default_rng(1)
@@ -66,7 +75,7 @@ def test_assign_stats_matches_numpy(weighted):
     C = rng.normal(size=(6, 4))
     w = rng.random(700) if weighted else None
     array = da.from_array(X, chunks=(100, 4))
-    (raw,) = dask.compute(assign_stats_graph(array, C, None if w is None else da.from_array(w, chunks=100)))
+    raw = computed_on("sync", assign_stats_graph(array, C, None if w is None else da.from_array(w, chunks=100)))
     stats = finish_stats(raw)
     d2 = ((X[:, None] - C[None]) ** 2).sum(-1)
     labels = d2.argmin(1)
@@ -91,8 +100,8 @@ def test_assign_stats_same_on_every_scheduler(cluster_client):
     array = da.from_array(X, chunks=(700, 8))
     graph = assign_stats_graph(array, C)
     results = [
-        dask.compute(graph, scheduler="sync")[0],
-        dask.compute(graph, scheduler="threads")[0],
+        computed_on("sync", graph),
+        computed_on("threads", graph),
         compute_now(graph, client=cluster_client)[0],
     ]
     for other in results[1:]:
