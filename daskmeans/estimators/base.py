@@ -14,14 +14,14 @@ from ..algorithms.coarse_index import build_coarse_index
 from ..algorithms.init import INIT_METHODS, check_init
 from ..algorithms.lloyd import final_inertia
 from ..engine.blas import one_blas_thread_for
-from ..engine.client import compute_now, persist_now, resolve_client
+from ..engine.client import compute_now, resolve_client
 from ..engine.random import seed_from_random_state
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_probe_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
 from ..progress import LazyFinalPass
 from ..storage.checkpoint import check_supported, open_checkpoint
-from ..storage.io import Dataset, open_input
+from ..storage.io import Dataset, open_input, spread_on_workers
 from ..storage.model import save_model
 
 
@@ -152,8 +152,7 @@ def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None, 
     if on_opened is not None:
         on_opened(data, weights)
     if data.in_memory and client is not None:
-        (array,) = persist_now(data.array, client=client)
-        data.array = array
+        data.array = spread_on_workers(data.array, client)
     (raw,) = compute_now(summary_graph(data.array, weights, with_row_hash), client=client)
     summary = finish_summary(raw, data.n_samples)
     check_summary(summary, data.dtype)

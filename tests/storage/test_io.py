@@ -231,3 +231,35 @@ def test_big_endian_data_is_read_and_gives_the_native_result(tmp_path, dtype):
     assert in_memory.dtype.isnative and from_zarr.dtype.isnative
     np.testing.assert_array_equal(in_memory, native)
     np.testing.assert_array_equal(from_zarr, native)
+
+
+def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
+    """A NumPy input is held by the workers block by block in turn, in its stored dtype (uint8, not the float32 it
+    is computed in), each block in aligned memory, with the same values."""
+    import distributed
+
+    from daskmeans.engine.graph import stored_blocks
+    from daskmeans.engine.slabs import ROW_ALIGNMENT, stored_form
+    from daskmeans.storage.io import spread_on_workers
+
+    X = np.random.default_rng(0).integers(0, 256, size=(8000, 24), dtype=np.uint8)
+    data = open_input(X, chunk_rows=1000)
+    placed = spread_on_workers(data.array, cluster_client)
+    assert placed.dtype == np.float32 and placed.chunks == data.array.chunks
+    assert stored_form(placed).dtype == np.uint8
+    cluster_client.gather(distributed.futures_of(stored_form(placed)))  # persisted: wait until every block is held
+    keys = [block.key for block in stored_blocks(placed)]
+    holders = cluster_client.who_has(distributed.futures_of(stored_form(placed)))
+    assert len(holders) == len(keys) == 8 and all(len(workers) == 1 for workers in holders.values())
+    per_worker = {}
+    for (worker,) in holders.values():
+        per_worker[worker] = per_worker.get(worker, 0) + 1
+    assert sorted(per_worker.values()) == [4, 4]
+
+    def layout(block):
+        return str(block.dtype), bool(block.flags.c_contiguous), block.ctypes.data % ROW_ALIGNMENT
+
+    layouts = cluster_client.gather([cluster_client.submit(layout, block, pure=False)
+                                     for block in cluster_client.compute(stored_blocks(placed))])
+    assert set(layouts) == {("uint8", True, 0)}
+    np.testing.assert_array_equal(placed.compute(scheduler=cluster_client.get), X.astype(np.float32))
