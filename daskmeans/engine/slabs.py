@@ -14,6 +14,8 @@ stored blocks when it is there (an array derived from it, e.g. by slicing, has i
 
 from __future__ import annotations
 
+import threading
+
 import dask.array as da
 import numpy as np
 
@@ -93,6 +95,26 @@ def row_slabs(n_rows: int, rows_per_slab: int):
         yield start, min(n_rows, start + rows_per_slab)
 
 
+#: The reused slab buffer of each thread, kept between tasks (see :func:`slabs`).
+_THREAD_SLAB_BUFFER = threading.local()
+
+
+def _take_thread_buffer(n_bytes: int) -> np.ndarray:
+    """This thread's slab buffer of at least ``n_bytes`` (raw bytes), taken out of its slot while in use: a walk
+    nested in another on the same thread gets a buffer of its own."""
+    buffer = getattr(_THREAD_SLAB_BUFFER, "buffer", None)
+    _THREAD_SLAB_BUFFER.buffer = None
+    if buffer is None or buffer.nbytes < n_bytes:
+        buffer = np.empty(n_bytes, dtype=np.uint8)
+    return buffer
+
+
+def _return_thread_buffer(buffer: np.ndarray):
+    kept = getattr(_THREAD_SLAB_BUFFER, "buffer", None)
+    if kept is None or kept.nbytes < buffer.nbytes:
+        _THREAD_SLAB_BUFFER.buffer = buffer
+
+
 def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
     """Walk a stored block: ``(start, rows, weights)`` per slab, ``rows`` converted to the compute dtype.
 
@@ -106,8 +128,12 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
         Bytes of one slab as computed.
     reuse : bool
         Convert every slab into the same buffer (for a caller that keeps nothing of ``rows`` from one slab to the
-        next): in Dask's worker processes, whose ``malloc`` hands every large array fresh pages from the system,
-        this spares the page faults of a new slab each time.
+        next, nor after the walk): in Dask's worker processes, whose ``malloc`` hands every large array fresh pages
+        from the system (the nanny sets ``MALLOC_TRIM_THRESHOLD_``), this spares the page faults of a new slab each
+        time. The buffer is the thread's own and outlives the walk, so the next task on the thread reuses it too
+        (the assign + stats pass on an MNIST block of 8,750 uint8 rows with that ``malloc`` setting: 20.3-21.4 ms
+        with a new buffer per block, 19.1-20.7 ms with the kept one); each thread that ran such a walk keeps one
+        slab (at most ``slab_bytes``) for its lifetime.
 
     A block already in the compute dtype, C-contiguous and aligned (:func:`is_aligned`) is walked in place; any
     other is converted (or copied) a slab at a time.
@@ -125,20 +151,21 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
     step = slab_rows(block.shape[1], dtype.itemsize, slab_bytes)
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float64)
-    buffer = None
     in_place = block.dtype == dtype and block.flags.c_contiguous and is_aligned(block)
-    for start, stop in row_slabs(block.shape[0], step):
-        part = block[start:stop]
-        if in_place:
-            rows = part
-        elif reuse:
-            if buffer is None:
-                buffer = np.empty((step, block.shape[1]), dtype=dtype)
-            rows = buffer[: stop - start]
-            rows[...] = part
-        else:
-            rows = np.array(part, dtype=dtype, order="C")
-        yield start, rows, (None if weights is None else weights[start:stop])
+    if in_place or not reuse:
+        for start, stop in row_slabs(block.shape[0], step):
+            rows = block[start:stop] if in_place else np.array(block[start:stop], dtype=dtype, order="C")
+            yield start, rows, (None if weights is None else weights[start:stop])
+        return
+    raw = _take_thread_buffer(min(step, block.shape[0]) * block.shape[1] * dtype.itemsize)
+    try:
+        for start, stop in row_slabs(block.shape[0], step):
+            rows = raw[: (stop - start) * block.shape[1] * dtype.itemsize].view(dtype).reshape(stop - start,
+                                                                                             block.shape[1])
+            rows[...] = block[start:stop]
+            yield start, rows, (None if weights is None else weights[start:stop])
+    finally:
+        _return_thread_buffer(raw)
 
 
 def converted_rows(block, index) -> np.ndarray:

@@ -58,6 +58,29 @@ def test_reused_slabs_are_the_same_values_in_one_buffer():
     assert np.shares_memory(only, floats), "a block already in its compute dtype is still not copied"
 
 
+def test_the_reused_buffer_outlives_the_walk_and_nested_walks_get_their_own():
+    import threading
+
+    block, other = _uint8_block(seed=3), _uint8_block(seed=4)[:500]
+    first = [rows for _, rows, _ in slabs(block, reuse=True)][0]
+    second = [rows for _, rows, _ in slabs(block, reuse=True)][0]
+    assert np.shares_memory(first, second), "the next walk on this thread reuses the buffer"
+    outer, inner = [], []
+    for _, rows, _ in slabs(block, reuse=True):
+        outer.append(rows.copy())
+        for _, nested, _ in slabs(other, reuse=True):
+            assert not np.shares_memory(rows, nested)
+            inner.append(nested.copy())
+        np.testing.assert_array_equal(rows, outer[-1])  # the nested walk did not write into the outer slab
+    np.testing.assert_array_equal(np.concatenate(outer), block.astype(np.float32))
+    np.testing.assert_array_equal(np.concatenate(inner), np.tile(other.astype(np.float32), (len(outer), 1)))
+    elsewhere = []
+    thread = threading.Thread(target=lambda: elsewhere.extend(rows for _, rows, _ in slabs(block, reuse=True)))
+    thread.start()
+    thread.join()
+    assert not np.shares_memory(elsewhere[0], first), "each thread has a buffer of its own"
+
+
 def _misaligned(array, offset=3):
     """``array``'s values in memory that starts ``offset`` bytes past an aligned address (as a block deserialized
     from a Dask message can)."""
