@@ -20,7 +20,7 @@ from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, make_blobs_zarr
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
 from ..exceptions import InputDataError, InvalidParameterError
-from ..storage.io import chosen_block_rows, open_input
+from ..storage.io import chosen_block_rows, open_input, spread_on_workers
 from ..storage.zarr_safe import atomic_output
 
 STORAGES = ("memory", "zarr")
@@ -253,7 +253,8 @@ class BenchData:
     X : ndarray (n, d) float32 or None
         The data in the driver (None when it does not fit there).
     array : dask.array.Array
-        The same data on the cluster: persisted (memory storage) or read from Zarr at every pass.
+        The same data on the cluster: held by the workers as stored (memory storage; float32 as computed) or read
+        from Zarr at every pass.
     fit_input : dask array or str
         What the daskmeans estimators are given: the persisted dask array or the Zarr path.
     location : str or None
@@ -346,14 +347,10 @@ def write_array_zarr(path, X, chunk_rows, attrs):
 
 
 def scatter_rows(X, rows, client) -> da.Array:
-    """``X`` as a dask array whose row blocks are sent to the workers once (not embedded in every graph), persisted
-    so that every pass's graph starts from the blocks themselves (without, each pass would run the concatenation's
-    tasks again: 12 more tasks per iteration on 4 blocks, ~25% of a kdd iteration)."""
-    starts = range(0, X.shape[0], rows)
-    futures = client.scatter([X[s:s + rows] for s in starts])
-    array = da.concatenate([da.from_delayed(f, shape=(min(rows, X.shape[0] - s), X.shape[1]), dtype=X.dtype)
-                            for f, s in zip(futures, starts)])
-    return client.persist(array)
+    """``X`` (as stored: a uint8 file stays uint8) held by the workers in blocks of ``rows``, as a user's NumPy
+    input is (:func:`daskmeans.storage.io.spread_on_workers`): sent to the workers once, never inside a graph,
+    and every pass starts from the blocks themselves."""
+    return spread_on_workers(open_input(X, chunk_rows=int(rows)).array, client)
 
 
 def _load_file(path):
@@ -396,6 +393,7 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
     source_dtype = None
     location = None
     X = None
+    stored = None  # the rows as stored, for the daskmeans runs (the peers get X, float32)
     from_file = workload.source == "file" or (
         workload.source == "user" and workload.file.lower().rstrip("/").endswith((".npy", ".npz"))
     )
@@ -420,6 +418,7 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
                              {"source": os.path.abspath(workload.file), "n_samples": int(n)})
         if fits is None:
             X = np.ascontiguousarray(raw, dtype=np.float32)
+            stored = raw
     elif workload.source == "user":
         opened = open_input(workload.file)
         source_dtype = str(opened.source_dtype)
@@ -458,7 +457,7 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
         array = opened.array
         fit_input = location
     else:
-        array = scatter_rows(X, rows, client)
+        array = scatter_rows(X if stored is None else stored, rows, client)
         fit_input = array
     return BenchData(X=X, array=array, fit_input=fit_input, location=location, source_dtype=source_dtype,
                      in_driver_reason=fits)
