@@ -8,7 +8,7 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from ..config import N_FAR
+from ..config import N_FAR, N_FAR_MAX, N_FAR_PER_CLUSTERS
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
@@ -100,12 +100,20 @@ def block_energy(stats):
     return float(stats[2].sum()), float(stats[1].sum())
 
 
-def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=False):
+def far_rows(n_clusters: int) -> int:
+    """Far rows an assign pass reports for ``n_clusters`` centers (see :data:`~daskmeans.config.N_FAR`)."""
+    return int(min(N_FAR_MAX, max(N_FAR, int(n_clusters) // N_FAR_PER_CLUSTERS)))
+
+
+def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=False):
     """The delayed assign + stats pass of ``array`` against ``centers``.
+
+    ``n_far`` far rows are reported (default :func:`far_rows` of the number of centers).
 
     ``check_finite`` validates the values on the way (for data that no summary pass has checked, e.g. ``score``).
     """
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
     parts = map_blocks_delayed(
         _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
         bool(check_finite), reads_data=True, energy_of=block_energy,
@@ -114,9 +122,10 @@ def assign_stats_graph(array, centers, weights=None, n_far=N_FAR, check_finite=F
                        part_bytes=stats_part_bytes(*centers.shape, n_far))
 
 
-def stats_part_bytes(n_clusters, n_features, n_far=N_FAR) -> int:
+def stats_part_bytes(n_clusters, n_features, n_far=None) -> int:
     """An upper bound on the bytes of one block's statistics (or a report holding them and a few per-cluster
     totals): what :func:`~daskmeans.engine.graph.tree_reduce` weighs to combine them on the driver."""
+    n_far = far_rows(n_clusters) if n_far is None else n_far
     return 8 * int(n_clusters) * (int(n_features) + 8) + 8 * int(n_far) * (int(n_features) + 2)
 
 

@@ -17,14 +17,13 @@ from functools import partial
 
 import numpy as np
 
-from ..config import N_FAR
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
-from .assign import _combine_stats, _farthest_eligible, block_energy, finish_stats, stats_part_bytes
+from .assign import _combine_stats, _farthest_eligible, block_energy, far_rows, finish_stats, stats_part_bytes
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
@@ -100,16 +99,17 @@ class BoundedAssignment:
         Chunked like ``array``.
     client : distributed.Client, optional
         None: the local threaded scheduler (the state then lives in this process).
-    n_far : int
-        Farthest rows each block reports (candidates for empty clusters).
+    n_far : int, optional
+        Farthest rows each block reports (candidates for empty clusters; default
+        :func:`~daskmeans.passes.assign.far_rows` of the number of centers).
     """
 
-    def __init__(self, array, groups, *, weights=None, client=None, n_far=N_FAR):
+    def __init__(self, array, groups, *, weights=None, client=None, n_far=None):
         self.array = array
         self.weights = weights
         self.groups = groups
         self.client = client if client is not None else resolve_client(None)
-        self.n_far = int(n_far)
+        self.n_far = far_rows(len(groups.group_of)) if n_far is None else int(n_far)
         self.outputs = None
 
     def _run(self, outputs):

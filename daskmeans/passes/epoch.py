@@ -19,13 +19,12 @@ from functools import partial
 
 import numpy as np
 
-from ..config import N_FAR
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import compute_dtype, slabs
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
 from ..kernels.vrkm import candidate_lists
-from .assign import _combine_stats, _farthest_eligible, _merge_farthest
+from .assign import _combine_stats, _farthest_eligible, _merge_farthest, far_rows
 
 
 @dataclass
@@ -106,7 +105,7 @@ def _piece_of(part, segment):
     return part[1][segment]
 
 
-def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_candidates=16, n_far=N_FAR):
+def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_candidates=16, n_far=None):
     """The delayed epoch pass of ``array`` against ``centers``, sampling the rows at ``draws``.
 
     Parameters
@@ -120,8 +119,8 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
         Draws per segment.
     n_candidates : int
         Candidate centers listed per sampled row; 0 lists none (the batched inner loop needs only the labels).
-    n_far : int
-        Farthest rows kept for relocating empty clusters.
+    n_far : int, optional
+        Farthest rows kept for relocating empty clusters (default :func:`~daskmeans.passes.assign.far_rows` of k).
 
     Returns
     -------
@@ -132,6 +131,7 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
         lower)``, the candidate lists made against ``centers``.
     """
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
+    n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
     draws = np.ascontiguousarray(draws, dtype=np.int64)
     starts = segment_starts(draws.size, segment_rows)
     parts = map_blocks_delayed(

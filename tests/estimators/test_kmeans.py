@@ -105,6 +105,30 @@ def test_many_empty_clusters_are_all_refilled():
     assert model.history_[0]["relocated"] == 60
 
 
+@pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
+def test_empty_clusters_are_refilled_in_their_own_pass_while_the_far_rows_suffice(cluster_client, monkeypatch,
+                                                                                   n_empty, passes):
+    """k = 400 reports far_rows(400) = 50 far rows: 40 empty clusters are refilled from the iteration's own pass,
+    70 need the pass again (with 70 far rows); the centers are the same as when every pass reports enough."""
+    from daskmeans.passes.assign import far_rows
+
+    assert far_rows(400) == 50 and far_rows(8) == 32 and far_rows(10**6) == 1024
+    X = np.random.default_rng(9).normal(size=(4000, 3)).astype(np.float32)
+    init = np.vstack([X[: 400 - n_empty], np.full((n_empty, 3), 1e3, dtype=np.float32)])
+    array = da.from_array(X, chunks=500)
+    model = KMeans(400, init=init, max_iter=1, tol=0, algorithm="lloyd", client=cluster_client).fit(array)
+    record = model.history_[0]
+    assert record["relocated"] == n_empty
+    assert record["passes"] == 1 + passes  # the summary pass, then the iteration's
+    assert np.linalg.norm(model.cluster_centers_, axis=1).max() < 100  # none left far away
+    import daskmeans.passes.assign as assign_pass
+
+    monkeypatch.setattr(assign_pass, "N_FAR", 400)  # every pass reports enough far rows
+    plenty = KMeans(400, init=init, max_iter=1, tol=0, algorithm="lloyd", client=cluster_client).fit(array)
+    assert plenty.history_[0]["passes"] == 2
+    np.testing.assert_array_equal(plenty.cluster_centers_, model.cluster_centers_)
+
+
 def test_max_time_and_history():
     X, _, _ = make_blobs(n=2000, d=4, k=10, spread=3.0, seed=9)
     model = KMeans(10, max_time=1e-9, random_state=0).fit(X)
