@@ -280,11 +280,11 @@ class ClusteringEstimator:
     def _centers_for(self, data: Dataset):
         return np.ascontiguousarray(self.cluster_centers_, dtype=data.dtype)
 
-    @staticmethod
-    def _like_input(data: Dataset, lazy, name="labels"):
-        """NumPy in, NumPy out; xarray in, xarray out (along the sample dimension, with its coordinates);
-        otherwise a lazy dask array."""
-        values = compute_now(lazy)[0] if data.in_memory else lazy
+    def _like_input(self, data: Dataset, lazy, name="labels"):
+        """NumPy in, NumPy out (computed on the estimator's client); xarray in, xarray out (along the sample
+        dimension, with its coordinates); otherwise a lazy dask array."""
+        values = compute_now(lazy, client=resolve_client(getattr(self, "client", None)))[0] if data.in_memory \
+            else lazy
         if data.is_xarray:
             import xarray as xr
 

@@ -272,3 +272,19 @@ def test_weighted_lloyd_on_candidates_matches_numpy():
 def test_malformed_scheduler_address_is_refused_before_connecting(address):
     with pytest.raises(SchedulerConnectionError, match="Bad scheduler address"):
         connect(address)
+
+
+def test_numpy_results_are_computed_on_the_estimators_own_client(cluster_client):
+    """With a client that is not the default one, a fit on NumPy input keeps its blocks on that client's workers:
+    ``labels_`` and ``predict`` compute there too (not on a default client or the local scheduler)."""
+    from distributed import get_task_stream
+
+    X, _, _ = make_blobs(n=3000, d=4, k=5, seed=11)
+    model = KMeans(5, random_state=0, client=cluster_client, progress=False).fit(X)
+    with get_task_stream(cluster_client) as stream:
+        labels = model.labels_
+        predicted = model.predict(X)
+    assert isinstance(labels, np.ndarray) and isinstance(predicted, np.ndarray)
+    np.testing.assert_array_equal(labels, predicted)
+    np.testing.assert_array_equal(labels, KMeans(5, random_state=0).fit(X).labels_)
+    assert len(stream.data) > 0, "the labels were computed on the estimator's cluster"
