@@ -247,10 +247,10 @@ def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
     placed = spread_on_workers(data.array, cluster_client)
     assert placed.dtype == np.float32 and placed.chunks == data.array.chunks
     assert stored_form(placed).dtype == np.uint8
-    cluster_client.gather(distributed.futures_of(stored_form(placed)))  # persisted: wait until every block is held
-    keys = [block.key for block in stored_blocks(placed)]
-    holders = cluster_client.who_has(distributed.futures_of(stored_form(placed)))
-    assert len(holders) == len(keys) == 8 and all(len(workers) == 1 for workers in holders.values())
+    futures = distributed.futures_of(stored_form(placed))
+    cluster_client.gather(futures)  # persisted: wait until every block is held
+    holders = cluster_client.who_has(futures)
+    assert len(holders) == len(stored_blocks(placed)) == 8 and all(len(workers) == 1 for workers in holders.values())
     per_worker = {}
     for (worker,) in holders.values():
         per_worker[worker] = per_worker.get(worker, 0) + 1
@@ -259,7 +259,8 @@ def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
     def layout(block):
         return str(block.dtype), bool(block.flags.c_contiguous), block.ctypes.data % ROW_ALIGNMENT
 
-    layouts = cluster_client.gather([cluster_client.submit(layout, block, pure=False)
-                                     for block in cluster_client.compute(stored_blocks(placed))])
+    # each block read by the worker that holds it (a block moved to another worker would be deserialized anew)
+    layouts = cluster_client.gather([cluster_client.submit(layout, future, pure=False, workers=holders[future.key],
+                                                           allow_other_workers=False) for future in futures])
     assert set(layouts) == {("uint8", True, 0)}
     np.testing.assert_array_equal(placed.compute(scheduler=cluster_client.get), X.astype(np.float32))
