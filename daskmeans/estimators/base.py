@@ -3,6 +3,8 @@ prediction, persistence, and the progress and center snapshots of a fit."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 
 import dask.array as da
@@ -152,7 +154,8 @@ def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None, 
     if on_opened is not None:
         on_opened(data, weights)
     if data.in_memory and client is not None:
-        data.array = spread_on_workers(data.array, client)
+        # a new Dataset: the caller's (an ``open_input`` result fitted again, or predicted on) keeps its array
+        data = dataclasses.replace(data, array=spread_on_workers(data.array, client))
     (raw,) = compute_now(summary_graph(data.array, weights, with_row_hash), client=client)
     summary = finish_summary(raw, data.n_samples)
     check_summary(summary, data.dtype)

@@ -264,3 +264,16 @@ def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
                                                            allow_other_workers=False) for future in futures])
     assert set(layouts) == {("uint8", True, 0)}
     np.testing.assert_array_equal(placed.compute(scheduler=cluster_client.get), X.astype(np.float32))
+
+
+def test_an_opened_numpy_input_can_be_fitted_twice_on_a_cluster(cluster_client):
+    """Fitting spreads a NumPy input over the workers without changing the caller's :class:`Dataset`: the same
+    ``open_input`` result fits again (it failed with "Missing dependency") and predicts, with the same result."""
+    X = np.random.default_rng(0).normal(size=(4000, 6)).astype(np.float32)
+    data = open_input(X, chunk_rows=500)
+    array_before = data.array
+    first = daskmeans.KMeans(4, random_state=0, client=cluster_client).fit(data)
+    assert data.array is array_before
+    second = daskmeans.KMeans(4, random_state=0, client=cluster_client).fit(data)
+    np.testing.assert_array_equal(first.cluster_centers_, second.cluster_centers_)
+    np.testing.assert_array_equal(np.asarray(second.predict(data)), np.asarray(first.predict(X)))
