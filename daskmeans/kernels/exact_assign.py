@@ -20,7 +20,7 @@ from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN
                       ASSIGN_TILE_BYTES)
 from .distance import pair_dist2
 from .one_group_assign import _assign_one_group
-from .score_error import _gamma, _store_lower, norm_and_allowance, row_sq_norms, score_error_allowance
+from .score_error import _gamma, _store_lower, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
 from .stats import add_to_cluster, cluster_stats
 
 
@@ -28,15 +28,34 @@ from .stats import add_to_cluster, cluster_stats
 
 
 @numba.njit(cache=True, nogil=True)
+def _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq, column_norm, group_norm, gamma):
+    """Whether some center other than column ``col``'s could be as near to row ``i`` as it, given each score's
+    proven error from its own norm (the best center's) or its group's largest (the others'); and ``limit``, the
+    best score plus its error. Rows are only asked when their two best scores are within twice the error for the
+    largest norm of all centers, which decides most rows at once."""
+    limit = np.float64(best) + score_error(x_norm, x_sq, column_norm[col], gamma)
+    best_group = col % n_groups
+    if np.float64(second_own) - score_error(x_norm, x_sq, group_norm[best_group], gamma) <= limit:
+        return True, limit
+    for g in range(n_groups):
+        if g != best_group and np.float64(group_min[i, g]) - score_error(x_norm, x_sq, group_norm[g], gamma) <= limit:
+            return True, limit
+    return False, limit
+
+
+@numba.njit(cache=True, nogil=True)
 def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_center, n_groups, x_sq, allowance,
-                 labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
+                 labels, dist2, lower, norms_here, gamma, center_norm, column_norm, group_norm, weights, sums, counts,
+                 sse):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
     ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
     ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group,
-    ``other_second`` the smallest score outside each row's best group. Rows whose best
-    two scores are within twice the proven GEMM error are settled by exact distances (lowest center index
-    among equals).
+    ``other_second`` the smallest score outside each row's best group. ``allowance`` is each row's score error
+    for the largest center norm ``center_norm``; ``column_norm`` and ``group_norm`` are the norm of each column's
+    center and the largest in each group. Rows whose best two scores are within twice the allowance are checked
+    with each score's own error (:func:`_is_near_tie`), and the near ties settled by exact distances (lowest center
+    index among equals). Group bounds subtract the group's own error.
 
     With ``norms_here``, each row's ``x_sq`` and ``allowance`` are computed here (the row is then read once, for
     them and its winner's distance) instead of read. With ``sums`` not empty, each row is added to its cluster's
@@ -52,6 +71,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
     for i in range(rows):
         if norms_here:
             x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
+        x_norm = math.sqrt(x_sq[i])
         col = best_col[i]
         best = scores[i, col]
         best_group = col % n_groups
@@ -63,14 +83,17 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
         second = min(second_own, other_second[i])
         label = slot_center[col]
         label_group = best_group
+        near, limit = False, 0.0
         if second - best <= 2.0 * allowance[i]:
-            # a near tie: only exact distances decide
+            near, limit = _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq[i],
+                                       column_norm, group_norm, gamma)
+        if near:
+            # only exact distances decide, among the centers whose score less its error is within the limit
             rechecked += 1
-            limit = best + 2.0 * allowance[i]
             best_exact = np.inf
             for c in range(columns):
                 j = slot_center[c]
-                if j < 0 or scores[i, c] > limit:
+                if j < 0 or np.float64(scores[i, c]) - score_error(x_norm, x_sq[i], column_norm[c], gamma) > limit:
                     continue
                 value = pair_dist2(X[i], centers[j])
                 if value < best_exact or (value == best_exact and j < label):
@@ -91,40 +114,47 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
             add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
         if not with_bounds:
             continue
-        # branch-free so that it vectorizes: an infinite score (no other center) gives an infinite bound
-        offset = x_sq[i] - allowance[i]
-        for g in range(n_groups):
-            lower[i, g] = _store_lower(math.sqrt(max(np.float64(group_min[i, g]) + offset, 0.0)))
-        lower[i, label_group] = _store_lower(math.sqrt(max(np.float64(second_own) + offset, 0.0)))
+        _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm, x_sq[i], group_norm, gamma)
     return rechecked
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm, x_sq, group_norm, gamma):
+    """Row ``i``'s lower bound on its distance to every center of each group but its own center: the group's
+    smallest score less the group's error (an infinite score, no other center, gives an infinite bound)."""
+    for g in range(n_groups):
+        low = np.float64(group_min[i, g]) + x_sq - score_error(x_norm, x_sq, group_norm[g], gamma)
+        lower[i, g] = _store_lower(math.sqrt(max(low, 0.0)))
+    low = np.float64(second_own) + x_sq - score_error(x_norm, x_sq, group_norm[label_group], gamma)
+    lower[i, label_group] = _store_lower(math.sqrt(max(low, 0.0)))
 
 
 @numba.njit(cache=True, nogil=True)
 def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, other_second, slot_center, n_groups,
-                           x_sq, allowance, labels, dist2, lower, near_ties):
+                           x_sq, allowance, gamma, column_norm, group_norm, labels, dist2, lower, near_ties):
     """:func:`_finish_slab` from each row's best score and its column, the minimum score per group, the second
     smallest score of the best group (``own_second``) and the smallest score outside it (``other_second``).
 
-    Rows whose two best scores are within twice the proven GEMM error are not settled here: their positions go
-    to ``near_ties`` (the count is returned), for the caller to settle from all their scores.
+    Near ties (:func:`_is_near_tie`) are not settled here: their positions go to ``near_ties`` (the count is
+    returned), for the caller to settle from all their scores.
     """
     with_bounds = lower.shape[1] > 0
     n_ties = 0
     for i in range(best_col.shape[0]):
-        if min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i]:
+        col = best_col[i]
+        x_norm = math.sqrt(x_sq[i])
+        if min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i] and \
+                _is_near_tie(i, best[i], col, own_second[i], group_min, n_groups, x_norm, x_sq[i],
+                             column_norm, group_norm, gamma)[0]:
             near_ties[n_ties] = i
             n_ties += 1
             continue
-        col = best_col[i]
         label = slot_center[col]
         labels[i] = label
         dist2[i] = pair_dist2(X[i], centers[label])
-        if not with_bounds:
-            continue
-        offset = x_sq[i] - allowance[i]
-        for g in range(n_groups):
-            lower[i, g] = _store_lower(math.sqrt(max(np.float64(group_min[i, g]) + offset, 0.0)))
-        lower[i, col % n_groups] = _store_lower(math.sqrt(max(np.float64(own_second[i]) + offset, 0.0)))
+        if with_bounds:
+            _group_bounds(lower, i, group_min, own_second[i], col % n_groups, n_groups, x_norm, x_sq[i], group_norm,
+                          gamma)
     return n_ties
 
 
@@ -251,7 +281,6 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     slot_center = groups.slot_center
     padding = slot_center < 0
     slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
-    cmax = math.sqrt(float(np.max(slot_sq[~padding])))
     columns = slot_center.shape[0]
     # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots are all zeros, and their scores
     # are set to inf after each GEMM (an inf inside the GEMM raises a spurious 'invalid value' from BLAS kernels
@@ -266,32 +295,41 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     slots[d] = np.where(padding, 0, slot_sq)
     if column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK:
         x_sq = row_sq_norms(X)
-        allowance = score_error_allowance(x_sq, cmax, d, X.dtype)
+        allowance = score_error_allowance(x_sq, slot_norms(centers, slot_center, n_groups)[2], d, X.dtype)
         rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
                                              lower)
         if stats is not None:
             cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
         return labels, dist2, lower, rechecked
     rechecked = _assign_tiles(X, centers, slots, slot_center, n_groups, np.empty(n), np.empty(n), slab_bytes, labels,
-                              dist2, lower, row_norms=(_gamma(d, X.dtype), cmax), stats=stats, weights=weights)
+                              dist2, lower, norms_here=True, stats=stats, weights=weights)
     return labels, dist2, lower, rechecked
 
 
+def slot_norms(centers, slot_center, n_groups):
+    """The norm of each slot's center (0 for padding), the largest in each group and the largest of all, in float64:
+    the centers' share of each score's proven error."""
+    padding = slot_center < 0
+    column_norm = np.sqrt(np.where(padding, 0.0, row_sq_norms(centers)[np.maximum(slot_center, 0)]))
+    group_norm = column_norm.reshape(-1, n_groups).max(axis=0)
+    return column_norm, group_norm, float(column_norm.max())
+
+
 def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2, lower,
-                  row_norms=None, stats=None, weights=None):
+                  norms_here=False, stats=None, weights=None):
     """The body of :func:`assign_with_bounds`: each tile of rows scored against all the slots at once; fills
     ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances.
 
-    ``row_norms=(gamma, max center norm)``: ``x_sq`` and ``allowance`` are filled row by row as the rows are
-    settled, else they are given. ``stats`` and ``weights``: as :func:`assign_with_bounds`."""
+    ``norms_here``: ``x_sq`` and ``allowance`` are filled row by row as the rows are settled, else they are given.
+    ``stats`` and ``weights``: as :func:`assign_with_bounds`."""
     n, d = X.shape
-    norms_here = row_norms is not None
-    gamma, center_norm = row_norms if norms_here else (0.0, 0.0)
     sums, counts, sse = stats if stats is not None else (np.empty((0, d)), np.empty(0), np.empty(0))
     weights = np.empty(0) if weights is None else np.asarray(weights, dtype=np.float64)
     if n_groups == 1:
-        return _assign_one_group(X, centers, slots, slot_center, x_sq, allowance, slab_bytes, labels, dist2, lower,
-                                 norms_here, gamma, center_norm, weights, sums, counts, sse)
+        return _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here,
+                                 weights, sums, counts, sse)
+    gamma = _gamma(d, X.dtype)
+    column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     columns = slots.shape[1]
     padding_columns = np.flatnonzero(slot_center < 0)
     width = columns // n_groups
@@ -324,7 +362,7 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
         other_second = _second_smallest(group_min, rows, best_col % n_groups)
         rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, other_second,
                                   slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1],
-                                  lower[r0:r1], norms_here, gamma, center_norm,
+                                  lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
                                   weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
     return rechecked
 
@@ -348,6 +386,8 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
     augmented = np.ones((row_step, d + 1), dtype=X.dtype)
     near_ties = np.empty(row_step, dtype=np.int64)
     padding_columns = np.flatnonzero(groups.slot_center < 0)
+    gamma = _gamma(d, X.dtype)
+    column_norm, group_norm, _ = slot_norms(centers, groups.slot_center, n_groups)
     tied = []
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
@@ -355,7 +395,8 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
         tile[:, :d] = X[r0:r1]
         summary = _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch)
         n_ties = _finish_best_of_groups(X[r0:r1], centers, *summary, groups.slot_center, n_groups, x_sq[r0:r1],
-                                        allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
+                                        allowance[r0:r1], gamma, column_norm, group_norm, labels[r0:r1],
+                                        dist2[r0:r1], lower[r0:r1], near_ties)
         tied.append(r0 + near_ties[:n_ties])
     del buffer, scratch, augmented
     tied = np.concatenate(tied)

@@ -2,9 +2,10 @@
 bound per row.
 
 Tiles of rows are scored center by center (``-2 C X_tile^T``, one GEMM), and one Numba pass per tile finds every
-row's best two scores (vectorized over the rows) and settles the rows while the tile is in cache: the exact nearest
-center (near ties by exact distances), its exact distance, the cluster's float64 sums and the bound. Labels and
-distances are those of every other assignment kernel (:mod:`daskmeans.kernels.exact_assign`).
+row's best score and a lower bound on the others, each score less its own center's proven error (vectorized over
+the rows), and settles the rows while the tile is in cache: the exact nearest center (near ties by exact
+distances), its exact distance, the cluster's float64 sums and the bound. Labels and distances are those of every
+other assignment kernel (:mod:`daskmeans.kernels.exact_assign`).
 """
 
 from __future__ import annotations
@@ -16,64 +17,81 @@ import numpy as np
 
 from ..config import ONE_GROUP_TILE_ROWS
 from .distance import pair_dist2
-from .score_error import _store_lower, norm_and_allowance
+from .score_error import _gamma, _store_lower
 from .stats import add_to_cluster
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_two_by_column(scores_t, column_add, best, second, best_col):
-    """For every row ``i`` of the scores ``scores_t[c, i] + column_add[c]`` (laid out center by center): the
-    position of its smallest (the first among equals, as ``argmin``), that score, and the smallest of the others
-    (equal to it when the minimum occurs twice), written to ``best_col``, ``best`` and ``second``.
+def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low):
+    """For every row ``i`` of the scores ``v[c, i] = scores_t[c, i] + column_add[c]`` (laid out center by
+    center): the position of the smallest (the first among equals, as ``argmin``) and its value, written to
+    ``best_col`` and ``best``, and the smallest of ``v[c, i] - err_sq[c] - x_norm[i] * err_x[c]`` over the other
+    columns, written to ``other_low`` (``best_low`` is scratch: that value at the best column so far).
 
-    The loop over the rows is innermost and branch-free, so that it runs on vectors of rows.
+    With ``err_sq[c] + x_norm[i] * err_x[c]`` the proven error of score ``c`` of row ``i``, ``other_low`` is a
+    lower bound on every other center's score. The loop over the rows is innermost and branch-free, so that it
+    runs on vectors of rows.
     """
     columns, rows = scores_t.shape
     for i in range(rows):
         best[i] = np.inf
-        second[i] = np.inf
+        best_low[i] = np.inf
+        other_low[i] = np.inf
         best_col[i] = 0
     for c in range(columns):
         add = column_add[c]
+        sq_part = err_sq[c]
+        x_part = err_x[c]
         for i in range(rows):
             value = scores_t[c, i] + add
-            low = best[i]
-            second[i] = min(second[i], max(low, value))
-            best_col[i] = c if value < low else best_col[i]
-            best[i] = min(low, value)
+            low = value - sq_part - x_norm[i] * x_part
+            new = value < best[i]
+            other_low[i] = min(other_low[i], best_low[i] if new else low)
+            best_low[i] = low if new else best_low[i]
+            best_col[i] = c if new else best_col[i]
+            best[i] = min(best[i], value)
 
 
 @numba.njit(cache=True, nogil=True)
-def _settle_one_group(X, centers, scores_t, column_sq, slot_center, best, second, best_col, x_sq, allowance,
-                      labels, dist2, lower, norms_here, gamma, center_norm, weights, sums, counts, sse):
-    """:func:`_finish_slab` for one group of centers from the raw GEMM products ``scores_t[c, i] = -2 x_i.c``
-    (center by center, the center of column ``c`` being ``slot_center[c]``; ``column_sq[c]`` its squared norm is
-    added here, in the data's precision): each row's best two scores (:func:`_best_two_by_column`), then each row
-    settled while the tile is in cache: its norm and allowance (``norms_here``), the exact nearest center (near
-    ties by exact distances, lowest center index among equals), its exact distance, its cluster's float64 sums and
-    (``lower`` not ``(n, 0)``) the lower bound on its distance to every other center.
+def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_x, best, best_col, best_low,
+                      other_low, x_sq, x_norm, labels, dist2, lower, norms_here, weights, sums, counts, sse):
+    """Settle every row of a tile from the raw GEMM products ``scores_t[c, i] = -2 x_i.c`` (center by center, the
+    center of column ``c`` being ``slot_center[c]``; ``column_sq[c]`` its squared norm is added here, in the data's
+    precision): each row's norm (``norms_here``; else ``x_sq`` is given), its best score and a lower bound on the
+    others (:func:`_best_and_lowest_other`), then each row settled while the tile is in cache: the exact nearest
+    center (near ties by exact distances, lowest center index among equals), its exact distance, its cluster's
+    float64 sums and (``lower`` not ``(n, 0)``) the lower bound on its distance to every other center.
+
+    The score of column ``c`` is within ``err_sq[c] + ||x|| err_x[c] + 1e-12 ||x||^2`` of its exact value
+    (:func:`center_errors`): a row is a near tie when some other center's score, less its own error, is not above
+    the best score plus the best's error.
     """
-    _best_two_by_column(scores_t, column_sq, best, second, best_col)
     rows = X.shape[0]
     columns = scores_t.shape[0]
-    with_bounds = lower.shape[1] > 0
-    with_stats = sums.shape[0] > 0
     zero = np.zeros(X.shape[1], dtype=X.dtype)
-    rechecked = 0
     for i in range(rows):
         if norms_here:
-            x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
+            x_sq[i] = pair_dist2(X[i], zero)
+        x_norm[i] = math.sqrt(x_sq[i])
+    _best_and_lowest_other(scores_t, column_sq, err_sq, err_x, x_norm, best, best_col, best_low, other_low)
+    with_bounds = lower.shape[1] > 0
+    with_stats = sums.shape[0] > 0
+    rechecked = 0
+    for i in range(rows):
         col = best_col[i]
         label = slot_center[col]
-        runner_up = second[i]
-        if runner_up - best[i] <= 2.0 * allowance[i]:
+        row_err = 1e-12 * x_sq[i]
+        limit = np.float64(best[i]) + np.float64(err_sq[col]) + x_norm[i] * np.float64(err_x[col]) + row_err
+        others = np.float64(other_low[i]) - row_err
+        if others <= limit:
             # a near tie: only exact distances decide
             rechecked += 1
-            limit = best[i] + 2.0 * allowance[i]
             best_exact = np.inf
             label_col = col
             for c in range(columns):
-                if scores_t[c, i] + column_sq[c] > limit:
+                low = (np.float64(scores_t[c, i]) + column_sq[c] - err_sq[c] - x_norm[i] * np.float64(err_x[c])
+                       - row_err)
+                if low > limit:
                     continue
                 j = slot_center[c]
                 value = pair_dist2(X[i], centers[j])
@@ -83,22 +101,39 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, best, second
                     label_col = c
             dist2[i] = best_exact
             if label_col != col:
-                runner_up = np.inf
+                others = np.inf
                 for c in range(columns):
                     if c != label_col:
-                        runner_up = min(runner_up, scores_t[c, i] + column_sq[c])
+                        others = min(others, np.float64(scores_t[c, i]) + column_sq[c] - err_sq[c]
+                                     - x_norm[i] * np.float64(err_x[c]) - row_err)
         else:
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
         if with_stats:
             add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
         if with_bounds:
-            lower[i, 0] = _store_lower(math.sqrt(max(np.float64(runner_up) + x_sq[i] - allowance[i], 0.0)))
+            lower[i, 0] = _store_lower(math.sqrt(max(others + x_sq[i], 0.0)))
     return rechecked
 
 
-def _assign_one_group(X, centers, slots, slot_center, x_sq, allowance, slab_bytes, labels, dist2, lower,
-                      norms_here, gamma, center_norm, weights, sums, counts, sse):
+def center_errors(column_sq, n_features, dtype):
+    """Each center's share of the proven error of its score ``||c||^2 - 2 x.c`` for a row ``x``:
+    ``err_sq[c] + ||x|| err_x[c]`` (plus ``1e-12 ||x||^2`` for the float64 terms), in the data's precision.
+
+    The per-center form of :func:`daskmeans.kernels.score_error.score_error_allowance` (there with the largest
+    center norm for every center): ``2 gamma (||x|| ||c|| + ||c||^2)``, with ``gamma`` for two more terms, which
+    covers rounding the score less its error to the data's precision (:func:`_best_and_lowest_other`). One far
+    center (kdd has a center 22 times the median norm) then no longer widens every row's near-tie test.
+    """
+    norm = np.sqrt(np.asarray(column_sq, dtype=np.float64))
+    factor = 2.0 * _gamma(n_features + 2, dtype) * 1.0001
+    err_sq = (factor + 1e-12) * norm * norm
+    err_x = factor * norm
+    return err_sq.astype(dtype), err_x.astype(dtype)
+
+
+def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here, weights,
+                      sums, counts, sse):
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
     tile's rows, laid out center by center, then :func:`_settle_one_group`."""
@@ -107,17 +142,18 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, allowance, slab_byte
     row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * X.dtype.itemsize)))
     scaled_centers = np.ascontiguousarray(slots[:d].T)
     column_sq = np.ascontiguousarray(slots[d])
+    err_sq, err_x = center_errors(column_sq, d, X.dtype)
     buffer = np.empty(columns * row_step, dtype=X.dtype)
-    best = np.empty(row_step, dtype=X.dtype)
-    second = np.empty(row_step, dtype=X.dtype)
+    best, best_low, other_low = (np.empty(row_step, dtype=X.dtype) for _ in range(3))
     best_col = np.empty(row_step, dtype=np.int64)
+    x_norm = np.empty(row_step)
     rechecked = 0
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
         np.matmul(scaled_centers, X[r0:r1].T, out=scores_t)
-        rechecked += _settle_one_group(X[r0:r1], centers, scores_t, column_sq, slot_center, best, second, best_col,
-                                       x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1], lower[r0:r1],
-                                       norms_here, gamma, center_norm, weights[r0:r1] if weights.shape[0] else weights,
-                                       sums, counts, sse)
+        rechecked += _settle_one_group(X[r0:r1], centers, scores_t, column_sq, slot_center, err_sq, err_x, best,
+                                       best_col, best_low, other_low, x_sq[r0:r1], x_norm, labels[r0:r1],
+                                       dist2[r0:r1], lower[r0:r1], norms_here,
+                                       weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
     return rechecked

@@ -12,7 +12,7 @@ Gathering each failing group's rows into a GEMM tile instead was measured slower
 gathering and scattering the rows costs more than the small products save.
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
-:func:`daskmeans.kernels.score_error.score_error_allowance`; the own center's distance and every candidate the
+:func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's distance and every candidate the
 scores cannot rule out are computed exactly (:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest
 center index. So labels are the same with any bounds or none.
 """
@@ -40,7 +40,7 @@ def _fast_dot(x, c):
 
 @numba.njit(cache=True, nogil=True)
 def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
-             centers_sq, gamma, center_norm, new_labels, new_dist2, new_lower, needs_full):
+             centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full):
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
@@ -94,11 +94,11 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             continue
         # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide
         x_sq = pair_dist2(X[i], zero)
-        allowance = _allowance(x_sq, center_norm, gamma)
         best_high = d2
         for c in range(n_candidates):
             j = candidates[c]
             value = centers_sq[j] - 2.0 * _fast_dot(X[i], centers[j]) + x_sq
+            allowance = _allowance(x_sq, center_norms[j], gamma)  # this center's own error, not the largest's
             low[c] = value - allowance
             high[c] = value + allowance
             best_high = min(best_high, high[c])
@@ -208,8 +208,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         part = slice(start, stop)
         computed += _revisit(X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2,
                              lower[part], shift, group_shift, groups.ptr, groups.members, groups.group_of,
-                             int(scalar_limit), centers_sq, _gamma(X.shape[1], X.dtype),
-                             math.sqrt(float(centers_sq.max())), new_labels[part], new_dist2[part], new_lower[part],
+                             int(scalar_limit), centers_sq, _gamma(X.shape[1], X.dtype), np.sqrt(centers_sq),
+                             new_labels[part], new_dist2[part], new_lower[part],
                              needs_full[part])
         if not start and stop < m and \
                 computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:

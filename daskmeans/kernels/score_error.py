@@ -43,10 +43,17 @@ def _gamma(n_features, dtype):
     return terms * unit / (1 - terms * unit)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def score_error(x_norm, x_sq, center_norm, gamma):
+    """The proven error of the GEMM score of a row (norm ``x_norm``, squared ``x_sq``) against centers of norm at
+    most ``center_norm``: :func:`score_error_allowance` for one row."""
+    scale = x_norm * center_norm + center_norm * center_norm
+    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
+
+
 @numba.njit(cache=True, nogil=True)
 def _allowance(x_sq, center_norm, gamma):
-    scale = math.sqrt(x_sq) * center_norm + center_norm * center_norm
-    return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
+    return score_error(math.sqrt(x_sq), x_sq, center_norm, gamma)
 
 
 def score_error_allowance(x_sq, max_center_norm, n_features, dtype):

@@ -139,8 +139,8 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_best_two_by_column_matches_argmin_and_the_second_smallest(dtype):
-    from daskmeans.kernels.one_group_assign import _best_two_by_column
+def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_its_error(dtype):
+    from daskmeans.kernels.one_group_assign import _best_and_lowest_other
 
     rng = np.random.default_rng(8)
     scores = rng.integers(0, 6, size=(400, 7)).astype(dtype)  # many ties, within and across rows
@@ -149,18 +149,42 @@ def test_best_two_by_column_matches_argmin_and_the_second_smallest(dtype):
     scores[7] = [3, 1, 1, 2, 5, 1, 9]
     single = rng.random((10, 1)).astype(dtype)
     for values in (scores, single):
-        column_add = rng.integers(-2, 3, size=values.shape[1]).astype(dtype)
-        expected_scores = values + column_add  # the NumPy reference: scores with the column's term added
-        best = np.empty(len(values), dtype=dtype)
-        second = np.empty(len(values), dtype=dtype)
-        best_col = np.empty(len(values), dtype=np.int64)
-        _best_two_by_column(np.ascontiguousarray(values.T), column_add, best, second, best_col)
+        n, columns = values.shape
+        column_add = rng.integers(-2, 3, size=columns).astype(dtype)
+        err_sq = rng.integers(0, 3, size=columns).astype(dtype) / 4
+        err_x = rng.integers(0, 3, size=columns).astype(dtype) / 8
+        x_norm = rng.integers(0, 4, size=n).astype(np.float64)
+        # the NumPy reference: scores with the column's term added; each less its error
+        expected_scores = values + column_add
+        lows = expected_scores - err_sq - x_norm[:, None] * err_x
+        best, best_low, other_low = (np.empty(n, dtype=dtype) for _ in range(3))
+        best_col = np.empty(n, dtype=np.int64)
+        _best_and_lowest_other(np.ascontiguousarray(values.T), column_add, err_sq, err_x, x_norm, best, best_col,
+                               best_low, other_low)
         expected_col = expected_scores.argmin(axis=1)
         np.testing.assert_array_equal(best_col, expected_col)
-        np.testing.assert_array_equal(best, expected_scores[np.arange(len(values)), expected_col])
-        others = expected_scores.copy()
-        others[np.arange(len(values)), expected_col] = np.inf
-        np.testing.assert_array_equal(second, others.min(axis=1))
+        np.testing.assert_array_equal(best, expected_scores[np.arange(n), expected_col])
+        others = lows.copy()
+        others[np.arange(n), expected_col] = np.inf
+        np.testing.assert_array_equal(other_low, others.min(axis=1))
+
+
+def test_one_far_center_no_longer_makes_every_row_a_near_tie():
+    """The near-tie test takes each center's own score error: a far center (kdd's largest is 22 times the median
+    norm) widens only its own scores' test. Labels and distances stay the exact ones."""
+    from daskmeans.kernels.exact_assign import assign_with_bounds
+    from daskmeans.kernels.nested_groups import make_groups
+
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(6000, 20)) * 3 + 10).astype(np.float32)
+    centers = X[rng.choice(6000, 30, replace=False)].copy()
+    centers[0] = 5_000  # far from every row: never the nearest
+    labels, dist2, _, rechecked = assign_with_bounds(X, centers, make_groups(centers, "none", 1), with_bounds=False)
+    exact = ((X.astype(np.float64)[:, None, :] - centers.astype(np.float64)[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(labels, exact.argmin(axis=1))
+    np.testing.assert_allclose(dist2, exact.min(axis=1), rtol=1e-12)
+    # with the largest center norm in every row's allowance, most rows were near ties here
+    assert rechecked < 0.05 * len(X), rechecked
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
