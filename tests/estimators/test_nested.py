@@ -147,14 +147,16 @@ def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dty
     """Many centers are scored a block of centers (whole slots of the groups) at a time (here blocks of about 16,
     so that 100 centers take that path): the same labels, exact distances and bounds as scoring all of them at
     once, near ties (a duplicate center, rows on centers), groups of unequal sizes (7) and tiles smaller than the
-    data included."""
+    data included. With one group, scoring all at once bounds the other centers by each one's own score error
+    and the blocks by the largest center's: bounds there are valid, not equal."""
     X, C = tied_problem(dtype, n=900, d=9, k=100, seed=3)
     groups = groups_for(C, scheme, n_groups)
     whole = ka.assign_with_bounds(X, C, groups, column_blocks=False)
     monkeypatch.setattr(ka, "ASSIGN_COLUMN_BLOCK", 16)
     for slab_bytes in (ka.ASSIGN_SLAB_BYTES, 16 * X.dtype.itemsize * 50):  # one tile; tiles of 50 rows
         blocks = ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes)
-        for a, b in zip(whole, blocks):
+        compared = whole[:2] if n_groups == 1 else whole
+        for a, b in zip(compared, blocks):
             np.testing.assert_array_equal(a, b)
     ref_labels, ref_d2, D = ref_assign(X, C)
     np.testing.assert_array_equal(blocks[0], ref_labels)
