@@ -6,7 +6,11 @@ nothing meanwhile. While a :class:`PassWatch` is active (a fit with ``progress=T
 block held:
 
 - on a ``distributed`` worker in another process, as an event on the scheduler's topic :data:`TOPIC`
-  (``Worker.log_event``), which the driver's client subscribes to;
+  (``Worker.log_event``), which the driver's client subscribes to. The task only leaves its report behind; the
+  worker's event loop sends it once the task has finished (:class:`BlockReports`, a worker plugin the watch
+  installs once per client), together with the task's own completion: sent from the task's thread, each report
+  woke the event loop while the task still held the GIL, and cost 5-7 ms per iteration on kdd (2 worker
+  processes, 83 -> 76 ms);
 - in the driver's own process (the threaded scheduler, or workers that are threads of it), by a direct call.
 
 The watch counts them against the block tasks it submitted (:func:`daskmeans.engine.client.compute_now` and
@@ -22,6 +26,9 @@ import contextlib
 import contextvars
 import threading
 import time
+import weakref
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 
@@ -54,6 +61,47 @@ def rows_of(block) -> int:
     return int(shape[0]) if shape else 0
 
 
+#: Reports of block tasks that ended on this worker, by task key, for :class:`BlockReports` to send.
+_PENDING_REPORTS: dict = {}
+#: Whether this worker process runs :class:`BlockReports` (else a task sends its report itself).
+_REPORTS_BY_PLUGIN = threading.Event()
+#: Clients whose cluster has :class:`BlockReports` installed.
+_CLIENTS_WITH_PLUGIN: weakref.WeakSet = weakref.WeakSet()
+
+
+class BlockReports(WorkerPlugin):
+    """A worker plugin that sends the report a block task left (:func:`report_block`) from the worker's event
+    loop, when the task's state leaves ``executing``."""
+
+    name = "daskmeans-block-reports"
+    idempotent = True
+    #: Reports sent by the plugin in this worker process.
+    sent = 0
+
+    def setup(self, worker):
+        self.worker = worker
+        _REPORTS_BY_PLUGIN.set()
+
+    def teardown(self, worker):
+        _REPORTS_BY_PLUGIN.clear()
+
+    def transition(self, key, start, finish, **kwargs):
+        if start == "executing":
+            message = _PENDING_REPORTS.pop(key, None)
+            if message is not None:
+                self.worker.log_event(TOPIC, message)
+                BlockReports.sent += 1
+
+
+def install_block_reports(client):
+    """Install :class:`BlockReports` on ``client``'s workers (once per client; the scheduler gives it to workers
+    that join later)."""
+    if client in _CLIENTS_WITH_PLUGIN:
+        return
+    client.register_plugin(BlockReports(), name=BlockReports.name)
+    _CLIENTS_WITH_PLUGIN.add(client)
+
+
 def report_block(function, pass_name, energy_of, *args):
     """Run ``function(*args)`` (a block task), then report its end and its rows to the watch of ``pass_name``, with
     ``energy_of(result)`` (the block's weighted sum of squared distances and its weight) when given."""
@@ -66,11 +114,17 @@ def report_block(function, pass_name, energy_of, *args):
         return result
     try:
         from distributed import get_worker
+        from distributed.worker import thread_state
 
         worker = get_worker()
     except (ImportError, ValueError):
         return result
-    worker.log_event(TOPIC, {"pass": pass_name, "rows": rows, "sse": float(sse), "weight": float(weight)})
+    message = {"pass": pass_name, "rows": rows, "sse": float(sse), "weight": float(weight)}
+    key = getattr(thread_state, "key", None)
+    if _REPORTS_BY_PLUGIN.is_set() and key is not None:
+        _PENDING_REPORTS[key] = message
+    else:
+        worker.log_event(TOPIC, message)
     return result
 
 
@@ -151,6 +205,7 @@ class PassWatch:
         if not mine:
             return
         if client is not None and self._client is None:
+            install_block_reports(client)
             client.subscribe_topic(TOPIC, self._on_event)
             self._client = client
         with self._lock:

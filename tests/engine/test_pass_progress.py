@@ -46,6 +46,29 @@ def test_a_pass_counts_every_block_and_its_rows(array, cluster_client, where):
     np.testing.assert_array_equal(plain[0], stats[0]), "the watch never changes a result"
 
 
+def _plugin_state():
+    from daskmeans.engine import pass_progress
+
+    return pass_progress._REPORTS_BY_PLUGIN.is_set(), len(pass_progress._PENDING_REPORTS), \
+        pass_progress.BlockReports.sent
+
+
+def test_worker_processes_send_the_reports_from_their_event_loop(array, cluster_client):
+    """On worker processes a block task leaves its report for the worker plugin, which sends it once the task has
+    finished (from the event loop: no wake-up while the task holds the GIL); every report arrives, none is left
+    behind."""
+    centers = np.asarray(array[:K].compute())
+    with PassWatch("test", show=False) as watch:
+        compute_now(assign_stats_graph(array, centers), client=cluster_client)
+    before = cluster_client.run(_plugin_state)
+    with PassWatch("test", show=False) as watch:
+        compute_now(assign_stats_graph(array, centers * 2), client=cluster_client)
+    assert watch.passes[0]["chunks"] == N_CHUNKS and watch.passes[0]["rows"] == N_ROWS
+    after = cluster_client.run(_plugin_state)
+    assert {state[:2] for state in after.values()} == {(True, 0)}
+    assert sum(after[w][2] - before[w][2] for w in after) == N_CHUNKS, "every report went through the plugin"
+
+
 def _slow_block(block, offset, weights):
     import time
 
