@@ -108,40 +108,17 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
 
 def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
-    total_weight = context.total_weight
-    n, k = array.shape[0], centers.shape[0]
     stop_reason = "max_iter"
     previous = None
     for iteration in range(n_iter + 1, max_iter + 1):
         stats, computed = engine.step(centers, previous)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
-        relocated = relocate_empty_clusters(stats)
+        new_centers, shift, relocated = lloyd_update(stats, centers)
         passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
         previous = centers
-        new_centers = centers_from_sums(stats.sums, stats.counts, centers)
-        shift = float(np.sum((new_centers.astype(np.float64) - centers.astype(np.float64)) ** 2))
-        record = {
-            "iteration": iteration,
-            "energy": stats.inertia / total_weight,
-            "inertia": stats.inertia,
-            "center_shift": shift,
-            "relocated": relocated,
-            "distances_computed": computed,
-            "distances_skipped": n * k - computed,
-            "bounds": engine.scheme,
-            "bound_groups": engine.n_groups,
-            "wall_time": clock.elapsed(),
-            "passes": passes,
-        }
-        history.append(record)
-        context.report(record, centers=new_centers)
-        centers = new_centers
+        centers, stop = _close_iteration(engine, context, history, iteration, new_centers, stats.inertia, shift,
+                                         relocated, computed, passes, tol, max_iter, array.shape[0])
         n_iter = iteration
-        stop = "converged" if shift <= tol else "max_time" if clock.out_of_time() else None
-        if checkpoint is not None:
-            final = stop or ("max_iter" if iteration == max_iter else None)
-            checkpoint.save(_state(iteration, centers, history, passes, final,
-                                   stats.inertia if final is not None and shift == 0.0 else None))
         if stop is not None:
             stop_reason = stop
             break
@@ -149,6 +126,51 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     # so that a fit ends with its last iteration
     inertia = stats.inertia if shift == 0.0 else None
     return FitResult(centers, inertia, n_iter, history, stop_reason, passes)
+
+
+def lloyd_update(stats, centers):
+    """Lloyd's update from one pass's statistics: empty clusters relocated (``stats`` modified in place), then the
+    clusters' means.
+
+    Returns
+    -------
+    new_centers : ndarray (k, d)
+    shift : float
+        Sum of the squared moves of the centers, in float64.
+    relocated : int
+    """
+    relocated = relocate_empty_clusters(stats)
+    new_centers = centers_from_sums(stats.sums, stats.counts, centers)
+    shift = float(np.sum((new_centers.astype(np.float64) - centers.astype(np.float64)) ** 2))
+    return new_centers, shift, relocated
+
+
+def _close_iteration(engine, context, history, iteration, new_centers, inertia, shift, relocated, computed, passes,
+                     tol, max_iter, n_rows):
+    """Record an iteration, report it, checkpoint it and tell whether the run stops: ``(new_centers, stop)``."""
+    clock, checkpoint = context.clock, context.checkpoint
+    n, k = n_rows, new_centers.shape[0]
+    record = {
+        "iteration": iteration,
+        "energy": inertia / context.total_weight,
+        "inertia": inertia,
+        "center_shift": shift,
+        "relocated": relocated,
+        "distances_computed": computed,
+        "distances_skipped": n * k - computed,
+        "bounds": engine.scheme,
+        "bound_groups": engine.n_groups,
+        "wall_time": clock.elapsed(),
+        "passes": passes,
+    }
+    history.append(record)
+    context.report(record, centers=new_centers)
+    stop = "converged" if shift <= tol else "max_time" if clock.out_of_time() else None
+    if checkpoint is not None:
+        final = stop or ("max_iter" if iteration == max_iter else None)
+        checkpoint.save(_state(iteration, new_centers, history, passes, final,
+                               inertia if final is not None and shift == 0.0 else None))
+    return new_centers, stop
 
 
 def _state(iteration, centers, history, passes, stop_reason, inertia):

@@ -252,6 +252,11 @@ def _graph_of(objects):
     return HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))
 
 
+def submit_now(*objects, client):
+    """Submit daskmeans' own delayed graphs to ``client`` in one message; their futures, in order."""
+    return client.get(*_own_graph(objects, active_watch(), client), sync=False)
+
+
 def persist_now(*objects, client=None):
     """Persist dask collections on the cluster (or compute them into local memory)."""
     if client is None:
@@ -262,8 +267,7 @@ def persist_now(*objects, client=None):
             watch.submitted(_graph_of(objects))
         return dask.persist(*objects)
     if objects and all(isinstance(o, Delayed) for o in objects):
-        futures = client.get(*_own_graph(objects, active_watch(), client), sync=False)
-        return tuple(Delayed(future.key, {future.key: future}) for future in futures)
+        return tuple(Delayed(future.key, {future.key: future}) for future in submit_now(*objects, client=client))
     watch = active_watch()
     if watch is not None:
         watch.submitted(_graph_of(objects), client)
