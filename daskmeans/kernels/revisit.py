@@ -12,8 +12,8 @@ Gathering each failing group's rows into a GEMM tile instead was measured slower
 gathering and scattering the rows costs more than the small products save.
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
-:func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's distance and every candidate the
-scores cannot rule out are computed exactly (:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest
+:func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's
+distance and every candidate the scores cannot rule out are computed exactly (:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest
 center index. So labels are the same with any bounds or none.
 """
 

@@ -122,6 +122,25 @@ def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=Fa
                        part_bytes=stats_part_bytes(*centers.shape, n_far))
 
 
+def assign_stats_on_cluster(array, centers, n_clusters, weights=None, finish=None, finish_args=()):
+    """:func:`assign_stats_graph` combined to the end on the cluster, without progress reports, for iterations
+    submitted ahead of the driver (:func:`daskmeans.algorithms.lloyd.held_by_workers`).
+
+    ``centers`` is an array, or a delayed object or future whose value is a tuple with the centers in the data's
+    dtype first (the result of the task that ended the previous iteration), which the pass waits for on the
+    cluster. ``finish(raw, *finish_args)`` is computed by the task that combines the last statistics
+    (:func:`~daskmeans.engine.graph.tree_reduce`).
+    """
+    n_far = far_rows(n_clusters)
+    function = _assign_stats_block if isinstance(centers, np.ndarray) else _assign_stats_block_of_first
+    parts = map_blocks_delayed(function, "assign", block_args(array, weights), centers, n_far, False)
+    return tree_reduce(parts, partial(_combine_stats, n_far=n_far), "assign", finish=finish, finish_args=finish_args)
+
+
+def _assign_stats_block_of_first(block, offset, weights, result, n_far, check_finite):
+    return _assign_stats_block(block, offset, weights, result[0], n_far, check_finite)
+
+
 def stats_part_bytes(n_clusters, n_features, n_far=None) -> int:
     """An upper bound on the bytes of one block's statistics (or a report holding them and a few per-cluster
     totals): what :func:`~daskmeans.engine.graph.tree_reduce` weighs to combine them on the driver."""

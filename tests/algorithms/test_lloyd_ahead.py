@@ -1,0 +1,61 @@
+"""Lloyd's iterations submitted ahead of the driver (data held by the workers): the same iterates, history and
+stops as one iteration at a time."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskmeans import KMeans
+from daskmeans.algorithms.lloyd import held_by_workers
+from daskmeans.storage.io import open_input, spread_on_workers
+
+HISTORY_KEYS = ("iteration", "energy", "inertia", "center_shift", "relocated", "distances_computed", "passes")
+
+
+def _same_fits(ahead, one_by_one):
+    np.testing.assert_array_equal(ahead.cluster_centers_, one_by_one.cluster_centers_)
+    assert (ahead.n_iter_, ahead.stop_reason_, ahead.inertia_) == \
+        (one_by_one.n_iter_, one_by_one.stop_reason_, one_by_one.inertia_)
+    for a, b in zip(ahead.history_, one_by_one.history_, strict=True):
+        assert {key: a[key] for key in HISTORY_KEYS} == {key: b[key] for key in HISTORY_KEYS}
+        assert a["rows_per_second"] > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tol, max_iter, stop", [(0.0, 7, "max_iter"), (1e-3, 300, "converged")])
+def test_iterations_ahead_are_lloyds_iterations(cluster_client, dtype, tol, max_iter, stop):
+    X = np.random.default_rng(4).normal(size=(6000, 5)).astype(dtype)
+    X[:2000] += 6
+    init = X[:12].copy()
+    ahead = KMeans(12, init=init, tol=tol, max_iter=max_iter, algorithm="lloyd", client=cluster_client).fit(X)
+    one_by_one = KMeans(12, init=init, tol=tol, max_iter=max_iter, algorithm="lloyd").fit(X)  # threads
+    assert ahead.stop_reason_ == stop
+    _same_fits(ahead, one_by_one)
+
+
+@pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
+def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cluster_client, n_empty, passes):
+    """k = 400 reports 50 far rows: 70 empty clusters make the update on the cluster give the pass back to the
+    driver, which redoes it with 70 far rows (one more pass) and submits the next iterations from there."""
+    X = np.random.default_rng(9).normal(size=(4000, 3)).astype(np.float32)
+    init = np.vstack([X[: 400 - n_empty], np.full((n_empty, 3), 1e3, dtype=np.float32)])
+    ahead = KMeans(400, init=init, max_iter=3, tol=0, algorithm="lloyd", client=cluster_client).fit(X)
+    assert ahead.history_[0]["relocated"] == n_empty and ahead.history_[0]["passes"] == 1 + passes
+    one_by_one = KMeans(400, init=init, max_iter=3, tol=0, algorithm="lloyd").fit(X)
+    _same_fits(ahead, one_by_one)
+
+
+def test_a_run_out_of_time_stops_where_one_by_one_would(cluster_client):
+    X = np.random.default_rng(5).normal(size=(3000, 4)).astype(np.float32)
+    model = KMeans(6, init=X[:6].copy(), max_time=1e-9, tol=0, algorithm="lloyd", client=cluster_client).fit(X)
+    assert model.stop_reason_ == "max_time" and model.n_iter_ == 1 and len(model.history_) == 1
+
+
+def test_only_data_held_by_the_workers_runs_ahead(cluster_client, tmp_path):
+    X = np.random.default_rng(6).normal(size=(2000, 3)).astype(np.float32)
+    placed = spread_on_workers(open_input(X, chunk_rows=500).array, cluster_client)
+    assert held_by_workers(placed, cluster_client)
+    assert not held_by_workers(placed, None)  # the threaded scheduler: no driver round trip to hide
+    assert not held_by_workers(da.from_array(X, chunks=500), cluster_client)  # read by each pass
