@@ -9,6 +9,9 @@ same to the last bit (tested).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from distributed import futures_of
@@ -45,16 +48,17 @@ class _PlainPasses:
         (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
         return finish_stats(raw), self.array.shape[0] * centers.shape[0]
 
-    def submit(self, centers, n_clusters):
-        """Submit one iteration whole to the cluster: the pass over ``centers`` (an array, or the future of the
-        previous iteration's :func:`_advance`) and the update that ends it, computed by the task that combines the
-        pass's last statistics; the future of that update."""
+    def submit(self, centers, n_clusters, after=None, shift=None):
+        """Submit one iteration whole to the cluster: the pass over ``centers`` (an array, or the previous
+        iteration's :class:`_Submitted`, whose update gives them) and the update that ends it, computed by the task
+        that combines the pass's last statistics (``after`` and ``shift`` are for bounds)."""
+        source = centers.update if isinstance(centers, _Submitted) else centers
         dtype = self.array.dtype
-        block_centers = np.ascontiguousarray(centers, dtype=dtype) if isinstance(centers, np.ndarray) else centers
+        block_centers = np.ascontiguousarray(source, dtype=dtype) if isinstance(source, np.ndarray) else source
         raw = assign_stats_on_cluster(self.array, block_centers, n_clusters, self.weights, finish=_advance,
-                                      finish_args=(centers, dtype))
+                                      finish_args=(source, dtype))
         (future,) = submit_now(raw, client=self.client)
-        return future
+        return _Submitted(future)
 
     def release(self):
         pass
@@ -73,8 +77,25 @@ class _BoundedPasses:
         shift = None if previous is None else center_displacement(centers, previous) * SHIFT_SAFETY
         return self.state.step(centers, shift)
 
+    def submit(self, centers, n_clusters, after=None, shift=None):
+        """:meth:`_PlainPasses.submit` revisiting the state blocks of the iteration ``after`` (None: the first
+        pass), with ``shift`` the bound on the centers' moves when ``centers`` is an array."""
+        source = centers.update if isinstance(centers, _Submitted) else centers
+        state, update = self.state.submit_pass(None if after is None else after.state, source, shift,
+                                               _advance_with_bounds, (source, self.state.array.dtype))
+        return _Submitted(update, state)
+
     def release(self):
         self.state.release()
+
+
+@dataclass
+class _Submitted:
+    """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and,
+    with bounds, the futures of its state blocks."""
+
+    update: Any
+    state: list | None = None
 
 
 def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none"):
@@ -114,7 +135,7 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
         checkpoint.save(_state(0, centers, history, passes, None, None))
     engine = _PlainPasses(array, weights, client) if bounds == "none" else \
         _BoundedPasses(array, centers, weights, client, bounds)
-    iterate = _iterate_ahead if engine.scheme == "none" and held_by_workers(array, client) else _iterate
+    iterate = _iterate_ahead if held_by_workers(array, client) else _iterate
     try:
         return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter)
     finally:
@@ -167,24 +188,25 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
     client, weights, clock = context.client, context.weights, context.clock
     stop_reason, shift, inertia, started = "max_iter", None, None, context.clock.elapsed()
     iteration = n_iter + 1
-    k = centers.shape[0]
+    k, first = centers.shape[0], n_iter + 1
     current = engine.submit(centers, k) if iteration <= max_iter else None
     while current is not None:
-        ahead = engine.submit(current, k) if iteration < max_iter else None
-        _, new_centers, summary = current.result()
+        ahead = engine.submit(current, k, after=current) if iteration < max_iter else None
+        _, new_centers, summary, _ = current.update.result()
         extra = 0
         if "stats" in summary:
             ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
             stats, extra = with_enough_far_rows(finish_stats(summary["stats"]), array, centers, weights, client)
             new_centers, shift, relocated = lloyd_update(stats, centers)
-            summary = {"inertia": stats.inertia, "shift": shift, "relocated": relocated}
-            ahead = engine.submit(new_centers, k) if iteration < max_iter else None
-        passes += 1 + extra
+            summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
+            moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
+            ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < max_iter else None
+        passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
         shift, inertia = summary["shift"], summary["inertia"]
         seconds, started = clock.elapsed() - started, clock.elapsed()
         centers, stop = _close_iteration(engine, context, history, iteration, new_centers, inertia, shift,
-                                         summary["relocated"], array.shape[0] * centers.shape[0], passes, tol,
-                                         max_iter, array.shape[0],
+                                         summary["relocated"], summary.get("computed", array.shape[0] * k), passes,
+                                         tol, max_iter, array.shape[0],
                                          rows_per_second=(1 + extra) * array.shape[0] / seconds)
         n_iter = iteration
         current, iteration = ahead, iteration + 1
@@ -198,18 +220,27 @@ def _advance(raw, centers, dtype):
     """The update that ends an iteration on the cluster: :func:`lloyd_update` from the pass's combined statistics
     ``raw``, with ``centers`` the pass's centers (an array, or the previous ``_advance``'s result).
 
-    Returns ``(block_centers, new_centers, summary)``: the new centers in the data's ``dtype`` (what the next pass
-    reads) and as the update gives them. When the pass's far rows cannot refill its empty clusters, the summary
-    holds the pass's statistics instead (``"stats"``), for the driver to redo the pass, and the centers are
-    those of the pass (the pass submitted after it is dropped).
+    Returns ``(block_centers, new_centers, summary, moves)``: the new centers in the data's ``dtype`` (what the
+    next pass reads) and as the update gives them, and the bound on each center's move (what the next pass's
+    bounds drop by). When the pass's far rows cannot refill its empty clusters, the summary holds the pass's
+    statistics instead (``"stats"``), for the driver to redo the pass, and the centers are those of the pass
+    (the pass submitted after it is dropped).
     """
     centers = centers if isinstance(centers, np.ndarray) else centers[1]
     stats = finish_stats(raw)
     if np.sum(stats.counts <= 0) > stats.far_rows.shape[0]:
-        return np.ascontiguousarray(centers, dtype=dtype), centers, {"stats": raw}
+        return np.ascontiguousarray(centers, dtype=dtype), centers, {"stats": raw}, np.zeros(centers.shape[0])
     new_centers, shift, relocated = lloyd_update(stats, centers)
     summary = {"inertia": stats.inertia, "shift": shift, "relocated": relocated}
-    return np.ascontiguousarray(new_centers, dtype=dtype), new_centers, summary
+    moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
+    return np.ascontiguousarray(new_centers, dtype=dtype), new_centers, summary, moves
+
+
+def _advance_with_bounds(reduced, centers, dtype):
+    """:func:`_advance` from a bounded pass's ``(statistics, distances computed)``; the count joins the summary."""
+    raw, computed = reduced
+    block_centers, new_centers, summary, moves = _advance(raw, centers, dtype)
+    return block_centers, new_centers, {**summary, "computed": computed}, moves
 
 
 def lloyd_update(stats, centers):

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from ..engine.client import compute_now, persist_now, resolve_client
+from ..engine.client import compute_now, persist_now, resolve_client, submit_now
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
@@ -72,6 +72,12 @@ def _revisit_block(previous, centers, shift, groups, n_far):
                                                          dist2=state.dist2)
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, computed)
+
+
+def _revisit_block_after(previous, update, groups, n_far):
+    """:func:`_revisit_block` with the centers and their moves from the result of the update that ended the
+    previous iteration (its first and fourth items)."""
+    return _revisit_block(previous, update[0], update[3], groups, n_far)
 
 
 def _output_energy(output):
@@ -150,6 +156,47 @@ class BoundedAssignment:
                                        shared(self.groups, "bounded-groups"), self.n_far, reads_data=True,
                                        energy_of=_output_energy)
         return self._run(parts)
+
+    def submit_pass(self, previous, centers, shift, finish, finish_args):
+        """Submit one pass whole, without waiting for it (iterations run ahead of the driver): the state blocks
+        after the pass, and its statistics combined on the cluster and handed to ``finish`` there.
+
+        Parameters
+        ----------
+        previous : list of futures or None
+            The state blocks the pass revisits (those a previous ``submit_pass`` returned); None: the first pass.
+        centers : ndarray (k, d), or a future
+            The pass's centers, or the future of a task whose result holds them in the data's dtype first and
+            the bound on each center's move since the previous pass fourth (the update that ended the previous
+            iteration, :func:`daskmeans.algorithms.lloyd._advance`); the pass waits for it on the cluster.
+        shift : ndarray (k,) or None
+            With ``centers`` an array and ``previous`` given: the bound on each center's move.
+        finish, finish_args :
+            ``finish((stats, computed), *finish_args)`` is computed by the task combining the last reports.
+
+        Returns
+        -------
+        state : list of futures
+        finished : future
+        """
+        groups = shared(self.groups, "bounded-groups")
+        if isinstance(centers, np.ndarray):
+            centers = shared(np.ascontiguousarray(centers, dtype=self.array.dtype), "bounded-centers")
+        if previous is None:
+            parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights), centers,
+                                       groups, self.n_far)
+        elif shift is not None:
+            parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in previous], centers,
+                                       shared(np.asarray(shift, dtype=np.float64), "bounded-shift"), groups,
+                                       self.n_far)
+        else:
+            parts = map_blocks_delayed(_revisit_block_after, "bounded-revisit", [[o] for o in previous], centers,
+                                       groups, self.n_far)
+        reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in parts])
+        finished = tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats", finish=finish,
+                               finish_args=finish_args)
+        *state, finished = submit_now(*parts, finished, client=self.client)
+        return state, finished
 
     def release(self):
         """Drop the state blocks (the workers free their memory)."""

@@ -18,32 +18,39 @@ def _same_fits(ahead, one_by_one):
     np.testing.assert_array_equal(ahead.cluster_centers_, one_by_one.cluster_centers_)
     assert (ahead.n_iter_, ahead.stop_reason_, ahead.inertia_) == \
         (one_by_one.n_iter_, one_by_one.stop_reason_, one_by_one.inertia_)
+    assert ahead.history_[0]["bounds"] == one_by_one.history_[0]["bounds"]
     for a, b in zip(ahead.history_, one_by_one.history_, strict=True):
         assert {key: a[key] for key in HISTORY_KEYS} == {key: b[key] for key in HISTORY_KEYS}
         assert a["rows_per_second"] > 0
 
 
+ALGORITHMS = ["lloyd", "yinyang", "elkan", "hamerly"]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("tol, max_iter, stop", [(0.0, 7, "max_iter"), (1e-3, 300, "converged")])
-def test_iterations_ahead_are_lloyds_iterations(cluster_client, dtype, tol, max_iter, stop):
+def test_iterations_ahead_are_lloyds_iterations(cluster_client, algorithm, dtype, tol, max_iter, stop):
     X = np.random.default_rng(4).normal(size=(6000, 5)).astype(dtype)
     X[:2000] += 6
-    init = X[:12].copy()
-    ahead = KMeans(12, init=init, tol=tol, max_iter=max_iter, algorithm="lloyd", client=cluster_client).fit(X)
-    one_by_one = KMeans(12, init=init, tol=tol, max_iter=max_iter, algorithm="lloyd").fit(X)  # threads
+    init = X[:24].copy()
+    ahead = KMeans(24, init=init, tol=tol, max_iter=max_iter, algorithm=algorithm, client=cluster_client).fit(X)
+    one_by_one = KMeans(24, init=init, tol=tol, max_iter=max_iter, algorithm=algorithm).fit(X)  # threads
     assert ahead.stop_reason_ == stop
     _same_fits(ahead, one_by_one)
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
-def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cluster_client, n_empty, passes):
+def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cluster_client, algorithm, n_empty,
+                                                                              passes):
     """k = 400 reports 50 far rows: 70 empty clusters make the update on the cluster give the pass back to the
     driver, which redoes it with 70 far rows (one more pass) and submits the next iterations from there."""
     X = np.random.default_rng(9).normal(size=(4000, 3)).astype(np.float32)
     init = np.vstack([X[: 400 - n_empty], np.full((n_empty, 3), 1e3, dtype=np.float32)])
-    ahead = KMeans(400, init=init, max_iter=3, tol=0, algorithm="lloyd", client=cluster_client).fit(X)
+    ahead = KMeans(400, init=init, max_iter=3, tol=0, algorithm=algorithm, client=cluster_client).fit(X)
     assert ahead.history_[0]["relocated"] == n_empty and ahead.history_[0]["passes"] == 1 + passes
-    one_by_one = KMeans(400, init=init, max_iter=3, tol=0, algorithm="lloyd").fit(X)
+    one_by_one = KMeans(400, init=init, max_iter=3, tol=0, algorithm=algorithm).fit(X)
     _same_fits(ahead, one_by_one)
 
 
