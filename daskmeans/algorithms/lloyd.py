@@ -143,7 +143,7 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
 
 
 def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
-    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
+    client, weights = context.client, context.weights
     stop_reason = "max_iter"
     previous = None
     for iteration in range(n_iter + 1, max_iter + 1):
@@ -186,9 +186,9 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
     (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
     """
     client, weights, clock = context.client, context.weights, context.clock
-    stop_reason, shift, inertia, started = "max_iter", None, None, context.clock.elapsed()
-    iteration = n_iter + 1
+    stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
     k, first = centers.shape[0], n_iter + 1
+    iteration = first
     current = engine.submit(centers, k) if iteration <= max_iter else None
     while current is not None:
         ahead = engine.submit(current, k, after=current) if iteration < max_iter else None

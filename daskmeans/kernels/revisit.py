@@ -13,8 +13,8 @@ gathering and scattering the rows costs more than the small products save.
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
 :func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's
-distance and every candidate the scores cannot rule out are computed exactly (:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest
-center index. So labels are the same with any bounds or none.
+distance and every candidate the scores cannot rule out are computed exactly
+(:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest center index. So labels are the same with any bounds or none.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 from ..config import REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
 from .distance import pair_dist2
 from .exact_assign import assign_with_bounds
-from .score_error import TEST_MARGIN, _allowance, _gamma, _store_lower, row_sq_norms
+from .score_error import TEST_MARGIN, _gamma, _store_lower, row_sq_norms, score_error
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
 def _fast_dot(x, c):
@@ -94,11 +94,12 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             continue
         # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide
         x_sq = pair_dist2(X[i], zero)
+        x_norm = math.sqrt(x_sq)
         best_high = d2
         for c in range(n_candidates):
             j = candidates[c]
             value = centers_sq[j] - 2.0 * _fast_dot(X[i], centers[j]) + x_sq
-            allowance = _allowance(x_sq, center_norms[j], gamma)  # this center's own error, not the largest's
+            allowance = score_error(x_norm, x_sq, center_norms[j], gamma)  # this center's own error
             low[c] = value - allowance
             high[c] = value + allowance
             best_high = min(best_high, high[c])

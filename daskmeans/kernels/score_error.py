@@ -51,11 +51,6 @@ def score_error(x_norm, x_sq, center_norm, gamma):
     return 2.0 * gamma * scale * 1.0001 + 1e-12 * (x_sq + center_norm * center_norm)
 
 
-@numba.njit(cache=True, nogil=True)
-def _allowance(x_sq, center_norm, gamma):
-    return score_error(math.sqrt(x_sq), x_sq, center_norm, gamma)
-
-
 def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
     """Largest possible error of a GEMM score ``||c||^2 - 2 x.c`` for each row, in squared-distance units.
 
@@ -74,4 +69,4 @@ def score_error_allowance(x_sq, max_center_norm, n_features, dtype):
 def norm_and_allowance(row, zero, center_norm, gamma):
     """A row's squared norm (the exact distance to ``zero``, a zero vector of its length) and its score allowance."""
     x_sq = pair_dist2(row, zero)
-    return x_sq, _allowance(x_sq, center_norm, gamma)
+    return x_sq, score_error(math.sqrt(x_sq), x_sq, center_norm, gamma)
