@@ -178,8 +178,8 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
 
     An iteration's pass waits on the cluster for the centers that the task ending the previous iteration
     (:func:`_advance`, the same update as :func:`lloyd_update`) computes there from its statistics, so that the
-    workers never wait for a round trip to the driver: on kdd (145,751 x 74, k = 200, 2 worker processes) about
-    25 ms of each iteration. The driver records, reports, checkpoints and decides to stop as :func:`_iterate`
+    workers never wait for a round trip to the driver: on kdd (145,751 x 74, k = 200, 2 worker processes) the gap
+    between one pass's last block and the next pass's first went from ~25 to ~11 ms. The driver records, reports, checkpoints and decides to stop as :func:`_iterate`
     does, iteration by iteration, and drops the one submitted ahead when it stops: the same iterates and the
     same history (the passes report no progress of their own: ``rows_per_second`` is the data's rows over the
     time since the previous record). A pass whose far rows cannot refill its empty clusters is redone on the driver
