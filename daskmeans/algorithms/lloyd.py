@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from distributed import futures_of
-
 from ..engine.client import compute_now, submit_now
-from ..engine.slabs import stored_form
+from ..engine.placement import blocks_by_worker, held_by_workers
 from ..kernels.nested_groups import choose_bounds, make_groups
-from ..passes.assign import assign_stats_graph, assign_stats_on_cluster, finish_stats
+from ..passes.assign import assign_stats_chained, assign_stats_graph, finish_stats
 from ..passes.bounded_assign import BoundedAssignment
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
@@ -43,6 +41,7 @@ class _PlainPasses:
 
     def __init__(self, array, weights, client):
         self.array, self.weights, self.client = array, weights, client
+        self.groups = None
 
     def step(self, centers, previous):
         (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
@@ -50,15 +49,19 @@ class _PlainPasses:
 
     def submit(self, centers, n_clusters, after=None, shift=None):
         """Submit one iteration whole to the cluster: the pass over ``centers`` (an array, or the previous
-        iteration's :class:`_Submitted`, whose update gives them) and the update that ends it, computed by the task
-        that combines the pass's last statistics (``after`` and ``shift`` are for bounds)."""
-        source = centers.update if isinstance(centers, _Submitted) else centers
+        iteration's :class:`_Submitted`, from whose passes' results each task of this pass computes them) and the
+        update that ends it (``after`` and ``shift`` are for bounds)."""
+        if self.groups is None:
+            self.groups = blocks_by_worker(self.array, self.client)
         dtype = self.array.dtype
-        block_centers = np.ascontiguousarray(source, dtype=dtype) if isinstance(source, np.ndarray) else source
-        raw = assign_stats_on_cluster(self.array, block_centers, n_clusters, self.weights, finish=_advance,
-                                      finish_args=(source, dtype))
-        (future,) = submit_now(raw, client=self.client)
-        return _Submitted(future)
+        if isinstance(centers, _Submitted):
+            previous, start = centers.groups, None
+        else:
+            previous, start = None, (np.ascontiguousarray(centers, dtype=dtype), centers)
+        groups, update = assign_stats_chained(self.array, n_clusters, self.groups, _advance, (dtype,), self.weights,
+                                              previous=previous, start=start)
+        futures = submit_now(update, *groups, client=self.client)
+        return _Submitted(futures[0], groups=list(futures[1:]))
 
     def release(self):
         pass
@@ -92,10 +95,11 @@ class _BoundedPasses:
 @dataclass
 class _Submitted:
     """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and,
-    with bounds, the futures of its state blocks."""
+    with bounds, the futures of its state blocks, without, those of its pass's group tasks."""
 
     update: Any
     state: list | None = None
+    groups: list | None = None
 
 
 def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none"):
@@ -162,15 +166,6 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     # so that a fit ends with its last iteration
     inertia = stats.inertia if shift == 0.0 else None
     return FitResult(centers, inertia, n_iter, history, stop_reason, passes)
-
-
-def held_by_workers(array, client) -> bool:
-    """Whether ``array`` (as stored) is held in the memory of ``client``'s workers, every block a future: its passes
-    are then short, and iterations run one ahead of the driver (:func:`_iterate_ahead`)."""
-    if client is None or not hasattr(client, "submit"):
-        return False
-    stored = stored_form(array)
-    return len(futures_of(stored)) == stored.numblocks[0]
 
 
 def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter):

@@ -190,6 +190,75 @@ def _combine_and_finish(parts, combine, finish, *finish_args):
     return finish(combine(parts), *finish_args)
 
 
+def reduce_in_tree(parts: list, combine, split_every: int = SPLIT_EVERY):
+    """Reduce computed partial results in one process in the tree :func:`tree_reduce` builds: the same groups
+    of consecutive partials, level by level, so the same value to the last bit."""
+    level = 0
+    while len(parts) > 1 or level == 0:
+        parts = [combine(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
+        level += 1
+    return parts[0]
+
+
+def chained_group_pass(function, name: str, block_args: list[list], *common_args, groups: list[list[int]],
+                       combine, finish, finish_args=(), previous=None, start=None,
+                       split_every: int = SPLIT_EVERY):
+    """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
+    blocks one worker holds), chained to the pass before it without a round trip through one task.
+
+    The task of a group reduces the previous pass's block results itself (:func:`reduce_in_tree` in block order:
+    every group gets the same value), computes ``carried = finish(reduced, previous_carried, *finish_args)``,
+    the value its blocks take (an iteration's new centers), and applies ``function(*block_args[i], carried,
+    *common_args)`` to each of its blocks. A pass is then one task per worker instead of one per block, and the
+    next pass starts as soon as the workers have exchanged their results, without waiting for one task to
+    combine them and for its result to be moved back. The reduction tree is :func:`tree_reduce`'s whatever the
+    grouping, so results do not depend on where the blocks are (tested). No progress reports.
+
+    Parameters
+    ----------
+    function, name, block_args, common_args
+        As :func:`map_blocks_delayed`, with the carried value passed after a block's own arguments.
+    groups : list of lists of int
+        A partition of the block indices.
+    combine, split_every
+        As :func:`tree_reduce`.
+    finish : callable
+        ``finish(reduced, carried, *finish_args) -> carried`` of the next pass.
+    previous : list, optional
+        The group tasks of the pass before (the first element of this function's result for it).
+    start : object, optional
+        The value the first pass's blocks take (without ``previous``).
+
+    Returns
+    -------
+    group_tasks : list of Delayed
+        To chain the next pass to.
+    result : Delayed
+        ``finish(reduced, carried, *finish_args)`` of this pass, computed by a task of its own for the driver.
+    """
+    covered = sorted(i for group in groups for i in group)
+    if covered != list(range(len(block_args))):
+        raise ValueError(f"groups must partition the {len(block_args)} block indices once each, got {groups}")
+    reduction = (combine, split_every, finish, finish_args)
+    token = tokenize(function, name, block_args, common_args, groups, reduction, previous, start)
+    key = f"daskmeans-{name}-{token}"
+    group_tasks = [task((f"{key}-group", g), _group_after, function, list(group), [block_args[i] for i in group],
+                        previous, start, reduction, *common_args) for g, group in enumerate(groups) if group]
+    return group_tasks, task((f"{key}-result", 0), _reduce_groups, group_tasks, reduction)
+
+
+def _reduce_groups(outputs, reduction):
+    combine, split_every, finish, finish_args = reduction
+    parts = [result for _, result in sorted((pair for _, results in outputs for pair in results),
+                                            key=lambda pair: pair[0])]
+    return finish(reduce_in_tree(parts, combine, split_every), outputs[0][0], *finish_args)
+
+
+def _group_after(function, indices, group_args, previous, start, reduction, *common_args):
+    carried = start if previous is None else _reduce_groups(previous, reduction)
+    return carried, [(i, function(*args, carried, *common_args)) for i, args in zip(indices, group_args)]
+
+
 def block_offsets(array) -> np.ndarray:
     """Global index of the first row of each block."""
     return np.concatenate([[0], np.cumsum(array.chunks[0])[:-1]]).astype(np.int64)
@@ -214,4 +283,5 @@ def block_args(array, weights=None, *states) -> list[list]:
 
 
 __all__ = ["blocks_of", "stored_blocks", "shared", "task", "map_blocks_delayed", "tree_reduce", "DriverCombine",
+           "reduce_in_tree", "chained_group_pass",
            "unfold_driver_combines", "block_offsets", "block_args", "dask"]

@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 
 from ..config import N_FAR, N_FAR_MAX, N_FAR_PER_CLUSTERS
-from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
@@ -122,23 +122,32 @@ def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=Fa
                        part_bytes=stats_part_bytes(*centers.shape, n_far))
 
 
-def assign_stats_on_cluster(array, centers, n_clusters, weights=None, finish=None, finish_args=()):
-    """:func:`assign_stats_graph` combined to the end on the cluster, without progress reports, for iterations
-    submitted ahead of the driver (:func:`daskmeans.algorithms.lloyd.held_by_workers`).
+def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None,
+                         start=None):
+    """:func:`assign_stats_graph` as one task per group of blocks, each pass chained to the one before on the
+    cluster (:func:`~daskmeans.engine.graph.chained_group_pass`), without progress reports: the passes of
+    iterations submitted ahead of the driver on blocks held by the workers
+    (:func:`daskmeans.engine.placement.held_by_workers`, :func:`~daskmeans.engine.placement.blocks_by_worker`).
 
-    ``centers`` is an array, or a delayed object or future whose value is a tuple with the centers in the data's
-    dtype first (the result of the task that ended the previous iteration), which the pass waits for on the
-    cluster. ``finish(raw, *finish_args)`` is computed by the task that combines the last statistics
-    (:func:`~daskmeans.engine.graph.tree_reduce`).
+    The blocks take a tuple whose first element is the centers in the data's dtype: ``start`` for the first pass,
+    else ``finish(statistics of the previous pass, its tuple, *finish_args)``, which each group's task computes
+    from the previous pass's ``previous`` group tasks (the same statistics, reduced in the same tree as
+    :func:`assign_stats_graph`'s).
+
+    Returns
+    -------
+    group_tasks : list of Delayed
+    result : Delayed
+        ``finish`` of this pass's statistics, for the driver.
     """
     n_far = far_rows(n_clusters)
-    function = _assign_stats_block if isinstance(centers, np.ndarray) else _assign_stats_block_of_first
-    parts = map_blocks_delayed(function, "assign", block_args(array, weights), centers, n_far, False)
-    return tree_reduce(parts, partial(_combine_stats, n_far=n_far), "assign", finish=finish, finish_args=finish_args)
+    return chained_group_pass(_assign_stats_block_of_first, "assign", block_args(array, weights), n_far, False,
+                              groups=groups, combine=partial(_combine_stats, n_far=n_far), finish=finish,
+                              finish_args=finish_args, previous=previous, start=start)
 
 
-def _assign_stats_block_of_first(block, offset, weights, result, n_far, check_finite):
-    return _assign_stats_block(block, offset, weights, result[0], n_far, check_finite)
+def _assign_stats_block_of_first(block, offset, weights, carried, n_far, check_finite):
+    return _assign_stats_block(block, offset, weights, carried[0], n_far, check_finite)
 
 
 def stats_part_bytes(n_clusters, n_features, n_far=None) -> int:

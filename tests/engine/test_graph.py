@@ -1,9 +1,11 @@
 """The passes' task graphs (daskmeans.engine.graph) compute the same on every scheduler, futures included."""
 
+import dask.array as da
 import numpy as np
+import pytest
 from distributed import Client, LocalCluster
 
-from daskmeans.engine.client import compute_now
+from daskmeans.engine.client import compute_now, submit_now
 from daskmeans.engine.graph import map_blocks_delayed, shared, task, tree_reduce
 
 
@@ -109,3 +111,55 @@ def test_the_last_combine_on_the_driver_gives_the_tree_s_value_bitwise(cluster_c
             np.testing.assert_array_equal(first, partial_sums(values[0]))
         # partials too large for the driver: the last combine stays a task
         assert not isinstance(tree_reduce(parts, combine_sums, "total", part_bytes=2**40), DriverCombine)
+
+
+def scaled_sums(value, carried, bias):
+    return partial_sums(value * carried[0] + bias)
+
+
+def next_factor(total, carried, damping):
+    """The next pass's factor, and the reduced total itself (whose last bits show the reduction order)."""
+    return (carried[0] * (1.0 + damping), total)
+
+
+def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(cluster_client):
+    """Passes of one task per group of blocks, each reducing the previous pass's block results itself: the values
+    are those of per-block tasks and tree_reduce (the same tree, bit for bit) for any partition of the blocks,
+    with the blocks held by the workers; a grouping that is not a partition is refused."""
+    from daskmeans.engine.graph import chained_group_pass, reduce_in_tree
+    from daskmeans.engine.placement import blocks_by_worker
+
+    rng = np.random.default_rng(5)
+    for n_blocks in (1, 8, 19):
+        values = [rng.normal(size=5) * 10.0 ** rng.integers(-8, 8, size=5) for _ in range(n_blocks)]
+        np.testing.assert_array_equal(reduce_in_tree([partial_sums(v) for v in values], combine_sums),
+                                      compute_now(tree_reduce([task(("daskmeans-leaf", i), partial_sums, v)
+                                                               for i, v in enumerate(values)], combine_sums,
+                                                              f"ref-{n_blocks}"))[0])
+        held = cluster_client.scatter(values)
+        expected, carried = [], (1.0, None)
+        for _ in range(3):  # the per-block graph, one pass at a time through the driver
+            parts = map_blocks_delayed(scaled_sums, f"ref-{n_blocks}", [[v] for v in values], carried, 0.5)
+            (total,) = compute_now(tree_reduce(parts, combine_sums, f"ref-{n_blocks}"), client=cluster_client)
+            carried = next_factor(total, carried, 1e-7)
+            expected.append(carried)
+        placed = da.concatenate([da.from_delayed(f, shape=(5,), dtype=float) for f in held])
+        by_worker = blocks_by_worker(placed, cluster_client)
+        assert sorted(i for g in by_worker for i in g) == list(range(n_blocks))
+        shuffled = list(rng.permutation(n_blocks))
+        for groups in (by_worker, [list(range(n_blocks))], [[int(i)] for i in shuffled],
+                       [sorted(int(i) for i in shuffled[::2]), sorted(int(i) for i in shuffled[1::2])]):
+            previous, got = None, []
+            for _ in range(3):
+                tasks, result = chained_group_pass(scaled_sums, f"chain-{n_blocks}", [[v] for v in held], 0.5,
+                                                   groups=[g for g in groups if g], combine=combine_sums,
+                                                   finish=next_factor, finish_args=(1e-7,), previous=previous,
+                                                   start=(1.0, None) if previous is None else None)
+                result, *previous = submit_now(result, *tasks, client=cluster_client)
+                got.append(result.result())
+            for g, e in zip(got, expected):
+                assert g[0] == e[0]
+                np.testing.assert_array_equal(g[1], e[1])
+    with pytest.raises(ValueError, match="partition"):
+        chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [0]], combine=combine_sums,
+                           finish=next_factor, start=(1.0, None))
