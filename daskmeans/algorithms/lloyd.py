@@ -55,13 +55,13 @@ class _PlainPasses:
             self.groups = blocks_by_worker(self.array, self.client)
         dtype = self.array.dtype
         if isinstance(centers, _Submitted):
-            previous, start = centers.groups, None
+            previous, start = centers.chained, None
         else:
             previous, start = None, (np.ascontiguousarray(centers, dtype=dtype), centers)
-        groups, update = assign_stats_chained(self.array, n_clusters, self.groups, _advance, (dtype,), self.weights,
-                                              previous=previous, start=start)
-        futures = submit_now(update, *groups, client=self.client)
-        return _Submitted(futures[0], groups=list(futures[1:]))
+        chained = assign_stats_chained(self.array, n_clusters, self.groups, _advance, (dtype,), self.weights,
+                                       previous=previous, start=start)
+        chained = chained.submitted(submit_now(*chained.objects(), client=self.client))
+        return _Submitted(chained.result, chained=chained)
 
     def release(self):
         pass
@@ -75,18 +75,23 @@ class _BoundedPasses:
         self.scheme, self.n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
         self.state = BoundedAssignment(array, make_groups(centers, self.scheme, self.n_groups), weights=weights,
                                        client=client)
+        self.blocks = None
 
     def step(self, centers, previous):
         shift = None if previous is None else center_displacement(centers, previous) * SHIFT_SAFETY
         return self.state.step(centers, shift)
 
     def submit(self, centers, n_clusters, after=None, shift=None):
-        """:meth:`_PlainPasses.submit` revisiting the state blocks of the iteration ``after`` (None: the first
+        """:meth:`_PlainPasses.submit` revisiting the states kept by the iteration ``after`` (None: the first
         pass), with ``shift`` the bound on the centers' moves when ``centers`` is an array."""
-        source = centers.update if isinstance(centers, _Submitted) else centers
-        state, update = self.state.submit_pass(None if after is None else after.state, source, shift,
-                                               _advance_with_bounds, (source, self.state.array.dtype))
-        return _Submitted(update, state)
+        if self.blocks is None:
+            self.blocks = blocks_by_worker(self.state.array, self.state.client)
+        dtype = self.state.array.dtype
+        start = None if isinstance(centers, _Submitted) else \
+            (np.ascontiguousarray(centers, dtype=dtype), centers, {}, shift)
+        chained = self.state.submit_chained(None if after is None else after.chained, start, self.blocks,
+                                            _advance_with_bounds, (dtype,))
+        return _Submitted(chained.result, chained=chained)
 
     def release(self):
         self.state.release()
@@ -94,12 +99,11 @@ class _BoundedPasses:
 
 @dataclass
 class _Submitted:
-    """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and,
-    with bounds, the futures of its state blocks, without, those of its pass's group tasks."""
+    """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and
+    its pass, one task per worker (:class:`~daskmeans.engine.graph.GroupPass`, which keeps the bounds' states)."""
 
     update: Any
-    state: list | None = None
-    groups: list | None = None
+    chained: Any = None
 
 
 def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none"):

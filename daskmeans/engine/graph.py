@@ -200,63 +200,104 @@ def reduce_in_tree(parts: list, combine, split_every: int = SPLIT_EVERY):
     return parts[0]
 
 
-def chained_group_pass(function, name: str, block_args: list[list], *common_args, groups: list[list[int]],
-                       combine, finish, finish_args=(), previous=None, start=None,
-                       split_every: int = SPLIT_EVERY):
+@dataclass(frozen=True)
+class GroupPass:
+    """One pass of :func:`chained_group_pass`: its group tasks (each ``(carried, results, states)``), the
+    ``(carried, results)`` of each for the other groups (None when the pass keeps no state: the group tasks'
+    outputs are small then), and the reduced result for the driver. Delayed objects, or futures once
+    submitted (:meth:`submitted`)."""
+
+    groups: list
+    shares: list | None
+    result: object
+
+    def objects(self) -> list:
+        """Everything to submit, in the order :meth:`submitted` takes the futures back."""
+        return [self.result, *self.groups, *(self.shares or [])]
+
+    def submitted(self, futures) -> GroupPass:
+        n = len(self.groups)
+        return GroupPass(list(futures[1 : 1 + n]), None if self.shares is None else list(futures[1 + n :]),
+                         futures[0])
+
+
+def chained_group_pass(function, name: str, block_args, *common_args, groups: list[list[int]], combine, finish,
+                       finish_args=(), previous: GroupPass | None = None, start=None, keeps_state=False,
+                       split_every: int = SPLIT_EVERY) -> GroupPass:
     """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
     blocks one worker holds), chained to the pass before it without a round trip through one task.
 
     The task of a group reduces the previous pass's block results itself (:func:`reduce_in_tree` in block order:
     every group gets the same value), computes ``carried = finish(reduced, previous_carried, *finish_args)``,
-    the value its blocks take (an iteration's new centers), and applies ``function(*block_args[i], carried,
-    *common_args)`` to each of its blocks. A pass is then one task per worker instead of one per block, and the
-    next pass starts as soon as the workers have exchanged their results, without waiting for one task to
-    combine them and for its result to be moved back. The reduction tree is :func:`tree_reduce`'s whatever the
-    grouping, so results do not depend on where the blocks are (tested). No progress reports.
+    the value its blocks take (an iteration's new centers), and applies ``function`` to each of its blocks. A
+    pass is then one task per worker instead of one per block, and the next pass starts as soon as the workers
+    have exchanged their results, without waiting for one task to combine them and for its result to be moved
+    back. The reduction tree is :func:`tree_reduce`'s whatever the grouping, so results do not depend on where the
+    blocks are (tested). No progress reports.
 
     Parameters
     ----------
-    function, name, block_args, common_args
-        As :func:`map_blocks_delayed`, with the carried value passed after a block's own arguments.
+    function : callable
+        ``function(*block_args[i], carried, *common_args) -> result``; with ``keeps_state``, ``-> (state,
+        result)``, and with ``block_args=None`` it is given the block's state from ``previous`` instead of
+        ``block_args[i]``.
+    name, common_args
+        As :func:`map_blocks_delayed`.
+    block_args : list of lists, or None
+        Per block, as :func:`map_blocks_delayed`; None: each block's state kept by ``previous``.
     groups : list of lists of int
-        A partition of the block indices.
+        A partition of the block indices, the same for every pass of a chain.
     combine, split_every
         As :func:`tree_reduce`.
     finish : callable
         ``finish(reduced, carried, *finish_args) -> carried`` of the next pass.
-    previous : list, optional
-        The group tasks of the pass before (the first element of this function's result for it).
+    previous : GroupPass, optional
+        The pass before (submitted).
     start : object, optional
-        The value the first pass's blocks take (without ``previous``).
-
-    Returns
-    -------
-    group_tasks : list of Delayed
-        To chain the next pass to.
-    result : Delayed
-        ``finish(reduced, carried, *finish_args)`` of this pass, computed by a task of its own for the driver.
+        The value this pass's blocks take instead of the one ``previous`` gives (required without ``previous``).
+    keeps_state : bool
+        ``function`` returns a state per block, kept in the group task's output for the next pass; each group
+        then also has a small task with its results alone, which is what the other groups' tasks fetch.
     """
     covered = sorted(i for group in groups for i in group)
-    if covered != list(range(len(block_args))):
-        raise ValueError(f"groups must partition the {len(block_args)} block indices once each, got {groups}")
+    n_blocks = len(covered) if block_args is None else len(block_args)
+    if covered != list(range(n_blocks)) or not all(groups):
+        raise ValueError(f"groups must partition the {n_blocks} block indices once each, got {groups}")
+    if start is None and previous is None:
+        raise ValueError("the first pass of a chain needs start")
     reduction = (combine, split_every, finish, finish_args)
-    token = tokenize(function, name, block_args, common_args, groups, reduction, previous, start)
+    token = tokenize(function, name, block_args, common_args, groups, reduction, previous, start, keeps_state)
     key = f"daskmeans-{name}-{token}"
-    group_tasks = [task((f"{key}-group", g), _group_after, function, list(group), [block_args[i] for i in group],
-                        previous, start, reduction, *common_args) for g, group in enumerate(groups) if group]
-    return group_tasks, task((f"{key}-result", 0), _reduce_groups, group_tasks, reduction)
+    from_previous = None if previous is None else (previous.shares or previous.groups)
+    tasks = []
+    for g, group in enumerate(groups):
+        args = None if block_args is None else [block_args[i] for i in group]
+        own = None if block_args is not None else previous.groups[g]
+        tasks.append(task((f"{key}-group", g), _group_pass, function, list(group), args, own,
+                          from_previous if start is None else None, start, reduction, keeps_state, *common_args))
+    shares = [task((f"{key}-share", g), _share, t) for g, t in enumerate(tasks)] if keeps_state else None
+    return GroupPass(tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction))
+
+
+def _share(output):
+    return output[0], output[1]
 
 
 def _reduce_groups(outputs, reduction):
     combine, split_every, finish, finish_args = reduction
-    parts = [result for _, result in sorted((pair for _, results in outputs for pair in results),
+    parts = [result for _, result in sorted((pair for output in outputs for pair in output[1]),
                                             key=lambda pair: pair[0])]
     return finish(reduce_in_tree(parts, combine, split_every), outputs[0][0], *finish_args)
 
 
-def _group_after(function, indices, group_args, previous, start, reduction, *common_args):
+def _group_pass(function, indices, group_args, own_previous, previous, start, reduction, keeps_state, *common_args):
     carried = start if previous is None else _reduce_groups(previous, reduction)
-    return carried, [(i, function(*args, carried, *common_args)) for i, args in zip(indices, group_args)]
+    if group_args is None:
+        group_args = [[state] for state in own_previous[2]]
+    outputs = [function(*args, carried, *common_args) for args in group_args]
+    if not keeps_state:
+        return carried, list(zip(indices, outputs)), None
+    return carried, [(i, out[1]) for i, out in zip(indices, outputs)], [out[0] for out in outputs]
 
 
 def block_offsets(array) -> np.ndarray:
@@ -283,5 +324,5 @@ def block_args(array, weights=None, *states) -> list[list]:
 
 
 __all__ = ["blocks_of", "stored_blocks", "shared", "task", "map_blocks_delayed", "tree_reduce", "DriverCombine",
-           "reduce_in_tree", "chained_group_pass",
+           "reduce_in_tree", "chained_group_pass", "GroupPass",
            "unfold_driver_combines", "block_offsets", "block_args", "dask"]

@@ -136,9 +136,8 @@ def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weig
 
     Returns
     -------
-    group_tasks : list of Delayed
-    result : Delayed
-        ``finish`` of this pass's statistics, for the driver.
+    GroupPass
+        Its ``result`` is ``finish`` of this pass's statistics, for the driver.
     """
     n_far = far_rows(n_clusters)
     return chained_group_pass(_assign_stats_block_of_first, "assign", block_args(array, weights), n_far, False,

@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 
 from ..engine.client import compute_now, persist_now, resolve_client, submit_now
-from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
@@ -67,17 +67,25 @@ def _start_block(block, offset, weights, centers, groups, n_far):
 
 
 def _revisit_block(previous, centers, shift, groups, n_far):
-    state = previous[0]
+    return _revisit_state(previous[0], centers, shift, groups, n_far)
+
+
+def _revisit_state(state, centers, shift, groups, n_far):
     labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift, groups,
                                                          dist2=state.dist2)
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, computed)
 
 
-def _revisit_block_after(previous, update, groups, n_far):
-    """:func:`_revisit_block` with the centers and their moves from the result of the update that ended the
-    previous iteration (its first and fourth items)."""
-    return _revisit_block(previous, update[0], update[3], groups, n_far)
+def _start_block_carried(block, offset, weights, carried, groups, n_far):
+    """:func:`_start_block` with the centers first in ``carried`` (:meth:`BoundedAssignment.submit_chained`)."""
+    return _start_block(block, offset, weights, carried[0], groups, n_far)
+
+
+def _revisit_state_carried(state, carried, groups, n_far):
+    """:func:`_revisit_state` with the centers first in ``carried`` and the bound on their moves fourth (the
+    update that ended the previous iteration, :func:`daskmeans.algorithms.lloyd._advance`)."""
+    return _revisit_state(state, carried[0], carried[3], groups, n_far)
 
 
 def _output_energy(output):
@@ -157,46 +165,40 @@ class BoundedAssignment:
                                        energy_of=_output_energy)
         return self._run(parts)
 
-    def submit_pass(self, previous, centers, shift, finish, finish_args):
-        """Submit one pass whole, without waiting for it (iterations run ahead of the driver): the state blocks
-        after the pass, and its statistics combined on the cluster and handed to ``finish`` there.
+    def submit_chained(self, previous, start, blocks, finish, finish_args):
+        """Submit one pass whole as one task per group of blocks, chained to the pass before on the cluster
+        (:func:`~daskmeans.engine.graph.chained_group_pass`), without waiting for it: the passes of iterations
+        run ahead of the driver on blocks held by the workers. Each group's task keeps its blocks' states for
+        the next pass; the statistics are those of :meth:`step` (the same kernels, the same reduction tree).
 
         Parameters
         ----------
-        previous : list of futures or None
-            The state blocks the pass revisits (those a previous ``submit_pass`` returned); None: the first pass.
-        centers : ndarray (k, d), or a future
-            The pass's centers, or the future of a task whose result holds them in the data's dtype first and
-            the bound on each center's move since the previous pass fourth (the update that ended the previous
-            iteration, :func:`daskmeans.algorithms.lloyd._advance`); the pass waits for it on the cluster.
-        shift : ndarray (k,) or None
-            With ``centers`` an array and ``previous`` given: the bound on each center's move.
+        previous : GroupPass or None
+            The submitted pass whose states this pass revisits; None: the first pass.
+        start : tuple or None
+            The value the blocks take, centers in the data's dtype first and (when revisiting) the bound on each
+            center's move fourth; None: from ``previous``'s statistics by ``finish``.
+        blocks : list of lists of int
+            The groups of blocks (:func:`~daskmeans.engine.placement.blocks_by_worker`), the same for every pass.
         finish, finish_args :
-            ``finish((stats, computed), *finish_args)`` is computed by the task combining the last reports.
+            ``finish((stats, computed), carried, *finish_args)``: the update that gives the next pass's
+            ``carried`` (:func:`daskmeans.algorithms.lloyd._advance_with_bounds`).
 
         Returns
         -------
-        state : list of futures
-        finished : future
+        GroupPass
+            Submitted: futures.
         """
-        groups = shared(self.groups, "bounded-groups")
-        if isinstance(centers, np.ndarray):
-            centers = shared(np.ascontiguousarray(centers, dtype=self.array.dtype), "bounded-centers")
+        combine = partial(_combine_reports, n_far=self.n_far)
         if previous is None:
-            parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights), centers,
-                                       groups, self.n_far)
-        elif shift is not None:
-            parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in previous], centers,
-                                       shared(np.asarray(shift, dtype=np.float64), "bounded-shift"), groups,
-                                       self.n_far)
+            chained = chained_group_pass(_start_block_carried, "bounded-start", block_args(self.array, self.weights),
+                                         self.groups, self.n_far, groups=blocks, combine=combine, finish=finish,
+                                         finish_args=finish_args, start=start, keeps_state=True)
         else:
-            parts = map_blocks_delayed(_revisit_block_after, "bounded-revisit", [[o] for o in previous], centers,
-                                       groups, self.n_far)
-        reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in parts])
-        finished = tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats", finish=finish,
-                               finish_args=finish_args)
-        *state, finished = submit_now(*parts, finished, client=self.client)
-        return state, finished
+            chained = chained_group_pass(_revisit_state_carried, "bounded-revisit", None, self.groups, self.n_far,
+                                         groups=blocks, combine=combine, finish=finish, finish_args=finish_args,
+                                         previous=previous, start=start, keeps_state=True)
+        return chained.submitted(submit_now(*chained.objects(), client=self.client))
 
     def release(self):
         """Drop the state blocks (the workers free their memory)."""

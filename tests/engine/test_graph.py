@@ -151,12 +151,12 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
                        [sorted(int(i) for i in shuffled[::2]), sorted(int(i) for i in shuffled[1::2])]):
             previous, got = None, []
             for _ in range(3):
-                tasks, result = chained_group_pass(scaled_sums, f"chain-{n_blocks}", [[v] for v in held], 0.5,
-                                                   groups=[g for g in groups if g], combine=combine_sums,
-                                                   finish=next_factor, finish_args=(1e-7,), previous=previous,
-                                                   start=(1.0, None) if previous is None else None)
-                result, *previous = submit_now(result, *tasks, client=cluster_client)
-                got.append(result.result())
+                chained = chained_group_pass(scaled_sums, f"chain-{n_blocks}", [[v] for v in held], 0.5,
+                                             groups=[g for g in groups if g], combine=combine_sums,
+                                             finish=next_factor, finish_args=(1e-7,), previous=previous,
+                                             start=(1.0, None) if previous is None else None)
+                previous = chained.submitted(submit_now(*chained.objects(), client=cluster_client))
+                got.append(previous.result.result())
             for g, e in zip(got, expected):
                 assert g[0] == e[0]
                 np.testing.assert_array_equal(g[1], e[1])
