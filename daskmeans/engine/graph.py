@@ -147,8 +147,7 @@ def unfold_driver_combines(objects):
     return flat, finish
 
 
-def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY, part_bytes=None,
-                finish=None, finish_args=()):
+def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY, part_bytes=None):
     """Reduce partial results pairwise in a fixed tree, so the result does not depend on the scheduler.
 
     Parameters
@@ -164,31 +163,22 @@ def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPL
         :func:`~daskmeans.engine.client.compute_now`: when the last combine's inputs total at most
         :data:`~daskmeans.config.DRIVER_COMBINE_BYTES`, that combine runs on the driver (a :class:`DriverCombine`
         is returned; the same tree, the same values).
-    finish : callable, optional
-        ``finish(result, *finish_args)`` is computed by the root task itself, after its combine (one task less
-        on the critical path than a task of its own); ``finish_args`` may hold delayed objects and futures.
 
     Returns
     -------
     Delayed or DriverCombine
     """
-    token = tokenize(parts, combine, name, finish, finish_args)
+    token = tokenize(parts, combine, name)
     level = 0
     while len(parts) > 1 or level == 0:
         key = f"daskmeans-{name}-combine-{token}-{level}"
-        if len(parts) <= split_every:
-            if finish is not None:
-                return task((key, 0), _combine_and_finish, parts, combine, finish, *finish_args)
-            if len(parts) > 1 and part_bytes is not None and len(parts) * part_bytes <= DRIVER_COMBINE_BYTES:
-                return DriverCombine(tuple(parts), combine)
+        if 1 < len(parts) <= split_every and part_bytes is not None and \
+                len(parts) * part_bytes <= DRIVER_COMBINE_BYTES:
+            return DriverCombine(tuple(parts), combine)
         parts = [task((key, i // split_every), combine, parts[i : i + split_every])
                  for i in range(0, len(parts), split_every)]
         level += 1
     return parts[0]
-
-
-def _combine_and_finish(parts, combine, finish, *finish_args):
-    return finish(combine(parts), *finish_args)
 
 
 def reduce_in_tree(parts: list, combine, split_every: int = SPLIT_EVERY):

@@ -22,7 +22,7 @@ def blocks_by_worker(array, client) -> list[list[int]]:
     that holds each, in block order within a group; a block held nowhere (being moved) is a group of its own.
 
     Where the blocks are does not change any result: it decides only which blocks a pass computes in one task
-    (:func:`daskmeans.engine.graph.grouped_map_reduce`).
+    (:func:`daskmeans.engine.graph.chained_group_pass`).
     """
     stored = stored_form(array)
     futures = {future.key: future for future in futures_of(stored)}

@@ -163,3 +163,6 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
     with pytest.raises(ValueError, match="partition"):
         chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [0]], combine=combine_sums,
                            finish=next_factor, start=(1.0, None))
+    with pytest.raises(ValueError, match="needs start"):
+        chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [1]], combine=combine_sums,
+                           finish=next_factor)
