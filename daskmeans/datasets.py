@@ -1,13 +1,15 @@
-"""Synthetic data written straight to chunked Zarr stores: Gaussian blobs of any size in bounded memory.
+"""Synthetic data written straight to chunked Zarr stores, of any size in bounded memory: Gaussian blobs, and real
+rows resampled with noise (descriptors that look like real ones, at any scale).
 
 The values depend on the seed and the shape only, never on ``chunk_rows``, the scheduler or the number of
 workers: the noise of row ``i`` comes from a generator keyed by the fixed *generation block* holding ``i``
-(a size that depends on ``n_features`` only), and the label of row ``i`` from the counter-based
+(a size that depends on ``n_features`` only), and the label (or source row) of row ``i`` from the counter-based
 :func:`daskmeans.engine.random.row_uniforms`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import dask
@@ -64,8 +66,17 @@ def blob_rows(seed: int, centers: np.ndarray, cluster_std: float, dtype: str, st
     labels = np.floor(row_uniforms(stage_key(seed, "make-blobs-labels"), start, count) * n_clusters)
     labels = np.minimum(labels.astype(np.int32), n_clusters - 1)
 
+    noise = _standard_normal_rows(seed, "make-blobs-noise", n_features, dtype, start, stop)
+    noise *= noise.dtype.type(cluster_std)
+    noise += centers[labels].astype(noise.dtype, copy=False)
+    return _as_stored(noise, dtype), labels
+
+
+def _standard_normal_rows(seed: int, stage: str, n_features: int, dtype: str, start: int, stop: int) -> np.ndarray:
+    """Standard normal values for rows ``start .. stop - 1`` of a stage (float64 for float64 data, else float32),
+    the same whatever range is asked: each generation block has its own generator."""
     noise_dtype = np.float64 if dtype == "float64" else np.float32
-    noise = np.empty((count, n_features), dtype=noise_dtype)
+    noise = np.empty((stop - start, n_features), dtype=noise_dtype)
     block_rows = generation_block_rows(n_features)
     row = start
     while row < stop:
@@ -74,18 +85,20 @@ def blob_rows(seed: int, centers: np.ndarray, cluster_std: float, dtype: str, st
         needed_end = min(stop, block_start + block_rows)
         # A generator fills row-major, so drawing only the prefix up to ``needed_end`` gives the same rows
         # as drawing the whole block: the values never depend on where the chunks fall.
-        rng = np.random.default_rng(stage_key(seed, "make-blobs-noise", block))
+        rng = np.random.default_rng(stage_key(seed, stage, block))
         drawn = rng.standard_normal((needed_end - block_start, n_features), dtype=noise_dtype)
         noise[row - start:needed_end - start] = drawn[row - block_start:]
         row = needed_end
+    return noise
 
-    noise *= noise_dtype(cluster_std)
-    noise += centers[labels].astype(noise_dtype, copy=False)
+
+def _as_stored(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Float values in the stored ``dtype``: uint8 rounded and clipped to 0..255."""
     if dtype == "uint8":
-        np.rint(noise, out=noise)
-        np.clip(noise, 0, 255, out=noise)
-        return noise.astype(np.uint8), labels
-    return noise, labels
+        np.rint(values, out=values)
+        np.clip(values, 0, 255, out=values)
+        return values.astype(np.uint8)
+    return values.astype(dtype, copy=False)
 
 
 def _write_rows(start, stop, path, array_name, seed, centers, cluster_std, dtype):
@@ -189,6 +202,113 @@ def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None,
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
         writes = map_blocks_delayed(_write_rows, "make-blobs", ranges, tmp, array_name, seed,
                                     shared(centers, "blob-centers"), cluster_std, dtype)
+        if client is not None:
+            client.gather(client.compute(writes))
+        else:
+            dask.compute(*writes, scheduler="threads")
+    return os.fspath(path)
+
+
+#: Default noise of :func:`make_resampled_zarr`, per value, in the data's units (uint8 SIFT values are 0..255).
+RESAMPLE_NOISE_STD = 2.0
+
+
+def resampled_rows(seed: int, source: np.ndarray, noise_std: float, start: int, stop: int):
+    """Rows ``start .. stop - 1`` of a resampled data set: source rows drawn uniformly (with replacement), each
+    plus Gaussian noise, in the source's dtype (uint8 rounded and clipped to 0..255).
+
+    Returns
+    -------
+    values : ndarray (stop - start, d) of the source's dtype
+    source_rows : int64 (stop - start,)
+        Which source row each row was drawn from.
+    """
+    count = stop - start
+    picks = np.floor(row_uniforms(stage_key(seed, "resample-rows"), start, count) * source.shape[0])
+    picks = np.minimum(picks.astype(np.int64), source.shape[0] - 1)
+    dtype = str(source.dtype)
+    noise = _standard_normal_rows(seed, "resample-noise", source.shape[1], dtype, start, stop)
+    noise *= noise.dtype.type(noise_std)
+    noise += source[picks].astype(noise.dtype, copy=False)
+    return _as_stored(noise, dtype), picks
+
+
+def _write_resampled(start, stop, path, array_name, seed, source, noise_std):
+    values, _ = resampled_rows(seed, source, noise_std, start, stop)
+    zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
+
+
+def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD, chunk_rows=None,
+                        random_state=None, array_name="X", overwrite=False, client=None) -> str:
+    """Write ``n_samples`` rows resampled from real ones, with noise, to a chunked Zarr group, a chunk at a time.
+
+    Row ``i`` is a source row drawn uniformly at random (with replacement) plus independent Gaussian noise of
+    standard deviation ``noise_std`` on every value, stored in the source's dtype (uint8 rounded and clipped to
+    0..255). Resampled SIFT descriptors keep the real data's cluster structure at any size (a clustering's energy
+    on them is about the source's plus ``d x noise_std**2``), which blobs do not. The group is written under a
+    temporary name and moved into place when complete; its attributes record the source's shape, dtype and
+    SHA-256, the noise and the seed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    source : ndarray (m, d) of uint8, float32 or float64
+        The real rows (held by every task that writes a chunk: keep it to a few hundred MB).
+    n_samples : int
+    noise_std : float, default 2.0
+    chunk_rows : int, optional
+        Rows per Zarr chunk; default about 8 MiB of float32 per chunk. Does not change the values.
+    random_state : int, numpy Generator or None
+        Same value and source, same data (whatever ``chunk_rows`` and ``client``).
+    array_name : str, default "X"
+    overwrite : bool, default False
+    client : distributed.Client, optional
+        Write the chunks in parallel on this cluster (its workers must see ``path``); else local threads.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``source`` is not a non-empty 2-D array of a supported dtype, or a size or the noise is invalid.
+    OutputExistsError
+        ``path`` exists and ``overwrite`` is False.
+    """
+    source = np.asarray(source)
+    if source.ndim != 2 or source.shape[0] == 0 or source.shape[1] == 0:
+        raise InvalidParameterError(f"source must be a non-empty 2-D array (rows, features), got shape {source.shape}.")
+    dtype = check_choice(str(source.dtype), "source dtype", BLOB_DTYPES)
+    n_samples = check_int(n_samples, "n_samples", minimum=1)
+    chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1, allow_none=True)
+    noise_std = check_float(noise_std, "noise_std", minimum=0.0)
+    if not isinstance(array_name, str) or not array_name or "/" in array_name:
+        raise InvalidParameterError(f"array_name must be a plain name, got {array_name!r}.")
+    source = np.ascontiguousarray(source)
+    seed = seed_from_random_state(random_state)
+    n_features = source.shape[1]
+    chunk_rows = min(chunk_rows or default_chunk_rows(n_samples, n_features), n_samples)
+
+    with atomic_output(path, overwrite) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype,
+                           dimension_names=("sample", "feature"))
+        group.attrs["daskmeans"] = {
+            "kind": "resampled",
+            "data": array_name,
+            "n_samples": n_samples,
+            "n_features": n_features,
+            "source_rows": int(source.shape[0]),
+            "source_sha256": hashlib.sha256(source.data).hexdigest(),
+            "noise_std": noise_std,
+            "dtype": dtype,
+            "seed": seed,
+        }
+        ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
+        writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed,
+                                    shared(source, "resample-source"), noise_std)
         if client is not None:
             client.gather(client.compute(writes))
         else:

@@ -127,6 +127,42 @@ def test_faiss_on_every_row_steps_through_the_iterates_of_one_fit_bit_for_bit():
     np.testing.assert_array_equal(limited.candidates[-1].centers, trace.candidates[1].centers)
 
 
+def test_faiss_sample_trains_on_whole_chunks_of_a_zarr_store_that_fit_the_driver_budget(tmp_path, cluster_client):
+    """Out of core, faiss gets the largest sample the driver budget holds, read as whole chunks of the store in a
+    seeded order: the iterates are faiss's on exactly those rows, the read is timed, passes count the fraction."""
+    pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    import zarr
+
+    from daskmeans.bench.peers import sample_chunks
+
+    rng = np.random.default_rng(2)
+    X = rng.integers(0, 256, size=(10_000, 8)).astype(np.uint8)
+    store = zarr.open_array(store=str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(700, 8), dtype="uint8")
+    store[...] = X
+    array = da.from_zarr(str(tmp_path / "x.zarr"))
+    init = X[:N_CLUSTERS].astype(np.float32)
+    budget_rows = 2_500
+    ctx = PeerContext(X=None, array=array, client=cluster_client, init=init, k=N_CLUSTERS, seed=1, budget=60,
+                      max_iter=3, driver_memory=budget_rows * 8 * (4 + 1))
+    assert not PEERS["faiss-sample"].in_memory
+    trace = PEERS["faiss-sample"].run(ctx)
+    chosen = sample_chunks(array.chunks[0], budget_rows, 1)
+    assert sum(rows for _, rows in chosen) == budget_rows and all(rows == 700 for _, rows in chosen[:-1])
+    assert len({chunk for chunk, _ in chosen}) == len(chosen) and [c for c, _ in chosen] != sorted(c for c, _ in chosen)
+    sample = np.concatenate([X[700 * chunk:700 * chunk + rows] for chunk, rows in chosen]).astype(np.float32)
+    assert trace.params["sample_rows"] == budget_rows and trace.params["training_rows"] == budget_rows
+    every_row = PEERS["faiss-all"].run(PeerContext(X=sample, array=None, client=None, init=init, k=N_CLUSTERS,
+                                                   seed=1, budget=60, max_iter=3))
+    for ours, reference in zip(trace.candidates, every_row.candidates):
+        np.testing.assert_array_equal(ours.centers, reference.centers)
+        assert ours.passes == pytest.approx(reference.iteration * budget_rows / 10_000)
+    assert trace.candidates[0].time > trace.params["read_seconds"] > 0
+    assert "2,500 of 10,000 rows" in trace.notes[0]
+    # a budget above the data takes every row, each chunk once
+    whole = sample_chunks(array.chunks[0], 10_000, 1)
+    assert sorted(chunk for chunk, _ in whole) == list(range(15)) and sum(rows for _, rows in whole) == 10_000
+
+
 def test_faiss_two_level_finds_known_centers_of_well_separated_blobs_and_seeds_itself():
     """faiss's large-k method as a peer: k centroids on blobs whose centers are known (most of them on a true center:
     k-means from random rows may leave a few in local minima), one final candidate, marked as seeding itself (so the

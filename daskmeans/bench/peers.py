@@ -16,6 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..algorithms.two_level import default_coarse_clusters
+from ..engine.client import compute_now
+from ..engine.random import stage_generator
 from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
 
 #: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
@@ -44,6 +46,8 @@ class PeerContext:
     max_iter : int, optional
         Most iterations of faiss on every row (e.g. faiss's default 25, where ``--versus faiss-all@25`` asks for
         it); None: as many as the budget allows, at most ``FAISS_MAX_ITER``.
+    driver_memory : int
+        Bytes the driver may use for data (``--driver-memory``): bounds the sample ``faiss-sample`` reads.
     """
 
     X: np.ndarray | None
@@ -55,6 +59,7 @@ class PeerContext:
     budget: float
     batch_size: int = 1024
     max_iter: int | None = None
+    driver_memory: int = 2**30
 
 
 @dataclass(frozen=True)
@@ -233,25 +238,32 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
     m iterations, not the sum of a ladder's rungs, and every iterate is a candidate timed as the sum of the calls
     up to it (what ``niter=m`` takes, plus one call's set-up per iteration).
     """
+    n = ctx.X.shape[0]
+    return _faiss_chained(ctx, ctx.X, 0.0, 1.0, [
+        f"trains on all {n:,} rows, one iteration per train call (the same iterates as niter=m); passes = iterations"])
+
+
+def _faiss_chained(ctx: PeerContext, X, elapsed, fraction, notes) -> Trace:
+    """faiss on every row of ``X`` (a ``fraction`` of the data), one ``train`` call per iteration (see
+    :func:`_faiss_every_row`), its clock starting at ``elapsed`` seconds."""
     import faiss
 
-    n, d = ctx.X.shape
+    n, d = X.shape
     options = {"max_points_per_centroid": n // ctx.k + 1}
     centers = np.ascontiguousarray(ctx.init, dtype=np.float32)
     candidates = []
-    elapsed = 0.0
     stop = "max_iter"
     max_iter = FAISS_MAX_ITER if ctx.max_iter is None else ctx.max_iter
     for iteration in range(1, max_iter + 1):
         model = faiss.Kmeans(d, ctx.k, niter=1, seed=ctx.seed, verbose=False, **options)
-        _, seconds = _timed_fit(lambda: model.train(ctx.X, init_centroids=centers))
+        _, seconds = _timed_fit(lambda: model.train(X, init_centroids=centers))
         elapsed += seconds
         previous, centers = centers, np.array(model.centroids, dtype=np.float32)
         if candidates and candidates[-1].kind == "passing":
             candidates.pop()
         kept = len(candidates) * centers.nbytes < FAISS_SNAPSHOT_BYTES or iteration in LADDER
         candidates.append(Candidate(step=iteration, time=elapsed, centers=centers, iteration=iteration,
-                                    passes=float(iteration), kind="snapshot" if kept else "passing"))
+                                    passes=iteration * fraction, kind="snapshot" if kept else "passing"))
         if np.array_equal(previous, centers):
             stop = "converged"
             break
@@ -260,12 +272,55 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
             break
     candidates[-1].kind = "final"
     return Trace(candidates=candidates, fit_seconds=elapsed, timed_seconds=elapsed, n_iter=len(candidates),
-                 passes=float(len(candidates)), stop_reason=stop,
+                 passes=len(candidates) * fraction, stop_reason=stop,
                  params={"niter": len(candidates), "max_points_per_centroid": options["max_points_per_centroid"],
                          "training_rows": n, "threads": faiss.omp_get_max_threads(),
                          "method": "train(niter=1) chained from the last centroids"},
-                 notes=[f"trains on all {n:,} rows, one iteration per train call (the same iterates as niter=m); "
-                        "passes = iterations"])
+                 notes=notes)
+
+
+def sample_chunks(chunk_rows, rows_wanted, seed) -> list:
+    """Whole chunks in a seeded random order until they hold ``rows_wanted`` rows: ``(chunk, rows)`` pairs, the
+    last one possibly a prefix of its chunk."""
+    order = stage_generator(seed, "bench", "faiss-sample").permutation(len(chunk_rows))
+    chosen, total = [], 0
+    for chunk in order:
+        if total >= rows_wanted:
+            break
+        take = int(min(chunk_rows[chunk], rows_wanted - total))
+        chosen.append((int(chunk), take))
+        total += take
+    return chosen
+
+
+def _faiss_sample(ctx: PeerContext) -> Trace:
+    """faiss on the largest sample of the data the driver can hold, read as whole chunks of the store.
+
+    Where the data does not fit in the driver (out of core), the best a faiss user can do is train on a sample:
+    as many rows as ``ctx.driver_memory`` holds (as stored and as float32), whole chunks picked in a seeded random
+    order (sequential reads; on data whose rows are in random order, a uniform sample). Reading the sample is
+    inside the timed region; then one ``train`` call per iteration on all sampled rows.
+    """
+    n, d = (int(s) for s in ctx.array.shape)
+    itemsize = ctx.array.dtype.itemsize
+    rows_wanted = int(min(n, max(ctx.k, ctx.driver_memory // (d * (4 + itemsize)))))
+    chosen = sample_chunks(ctx.array.chunks[0], rows_wanted, ctx.seed)
+    start = time.perf_counter()
+    parts = compute_now(*[ctx.array.blocks[chunk][:rows] for chunk, rows in chosen], client=ctx.client)
+    X = np.empty((rows_wanted, d), dtype=np.float32)
+    position = 0
+    for part in parts:
+        X[position:position + part.shape[0]] = part
+        position += part.shape[0]
+    del parts
+    read_seconds = time.perf_counter() - start
+    trace = _faiss_chained(ctx, X, read_seconds, rows_wanted / n, [
+        f"trains on a sample of {rows_wanted:,} of {n:,} rows ({len(chosen)} whole chunks in a seeded random order, "
+        f"the most the driver memory budget holds), read in {read_seconds:.1f} s inside the timed region; one "
+        "iteration per train call; passes = iterations x the sample's fraction"])
+    trace.params.update({"sample_rows": rows_wanted, "sample_chunks": len(chosen),
+                         "read_seconds": round(read_seconds, 3)})
+    return trace
 
 
 def _faiss_two_level(ctx: PeerContext) -> Trace:
@@ -322,6 +377,8 @@ PEERS: dict[str, Peer] = {
                             _sklearnex_kmeans, distribution="scikit-learn-intelex"),
     "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss_default_subsample),
     "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss_every_row),
+    "faiss-sample": Peer("faiss-sample", "faiss Kmeans (largest sample the driver holds)", "faiss", False,
+                         _faiss_sample),
     "faiss-two-level": Peer("faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level,
                             iterates=False),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),

@@ -328,7 +328,8 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                 named = [spec["iteration"] for spec in options.versus if spec["name"] == name]
                 context = PeerContext(X=data.X, array=data.array, client=client, init=init, k=k, seed=seed,
                                       budget=workload.time_budget, batch_size=workload.minibatch_batch_size,
-                                      max_iter=max(named) if named and None not in named else None)
+                                      max_iter=max(named) if named and None not in named else None,
+                                      driver_memory=_driver_memory(options))
                 trace, error, memory, caught = _guarded(lambda: peer.run(context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
                     "ok" if trace else "failed", error, trace, memory, caught)
@@ -374,12 +375,16 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     return record
 
 
+def _driver_memory(options: BenchOptions) -> int:
+    """Bytes of data the driver may hold: ``--driver-memory``, default half of what is free now."""
+    return (_parse_memory(options.driver_memory) if options.driver_memory
+            else int(psutil.virtual_memory().available * 0.5))
+
+
 def _load_data(workload, options: BenchOptions, client):
     """The workload's data, loaded with the driver memory of ``--driver-memory`` (default: half of what is free)."""
-    driver_memory = (_parse_memory(options.driver_memory) if options.driver_memory
-                     else int(psutil.virtual_memory().available * 0.5))
-    return load_data(workload, client=client,
-                     work_dir=options.work_dir or os.path.join(options.out_dir, "data"), driver_memory=driver_memory)
+    return load_data(workload, client=client, work_dir=options.work_dir or os.path.join(options.out_dir, "data"),
+                     driver_memory=_driver_memory(options))
 
 
 def _progress_line(run) -> str:

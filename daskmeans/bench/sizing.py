@@ -22,7 +22,7 @@ from ..storage.sources import stored_bytes
 from .common import cluster_info, created, gib, table_lines, warm_up, write_report
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
-from .workloads import ensure_blobs
+from .stores import ensure_blobs
 
 TARGET_ROWS = 1_000_000_000
 TARGET_ITERATIONS = 20

@@ -16,12 +16,11 @@ import numpy as np
 import zarr
 from dask.utils import parse_bytes
 
-from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, make_blobs_zarr
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
 from ..exceptions import InputDataError, InvalidParameterError
 from ..storage.io import chosen_block_rows, open_input, spread_on_workers
-from ..storage.zarr_safe import atomic_output
+from .stores import ensure_blobs, ensure_resampled, write_array_zarr
 
 STORAGES = ("memory", "zarr")
 
@@ -40,11 +39,13 @@ class Workload:
     time_budget : float
         Seconds each run (one algorithm, one seed) may take.
     source : str
-        ``"file"`` (a built-in dataset file in the data folder), ``"user"`` (``--data PATH``) or ``"synthetic"``.
+        ``"file"`` (a built-in dataset file in the data folder), ``"user"`` (``--data PATH``), ``"synthetic"``
+        (Gaussian blobs) or ``"resampled"`` (the rows of a built-in dataset file drawn with replacement, plus noise:
+        :func:`daskmeans.datasets.make_resampled_zarr`, seed 0).
     file : str or None
-        File name in the data folder (``source="file"``) or the user's path (``source="user"``).
+        File name in the data folder (``source="file"`` or ``"resampled"``) or the user's path (``source="user"``).
     n_samples : int or None
-        Rows: the size of synthetic data, or a cap on the rows of a file (a seeded uniform subsample).
+        Rows: the size of synthetic or resampled data, or a cap on the rows of a file (a seeded uniform subsample).
     n_features : int or None
         Columns of synthetic data.
     storage : str
@@ -121,6 +122,14 @@ WORKLOADS: dict[str, tuple[Workload, Workload]] = {
         Workload("out-of-core", "synthetic uint8 descriptors in Zarr (small)", k=20, time_budget=2.0,
                  source="synthetic", n_samples=60_000, n_features=32, storage="zarr", synthetic_dtype="uint8",
                  worker_memory="2GiB", quick=True),
+    ),
+    "descriptors-at-scale": (
+        Workload("descriptors-at-scale", "cifar_dsift rows resampled with N(0, 2^2) noise per value, uint8 in Zarr",
+                 k=1000, time_budget=600.0, source="resampled", file="cifar_dsift.npz", n_samples=20_000_000,
+                 storage="zarr", synthetic_dtype="uint8", worker_memory="4GiB", peers=("faiss-sample",)),
+        Workload("descriptors-at-scale", "cifar_dsift rows resampled with noise, uint8 in Zarr (small)", k=20,
+                 time_budget=2.0, source="resampled", file="cifar_dsift.npz", n_samples=60_000, storage="zarr",
+                 synthetic_dtype="uint8", worker_memory="2GiB", quick=True, peers=("faiss-sample",)),
     ),
     "synthetic": (
         Workload("synthetic", "Gaussian blobs in memory", k=100, time_budget=20.0, source="synthetic",
@@ -215,7 +224,7 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
         if batch_size is not None:
             changes["minibatch_batch_size"] = batch_size
         workload = replace(workload, **changes)
-        if workload.source == "file":
+        if workload.source in ("file", "resampled"):
             folder = data_dir if data_dir is not None else "data"
             path = os.path.join(folder, workload.file)
             if not os.path.exists(path):
@@ -303,49 +312,6 @@ def subsample_index(n_total, n_samples) -> np.ndarray:
     return np.sort(rng.choice(n_total, n_samples, replace=False))
 
 
-def _zarr_matches(path, key, attrs) -> bool:
-    """Whether a Zarr node at ``path`` exists and its attribute ``key`` is ``attrs`` (then it is reused)."""
-    try:
-        node = zarr.open(store=path, mode="r")
-    except Exception:  # noqa: BLE001 - anything unreadable is rewritten
-        return False
-    return dict(node.attrs).get(key) == attrs
-
-
-def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, client=None) -> dict:
-    """Synthetic blobs (:func:`daskmeans.datasets.make_blobs_zarr`, seed 0) at ``path``, kept when already there.
-
-    Returns
-    -------
-    dict
-        ``{"path", "array", "reused", "bytes"}``; ``array`` is the path of the data array in the group.
-    """
-    dtype = str(np.dtype(dtype))
-    attrs = {"kind": "blobs", "data": "X", "n_samples": int(n_samples), "n_features": int(n_features),
-             "n_clusters": int(n_blobs), "cluster_std": _DEFAULT_STD[dtype], "center_box": list(_DEFAULT_BOX[dtype]),
-             "dtype": dtype, "seed": 0}
-    reused = _zarr_matches(path, "daskmeans", attrs)
-    if not reused:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        make_blobs_zarr(path, n_samples, n_features, n_blobs, chunk_rows=chunk_rows, dtype=dtype, random_state=0,
-                        overwrite=True, client=client)
-    return {"path": path, "array": os.path.join(path, "X"), "reused": reused,
-            "bytes": int(n_samples) * int(n_features) * np.dtype(dtype).itemsize}
-
-
-def write_array_zarr(path, X, chunk_rows, attrs):
-    """Write a NumPy array (kept in its dtype, as a user would store it) to a Zarr array at ``path``."""
-    if _zarr_matches(path, "daskmeans_bench", attrs):
-        return path
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with atomic_output(path, overwrite=True) as tmp:
-        target = zarr.open_array(store=tmp, mode="w", shape=X.shape, chunks=(chunk_rows, X.shape[1]), dtype=X.dtype)
-        target.attrs["daskmeans_bench"] = attrs
-        for start in range(0, X.shape[0], chunk_rows):
-            target[start:start + chunk_rows] = X[start:start + chunk_rows]
-    return path
-
-
 def scatter_rows(X, rows, client) -> da.Array:
     """``X`` (as stored: a uint8 file stays uint8) held by the workers in blocks of ``rows``, as a user's NumPy
     input is (:func:`daskmeans.storage.io.spread_on_workers`): sent to the workers once, never inside a graph,
@@ -419,6 +385,21 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
         if fits is None:
             X = np.ascontiguousarray(raw, dtype=np.float32)
             stored = raw
+    elif workload.source == "resampled":
+        source_rows = _load_file(workload.file)
+        open_input(source_rows[:1])
+        n, d = int(workload.n_samples), source_rows.shape[1]
+        source_dtype = str(source_rows.dtype)
+        fits = check_fits(n, d)
+        if fits is not None and workload.storage == "memory":
+            raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
+        store = ensure_resampled(os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr"), workload.file,
+                                 source_rows, n, chunk_rows=block_rows(n, d), client=client)
+        if workload.storage == "zarr":
+            location = store["array"]
+        if fits is None:
+            stored = zarr.open_array(store=store["array"], mode="r")[...]
+            X = np.ascontiguousarray(stored, dtype=np.float32)
     elif workload.source == "user":
         opened = open_input(workload.file)
         source_dtype = str(opened.source_dtype)
