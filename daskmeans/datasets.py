@@ -307,10 +307,13 @@ def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD
             "seed": seed,
         }
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
-        writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed,
-                                    shared(source, "resample-source"), noise_std)
-        if client is not None:
+        if client is not None:  # sent to every worker once, not inside the graph
+            (held,) = client.scatter([source], broadcast=True, hash=False)
+            writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, held,
+                                        noise_std)
             client.gather(client.compute(writes))
         else:
+            writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, source,
+                                        noise_std)
             dask.compute(*writes, scheduler="threads")
     return os.fspath(path)
