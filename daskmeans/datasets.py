@@ -233,6 +233,15 @@ def resampled_rows(seed: int, source: np.ndarray, noise_std: float, start: int, 
     return _as_stored(noise, dtype), picks
 
 
+def resampled_attrs(source, n_samples, noise_std, seed, array_name="X") -> dict:
+    """The attributes :func:`make_resampled_zarr` records (under ``"daskmeans"``): equal attributes, equal data."""
+    source = np.ascontiguousarray(source)
+    return {"kind": "resampled", "data": array_name, "n_samples": int(n_samples),
+            "n_features": int(source.shape[1]), "source_rows": int(source.shape[0]),
+            "source_sha256": hashlib.sha256(source.data).hexdigest(), "noise_std": float(noise_std),
+            "dtype": str(source.dtype), "seed": int(seed)}
+
+
 def _write_resampled(start, stop, path, array_name, seed, source, noise_std):
     values, _ = resampled_rows(seed, source, noise_std, start, stop)
     zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
@@ -280,7 +289,9 @@ def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD
     source = np.asarray(source)
     if source.ndim != 2 or source.shape[0] == 0 or source.shape[1] == 0:
         raise InvalidParameterError(f"source must be a non-empty 2-D array (rows, features), got shape {source.shape}.")
-    dtype = check_choice(str(source.dtype), "source dtype", BLOB_DTYPES)
+    check_choice(str(source.dtype), "source dtype", BLOB_DTYPES)
+    if source.dtype.kind == "f" and not np.isfinite(source).all():
+        raise InvalidParameterError("source holds NaN or infinite values; drop or fill those rows first.")
     n_samples = check_int(n_samples, "n_samples", minimum=1)
     chunk_rows = check_int(chunk_rows, "chunk_rows", minimum=1, allow_none=True)
     noise_std = check_float(noise_std, "noise_std", minimum=0.0)
@@ -293,27 +304,15 @@ def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD
 
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
-        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype,
-                           dimension_names=("sample", "feature"))
-        group.attrs["daskmeans"] = {
-            "kind": "resampled",
-            "data": array_name,
-            "n_samples": n_samples,
-            "n_features": n_features,
-            "source_rows": int(source.shape[0]),
-            "source_sha256": hashlib.sha256(source.data).hexdigest(),
-            "noise_std": noise_std,
-            "dtype": dtype,
-            "seed": seed,
-        }
+        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features),
+                           dtype=source.dtype, dimension_names=("sample", "feature"))
+        group.attrs["daskmeans"] = resampled_attrs(source, n_samples, noise_std, seed, array_name)
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
-        if client is not None:  # sent to every worker once, not inside the graph
-            (held,) = client.scatter([source], broadcast=True, hash=False)
-            writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, held,
-                                        noise_std)
+        # on a cluster, sent to every worker once, not inside the graph
+        held = source if client is None else client.scatter([source], broadcast=True, hash=False)[0]
+        writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, held, noise_std)
+        if client is not None:
             client.gather(client.compute(writes))
         else:
-            writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, source,
-                                        noise_std)
             dask.compute(*writes, scheduler="threads")
     return os.fspath(path)

@@ -11,7 +11,7 @@ import zarr
 from distributed import Client, LocalCluster
 
 from daskmeans import InvalidParameterError, OutputExistsError
-from daskmeans.datasets import generation_block_rows, make_resampled_zarr, resampled_rows
+from daskmeans.datasets import generation_block_rows, make_resampled_zarr, resampled_attrs, resampled_rows
 from daskmeans.engine.random import stage_key
 
 
@@ -66,6 +66,7 @@ def test_values_depend_on_seed_not_on_chunks_or_scheduler(tmp_path, source):
     np.testing.assert_array_equal(a[5_000:7_000], resampled_rows(4, source, 2.0, 5_000, 7_000)[0])
     assert attrs["kind"] == "resampled" and attrs["seed"] == 4 and attrs["noise_std"] == 2.0
     assert attrs["source_rows"] == 300 and attrs["dtype"] == "uint8" and len(attrs["source_sha256"]) == 64
+    assert attrs == resampled_attrs(source, 20_000, 2.0, 4)  # what the bench compares to reuse a store
 
 
 def test_float_sources_keep_their_dtype(tmp_path):
@@ -91,6 +92,7 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, source):
     ({"source": np.zeros((0, 4), np.uint8)}, "non-empty 2-D"),
     ({"source": np.zeros(10, np.uint8)}, "non-empty 2-D"),
     ({"source": np.zeros((10, 4), np.int16)}, "source dtype"),
+    ({"source": np.array([[1.0, np.nan], [0.0, 1.0]])}, "NaN or infinite"),
     ({"n_samples": 0}, "n_samples"),
     ({"noise_std": -1.0}, "noise_std"),
     ({"chunk_rows": 0}, "chunk_rows"),

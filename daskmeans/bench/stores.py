@@ -3,13 +3,13 @@ and reused while its attributes say it holds the same data."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import zarr
 
-from ..datasets import _DEFAULT_BOX, _DEFAULT_STD, RESAMPLE_NOISE_STD, make_blobs_zarr, make_resampled_zarr
+from ..datasets import (_DEFAULT_BOX, _DEFAULT_STD, RESAMPLE_NOISE_STD, make_blobs_zarr, make_resampled_zarr,
+                        resampled_attrs)
 from ..storage.zarr_safe import atomic_output
 
 
@@ -43,7 +43,7 @@ def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, cli
             "bytes": int(n_samples) * int(n_features) * np.dtype(dtype).itemsize}
 
 
-def ensure_resampled(path, source_file, source_rows, n_samples, *, chunk_rows, client=None) -> dict:
+def ensure_resampled(path, source_rows, n_samples, *, chunk_rows, client=None) -> dict:
     """``n_samples`` rows resampled from ``source_rows`` with the default noise (:func:`make_resampled_zarr`, seed
     0) at ``path``, kept when a store made from the same source, size and noise is already there.
 
@@ -52,17 +52,13 @@ def ensure_resampled(path, source_file, source_rows, n_samples, *, chunk_rows, c
     dict
         ``{"path", "array", "reused", "bytes"}`` as :func:`ensure_blobs`.
     """
-    source_rows = np.ascontiguousarray(source_rows)
-    attrs = {"kind": "resampled", "data": "X", "n_samples": int(n_samples), "n_features": int(source_rows.shape[1]),
-             "source_rows": int(source_rows.shape[0]),
-             "source_sha256": hashlib.sha256(source_rows.data).hexdigest(), "noise_std": RESAMPLE_NOISE_STD,
-             "dtype": str(source_rows.dtype), "seed": 0}
+    attrs = resampled_attrs(source_rows, n_samples, RESAMPLE_NOISE_STD, 0)
     reused = _zarr_matches(path, "daskmeans", attrs)
     if not reused:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         make_resampled_zarr(path, source_rows, n_samples, chunk_rows=chunk_rows, random_state=0, overwrite=True,
                             client=client)
-    return {"path": path, "array": os.path.join(path, "X"), "reused": reused, "source": source_file,
+    return {"path": path, "array": os.path.join(path, "X"), "reused": reused,
             "bytes": int(n_samples) * int(source_rows.shape[1]) * source_rows.dtype.itemsize}
 
 

@@ -393,8 +393,8 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
         fits = check_fits(n, d)
         if fits is not None and workload.storage == "memory":
             raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
-        store = ensure_resampled(os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr"), workload.file,
-                                 source_rows, n, chunk_rows=block_rows(n, d), client=client)
+        store = ensure_resampled(os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr"), source_rows, n,
+                                 chunk_rows=block_rows(n, d), client=client)
         if workload.storage == "zarr":
             location = store["array"]
         if fits is None:
