@@ -23,6 +23,8 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "vrkm++-reference": ("daskmeans.estimators.vrkm", "VRKMeans", {"variant": "vrkm++", "agree_rule": "reference"}),
     "nmbatch": ("daskmeans.estimators.minibatch", "NestedMiniBatchKMeans", {}),
     "minibatch": ("daskmeans.estimators.minibatch", "MiniBatchKMeans", {}),
+    # rows drawn uniformly over all rows, whatever the chunking: a pool of a large store reads nearly every block
+    "minibatch-rows": ("daskmeans.estimators.minibatch", "MiniBatchKMeans", {"sampling": "rows"}),
     # vc-GMM: isotropic GMM by truncated variational EM on a lightweight coreset, AFK-MC2 seeding
     "vc-gmm": ("daskmeans.estimators.mixture", "CoresetGaussianMixture", {}),
     "kernel-minibatch": ("daskmeans.estimators.kernel", "MiniBatchKernelKMeans", {}),

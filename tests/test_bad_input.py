@@ -27,6 +27,7 @@ NAMES = algorithm_names()
 #: Short runs: enough iterations to touch every code path.
 FAST = {"kmeans": {"max_iter": 5}, "kmeans-lloyd": {"max_iter": 5}, "vrkm": {"max_epochs": 3}, "vrkm++": {"max_epochs": 3},
         "vrkm++-reference": {"max_epochs": 3}, "nmbatch": {"max_iter": 10}, "minibatch": {"max_iter": 2},
+        "minibatch-rows": {"max_iter": 2},
         "vc-gmm": {"max_iter": 5}, "kernel-minibatch": {"max_iter": 3, "batch_size": 64},
         "kernel-minibatch-untruncated": {"max_iter": 3, "batch_size": 64}, "kernel-kmeans": {"max_iter": 5}}
 

@@ -32,6 +32,7 @@ FAST_PARAMS = {
     "vrkm++-reference": {"max_epochs": 3},
     "nmbatch": {"max_iter": 8},
     "minibatch": {"max_iter": 2, "batch_size": 7},
+    "minibatch-rows": {"max_iter": 2, "batch_size": 7},
     "vc-gmm": {"max_iter": 3},
     "kernel-minibatch": {"max_iter": 2, "batch_size": 7},
     "kernel-minibatch-untruncated": {"max_iter": 2, "batch_size": 7},

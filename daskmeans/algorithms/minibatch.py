@@ -10,7 +10,8 @@ from ..config import POOL_ROWS
 from ..engine.client import compute_now
 from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
-from ..passes.minibatch_pool import blocks_per_pool, choose_sampling, chunk_step_indices, pool_graph, step_indices
+from ..passes.minibatch_pool import (blocks_per_pool, choose_sampling, chunk_step_indices, pool_graph, pool_reads,
+                                     step_indices)
 from .result import FitResult, RunContext
 
 
@@ -60,7 +61,8 @@ def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, lea
     -------
     FitResult
         ``stop_reason``: ``"converged"`` (tol), ``"no_improvement"``, ``"max_iter"`` or ``"max_time"``;
-        ``history`` has one record per pool of steps; ``n_steps`` and ``seen_counts`` are set.
+        ``history`` has one record per pool of steps (with the blocks it read and their bytes as stored,
+        :func:`~daskmeans.passes.minibatch_pool.pool_reads`); ``n_steps`` and ``seen_counts`` are set.
     """
     context = context or RunContext()
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
@@ -96,6 +98,7 @@ def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, lea
             indices = chunk_step_indices(block_rows, batch_size, seed, step, n_steps, steps_per_pool, per_pool)
         else:
             indices = step_indices(n, batch_size, seed, step, n_steps)
+        blocks_read, bytes_read = pool_reads(array, indices)
         time_left = clock.time_left()
         ((centers, seen, records, reason, stopping, reassignment),) = compute_now(
             pool_graph(array, indices, centers, seen, learning_rate, stopping, time_left, weights, reassignment, step),
@@ -111,6 +114,8 @@ def minibatch_kmeans(array, centers, context=None, *, seed, batch_size=1024, lea
             "center_shift": records[-1][1],
             "wall_time": clock.elapsed(),
             "passes": passes + step * batch_size / n,
+            "blocks_read": blocks_read,
+            "bytes_read": bytes_read,
         }
         history.append(record)
         context.report(record, centers=centers)

@@ -205,6 +205,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
     ]
     if passes:
         notes.append("passes as counted by the algorithm; fit adds one summary pass and one final statistics pass")
+    notes += reads_notes(history)
     if candidates[:-1]:
         notes.append(f"snapshot times include the {tail:.3g} s the fit spent after its last iteration")
     if isinstance(params["init"], str):
@@ -215,6 +216,17 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
                  stop_reason=getattr(estimator, "stop_reason_", None), history=to_jsonable(list(history)),
                  notes=notes, params={key: value for key, value in estimator.get_params().items()
                                       if isinstance(value, (int, float, str, bool)) or value is None})
+
+
+def reads_notes(history) -> list:
+    """What a mini-batch fit read, from its pools' ``blocks_read`` and ``bytes_read`` (none for other fits)."""
+    pools = [r for r in history if r.get("bytes_read") is not None]
+    if not pools:
+        return []
+    total = sum(r["bytes_read"] for r in pools)
+    steps = max(1, int(pools[-1]["steps"]))
+    return [f"read {len(pools)} pools of {np.mean([r['blocks_read'] for r in pools]):.3g} blocks, "
+            f"{total / len(pools) / 2**20:,.1f} MiB a pool as stored ({total / steps / 2**10:,.1f} KiB a step)"]
 
 
 def _guarded(function, monitor_args):

@@ -249,7 +249,9 @@ class MiniBatchKMeans(ClusteringEstimator):
         Mini-batch steps (one per ``partial_fit`` call).
     history_ : list of dict
         One record per pool of steps: ``steps``, ``energy`` (smoothed batch inertia per sample),
-        ``batch_inertia``, ``center_shift``, ``wall_time``, ``passes``.
+        ``batch_inertia``, ``center_shift``, ``wall_time``, ``passes`` (rows drawn / n), ``blocks_read`` and
+        ``bytes_read`` (the whole blocks the pool's rows were read from, and their bytes as stored before
+        compression; ``partial_fit`` records have neither).
     stop_reason_ : str
     sampling_ : str
         ``"rows"`` or ``"chunks"``: how the fit drew its rows (what ``"auto"`` chose).

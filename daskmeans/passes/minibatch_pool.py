@@ -25,7 +25,7 @@ import numpy as np
 from ..config import CHUNK_SAMPLING_MIN_SAVING, MIN_POOL_BLOCKS, POOL_BLOCK_OVERSAMPLING
 from ..engine.graph import block_args, block_offsets, map_blocks_delayed, shared
 from ..engine.random import stage_generator
-from ..engine.slabs import converted_rows
+from ..engine.slabs import converted_rows, stored_form
 from ..kernels.minibatch import run_steps
 
 
@@ -103,6 +103,17 @@ def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_coun
     centers, seen_counts, records, stop_reason = run_steps(batches, centers, seen_counts, learning_rate, stopping,
                                                            time_left, batch_weights, reassignment, first_step)
     return centers, seen_counts, records, stop_reason, stopping, reassignment
+
+
+def pool_reads(array, indices) -> tuple[int, int]:
+    """What drawing the rows ``indices`` (any shape, global row indices) reads: the number of blocks that hold
+    any of them (:func:`draw_pieces` reads each once, whole) and those blocks' bytes as stored, before any
+    compression (uint8 data counts one byte a value, whatever dtype the rows are computed in)."""
+    block_rows = np.asarray(array.chunks[0], dtype=np.int64)
+    held = np.unique(np.searchsorted(np.cumsum(block_rows), np.ravel(indices), side="right"))
+    stored = stored_form(array)
+    row_bytes = int(np.prod(stored.shape[1:], dtype=np.int64)) * stored.dtype.itemsize
+    return len(held), int(block_rows[held].sum()) * row_bytes
 
 
 def draw_pieces(array, indices, weights=None):

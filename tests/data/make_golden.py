@@ -32,6 +32,7 @@ GOLDEN_PARAMS = {
     "vrkm++-reference": {"max_epochs": 2},
     "nmbatch": {"max_iter": 8},
     "minibatch": {"max_iter": 5, "batch_size": 256},
+    "minibatch-rows": {"max_iter": 5, "batch_size": 256},
     "vc-gmm": {"max_iter": 4, "coreset_size": 800},
     "kernel-minibatch": {"max_iter": 20, "batch_size": 256, "tau": 50},
     "kernel-minibatch-untruncated": {"max_iter": 20, "batch_size": 256},

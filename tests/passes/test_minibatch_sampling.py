@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 
 from daskmeans import InvalidParameterError, MiniBatchKMeans, open_input
+from daskmeans.bench.runner import reads_notes
+from daskmeans.engine.random import seed_from_random_state, stage_key
 from daskmeans.config import MIN_POOL_BLOCKS, POOL_ROWS
 from daskmeans.passes.minibatch_pool import (
     blocks_per_pool,
@@ -81,6 +84,35 @@ def test_a_pool_of_whole_blocks_reads_five_times_fewer_blocks(many_blocks):
     read_uniform, read_whole = len(draw_pieces(data.array, uniform)), len(draw_pieces(data.array, whole))
     assert read_uniform == 80 and read_whole == per_pool == 11
     assert read_uniform >= 5 * read_whole, "7.3x fewer bytes read per pool"
+
+
+@pytest.mark.parametrize("sampling", ["rows", "chunks"])
+def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tmp_path, sampling):
+    values = np.random.default_rng(1).integers(0, 256, size=(400_000, 8), dtype=np.uint8)
+    zarr.create_array(store=str(tmp_path / "u8.zarr"), data=values, chunks=(10_000, 8))
+    model = MiniBatchKMeans(4, sampling=sampling, random_state=0, max_iter=1, max_no_improvement=None,
+                            batch_size=1024, chunk_rows=10_000).fit(str(tmp_path / "u8.zarr"))
+    data = open_input(str(tmp_path / "u8.zarr"), chunk_rows=10_000)
+    block_rows = data.array.chunks[0]
+    assert len(block_rows) == 40 and data.array.dtype == np.float32
+    steps, seed = POOL_ROWS // 1024, stage_key(seed_from_random_state(0), "minibatch")
+    for pool, record in enumerate(model.history_):
+        first = pool * steps
+        n_steps = min(steps, record["steps"] - first)
+        indices = (step_indices(400_000, 1024, seed, first, n_steps) if sampling == "rows" else
+                   chunk_step_indices(block_rows, 1024, seed, first, n_steps, steps,
+                                      blocks_per_pool(block_rows, POOL_ROWS)))
+        assert record["blocks_read"] == len(draw_pieces(data.array, indices))
+        assert record["bytes_read"] == record["blocks_read"] * 10_000 * 8, "one byte a uint8 value, not four"
+    blocks = [r["blocks_read"] for r in model.history_]
+    if sampling == "rows":
+        assert blocks == [40] * 4, "a pool of 131,072 uniform rows touches every block"
+    else:  # a pool that spans two sweeps may take a block twice (read once)
+        assert blocks[0] == max(blocks) == blocks_per_pool(block_rows, POOL_ROWS) == 27
+    (note,) = reads_notes(model.history_)
+    per_step = sum(r["bytes_read"] for r in model.history_) / model.n_steps_ / 2**10
+    assert note == f"read 4 pools of {np.mean(blocks):.3g} blocks, {np.mean(blocks) * 80_000 / 2**20:,.1f} MiB a " \
+                   f"pool as stored ({per_step:,.1f} KiB a step)"
 
 
 def test_a_chunk_sampled_fit_is_as_good_and_depends_only_on_seed_and_chunking(many_blocks, cluster_client):
