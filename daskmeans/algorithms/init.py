@@ -7,13 +7,15 @@ import math
 
 import numpy as np
 
-from ..config import AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING
+from ..config import (AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, KMEANS_PARALLEL_MIN_ROWS,
+                      KMEANS_PARALLEL_ROWS_PER_CENTER)
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution, reduce_candidates
 from ..passes import proposal
 from ..passes import oversample
+from ..passes.row_sample import sampled_rows
 from ..passes.sampling import (
     finish_gather,
     gather_rows_graph,
@@ -100,6 +102,53 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
     centers = weighted_kmeans_plusplus(points, point_weights, n_clusters, rng)
     centers = weighted_lloyd(points, point_weights, centers, max_iter=recluster_iter)
     return centers.astype(array.dtype), passes
+
+
+def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None) -> int:
+    """Rows k-means|| looks at: ``sample_size`` when given, else ``max(KMEANS_PARALLEL_MIN_ROWS,
+    KMEANS_PARALLEL_ROWS_PER_CENTER * n_clusters)`` (:mod:`daskmeans.config`), never more than ``n_samples``."""
+    wanted = sample_size or max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * int(n_clusters))
+    return int(min(n_samples, wanted))
+
+
+def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0,
+                            client=None, sample_size=None, on_progress=_no_progress):
+    """:func:`kmeans_parallel` on every row when the data has at most :func:`kmeans_parallel_rows` rows, else on a
+    uniform sample of about that many rows, drawn in one pass and held by the workers
+    (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their weights).
+
+    When the sample holds fewer than ``n_clusters`` distinct rows (data with about ``n_clusters`` distinct rows, a
+    few of them rare), k-means|| looks at every row instead, as without a sample.
+
+    Returns
+    -------
+    centers : ndarray (n_clusters, d)
+    n_passes : float
+        Passes over the data: the sample pass plus k-means||'s passes over the sample times its share of the rows.
+    """
+    n = int(array.shape[0])
+    m = kmeans_parallel_rows(n, n_clusters, sample_size)
+    options = dict(weights=weights, rounds=rounds, oversampling_factor=oversampling_factor, client=client)
+    if m >= n:
+        return kmeans_parallel(array, n_clusters, seed, **options, on_progress=on_progress)
+    on_progress(0, 3 + 2 * rounds, f"sampling about {m:,} of {n:,} rows")
+    sample, sample_weights = sampled_rows(array, weights, m / n, stage_key(seed, "k-means||", "sample"), client)
+    kept = int(sample.shape[0])
+
+    def on_sample(done, total, note=None):
+        on_progress(1 + done, 1 + total, f"on {kept:,} sampled rows: {note}" if note else None)
+
+    on_sample(0, 2 + 2 * rounds)
+    try:
+        centers, passes = kmeans_parallel(sample, n_clusters, seed, **{**options, "weights": sample_weights},
+                                          on_progress=on_sample)
+    except InputDataError:
+        if kept and _count_distinct(sample.compute()) >= n_clusters:
+            raise
+        on_progress(1, 3 + 2 * rounds, f"too few distinct rows in the sample of {kept:,}: every row")
+        centers, passes = kmeans_parallel(array, n_clusters, seed, **options)
+        return centers, 1 + passes
+    return centers, 1 + passes * kept / n
 
 
 def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None,
@@ -316,8 +365,9 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         on_progress(0, 0)
         return np.array(init, dtype=array.dtype), 0
     if init == "k-means||":
-        return kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
-                               oversampling_factor=oversampling_factor, client=client, on_progress=on_progress)
+        return kmeans_parallel_bounded(array, n_clusters, seed, weights=weights, rounds=rounds,
+                                       oversampling_factor=oversampling_factor, client=client,
+                                       sample_size=sample_size, on_progress=on_progress)
     if init == "afk-mc2":
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
