@@ -141,6 +141,11 @@ GREEDY_DISTANCE_MATRIX_BYTES = 128 * 2**20
 #: on 2 cores, against seconds on a million rows.
 KMEANS_PARALLEL_MIN_ROWS = 2**20
 KMEANS_PARALLEL_ROWS_PER_CENTER = 256
+#: ... and at most as many sampled rows (as stored, with k-means||'s 12 bytes of state each) as fill this fraction
+#: of the workers' memory (wide rows: 1,048,576 rows of 784 float32 would be 3.3 GB).
+KMEANS_PARALLEL_MEMORY_FRACTION = 1 / 8
+#: Bytes of k-means|| state per row it looks at: the squared distance to the nearest candidate and its index.
+KMEANS_PARALLEL_STATE_BYTES = 12
 #: Rows per block of a sample held by the workers (:mod:`daskmeans.passes.row_sample`).
 ROW_SAMPLE_BLOCK_ROWS = 2**16
 #: Largest slab of the candidates-to-centers distance matrix when k-means|| reclusters its candidates (bytes).

@@ -7,10 +7,12 @@ import math
 
 import numpy as np
 
-from ..config import (AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, KMEANS_PARALLEL_MIN_ROWS,
-                      KMEANS_PARALLEL_ROWS_PER_CENTER)
+from ..config import (AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, KMEANS_PARALLEL_MEMORY_FRACTION,
+                      KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER, KMEANS_PARALLEL_STATE_BYTES)
+from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
+from ..engine.slabs import stored_form
 from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution, reduce_candidates
 from ..passes import proposal
@@ -104,18 +106,25 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
     return centers.astype(array.dtype), passes
 
 
-def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None) -> int:
-    """Rows k-means|| looks at: ``sample_size`` when given, else ``max(KMEANS_PARALLEL_MIN_ROWS,
-    KMEANS_PARALLEL_ROWS_PER_CENTER * n_clusters)`` (:mod:`daskmeans.config`), never more than ``n_samples``."""
-    wanted = sample_size or max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * int(n_clusters))
+def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None, row_bytes=None,
+                         memory_bytes=None) -> int:
+    """Rows k-means|| looks at, never more than ``n_samples``: ``sample_size`` when given; else every row up to
+    ``max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * n_clusters)`` rows, and for more rows a sample
+    of that many, or of fewer when those would not fit in ``KMEANS_PARALLEL_MEMORY_FRACTION`` of ``memory_bytes``
+    (the workers' memory) at ``row_bytes`` each (a row as stored and its state) (:mod:`daskmeans.config`)."""
+    if sample_size:
+        return int(min(n_samples, sample_size))
+    wanted = max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * int(n_clusters))
+    if wanted < n_samples and row_bytes and memory_bytes:
+        wanted = min(wanted, max(1, int(memory_bytes * KMEANS_PARALLEL_MEMORY_FRACTION) // int(row_bytes)))
     return int(min(n_samples, wanted))
 
 
 def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0,
                             client=None, sample_size=None, on_progress=_no_progress):
-    """:func:`kmeans_parallel` on every row when the data has at most :func:`kmeans_parallel_rows` rows, else on a
-    uniform sample of about that many rows, drawn in one pass and held by the workers
-    (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their weights).
+    """:func:`kmeans_parallel` on every row when the data has at most :func:`kmeans_parallel_rows` rows (with the
+    rows' stored size and the workers' memory), else on a uniform sample of about that many rows, drawn in one pass
+    and held by the workers (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their weights).
 
     When the sample holds fewer than ``n_clusters`` distinct rows (data with about ``n_clusters`` distinct rows, a
     few of them rare), k-means|| looks at every row instead, as without a sample.
@@ -127,7 +136,9 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
         Passes over the data: the sample pass plus k-means||'s passes over the sample times its share of the rows.
     """
     n = int(array.shape[0])
-    m = kmeans_parallel_rows(n, n_clusters, sample_size)
+    stored = stored_form(array)
+    row_bytes = int(np.prod(stored.shape[1:])) * stored.dtype.itemsize + KMEANS_PARALLEL_STATE_BYTES
+    m = kmeans_parallel_rows(n, n_clusters, sample_size, row_bytes, cluster_memory_bytes(client))
     options = dict(weights=weights, rounds=rounds, oversampling_factor=oversampling_factor, client=client)
     if m >= n:
         return kmeans_parallel(array, n_clusters, seed, **options, on_progress=on_progress)

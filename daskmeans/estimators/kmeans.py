@@ -72,9 +72,10 @@ class KMeans(ClusteringEstimator):
     init_sample_size : int, optional
         Rows the seeding looks at. ``init="k-means++"``: a uniform sample of this many (default
         ``max(20 k, 10000)``). ``init="k-means||"``: every row of data of at most this many rows (default
-        ``max(2**20, 256 k)``), else a uniform sample of about this many, drawn in one pass and held by the
-        workers (:func:`daskmeans.algorithms.init.kmeans_parallel_bounded`): at 100 million rows and k = 1000
-        each k-means|| round over every row would cost about two assign passes.
+        ``max(2**20, 256 k)``), else a uniform sample of about this many (by default no more than an eighth of the
+        workers' memory holds), drawn in one pass and held by the workers
+        (:func:`daskmeans.algorithms.init.kmeans_parallel_bounded`): at 100 million rows and k = 1000 each
+        k-means|| round over every row would cost about two assign passes.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
     client : distributed.Client, optional

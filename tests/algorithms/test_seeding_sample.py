@@ -11,8 +11,10 @@ import pytest
 import zarr
 
 from daskmeans import InputDataError, KMeans, open_input
+from daskmeans.algorithms import init
 from daskmeans.algorithms.init import kmeans_parallel, kmeans_parallel_bounded, kmeans_parallel_rows
 from daskmeans.config import KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER
+from daskmeans.engine.capacity import cluster_memory_bytes
 from daskmeans.engine.random import row_uniforms, stage_key
 from daskmeans.engine.slabs import stored_form
 from daskmeans.passes.row_sample import sampled_rows
@@ -35,6 +37,25 @@ def test_the_rows_kmeans_parallel_looks_at():
     assert kmeans_parallel_rows(960_000, 1000) == 960_000, "descriptors: every row, as before"
     assert kmeans_parallel_rows(10**8, 1000, sample_size=5000) == 5000
     assert kmeans_parallel_rows(300, 10, sample_size=5000) == 300
+    wide = 784 * 4 + 12  # a float32 MNIST row and its state
+    assert kmeans_parallel_rows(10**8, 100, row_bytes=wide, memory_bytes=2**30) == 2**30 // 8 // wide, \
+        "the sample fills an eighth of the workers' memory at most"
+    assert kmeans_parallel_rows(10**6, 100, row_bytes=wide, memory_bytes=2**30) == 10**6, "no sample: no rows held"
+    assert kmeans_parallel_rows(10**8, 100, 5000, row_bytes=wide, memory_bytes=2**30) == 5000, "asked for"
+
+
+def test_the_sample_is_bounded_by_the_workers_memory(uint8_store, cluster_client, monkeypatch):
+    path = uint8_store[0]
+    data = open_input(path)
+    monkeypatch.setattr(init, "KMEANS_PARALLEL_MIN_ROWS", 20_000)
+    memory = cluster_memory_bytes(cluster_client)
+    fraction = 3_000 * (6 + 12) / memory  # room for 3,000 rows of 6 uint8 values and their state
+    monkeypatch.setattr(init, "KMEANS_PARALLEL_MEMORY_FRACTION", fraction)
+    rows = kmeans_parallel_rows(60_000, 5, row_bytes=18, memory_bytes=memory)
+    assert 2_990 <= rows <= 3_000
+    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, client=cluster_client)
+    sample, _ = sampled_rows(data.array, None, rows / 60_000, stage_key(21, "k-means||", "sample"))
+    np.testing.assert_array_equal(seeded, kmeans_parallel(sample, 5, 21)[0])
 
 
 @pytest.mark.parametrize("chunk_rows", [7_000, 13_000])
