@@ -136,12 +136,12 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
         Passes over the data: the sample pass plus k-means||'s passes over the sample times its share of the rows.
     """
     n = int(array.shape[0])
+    options = dict(weights=weights, rounds=rounds, oversampling_factor=oversampling_factor, client=client)
+    if kmeans_parallel_rows(n, n_clusters, sample_size) >= n:
+        return kmeans_parallel(array, n_clusters, seed, **options, on_progress=on_progress)
     stored = stored_form(array)
     row_bytes = int(np.prod(stored.shape[1:])) * stored.dtype.itemsize + KMEANS_PARALLEL_STATE_BYTES
     m = kmeans_parallel_rows(n, n_clusters, sample_size, row_bytes, cluster_memory_bytes(client))
-    options = dict(weights=weights, rounds=rounds, oversampling_factor=oversampling_factor, client=client)
-    if m >= n:
-        return kmeans_parallel(array, n_clusters, seed, **options, on_progress=on_progress)
     on_progress(0, 3 + 2 * rounds, f"sampling about {m:,} of {n:,} rows")
     sample, sample_weights = sampled_rows(array, weights, m / n, stage_key(seed, "k-means||", "sample"), client)
     kept = int(sample.shape[0])
@@ -149,17 +149,19 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
     def on_sample(done, total, note=None):
         on_progress(1 + done, 1 + total, f"on {kept:,} sampled rows: {note}" if note else None)
 
-    on_sample(0, 2 + 2 * rounds)
-    try:
-        centers, passes = kmeans_parallel(sample, n_clusters, seed, **{**options, "weights": sample_weights},
-                                          on_progress=on_sample)
-    except InputDataError:
-        if kept and _count_distinct(sample.compute()) >= n_clusters:
-            raise
-        on_progress(1, 3 + 2 * rounds, f"too few distinct rows in the sample of {kept:,}: every row")
-        centers, passes = kmeans_parallel(array, n_clusters, seed, **options)
-        return centers, 1 + passes
-    return centers, 1 + passes * kept / n
+    if kept >= n_clusters:
+        on_sample(0, 2 + 2 * rounds)
+        try:
+            centers, passes = kmeans_parallel(sample, n_clusters, seed, **{**options, "weights": sample_weights},
+                                              on_progress=on_sample)
+            return centers, 1 + passes * kept / n
+        except InputDataError:
+            (values,) = compute_now(sample, client=client)
+            if _count_distinct(values) >= n_clusters:
+                raise
+    on_progress(1, 3 + 2 * rounds, f"fewer than {n_clusters} distinct rows in the sample of {kept:,}: every row")
+    centers, passes = kmeans_parallel(array, n_clusters, seed, **options)
+    return centers, 1 + passes
 
 
 def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None,

@@ -121,3 +121,11 @@ def test_a_sample_that_misses_a_rare_distinct_row_makes_kmeans_parallel_look_at_
 def test_fewer_distinct_rows_than_clusters_is_blamed_on_the_data_not_the_sample():
     with pytest.raises(InputDataError, match=r"The data has only 4 distinct row\(s\).*n_clusters=5"):
         kmeans_parallel_bounded(open_input(RARE).array, 5, 0, sample_size=1_000)
+
+
+def test_a_sample_smaller_than_the_clusters_makes_kmeans_parallel_look_at_every_row(uint8_store):
+    data = open_input(uint8_store[0])
+    centers, passes = kmeans_parallel_bounded(data.array, 5, 2, sample_size=2)
+    every_row, every_passes = kmeans_parallel(data.array, 5, 2)
+    np.testing.assert_array_equal(centers, every_row)
+    assert passes == 1 + every_passes
