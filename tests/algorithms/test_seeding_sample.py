@@ -125,7 +125,9 @@ def test_fewer_distinct_rows_than_clusters_is_blamed_on_the_data_not_the_sample(
 
 def test_a_sample_smaller_than_the_clusters_makes_kmeans_parallel_look_at_every_row(uint8_store):
     data = open_input(uint8_store[0])
-    centers, passes = kmeans_parallel_bounded(data.array, 5, 2, sample_size=2)
-    every_row, every_passes = kmeans_parallel(data.array, 5, 2)
+    kept = (row_uniforms(stage_key(0, "k-means||", "sample"), 0, 60_000) < 2 / 60_000).sum()
+    assert kept == 1, "seed 0 keeps one row of the 60,000"
+    centers, passes = kmeans_parallel_bounded(data.array, 5, 0, sample_size=2)
+    every_row, every_passes = kmeans_parallel(data.array, 5, 0)
     np.testing.assert_array_equal(centers, every_row)
     assert passes == 1 + every_passes
