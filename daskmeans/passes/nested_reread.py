@@ -71,8 +71,10 @@ def _slab_bounds(m_old: int, m_new: int, step: int) -> list[int]:
     return sorted(set(range(0, m_new, step)) | {m_old, m_new})
 
 
-def _chunk_step(previous, block, offset, weights, key, m_new, centers, shift, groups, use_bounds):
-    """Revisit the chunk's first ``m_old`` rows of its order, add rows ``m_old .. m_new``, report the deltas."""
+def _chunk_step(block, offset, weights, previous, key, m_new, centers, shift, groups, use_bounds):
+    """Revisit the chunk's first ``m_old`` rows of its order, add rows ``m_old .. m_new``, report the deltas.
+
+    The chunk as read comes first: it is what the task reports to a pass watch as the rows it read."""
     block = np.asarray(block)
     order = chunk_order(key, offset, block.shape[0])[:m_new]
     state = previous.block if previous is not None else None
@@ -170,9 +172,9 @@ class RereadBatch(NestedBatch):
         chunks = np.flatnonzero(counts)
         previous = dict(zip(self.chunks_in_batch.tolist(), self.outputs))
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
-        args = [[previous.get(int(c)), self.data_blocks[c], int(self.offsets[c]),
-                 None if self.weight_blocks is None else self.weight_blocks[c], self.row_key, int(counts[c])]
-                for c in chunks]
+        weight_blocks = self.weight_blocks if self.weight_blocks is not None else [None] * len(self.data_blocks)
+        args = [[self.data_blocks[c], int(self.offsets[c]), weight_blocks[c], previous.get(int(c)), self.row_key,
+                 int(counts[c])] for c in chunks]
         outputs = map_blocks_delayed(
             _chunk_step, "nmbatch-reread-step", args, shared(centers, "nmbatch-centers"),
             shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"), shared(self.groups, "nmbatch-groups"),

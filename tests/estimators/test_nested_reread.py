@@ -65,6 +65,8 @@ def test_reread_gives_the_iterates_of_the_cached_batch(store, bounds):
     np.testing.assert_allclose(reread.cluster_centers_, cached.cluster_centers_, rtol=1e-9, atol=1e-9)
     np.testing.assert_array_equal(np.asarray(reread.labels_), np.asarray(cached.labels_))
     assert reread.history_[-1]["passes"] > cached.history_[-1]["passes"], "re-reading is counted as passes"
+    rates = [r["rows_per_second"] for r in reread.history_ if "rows_per_second" in r]
+    assert rates and all(rate > 0 for rate in rates), "the re-read chunks are the rows a step's pass reads"
 
 
 def test_reread_on_a_cluster_of_processes_equals_threads(store, cluster_client):
