@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 
-import dask
 import numpy as np
 import zarr
 
 from ._validation import check_choice, check_float, check_int
 from .config import GENERATION_BLOCK_VALUES, TARGET_CHUNK_BYTES
+from .engine.writes import compute_writes
 from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .exceptions import InvalidParameterError
@@ -202,10 +202,7 @@ def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None,
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
         writes = map_blocks_delayed(_write_rows, "make-blobs", ranges, tmp, array_name, seed,
                                     shared(centers, "blob-centers"), cluster_std, dtype)
-        if client is not None:
-            client.gather(client.compute(writes))
-        else:
-            dask.compute(*writes, scheduler="threads")
+        compute_writes(writes, client)
     return os.fspath(path)
 
 
@@ -311,8 +308,5 @@ def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD
         # on a cluster, sent to every worker once, not inside the graph
         held = source if client is None else client.scatter([source], broadcast=True, hash=False)[0]
         writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, held, noise_std)
-        if client is not None:
-            client.gather(client.compute(writes))
-        else:
-            dask.compute(*writes, scheduler="threads")
+        compute_writes(writes, client)
     return os.fspath(path)

@@ -20,7 +20,8 @@ import numpy as np
 import zarr
 
 from ..config import MIN_BLOCK_BYTES, MIN_CHOSEN_BLOCK_ROWS, MIN_CHOSEN_BLOCKS, TARGET_BLOCK_BYTES
-from ..engine.client import compute_now, persist_now
+from ..engine.client import persist_now, resolve_client
+from ..engine.writes import compute_writes
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..exceptions import InputDataError, InputDtypeError
 from .sources import open_source
@@ -392,5 +393,13 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
         target = zarr.open_array(store=tmp, mode="w", shape=labels.shape, chunks=(chunk,), dtype=labels.dtype,
                                  zarr_format=3, dimension_names=(dims[0] if dims else "sample",))
         target.attrs["daskmeans"] = {"kind": "labels"}
-        compute_now(da.store(labels, target, lock=False, compute=False), client=client)
+        starts = np.cumsum((0,) + labels.chunks[0][:-1])
+        writes = [dask.delayed(_store_rows, pure=False)(block, target, int(start))
+                  for block, start in zip(labels.to_delayed().ravel(), starts)]
+        compute_writes(writes, resolve_client(client))
     return os.fspath(path)
+
+
+def _store_rows(values, target, start):
+    """Write ``values`` to rows ``start ..`` of the Zarr array ``target`` (one chunk of it)."""
+    target[start:start + len(values)] = values

@@ -1,0 +1,30 @@
+"""Writes by Dask tasks: an error is raised only once every write still running has ended."""
+
+import pathlib
+import time
+
+import dask
+import pytest
+
+from daskmeans.engine.writes import compute_writes
+
+
+def _fail_now(folder):
+    raise OSError(28, "No space left on device")
+
+
+def _write_late(folder, seconds):
+    time.sleep(seconds)
+    (pathlib.Path(folder) / "late").write_text("written after the first error")
+    return "late"
+
+
+@pytest.mark.parametrize("where", ["threads", "cluster"])
+def test_a_failed_write_returns_after_every_write_has_ended(tmp_path, where, request):
+    """The first error is raised only once the writes still running have ended: a folder removed then stays gone."""
+    client = request.getfixturevalue("cluster_client") if where == "cluster" else None
+    writes = [dask.delayed(_write_late, pure=False)(str(tmp_path), 1.5),
+              dask.delayed(_fail_now, pure=False)(str(tmp_path))]
+    with pytest.raises(OSError, match="No space left"):
+        compute_writes(writes, client)
+    assert (tmp_path / "late").read_text() == "written after the first error"
