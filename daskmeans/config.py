@@ -20,6 +20,11 @@ SHARED_INLINE_BYTES = 256 * 2**10
 #: them) runs that combine on the driver, saving a dispatch and a transfer between workers per pass
 #: (:func:`daskmeans.engine.graph.tree_reduce`).
 DRIVER_COMBINE_BYTES = 4 * 2**20
+#: After a write task fails on a cluster, the most seconds to wait for the other writes still executing to end
+#: before the error is raised (and the output's temporary folder removed), and how often to look
+#: (:func:`daskmeans.engine.writes.compute_writes`).
+WRITES_SETTLE_SECONDS = 120.0
+WRITES_POLL_SECONDS = 0.05
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0
 #: Seconds beyond the connect timeout that ``connect`` waits for a scheduler's handshake before calling the address

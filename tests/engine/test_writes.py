@@ -28,3 +28,23 @@ def test_a_failed_write_returns_after_every_write_has_ended(tmp_path, where, req
     with pytest.raises(OSError, match="No space left"):
         compute_writes(writes, client)
     assert (tmp_path / "late").read_text() == "written after the first error"
+
+
+def _write_after(folder, name, seconds):
+    time.sleep(seconds)
+    (pathlib.Path(folder) / name).write_text("written")
+    return name
+
+
+def test_on_a_cluster_the_writes_not_started_are_cancelled(tmp_path, cluster_client):
+    """The error waits for the writes executing, not for those queued behind them (2 workers x 1 thread)."""
+    writes = [dask.delayed(_fail_now, pure=False)(str(tmp_path))]
+    writes += [dask.delayed(_write_after, pure=False)(str(tmp_path), f"late-{i}", 0.5) for i in range(24)]
+    started = time.monotonic()
+    with pytest.raises(OSError, match="No space left"):
+        compute_writes(writes, cluster_client)
+    waited = time.monotonic() - started
+    written = sorted(path.name for path in tmp_path.iterdir())
+    time.sleep(1.5)
+    assert sorted(path.name for path in tmp_path.iterdir()) == written  # nothing written after the error
+    assert len(written) < 24 and waited < 4.5, (written, waited)  # all 24 would take 6 s on the 2 threads
