@@ -17,9 +17,9 @@ import zarr
 
 from ._validation import check_choice, check_float, check_int
 from .config import GENERATION_BLOCK_VALUES, TARGET_CHUNK_BYTES
-from .engine.writes import compute_writes
 from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
+from .engine.writes import compute_writes
 from .exceptions import InvalidParameterError
 from .storage.zarr_safe import atomic_output
 

@@ -21,8 +21,8 @@ import zarr
 
 from ..config import MIN_BLOCK_BYTES, MIN_CHOSEN_BLOCK_ROWS, MIN_CHOSEN_BLOCKS, TARGET_BLOCK_BYTES
 from ..engine.client import persist_now, resolve_client
-from ..engine.writes import compute_writes
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
+from ..engine.writes import compute_writes
 from ..exceptions import InputDataError, InputDtypeError
 from .sources import open_source
 from .zarr_safe import atomic_output

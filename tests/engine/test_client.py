@@ -35,4 +35,3 @@ def test_the_dashboard_is_announced_on_stderr(capsys):
     announce_dashboard(FakeClient())
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "Dask dashboard: http://127.0.0.1:8787/status\n"
-
