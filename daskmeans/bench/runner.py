@@ -291,7 +291,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     say(f"data ready: {data.n_samples:,} x {data.n_features}")
     algorithms = energy_algorithm_names() if options.algorithms is None else list(options.algorithms)
     peer_names = list(workload.peers) if options.peers is None else list(options.peers)
-    warm_up(client, algorithms, data.n_features)
+    warm_up(client, algorithms, data.n_features, data.array.dtype, workload.k)
     warm_up_peers([PEERS[name] for name in peer_names], client)
     say("warmed up")
     energy = InMemoryEnergy(data.X) if data.X is not None else DaskEnergy(data.array, client)

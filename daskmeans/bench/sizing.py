@@ -72,7 +72,7 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     # the block size a large store would have, so that the per-task term extrapolates as it would
     chunk_rows = int(TARGET_BLOCK_BYTES // (4 * d))
     work_dir = options.work_dir or os.path.join(options.out_dir, "data")
-    warm_up(client, ["kmeans"], d)
+    warm_up(client, ["kmeans"], d, np.float32, k)
     processes = worker_processes(client)
     tau = measure_task_overhead(client)
     measured = []

@@ -223,7 +223,7 @@ def score_rows(n_rows, columns, itemsize, slab_bytes=ASSIGN_SLAB_BYTES, tile_byt
 
 
 def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True, column_blocks=True,
-                       stats=None, weights=None):
+                       stats=None, weights=None, out=None):
     """Exact nearest center of every row, and fresh group lower bounds.
 
     The scores ``||c||^2 - 2 x.c`` come from one GEMM per tile of rows against the centers laid out slot by
@@ -257,6 +257,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         numbers as :func:`daskmeans.kernels.stats.cluster_stats` on the result (modified in place).
     weights : ndarray (n,), optional
         Sample weights of the rows, for ``stats``.
+    out : tuple of ndarray, optional
+        ``(labels, dist2, lower)`` to fill and return instead of new arrays (contiguous, of the results' shapes and
+        dtypes; e.g. slices of a larger state's arrays).
 
     Returns
     -------
@@ -272,9 +275,10 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     X = np.ascontiguousarray(X)
     n, d = X.shape
     n_groups = groups.n_groups
-    labels = np.empty(n, dtype=np.int32)
-    dist2 = np.empty(n, dtype=np.float64)
-    lower = np.empty((n, n_groups if with_bounds else 0), dtype=np.float32)
+    if out is None:
+        out = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float64),
+               np.empty((n, n_groups if with_bounds else 0), dtype=np.float32))
+    labels, dist2, lower = out
     if n == 0:
         return labels, dist2, lower, 0
     centers = np.ascontiguousarray(centers, dtype=X.dtype)

@@ -149,7 +149,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
 
 
 def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,
-                        probe_rows=REVISIT_PROBE_ROWS, give_up=REVISIT_GIVE_UP_FRACTION):
+                        probe_rows=REVISIT_PROBE_ROWS, give_up=REVISIT_GIVE_UP_FRACTION, out=None):
     """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
 
     The first ``probe_rows`` rows are revisited first: when they needed more than ``give_up`` of all their
@@ -176,6 +176,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         (``shift == 0``), which is most rows once the centers settle.
     probe_rows : int
     give_up : float
+    out : tuple of ndarray, optional
+        ``(labels, dist2, lower)`` to fill and return instead of new arrays (shapes and dtypes of the results;
+        distinct from the inputs).
 
     Returns
     -------
@@ -194,9 +197,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     k = centers.shape[0]
     if scalar_limit is None:
         scalar_limit = max(1, k // 16)
-    new_labels = np.empty(m, dtype=np.int32)
-    new_dist2 = np.empty(m, dtype=np.float64)
-    new_lower = np.empty_like(lower)
+    if out is None:
+        out = (np.empty(m, dtype=np.int32), np.empty(m, dtype=np.float64), np.empty_like(lower))
+    new_labels, new_dist2, new_lower = out
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
     centers_sq = row_sq_norms(centers)
@@ -204,6 +207,7 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     shift = np.asarray(shift, dtype=np.float64)
     computed = 0
     start = 0
+    tail = m  # rows from here on are reassigned against all centers (after a give-up)
     while start < m:
         stop = m if start else min(m, int(probe_rows))
         part = slice(start, stop)
@@ -214,14 +218,17 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
                              needs_full[part])
         if not start and stop < m and \
                 computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
-            needs_full[stop:] = True
+            tail = stop
             break
         start = stop
-    full = np.flatnonzero(needs_full)
+    # the rows after a give-up are assigned in place (no copy of them); the probe's own rows are gathered
+    full = np.flatnonzero(needs_full[:tail])
     if full.size:
         f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
         new_labels[full] = f_labels
         new_dist2[full] = f_dist2
         new_lower[full] = f_lower
-        computed += full.size * k
+    if tail < m:
+        assign_with_bounds(X[tail:], centers, groups, out=(new_labels[tail:], new_dist2[tail:], new_lower[tail:]))
+    computed += (full.size + m - tail) * k
     return new_labels, new_dist2, new_lower, int(computed)

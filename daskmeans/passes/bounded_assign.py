@@ -8,7 +8,10 @@ labels (the same :func:`daskmeans.kernels.stats.cluster_stats` and the same tree
 :func:`daskmeans.passes.assign.assign_stats_graph`), so the sums are those of a plain Lloyd pass over the same
 blocks, to the last bit, and never accumulate rounding across iterations.
 
-Memory: the state costs :func:`state_bytes_per_row` per row on the workers, on top of the persisted data.
+Memory: the state costs :func:`state_bytes_per_row` per row on the workers, on top of the persisted data. A
+revisit writes the new labels, distances and bounds into the arrays of the state two passes back, once that state
+is freed (:class:`~daskmeans.engine.recycle.Recycler`): between passes a block holds one such set more than its
+state, which a revisit held anyway while it ran (the old state and the new), so the peak does not grow.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from ..engine.client import compute_now, persist_now, resolve_client, submit_now
 from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
+from ..engine.recycle import Recycler
 from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
@@ -32,16 +36,33 @@ def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> in
 
 
 class BoundedBlock:
-    """The state of one row block: rows, weights, labels, exact squared distances, group lower bounds."""
+    """The state of one row block: rows, weights, labels, exact squared distances, group lower bounds.
 
-    __slots__ = ("rows", "weights", "labels", "dist2", "lower")
+    ``recycler`` is shared by the states of one block's chain: a state that is freed leaves its labels, distances
+    and bounds there for the next revisit to fill (:mod:`daskmeans.engine.recycle`).
+    """
 
-    def __init__(self, rows, weights, labels, dist2, lower):
+    __slots__ = ("rows", "weights", "labels", "dist2", "lower", "recycler")
+
+    def __init__(self, rows, weights, labels, dist2, lower, recycler=None):
         self.rows = rows
         self.weights = weights
         self.labels = labels
         self.dist2 = dist2
         self.lower = lower
+        self.recycler = Recycler() if recycler is None else recycler
+
+    def __del__(self):
+        try:
+            self.recycler.keep(self.labels, self.dist2, self.lower)
+        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone: nothing to keep
+            pass
+
+    def empty_like_state(self):
+        """``(labels, dist2, lower)`` for the next state: arrays of a freed state of the chain, or new ones."""
+        m, n_groups = self.lower.shape
+        return (self.recycler.empty(m, np.int32), self.recycler.empty(m, np.float64),
+                self.recycler.empty((m, n_groups), np.float32))
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -72,8 +93,8 @@ def _revisit_block(previous, centers, shift, groups, n_far):
 
 def _revisit_state(state, centers, shift, groups, n_far):
     labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift, groups,
-                                                         dist2=state.dist2)
-    state = BoundedBlock(state.rows, state.weights, labels, dist2, lower)
+                                                         dist2=state.dist2, out=state.empty_like_state())
+    state = BoundedBlock(state.rows, state.weights, labels, dist2, lower, state.recycler)
     return state, _report(state, centers.shape[0], n_far, computed)
 
 

@@ -25,6 +25,7 @@ from ..config import MAX_LANES, MIN_BLOCK_ROWS
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
 from ..engine.random import stage_generator, stage_key
+from ..engine.recycle import Recycler
 from ..engine.slabs import converted_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
@@ -49,17 +50,29 @@ class BatchBlock:
         Group lower bounds (``(m, 0)`` without bounds).
     weights : float64 (m,)
         Sample weights (ones without ``sample_weight``).
+    recycler : Recycler
+        Shared by the block's states from pass to pass: a freed state leaves its labels, distances and bounds there
+        for the revisit after next to fill (:mod:`daskmeans.engine.recycle`).
     """
 
-    __slots__ = ("rows", "index", "labels", "dist2", "lower", "weights")
+    #: The per-row arrays, in the order of the constructor's arguments.
+    FIELDS = ("rows", "index", "labels", "dist2", "lower", "weights")
+    __slots__ = FIELDS + ("recycler",)
 
-    def __init__(self, rows, index, labels, dist2, lower, weights):
+    def __init__(self, rows, index, labels, dist2, lower, weights, recycler=None):
         self.rows = rows
         self.index = index
         self.labels = labels
         self.dist2 = dist2
         self.lower = lower
         self.weights = weights
+        self.recycler = Recycler() if recycler is None else recycler
+
+    def __del__(self):
+        try:
+            self.recycler.keep(self.labels, self.dist2, self.lower)
+        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone: nothing to keep
+            pass
 
     def __len__(self):
         return self.rows.shape[0]
@@ -125,8 +138,11 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     parts = []
     if block is not None and len(block):
         if use_bounds:
+            m, n_groups = block.lower.shape
+            out = (block.recycler.empty(m, np.int32), block.recycler.empty(m, np.float64),
+                   block.recycler.empty((m, n_groups), np.float32))
             labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
-                                                                 shift, groups, dist2=block.dist2)
+                                                                 shift, groups, dist2=block.dist2, out=out)
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
             computed = len(block) * k
@@ -137,7 +153,7 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
         sse += d_sse
         members += d_members
         counters += (len(block), 0, changed, computed, max(0, len(block) * k - computed))
-        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights))
+        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights, block.recycler))
     if pieces:
         index, rows, weights = (np.concatenate([piece[field][a:b] for piece, a, b in pieces]) for field in range(3))
         labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
@@ -156,8 +172,8 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     elif len(parts) == 1:
         new_block = parts[0]
     else:
-        new_block = BatchBlock(*(np.concatenate([getattr(p, name) for p in parts])
-                                 for name in BatchBlock.__slots__))
+        new_block = BatchBlock(*(np.concatenate([getattr(p, name) for p in parts]) for name in BatchBlock.FIELDS),
+                               recycler=parts[0].recycler)
     return StepOutput(new_block, (sums, counts, sse, members, counters))
 
 
@@ -213,7 +229,7 @@ def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtype):
         if arrays[name].dtype != expected or found != shape:
             raise CheckpointError(f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
                                   f"expected {expected} {shape}. Delete the checkpoint to start the fit afresh.")
-    return StepOutput(BatchBlock(*(np.ascontiguousarray(arrays[name]) for name in BatchBlock.__slots__)), None)
+    return StepOutput(BatchBlock(*(np.ascontiguousarray(arrays[name]) for name in BatchBlock.FIELDS)), None)
 
 
 class NestedBatch:

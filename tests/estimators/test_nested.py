@@ -233,6 +233,29 @@ def test_revisit_gives_up_on_the_bounds_after_a_costly_probe_with_the_same_label
         assert out[3] >= (len(X) - 64) * C.shape[0]
 
 
+@pytest.mark.parametrize("give_up", [0.0, 1.0])
+def test_revisit_fills_the_arrays_it_is_given_with_the_values_it_would_return(give_up):
+    X, C = tied_problem(np.float32)
+    groups = groups_for(C, "yinyang", 5)
+    labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
+    C2 = (C + 3.0 * np.random.default_rng(5).standard_normal(C.shape)).astype(np.float32)
+    shift = center_displacement(C2, C) * (1 + 1e-12)
+    fresh = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up)
+    out = (np.full_like(labels, -1), np.full_like(dist2, np.nan), np.full_like(lower, np.nan))
+    filled = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up,
+                                    out=out)
+    assert all(a is b for a, b in zip(filled[:3], out))
+    for a, b in zip(fresh, filled):
+        np.testing.assert_array_equal(a, b)
+    # and the full assignment writes into slices of a larger state's arrays
+    tail = (np.full_like(labels, -1), np.full_like(dist2, np.nan), np.full_like(lower, np.nan))
+    ka.assign_with_bounds(X[100:], C2, groups, out=(tail[0][100:], tail[1][100:], tail[2][100:]))
+    whole = ka.assign_with_bounds(X[100:], C2, groups)
+    for a, b in zip(tail, whole[:3]):
+        np.testing.assert_array_equal(a[100:], b)
+    assert np.all(tail[0][:100] == -1)
+
+
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     X, C = tied_problem(np.float32, n=600)
