@@ -144,11 +144,10 @@ def cluster_info(client) -> dict:
 def warm_up(client, algorithms, n_features, dtype=np.float32, n_clusters=32):
     """Compile the Numba kernels in the driver and on every worker before anything is timed.
 
-    Numba compiles (or loads from its cache) one specialization per argument type, and ``algorithm="auto"`` picks
-    its bounds from ``k`` and the row's bytes, so the warm-up fits rows of the workload's ``dtype`` (uint8 for
-    stored descriptors and digits) with ``k`` = 32 and the workload's ``n_clusters`` (at most
-    :data:`WARM_UP_MAX_CLUSTERS`), and ``k = d = 2``: a run never pays for a specialization the warm-up left out
-    (the first MNIST run of ``kmeans`` paid ~0.2 s for its uint8 Elkan kernels when the warm-up used float32 only).
+    ``algorithm="auto"`` picks its bounds from ``k`` and the row's bytes, so the warm-up fits rows of the
+    workload's ``dtype`` (the same conversion paths) with ``k`` = 32 and the workload's ``n_clusters`` (at most
+    :data:`WARM_UP_MAX_CLUSTERS`), and ``k = d = 2``: at the descriptors' k = 1000 ``auto`` takes yinyang bounds,
+    which a warm-up at k = 32 (Elkan's) left to the first timed run to load.
     """
     rng = np.random.default_rng(0)
     dtype = np.dtype(dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 import signal
 import sys
 import threading
@@ -22,7 +23,8 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
-from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
+from ..config import (CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES,
+                      WORKER_MALLOC_ENVIRON)
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 from .blas import one_blas_thread_for
 from .graph import DriverCombine, unfold_driver_combines
@@ -381,7 +383,7 @@ class ClusterSpec:
                     raise
             return
         processes = self.local_processes(input_bytes)
-        with interrupts_held():  # the cluster's thread and worker processes never see a Ctrl-C: this process does
+        with interrupts_held(), worker_malloc_settings():  # a Ctrl-C reaches this process, not the cluster's
             cluster = LocalCluster(n_workers=self.workers if processes else 1,
                                    threads_per_worker=self.threads_per_worker if processes else self.local_threads(),
                                    memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
@@ -390,6 +392,38 @@ class ClusterSpec:
             if announce:
                 announce_dashboard(client)
             yield client
+
+
+#: The ``MALLOC_TRIM_THRESHOLD_`` Dask's nanny gives its worker processes by default.
+_DASK_DEFAULT_TRIM_THRESHOLD = "65536"
+
+
+@contextlib.contextmanager
+def worker_malloc_settings():
+    """Worker processes started in the block get :data:`~daskmeans.config.WORKER_MALLOC_ENVIRON`, unless the user
+    set a trim threshold of their own (in the environment or in Dask's ``distributed.nanny.pre-spawn-environ``).
+
+    Dask's nanny takes these variables from this process's environment before its configuration, and leaves its
+    own in this process's environment once it has started a worker: both are set for the block and the
+    environment is put back afterwards.
+    """
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", environ.get("MALLOC_TRIM_THRESHOLD_"))
+    if trim is not None and str(trim) != _DASK_DEFAULT_TRIM_THRESHOLD:
+        yield
+        return
+    ours = {name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()}
+    saved = {name: os.environ.get(name) for name in ours}
+    os.environ.update(ours)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": {**environ, **ours}}):
+            yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

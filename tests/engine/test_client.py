@@ -35,3 +35,27 @@ def test_the_dashboard_is_announced_on_stderr(capsys):
     announce_dashboard(FakeClient())
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "Dask dashboard: http://127.0.0.1:8787/status\n"
+
+
+def _malloc_environ():
+    import os
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("MALLOC_MMAP_THRESHOLD_")
+
+
+def test_the_embedded_worker_processes_keep_freed_memory_for_the_next_iteration(monkeypatch):
+    import os
+
+    from daskmeans.config import WORKER_MALLOC_ENVIRON
+
+    expected = tuple(str(WORKER_MALLOC_ENVIRON[name]) for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"))
+    # as Dask's nanny leaves it in the driver's environment once it has started a worker with its defaults
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    with ClusterSpec(workers=2, threads_per_worker=1).validate().client() as client:
+        assert set(client.run(_malloc_environ).values()) == {expected}
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536" and "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    # a user's own setting wins
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    with ClusterSpec(workers=1, threads_per_worker=1).validate().client() as client:
+        assert set(client.run(_malloc_environ).values()) == {("0", None)}
