@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import daskmeans
+from daskmeans.config import WORKER_MALLOC_ENVIRON
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -592,6 +593,9 @@ def test_dockerfile_environment():
         assert env.get(variable) == "1", variable
     cache = env.get("NUMBA_CACHE_DIR")
     assert cache and cache.startswith("/")
+    # the workers' allocator settings are daskmeans' own (the nanny keeps what the environment sets)
+    assert {name: env.get(name) for name in WORKER_MALLOC_ENVIRON} == \
+        {name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()}
     runs = " ".join(args for instruction, args in dockerfile_instructions() if instruction == "RUN")
     assert re.search(r'mkdir -p [^&]*"\$\{NUMBA_CACHE_DIR\}"', runs), "NUMBA_CACHE_DIR is not created"
     assert re.search(r'chmod 1?777 [^&]*"\$\{NUMBA_CACHE_DIR\}"', runs), "NUMBA_CACHE_DIR is not writable by all"

@@ -147,14 +147,9 @@ def cluster_for(options: BenchOptions, workload_memory=None) -> ClusterSpec:
 
 
 def warm_up_on_data(algorithms, data, init, k, client, params):
-    """Run each daskmeans algorithm on the workload's own data for :data:`DATA_WARM_UP_SECONDS`, untimed.
-
-    The first fit on fresh worker processes touches memory they never had (the states with bounds: the rows as
-    computed and their bounds), and on this VM, whose host takes back idle memory, that costs ~1.7 ms per MB: the
-    first timed run would carry it (MNIST's first ``kmeans`` run, 0.34 s for its first iteration against ~0.16 s
-    in the next fit on the same workers, session 22). The peers run in a process whose memory the loaded data
-    already warmed.
-    """
+    """Run each daskmeans algorithm on the workload's data for :data:`DATA_WARM_UP_SECONDS`, untimed: the first
+    fit on fresh worker processes touches memory they never had, which on this VM costs ~1.7 ms per MB (MNIST's
+    first ``kmeans`` iteration 0.34 s against ~0.16 s in the next fit, session 22); the peers' process is warm."""
     for name in algorithms:
         try:
             run_daskmeans(name, data, init, k, 0, DATA_WARM_UP_SECONDS, client, params.get(name))

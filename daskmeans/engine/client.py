@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import signal
 import sys
 import threading
@@ -23,12 +22,12 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
-from ..config import (CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES,
-                      WORKER_MALLOC_ENVIRON)
+from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 from .blas import one_blas_thread_for
 from .graph import DriverCombine, unfold_driver_combines
 from .pass_progress import active_watch
+from .worker_memory import worker_malloc_settings
 
 
 def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
@@ -226,8 +225,7 @@ def _compute(objects, client, watch=None):
 
 
 def _compute_with_driver_combines(objects, client, watch):
-    """Compute the inputs of every :class:`DriverCombine` with the other objects, in one submission, then combine
-    them here."""
+    """Compute the inputs of every :class:`DriverCombine` with the other objects in one submission; combine here."""
     flat, finish = unfold_driver_combines(objects)
     return finish(_compute(tuple(flat), client, watch))
 
@@ -392,38 +390,6 @@ class ClusterSpec:
             if announce:
                 announce_dashboard(client)
             yield client
-
-
-#: The ``MALLOC_TRIM_THRESHOLD_`` Dask's nanny gives its worker processes by default.
-_DASK_DEFAULT_TRIM_THRESHOLD = "65536"
-
-
-@contextlib.contextmanager
-def worker_malloc_settings():
-    """Worker processes started in the block get :data:`~daskmeans.config.WORKER_MALLOC_ENVIRON`, unless the user
-    set a trim threshold of their own (in the environment or in Dask's ``distributed.nanny.pre-spawn-environ``).
-
-    Dask's nanny takes these variables from this process's environment before its configuration, and leaves its
-    own in this process's environment once it has started a worker: both are set for the block and the
-    environment is put back afterwards.
-    """
-    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
-    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", environ.get("MALLOC_TRIM_THRESHOLD_"))
-    if trim is not None and str(trim) != _DASK_DEFAULT_TRIM_THRESHOLD:
-        yield
-        return
-    ours = {name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()}
-    saved = {name: os.environ.get(name) for name in ours}
-    os.environ.update(ours)
-    try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": {**environ, **ours}}):
-            yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
