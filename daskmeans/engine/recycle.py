@@ -99,3 +99,22 @@ class Recycler:
         """Bytes of the arrays held now."""
         with self._lock:
             return sum(array.nbytes for held in self._held.values() for array in held)
+
+
+class RecycledState:
+    """A per-row state (``labels``, ``dist2``, ``lower`` and a ``recycler`` among its slots) whose three arrays go
+    to its chain's recycler when it is freed, and whose successor takes its arrays from there."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        try:
+            self.recycler.keep(self.labels, self.dist2, self.lower)
+        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone: nothing to keep
+            pass
+
+    def empty_like_state(self):
+        """``(labels, dist2, lower)`` for the next state: arrays of a freed state of the chain, or new ones."""
+        m, n_groups = self.lower.shape
+        return (self.recycler.empty(m, np.int32), self.recycler.empty(m, np.float64),
+                self.recycler.empty((m, n_groups), np.float32))

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..engine.client import compute_now, persist_now, resolve_client, submit_now
 from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
-from ..engine.recycle import Recycler
+from ..engine.recycle import RecycledState, Recycler
 from ..engine.slabs import converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
@@ -35,7 +35,7 @@ def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> in
     return int(n_features * itemsize + 4 + 8 + 8 + 4 * n_groups)
 
 
-class BoundedBlock:
+class BoundedBlock(RecycledState):
     """The state of one row block: rows, weights, labels, exact squared distances, group lower bounds.
 
     ``recycler`` is shared by the states of one block's chain: a state that is freed leaves its labels, distances
@@ -51,18 +51,6 @@ class BoundedBlock:
         self.dist2 = dist2
         self.lower = lower
         self.recycler = Recycler() if recycler is None else recycler
-
-    def __del__(self):
-        try:
-            self.recycler.keep(self.labels, self.dist2, self.lower)
-        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone: nothing to keep
-            pass
-
-    def empty_like_state(self):
-        """``(labels, dist2, lower)`` for the next state: arrays of a freed state of the chain, or new ones."""
-        m, n_groups = self.lower.shape
-        return (self.recycler.empty(m, np.int32), self.recycler.empty(m, np.float64),
-                self.recycler.empty((m, n_groups), np.float32))
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)

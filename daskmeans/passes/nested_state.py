@@ -25,7 +25,7 @@ from ..config import MAX_LANES, MIN_BLOCK_ROWS
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
 from ..engine.random import stage_generator, stage_key
-from ..engine.recycle import Recycler
+from ..engine.recycle import RecycledState, Recycler
 from ..engine.slabs import converted_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
@@ -35,7 +35,7 @@ from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
 
 
-class BatchBlock:
+class BatchBlock(RecycledState):
     """One state block of the active batch.
 
     Attributes
@@ -67,12 +67,6 @@ class BatchBlock:
         self.lower = lower
         self.weights = weights
         self.recycler = Recycler() if recycler is None else recycler
-
-    def __del__(self):
-        try:
-            self.recycler.keep(self.labels, self.dist2, self.lower)
-        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone: nothing to keep
-            pass
 
     def __len__(self):
         return self.rows.shape[0]
@@ -138,11 +132,9 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     parts = []
     if block is not None and len(block):
         if use_bounds:
-            m, n_groups = block.lower.shape
-            out = (block.recycler.empty(m, np.int32), block.recycler.empty(m, np.float64),
-                   block.recycler.empty((m, n_groups), np.float32))
             labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
-                                                                 shift, groups, dist2=block.dist2, out=out)
+                                                                 shift, groups, dist2=block.dist2,
+                                                                 out=block.empty_like_state())
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
             computed = len(block) * k

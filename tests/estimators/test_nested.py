@@ -217,13 +217,19 @@ def test_revisit_reuses_the_distance_of_rows_whose_center_did_not_move():
     assert reused[3] <= fresh[3] - np.count_nonzero(labels != 0)
 
 
-@pytest.mark.parametrize("give_up", [0.0, 0.5, 1.0])
-def test_revisit_gives_up_on_the_bounds_after_a_costly_probe_with_the_same_labels(give_up):
+def far_moved_problem():
+    """A yinyang state and centers moved so far that a revisit's probe gives up on the bounds."""
     X, C = tied_problem(np.float32)
     groups = groups_for(C, "yinyang", 5)
     labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
     C2 = (C + 3.0 * np.random.default_rng(5).standard_normal(C.shape)).astype(np.float32)
     shift = center_displacement(C2, C) * (1 + 1e-12)
+    return X, C, groups, labels, dist2, lower, C2, shift
+
+
+@pytest.mark.parametrize("give_up", [0.0, 0.5, 1.0])
+def test_revisit_gives_up_on_the_bounds_after_a_costly_probe_with_the_same_labels(give_up):
+    X, C, groups, labels, dist2, lower, C2, shift = far_moved_problem()
     out = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up)
     ref_labels, _, D = ref_assign(X, C2)
     np.testing.assert_array_equal(out[0], ref_labels)
@@ -235,11 +241,7 @@ def test_revisit_gives_up_on_the_bounds_after_a_costly_probe_with_the_same_label
 
 @pytest.mark.parametrize("give_up", [0.0, 1.0])
 def test_revisit_fills_the_arrays_it_is_given_with_the_values_it_would_return(give_up):
-    X, C = tied_problem(np.float32)
-    groups = groups_for(C, "yinyang", 5)
-    labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
-    C2 = (C + 3.0 * np.random.default_rng(5).standard_normal(C.shape)).astype(np.float32)
-    shift = center_displacement(C2, C) * (1 + 1e-12)
+    X, C, groups, labels, dist2, lower, C2, shift = far_moved_problem()
     fresh = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up)
     out = (np.full_like(labels, -1), np.full_like(dist2, np.nan), np.full_like(lower, np.nan))
     filled = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up,
