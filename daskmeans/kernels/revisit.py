@@ -40,7 +40,7 @@ def _fast_dot(x, c):
 
 @numba.njit(cache=True, nogil=True)
 def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
-             centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full):
+             centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full, row):
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
@@ -49,7 +49,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
     low = np.empty(k, dtype=np.float64)
     high = np.empty(k, dtype=np.float64)
     decreased = np.empty(n_groups, dtype=np.float64)
-    zero = np.zeros(X.shape[1], dtype=X.dtype)
+    zero = np.zeros_like(row)
     computed = 0
     for i in range(n):
         a = labels[i]
@@ -92,13 +92,16 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
         if n_candidates > scalar_limit:
             needs_full[i] = True
             continue
-        # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide
-        x_sq = pair_dist2(X[i], zero)
+        # distances from vectorized dot products, within a proven error; exact ones only where they cannot decide;
+        # the row in the compute dtype (rows kept as stored, e.g. uint8, convert exactly)
+        for f in range(row.shape[0]):
+            row[f] = X[i, f]
+        x_sq = pair_dist2(row, zero)
         x_norm = math.sqrt(x_sq)
         best_high = d2
         for c in range(n_candidates):
             j = candidates[c]
-            value = centers_sq[j] - 2.0 * _fast_dot(X[i], centers[j]) + x_sq
+            value = centers_sq[j] - 2.0 * _fast_dot(row, centers[j]) + x_sq
             allowance = score_error(x_norm, x_sq, center_norms[j], gamma)  # this center's own error
             low[c] = value - allowance
             high[c] = value + allowance
@@ -115,7 +118,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
         best_d2 = d2
         if survivors == 1 and last >= 0:
             best = candidates[last]
-            best_d2 = pair_dist2(X[i], centers[best])
+            best_d2 = pair_dist2(row, centers[best])
             computed += 1
             values[best] = math.sqrt(best_d2)
         elif survivors > 1:
@@ -125,7 +128,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
                 if low[c] > best_high:
                     continue
                 j = candidates[c]
-                value = pair_dist2(X[i], centers[j])
+                value = pair_dist2(row, centers[j])
                 computed += 1
                 values[j] = math.sqrt(value)
                 if value < best_d2 or (value == best_d2 and j < best):
@@ -159,6 +162,7 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     Parameters
     ----------
     X : ndarray (m, d)
+        Floating, or integers kept as stored (computed exactly in the centers' dtype).
     centers : ndarray (k, d)
         The new centers.
     labels : int32 (m,)
@@ -192,7 +196,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         reassigned by GEMM).
     """
     X = np.ascontiguousarray(X)
-    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    # rows may be kept as stored (integers): they are computed in the centers' floating dtype
+    dtype = X.dtype if X.dtype.kind == "f" else np.asarray(centers).dtype
+    centers = np.ascontiguousarray(centers, dtype=dtype)
     m = X.shape[0]
     k = centers.shape[0]
     if scalar_limit is None:
@@ -213,9 +219,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         part = slice(start, stop)
         computed += _revisit(X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2,
                              lower[part], shift, group_shift, groups.ptr, groups.members, groups.group_of,
-                             int(scalar_limit), centers_sq, _gamma(X.shape[1], X.dtype), np.sqrt(centers_sq),
-                             new_labels[part], new_dist2[part], new_lower[part],
-                             needs_full[part])
+                             int(scalar_limit), centers_sq, _gamma(X.shape[1], dtype), np.sqrt(centers_sq),
+                             new_labels[part], new_dist2[part], new_lower[part], needs_full[part],
+                             np.empty(X.shape[1], dtype=dtype))
         if not start and stop < m and \
                 computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
             tail = stop
@@ -224,11 +230,12 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     # the rows after a give-up are assigned in place (no copy of them); the probe's own rows are gathered
     full = np.flatnonzero(needs_full[:tail])
     if full.size:
-        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
+        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full].astype(dtype, copy=False), centers, groups)
         new_labels[full] = f_labels
         new_dist2[full] = f_dist2
         new_lower[full] = f_lower
     if tail < m:
-        assign_with_bounds(X[tail:], centers, groups, out=(new_labels[tail:], new_dist2[tail:], new_lower[tail:]))
+        assign_with_bounds(X[tail:].astype(dtype, copy=False), centers, groups,
+                           out=(new_labels[tail:], new_dist2[tail:], new_lower[tail:]))
     computed += (full.size + m - tail) * k
     return new_labels, new_dist2, new_lower, int(computed)

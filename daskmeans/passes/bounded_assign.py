@@ -1,7 +1,8 @@
 """The assign + stats pass of exact k-means with distance bounds: per-block state persisted on the workers.
 
-The first pass assigns every row exactly and keeps, per row block, the rows (as computed), their labels, exact
-squared distances and one lower bound per group of centers. Each later pass revisits a block with the new centers
+The first pass assigns every row exactly and keeps, per row block, the rows (as stored when they are integers of
+up to 16 bits, else as computed: :func:`kept_rows`), their labels, exact squared distances and one lower bound per
+group of centers. Each later pass revisits a block with the new centers
 (:func:`daskmeans.kernels.revisit.revisit_with_bounds`): only the centers the bounds cannot rule out are scored,
 and the labels stay the exact nearest centers. Every pass then computes the block's full statistics from its
 labels (the same :func:`daskmeans.kernels.stats.cluster_stats` and the same tree reduction as
@@ -23,7 +24,7 @@ import numpy as np
 from ..engine.client import compute_now, persist_now, resolve_client, submit_now
 from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
 from ..engine.recycle import RecycledState, Recycler
-from ..engine.slabs import converted_rows
+from ..engine.slabs import compute_dtype, converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
@@ -31,7 +32,8 @@ from .assign import _combine_stats, _farthest_eligible, block_energy, far_rows, 
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
-    """Worker memory one row's state takes: the row as computed, label, distance, weight and group bounds."""
+    """Worker memory one row's state takes: the row (``itemsize`` bytes a value: as computed, or as stored for
+    integers up to 16 bits, :func:`kept_rows`), label, distance, weight and group bounds."""
     return int(n_features * itemsize + 4 + 8 + 8 + 4 * n_groups)
 
 
@@ -63,14 +65,25 @@ class BoundedBlock(RecycledState):
 def _report(state, k, n_far, computed):
     """The block's statistics in the form of the assign pass, plus the distances computed."""
     sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
-    far = _farthest_eligible(state.dist2, state.rows, state.labels, state.weights, n_far)
-    return (sums, counts, sse, far), computed
+    far_dist2, far_rows, far_labels, far_weights = _farthest_eligible(state.dist2, state.rows, state.labels,
+                                                                      state.weights, n_far)
+    far_rows = far_rows.astype(compute_dtype(far_rows.dtype), copy=False)  # as the plain pass reports them
+    return (sums, counts, sse, (far_dist2, far_rows, far_labels, far_weights)), computed
+
+
+def kept_rows(block) -> np.ndarray:
+    """The rows a state keeps: a block stored as integers as it is (uint8 descriptors: a quarter of the bytes of
+    float32, and the persisted block itself, not a copy), floating blocks in the compute dtype."""
+    block = np.asarray(block)
+    if np.issubdtype(block.dtype, np.integer) and compute_dtype(block.dtype) == np.float32:
+        return np.ascontiguousarray(block)
+    return converted_rows(block, slice(None))
 
 
 def _start_block(block, offset, weights, centers, groups, n_far):
-    rows = converted_rows(block, slice(None))  # the state keeps the block's rows as computed
+    rows = kept_rows(block)
     weights = None if weights is None else np.asarray(weights, dtype=np.float64)
-    labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups)
+    labels, dist2, lower, _ = assign_with_bounds(converted_rows(rows, slice(None)), centers, groups)
     state = BoundedBlock(rows, weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, rows.shape[0] * centers.shape[0])
 

@@ -104,3 +104,33 @@ def test_estimator_auto_and_lloyd_agree_and_say_what_ran():
 def test_unknown_algorithm_is_refused_before_any_work():
     with pytest.raises(ValueError, match="algorithm"):
         KMeans(3, algorithm="elkan-ish").fit(np.random.default_rng(0).random((50, 3)))
+
+
+def _state_row_dtypes():
+    import gc
+
+    from daskmeans.passes.bounded_assign import BoundedBlock
+    return sorted({str(o.rows.dtype) for o in gc.get_objects() if isinstance(o, BoundedBlock)})
+
+
+@pytest.mark.parametrize("bounds", ["yinyang", "elkan"])
+def test_rows_stored_as_uint8_stay_uint8_in_the_states_with_the_same_iterates(cluster_client, bounds):
+    from daskmeans.engine.slabs import with_stored_form
+
+    X8 = shared_dataset("cifar_dsift")["X"][:4000]
+    assert X8.dtype == np.uint8
+    X = X8.astype(np.float32)
+    centers = X[np.random.default_rng(3).choice(len(X), 100, replace=False)]
+    stored = cluster_client.persist(da.from_array(X8, chunks=(1000, X8.shape[1])))
+    seen = []
+
+    def record(entry):
+        seen.extend(cluster_client.run(_state_row_dtypes).values())
+
+    context = RunContext(client=cluster_client, total_weight=len(X), callback=record)
+    kept = lloyd(with_stored_form(stored.astype(np.float32), stored), centers, context, max_iter=8, bounds=bounds)
+    assert seen and set(map(tuple, seen)) <= {("uint8",), ()}  # the states hold the stored rows
+    as_float, _ = run(da.from_array(X, chunks=(1000, X.shape[1])), centers, bounds, 8)
+    np.testing.assert_array_equal(kept.centers, as_float.centers)
+    for a, b in zip(kept.history, as_float.history):
+        assert (a["inertia"], a["distances_computed"]) == (b["inertia"], b["distances_computed"])

@@ -258,6 +258,26 @@ def test_revisit_fills_the_arrays_it_is_given_with_the_values_it_would_return(gi
     assert np.all(tail[0][:100] == -1)
 
 
+@pytest.mark.parametrize("give_up", [0.0, 1.0])
+def test_revisit_of_rows_kept_as_uint8_gives_what_their_float32_values_give(give_up):
+    rng = np.random.default_rng(8)
+    X8 = rng.integers(0, 256, size=(700, 20)).astype(np.uint8)
+    X = X8.astype(np.float32)
+    C = X[rng.choice(700, 40, replace=False)] + np.float32(0.25)
+    groups = groups_for(C, "yinyang", 5)
+    labels, dist2, lower, _ = ka.assign_with_bounds(X, C, groups)
+    for move in (2.0, 40.0):  # a revisit that keeps most bounds; one whose probe gives up on them
+        C2 = (C + move * rng.standard_normal(C.shape)).astype(np.float32)
+        shift = center_displacement(C2, C) * (1 + 1e-12)
+        as_float = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
+                                          give_up=give_up)
+        as_stored = kr.revisit_with_bounds(X8, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
+                                           give_up=give_up)
+        for a, b in zip(as_float, as_stored):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(as_stored[0], ref_assign(X, C2)[0])
+
+
 @pytest.mark.parametrize("scheme, n_groups", SCHEMES)
 def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     X, C = tied_problem(np.float32, n=600)
