@@ -37,7 +37,8 @@ LOCAL_THREADS_MAX_BYTES = 2**30
 #: ``MALLOC_TRIM_THRESHOLD_=65536`` (which returns every freed array over 128 KiB to the kernel at once): arrays up
 #: to 32 MiB come from the process's heap, and up to 128 MiB of free heap is kept for the next iteration's arrays.
 #: Memory given back is fresh pages when touched again, ~1.7 ms per MB on a VM whose host reclaims idle guest
-#: memory: KDD k = 200 with bounds, 67-75 -> 57-58 ms per iteration; descriptors 5% (session 22, 2 processes).
+#: memory: KDD k = 200 with bounds, 67-75 -> 57-58 ms per iteration; descriptors 5% (session 22, 2 processes, an ad
+#: hoc script's median iterations, not the bench).
 #: Left alone when the user's Dask configuration sets its own ``MALLOC_TRIM_THRESHOLD_``.
 WORKER_MALLOC_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": 2**25, "MALLOC_TRIM_THRESHOLD_": 2**27}
 #: With ``progress=True``, a pass over the data gets a bar of its own (chunks done, rows/s, time left) once it has
