@@ -21,6 +21,8 @@ import threading
 
 import numpy as np
 
+from .sizes import SizedSlots
+
 
 def _reference_counts(arrays) -> list:
     return [sys.getrefcount(array) for array in arrays]
@@ -101,11 +103,13 @@ class Recycler:
             return sum(array.nbytes for held in self._held.values() for array in held)
 
 
-class RecycledState:
+class RecycledState(SizedSlots):
     """A per-row state (``labels``, ``dist2``, ``lower`` and a ``recycler`` among its slots) whose three arrays go
-    to its chain's recycler when it is freed, and whose successor takes its arrays from there."""
+    to its chain's recycler when it is freed, and whose successor takes its arrays from there. Dask counts it as the
+    arrays it holds (:class:`~daskmeans.engine.sizes.SizedSlots`; the recycler, shared by the chain, is not)."""
 
     __slots__ = ()
+    UNSIZED = ("recycler",)
 
     def __del__(self):
         try:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..engine.client import compute_now, persist_now
 from ..engine.graph import map_blocks_delayed, shared, tree_reduce
+from ..engine.sizes import SizedSlots
 from ..engine.slabs import converted_rows, slab_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
@@ -33,7 +34,7 @@ from .assign import stats_part_bytes
 from .nested_state import COUNTERS, NestedBatch, StepOutput, _combine_reports, _report_of, chunk_order
 
 
-class ChunkState:
+class ChunkState(SizedSlots):
     """The state of the batch's rows of one chunk: its first ``m`` rows in the chunk's own order.
 
     Attributes

@@ -26,6 +26,7 @@ from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
 from ..engine.random import stage_generator, stage_key
 from ..engine.recycle import RecycledState, Recycler
+from ..engine.sizes import SizedSlots
 from ..engine.slabs import converted_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
@@ -85,7 +86,7 @@ class BatchBlock(RecycledState):
             setattr(self, name, value)
 
 
-class StepOutput:
+class StepOutput(SizedSlots):
     """What one state block task returns: the new block and its report (kept together on the worker)."""
 
     __slots__ = ("block", "report")
