@@ -98,6 +98,21 @@ def test_nested_full_assignment_with_100k_centers_stays_in_its_slab(large_k):
     np.testing.assert_array_equal(labels, nearest_centers(block, centers)[0])
 
 
+def test_full_assignment_of_a_uint8_block_never_holds_it_as_float32():
+    """A block kept as stored (uint8 descriptors) is converted a slab at a time: the peak stays far below the block
+    as float32 (here 12.3 MB), whatever the block's size."""
+    rng = np.random.default_rng(3)
+    block = rng.integers(0, 256, size=(48_000, 64), dtype=np.uint8)
+    centers = block[rng.choice(48_000, 256, replace=False)].astype(np.float32)
+    scheme, n_groups = choose_bounds("auto", 256, 64 * 4)
+    groups = make_groups(centers, scheme, n_groups)
+    out = (np.empty(48_000, dtype=np.int32), np.empty(48_000), np.empty((48_000, n_groups), dtype=np.float32))
+    assign_with_bounds(block[:2], centers, groups, slab_bytes=MiB)  # the compiled kernels loaded first
+    (labels, _, _, _), peak = traced_peak(assign_with_bounds, block, centers, groups, slab_bytes=MiB, out=out)
+    assert peak < 4 * MiB < block.nbytes * 4 / 2, f"peak {peak / MiB:.1f} MiB"
+    np.testing.assert_array_equal(labels[:500], nearest_centers(block[:500].astype(np.float32), centers)[0])
+
+
 def test_kmeans_parallel_reclustering_is_not_quadratic_in_k():
     """k-means|| reclusters about 10 k candidates against k centers: in slabs, not one candidates x k matrix."""
     k, m, d = 10_000, 20_000, 8

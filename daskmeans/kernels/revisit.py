@@ -227,15 +227,15 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
             tail = stop
             break
         start = stop
-    # the rows after a give-up are assigned in place (no copy of them); the probe's own rows are gathered
+    # the rows after a give-up are assigned in place (no copy of them; rows kept as integers are converted a slab
+    # at a time); the probe's own rows are gathered
     full = np.flatnonzero(needs_full[:tail])
     if full.size:
-        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full].astype(dtype, copy=False), centers, groups)
+        f_labels, f_dist2, f_lower, _ = assign_with_bounds(X[full], centers, groups)
         new_labels[full] = f_labels
         new_dist2[full] = f_dist2
         new_lower[full] = f_lower
     if tail < m:
-        assign_with_bounds(X[tail:].astype(dtype, copy=False), centers, groups,
-                           out=(new_labels[tail:], new_dist2[tail:], new_lower[tail:]))
+        assign_with_bounds(X[tail:], centers, groups, out=(new_labels[tail:], new_dist2[tail:], new_lower[tail:]))
     computed += (full.size + m - tail) * k
     return new_labels, new_dist2, new_lower, int(computed)

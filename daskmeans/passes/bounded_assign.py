@@ -83,7 +83,7 @@ def kept_rows(block) -> np.ndarray:
 def _start_block(block, offset, weights, centers, groups, n_far):
     rows = kept_rows(block)
     weights = None if weights is None else np.asarray(weights, dtype=np.float64)
-    labels, dist2, lower, _ = assign_with_bounds(converted_rows(rows, slice(None)), centers, groups)
+    labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups)
     state = BoundedBlock(rows, weights, labels, dist2, lower)
     return state, _report(state, centers.shape[0], n_far, rows.shape[0] * centers.shape[0])
 

@@ -126,6 +126,30 @@ def test_full_assignment_in_small_slabs_matches(dtype, scheme, n_groups):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("scheme, n_groups", [("yinyang", 5), ("elkan", None), ("hamerly", 1), ("none", 1)])
+@pytest.mark.parametrize("slab_rows", [700, 64, 1])
+def test_full_assignment_of_uint8_rows_converted_by_slabs_is_that_of_their_float32_values(scheme, n_groups,
+                                                                                            slab_rows):
+    """Rows kept as stored (uint8) are converted a slab at a time: labels, exact distances, bounds, the statistics
+    added in row order (weighted) and the rows settled by exact distances are those of the converted block."""
+    rng = np.random.default_rng(12)
+    X8 = rng.integers(0, 256, size=(700, 20)).astype(np.uint8)
+    X8[100:140] = X8[0]  # duplicate rows and a row on a center: ties settled by exact distances
+    C = X8[rng.choice(700, 24, replace=False)].astype(np.float32)
+    C[5] = C[7]
+    weights = rng.uniform(0.5, 2.0, 700)
+    groups = groups_for(C, scheme, n_groups)
+    slab_bytes = slab_rows * 20 * 4
+    results = []
+    for X in (X8.astype(np.float32), X8):
+        stats = (np.zeros((24, 20)), np.zeros(24), np.zeros(24))
+        results.append((*ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes, stats=stats, weights=weights),
+                        *stats))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    assert results[1][3] > 0
+
+
 @pytest.mark.parametrize("n_rows, d", [(500, 12), (6, 12)])
 def test_principal_axis_is_the_first_right_singular_vector(n_rows, d):
     """The yinyang groups' splitting direction: the SVD's first right singular vector (NumPy), up to its sign,
