@@ -71,11 +71,18 @@ def _report(state, k, n_far, computed):
     return (sums, counts, sse, (far_dist2, far_rows, far_labels, far_weights)), computed
 
 
+def kept_dtype(stored_dtype) -> np.dtype:
+    """The dtype of the rows a state keeps (:func:`kept_rows`) for rows stored as ``stored_dtype``."""
+    stored_dtype = np.dtype(stored_dtype)
+    computed = compute_dtype(stored_dtype)
+    return stored_dtype if np.issubdtype(stored_dtype, np.integer) and computed == np.float32 else computed
+
+
 def kept_rows(block) -> np.ndarray:
-    """The rows a state keeps: a block stored as integers as it is (uint8 descriptors: a quarter of the bytes of
-    float32, and the persisted block itself, not a copy), floating blocks in the compute dtype."""
+    """The rows a state keeps: a block stored as integers of up to 16 bits as it is (uint8 descriptors: a quarter
+    of the bytes of float32, and the persisted block itself, not a copy), any other in the compute dtype."""
     block = np.asarray(block)
-    if np.issubdtype(block.dtype, np.integer) and compute_dtype(block.dtype) == np.float32:
+    if kept_dtype(block.dtype) == block.dtype and block.dtype.kind in "iu":
         return np.ascontiguousarray(block)
     return converted_rows(block, slice(None))
 

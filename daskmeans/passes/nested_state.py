@@ -27,13 +27,14 @@ from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared,
 from ..engine.random import stage_generator, stage_key
 from ..engine.recycle import RecycledState, Recycler
 from ..engine.sizes import SizedSlots
-from ..engine.slabs import converted_rows
+from ..engine.slabs import stored_form
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
+from .bounded_assign import kept_dtype, kept_rows
 
 
 class BatchBlock(RecycledState):
@@ -112,11 +113,12 @@ def chunk_order(key: int, offset: int, size: int) -> np.ndarray:
 
 
 def _read_new_rows(block, offset, weights, key, start, stop):
-    """Rows ``start:stop`` of a chunk's own random order, with their global indices and weights."""
+    """Rows ``start:stop`` of a chunk's own random order, with their global indices and weights; the rows as the
+    state keeps them (:func:`~daskmeans.passes.bounded_assign.kept_rows`: uint8 descriptors stay uint8)."""
     block = np.asarray(block)
     order = chunk_order(key, offset, block.shape[0])[start:stop]
     taken = np.ones(order.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)[order]
-    return offset + order.astype(np.int64), converted_rows(block, order), taken
+    return offset + order.astype(np.int64), kept_rows(block[order]), taken
 
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
@@ -208,18 +210,22 @@ def _write_block(output, state_path, layout_path):
     return len(block)
 
 
-def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtype):
-    """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape."""
+def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtypes):
+    """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape.
+
+    ``dtypes``: the dtypes the rows may have (as the state keeps them, or as computed: blocks written before the
+    states kept integer rows as stored, and empty blocks)."""
     what = f"The checkpoint's state block {state_path!r}"
     arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")
     arrays.update(read_group(state_path, list(STATE_ARRAYS), what))
     for name, expected in CHECKPOINT_ARRAYS.items():
-        expected = np.dtype(dtype if expected is None else expected)
+        allowed = [np.dtype(t) for t in dtypes] if expected is None else [np.dtype(expected)]
+        expected = allowed[0]
         shape = {"rows": (n_rows, n_features), "lower": (n_rows, n_lower)}.get(name, (n_rows,))
         found = arrays[name].shape
         if name == "lower" and n_rows == 0:  # an empty block's bounds may have no columns
             shape = (0, found[1] if len(found) == 2 else n_lower)
-        if arrays[name].dtype != expected or found != shape:
+        if arrays[name].dtype not in allowed or found != shape:
             raise CheckpointError(f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
                                   f"expected {expected} {shape}. Delete the checkpoint to start the fit afresh.")
     return StepOutput(BatchBlock(*(np.ascontiguousarray(arrays[name]) for name in BatchBlock.FIELDS)), None)
@@ -265,6 +271,8 @@ class NestedBatch:
         self.max_blocks = int(max_blocks or len(self.chunk_sizes))
         self.min_block_rows = int(min_block_rows)
         self.data_blocks = stored_blocks(array)
+        #: The dtype of the rows the blocks keep: as stored for integers of up to 16 bits, else as computed.
+        self.rows_dtype = kept_dtype(stored_form(array).dtype)
         self.size = 0
         self.outputs = []
         self.rows_read = 0
@@ -424,7 +432,7 @@ class NestedBatch:
             _read_block, "nmbatch-restore",
             [[os.path.join(directory, f"{i:05d}"), os.path.join(layout_directory, f"{i:05d}"), int(rows)]
              for i, rows in enumerate(sizes)],
-            self.n_features, n_lower, self.array.dtype.str,
+            self.n_features, n_lower, (self.rows_dtype.str, self.array.dtype.str),
         )
         outputs = list(persist_now(*parts, client=self.client))
         self._sizes_of(outputs)  # waits for every block, raising what a read raised (only sizes reach the driver)

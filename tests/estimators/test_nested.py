@@ -693,3 +693,65 @@ def test_center_snapshots_for_the_benchmark(name):
     np.testing.assert_array_equal(snaps[-1]["centers"], model.cluster_centers_)
     with pytest.raises(InvalidParameterError, match="snapshot_centers"):
         make_estimator(name, n_clusters=5, snapshot_centers="yes").fit(X)
+
+
+def _step_twice(batch, centers, sizes):
+    results = []
+    shift = np.zeros(centers.shape[0])
+    for size in sizes:
+        sums, counts, sse, members, counters = batch.step(centers, shift, size)
+        results.append((sums, counts, sse, members, counters))
+        new = centers_from_sums(sums + (results[-2][0] if len(results) > 1 else 0),
+                                counts + (results[-2][1] if len(results) > 1 else 0), centers)
+        shift = np.sqrt(((new - centers) ** 2).sum(axis=1)) * (1 + 1e-9)
+        centers = new.astype(np.float32)
+    return results, centers
+
+
+@pytest.mark.parametrize("on_cluster", [False, True])
+def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_values(on_cluster, cluster_client,
+                                                                                      tmp_path):
+    """A nested batch over uint8 data keeps its rows as uint8 (a quarter of float32's bytes), on threads and on
+    worker processes, with the sums, counts, SSE and counters of the same batch over the float32 values; its
+    checkpoint keeps them as uint8 and restores them (a checkpoint holding float32 rows, as written before, too)."""
+    from daskmeans.engine.client import compute_now
+    from daskmeans.engine.graph import map_blocks_delayed
+    from daskmeans.storage.io import open_input
+
+    client = cluster_client if on_cluster else None
+    rng = np.random.default_rng(21)
+    X8 = rng.integers(0, 256, size=(3000, 16)).astype(np.uint8)
+    centers = X8[rng.choice(3000, 12, replace=False)].astype(np.float32)
+    groups = nested_groups.make_groups(centers, "yinyang", 3)
+    batches, steps = {}, {}
+    for name, X in (("uint8", X8), ("float32", X8.astype(np.float32))):
+        batches[name] = NestedBatch(open_input(X, chunk_rows=500).array, 5, groups, client=client)
+        steps[name], final_centers = _step_twice(batches[name], centers, (1000, 2500, 3000, 3000))
+    for a, b in zip(steps["uint8"], steps["float32"]):
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y)
+        assert a[4] == b[4]
+    assert batches["uint8"].rows_dtype == np.uint8
+
+    def rows_dtypes(batch):
+        parts = map_blocks_delayed(_rows_dtype, "test-rows-dtype", [[o] for o in batch.outputs])
+        return set(compute_now(*parts, client=client))
+
+    assert rows_dtypes(batches["uint8"]) == {"|u1"} and rows_dtypes(batches["float32"]) == {"<f4"}
+    written = {}
+    for name, batch in batches.items():
+        written[name] = batch.write_checkpoint(str(tmp_path / name / "blocks"), str(tmp_path / name / "layout"))
+    expected = batches["uint8"].step(final_centers, np.zeros(12), 3000)
+    for name, batch in batches.items():
+        restored = NestedBatch(open_input(X8, chunk_rows=500).array, 5, groups, client=client)
+        restored.restore_checkpoint(written[name], str(tmp_path / name / "blocks"), str(tmp_path / name / "layout"),
+                                    batch.layout_id, batch.size, batch.rows_read)
+        assert rows_dtypes(restored) == {"|u1" if name == "uint8" else "<f4"}
+        again = restored.step(final_centers, np.zeros(12), 3000)
+        for x, y in zip(again[:4], expected[:4]):
+            np.testing.assert_array_equal(x, y)
+        assert again[4] == expected[4]
+
+
+def _rows_dtype(output):
+    return output.block.rows.dtype.str
