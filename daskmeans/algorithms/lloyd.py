@@ -100,7 +100,8 @@ class _BoundedPasses:
 @dataclass
 class _Submitted:
     """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and
-    its pass, one task per worker (:class:`~daskmeans.engine.graph.GroupPass`, which keeps the bounds' states)."""
+    its pass, one task per worker thread (:class:`~daskmeans.engine.graph.GroupPass`, which keeps the bounds'
+    states)."""
 
     update: Any
     chained: Any = None
@@ -175,7 +176,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
 def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
     """:func:`_iterate` with each iteration submitted whole before the driver has seen the one before it.
 
-    An iteration's pass is one task per worker over the blocks it holds
+    An iteration's pass is one task per worker thread over the blocks its worker holds
     (:func:`~daskmeans.engine.graph.chained_group_pass`), and each such task computes its centers itself from the
     previous pass's statistics (:func:`_advance`, the same update as :func:`lloyd_update`), so that the workers
     never wait for a round trip to the driver or to one combining task: on kdd (145,751 x 74, k = 200, 2 worker

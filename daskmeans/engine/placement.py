@@ -19,15 +19,18 @@ def held_by_workers(array, client) -> bool:
 
 def blocks_by_worker(array, client) -> list[list[int]]:
     """The row blocks of ``array`` (as stored, held by the workers: :func:`held_by_workers`) grouped by the worker
-    that holds each, in block order within a group; a block held nowhere (being moved) is a group of its own.
+    that holds each, and a worker's blocks split into one group per thread it runs (consecutive blocks, sizes at
+    most one apart), in block order within a group; a block held nowhere (being moved) is a group of its own.
 
-    Where the blocks are does not change any result: it decides only which blocks a pass computes in one task
-    (:func:`daskmeans.engine.graph.chained_group_pass`).
+    A group is one task of a pass: one per worker thread keeps every thread busy (a threaded worker of 2 threads
+    given one group ran its pass on one of them). Where the blocks are does not change any result: it decides only
+    which blocks a pass computes in one task (:func:`daskmeans.engine.graph.chained_group_pass`).
     """
     stored = stored_form(array)
     futures = {future.key: future for future in futures_of(stored)}
     keys = [key for key in flatten(stored.__dask_keys__())]
     holders = client.who_has([futures[key] for key in keys if key in futures])
+    threads = client.nthreads()
     groups: dict = {}
     alone = []
     for i, key in enumerate(keys):
@@ -36,7 +39,13 @@ def blocks_by_worker(array, client) -> list[list[int]]:
             groups.setdefault(sorted(where)[0], []).append(i)
         else:
             alone.append([i])
-    return [groups[worker] for worker in sorted(groups)] + alone
+    split = []
+    for worker in sorted(groups):
+        blocks = groups[worker]
+        parts = max(1, min(len(blocks), int(threads.get(worker, 1))))
+        edges = [round(p * len(blocks) / parts) for p in range(parts + 1)]
+        split.extend(blocks[a:b] for a, b in zip(edges[:-1], edges[1:]))
+    return split + alone
 
 
 __all__ = ["held_by_workers", "blocks_by_worker"]

@@ -166,3 +166,18 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
     with pytest.raises(ValueError, match="needs start"):
         chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [1]], combine=combine_sums,
                            finish=next_factor)
+
+
+def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
+    """A pass is one task per group: a threaded worker of 3 threads holding 8 blocks gets 3 groups of consecutive
+    blocks (sizes at most one apart), so that every thread has a task; 2 blocks make 2 groups."""
+    from distributed import Client, LocalCluster, futures_of, wait
+
+    from daskmeans.engine.placement import blocks_by_worker
+
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for n_blocks, expected in ((8, [[0, 1, 2], [3, 4], [5, 6, 7]]), (2, [[0], [1]])):
+            placed = client.persist(da.from_array(np.arange(n_blocks * 8.0).reshape(-1, 2), chunks=(4, 2)))
+            wait(futures_of(placed))
+            assert blocks_by_worker(placed, client) == expected
