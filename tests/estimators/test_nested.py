@@ -695,16 +695,19 @@ def test_center_snapshots_for_the_benchmark(name):
         make_estimator(name, n_clusters=5, snapshot_centers="yes").fit(X)
 
 
-def _step_twice(batch, centers, sizes):
+def _steps_with_running_sums(batch, centers, sizes):
+    """Step ``batch`` to each size in turn, moving the centers to the running sums' means as nmbatch does; the steps'
+    deltas and the last centers."""
     results = []
     shift = np.zeros(centers.shape[0])
+    sums, counts = 0.0, 0.0
     for size in sizes:
-        sums, counts, sse, members, counters = batch.step(centers, shift, size)
-        results.append((sums, counts, sse, members, counters))
-        new = centers_from_sums(sums + (results[-2][0] if len(results) > 1 else 0),
-                                counts + (results[-2][1] if len(results) > 1 else 0), centers)
-        shift = np.sqrt(((new - centers) ** 2).sum(axis=1)) * (1 + 1e-9)
-        centers = new.astype(np.float32)
+        deltas = batch.step(centers, shift, size)
+        results.append(deltas)
+        sums, counts = sums + deltas[0], counts + deltas[1]
+        new = centers_from_sums(sums, counts, centers).astype(np.float32)
+        shift = np.sqrt(((new.astype(np.float64) - centers) ** 2).sum(axis=1)) * (1 + 1e-9)
+        centers = new
     return results, centers
 
 
@@ -726,7 +729,7 @@ def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_v
     batches, steps = {}, {}
     for name, X in (("uint8", X8), ("float32", X8.astype(np.float32))):
         batches[name] = NestedBatch(open_input(X, chunk_rows=500).array, 5, groups, client=client)
-        steps[name], final_centers = _step_twice(batches[name], centers, (1000, 2500, 3000, 3000))
+        steps[name], final_centers = _steps_with_running_sums(batches[name], centers, (1000, 2500, 3000, 3000))
     for a, b in zip(steps["uint8"], steps["float32"]):
         for x, y in zip(a[:4], b[:4]):
             np.testing.assert_array_equal(x, y)
