@@ -754,6 +754,18 @@ def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_v
         for x, y in zip(again[:4], expected[:4]):
             np.testing.assert_array_equal(x, y)
         assert again[4] == expected[4]
+    # rows of any other dtype are refused as damaged, before any step
+    from daskmeans.exceptions import CheckpointError
+    from daskmeans.storage.zarr_safe import read_group, write_group
+
+    layout = str(tmp_path / "uint8" / "layout" / "00000")
+    arrays = read_group(layout, ["rows", "index", "weights"])
+    write_group(layout, {**arrays, "rows": arrays["rows"].astype(np.int32)})
+    restored = NestedBatch(open_input(X8, chunk_rows=500).array, 5, groups, client=client)
+    with pytest.raises(CheckpointError, match="damaged: rows is int32"):
+        restored.restore_checkpoint(written["uint8"], str(tmp_path / "uint8" / "blocks"),
+                                    str(tmp_path / "uint8" / "layout"), batches["uint8"].layout_id,
+                                    batches["uint8"].size, batches["uint8"].rows_read)
 
 
 def _rows_dtype(output):
