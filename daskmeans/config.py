@@ -128,6 +128,11 @@ CHUNK_SAMPLING_MIN_SAVING = 4
 MIN_BLOCK_ROWS = 4096
 #: Nested mini-batch: most lanes the chunks are dealt to (the first batches mix this many chunks).
 MAX_LANES = 64
+#: Nested mini-batch, ``driver_rows="auto"``: a batch is stepped on the driver while assigning all its rows to every
+#: center takes at most this many multiply-adds (``rows x k x d``) ...
+NESTED_DRIVER_WORK = 2 * 10**9
+#: ... and its state at most this many bytes of the driver's memory.
+NESTED_DRIVER_BYTES = 256 * 2**20
 
 # -- algorithms ---------------------------------------------------------------------------------------------------
 

@@ -178,7 +178,9 @@ def _pid():
 CASES = {
     "kmeans": ({"max_iter": 1, "tol": 0.0}, lambda model: 0),
     "vrkm++": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
-    "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0, "batch_rows": "cached"},
+    # driver_rows=0: the batch's state on the workers from the first step ("auto" would step batches this small on
+    # the driver)
+    "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0, "batch_rows": "cached", "driver_rows": 0},
                 lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES,
                                                   N_CLUSTERS)),
     # a batch of 1,000,000 rows: cached as floats with its bounds it would take about 1.1 GB (the worker has

@@ -169,11 +169,14 @@ def test_minibatch_survives_a_killed_worker(killable_cluster, store):
     assert_same_fit(model, undisturbed(make, store))
 
 
-def test_nested_minibatch_recomputes_lost_state_blocks(killable_cluster, store):
-    """The worker killed holds state blocks of the active batch: they are rebuilt from their lineage."""
+@pytest.mark.parametrize("driver_rows", [0, 2000])
+def test_nested_minibatch_recomputes_lost_state_blocks(killable_cluster, store, driver_rows):
+    """The worker killed holds state blocks of the active batch: they are rebuilt from their lineage, also when
+    the batch was stepped on the driver before it grew past ``driver_rows`` (its blocks then came from the
+    driver, inside tasks of their own)."""
     def make(**kw):
         return daskmeans.NestedMiniBatchKMeans(n_clusters=30, initial_batch_size=1000, rho=1e9, max_iter=25,
-                                               tol=0.0, random_state=3, **kw)
+                                               tol=0.0, random_state=3, driver_rows=driver_rows, **kw)
 
     def holder_of_state(client):
         holders = holders_of(client, "daskmeans-nmbatch-step")
@@ -182,6 +185,8 @@ def test_nested_minibatch_recomputes_lost_state_blocks(killable_cluster, store):
 
     reference = undisturbed(make, store)
     assert reference.history_[5]["batch_size"] < 12_000, "the kill should come while the batch still grows"
+    sizes = [r["batch_size"] for r in reference.history_[:5]]
+    assert driver_rows == 0 or sizes[0] <= driver_rows < sizes[-1], "the batch should have left the driver by then"
     model = fit_killing_at(killable_cluster, make, store, 5, holder_of_state)
     assert_same_fit(model, reference)
     assert [r["batch_size"] for r in model.history_] == [r["batch_size"] for r in reference.history_]

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..config import BOUNDS_MEMORY_FRACTION
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
+from ..passes.nested_driver import driver_rows as rows_on_driver
 from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
@@ -95,7 +96,7 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
 
 def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
                      bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False,
-                     batch_rows="cached"):
+                     batch_rows="cached", driver_rows=0):
     """Run nmbatch from ``centers``.
 
     Parameters
@@ -132,6 +133,9 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
         Keep the batch's rows on the workers (:class:`~daskmeans.passes.nested_state.NestedBatch`) or re-read
         them from the store at every iteration (:class:`~daskmeans.passes.nested_reread.RereadBatch`: bounded
         memory at any n, one read of the batch's chunks per iteration). The iterates are the same.
+    driver_rows : "auto" or int
+        Cached batches of at most this many rows are stepped on the driver, without a round trip to the workers
+        per iteration (:func:`~daskmeans.passes.nested_driver.driver_rows`; 0: never). The iterates are the same.
 
     Returns
     -------
@@ -141,11 +145,11 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
     """
     context = context or RunContext()
     return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
-                             max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows)
+                             max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows, driver_rows)
 
 
 def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol,
-                      max_blocks, min_block_rows, keep_batch, batch_rows):
+                      max_blocks, min_block_rows, keep_batch, batch_rows, driver_rows):
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
     passes = context.passes
     n, d = (int(s) for s in array.shape)
@@ -158,8 +162,12 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
         scheme, batch_rows = resume.get("bounds", scheme), resume.get("batch_rows", "cached")
     groups = make_groups(centers, scheme, n_groups) if resume is None else CenterGroups(resume["group_of"], scheme)
     layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
-    batch_class = RereadBatch if batch_rows == "reread" else NestedBatch
-    batch = batch_class(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
+    if batch_rows == "reread":
+        batch = RereadBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
+    else:
+        row_bytes = state_bytes_per_row(d, groups.n_groups, array.dtype.itemsize, cached=True) // 2
+        batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout,
+                            driver_rows=rows_on_driver(driver_rows, k, d, row_bytes))
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
     sums = np.zeros((k, d))
     counts = np.zeros(k)

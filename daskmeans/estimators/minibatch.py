@@ -11,12 +11,21 @@ from ..algorithms.result import Clock, RunContext
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
-from ..exceptions import InputDataError
+from .._validation import check_int
+from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.minibatch import LEARNING_RATES
 from ..kernels.nested_groups import BOUND_SCHEMES
 from ..progress import SnapshotRecorder
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
+
+
+def _check_driver_rows(value, name, estimator):
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidParameterError(f'{name} must be "auto" or an integer >= 0 (rows), got {value!r}.')
+    else:
+        check_int(value, name, minimum=0)
 
 
 class NestedMiniBatchKMeans(ClusteringEstimator):
@@ -58,6 +67,13 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         the chunks the batch touches from the store, a slab at a time, so memory is bounded at any n. The
         iterates are the same. ``"auto"``: cached when all n rows' cached state fits in half the cluster's
         memory (the batch may grow to n), else re-read.
+    driver_rows : "auto" or int, default "auto"
+        On a cluster, a cached batch of at most this many rows is stepped on the driver: its new rows come from the
+        workers once, and an iteration costs no round trip to the workers (tens of milliseconds on worker
+        processes, more than the work of a small batch). The batch moves to the workers when it grows past this
+        size and stays there. ``"auto"``: the largest batch whose full assignment takes at most
+        ``config.NESTED_DRIVER_WORK`` multiply-adds (rows x k x d) and whose state takes at most
+        ``config.NESTED_DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the same either way.
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).
     max_time : float, optional
@@ -102,11 +118,12 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     _model_scalars = ClusteringEstimator._model_scalars + ("bounds_", "batch_rows_")
 
     def __init__(self, n_clusters=8, *, init="k-means||", initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
-                 bounds="auto", batch_rows="auto", max_iter=1000, max_time=None, tol=1e-4, random_state=None,
-                 init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None,
-                 progress=False, snapshot_centers=False):
+                 bounds="auto", batch_rows="auto", driver_rows="auto", max_iter=1000, max_time=None, tol=1e-4,
+                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
+                 client=None, progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
         self.batch_rows = batch_rows
+        self.driver_rows = driver_rows
         self.n_clusters = n_clusters
         self.init = init
         self.initial_batch_size = initial_batch_size
@@ -131,6 +148,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         "doubling_quantile": Real(0.0, 1.0),
         "bounds": Options(BOUND_SCHEMES),
         "batch_rows": Options(BATCH_ROWS),
+        "driver_rows": Rule(_check_driver_rows),
         "max_iter": Integer(1),
         "tol": Real(0.0),
         **SEEDING_CONSTRAINTS,
@@ -173,7 +191,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
                 data.array, centers, context, seed=stage_key(start.seed, "nmbatch"),
                 initial_batch_size=self.initial_batch_size, rho=self.rho, doubling_quantile=self.doubling_quantile,
                 bounds=bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                batch_rows=self.batch_rows_,
+                batch_rows=self.batch_rows_, driver_rows=self.driver_rows,
             )
         recorder.keep(self)
         self.cluster_centers_ = result.centers

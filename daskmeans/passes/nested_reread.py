@@ -31,7 +31,8 @@ from ..kernels.nested import batch_deltas
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
-from .nested_state import COUNTERS, NestedBatch, StepOutput, _combine_reports, _report_of, chunk_order
+from .nested_reads import chunk_order
+from .nested_state import COUNTERS, NestedBatch, StepOutput, _combine_reports, _report_of
 
 
 class ChunkState(SizedSlots):

@@ -1,12 +1,14 @@
 """The active batch of nested mini-batch k-means, kept on the workers as persisted state blocks.
 
 The data is shuffled once without moving it. The row blocks (chunks) are put in a random order and dealt
-round-robin to ``L`` lanes; the rows of each chunk get a random order of their own (:func:`chunk_order`). The
+round-robin to ``L`` lanes; the rows of each chunk get a random order of their own
+(:func:`~daskmeans.passes.nested_reads.chunk_order`). The
 shuffled order takes rows from the lanes in turn, so any prefix holds about the same number of rows from each
 lane: the batch of size ``b`` (the first ``b`` rows of the order) mixes ``L`` chunks from the start, even when
 the stored order of the rows is not random (sorted by class, by time...), while a growth reads only the next
 part of one or two chunks per lane. The workers read the new rows from the store themselves; nothing but
-``k x d`` statistics ever reaches the driver.
+``k x d`` statistics ever reaches the driver, except while the batch is small enough to be stepped there
+(:mod:`~daskmeans.passes.nested_driver`, ``driver_rows``): its new rows then come to the driver once.
 
 The batch is split into state blocks (rows, row ids, labels, squared distances, group lower bounds). As in
 section 3.3 of the paper, every state block receives an equal share of the rows added at each growth, so
@@ -34,7 +36,9 @@ from ..kernels.nested import batch_deltas
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
-from .bounded_assign import kept_dtype, kept_rows
+from .bounded_assign import kept_dtype
+from .nested_driver import blocks_to_workers, step_on_driver
+from .nested_reads import GrowthReads
 
 
 class BatchBlock(RecycledState):
@@ -105,20 +109,6 @@ class StepOutput(SizedSlots):
 
 #: Counters in a report, in order.
 COUNTERS = ("reused", "new", "changed", "computed", "skipped")
-
-
-def chunk_order(key: int, offset: int, size: int) -> np.ndarray:
-    """The random order of the rows of the chunk that starts at global row ``offset`` (local indices)."""
-    return np.random.default_rng([key, offset, size]).permutation(size)
-
-
-def _read_new_rows(block, offset, weights, key, start, stop):
-    """Rows ``start:stop`` of a chunk's own random order, with their global indices and weights; the rows as the
-    state keeps them (:func:`~daskmeans.passes.bounded_assign.kept_rows`: uint8 descriptors stay uint8)."""
-    block = np.asarray(block)
-    order = chunk_order(key, offset, block.shape[0])[start:stop]
-    taken = np.ones(order.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)[order]
-    return offset + order.astype(np.int64), kept_rows(block[order]), taken
 
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
@@ -250,10 +240,13 @@ class NestedBatch:
         Most lanes (default :data:`MAX_LANES`).
     weights : dask.array.Array (n,), optional
         Sample weights, chunked like ``array``; read with the rows.
+    driver_rows : int
+        Batches of at most this many rows are stepped on the driver (:mod:`~daskmeans.passes.nested_driver`;
+        with a ``client`` only); 0: every step on the workers.
     """
 
     def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=MIN_BLOCK_ROWS,
-                 max_lanes=None, weights=None):
+                 max_lanes=None, weights=None, driver_rows=0):
         self.array = array
         self.weight_blocks = None if weights is None else blocks_of(weights)
         self.n_samples, self.n_features = (int(s) for s in array.shape)
@@ -271,10 +264,15 @@ class NestedBatch:
         self.max_blocks = int(max_blocks or len(self.chunk_sizes))
         self.min_block_rows = int(min_block_rows)
         self.data_blocks = stored_blocks(array)
+        self.reads = GrowthReads(self.data_blocks, self.weight_blocks, self.offsets, self.row_key, self._pieces,
+                                 self.client)
         #: The dtype of the rows the blocks keep: as stored for integers of up to 16 bits, else as computed.
         self.rows_dtype = kept_dtype(stored_form(array).dtype)
         self.size = 0
         self.outputs = []
+        self.driver_rows = int(driver_rows)
+        #: The state blocks are in the driver's memory (values), not on the workers (delayed references).
+        self.on_driver = False
         self.rows_read = 0
         #: Changes whenever the blocks' rows change (growth or split), so that a checkpoint writes them only then.
         self.layout_id = None
@@ -345,6 +343,10 @@ class NestedBatch:
             ``reused``, ``new``, ``changed``, ``computed``, ``skipped`` of this iteration.
         """
         target_size = int(min(max(target_size, self.size), self.n_samples))
+        here = self.client is not None and target_size <= self.driver_rows and (self.on_driver or not self.outputs)
+        if self.on_driver and not here:
+            self.outputs = blocks_to_workers(self.outputs, self.client)
+            self.on_driver = False
         old_blocks = self.n_blocks
         n_blocks = self._blocks_for(target_size)
         n_split = n_blocks - old_blocks if old_blocks else 0
@@ -356,36 +358,32 @@ class NestedBatch:
                 parents.append((self.outputs[s], 0 if s < n_split else None))
             else:
                 parents.append((self.outputs[s - old_blocks], 1))
-        # the new rows: an equal share of the order's next rows per state block, one read task per chunk touched
+        # the new rows: an equal share of the order's next rows per state block, read by one task per chunk touched
         lo, hi = self.size, target_size
         shares = np.linspace(lo, hi, n_blocks + 1).round().astype(np.int64)
         share_pieces = [self._pieces(int(shares[s]), int(shares[s + 1])) for s in range(n_blocks)]
-        extent = {}
-        for pieces in share_pieces:
-            for chunk, a, b in pieces:
-                first, last = extent.get(chunk, (a, b))
-                extent[chunk] = (min(first, a), max(last, b))
-        chunks = sorted(extent)
-        read_args = [[self.data_blocks[c], int(self.offsets[c]),
-                      None if self.weight_blocks is None else self.weight_blocks[c], self.row_key, *extent[c]]
-                     for c in chunks]
-        reads = dict(zip(chunks, map_blocks_delayed(_read_new_rows, "nmbatch-read", read_args))) if chunks else {}
+        extent, reads = self.reads.take(lo, hi, here)
         block_pieces = [[(reads[c], a - extent[c][0], b - extent[c][0]) for c, a, b in pieces]
                         for pieces in share_pieces]
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
-        outputs = map_blocks_delayed(
-            _step_block, "nmbatch-step",
-            [[parent, half, pieces] for (parent, half), pieces in zip(parents, block_pieces)],
-            shared(centers, "nmbatch-centers"), shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"),
-            shared(self.groups, "nmbatch-groups"), self.use_bounds, self.n_features, reads_data=True
-        )
-        outputs = persist_now(*outputs, client=self.client)
-        reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
-                                            part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
+        block_args = [[parent, half, pieces] for (parent, half), pieces in zip(parents, block_pieces)]
+        common = (np.asarray(shift, dtype=np.float64), self.groups, self.use_bounds, self.n_features)
+        if here:
+            outputs, report = step_on_driver(_step_block, block_args, (centers, *common), _combine_reports)
+        else:
+            outputs = map_blocks_delayed(_step_block, "nmbatch-step", block_args, shared(centers, "nmbatch-centers"),
+                                         shared(common[0], "nmbatch-shift"), shared(self.groups, "nmbatch-groups"),
+                                         *common[2:], reads_data=True)
+            outputs = persist_now(*outputs, client=self.client)
+            reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
+            (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
+                                                part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
         self.outputs = list(outputs)
+        self.on_driver = here
         self.rows_read += hi - lo
         self.size = target_size
+        if here:  # the next doubling's rows, read while the driver steps
+            self.reads.read_ahead(self.size, min(2 * self.size, self.n_samples))
         if hi > lo or n_split or self.layout_id is None:
             self.layout_id = uuid.uuid4().hex[:16]
         sums, counts, sse, members, counters = report
@@ -407,12 +405,13 @@ class NestedBatch:
         dict
             JSON metadata for :meth:`restore_checkpoint`: the sizes of the blocks.
         """
-        parts = map_blocks_delayed(
-            _write_block, "nmbatch-checkpoint",
-            [[o, os.path.join(directory, f"{i:05d}"),
-              None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}")]
-             for i, o in enumerate(self.outputs)])
-        sizes = compute_now(*parts, client=self.client)
+        args = [[o, os.path.join(directory, f"{i:05d}"),
+                 None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}")]
+                for i, o in enumerate(self.outputs)]
+        if self.on_driver:
+            sizes = [_write_block(*a) for a in args]
+        else:
+            sizes = compute_now(*map_blocks_delayed(_write_block, "nmbatch-checkpoint", args), client=self.client)
         return {"block_sizes": [int(s) for s in sizes]}
 
     def restore_checkpoint(self, metadata, directory, layout_directory, layout_id, size, rows_read):
@@ -435,6 +434,7 @@ class NestedBatch:
             self.n_features, n_lower, (self.rows_dtype.str, self.array.dtype.str),
         )
         outputs = list(persist_now(*parts, client=self.client))
+        self.on_driver, self.reads.pending = False, {}
         self._sizes_of(outputs)  # waits for every block, raising what a read raised (only sizes reach the driver)
         self.outputs = outputs
         self.size = int(size)
@@ -443,8 +443,11 @@ class NestedBatch:
 
     def content(self):
         """Row indices, labels, squared distances and bounds of the whole batch (for tests and checks)."""
-        parts = map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs])
-        values = compute_now(*parts, client=self.client)
+        if self.on_driver:
+            values = [_block_content(o) for o in self.outputs]
+        else:
+            values = compute_now(*map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs]),
+                                 client=self.client)
         return tuple(np.concatenate([v[i] for v in values]) for i in range(4))
 
     def block_sizes(self):
@@ -452,9 +455,13 @@ class NestedBatch:
         return self._sizes_of(self.outputs)
 
     def _sizes_of(self, outputs):
+        if self.on_driver:
+            return [_block_size(o) for o in outputs]
         parts = map_blocks_delayed(_block_size, "nmbatch-sizes", [[o] for o in outputs])
         return list(compute_now(*parts, client=self.client))
 
     def release(self):
         """Drop the state blocks (the workers free their memory)."""
         self.outputs = []
+        self.on_driver = False
+        self.reads.pending = {}

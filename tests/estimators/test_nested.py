@@ -26,7 +26,8 @@ from daskmeans.kernels import nested as kn
 from daskmeans.kernels import revisit as kr
 from daskmeans.kernels import nested_groups
 from daskmeans.kernels.distance import exact_dist2
-from daskmeans.passes.nested_state import NestedBatch, chunk_order
+from daskmeans.passes.nested_reads import chunk_order
+from daskmeans.passes.nested_state import NestedBatch
 from daskmeans.registry import make_estimator
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -505,21 +506,30 @@ def test_labels_with_bounds_are_the_labels_without_them():
 
 
 def test_same_seed_same_result_on_every_scheduler_and_worker_count(cluster_client):
+    """The same fit on the synchronous and threaded schedulers and on worker processes, with the batch stepped on
+    the workers from the start (``driver_rows=0``), on the driver until it passes 2,000 rows, or on the driver
+    throughout (``"auto"`` at this size): the same centers, counters and inertia to the last bit."""
     X, _, _ = make_blobs(n=6000, d=6, k=8, spread=2.5, seed=4, dtype=np.float32)
     params = dict(n_clusters=8, random_state=123, initial_batch_size=700, max_iter=60, init="k-means++")
+    counters = ("batch_size", "changed", "distances_computed", "inertia")
     for chunks in (900, 1700):
         array = da.from_array(X, chunks=(chunks, 6))
         with dask.config.set(scheduler="sync"):
             sync = NestedMiniBatchKMeans(**params).fit(array)
         with dask.config.set(scheduler="threads"):
             threads = NestedMiniBatchKMeans(**params).fit(array)
-        distributed = NestedMiniBatchKMeans(**params, client=cluster_client).fit(array)
-        for other in (threads, distributed):
+        distributed = {rows: NestedMiniBatchKMeans(**params, driver_rows=rows, client=cluster_client).fit(array)
+                       for rows in (0, 2000, "auto")}
+        sizes = [h["batch_size"] for h in sync.history_]
+        assert sizes[0] <= 2000 < sizes[-1] == 6000  # the middle setting moves the batch to the workers mid-fit
+        for other in (threads, *distributed.values()):
             np.testing.assert_array_equal(other.cluster_centers_, sync.cluster_centers_)
-            assert [h["changed"] for h in other.history_] == [h["changed"] for h in sync.history_]
+            assert [[h[c] for c in counters] for h in other.history_] == \
+                [[h[c] for c in counters] for h in sync.history_]
             assert other.inertia_ == sync.inertia_
         assert sync.stop_reason_ in ("converged", "tol")
-        np.testing.assert_array_equal(np.asarray(distributed.labels_), np.asarray(sync.labels_))
+        for model in distributed.values():
+            np.testing.assert_array_equal(np.asarray(model.labels_), np.asarray(sync.labels_))
 
 
 def test_result_is_close_to_lloyd_on_blobs_and_models_round_trip(tmp_path):
@@ -622,6 +632,9 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
     ({"max_iter": 0}, "max_iter must be >= 1"),
     ({"tol": -1.0}, "tol must be >= 0"),
     ({"max_time": 0}, "max_time must be > 0"),
+    ({"driver_rows": -1}, "driver_rows must be >= 0"),
+    ({"driver_rows": "all"}, 'driver_rows must be "auto" or an integer >= 0'),
+    ({"driver_rows": 2.5}, "driver_rows must be an integer"),
 ])
 def test_bad_parameters_fail_before_any_work(params, message):
     never_computed = da.random.random((10**10, 4), chunks=(10**6, 4))

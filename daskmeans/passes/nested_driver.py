@@ -1,0 +1,78 @@
+"""Small nested batches stepped on the driver, without a Dask round trip per iteration.
+
+While nmbatch's batch is small, an iteration's work (a few thousand rows against the centers) costs less than
+the round trip that sends it to the workers and collects its statistics (tens of milliseconds on worker
+processes, see :func:`driver_rows`). Such a batch is kept in the driver's memory: the workers read its new rows
+at each growth and send them once, and the driver steps its state blocks itself, with the same block function,
+the same blocks and the same reduction tree as the workers would, so the iterates are the same to the last bit.
+When the batch grows past the threshold, its blocks are sent to the workers (:func:`blocks_to_workers`) and stay
+there.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from dask._task_spec import DataNode
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+from dask.system import CPU_COUNT
+
+from ..config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK, SPLIT_EVERY
+from ..engine.client import persist_now
+from ..engine.graph import reduce_in_tree
+
+
+def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> int:
+    """Largest batch (rows) stepped on the driver.
+
+    Parameters
+    ----------
+    setting : "auto" or int
+        An int is used as it is (0: every step on the workers). ``"auto"``: the largest batch whose full
+        assignment takes at most :data:`~daskmeans.config.NESTED_DRIVER_WORK` multiply-adds (``rows k d``; a growth
+        assigns its new rows to every center) and whose state takes at most
+        :data:`~daskmeans.config.NESTED_DRIVER_BYTES` of the driver's memory.
+    n_clusters, n_features : int
+    row_bytes : int
+        Driver memory one row of the batch's state takes (its row, label, distance, weight and bounds).
+    """
+    if setting != "auto":
+        return int(setting)
+    by_work = NESTED_DRIVER_WORK // max(1, n_clusters * n_features)
+    by_memory = NESTED_DRIVER_BYTES // max(1, row_bytes)
+    return int(min(by_work, by_memory))
+
+
+def step_on_driver(step_block, block_args, common_args, combine):
+    """``step_block(*block_args[i], *common_args)`` for every state block on the driver's threads (as many as the
+    threaded scheduler would use), and the blocks' reports reduced in the tree of
+    :func:`~daskmeans.engine.graph.tree_reduce`.
+
+    Returns
+    -------
+    outputs : list
+        The blocks' outputs (``.report`` holds each report), in block order.
+    report :
+        The reduced report.
+    """
+    threads = max(1, min(CPU_COUNT, len(block_args)))
+    with ThreadPoolExecutor(threads) as pool:
+        outputs = list(pool.map(lambda args: step_block(*args, *common_args), block_args))
+    return outputs, reduce_in_tree([output.report for output in outputs], combine, SPLIT_EVERY)
+
+
+def blocks_to_workers(outputs, client) -> list[Delayed]:
+    """Send the driver's state blocks to the workers, as the persisted blocks that
+    :func:`~daskmeans.engine.client.persist_now` returns.
+
+    Each block travels inside a task of its own (data in the graph, not scattered): the scheduler keeps that task,
+    so a block lost with a worker, and every later block derived from it, is recomputed from its lineage as the
+    blocks stepped on the workers are. The scheduler holds that copy for the rest of the fit: at most
+    :data:`~daskmeans.config.NESTED_DRIVER_BYTES` by the ``"auto"`` rule.
+    """
+    key = f"daskmeans-nmbatch-from-driver-{uuid.uuid4().hex}"
+    blocks = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), output)}),
+                      layer=f"{key}-{i}") for i, output in enumerate(outputs)]
+    return list(persist_now(*blocks, client=client))

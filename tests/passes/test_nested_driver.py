@@ -1,0 +1,100 @@
+"""Small nested batches stepped on the driver (daskmeans/passes/nested_driver.py), then moved to the workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskmeans.algorithms.relocation import centers_from_sums
+from daskmeans.config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK
+from daskmeans.kernels import nested_groups
+from daskmeans.passes.nested_driver import driver_rows
+from daskmeans.passes.nested_state import NestedBatch
+from daskmeans.storage.io import open_input
+
+SIZES = (600, 1200, 1200, 2400, 2400, 4000, 4000)
+
+
+def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
+    assert driver_rows(123, 50, 784, 1000) == 123
+    assert driver_rows(0, 50, 784, 1000) == 0
+    assert driver_rows("auto", 50, 784, 1000) == NESTED_DRIVER_WORK // (50 * 784)
+    assert driver_rows("auto", 2, 4, 10**6) == NESTED_DRIVER_BYTES // 10**6
+
+
+def _step_through(batch, centers, sizes):
+    """Step ``batch`` through ``sizes``, the centers moving to the running sums' means as nmbatch moves them; each
+    step's deltas and where the blocks were after it."""
+    shift = np.zeros(centers.shape[0])
+    sums, counts, steps, on_driver = 0.0, 0.0, [], []
+    for size in sizes:
+        deltas = batch.step(centers, shift, size)
+        steps.append(deltas)
+        on_driver.append(batch.on_driver)
+        sums, counts = sums + deltas[0], counts + deltas[1]
+        new = centers_from_sums(sums, counts, centers).astype(np.float32)
+        shift = np.sqrt(((new.astype(np.float64) - centers) ** 2).sum(axis=1)) * (1 + 1e-9)
+        centers = new
+    return steps, on_driver, centers
+
+
+def _assert_same_steps(steps, expected):
+    for got, want in zip(steps, expected, strict=True):
+        for x, y in zip(got[:4], want[:4]):
+            np.testing.assert_array_equal(x, y)
+        assert got[4] == want[4]
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(8)
+    X = (rng.standard_normal((4000, 10)) + 4 * rng.integers(0, 6, size=(4000, 1))).astype(np.float32)
+    centers = X[rng.choice(4000, 9, replace=False)].copy()
+    return X, centers, nested_groups.make_groups(centers, "yinyang", 3)
+
+
+def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_same_steps(problem, cluster_client):
+    """Below ``driver_rows`` the blocks are values in this process and no step task runs on the cluster; past it
+    they live on the workers. Every step's sums, counts, SSE, members and counters are those of a batch stepped on
+    the workers from the start, and the content of the batch is the same."""
+    X, centers, groups = problem
+    batches = {rows: NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client,
+                                 driver_rows=rows) for rows in (0, 1500)}
+    steps = {rows: _step_through(batch, centers, SIZES) for rows, batch in batches.items()}
+    assert steps[0][1] == [False] * len(SIZES)
+    assert steps[1500][1] == [size <= 1500 for size in SIZES]
+    _assert_same_steps(steps[1500][0], steps[0][0])
+    for x, y in zip(batches[1500].content(), batches[0].content()):
+        np.testing.assert_array_equal(x, y)
+    assert batches[1500].block_sizes() == batches[0].block_sizes()
+
+
+def test_a_batch_on_the_driver_holds_its_blocks_here_and_prefetches_the_next_growth(problem, cluster_client):
+    X, centers, groups = problem
+    batch = NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=4000)
+    batch.step(centers, np.zeros(9), 600)
+    assert batch.on_driver and all(type(o).__name__ == "StepOutput" for o in batch.outputs)
+    assert list(batch.reads.pending) == [(600, 1200)]
+    batch.step(centers, np.zeros(9), 600)  # no growth: the prefetched rows wait
+    assert list(batch.reads.pending) == [(600, 1200)]
+    batch.step(centers, np.zeros(9), 1200)
+    assert list(batch.reads.pending) == [(1200, 2400)]
+
+
+def test_a_checkpoint_of_a_batch_on_the_driver_restores_on_the_workers(problem, cluster_client, tmp_path):
+    """The driver writes the blocks it holds; they come back on the workers and step as the batch that wrote
+    them would have."""
+    X, centers, groups = problem
+    array = open_input(X, chunk_rows=500).array
+    batch = NestedBatch(array, 3, groups, client=cluster_client, driver_rows=4000)
+    _, on_driver, last = _step_through(batch, centers, SIZES[:4])
+    assert all(on_driver)
+    written = batch.write_checkpoint(str(tmp_path / "blocks"), str(tmp_path / "layout"))
+    restored = NestedBatch(array, 3, groups, client=cluster_client, driver_rows=4000)
+    restored.restore_checkpoint(written, str(tmp_path / "blocks"), str(tmp_path / "layout"), batch.layout_id,
+                                batch.size, batch.rows_read)
+    assert not restored.on_driver
+    expected = _step_through(batch, last, SIZES[4:])
+    again = _step_through(restored, last, SIZES[4:])
+    _assert_same_steps(again[0], expected[0])
+    assert again[1] == [False] * 3  # restored blocks stay on the workers
