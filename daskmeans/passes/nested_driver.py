@@ -21,7 +21,7 @@ from dask.system import CPU_COUNT
 
 from ..config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK, SPLIT_EVERY
 from ..engine.client import persist_now
-from ..engine.graph import reduce_in_tree
+from ..engine.graph import reduce_in_tree, task
 
 
 def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> int:
@@ -63,16 +63,24 @@ def step_on_driver(step_block, block_args, common_args, combine):
     return outputs, reduce_in_tree([output.report for output in outputs], combine, SPLIT_EVERY)
 
 
-def blocks_to_workers(outputs, client) -> list[Delayed]:
-    """Send the driver's state blocks to the workers, as the persisted blocks that
+def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
+    """Send driver-side values to the workers, each inside a task of its own, as the persisted results that
     :func:`~daskmeans.engine.client.persist_now` returns.
 
-    Each block travels inside a task of its own (data in the graph, not scattered): the scheduler keeps that task,
-    so a block lost with a worker, and every later block derived from it, is recomputed from its lineage as the
-    blocks stepped on the workers are. The scheduler holds that copy for the rest of the fit: at most
-    :data:`~daskmeans.config.NESTED_DRIVER_BYTES` by the ``"auto"`` rule.
+    Data in the graph, not scattered: the scheduler keeps each task, so a value lost with a worker, and every later
+    state block derived from it, is recomputed from its lineage as the blocks stepped on the workers are. The
+    scheduler holds that copy for the rest of the fit: at most :data:`~daskmeans.config.NESTED_DRIVER_BYTES` by the
+    ``"auto"`` rule.
     """
-    key = f"daskmeans-nmbatch-from-driver-{uuid.uuid4().hex}"
-    blocks = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), output)}),
-                      layer=f"{key}-{i}") for i, output in enumerate(outputs)]
-    return list(persist_now(*blocks, client=client))
+    key = f"daskmeans-nmbatch-{name}-{uuid.uuid4().hex}"
+    sent = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), value)}),
+                    layer=f"{key}-{i}") for i, value in enumerate(values)]
+    return list(persist_now(*sent, client=client))
+
+
+def joined_on_workers(function, sent, values, client) -> list[Delayed]:
+    """``function(sent[i], *values[i])`` for each ``i`` on the workers (``sent``: results already there, e.g. from
+    :func:`to_workers`; ``values``: driver-side arguments, which travel inside the tasks), persisted."""
+    key = f"daskmeans-nmbatch-joined-{uuid.uuid4().hex}"
+    return list(persist_now(*(task((key, i), function, part, *more) for i, (part, more) in enumerate(zip(sent, values))),
+                            client=client))

@@ -37,7 +37,7 @@ from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
 from .bounded_assign import kept_dtype
-from .nested_driver import blocks_to_workers, step_on_driver
+from .nested_driver import joined_on_workers, step_on_driver, to_workers
 from .nested_reads import GrowthReads
 
 
@@ -162,6 +162,11 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     return StepOutput(new_block, (sums, counts, sse, members, counters))
 
 
+def _block_with_rows(rows, *fields):
+    """A state block from its rows and its other arrays (:attr:`BatchBlock.FIELDS` order)."""
+    return StepOutput(BatchBlock(rows, *fields), None)
+
+
 def _report_of(output):
     return output.report
 
@@ -273,6 +278,8 @@ class NestedBatch:
         self.driver_rows = int(driver_rows)
         #: The state blocks are in the driver's memory (values), not on the workers (delayed references).
         self.on_driver = False
+        #: ``(layout_id, rows)``: the rows of the blocks on the driver, sent to the workers ahead of the move.
+        self._rows_ahead = (None, None)
         self.rows_read = 0
         #: Changes whenever the blocks' rows change (growth or split), so that a checkpoint writes them only then.
         self.layout_id = None
@@ -345,8 +352,7 @@ class NestedBatch:
         target_size = int(min(max(target_size, self.size), self.n_samples))
         here = self.client is not None and target_size <= self.driver_rows and (self.on_driver or not self.outputs)
         if self.on_driver and not here:
-            self.outputs = blocks_to_workers(self.outputs, self.client)
-            self.on_driver = False
+            self._blocks_to_workers()
         old_blocks = self.n_blocks
         n_blocks = self._blocks_for(target_size)
         n_split = n_blocks - old_blocks if old_blocks else 0
@@ -382,12 +388,30 @@ class NestedBatch:
         self.on_driver = here
         self.rows_read += hi - lo
         self.size = target_size
-        if here:  # the next doubling's rows, read while the driver steps
-            self.reads.read_ahead(self.size, min(2 * self.size, self.n_samples))
         if hi > lo or n_split or self.layout_id is None:
             self.layout_id = uuid.uuid4().hex[:16]
+        if here:  # the next doubling's rows, read while the driver steps
+            following = min(2 * self.size, self.n_samples)
+            self.reads.read_ahead(self.size, following)
+            if following > self.driver_rows and self._rows_ahead[0] != self.layout_id:
+                # the next growth leaves the driver: the blocks' rows (they change only when the batch grows or
+                # splits) go to the workers now, while the driver steps, and only their labels, distances and
+                # bounds at the move
+                self._rows_ahead = (self.layout_id, to_workers([o.block.rows for o in self.outputs], self.client,
+                                                               "rows-from-driver"))
         sums, counts, sse, members, counters = report
         return sums, counts, sse, members, dict(zip(COUNTERS, (int(c) for c in counters)))
+
+    def _blocks_to_workers(self):
+        """Move the state blocks from the driver to the workers (with the rows sent ahead when they still fit)."""
+        layout, rows = self._rows_ahead
+        if layout == self.layout_id:
+            self.outputs = joined_on_workers(_block_with_rows, rows, [[getattr(o.block, name) for name in
+                                                                       BatchBlock.FIELDS[1:]] for o in self.outputs],
+                                             self.client)
+        else:
+            self.outputs = to_workers(self.outputs, self.client)
+        self.on_driver, self._rows_ahead = False, (None, None)
 
     def write_checkpoint(self, directory, layout_directory=None):
         """Have each state block written into ``directory`` where it lives (nothing passes through the driver).
@@ -434,7 +458,7 @@ class NestedBatch:
             self.n_features, n_lower, (self.rows_dtype.str, self.array.dtype.str),
         )
         outputs = list(persist_now(*parts, client=self.client))
-        self.on_driver, self.reads.pending = False, {}
+        self.on_driver, self.reads.pending, self._rows_ahead = False, {}, (None, None)
         self._sizes_of(outputs)  # waits for every block, raising what a read raised (only sizes reach the driver)
         self.outputs = outputs
         self.size = int(size)
@@ -463,5 +487,4 @@ class NestedBatch:
     def release(self):
         """Drop the state blocks (the workers free their memory)."""
         self.outputs = []
-        self.on_driver = False
-        self.reads.pending = {}
+        self.on_driver, self.reads.pending, self._rows_ahead = False, {}, (None, None)

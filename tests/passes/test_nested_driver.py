@@ -53,16 +53,30 @@ def problem():
     return X, centers, nested_groups.make_groups(centers, "yinyang", 3)
 
 
-def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_same_steps(problem, cluster_client):
-    """Below ``driver_rows`` the blocks are values in this process and no step task runs on the cluster; past it
-    they live on the workers. Every step's sums, counts, SSE, members and counters are those of a batch stepped on
-    the workers from the start, and the content of the batch is the same."""
+@pytest.mark.parametrize("sizes, rows_ahead", [
+    (SIZES, True),  # nmbatch's doublings: the rows go ahead once the next growth would leave the driver
+    ((600, 600, 2800, 2800, 4000), False),  # a jump past the next doubling: the blocks go whole at the move
+])
+def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_same_steps(problem, cluster_client,
+                                                                                         sizes, rows_ahead):
+    """Below ``driver_rows`` the blocks are values in this process; past it they live on the workers. Every step's
+    sums, counts, SSE, members and counters are those of a batch stepped on the workers from the start, and the
+    content of the batch is the same, whether the rows went to the workers ahead of the move or with it."""
     X, centers, groups = problem
     batches = {rows: NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client,
                                  driver_rows=rows) for rows in (0, 1500)}
-    steps = {rows: _step_through(batch, centers, SIZES) for rows, batch in batches.items()}
-    assert steps[0][1] == [False] * len(SIZES)
-    assert steps[1500][1] == [size <= 1500 for size in SIZES]
+    moves = []
+    original = batches[1500]._blocks_to_workers
+
+    def move():
+        moves.append(batches[1500]._rows_ahead[0] == batches[1500].layout_id)
+        original()
+
+    batches[1500]._blocks_to_workers = move
+    steps = {rows: _step_through(batch, centers, sizes) for rows, batch in batches.items()}
+    assert moves == [rows_ahead]
+    assert steps[0][1] == [False] * len(sizes)
+    assert steps[1500][1] == [size <= 1500 for size in sizes]
     _assert_same_steps(steps[1500][0], steps[0][0])
     for x, y in zip(batches[1500].content(), batches[0].content()):
         np.testing.assert_array_equal(x, y)
