@@ -51,3 +51,18 @@ def one_blas_thread_for(client):
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+_controller = None
+
+
+def one_blas_thread():
+    """BLAS limited to one thread while the block runs, whoever runs the tasks: for work this process spreads over
+    threads of its own (nmbatch's small batches on the driver: each thread's GEMM on one core). Cheap enough to
+    take for every step (the libraries are looked up once per process)."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")

@@ -20,6 +20,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.system import CPU_COUNT
 
 from ..config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK, SPLIT_EVERY
+from ..engine.blas import one_blas_thread
 from ..engine.client import persist_now
 from ..engine.graph import reduce_in_tree, task
 
@@ -47,8 +48,9 @@ def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> in
 
 def step_on_driver(step_block, block_args, common_args, combine):
     """``step_block(*block_args[i], *common_args)`` for every state block on the driver's threads (as many as the
-    threaded scheduler would use), and the blocks' reports reduced in the tree of
-    :func:`~daskmeans.engine.graph.tree_reduce`.
+    threaded scheduler would use, each with one BLAS thread, as on the workers: on MNIST's batch of 40,000 rows the
+    first assignment took 45-50 ms against 61 ms with BLAS on every core in each thread), and the blocks' reports
+    reduced in the tree of :func:`~daskmeans.engine.graph.tree_reduce`.
 
     Returns
     -------
@@ -58,7 +60,7 @@ def step_on_driver(step_block, block_args, common_args, combine):
         The reduced report.
     """
     threads = max(1, min(CPU_COUNT, len(block_args)))
-    with ThreadPoolExecutor(threads) as pool:
+    with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
         outputs = list(pool.map(lambda args: step_block(*args, *common_args), block_args))
     return outputs, reduce_in_tree([output.report for output in outputs], combine, SPLIT_EVERY)
 
