@@ -112,3 +112,26 @@ def test_a_checkpoint_of_a_batch_on_the_driver_restores_on_the_workers(problem, 
     again = _step_through(restored, last, SIZES[4:])
     _assert_same_steps(again[0], expected[0])
     assert again[1] == [False] * 3  # restored blocks stay on the workers
+
+
+class _Seen:
+    def __init__(self, threads):
+        self.report = [threads]
+
+
+def test_driver_steps_run_blas_on_one_thread_per_step_thread():
+    """As on the workers: each thread's GEMM on one core (BLAS on every core in each thread oversubscribes them)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from daskmeans.passes.nested_driver import step_on_driver
+
+    def blas_threads(*_):
+        return sorted({info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"})
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != [2]:
+            pytest.skip(f"BLAS here cannot run two threads ({blas_threads()})")
+        outputs, seen = step_on_driver(lambda i: _Seen(blas_threads()), [[i] for i in range(4)], (),
+                                       lambda parts: [s for part in parts for s in part])
+        assert seen == [[1]] * 4
+        assert blas_threads() == [2]  # the caller's limit is back
