@@ -83,6 +83,21 @@ def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_sa
     assert batches[1500].block_sizes() == batches[0].block_sizes()
 
 
+def test_weighted_steps_on_the_driver_are_those_of_the_workers(problem, cluster_client):
+    """Sample weights are read with the new rows and counted in the sums the same way on the driver."""
+    import dask.array as da
+
+    X, centers, groups = problem
+    weights = da.from_array(np.random.default_rng(2).random(4000) * 3, chunks=500)
+    steps = {}
+    for rows in (0, 1500):
+        batch = NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=rows,
+                            weights=weights)
+        steps[rows] = _step_through(batch, centers, SIZES)
+    assert steps[1500][1][:3] == [True] * 3
+    _assert_same_steps(steps[1500][0], steps[0][0])
+
+
 def test_a_batch_on_the_driver_holds_its_blocks_here_and_prefetches_the_next_growth(problem, cluster_client):
     X, centers, groups = problem
     batch = NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=4000)
