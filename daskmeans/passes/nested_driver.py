@@ -5,8 +5,8 @@ the round trip that sends it to the workers and collects its statistics (tens of
 processes, see :func:`driver_rows`). Such a batch is kept in the driver's memory: the workers read its new rows
 at each growth and send them once, and the driver steps its state blocks itself, with the same block function,
 the same blocks and the same reduction tree as the workers would, so the iterates are the same to the last bit.
-When the batch grows past the threshold, its blocks are sent to the workers (:func:`blocks_to_workers`) and stay
-there.
+When the batch grows past the threshold, its blocks go to the workers and stay there: their rows ahead of the move
+(:func:`to_workers`), their labels, distances and bounds at it (:func:`joined_on_workers`).
 """
 
 from __future__ import annotations

@@ -414,7 +414,8 @@ class NestedBatch:
         self.on_driver, self._rows_ahead = False, (None, None)
 
     def write_checkpoint(self, directory, layout_directory=None):
-        """Have each state block written into ``directory`` where it lives (nothing passes through the driver).
+        """Have each state block written into ``directory`` where it lives (nothing passes through the driver, which
+        writes only the blocks it holds itself, :mod:`~daskmeans.passes.nested_driver`).
 
         Parameters
         ----------
