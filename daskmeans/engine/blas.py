@@ -47,9 +47,7 @@ def one_blas_thread_for(client):
     if not tasks_run_in_this_process(client):
         yield
         return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         yield
 
 

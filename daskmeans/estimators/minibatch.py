@@ -33,10 +33,10 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     The data is shuffled once (chunks in a random order, rows in a random order inside each chunk, nothing
     moved); the batch is the first ``b`` rows of that order and lives on the workers with its labels,
-    distances and distance bounds (while it is small, on the driver: ``driver_rows``). Every iteration revisits the whole batch (bounds skip most distance
-    computations), each sample counting exactly once in the per-cluster sums, and the batch doubles when
-    the median over clusters of ``sigma_C(j) / p(j)`` exceeds ``rho`` (``doubling_quantile=0`` takes the
-    minimum, the paper's rule). The bounds never change a label: results are those of exact assignments.
+    distances and distance bounds (while it is small, on the driver: ``driver_rows``). Every iteration revisits
+    the whole batch (bounds skip most distance computations), each sample counting exactly once in the
+    per-cluster sums, and the batch doubles when the median over clusters of ``sigma_C(j) / p(j)`` exceeds
+    ``rho`` (``doubling_quantile=0`` takes the minimum, the paper's rule). The bounds never change a label: results are those of exact assignments.
 
     Parameters
     ----------

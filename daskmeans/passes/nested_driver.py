@@ -84,5 +84,5 @@ def joined_on_workers(function, sent, values, client) -> list[Delayed]:
     """``function(sent[i], *values[i])`` for each ``i`` on the workers (``sent``: results already there, e.g. from
     :func:`to_workers`; ``values``: driver-side arguments, which travel inside the tasks), persisted."""
     key = f"daskmeans-nmbatch-joined-{uuid.uuid4().hex}"
-    return list(persist_now(*(task((key, i), function, part, *more) for i, (part, more) in enumerate(zip(sent, values))),
-                            client=client))
+    tasks = [task((key, i), function, part, *more) for i, (part, more) in enumerate(zip(sent, values))]
+    return list(persist_now(*tasks, client=client))
