@@ -33,6 +33,8 @@ CONNECT_HANDSHAKE_GRACE_SECONDS = 1.0
 #: Without --scheduler, a command on an input (as computed) up to this size runs on a local cluster of threads in
 #: its own process, which starts in under a second; a larger input gets worker processes (several seconds to start).
 LOCAL_THREADS_MAX_BYTES = 2**30
+#: ``--local-workers``: what runs the tasks when no scheduler is given (:class:`daskmeans.engine.cluster.ClusterSpec`).
+LOCAL_WORKERS = ("auto", "processes", "threads", "scheduler")
 #: glibc's allocator settings for the worker processes of the embedded cluster, in place of Dask's
 #: ``MALLOC_TRIM_THRESHOLD_=65536`` (which returns every freed array over 128 KiB to the kernel at once): arrays up
 #: to 32 MiB come from the process's heap, and up to 128 MiB of free heap is kept for the next iteration's arrays.

@@ -64,7 +64,7 @@ def check_record(record, table):
     assert record["gemm"]["all_threads_gflops"] > 0
     assert record["assign_pass"]["flop"] == 2.0 * workload["n_samples"] * workload["k"] * workload["n_features"]
     assert record["assign_pass"]["median_seconds"] > 0
-    assert record["cluster"]["n_workers"] >= 1
+    assert record["cluster"]["n_workers"] >= 1 or record["cluster"]["scheduler"] == "threads"
     energies = []
     for run in record["runs"]:
         for key in ("name", "label", "kind", "seed", "status", "reason", "memory"):
@@ -420,3 +420,23 @@ def test_the_recorded_command_line_holds_only_what_was_given(args, expected):
         recorded = _command_line(ctx)
     assert sorted(recorded.split()) == sorted(expected.split())
     assert recorded.startswith("daskmeans bench " + args[0])
+
+
+def test_every_algorithm_and_peer_on_the_threaded_scheduler(tmp_path):
+    """``--local-workers scheduler``: no cluster at all, the runs and the peers on Dask's threaded scheduler in this
+    process (the setting of a fit from Python without a client)."""
+    result = invoke("synthetic", "--quick", "--local-workers", "scheduler", "--workers", 1, "--threads-per-worker", 2,
+                    "--out", tmp_path, "--time-budget", 0.5, "--peers", "sklearn-lloyd,dask-ml")
+    assert result.exit_code == 0, result.output
+    record, table = load_record(tmp_path, "synthetic-quick")
+    check_record(record, table)
+    assert record["cluster"] == {"in_process": True, "scheduler": "threads", "n_workers": 0, "threads": 2,
+                                 "threads_per_worker": [], "memory_limit_per_worker": []}
+    assert "Dask's threaded scheduler in this process (2 threads, no cluster)" in table
+    from daskmeans.registry import energy_algorithm_names
+
+    runs = {r["name"]: r for r in record["runs"]}
+    assert set(energy_algorithm_names()) <= set(runs)
+    for name, run in runs.items():
+        installed = name not in PEERS or availability(PEERS[name])[0]
+        assert run["status"] == ("ok" if installed else "skipped"), (name, run["reason"])

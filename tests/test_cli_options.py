@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 from daskmeans.datasets import make_blobs_zarr
-from daskmeans.engine.client import ClusterSpec
+from daskmeans.engine.cluster import ClusterSpec
 from daskmeans.exceptions import InvalidParameterError
 from daskmeans.registry import algorithm_names
 from test_cli import assert_user_error, environment, invoke
@@ -120,6 +120,31 @@ def test_local_workers_can_be_chosen(tmp_path, small):
                   "--local-workers", "threads", "--json", "--quiet")
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["workers"] == 1, "one threaded worker holding both threads"
+
+
+def test_the_threaded_scheduler_runs_a_fit_without_a_cluster(tmp_path, small):
+    """``--local-workers scheduler``: no cluster, the same result as on a threaded local cluster, labels written."""
+    fits = {}
+    for mode in ("scheduler", "threads"):
+        done = invoke("fit", small, "--array", "X", "-k", 4, "--algorithm", "nmbatch", "--random-state", 2,
+                      "--workers", 1, "--threads-per-worker", 2, "--local-workers", mode,
+                      "--labels", tmp_path / f"{mode}.zarr", "--json", "--quiet")
+        assert done.exit_code == 0, done.output
+        fits[mode] = json.loads(done.output)
+    assert fits["scheduler"]["workers"] is None and fits["threads"]["workers"] == 1
+    assert fits["scheduler"]["inertia"] == fits["threads"]["inertia"]
+    labels = [zarr.open_array(str(tmp_path / f"{mode}.zarr"), mode="r")[:] for mode in ("scheduler", "threads")]
+    np.testing.assert_array_equal(*labels)
+    plain = invoke("fit", small, "--array", "X", "-k", 4, "--local-workers", "scheduler")
+    assert plain.exit_code == 0 and "Dask's threaded scheduler" in plain.stdout, plain.output
+
+
+def test_the_threaded_scheduler_refuses_a_worker_memory_limit(tmp_path, small):
+    assert_user_error(invoke("fit", small, "--array", "X", "-k", 4, "--local-workers", "scheduler", "--memory-limit",
+                             "1GiB", "--out", tmp_path / "m.zarr"), "--memory-limit", "--local-workers scheduler")
+    assert not (tmp_path / "m.zarr").exists()
+    with pytest.raises(InvalidParameterError, match="'nope' is not one of auto, processes, threads, scheduler"):
+        ClusterSpec(local_workers="nope").validate()
 
 
 #: Heavy modules that `daskmeans --help` and `daskmeans info` must not import (they cost seconds).

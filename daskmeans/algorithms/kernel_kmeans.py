@@ -22,7 +22,7 @@ from ..exceptions import InputDataError
 from ..kernels.kernel_centers import SparseCenters, nearest_from_inner, single_point_centers
 from ..kernels.kernel_functions import resolve_kernel
 from ..kernels.kernel_minibatch import run_kernel_steps
-from ..passes.minibatch_pool import gather_steps_graph, step_indices
+from ..passes.kernel_pools import StepPools
 from ..passes.sampling import sample_without_replacement_graph
 from .result import FitResult, RunContext
 
@@ -132,7 +132,8 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
 
 
 def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=256, tau=50,
-                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=POOL_BYTES):
+                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=POOL_BYTES,
+                            pools=None):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
     Parameters
@@ -156,6 +157,10 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         Stop when a step improves its batch's energy by less than ``tol`` (0 disables).
     pool_bytes : int
         Bytes of batch rows fetched from the workers at once (several steps per round trip).
+    pools : StepPools, optional
+        The run's pools, made by the caller with the same ``seed``, ``batch_size``, ``max_iter`` and ``pool_bytes``
+        (the first one may already be on its way: :meth:`~daskmeans.passes.kernel_pools.StepPools.request`); by
+        default made here.
 
     Returns
     -------
@@ -165,11 +170,19 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         ``"max_time"``; ``gamma`` (max ``||phi(x)||`` over the rows seen), ``n_steps`` and ``seen_counts`` are set.
     """
     context = context or RunContext()
-    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
-    passes = context.passes
+    if pools is None:
+        pools = StepPools(array, context.weights, context.client, batch_size=batch_size, max_iter=max_iter, seed=seed,
+                          pool_bytes=pool_bytes)
+    try:
+        return _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter,
+                          tol)
+    finally:
+        pools.release()
+
+
+def _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter, tol):
+    clock, checkpoint, passes = context.clock, context.checkpoint, context.passes
     n = int(array.shape[0])
-    row_bytes = batch_size * array.shape[1] * array.dtype.itemsize
-    steps_per_pool = max(1, min(max_iter, pool_bytes // max(1, row_bytes)))
     resume = context.resume
     history = []
     stop_reason = "max_iter"
@@ -186,17 +199,10 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         if checkpoint is not None:
             checkpoint.save(_minibatch_state(step, centers, seen, gamma_sq, history, None))
     while step < max_iter:
-        # pools start at multiples of steps_per_pool, also when a resumed run starts inside one
-        n_steps = min(steps_per_pool - step % steps_per_pool, max_iter - step)
-        indices = step_indices(n, batch_size, seed, step, n_steps)
-        # each distinct row travels once (on small data a pool draws most rows several times)
-        distinct, position = np.unique(indices.ravel(), return_inverse=True)
-        ((rows, row_weights),) = compute_now(gather_steps_graph(array, distinct, weights), client=client)
+        indices, batches, batch_weights, rows = pools.take(step)
+        n_steps = indices.shape[0]
         if not kernel.normalized:
             gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
-        position = position.reshape(indices.shape)
-        batches = [rows[position[t]] for t in range(n_steps)]
-        batch_weights = None if row_weights is None else [row_weights[position[t]] for t in range(n_steps)]
         # with a checkpoint, the steps run one at a time, each followed by a save
         rounds = [(t, t + 1) for t in range(n_steps)] if checkpoint is not None else [(0, n_steps)]
         for first, stop in rounds:

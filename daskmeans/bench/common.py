@@ -16,6 +16,7 @@ import os
 import platform
 import socket
 
+import dask
 import dask.array as da
 import numpy as np
 import psutil
@@ -128,7 +129,12 @@ def load_average():
 
 def cluster_info(client) -> dict:
     """The workers of ``client``'s cluster: how many, their threads and memory limits, and whether their tasks run
-    in this process (threaded workers)."""
+    in this process (threaded workers). Without a client: Dask's threaded scheduler, no workers
+    (``"scheduler": "threads"``, ``threads`` its pool's size)."""
+    if client is None:
+        threads = dask.config.get("num_workers", None) or os.cpu_count() or 1
+        return {"in_process": True, "scheduler": "threads", "n_workers": 0, "threads": int(threads),
+                "threads_per_worker": [], "memory_limit_per_worker": []}
     info = client.scheduler_info()
     workers = info.get("workers", {})
     return {

@@ -278,8 +278,10 @@ def header_lines(record) -> list:
         f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_bytes'] / 2**30:.1f} GiB"
         + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
         + _load_range(record)
-        + f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
-        + (" in this process (threaded workers)" if c.get("in_process") else "")
+        + (f"; Dask's threaded scheduler in this process ({c['threads']} threads, no cluster)"
+           if c.get("scheduler") == "threads" else
+           f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
+           + (" in this process (threaded workers)" if c.get("in_process") else ""))
         + (f", {c['memory_limit_per_worker'][0] / 2**30:.1f} GiB each" if c.get("memory_limit_per_worker") else "")
         + ".",
     ]

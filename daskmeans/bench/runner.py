@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 
 from .._version import __version__
-from ..engine.client import ClusterSpec
+from ..engine.cluster import ClusterSpec
 from ..exceptions import InvalidParameterError
 from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
 from ..storage.zarr_safe import to_jsonable

@@ -315,8 +315,10 @@ def subsample_index(n_total, n_samples) -> np.ndarray:
 def scatter_rows(X, rows, client) -> da.Array:
     """``X`` (as stored: a uint8 file stays uint8) held by the workers in blocks of ``rows``, as a user's NumPy
     input is (:func:`daskmeans.storage.io.spread_on_workers`): sent to the workers once, never inside a graph,
-    and every pass starts from the blocks themselves."""
-    return spread_on_workers(open_input(X, chunk_rows=int(rows)).array, client)
+    and every pass starts from the blocks themselves. Without a client (Dask's threaded scheduler) the blocks are
+    views of ``X`` in this process, as a fit from Python without a client reads a NumPy input."""
+    array = open_input(X, chunk_rows=int(rows)).array
+    return array if client is None else spread_on_workers(array, client)
 
 
 def _load_file(path):

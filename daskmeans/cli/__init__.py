@@ -50,7 +50,7 @@ def _module_exists(module: str) -> bool:
 def quiet_dask_failure_logs():
     """Keep Dask in this process from logging tracebacks the command reports itself in one line: a worker's
     failed task, the client's attempts to reconnect to a lost scheduler (worker processes are told by
-    :class:`~daskmeans.engine.client.ClusterSpec`)."""
+    :class:`~daskmeans.engine.cluster.ClusterSpec`)."""
     for name in ("distributed.worker", "distributed.client"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     asyncio_logger = logging.getLogger("asyncio")

@@ -160,7 +160,7 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
                 say(quiet, f"saving the model -> {model_path}")
                 with writing("--out", model_path):
                     estimator.save(commit.enter_context(atomic_output(model_path, overwrite)))
-        workers = len(client.nthreads())
+        workers = None if client is None else len(client.nthreads())  # None: Dask's threaded scheduler
 
     summary = {
         "command": "fit",
@@ -182,7 +182,8 @@ def fit(input_path, n_clusters, array, algorithm, init, max_iter, max_time, para
         "checkpoint": checkpoint_path,
     }
     lines = [
-        f"{algorithm}: k={n_clusters} on {summary['input']} ({shape_text(dataset)}), {workers} Dask workers",
+        f"{algorithm}: k={n_clusters} on {summary['input']} ({shape_text(dataset)}), "
+        + ("Dask's threaded scheduler" if workers is None else f"{workers} Dask workers"),
         f"  energy       {summary['energy']:.6g}  (mean squared distance to the nearest center)",
         f"  inertia      {inertia:.6g}",
         f"  iterations   {summary['n_iter']}  (stopped: {summary['stop_reason']})",

@@ -15,7 +15,7 @@ import tempfile
 
 import click
 
-from ..config import CONNECT_TIMEOUT_SECONDS
+from ..config import CONNECT_TIMEOUT_SECONDS, LOCAL_WORKERS
 from ..exceptions import DaskmeansError, InputDataError, InvalidParameterError, OutputExistsError
 from ..registry import estimator_class
 
@@ -56,7 +56,7 @@ def cluster_options(command):
     @functools.wraps(command)
     def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
                 **kwargs):
-        from ..engine.client import ClusterSpec
+        from ..engine.cluster import ClusterSpec
 
         debug = click.get_current_context().find_root().params.get("debug", False)
         spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
@@ -74,11 +74,12 @@ def cluster_options(command):
         click.option("--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker."),
         click.option("--memory-limit", metavar="SIZE",
                      help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default)."),
-        click.option("--local-workers", type=click.Choice(["auto", "processes", "threads"]), default="auto",
+        click.option("--local-workers", type=click.Choice(list(LOCAL_WORKERS)), default="auto",
                      show_default=True,
                      help="Workers of the local cluster: threads in this process (one worker with --workers x "
-                          "--threads-per-worker threads), worker processes, or auto (threads for inputs up to "
-                          "1 GiB unless the cluster is sized, else processes)."),
+                          "--threads-per-worker threads), worker processes, auto (threads for inputs up to "
+                          "1 GiB unless the cluster is sized, else processes), or scheduler: no cluster, Dask's "
+                          "threaded scheduler in this process (least overhead per pass, no dashboard)."),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)

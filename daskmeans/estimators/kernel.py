@@ -13,6 +13,7 @@ import numpy as np
 
 from ..algorithms.init import check_init
 from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding, minibatch_kernel_kmeans
+from ..passes.kernel_pools import StepPools
 from ..algorithms.result import Clock, RunContext
 from ..config import MAX_FULL_BATCH_SAMPLES
 from ..engine.client import compute_now, resolve_client
@@ -334,12 +335,17 @@ class MiniBatchKernelKMeans(_KernelClustering):
         start = FitStart(checkpoint, self.random_state, clock)
         recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means", unit="steps",
                                     centers_of=lambda record: _input_space(record, data))
+        step_seed = stage_key(start.seed, "kernel-minibatch")
+        pools = StepPools(data.array, weights, client, batch_size=self.batch_size, max_iter=self.max_iter,
+                          seed=step_seed)
         if start.resuming:  # the centers come from the algorithm's state
             saved = start.saved
             centers, gamma = None, saved["gamma"]
             kernel = Kernel(saved["kernel_name"], dict(saved["kernel_params"]),
                             self.kernel if callable(self.kernel) else None)
         else:
+            # the first steps' rows travel while the seeding runs
+            pools.request(0)
             recorder.seeding(self.init, counted=False)
             kernel, centers, gamma = kernel_seeding(
                 data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
@@ -354,9 +360,9 @@ class MiniBatchKernelKMeans(_KernelClustering):
             context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
                                  weights=weights)
             result = minibatch_kernel_kmeans(
-                data.array, centers, kernel, context, seed=stage_key(start.seed, "kernel-minibatch"),
+                data.array, centers, kernel, context, seed=step_seed,
                 batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
-                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=tol,
+                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=tol, pools=pools,
             )
         recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)

@@ -3,7 +3,7 @@
 import pytest
 
 from daskmeans.config import CONNECT_TIMEOUT_SECONDS
-from daskmeans.engine.client import ClusterSpec, announce_dashboard, parse_memory_limit
+from daskmeans.engine.cluster import ClusterSpec, announce_dashboard, parse_memory_limit
 from daskmeans.exceptions import InvalidParameterError
 
 

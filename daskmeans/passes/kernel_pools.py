@@ -1,0 +1,82 @@
+"""The batch rows of mini-batch kernel k-means' steps, fetched a pool of steps at a time, the next pool while the
+driver runs the steps of the one before.
+
+The steps run on the driver (:func:`daskmeans.kernels.kernel_minibatch.run_kernel_steps`); their rows are drawn by
+the workers (:func:`~daskmeans.passes.minibatch_pool.gather_steps_graph`), each distinct row of a pool travelling
+once. A pool is submitted to the cluster before its steps are due: the first one before the seeding (by the
+estimator, :meth:`StepPools.request`), each next one as soon as the one before has arrived, so that its rows travel
+while the driver steps. Pools start at multiples of :attr:`StepPools.steps_per_pool` (also on resume): the rows of
+every step depend only on the seed and the step's number, never on when they were fetched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import POOL_BYTES
+from ..engine.client import compute_now, submit_now
+from .minibatch_pool import gather_steps_graph, step_indices
+
+
+class StepPools:
+    """The pools of batch rows of a mini-batch kernel k-means run.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    weights : dask.array.Array (n,) or None
+    client : distributed.Client or None
+        Without a client a pool is computed when it is taken (nothing runs ahead).
+    batch_size, max_iter : int
+    seed : int
+        The steps' root seed (:func:`~daskmeans.passes.minibatch_pool.step_indices`).
+    pool_bytes : int
+        Bytes of batch rows per pool (several steps per round trip).
+    """
+
+    def __init__(self, array, weights, client, *, batch_size, max_iter, seed, pool_bytes=POOL_BYTES):
+        self.array, self.weights, self.client = array, weights, client
+        self.n_samples = int(array.shape[0])
+        self.batch_size, self.max_iter, self.seed = int(batch_size), int(max_iter), seed
+        row_bytes = self.batch_size * array.shape[1] * array.dtype.itemsize
+        self.steps_per_pool = max(1, min(self.max_iter, int(pool_bytes) // max(1, row_bytes)))
+        self._pending = {}
+
+    def steps_from(self, step: int) -> int:
+        """Steps of the pool that holds step ``step`` (0-based) from it on: to the pool's end or ``max_iter``."""
+        return min(self.steps_per_pool - step % self.steps_per_pool, self.max_iter - step)
+
+    def request(self, step: int):
+        """Start fetching the pool from step ``step`` on (nothing past ``max_iter``, nothing twice)."""
+        if step >= self.max_iter or step in self._pending:
+            return
+        indices = step_indices(self.n_samples, self.batch_size, self.seed, step, self.steps_from(step))
+        # each distinct row travels once (on small data a pool draws most rows several times)
+        distinct, position = np.unique(indices.ravel(), return_inverse=True)
+        graph = gather_steps_graph(self.array, distinct, self.weights)
+        fetch = graph if self.client is None else submit_now(graph, client=self.client)[0]
+        self._pending[step] = (indices, position.reshape(indices.shape), fetch)
+
+    def take(self, step: int):
+        """The pool from step ``step`` on, and the next pool's fetch started.
+
+        Returns
+        -------
+        indices : int64 (steps, batch_size)
+            Global row indices of each step's batch.
+        batches : list of ndarray (batch_size, d)
+        batch_weights : list of float64 (batch_size,), or None without sample weights
+        rows : ndarray (distinct rows, d)
+            The pool's distinct rows.
+        """
+        self.request(step)
+        indices, position, fetch = self._pending.pop(step)
+        rows, row_weights = compute_now(fetch)[0] if self.client is None else fetch.result()
+        self.request(step + indices.shape[0])
+        batches = [rows[position[t]] for t in range(indices.shape[0])]
+        batch_weights = None if row_weights is None else [row_weights[position[t]] for t in range(indices.shape[0])]
+        return indices, batches, batch_weights, rows
+
+    def release(self):
+        """Drop the pools fetched ahead and not taken (their results are released on the cluster)."""
+        self._pending.clear()
