@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..algorithms.two_level import default_coarse_clusters
+from ..engine.blas import machine_threads
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
 from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
@@ -106,6 +107,14 @@ def availability(peer: Peer) -> tuple[bool, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return True, str(getattr(module, "__version__", "unknown"))
+
+
+def run_peer(peer: Peer, context: PeerContext) -> Trace:
+    """``peer.run(context)`` with the threads a process of its own would give it
+    (:func:`~daskmeans.engine.blas.machine_threads`): where daskmeans' tasks run in this process the bench holds
+    BLAS at one thread, and that limit must not reach the peers."""
+    with machine_threads():
+        return peer.run(context)
 
 
 def _timed_fit(function):

@@ -22,7 +22,7 @@ from .common import (check_out_dir, check_seeds, cluster_info, created, load_ave
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
 from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
-from .peers import PEERS, PeerContext, availability
+from .peers import PEERS, PeerContext, availability, run_peer
 from .reference import DEFAULT_CACHE_NAME, check_reference, describe, reference_energies, reference_or_failure
 from .refinement import refine_all
 from .run_options import check_params, check_versus
@@ -170,7 +170,7 @@ def warm_up_peers(peers, client):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    peer.run(context)
+                    run_peer(peer, context)
             except Exception:  # noqa: BLE001 - a failing peer is recorded by its real run
                 pass
 
@@ -360,7 +360,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                                       budget=workload.time_budget, batch_size=workload.minibatch_batch_size,
                                       max_iter=max(named) if named and None not in named else None,
                                       driver_memory=_driver_memory(options))
-                trace, error, memory, caught = _guarded(lambda: peer.run(context), (client, 0.05, processes))
+                trace, error, memory, caught = _guarded(lambda: run_peer(peer, context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
                     "ok" if trace else "failed", error, trace, memory, caught)
                 _finish_trace(run, init, init_energy, energy, options.max_points, options.versus)

@@ -64,3 +64,20 @@ def one_blas_thread():
 
         _controller = ThreadpoolController()
     return _controller.limit(limits=1, user_api="blas")
+
+
+def machine_threads():
+    """Every thread pool of the process (BLAS, OpenMP) at one thread per core while the block runs: what code
+    that is not daskmeans' (the bench's peers) would have in a process of its own, also inside a fit's limit.
+
+    Limiting BLAS can limit OpenMP too: an OpenBLAS built on OpenMP (faiss's wheels) sets its thread count through
+    the OpenMP runtime it shares with scikit-learn, so under :func:`one_blas_thread` scikit-learn's Lloyd ran on
+    one thread (the bench's threaded modes: ~2x its time per iteration). The libraries are looked up anew, so
+    those loaded since the last call count too."""
+    import os
+
+    from threadpoolctl import ThreadpoolController
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return ThreadpoolController().limit(limits=cores)
+

@@ -54,3 +54,20 @@ def test_worker_processes_and_the_sync_scheduler_leave_blas_alone(two_blas_threa
         assert not tasks_run_in_this_process(None)
     with dask.config.set(scheduler="threads"):
         assert tasks_run_in_this_process(None)
+
+
+def test_machine_threads_give_code_beside_a_fit_every_core_back():
+    """The bench runs its peers with :func:`machine_threads` inside the BLAS limit of an in-process cluster: every
+    pool, OpenMP included (which an OpenBLAS built on OpenMP limits with it), at one thread per core, and the limit
+    back afterwards."""
+    import os
+
+    from daskmeans.engine.blas import machine_threads, one_blas_thread
+
+    pytest.importorskip("sklearn")  # brings an OpenMP runtime
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    with one_blas_thread():
+        assert blas_threads() == [1]
+        with machine_threads():
+            assert {info["num_threads"] for info in threadpool_info()} == {cores}
+        assert blas_threads() == [1]
