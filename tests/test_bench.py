@@ -440,3 +440,29 @@ def test_every_algorithm_and_peer_on_the_threaded_scheduler(tmp_path):
     for name, run in runs.items():
         installed = name not in PEERS or availability(PEERS[name])[0]
         assert run["status"] == ("ok" if installed else "skipped"), (name, run["reason"])
+
+
+def test_a_peer_and_its_refining_rungs_get_every_core_inside_the_fits_blas_limit():
+    """The bench's in-process modes hold BLAS at one thread for daskmeans' tasks; a peer's run and the rungs its
+    trace adds later run with every pool at one thread per core (:func:`~daskmeans.engine.blas.machine_threads`)."""
+    from threadpoolctl import threadpool_info
+
+    from daskmeans.bench.peers import Peer, run_peer
+    from daskmeans.bench.traces import Candidate, Trace
+    from daskmeans.engine.blas import one_blas_thread
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    seen = []
+
+    def rung(m):
+        seen.append({info["num_threads"] for info in threadpool_info()})
+        return Candidate(step=m, time=0.1 * m, centers=np.zeros((1, 1), np.float32), iteration=m, passes=float(m))
+
+    def run(ctx):
+        return Trace(candidates=[rung(1)], fit_seconds=0.1, timed_seconds=0.1, extend=rung)
+
+    peer = Peer(name="probe", label="probe", module="numpy", in_memory=True, run=run)
+    with one_blas_thread():
+        trace = run_peer(peer, None)
+        trace.extend(2)
+    assert seen == [{cores}, {cores}]

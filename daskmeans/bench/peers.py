@@ -111,10 +111,22 @@ def availability(peer: Peer) -> tuple[bool, str]:
 
 def run_peer(peer: Peer, context: PeerContext) -> Trace:
     """``peer.run(context)`` with the threads a process of its own would give it
-    (:func:`~daskmeans.engine.blas.machine_threads`): where daskmeans' tasks run in this process the bench holds
-    BLAS at one thread, and that limit must not reach the peers."""
+    (:func:`~daskmeans.engine.blas.machine_threads`), and so the rungs its trace's ``extend`` runs later to refine
+    it: where daskmeans' tasks run in this process the bench holds BLAS at one thread, and that limit must not
+    reach the peers."""
     with machine_threads():
-        return peer.run(context)
+        trace = peer.run(context)
+    if trace.extend is not None:
+        trace.extend = _with_machine_threads(trace.extend)
+    return trace
+
+
+def _with_machine_threads(function):
+    def run(*args, **kwargs):
+        with machine_threads():
+            return function(*args, **kwargs)
+
+    return run
 
 
 def _timed_fit(function):
