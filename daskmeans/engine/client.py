@@ -8,7 +8,6 @@ scheduler do without it.
 
 from __future__ import annotations
 
-
 import dask
 from dask._task_spec import convert_legacy_graph, cull, fuse_linear_task_spec
 from dask.delayed import Delayed

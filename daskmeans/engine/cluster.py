@@ -23,6 +23,7 @@ from .blas import one_blas_thread_for
 from .client import connect, scheduler_lost
 from .worker_memory import worker_malloc_settings
 
+
 @dataclass
 class ClusterSpec:
     """Where a command runs: a running scheduler, an embedded ``LocalCluster``, or Dask's threaded scheduler.
