@@ -268,8 +268,8 @@ def _load_range(record) -> str:
 def header_lines(record) -> list:
     """The lines above a workload's table: data, machine, GEMM rate, assign pass, E*."""
     w, m, c, s = record["workload"], record["machine"], record["cluster"], record["summary"]
-    storage = ("persisted in the workers' memory" if w["storage"] == "memory"
-               else f"read from Zarr at every pass ({w['location']})")
+    held = "in this process's memory" if c.get("scheduler") == "threads" else "persisted in the workers' memory"
+    storage = held if w["storage"] == "memory" else f"read from Zarr at every pass ({w['location']})"
     lines = [
         f"### {w['output_name']}: {w['description']}",
         "",
