@@ -4,6 +4,7 @@ parameters (``--param``), consistent option names, exit status 1 and JSON errors
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ from daskmeans.datasets import make_blobs_zarr
 from daskmeans.engine.cluster import ClusterSpec
 from daskmeans.exceptions import InvalidParameterError
 from daskmeans.registry import algorithm_names
-from test_cli import assert_user_error, environment, invoke
+from test_cli import assert_user_error, environment, invoke, run_module
 
 #: short runs of every algorithm (``--max-iter`` counts epochs for VRKM)
 SHORT = {"kernel-minibatch": ["--param", "batch_size=128"], "kernel-minibatch-untruncated": ["--param", "batch_size=128"]}
@@ -128,15 +129,29 @@ def test_the_threaded_scheduler_runs_a_fit_without_a_cluster(tmp_path, small):
     for mode in ("scheduler", "threads"):
         done = invoke("fit", small, "--array", "X", "-k", 4, "--algorithm", "nmbatch", "--random-state", 2,
                       "--workers", 1, "--threads-per-worker", 2, "--local-workers", mode,
-                      "--labels", tmp_path / f"{mode}.zarr", "--json", "--quiet")
+                      "--labels", tmp_path / f"{mode}.zarr", "--out", tmp_path / f"{mode}-model.zarr", "--json",
+                      "--quiet")
         assert done.exit_code == 0, done.output
         fits[mode] = json.loads(done.output)
     assert fits["scheduler"]["workers"] is None and fits["threads"]["workers"] == 1
     assert fits["scheduler"]["inertia"] == fits["threads"]["inertia"]
-    labels = [zarr.open_array(str(tmp_path / f"{mode}.zarr"), mode="r")[:] for mode in ("scheduler", "threads")]
-    np.testing.assert_array_equal(*labels)
+    predicted = invoke("predict", tmp_path / "threads-model.zarr", small, "--array", "X", "--labels",
+                       tmp_path / "predicted.zarr", "--local-workers", "scheduler", "--json")
+    assert predicted.exit_code == 0, predicted.output
+    labels = [zarr.open_array(str(tmp_path / f"{name}.zarr"), mode="r")[:]
+              for name in ("scheduler", "threads", "predicted")]
+    np.testing.assert_array_equal(labels[0], labels[1])
+    np.testing.assert_array_equal(labels[0], labels[2])
     plain = invoke("fit", small, "--array", "X", "-k", 4, "--local-workers", "scheduler")
     assert plain.exit_code == 0 and "Dask's threaded scheduler" in plain.stdout, plain.output
+
+
+def test_the_demo_runs_on_the_threaded_scheduler(tmp_path):
+    done = run_module("demo", "--samples", 20_000, "--local-workers", "scheduler", "--quiet", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["recovered_centers"] == summary["n_clusters"] == 20
+    assert sorted(os.listdir(tmp_path / "daskmeans-demo")) == ["data.zarr", "energy.png", "model.zarr"]
 
 
 def test_the_threaded_scheduler_refuses_a_worker_memory_limit(tmp_path, small):
