@@ -451,7 +451,7 @@ def test_a_peer_and_its_refining_rungs_get_every_core_inside_the_fits_blas_limit
     from daskmeans.bench.traces import Candidate, Trace
     from daskmeans.engine.blas import one_blas_thread
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from dask.system import CPU_COUNT as cores
     seen = []
 
     def rung(m):

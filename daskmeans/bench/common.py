@@ -18,6 +18,7 @@ import socket
 
 import dask
 import dask.array as da
+from dask.system import CPU_COUNT
 import numpy as np
 import psutil
 
@@ -132,7 +133,7 @@ def cluster_info(client) -> dict:
     in this process (threaded workers). Without a client: Dask's threaded scheduler, no workers
     (``"scheduler": "threads"``, ``threads`` its pool's size)."""
     if client is None:
-        threads = dask.config.get("num_workers", None) or os.cpu_count() or 1
+        threads = dask.config.get("num_workers", None) or CPU_COUNT
         return {"in_process": True, "scheduler": "threads", "n_workers": 0, "threads": int(threads),
                 "threads_per_worker": [], "memory_limit_per_worker": []}
     info = client.scheduler_info()

@@ -74,10 +74,7 @@ def machine_threads():
     the OpenMP runtime it shares with scikit-learn, so under :func:`one_blas_thread` scikit-learn's Lloyd ran on
     one thread (the bench's threaded modes: ~2x its time per iteration). The libraries are looked up anew, so
     those loaded since the last call count too."""
-    import os
-
+    from dask.system import CPU_COUNT
     from threadpoolctl import ThreadpoolController
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return ThreadpoolController().limit(limits=cores)
-
+    return ThreadpoolController().limit(limits=CPU_COUNT)

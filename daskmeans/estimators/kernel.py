@@ -13,7 +13,6 @@ import numpy as np
 
 from ..algorithms.init import check_init
 from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding, minibatch_kernel_kmeans
-from ..passes.kernel_pools import StepPools
 from ..algorithms.result import Clock, RunContext
 from ..config import MAX_FULL_BATCH_SAMPLES
 from ..engine.client import compute_now, resolve_client
@@ -24,6 +23,7 @@ from ..kernels.kernel_functions import Kernel, check_kernel
 from ..kernels.kernel_minibatch import auto_tol
 from ..kernels.minibatch import LEARNING_RATES
 from ..passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
+from ..passes.kernel_pools import StepPools
 from ..progress import SnapshotRecorder
 from .base import UNCHECKED, Boolean, ClusteringEstimator, Init, Integer, Options, Real, Rule, raise_damaged
 from .resume import FitStart

@@ -36,7 +36,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     distances and distance bounds (while it is small, on the driver: ``driver_rows``). Every iteration revisits
     the whole batch (bounds skip most distance computations), each sample counting exactly once in the
     per-cluster sums, and the batch doubles when the median over clusters of ``sigma_C(j) / p(j)`` exceeds
-    ``rho`` (``doubling_quantile=0`` takes the minimum, the paper's rule). The bounds never change a label: results are those of exact assignments.
+    ``rho`` (``doubling_quantile=0`` takes the minimum, the paper's rule). The bounds never change a label:
+    results are those of exact assignments.
 
     Parameters
     ----------

@@ -60,12 +60,10 @@ def test_machine_threads_give_code_beside_a_fit_every_core_back():
     """The bench runs its peers with :func:`machine_threads` inside the BLAS limit of an in-process cluster: every
     pool, OpenMP included (which an OpenBLAS built on OpenMP limits with it), at one thread per core, and the limit
     back afterwards."""
-    import os
-
     from daskmeans.engine.blas import machine_threads, one_blas_thread
 
     pytest.importorskip("sklearn")  # brings an OpenMP runtime
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from dask.system import CPU_COUNT as cores
     with one_blas_thread():
         assert blas_threads() == [1]
         with machine_threads():
