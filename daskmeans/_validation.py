@@ -53,3 +53,12 @@ def check_choice(value, name: str, choices):
 def check_max_time(value):
     """``max_time`` is a wall-clock budget in seconds, or None for no budget."""
     return check_float(value, "max_time", minimum=0.0, strict_minimum=True, allow_none=True)
+
+
+def check_driver_rows(value, name, estimator=None):
+    """``driver_rows``: ``"auto"`` or a number of rows (0: every iteration on the workers)."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidParameterError(f'{name} must be "auto" or an integer >= 0 (rows), got {value!r}.')
+    else:
+        check_int(value, name, minimum=0)

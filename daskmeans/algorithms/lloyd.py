@@ -9,7 +9,7 @@ same to the last bit (tested).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -107,7 +107,7 @@ class _Submitted:
     chained: Any = None
 
 
-def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none"):
+def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none", driver=None):
     """Run Lloyd iterations from ``centers``.
 
     Parameters
@@ -123,6 +123,10 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
     bounds : {"none", "auto", "elkan", "yinyang", "hamerly"}
         Distance bounds kept between iterations (:mod:`daskmeans.kernels.nested_groups`); ``"none"`` is plain
         Lloyd. Bounds keep the rows on the workers: :func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`.
+    driver : DriverCopy, optional
+        ``array`` and the weights gathered into the driver's memory (:class:`~daskmeans.engine.driver.DriverCopy`):
+        the passes then run on the driver's threads, without a round trip to the workers per iteration. The
+        iterates are the same.
 
     Returns
     -------
@@ -130,7 +134,7 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
         ``inertia`` is None when the last iteration moved the centers (see :func:`final_inertia`).
     """
     context = context or RunContext()
-    client, weights, checkpoint = context.client, context.weights, context.checkpoint
+    client, checkpoint = context.client, context.checkpoint
     passes = context.passes
     history = []
     n_iter = 0
@@ -142,9 +146,17 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none")
             return FitResult(centers, resume["inertia"], n_iter, history, resume["stop_reason"], passes)
     elif checkpoint is not None:
         checkpoint.save(_state(0, centers, history, passes, None, None))
-    engine = _PlainPasses(array, weights, client) if bounds == "none" else \
-        _BoundedPasses(array, centers, weights, client, bounds)
+    if driver is not None:
+        with driver.threads():
+            on_driver = replace(context, client=None, weights=driver.weights)
+            return _run(driver.array, centers, on_driver, bounds, _iterate, max_iter, tol, history, passes, n_iter)
     iterate = _iterate_ahead if held_by_workers(array, client) else _iterate
+    return _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter)
+
+
+def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter):
+    engine = _PlainPasses(array, context.weights, context.client) if bounds == "none" else \
+        _BoundedPasses(array, centers, context.weights, context.client, bounds)
     try:
         return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter)
     finally:

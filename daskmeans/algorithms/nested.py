@@ -19,8 +19,8 @@ import os
 import numpy as np
 
 from ..config import BOUNDS_MEMORY_FRACTION
+from ..engine.driver import driver_rows as rows_on_driver
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
-from ..passes.nested_driver import driver_rows as rows_on_driver
 from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement

@@ -159,16 +159,23 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+#: Values of Dask's ``scheduler`` setting that name a scheduler of this process.
+LOCAL_SCHEDULERS = ("threads", "threading", "sync", "synchronous", "single-threaded")
+
+
 def resolve_client(client=None):
     """Return the distributed client to use, or None to run on the local threaded scheduler.
 
     Parameters
     ----------
     client : distributed.Client, optional
-        Used as is when given.
+        Used as is when given. Otherwise, with Dask's ``scheduler`` set to a scheduler of this process
+        (``dask.config.set(scheduler="threads")``, as Dask itself obeys over an active client), None.
     """
     if client is not None:
         return client
+    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS:
+        return None
     try:
         from distributed import get_client
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..algorithms.init import check_init
 from ..algorithms.lloyd import final_inertia, lloyd
 from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
-from ..config import ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS
+from ..config import (ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS, LLOYD_DRIVER_BYTES,
+                      LLOYD_DRIVER_WORK)
 from ..engine.capacity import cluster_memory_bytes
+from ..engine.driver import DriverCopy, driver_rows
+from ..engine.slabs import stored_form
 from ..kernels.nested_groups import choose_bounds
-from ..passes.bounded_assign import state_bytes_per_row
+from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
 from ..progress import SnapshotRecorder
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real
+from .._validation import check_driver_rows
+from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
 
 #: ``algorithm=`` values: Lloyd without bounds, Lloyd with bounds of a given scheme, or the choice by size.
@@ -36,6 +42,17 @@ def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, mem
     return "auto" if needed <= BOUNDS_MEMORY_FRACTION * memory_bytes else "none"
 
 
+def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> int:
+    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows` with
+    :data:`~daskmeans.config.LLOYD_DRIVER_WORK` and :data:`~daskmeans.config.LLOYD_DRIVER_BYTES`): a row takes its
+    stored bytes and, with bounds, its state's (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
+    row_bytes = n_features * np.dtype(stored_dtype).itemsize
+    if bounds != "none":
+        _, n_groups = choose_bounds(bounds, n_clusters, n_features * 4)
+        row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
+    return driver_rows(setting, n_clusters, n_features, row_bytes, work=LLOYD_DRIVER_WORK, memory=LLOYD_DRIVER_BYTES)
+
+
 class KMeans(ClusteringEstimator):
     """Exact k-means (Lloyd's algorithm) on data of any size, one distributed pass per iteration.
 
@@ -55,6 +72,13 @@ class KMeans(ClusteringEstimator):
         about ten nearby centers (yinyang, Ding et al. 2015) or one per row (Hamerly). ``"auto"`` takes bounds
         (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory and
         ``k >= 8``, else Lloyd.
+    driver_rows : "auto" or int, default "auto"
+        On a cluster, data of at most this many rows is copied into the driver's memory after the seeding, and
+        its iterations run on the driver's threads: an iteration then costs no round trip to the workers (10-15 ms
+        on worker processes, more than the work of a pass over small data). ``"auto"``: the most rows whose full
+        assignment takes at most ``config.LLOYD_DRIVER_WORK`` multiply-adds (rows x k x d) and whose rows and
+        bounds take at most ``config.LLOYD_DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the
+        same either way.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300
@@ -109,12 +133,13 @@ class KMeans(ClusteringEstimator):
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
     """
 
-    def __init__(self, n_clusters=8, *, init="k-means||", algorithm="auto", n_init=1, max_iter=300, tol=1e-4, max_time=None,
-                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
-                 client=None, progress=False, snapshot_centers=False):
+    def __init__(self, n_clusters=8, *, init="k-means||", algorithm="auto", driver_rows="auto", n_init=1, max_iter=300,
+                 tol=1e-4, max_time=None, random_state=None, init_rounds=5, oversampling_factor=2.0,
+                 init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
         self.n_clusters = n_clusters
         self.init = init
         self.algorithm = algorithm
+        self.driver_rows = driver_rows
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -131,6 +156,7 @@ class KMeans(ClusteringEstimator):
     _parameter_constraints = {
         **ClusteringEstimator._parameter_constraints,
         "algorithm": Options(ALGORITHMS),
+        "driver_rows": Rule(check_driver_rows),
         "n_init": Integer(1),
         "max_iter": Integer(1),
         "tol": Real(0.0),
@@ -151,6 +177,9 @@ class KMeans(ClusteringEstimator):
         saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
         first_run = saved["run"] if saved is not None else 0
+        on_driver = client is not None and data.n_samples <= lloyd_driver_rows(
+            self.driver_rows, bounds, self.n_clusters, data.n_features, stored_form(data.array).dtype)
+        driver = None
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="k-means") as recorder:
             for run in range(first_run, self.n_init):
                 # the state of the run under way is saved under "run_state", next to the best of the runs before
@@ -162,7 +191,10 @@ class KMeans(ClusteringEstimator):
                 recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
                 context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
                                      checkpoint=hook, weights=weights, total_weight=summary.total_weight)
-                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol, bounds=bounds)
+                if on_driver and driver is None:
+                    driver = DriverCopy.gather(data.array, weights, client)
+                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol, bounds=bounds,
+                               driver=driver)
                 if self.n_init > 1 and result.inertia is None:
                     with recorder.final_pass(f"inertia of run {run + 1}/{self.n_init}"):
                         result.inertia = final_inertia(data.array, result.centers, weights, client)

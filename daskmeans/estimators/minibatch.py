@@ -11,21 +11,13 @@ from ..algorithms.result import Clock, RunContext
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
-from .._validation import check_int
-from ..exceptions import InputDataError, InvalidParameterError
+from ..exceptions import InputDataError
 from ..kernels.minibatch import LEARNING_RATES
 from ..kernels.nested_groups import BOUND_SCHEMES
 from ..progress import SnapshotRecorder
+from .._validation import check_driver_rows
 from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
-
-
-def _check_driver_rows(value, name, estimator):
-    if isinstance(value, str):
-        if value != "auto":
-            raise InvalidParameterError(f'{name} must be "auto" or an integer >= 0 (rows), got {value!r}.')
-    else:
-        check_int(value, name, minimum=0)
 
 
 class NestedMiniBatchKMeans(ClusteringEstimator):
@@ -149,7 +141,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         "doubling_quantile": Real(0.0, 1.0),
         "bounds": Options(BOUND_SCHEMES),
         "batch_rows": Options(BATCH_ROWS),
-        "driver_rows": Rule(_check_driver_rows),
+        "driver_rows": Rule(check_driver_rows),
         "max_iter": Integer(1),
         "tol": Real(0.0),
         **SEEDING_CONSTRAINTS,

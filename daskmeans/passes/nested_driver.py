@@ -2,9 +2,10 @@
 
 While nmbatch's batch is small, an iteration's work (a few thousand rows against the centers) costs less than
 the round trip that sends it to the workers and collects its statistics (tens of milliseconds on worker
-processes, see :func:`driver_rows`). Such a batch is kept in the driver's memory: the workers read its new rows
-at each growth and send them once, and the driver steps its state blocks itself, with the same block function,
-the same blocks and the same reduction tree as the workers would, so the iterates are the same to the last bit.
+processes, see :func:`~daskmeans.engine.driver.driver_rows`). Such a batch is kept in the driver's memory: the
+workers read its new rows at each growth and send them once, and the driver steps its state blocks itself, with the
+same block function, the same blocks and the same reduction tree as the workers would, so the iterates are the same
+to the last bit.
 When the batch grows past the threshold, its blocks go to the workers and stay there: their rows ahead of the move
 (:func:`to_workers`), their labels, distances and bounds at it (:func:`joined_on_workers`).
 """
@@ -19,31 +20,10 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.system import CPU_COUNT
 
-from ..config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK, SPLIT_EVERY
+from ..config import SPLIT_EVERY
 from ..engine.blas import one_blas_thread
 from ..engine.client import persist_now
 from ..engine.graph import reduce_in_tree, task
-
-
-def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> int:
-    """Largest batch (rows) stepped on the driver.
-
-    Parameters
-    ----------
-    setting : "auto" or int
-        An int is used as it is (0: every step on the workers). ``"auto"``: the largest batch whose full
-        assignment takes at most :data:`~daskmeans.config.NESTED_DRIVER_WORK` multiply-adds (``rows k d``; a growth
-        assigns its new rows to every center) and whose state takes at most
-        :data:`~daskmeans.config.NESTED_DRIVER_BYTES` of the driver's memory.
-    n_clusters, n_features : int
-    row_bytes : int
-        Driver memory one row of the batch's state takes (its row, label, distance, weight and bounds).
-    """
-    if setting != "auto":
-        return int(setting)
-    by_work = NESTED_DRIVER_WORK // max(1, n_clusters * n_features)
-    by_memory = NESTED_DRIVER_BYTES // max(1, row_bytes)
-    return int(min(by_work, by_memory))
 
 
 def step_on_driver(step_block, block_args, common_args, combine):

@@ -16,9 +16,10 @@ import numpy as np
 
 from .zarr_safe import to_jsonable
 
-#: Parameters that change neither the result nor the state (where and how a fit is shown, and exact k-means'
-#: ``algorithm``: with bounds or without, the same iterates to the last bit; a checkpoint resumes either way).
-UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers", "algorithm")
+#: Parameters that change neither the result nor the state (where and how a fit is shown, exact k-means'
+#: ``algorithm``: with bounds or without, and ``driver_rows``: iterations on the driver or on the workers, the same
+#: iterates to the last bit; a checkpoint resumes either way).
+UNTRACKED_PARAMS = ("client", "progress", "snapshot_centers", "algorithm", "driver_rows")
 
 
 def digest(*parts) -> str:

@@ -23,10 +23,11 @@ def two_blas_threads():
         yield
 
 
-def fit_seeing_blas_threads(client):
+def fit_seeing_blas_threads(client, **params):
     seen = []
     X = np.random.default_rng(0).standard_normal((4000, 16)).astype(np.float32)
-    KMeans(8, max_iter=3, random_state=0, client=client, progress=lambda record: seen.append(blas_threads())).fit(X)
+    KMeans(8, max_iter=3, random_state=0, client=client, progress=lambda record: seen.append(blas_threads()),
+           **params).fit(X)
     return seen
 
 
@@ -47,7 +48,10 @@ def test_worker_processes_and_the_sync_scheduler_leave_blas_alone(two_blas_threa
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         assert not tasks_run_in_this_process(client)
-        assert all(t == [2] for t in fit_seeing_blas_threads(client))
+        assert all(t == [2] for t in fit_seeing_blas_threads(client, driver_rows=0))
+        # iterations on the driver (small data, driver_rows="auto") run there on threads of one BLAS thread each
+        assert all(t == [1] for t in fit_seeing_blas_threads(client)[1:])
+        assert blas_threads() == [2], "the driver's limit is restored after the fit"
     import dask
 
     with dask.config.set(scheduler="sync"):

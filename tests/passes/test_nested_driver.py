@@ -8,7 +8,7 @@ import pytest
 from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK
 from daskmeans.kernels import nested_groups
-from daskmeans.passes.nested_driver import driver_rows
+from daskmeans.engine.driver import driver_rows
 from daskmeans.passes.nested_state import NestedBatch
 from daskmeans.storage.io import open_input
 
