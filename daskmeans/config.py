@@ -130,18 +130,13 @@ CHUNK_SAMPLING_MIN_SAVING = 4
 MIN_BLOCK_ROWS = 4096
 #: Nested mini-batch: most lanes the chunks are dealt to (the first batches mix this many chunks).
 MAX_LANES = 64
-#: Nested mini-batch, ``driver_rows="auto"``: a batch is stepped on the driver while assigning all its rows to every
-#: center takes at most this many multiply-adds (``rows x k x d``) ...
-NESTED_DRIVER_WORK = 2 * 10**9
-#: ... and its state at most this many bytes of the driver's memory.
-NESTED_DRIVER_BYTES = 256 * 2**20
-#: Exact k-means, ``driver_rows="auto"``: on a cluster, the iterations run on the driver while assigning every row to
-#: every center takes at most this many multiply-adds (``rows x k x d``: MNIST at k = 50 and KDD at k = 200 are
-#: 2.7 and 2.2 x 10^9). With bounds, an iteration after the first computes a fraction of that (a tenth to a third on
-#: those), a pass of 5-25 ms on a driver of two cores, about one round trip to worker processes ...
-LLOYD_DRIVER_WORK = 4 * 10**9
-#: ... and the rows as stored, with the bounds' state, take at most this many bytes of the driver's memory.
-LLOYD_DRIVER_BYTES = 256 * 2**20
+#: ``driver_rows="auto"`` (exact k-means, nmbatch): on a cluster, rows are stepped on the driver while assigning
+#: all of them to every center takes at most this many multiply-adds (``rows x k x d``: MNIST at k = 50 and KDD at
+#: k = 200 are 2.7 and 2.2 x 10^9, about 40-80 ms on a driver of two cores; with bounds, an iteration after the first
+#: computes a tenth to a third of that, about one round trip to worker processes) ...
+DRIVER_WORK = 4 * 10**9
+#: ... and their state (rows, labels, distances, bounds) takes at most this many bytes of the driver's memory.
+DRIVER_BYTES = 256 * 2**20
 
 # -- algorithms ---------------------------------------------------------------------------------------------------
 

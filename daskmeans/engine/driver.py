@@ -18,34 +18,30 @@ import dask
 import dask.array as da
 from dask.system import CPU_COUNT
 
-from ..config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK
+from ..config import DRIVER_BYTES, DRIVER_WORK
 from .blas import one_blas_thread
 from .client import compute_now
 from .graph import blocks_of, stored_blocks
 from .slabs import stored_form, with_stored_form
 
 
-def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int, *, work: int = NESTED_DRIVER_WORK,
-                memory: int = NESTED_DRIVER_BYTES) -> int:
+def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> int:
     """Largest number of rows stepped on the driver.
 
     Parameters
     ----------
     setting : "auto" or int
         An int is used as it is (0: every step on the workers). ``"auto"``: the most rows whose full
-        assignment takes at most ``work`` multiply-adds (``rows k d``) and whose state takes at most ``memory``
-        bytes of the driver's memory.
+        assignment takes at most :data:`~daskmeans.config.DRIVER_WORK` multiply-adds (``rows k d``) and whose state
+        takes at most :data:`~daskmeans.config.DRIVER_BYTES` of the driver's memory.
     n_clusters, n_features : int
     row_bytes : int
         Driver memory one row takes (its row, label, distance, weight and bounds).
-    work, memory : int
-        The limits of ``"auto"`` (by default nmbatch's, :data:`~daskmeans.config.NESTED_DRIVER_WORK` and
-        :data:`~daskmeans.config.NESTED_DRIVER_BYTES`).
     """
     if setting != "auto":
         return int(setting)
-    by_work = int(work) // max(1, n_clusters * n_features)
-    by_memory = int(memory) // max(1, row_bytes)
+    by_work = DRIVER_WORK // max(1, n_clusters * n_features)
+    by_memory = DRIVER_BYTES // max(1, row_bytes)
     return int(min(by_work, by_memory))
 
 

@@ -7,8 +7,7 @@ import numpy as np
 from ..algorithms.init import check_init
 from ..algorithms.lloyd import final_inertia, lloyd
 from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
-from ..config import (ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS, LLOYD_DRIVER_BYTES,
-                      LLOYD_DRIVER_WORK)
+from ..config import ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.slabs import stored_form
@@ -43,14 +42,13 @@ def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, mem
 
 
 def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> int:
-    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows` with
-    :data:`~daskmeans.config.LLOYD_DRIVER_WORK` and :data:`~daskmeans.config.LLOYD_DRIVER_BYTES`): a row takes its
+    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows`): a row takes its
     stored bytes and, with bounds, its state's (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
     row_bytes = n_features * np.dtype(stored_dtype).itemsize
     if bounds != "none":
         _, n_groups = choose_bounds(bounds, n_clusters, n_features * 4)
         row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
-    return driver_rows(setting, n_clusters, n_features, row_bytes, work=LLOYD_DRIVER_WORK, memory=LLOYD_DRIVER_BYTES)
+    return driver_rows(setting, n_clusters, n_features, row_bytes)
 
 
 class KMeans(ClusteringEstimator):
@@ -76,8 +74,8 @@ class KMeans(ClusteringEstimator):
         On a cluster, data of at most this many rows is copied into the driver's memory after the seeding, and
         its iterations run on the driver's threads: an iteration then costs no round trip to the workers (10-15 ms
         on worker processes, more than the work of a pass over small data). ``"auto"``: the most rows whose full
-        assignment takes at most ``config.LLOYD_DRIVER_WORK`` multiply-adds (rows x k x d) and whose rows and
-        bounds take at most ``config.LLOYD_DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the
+        assignment takes at most ``config.DRIVER_WORK`` multiply-adds (rows x k x d) and whose rows and
+        bounds take at most ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the
         same either way.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.

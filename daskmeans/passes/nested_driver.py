@@ -51,7 +51,7 @@ def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
 
     Data in the graph, not scattered: the scheduler keeps each task, so a value lost with a worker, and every later
     state block derived from it, is recomputed from its lineage as the blocks stepped on the workers are. The
-    scheduler holds that copy for the rest of the fit: at most :data:`~daskmeans.config.NESTED_DRIVER_BYTES` by the
+    scheduler holds that copy for the rest of the fit: at most :data:`~daskmeans.config.DRIVER_BYTES` by the
     ``"auto"`` rule.
     """
     key = f"daskmeans-nmbatch-{name}-{uuid.uuid4().hex}"

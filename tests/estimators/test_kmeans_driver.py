@@ -9,7 +9,7 @@ import zarr
 from distributed import get_task_stream
 
 from daskmeans import InvalidParameterError, KMeans, open_input
-from daskmeans.config import LLOYD_DRIVER_BYTES, LLOYD_DRIVER_WORK
+from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.engine.client import resolve_client
 from daskmeans.estimators.kmeans import lloyd_driver_rows
 from daskmeans.passes.bounded_assign import state_bytes_per_row
@@ -78,11 +78,11 @@ def test_data_past_driver_rows_stays_on_the_workers(store, cluster_client):
 def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
     assert lloyd_driver_rows(1234, "auto", 200, 74, np.float32) == 1234
     # kdd (k = 200, d = 74, float32): the work limit
-    assert lloyd_driver_rows("auto", "auto", 200, 74, np.float32) == LLOYD_DRIVER_WORK // (200 * 74)
+    assert lloyd_driver_rows("auto", "auto", 200, 74, np.float32) == DRIVER_WORK // (200 * 74)
     # one feature, many centers: a row of bounds per center; the memory limit
     row = 8 + state_bytes_per_row(1, 1, 8)
-    assert lloyd_driver_rows("auto", "none", 1, 1, np.float64) == LLOYD_DRIVER_BYTES // 8
-    assert lloyd_driver_rows("auto", "hamerly", 1, 1, np.float64) == LLOYD_DRIVER_BYTES // row
+    assert lloyd_driver_rows("auto", "none", 1, 1, np.float64) == DRIVER_BYTES // 8
+    assert lloyd_driver_rows("auto", "hamerly", 1, 1, np.float64) == DRIVER_BYTES // row
 
 
 def test_a_local_scheduler_setting_takes_precedence_over_the_active_client(cluster_client):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daskmeans.algorithms.relocation import centers_from_sums
-from daskmeans.config import NESTED_DRIVER_BYTES, NESTED_DRIVER_WORK
+from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.kernels import nested_groups
 from daskmeans.engine.driver import driver_rows
 from daskmeans.passes.nested_state import NestedBatch
@@ -18,8 +18,8 @@ SIZES = (600, 1200, 1200, 2400, 2400, 4000, 4000)
 def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
     assert driver_rows(123, 50, 784, 1000) == 123
     assert driver_rows(0, 50, 784, 1000) == 0
-    assert driver_rows("auto", 50, 784, 1000) == NESTED_DRIVER_WORK // (50 * 784)
-    assert driver_rows("auto", 2, 4, 10**6) == NESTED_DRIVER_BYTES // 10**6
+    assert driver_rows("auto", 50, 784, 1000) == DRIVER_WORK // (50 * 784)
+    assert driver_rows("auto", 2, 4, 10**6) == DRIVER_BYTES // 10**6
 
 
 def _step_through(batch, centers, sizes):
