@@ -10,6 +10,7 @@ same to the last bit (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from ..engine.client import compute_now, submit_now
 from ..engine.placement import blocks_by_worker, held_by_workers
 from ..kernels.nested_groups import choose_bounds, make_groups
-from ..passes.assign import assign_stats_chained, assign_stats_graph, finish_stats
+from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
 from ..passes.bounded_assign import BoundedAssignment
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
@@ -39,12 +40,15 @@ class _PlainPasses:
     scheme = "none"
     n_groups = 0
 
-    def __init__(self, array, weights, client):
-        self.array, self.weights, self.client = array, weights, client
+    def __init__(self, array, weights, client, driver=None):
+        self.array, self.weights, self.client, self.driver = array, weights, client, driver
         self.blocks = None
 
     def step(self, centers, previous):
-        (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
+        if self.driver is not None:
+            raw = assign_stats_on_driver(self.driver, centers)
+        else:
+            (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
         return finish_stats(raw), self.array.shape[0] * centers.shape[0]
 
     def submit(self, centers, n_clusters, after=None, shift=None):
@@ -70,11 +74,11 @@ class _PlainPasses:
 class _BoundedPasses:
     """Lloyd's passes with bounds kept on the workers between iterations."""
 
-    def __init__(self, array, centers, weights, client, bounds):
+    def __init__(self, array, centers, weights, client, bounds, driver=None):
         k, d = centers.shape
         self.scheme, self.n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
         self.state = BoundedAssignment(array, make_groups(centers, self.scheme, self.n_groups), weights=weights,
-                                       client=client)
+                                       client=client, driver=driver)
         self.blocks = None
 
     def step(self, centers, previous):
@@ -149,32 +153,41 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none",
     if driver is not None:
         with driver.threads():
             on_driver = replace(context, client=None, weights=driver.weights)
-            return _run(driver.array, centers, on_driver, bounds, _iterate, max_iter, tol, history, passes, n_iter)
+            return _run(driver.array, centers, on_driver, bounds, partial(_iterate, driver=driver), max_iter, tol,
+                        history, passes, n_iter, driver)
     iterate = _iterate_ahead if held_by_workers(array, client) else _iterate
     return _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter)
 
 
-def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter):
-    engine = _PlainPasses(array, context.weights, context.client) if bounds == "none" else \
-        _BoundedPasses(array, centers, context.weights, context.client, bounds)
+def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None):
+    engine = _PlainPasses(array, context.weights, context.client, driver) if bounds == "none" else \
+        _BoundedPasses(array, centers, context.weights, context.client, bounds, driver)
     try:
         return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter)
     finally:
         engine.release()
 
 
-def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
-    client, weights = context.client, context.weights
+def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, driver=None):
+    """One iteration after the other, each waiting for its pass; with ``driver``, the passes run on the driver's
+    blocks without a graph, and so without the block tasks' reports: ``rows_per_second`` is then the data's rows
+    over the time since the previous record, as :func:`_iterate_ahead` gives it."""
+    client, weights, clock = context.client, context.weights, context.clock
     stop_reason = "max_iter"
     previous = None
+    started = clock.elapsed()
     for iteration in range(n_iter + 1, max_iter + 1):
         stats, computed = engine.step(centers, previous)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         new_centers, shift, relocated = lloyd_update(stats, centers)
         passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
         previous = centers
+        more = {}
+        if driver is not None:
+            seconds, started = clock.elapsed() - started, clock.elapsed()
+            more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
         centers, stop = _close_iteration(engine, context, history, iteration, new_centers, stats.inertia, shift,
-                                         relocated, computed, passes, tol, max_iter, array.shape[0])
+                                         relocated, computed, passes, tol, max_iter, array.shape[0], **more)
         n_iter = iteration
         if stop is not None:
             stop_reason = stop

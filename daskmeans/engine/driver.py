@@ -12,16 +12,18 @@ reduced in the same tree, so the iterates are those of the workers to the last b
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
 import dask
 import dask.array as da
+import numpy as np
 from dask.system import CPU_COUNT
 
 from ..config import DRIVER_BYTES, DRIVER_WORK
 from .blas import one_blas_thread
 from .client import compute_now
-from .graph import blocks_of, stored_blocks
+from .graph import block_offsets, blocks_of, stored_blocks
 from .slabs import stored_form, with_stored_form
 
 
@@ -54,11 +56,16 @@ class DriverCopy:
         The same values, dtype, chunks and stored form (:mod:`daskmeans.engine.slabs`) as the cluster's array,
         every block a NumPy array of this process.
     weights : dask.array.Array or None
+    block_args : list of lists
+        Per block, as :func:`~daskmeans.engine.graph.block_args` gives them but computed: the block as stored (a
+        NumPy array), the global index of its first row, its weights (or None).
     """
 
-    def __init__(self, array, weights):
+    def __init__(self, array, weights, block_args):
         self.array = array
         self.weights = weights
+        self.block_args = block_args
+        self._pool = None
 
     @classmethod
     def gather(cls, array, weights, client):
@@ -68,19 +75,35 @@ class DriverCopy:
         data_blocks = stored_blocks(array)
         weight_blocks = blocks_of(weights) if isinstance(weights, da.Array) else []
         gathered = compute_now(*data_blocks, *weight_blocks, client=client)
-        local_stored = _from_blocks(gathered[:len(data_blocks)], stored.dtype)
+        blocks, weight_values = list(gathered[:len(data_blocks)]), list(gathered[len(data_blocks):])
+        local_stored = _from_blocks(blocks, stored.dtype)
         local = local_stored if stored is array else with_stored_form(local_stored.astype(array.dtype), local_stored)
-        local_weights = _from_blocks(gathered[len(data_blocks):], weights.dtype) if weight_blocks else weights
-        return cls(local, local_weights)
+        local_weights = _from_blocks(weight_values, weights.dtype) if weight_blocks else weights
+        offsets = block_offsets(array)
+        if weights is not None and not weight_blocks:  # NumPy weights: cut like the data
+            weight_values = [np.asarray(weights)[start:start + len(block)] for start, block in zip(offsets, blocks)]
+        args = [[block, int(start), weight_values[i] if weights is not None else None]
+                for i, (block, start) in enumerate(zip(blocks, offsets))]
+        return cls(local, local_weights, args)
 
     @contextmanager
     def threads(self):
         """Dask's threaded scheduler for the passes in the block (one thread per core, one BLAS thread each):
-        :func:`~daskmeans.engine.client.resolve_client` then finds no client."""
+        :func:`~daskmeans.engine.client.resolve_client` then finds no client. :meth:`map` uses as many threads."""
         with ExitStack() as stack:
             stack.enter_context(dask.config.set(scheduler="threads", num_workers=CPU_COUNT))
             stack.enter_context(one_blas_thread())
-            yield self
+            self._pool = stack.enter_context(ThreadPoolExecutor(max(1, min(CPU_COUNT, len(self.block_args)))))
+            try:
+                yield self
+            finally:
+                self._pool = None
+
+    def map(self, function, per_block, *common):
+        """``function(*per_block[i], *common)`` for every block, on the threads of :meth:`threads`, in block order:
+        a pass over the blocks without a Dask graph (reduce the results with
+        :func:`~daskmeans.engine.graph.reduce_in_tree`, the tree of the passes on the workers)."""
+        return list(self._pool.map(lambda args: function(*args, *common), per_block))
 
 
 def _from_blocks(blocks, dtype):

@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 
 from ..config import N_FAR, N_FAR_MAX, N_FAR_PER_CLUSTERS
-from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
 from ..engine.slabs import map_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
@@ -120,6 +120,16 @@ def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=Fa
     )
     return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign",
                        part_bytes=stats_part_bytes(*centers.shape, n_far))
+
+
+def assign_stats_on_driver(driver, centers, n_far=None):
+    """:func:`assign_stats_graph` computed on the blocks of ``driver`` (a
+    :class:`~daskmeans.engine.driver.DriverCopy`) on its threads, without a Dask graph: the same block function and
+    the same reduction tree, so the same statistics to the last bit."""
+    centers = np.ascontiguousarray(centers, dtype=driver.array.dtype)
+    n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
+    parts = driver.map(_assign_stats_block, driver.block_args, centers, n_far, False)
+    return reduce_in_tree(parts, partial(_combine_stats, n_far=n_far))
 
 
 def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None,

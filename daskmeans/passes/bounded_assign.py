@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from ..engine.client import compute_now, persist_now, resolve_client, submit_now
-from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
 from ..engine.recycle import RecycledState, Recycler
 from ..engine.slabs import compute_dtype, converted_rows
 from ..kernels.exact_assign import assign_with_bounds
@@ -145,13 +145,18 @@ class BoundedAssignment:
     n_far : int, optional
         Farthest rows each block reports (candidates for empty clusters; default
         :func:`~daskmeans.passes.assign.far_rows` of the number of centers).
+    driver : DriverCopy, optional
+        ``array``'s blocks in this process (:class:`~daskmeans.engine.driver.DriverCopy`): :meth:`step` then runs
+        the same block functions on them with :meth:`~daskmeans.engine.driver.DriverCopy.map`, without a Dask graph,
+        and reduces the reports in the same tree.
     """
 
-    def __init__(self, array, groups, *, weights=None, client=None, n_far=None):
+    def __init__(self, array, groups, *, weights=None, client=None, n_far=None, driver=None):
         self.array = array
         self.weights = weights
         self.groups = groups
-        self.client = client if client is not None else resolve_client(None)
+        self.driver = driver
+        self.client = client if client is not None or driver is not None else resolve_client(None)
         self.n_far = far_rows(len(groups.group_of)) if n_far is None else int(n_far)
         self.outputs = None
 
@@ -182,6 +187,8 @@ class BoundedAssignment:
             Distances computed (``n k`` on the first step, far fewer once the centers settle).
         """
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
+        if self.driver is not None:
+            return self._step_on_driver(centers, shift)
         if self.outputs is None:
             parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights),
                                        shared(centers, "bounded-centers"), shared(self.groups, "bounded-groups"),
@@ -193,6 +200,16 @@ class BoundedAssignment:
                                        shared(self.groups, "bounded-groups"), self.n_far, reads_data=True,
                                        energy_of=_output_energy)
         return self._run(parts)
+
+    def _step_on_driver(self, centers, shift):
+        if self.outputs is None:
+            outputs = self.driver.map(_start_block, self.driver.block_args, centers, self.groups, self.n_far)
+        else:
+            outputs = self.driver.map(_revisit_block, [[o] for o in self.outputs], centers,
+                                      np.asarray(shift, dtype=np.float64), self.groups, self.n_far)
+        self.outputs = outputs
+        stats, computed = reduce_in_tree([_report_of(o) for o in outputs], partial(_combine_reports, n_far=self.n_far))
+        return finish_stats(stats), int(computed)
 
     def submit_chained(self, previous, start, blocks, finish, finish_args):
         """Submit one pass whole as one task per group of blocks, chained to the pass before on the cluster

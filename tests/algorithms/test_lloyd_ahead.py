@@ -34,8 +34,9 @@ def test_iterations_ahead_are_lloyds_iterations(cluster_client, algorithm, dtype
     X = np.random.default_rng(4).normal(size=(6000, 5)).astype(dtype)
     X[:2000] += 6
     init = X[:24].copy()
-    ahead = KMeans(24, init=init, tol=tol, max_iter=max_iter, algorithm=algorithm, client=cluster_client).fit(X)
-    one_by_one = KMeans(24, init=init, tol=tol, max_iter=max_iter, algorithm=algorithm).fit(X)  # threads
+    params = dict(init=init, tol=tol, max_iter=max_iter, algorithm=algorithm, driver_rows=0)  # not on the driver
+    ahead = KMeans(24, **params, client=cluster_client).fit(X)
+    one_by_one = KMeans(24, **params).fit(X)  # threads
     assert ahead.stop_reason_ == stop
     _same_fits(ahead, one_by_one)
 
@@ -48,10 +49,11 @@ def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cl
     driver, which redoes it with 70 far rows (one more pass) and submits the next iterations from there."""
     X = np.random.default_rng(9).normal(size=(4000, 3)).astype(np.float32)
     init = np.vstack([X[: 400 - n_empty], np.full((n_empty, 3), 1e3, dtype=np.float32)])
-    ahead = KMeans(400, init=init, max_iter=3, tol=0, algorithm=algorithm, client=cluster_client).fit(X)
+    params = dict(init=init, max_iter=3, tol=0, algorithm=algorithm)
+    ahead = KMeans(400, **params, driver_rows=0, client=cluster_client).fit(X)
     assert ahead.history_[0]["relocated"] == n_empty and ahead.history_[0]["passes"] == 1 + passes
-    one_by_one = KMeans(400, init=init, max_iter=3, tol=0, algorithm=algorithm).fit(X)
-    _same_fits(ahead, one_by_one)
+    _same_fits(ahead, KMeans(400, **params, driver_rows=0).fit(X))
+    _same_fits(ahead, KMeans(400, **params, client=cluster_client).fit(X))  # on the driver, redone there
 
 
 def test_a_run_out_of_time_stops_where_one_by_one_would(cluster_client):

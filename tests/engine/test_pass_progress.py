@@ -130,10 +130,15 @@ def test_a_long_pass_gets_a_bar_with_chunks_rows_per_second_and_time_left(array,
 def test_a_fit_shows_its_passes_and_records_rows_per_second(array, cluster_client, capsys, monkeypatch, where):
     client = cluster_client if where == "worker processes" else None
     monkeypatch.setattr(config, "PASS_BAR_DELAY_SECONDS", 0.0)
-    model = KMeans(K, random_state=0, max_iter=3, tol=0, progress=True, client=client).fit(array)
+    model = KMeans(K, random_state=0, max_iter=3, tol=0, progress=True, client=client, driver_rows=0).fit(array)
     err = capsys.readouterr().err
     assert _bar_states(err, "k-means pass (assign)") or _bar_states(err, "k-means pass (bounded-start)"), err
     assert _bar_states(err, "k-means pass (kmeans-parallel-distances)"), "the seeding's passes too"
+    assert all(record["rows_per_second"] > 0 for record in model.history_)
+    assert "rows/s=" in _bar_states(err, "k-means iterations")[-1]
+    # iterated on the driver, without block tasks: the rows over the time since the previous record
+    model = KMeans(K, random_state=0, max_iter=3, tol=0, progress=True, client=client).fit(array)
+    err = capsys.readouterr().err
     assert all(record["rows_per_second"] > 0 for record in model.history_)
     assert "rows/s=" in _bar_states(err, "k-means iterations")[-1]
 

@@ -55,9 +55,11 @@ def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_s
     on_workers, worker_keys = _tasks_on_workers(cluster_client, lambda: _fit(store, cluster_client,
                                                                              algorithm=algorithm, driver_rows=0))
     with dask.config.set({"scheduler-address": None}):
-        threaded = _fit(store, None, algorithm=algorithm)
+        threaded = _fit(store, None, algorithm=algorithm)  # no client: on the driver as well
+        threaded_graphs = _fit(store, None, algorithm=algorithm, driver_rows=0)  # Dask graphs on the threads
     _assert_same_fit(on_driver, on_workers)
     _assert_same_fit(on_driver, threaded)
+    _assert_same_fit(on_driver, threaded_graphs)
     # the passes of the iterations ran on the workers only with driver_rows=0
     pass_name = "daskmeans-assign" if algorithm == "lloyd" else "daskmeans-bounded-revisit"
     assert any(pass_name in key for key in worker_keys)
