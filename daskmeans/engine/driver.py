@@ -18,7 +18,6 @@ from contextlib import ExitStack, contextmanager
 
 import dask
 import dask.array as da
-import numpy as np
 from dask.system import CPU_COUNT
 
 from ..config import DRIVER_BYTES, DRIVER_WORK
@@ -74,23 +73,22 @@ class DriverCopy:
         (submitted as every pass submits its blocks, :func:`~daskmeans.engine.client.compute_now`)."""
         stored = stored_form(array)
         data_blocks = stored_blocks(array)
-        weight_blocks = blocks_of(weights) if isinstance(weights, da.Array) else []
+        weight_blocks = [] if weights is None else blocks_of(weights)  # chunked like the data, as every pass takes them
         gathered = compute_now(*data_blocks, *weight_blocks, client=client)
         blocks, weight_values = list(gathered[:len(data_blocks)]), list(gathered[len(data_blocks):])
         local_stored = _from_blocks(blocks, stored.dtype)
         local = local_stored if stored is array else with_stored_form(local_stored.astype(array.dtype), local_stored)
-        local_weights = _from_blocks(weight_values, weights.dtype) if weight_blocks else weights
-        offsets = block_offsets(array)
-        if weights is not None and not weight_blocks:  # NumPy weights: cut like the data
-            weight_values = [np.asarray(weights)[start:start + len(block)] for start, block in zip(offsets, blocks)]
-        args = [[block, int(start), weight_values[i] if weights is not None else None]
-                for i, (block, start) in enumerate(zip(blocks, offsets))]
+        local_weights = _from_blocks(weight_values, weights.dtype) if weight_blocks else None
+        args = [[block, int(start), weight_values[i] if weight_blocks else None]
+                for i, (block, start) in enumerate(zip(blocks, block_offsets(array)))]
         return cls(local, local_weights, args)
 
     @contextmanager
     def threads(self):
-        """Dask's threaded scheduler for the passes in the block (one thread per core, one BLAS thread each):
-        :func:`~daskmeans.engine.client.resolve_client` then finds no client. :meth:`map` uses as many threads."""
+        """The driver's threads for the passes in the block: :meth:`map`'s pool of one thread per core, one BLAS
+        thread each, and Dask's threaded scheduler with as many for a pass still made as a graph of ``array`` (the
+        rare refill of more empty clusters than a pass reports far rows): there
+        :func:`~daskmeans.engine.client.resolve_client` finds no client."""
         with ExitStack() as stack:
             stack.enter_context(dask.config.set(scheduler="threads", num_workers=CPU_COUNT))
             stack.enter_context(one_blas_thread())

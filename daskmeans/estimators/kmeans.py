@@ -10,7 +10,7 @@ from ..algorithms.result import Clock, RunContext, result_from_state, result_to_
 from ..config import ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
-from ..engine.slabs import stored_form
+from ..engine.slabs import compute_dtype, stored_form
 from ..kernels.nested_groups import choose_bounds
 from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
 from ..progress import SnapshotRecorder
@@ -46,7 +46,7 @@ def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> 
     stored bytes and, with bounds, its state's (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
     row_bytes = n_features * np.dtype(stored_dtype).itemsize
     if bounds != "none":
-        _, n_groups = choose_bounds(bounds, n_clusters, n_features * 4)
+        _, n_groups = choose_bounds(bounds, n_clusters, n_features * compute_dtype(stored_dtype).itemsize)
         row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
     return driver_rows(setting, n_clusters, n_features, row_bytes)
 
