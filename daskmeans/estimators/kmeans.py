@@ -73,8 +73,8 @@ class KMeans(ClusteringEstimator):
     driver_rows : "auto" or int, default "auto"
         Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
         cluster), and its iterations run on the driver's threads, block by block, without a Dask graph: an
-        iteration then costs no round trip to the workers (10-15 ms on worker processes) and no graph (about 9 ms
-        on KDD), more than the work of a pass over small data. ``"auto"``: the most rows whose full
+        iteration then costs no round trip to the workers (10-15 ms on worker processes) and no graph (6-9 ms on
+        KDD), more than the work of a pass over small data. ``"auto"``: the most rows whose full
         assignment takes at most ``config.DRIVER_WORK`` multiply-adds (rows x k x d) and whose rows and
         bounds take at most ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the
         same either way.
