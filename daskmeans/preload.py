@@ -21,7 +21,7 @@ import numpy as np
 
 from .engine import random as engine_random
 from .engine.random import row_uniforms
-from .kernels import (afkmc2, assign, exact_assign, kernel_centers, kernel_functions, kernel_minibatch,
+from .kernels import (afkmc2, assign, exact_assign, group_scan, kernel_centers, kernel_functions, kernel_minibatch,
                       one_group_assign, score_error, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
@@ -122,6 +122,7 @@ def _dispatchers():
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
         "kernels.exact_assign._finish_slab": exact_assign._finish_slab,
+        "kernels.group_scan.scan_groups": group_scan.scan_groups,
         "kernels.one_group_assign._settle_one_group": one_group_assign._settle_one_group,
         "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,

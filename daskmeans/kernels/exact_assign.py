@@ -19,6 +19,7 @@ import numpy as np
 from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES,
                       ASSIGN_TILE_BYTES)
 from .distance import pair_dist2
+from .group_scan import scan_groups
 from .one_group_assign import _assign_one_group
 from .score_error import _gamma, _store_lower, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
 from .stats import add_to_cluster, cluster_stats
@@ -44,14 +45,15 @@ def _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq, co
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_center, n_groups, x_sq, allowance,
-                 labels, dist2, lower, norms_here, gamma, center_norm, column_norm, group_norm, weights, sums, counts,
-                 sse):
+def _finish_slab(X, centers, scores_t, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
+                 allowance, labels, dist2, lower, norms_here, gamma, center_norm, column_norm, group_norm, weights, sums,
+                 counts, sse):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
-    ``scores[i, col]`` is ``||c||^2 - 2 x.c`` for the center in slot ``col // n_groups`` of group
-    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min`` the minimum per group,
-    ``other_second`` the smallest score outside each row's best group. ``allowance`` is each row's score error
+    ``scores_t[col, i]`` is ``||c||^2 - 2 x.c`` of row ``i`` for the center in slot ``col // n_groups`` of group
+    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min[i, g]`` the minimum in group
+    ``g``, ``own_second`` the second smallest in the best group and ``other_second`` the smallest outside it
+    (:func:`daskmeans.kernels.group_scan.scan_groups`). ``allowance`` is each row's score error
     for the largest center norm ``center_norm``; ``column_norm`` and ``group_norm`` are the norm of each column's
     center and the largest in each group. Rows whose best two scores are within twice the allowance are checked
     with each score's own error (:func:`_is_near_tie`), and the near ties settled by exact distances (lowest center
@@ -62,7 +64,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
     statistics as it is settled, in row order: the same float64 sums as
     :func:`daskmeans.kernels.stats.cluster_stats` (``weights`` empty: weight 1).
     """
-    rows, columns = scores.shape
+    columns, rows = scores_t.shape
     width = columns // n_groups
     with_bounds = lower.shape[1] > 0
     with_stats = sums.shape[0] > 0
@@ -73,13 +75,9 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
             x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
         x_norm = math.sqrt(x_sq[i])
         col = best_col[i]
-        best = scores[i, col]
+        best = scores_t[col, i]
         best_group = col % n_groups
-        second_own = np.inf
-        for t in range(width):
-            other = t * n_groups + best_group
-            if other != col and scores[i, other] < second_own:
-                second_own = scores[i, other]
+        second_own = own_second[i]
         second = min(second_own, other_second[i])
         label = slot_center[col]
         label_group = best_group
@@ -93,7 +91,7 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
             best_exact = np.inf
             for c in range(columns):
                 j = slot_center[c]
-                if j < 0 or np.float64(scores[i, c]) - score_error(x_norm, x_sq[i], column_norm[c], gamma) > limit:
+                if j < 0 or np.float64(scores_t[c, i]) - score_error(x_norm, x_sq[i], column_norm[c], gamma) > limit:
                     continue
                 value = pair_dist2(X[i], centers[j])
                 if value < best_exact or (value == best_exact and j < label):
@@ -105,8 +103,8 @@ def _finish_slab(X, centers, scores, best_col, group_min, other_second, slot_cen
                 second_own = np.inf
                 for t in range(width):
                     c = t * n_groups + label_group
-                    if slot_center[c] != label and scores[i, c] < second_own:
-                        second_own = scores[i, c]
+                    if slot_center[c] != label and scores_t[c, i] < second_own:
+                        second_own = scores_t[c, i]
         else:
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
@@ -227,17 +225,16 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     """Exact nearest center of every row, and fresh group lower bounds.
 
     The scores ``||c||^2 - 2 x.c`` come from one GEMM per tile of rows against the centers laid out slot by
-    slot (slot ``t`` of every group side by side), with ``||c||^2`` folded into the GEMM as one more coordinate
-    (rows get a trailing 1, centers their float norm), so that the group minima, the overall minimum and its
-    position are plain vectorized NumPy reductions of the GEMM's output, read once while it is in cache. The
-    folded norm is one more term of the same dot product: the proven error of
-    :func:`score_error_allowance` covers it. With fewer slots than features the norm is added to the scores after
-    the GEMM instead (one more rounding, also covered), which spares copying the rows. Labels and winners'
-    distances are exact whatever the scores' rounding. Padding slots (groups of unequal sizes) score ``inf``.
-    After a tile's GEMM each row is read once more, for its norm, its winner's exact distance and (with ``stats``)
-    its cluster's sums. With one group (the plain nearest center, or one bound per row) the tiles are smaller and
-    their scores laid out center by center, and one Numba pass per tile finds the best two scores and settles the
-    rows while the tile is in cache (:func:`_assign_one_group`).
+    slot (slot ``t`` of every group side by side), with the scores center by center (``-2 C X_tile^T``); one Numba
+    pass per tile adds the centers' norms (one more rounding, covered by the proven error of
+    :func:`score_error_allowance`) and finds each row's best score, its column, the minimum of every group and the
+    second best in and outside the best group, vectorized over the rows
+    (:func:`daskmeans.kernels.group_scan.scan_groups`). Labels and winners' distances are exact whatever the scores'
+    rounding. Padding slots (groups of unequal sizes) score ``inf``. After the scan each row is read once more,
+    for its norm, its winner's exact distance and (with ``stats``) its cluster's sums, while the tile is in cache.
+    With one group (the plain nearest center, or one bound per row) a similar pass finds the best two scores
+    (:func:`_assign_one_group`). With very many centers, blocks of centers are scored at a time
+    (``column_blocks``, where the norms are folded into the GEMM as one more coordinate).
 
     Parameters
     ----------
@@ -366,38 +363,30 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     gamma = _gamma(d, X.dtype)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     columns = slots.shape[1]
-    padding_columns = np.flatnonzero(slot_center < 0)
-    width = columns // n_groups
+    # scores laid out center by center (rows innermost, for the vectorized scan); the squared norms are added by
+    # the scan, inf for padding slots (whose zero centers score 0 in the GEMM)
+    scaled_centers = np.ascontiguousarray(slots[:d].T)
+    column_add = np.where(slot_center < 0, np.inf, slots[d]).astype(X.dtype)
     row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
-    buffer = np.empty((row_step, columns), dtype=X.dtype)
-    # the norms folded into the GEMM cost a copy of each tile of rows with a column of ones; with fewer centers'
-    # slots than features, adding them to the (narrower) scores afterwards costs less
-    fold_norms = columns > d
-    augmented = np.ones((row_step, d + 1), dtype=X.dtype) if fold_norms else None
+    buffer = np.empty(columns * row_step, dtype=X.dtype)
+    best = np.empty(row_step, dtype=X.dtype)
+    other_second = np.empty(row_step, dtype=X.dtype)
+    best_col = np.empty(row_step, dtype=np.int32)
+    best_group = np.empty(row_step, dtype=np.int32)
+    own_second = np.empty(row_step, dtype=X.dtype)
+    group_min = np.empty(n_groups * row_step, dtype=X.dtype)
+    group_second = np.empty(n_groups * row_step, dtype=X.dtype)
     rechecked = 0
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
-        scores = buffer[: r1 - r0]
-        if fold_norms:
-            tile = augmented[: r1 - r0]
-            tile[:, :d] = X[r0:r1]
-            np.matmul(tile, slots, out=scores)
-        else:
-            np.matmul(X[r0:r1], slots[:d], out=scores)
-            scores += slots[d]
-        scores[:, padding_columns] = np.inf
-        best_col = scores.argmin(axis=1)
-        rows = np.arange(r1 - r0)
-        if width == 1:
-            group_min = scores
-        else:
-            group_min = scores[:, :n_groups].copy()
-            for t in range(1, width):
-                np.minimum(group_min, scores[:, t * n_groups:(t + 1) * n_groups], out=group_min)
-        other_second = _second_smallest(group_min, rows, best_col % n_groups)
-        rechecked += _finish_slab(X[r0:r1], centers, scores, best_col, group_min, other_second,
-                                  slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1], dist2[r0:r1],
-                                  lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
+        scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
+        np.matmul(scaled_centers, X[r0:r1].T, out=scores_t)
+        tile_min = group_min[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0)
+        scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, tile_min,
+                    group_second[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0), own_second, other_second)
+        rechecked += _finish_slab(X[r0:r1], centers, scores_t, best_col, tile_min.T.copy(), own_second,
+                                  other_second, slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1],
+                                  dist2[r0:r1], lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
                                   weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
     return rechecked
 
