@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -71,3 +72,15 @@ def permission_bits_apply():
     """``preexec_fn`` for a subprocess that must obey permission bits: None for a user, or, for root, one that
     drops the capabilities that override them."""
     return drop_overriding_capabilities if is_root() else None
+
+
+@pytest.fixture(scope="module")
+def driver_store(tmp_path_factory):
+    """``(path, weights, chunk_rows)``: 5,000 x 12 uint8 blobs around 20 centers in a Zarr store of chunks of
+    ``chunk_rows`` = 700 rows (8 blocks; k = 24 takes bounds), and weights for its rows."""
+    rng = np.random.default_rng(11)
+    means = rng.uniform(40, 215, size=(20, 12))
+    X = np.clip(means[rng.integers(0, 20, 5000)] + 12 * rng.standard_normal((5000, 12)), 0, 255).astype(np.uint8)
+    path = str(tmp_path_factory.mktemp("driver") / "X.zarr")
+    zarr.create_array(path, shape=X.shape, chunks=(700, 12), dtype=X.dtype)[:] = X
+    return path, rng.uniform(0.5, 2.0, size=5000), 700

@@ -201,7 +201,7 @@ def test_vrkm_pinned_inner_loop_moves_when_its_worker_dies(killable_cluster, sto
 
     def make(**kw):
         return daskmeans.VRKMeans(n_clusters=30, variant=variant, epoch_size=60_000, max_epochs=6, tol=0.0,
-                                  driver_sample_bytes=0, random_state=3, **kw)
+                                  driver_sample_bytes=0, driver_rows=0, random_state=3, **kw)
 
     reference = undisturbed(make, store)
     killed = {}

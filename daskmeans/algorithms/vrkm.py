@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import psutil
@@ -38,7 +39,8 @@ from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
 from ..kernels.vrkm_batched import BatchedInnerLoop
 from ..passes.assign import finish_stats
-from ..passes.epoch import SegmentsHere, SegmentsOnCluster, epoch_pass_graph, ordered_segment, segment_starts
+from ..passes.epoch import (SegmentsHere, SegmentsOnCluster, epoch_pass_graph, epoch_pass_on_driver, ordered_segment,
+                            segment_starts)
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
@@ -172,8 +174,8 @@ def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, 
     return loop.centers(), loop.counts(), remade
 
 
-def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sample):
-    """Run the epoch pass.
+def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sample, driver=None):
+    """Run the epoch pass (on the driver's threads with ``driver``, the data gathered there).
 
     Returns
     -------
@@ -185,6 +187,10 @@ def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sampl
     """
     # the driver takes the sample whole; a worker streams it in segments
     segment_rows = segment_rows_for(draws.size, array) if keep_sample else max(1, draws.size)
+    if driver is not None:
+        raw, pieces = epoch_pass_on_driver(driver, centers, draws, segment_rows=segment_rows,
+                                           n_candidates=n_candidates)
+        return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
     stats_graph, segments = epoch_pass_graph(array, centers, draws, weights=weights, segment_rows=segment_rows,
                                              n_candidates=n_candidates)
     flat = [piece for segment in segments for piece in segment]
@@ -207,7 +213,8 @@ def _state(epoch, centers, history, passes, previous_energy, stop_reason, inerti
 
 
 def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-5, seed=0,
-         agree_rule="paper", n_candidates=16, inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None):
+         agree_rule="paper", n_candidates=16, inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None,
+         driver=None):
     """Run VRKM or VRKM++ epochs from ``centers``.
 
     Parameters
@@ -238,12 +245,29 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
         is at most this (it then comes with the pass, whole), else on one worker (it streams in one segment at a
         time); the result is the same. Default: a quarter of the driver's available memory.
+    driver : DriverCopy, optional
+        ``array`` and the weights gathered into the driver's memory (:class:`~daskmeans.engine.driver.DriverCopy`):
+        the epoch passes then run on the driver's threads without a Dask graph or a round trip to the workers
+        (:func:`~daskmeans.passes.epoch.epoch_pass_on_driver`), with the same result.
 
     Returns
     -------
     FitResult
     """
     context = context or RunContext()
+    settings = dict(variant=variant, eta=eta, epoch_size=epoch_size, max_epochs=max_epochs, tol=tol, seed=seed,
+                    agree_rule=agree_rule, n_candidates=n_candidates, inner_batch_size=inner_batch_size,
+                    driver_sample_bytes=driver_sample_bytes)
+    if driver is None:
+        return _epochs(array, centers, context, None, **settings)
+    with driver.threads():
+        return _epochs(driver.array, centers, replace(context, client=None, weights=driver.weights), driver,
+                       **settings)
+
+
+def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_epochs, tol, seed, agree_rule,
+            n_candidates, inner_batch_size, driver_sample_bytes):
+    """The epochs of :func:`vrkm` (``array`` and the context's weights those of ``driver`` when given)."""
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
     passes = context.passes
     n, n_features = array.shape
@@ -273,7 +297,8 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
         draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
-        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, listed, client, keep_sample=on_worker)
+        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, listed, client, keep_sample=on_worker,
+                                            driver=driver)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         passes += 1 + extra
         energy = stats.inertia / total_weight

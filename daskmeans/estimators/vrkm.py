@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import check_choice, check_driver_rows, check_float, check_int
 from ..algorithms.init import check_init
 from ..algorithms.result import Clock, RunContext
 from ..algorithms.vrkm import VARIANTS, vrkm
 from ..config import AUTO_LEARNING_RATE, VRKM_INNER_BATCH_SIZE
+from ..engine.driver import DriverCopy, driver_rows
+from ..engine.slabs import stored_form
 from ..exceptions import InvalidParameterError
 from ..kernels.vrkm_steps import AGREE_RULES
 from ..progress import SnapshotRecorder
@@ -36,6 +38,14 @@ def _check_epoch_size(value, name, estimator):
             f"epoch_size must be a fraction of n_samples (float > 0), a number of steps (int >= 1) or "
             f"'doubling'; got {value!r}."
         )
+
+
+def vrkm_driver_rows(setting, n_clusters, n_features, stored_dtype) -> int:
+    """Most rows whose epoch passes run on the driver (:func:`daskmeans.engine.driver.driver_rows`): a row takes its
+    stored bytes twice (the data, and as much again for an epoch's sample and its copy in draw order) and its label
+    and distance in the pass."""
+    row_bytes = 2 * n_features * np.dtype(stored_dtype).itemsize + 12
+    return driver_rows(setting, n_clusters, n_features, row_bytes)
 
 
 class VRKMeans(ClusteringEstimator):
@@ -83,9 +93,16 @@ class VRKMeans(ClusteringEstimator):
         start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); the steps themselves are the paper's, taken
         one draw at a time. 1 is the paper's per-sample loop (Algorithms 3 and 4 exactly), several times slower.
     driver_sample_bytes : int, optional
-        Largest epoch sample (bytes of its rows) the driver holds for the inner loop; with a distributed client a
-        larger one stays on the cluster and the inner loop runs on one worker, streaming it segment by segment
-        (same result). Default: a quarter of the driver's available memory.
+        When the epoch passes run on the workers (data past ``driver_rows``): the largest epoch sample (bytes of
+        its rows) the driver holds for the inner loop; with a distributed client a larger one stays on the cluster
+        and the inner loop runs on one worker, streaming it segment by segment (same result). Default: a quarter
+        of the driver's available memory.
+    driver_rows : "auto" or int, default "auto"
+        Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
+        cluster), and the epoch passes run on the driver's threads, block by block, without a Dask graph or a round
+        trip to the workers (:class:`~daskmeans.engine.driver.DriverCopy`); the result is the same to the last
+        bit. ``"auto"``: the rule of :class:`KMeans` (:func:`vrkm_driver_rows`); 0 keeps every pass on the
+        workers.
     init_rounds, oversampling_factor, init_sample_size : seeding options, as in :class:`KMeans`.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
@@ -125,7 +142,7 @@ class VRKMeans(ClusteringEstimator):
 
     def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-5, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
-                 inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None, init_rounds=5,
+                 inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None, driver_rows="auto", init_rounds=5,
                  oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False,
                  snapshot_centers=False):
         self.n_clusters = n_clusters
@@ -141,6 +158,7 @@ class VRKMeans(ClusteringEstimator):
         self.n_candidates = n_candidates
         self.inner_batch_size = inner_batch_size
         self.driver_sample_bytes = driver_sample_bytes
+        self.driver_rows = driver_rows
         self.init_rounds = init_rounds
         self.oversampling_factor = oversampling_factor
         self.init_sample_size = init_sample_size
@@ -160,6 +178,7 @@ class VRKMeans(ClusteringEstimator):
         "n_candidates": Integer(1),
         "inner_batch_size": Integer(1),
         "driver_sample_bytes": Integer(0, none=True),
+        "driver_rows": Rule(check_driver_rows),
         **SEEDING_CONSTRAINTS,
     }
     _supports_checkpoint = True
@@ -185,6 +204,9 @@ class VRKMeans(ClusteringEstimator):
             centers, passes = None, 0
             if hook is None or hook.resume is None:
                 centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+            on_driver = data.n_samples <= vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features,
+                                                           stored_form(data.array).dtype)
+            driver = DriverCopy.gather(data.array, weights, client) if on_driver else None
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
@@ -192,7 +214,7 @@ class VRKMeans(ClusteringEstimator):
                 data.array, centers, context, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
                 max_epochs=self.max_epochs, tol=self.tol, seed=start.seed, agree_rule=self.agree_rule,
                 n_candidates=self.n_candidates, inner_batch_size=self.inner_batch_size,
-                driver_sample_bytes=self.driver_sample_bytes,
+                driver_sample_bytes=self.driver_sample_bytes, driver=driver,
             )
         recorder.keep(self)
         self.cluster_centers_ = result.centers

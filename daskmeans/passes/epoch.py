@@ -19,7 +19,7 @@ from functools import partial
 
 import numpy as np
 
-from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
 from ..engine.slabs import compute_dtype, slabs
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
@@ -105,6 +105,15 @@ def _piece_of(part, segment):
     return part[1][segment]
 
 
+def _pass_inputs(dtype, centers, draws, segment_rows, n_far):
+    """The arguments every block of the epoch pass takes: the centers in the data's dtype, the draws, the first
+    draw of each segment, the far rows kept."""
+    centers = np.ascontiguousarray(centers, dtype=dtype)
+    n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
+    draws = np.ascontiguousarray(draws, dtype=np.int64)
+    return centers, draws, segment_starts(draws.size, segment_rows), n_far
+
+
 def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_candidates=16, n_far=None):
     """The delayed epoch pass of ``array`` against ``centers``, sampling the rows at ``draws``.
 
@@ -130,21 +139,36 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
         ``segments[s][b]`` is block ``b``'s part of segment ``s``: ``(positions, rows, labels, candidates,
         lower)``, the candidate lists made against ``centers``.
     """
-    centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
-    draws = np.ascontiguousarray(draws, dtype=np.int64)
-    starts = segment_starts(draws.size, segment_rows)
+    centers, draws, starts, n_far = _pass_inputs(array.dtype, centers, draws, segment_rows, n_far)
     parts = map_blocks_delayed(
         _epoch_block, "vrkm-epoch", block_args(array, weights), shared(centers, "centers"),
-        shared(draws, "draws"), starts, int(n_candidates), int(n_far), reads_data=True
+        shared(draws, "draws"), starts, int(n_candidates), n_far, reads_data=True
     )
     stats = tree_reduce(
         map_blocks_delayed(_stats_of, "vrkm-epoch-stats", [[p] for p in parts]),
-        partial(_combine_stats, n_far=int(n_far)), "vrkm-epoch-stats",
+        partial(_combine_stats, n_far=n_far), "vrkm-epoch-stats",
     )
     segments = [map_blocks_delayed(_piece_of, "vrkm-epoch-segment", [[p] for p in parts], s)
                 for s in range(len(starts))]
     return stats, segments
+
+
+def epoch_pass_on_driver(driver, centers, draws, *, segment_rows, n_candidates=16, n_far=None):
+    """:func:`epoch_pass_graph` computed on the driver's threads, without a graph, for data gathered into the
+    driver (:class:`~daskmeans.engine.driver.DriverCopy`): the same block function over the same blocks, reduced
+    in the same tree, so the statistics and the sample are those of the graph to the last bit.
+
+    Returns
+    -------
+    stats : tuple
+        The assign pass's result (use :func:`daskmeans.passes.assign.finish_stats`).
+    segments : list of list of tuple
+        ``segments[s][b]``: block ``b``'s part of segment ``s``, as :func:`epoch_pass_graph` gives them computed.
+    """
+    centers, draws, starts, n_far = _pass_inputs(driver.array.dtype, centers, draws, segment_rows, n_far)
+    parts = driver.map(_epoch_block, driver.block_args, centers, draws, starts, int(n_candidates), n_far)
+    stats = reduce_in_tree([_stats_of(part) for part in parts], partial(_combine_stats, n_far=n_far))
+    return stats, [[_piece_of(part, s) for part in parts] for s in range(len(starts))]
 
 
 def _candidates_of_piece(piece, centers, n_candidates):

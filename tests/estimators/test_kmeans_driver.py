@@ -5,7 +5,6 @@ from __future__ import annotations
 import dask
 import numpy as np
 import pytest
-import zarr
 from distributed import get_task_stream
 
 from daskmeans import InvalidParameterError, KMeans, open_input
@@ -14,24 +13,10 @@ from daskmeans.engine.client import resolve_client
 from daskmeans.estimators.kmeans import lloyd_driver_rows
 from daskmeans.passes.bounded_assign import state_bytes_per_row
 
-CHUNK_ROWS = 700
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """5,000 x 12 uint8 blobs around 20 centers in a Zarr store (k = 24 takes bounds), with weights beside it."""
-    rng = np.random.default_rng(11)
-    means = rng.uniform(40, 215, size=(20, 12))
-    X = np.clip(means[rng.integers(0, 20, 5000)] + 12 * rng.standard_normal((5000, 12)), 0, 255).astype(np.uint8)
-    path = str(tmp_path_factory.mktemp("driver") / "X.zarr")
-    zarr.create_array(path, shape=X.shape, chunks=(CHUNK_ROWS, 12), dtype=X.dtype)[:] = X
-    return path, rng.uniform(0.5, 2.0, size=5000)
-
-
 def _fit(store, client, weighted=False, **params):
-    path, weights = store
+    path, weights, chunk_rows = store
     model = KMeans(n_clusters=24, init="random", max_iter=15, tol=0.0, random_state=4, client=client, **params)
-    return model.fit(open_input(path, chunk_rows=CHUNK_ROWS), sample_weight=weights if weighted else None)
+    return model.fit(open_input(path, chunk_rows=chunk_rows), sample_weight=weights if weighted else None)
 
 
 def _tasks_on_workers(client, fit):
@@ -48,15 +33,15 @@ def _assert_same_fit(model, reference):
 
 
 @pytest.mark.parametrize("algorithm", ["auto", "lloyd", "hamerly"])
-def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(store, cluster_client,
-                                                                                         algorithm):
-    on_driver, driver_keys = _tasks_on_workers(cluster_client, lambda: _fit(store, cluster_client,
+def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store,
+                                                                                         cluster_client, algorithm):
+    on_driver, driver_keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client,
                                                                             algorithm=algorithm))
-    on_workers, worker_keys = _tasks_on_workers(cluster_client, lambda: _fit(store, cluster_client,
+    on_workers, worker_keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client,
                                                                              algorithm=algorithm, driver_rows=0))
     with dask.config.set({"scheduler-address": None}):
-        threaded = _fit(store, None, algorithm=algorithm)  # no client: on the driver as well
-        threaded_graphs = _fit(store, None, algorithm=algorithm, driver_rows=0)  # Dask graphs on the threads
+        threaded = _fit(driver_store, None, algorithm=algorithm)  # no client: on the driver as well
+        threaded_graphs = _fit(driver_store, None, algorithm=algorithm, driver_rows=0)  # Dask graphs on the threads
     _assert_same_fit(on_driver, on_workers)
     _assert_same_fit(on_driver, threaded)
     _assert_same_fit(on_driver, threaded_graphs)
@@ -66,15 +51,16 @@ def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_s
     assert not any(pass_name in key for key in driver_keys)
 
 
-def test_weighted_restarts_on_the_driver_are_those_on_the_workers(store, cluster_client):
+def test_weighted_restarts_on_the_driver_are_those_on_the_workers(driver_store, cluster_client):
     params = dict(n_init=2, weighted=True)
-    _assert_same_fit(_fit(store, cluster_client, **params), _fit(store, cluster_client, driver_rows=0, **params))
+    _assert_same_fit(_fit(driver_store, cluster_client, **params),
+                     _fit(driver_store, cluster_client, driver_rows=0, **params))
 
 
-def test_data_past_driver_rows_stays_on_the_workers(store, cluster_client):
-    model, keys = _tasks_on_workers(cluster_client, lambda: _fit(store, cluster_client, driver_rows=4999))
+def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client):
+    model, keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any("daskmeans-bounded-revisit" in key for key in keys)
-    _assert_same_fit(model, _fit(store, cluster_client, driver_rows=5000))
+    _assert_same_fit(model, _fit(driver_store, cluster_client, driver_rows=5000))
 
 
 def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
@@ -100,6 +86,6 @@ def test_a_local_scheduler_setting_takes_precedence_over_the_active_client(clust
 
 @pytest.mark.parametrize("value, message", [("many", 'driver_rows must be "auto" or an integer'),
                                             (-1, "driver_rows"), (1.5, "driver_rows")])
-def test_bad_driver_rows_fail_before_any_work(store, value, message):
+def test_bad_driver_rows_fail_before_any_work(driver_store, value, message):
     with pytest.raises(InvalidParameterError, match=message):
         KMeans(n_clusters=3, driver_rows=value).fit(np.zeros((4, 2)))

@@ -389,8 +389,8 @@ def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(c
         sync = VRKMeans(**params).fit(array)
     with dask.config.set(scheduler="threads"):
         threads = VRKMeans(**params).fit(array)
-    on_driver = VRKMeans(**params, client=cluster_client).fit(array)
-    streamed = VRKMeans(**params, client=cluster_client, driver_sample_bytes=0).fit(array)
+    on_driver = VRKMeans(**params, client=cluster_client, driver_rows=0).fit(array)
+    streamed = VRKMeans(**params, client=cluster_client, driver_rows=0, driver_sample_bytes=0).fit(array)
     assert on_driver.history_[0]["inner_on"] == "driver"
     assert streamed.history_[0]["inner_on"].startswith("tcp://")
     assert sum(r.get("changed", 0) for r in sync.history_) > 0
