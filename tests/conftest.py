@@ -84,3 +84,20 @@ def driver_store(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("driver") / "X.zarr")
     zarr.create_array(path, shape=X.shape, chunks=(700, 12), dtype=X.dtype)[:] = X
     return path, rng.uniform(0.5, 2.0, size=5000), 700
+
+
+def fit_driver_store(estimator, store, weighted=False):
+    """``estimator`` fitted on :func:`driver_store`'s rows, in its chunks, with its weights when ``weighted``."""
+    from daskmeans import open_input
+
+    path, weights, chunk_rows = store
+    return estimator.fit(open_input(path, chunk_rows=chunk_rows), sample_weight=weights if weighted else None)
+
+
+def with_task_keys(client, fit):
+    """``(fit(), keys)``: the result of ``fit()`` and the keys of the tasks it ran on ``client``'s workers."""
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as stream:
+        model = fit()
+    return model, {str(task["key"]) for task in stream.data}

@@ -5,24 +5,17 @@ from __future__ import annotations
 import dask
 import numpy as np
 import pytest
-from distributed import get_task_stream
+from conftest import fit_driver_store, with_task_keys
 
-from daskmeans import InvalidParameterError, KMeans, open_input
+from daskmeans import InvalidParameterError, KMeans
 from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.engine.client import resolve_client
 from daskmeans.estimators.kmeans import lloyd_driver_rows
 from daskmeans.passes.bounded_assign import state_bytes_per_row
 
 def _fit(store, client, weighted=False, **params):
-    path, weights, chunk_rows = store
     model = KMeans(n_clusters=24, init="random", max_iter=15, tol=0.0, random_state=4, client=client, **params)
-    return model.fit(open_input(path, chunk_rows=chunk_rows), sample_weight=weights if weighted else None)
-
-
-def _tasks_on_workers(client, fit):
-    with get_task_stream(client) as stream:
-        model = fit()
-    return model, {str(task["key"]) for task in stream.data}
+    return fit_driver_store(model, store, weighted)
 
 
 def _assert_same_fit(model, reference):
@@ -35,9 +28,9 @@ def _assert_same_fit(model, reference):
 @pytest.mark.parametrize("algorithm", ["auto", "lloyd", "hamerly"])
 def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store,
                                                                                          cluster_client, algorithm):
-    on_driver, driver_keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client,
+    on_driver, driver_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client,
                                                                             algorithm=algorithm))
-    on_workers, worker_keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client,
+    on_workers, worker_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client,
                                                                              algorithm=algorithm, driver_rows=0))
     with dask.config.set({"scheduler-address": None}):
         threaded = _fit(driver_store, None, algorithm=algorithm)  # no client: on the driver as well
@@ -58,7 +51,7 @@ def test_weighted_restarts_on_the_driver_are_those_on_the_workers(driver_store, 
 
 
 def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client):
-    model, keys = _tasks_on_workers(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
+    model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any("daskmeans-bounded-revisit" in key for key in keys)
     _assert_same_fit(model, _fit(driver_store, cluster_client, driver_rows=5000))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dask
 import numpy as np
 import pytest
-from distributed import get_task_stream
+from conftest import fit_driver_store, with_task_keys
 
-from daskmeans import InvalidParameterError, VRKMeans, open_input
+from daskmeans import InvalidParameterError, VRKMeans
 from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.estimators.vrkm import vrkm_driver_rows
 
@@ -15,19 +15,12 @@ EPOCH_PASS = "daskmeans-vrkm-epoch"
 
 
 def _fit(store, client, weighted=False, **params):
-    path, weights, chunk_rows = store
     model = VRKMeans(n_clusters=24, init="random", max_epochs=6, tol=0.0, random_state=4, inner_batch_size=64,
                      client=client, **params)
-    return model.fit(open_input(path, chunk_rows=chunk_rows), sample_weight=weights if weighted else None)
+    return fit_driver_store(model, store, weighted)
 
 
-def _with_task_keys(client, fit):
-    with get_task_stream(client) as stream:
-        model = fit()
-    return model, {str(task["key"]) for task in stream.data}
-
-
-def _assert_same_fit(model, reference):
+def _assert_same_epochs(model, reference):
     np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
     assert model.n_iter_ == reference.n_iter_
     for field in ("energy", "changed", "relocated"):
@@ -38,15 +31,15 @@ def _assert_same_fit(model, reference):
 def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store, cluster_client,
                                                                                      variant, weighted):
     params = dict(variant=variant, weighted=weighted)
-    on_driver, driver_keys = _with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, **params))
-    on_workers, worker_keys = _with_task_keys(cluster_client,
+    on_driver, driver_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, **params))
+    on_workers, worker_keys = with_task_keys(cluster_client,
                                               lambda: _fit(driver_store, cluster_client, driver_rows=0, **params))
     with dask.config.set({"scheduler-address": None}):
         threaded = _fit(driver_store, None, **params)  # no client: on the driver as well
         threaded_graphs = _fit(driver_store, None, driver_rows=0, **params)  # Dask graphs on the threads
     assert sum(r.get("changed", 0) for r in on_driver.history_) > 0
     for other in (on_workers, threaded, threaded_graphs):
-        _assert_same_fit(on_driver, other)
+        _assert_same_epochs(on_driver, other)
     # the epoch passes ran on the workers only with driver_rows=0; the inner loop ran on the driver either way
     assert any(EPOCH_PASS in key for key in worker_keys)
     assert not any(EPOCH_PASS in key for key in driver_keys)
@@ -54,9 +47,9 @@ def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_sched
 
 
 def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client):
-    model, keys = _with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
+    model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any(EPOCH_PASS in key for key in keys)
-    _assert_same_fit(model, _fit(driver_store, cluster_client, driver_rows=5000))
+    _assert_same_epochs(model, _fit(driver_store, cluster_client, driver_rows=5000))
 
 
 def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
