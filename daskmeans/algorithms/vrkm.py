@@ -69,6 +69,19 @@ def epoch_sizes(epoch_size, n_samples: int):
     return lambda s: steps
 
 
+def sample_budget(driver_sample_bytes):
+    """The most bytes of an epoch's sample (its rows as computed) the driver holds: ``driver_sample_bytes``, by
+    default a quarter of the driver's available memory."""
+    return psutil.virtual_memory().available // 4 if driver_sample_bytes is None else int(driver_sample_bytes)
+
+
+def largest_sample_bytes(epoch_size, max_epochs: int, n_samples: int, row_bytes: int) -> int:
+    """Bytes of the largest epoch sample a run of ``max_epochs`` draws (``row_bytes`` a row): the first epoch's, or
+    the last one's when the epochs grow (``"doubling"``)."""
+    sizes = epoch_sizes(epoch_size, n_samples)
+    return max(sizes(1), sizes(max_epochs)) * int(row_bytes)
+
+
 def position_correction(stats, centers, variant):
     """The corrected snapshot centers ``C~new`` and the batch gradient at them (None for VRKM++).
 
@@ -273,8 +286,7 @@ def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_ep
     n, n_features = array.shape
     total_weight = float(n if context.total_weight is None else context.total_weight)
     sizes = epoch_sizes(epoch_size, n)
-    if driver_sample_bytes is None:
-        driver_sample_bytes = psutil.virtual_memory().available // 4
+    driver_sample_bytes = sample_budget(driver_sample_bytes)
     block_totals = None
     if weights is not None:
         (block_totals,) = compute_now(weight_totals_graph(weights), client=client)

@@ -7,7 +7,7 @@ import numpy as np
 from .._validation import check_choice, check_driver_rows, check_float, check_int
 from ..algorithms.init import check_init
 from ..algorithms.result import Clock, RunContext
-from ..algorithms.vrkm import VARIANTS, vrkm
+from ..algorithms.vrkm import VARIANTS, largest_sample_bytes, sample_budget, vrkm
 from ..config import AUTO_LEARNING_RATE, VRKM_INNER_BATCH_SIZE
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.slabs import stored_form
@@ -93,16 +93,17 @@ class VRKMeans(ClusteringEstimator):
         start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); the steps themselves are the paper's, taken
         one draw at a time. 1 is the paper's per-sample loop (Algorithms 3 and 4 exactly), several times slower.
     driver_sample_bytes : int, optional
-        When the epoch passes run on the workers (data past ``driver_rows``): the largest epoch sample (bytes of
-        its rows) the driver holds for the inner loop; with a distributed client a larger one stays on the cluster
-        and the inner loop runs on one worker, streaming it segment by segment (same result). Default: a quarter
-        of the driver's available memory.
+        The largest epoch sample (bytes of its rows) the driver holds for the inner loop; with a distributed client a
+        larger one stays on the cluster and the inner loop runs on one worker, streaming it segment by segment
+        (same result), and the data is not copied to the driver (``driver_rows``). Default: a quarter of the
+        driver's available memory.
     driver_rows : "auto" or int, default "auto"
         Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
         cluster), and the epoch passes run on the driver's threads, block by block, without a Dask graph or a round
         trip to the workers (:class:`~daskmeans.engine.driver.DriverCopy`); the result is the same to the last
         bit. ``"auto"``: the rule of :class:`KMeans` (:func:`vrkm_driver_rows`); 0 keeps every pass on the
-        workers.
+        workers. Either way only when the largest epoch sample fits ``driver_sample_bytes`` (so not with
+        ``epoch_size="doubling"`` over many epochs), since every sample then comes to the driver.
     init_rounds, oversampling_factor, init_sample_size : seeding options, as in :class:`KMeans`.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input (NumPy, .npy) or to rechunk a store.
@@ -185,6 +186,15 @@ class VRKMeans(ClusteringEstimator):
     #: A record's energy is that of the centers its epoch started from (:func:`daskmeans.plots.energy_timeline`).
     _energy_before_update = True
 
+    def _passes_on_driver(self, data) -> bool:
+        """Whether the data goes to the driver for the epoch passes: at most ``driver_rows`` rows
+        (:func:`vrkm_driver_rows`), and the largest epoch sample within ``driver_sample_bytes`` (there every
+        sample comes to the driver)."""
+        rows = vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features, stored_form(data.array).dtype)
+        sample = largest_sample_bytes(self.epoch_size, self.max_epochs, data.n_samples,
+                                      data.n_features * data.array.dtype.itemsize)
+        return data.n_samples <= rows and sample <= sample_budget(self.driver_sample_bytes)
+
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
         if self.learning_rate == "auto":
@@ -204,9 +214,7 @@ class VRKMeans(ClusteringEstimator):
             centers, passes = None, 0
             if hook is None or hook.resume is None:
                 centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
-            on_driver = data.n_samples <= vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features,
-                                                           stored_form(data.array).dtype)
-            driver = DriverCopy.gather(data.array, weights, client) if on_driver else None
+            driver = DriverCopy.gather(data.array, weights, client) if self._passes_on_driver(data) else None
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)

@@ -8,6 +8,7 @@ import pytest
 from conftest import fit_driver_store, with_task_keys
 
 from daskmeans import InvalidParameterError, VRKMeans
+from daskmeans.algorithms.vrkm import largest_sample_bytes
 from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.estimators.vrkm import vrkm_driver_rows
 
@@ -50,6 +51,17 @@ def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client
     model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any(EPOCH_PASS in key for key in keys)
     _assert_same_epochs(model, _fit(driver_store, cluster_client, driver_rows=5000))
+
+
+def test_data_whose_epoch_sample_exceeds_driver_sample_bytes_stays_on_the_workers(driver_store, cluster_client):
+    # every sample comes to the driver when the passes run there: a sample past the budget keeps them on the cluster
+    model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_sample_bytes=0))
+    assert any(EPOCH_PASS in key for key in keys)
+    assert {r["inner_on"] for r in model.history_ if "inner_on" in r} != {"driver"}
+    _assert_same_epochs(model, _fit(driver_store, cluster_client))
+    # the largest sample: the first epoch's, or the last one's when the epochs double
+    assert largest_sample_bytes(0.5, 30, 5000, 12) == 2500 * 12
+    assert largest_sample_bytes("doubling", 30, 5000, 12) == 2**30 * 12
 
 
 def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
