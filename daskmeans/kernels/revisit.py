@@ -9,7 +9,8 @@ one GEMM (:func:`daskmeans.kernels.exact_assign.assign_with_bounds`).
 Yinyang's local filter (a center whose own drop, the group's old bound less its own move, still exceeds the
 distance is skipped) is kept only for Hamerly's single bound, whose one group is every center. For groups it was
 dropped: on kdd two thirds of a failing group's centers passed it anyway, and the test's branches cost more than
-the dot products it saved, while scoring the whole group gives the group a tight new bound. 150 kdd iterations (k = 200 in 20 groups, threaded scheduler) took 3.95-4.19 s without it against
+the dot products it saved, while scoring the whole group gives the group a tight new bound. In paired ad hoc runs
+(threaded scheduler, not the bench), 150 kdd iterations (k = 200 in 20 groups) took 3.95-4.19 s without it against
 4.46-4.76 s with it; descriptors' late iterations (240,000 rows, k = 1000 in 32 groups) 0.12-0.16 s against
 0.17-0.22 s.
 
@@ -20,7 +21,8 @@ gathering and scattering the rows costs more than the small products save.
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
 :func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's
 distance and every candidate the scores cannot rule out are computed exactly
-(:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest center index. So labels are the same with any bounds or none.
+(:func:`daskmeans.kernels.distance.pair_dist2`), ties to the lowest center index. So labels are the same with any
+bounds or none.
 """
 
 from __future__ import annotations

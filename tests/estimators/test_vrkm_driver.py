@@ -57,7 +57,8 @@ def test_data_whose_epoch_sample_exceeds_driver_sample_bytes_stays_on_the_worker
     # every sample comes to the driver when the passes run there: a sample past the budget keeps them on the cluster
     model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_sample_bytes=0))
     assert any(EPOCH_PASS in key for key in keys)
-    assert {r["inner_on"] for r in model.history_ if "inner_on" in r} != {"driver"}
+    places = [r["inner_on"] for r in model.history_ if "inner_on" in r]
+    assert places and "driver" not in places  # no sample fits 0 bytes: every inner loop ran on a worker
     _assert_same_epochs(model, _fit(driver_store, cluster_client))
     # the largest sample: the first epoch's, or the last one's when the epochs double
     assert largest_sample_bytes(0.5, 30, 5000, 12) == 2500 * 12
