@@ -231,7 +231,8 @@ def _minibatch_state(step, centers, seen, gamma_sq, history, stop_reason):
     """The checkpoint state of mini-batch kernel k-means after ``step`` steps."""
     return {"step": step, "seen": seen, "gamma_sq": gamma_sq, "history": history, "stop_reason": stop_reason,
             "centers": {"rows": centers.rows, "coef": centers.coef, "owner": centers.owner,
-                        "segment": centers.segment, "row_index": centers.row_index, "norms": centers.norms}}
+                        "segment": centers.segment, "row_index": centers.row_index, "norms": centers.norms,
+                        **({} if centers.gram is None else {"gram": centers.gram})}}
 
 
 def _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n):

@@ -106,6 +106,9 @@ class SparseCenters:
     row_norms : float64 (M,) or None
         The support rows' :meth:`Kernel.row_norms <daskmeans.kernels.kernel_functions.Kernel.row_norms>`, kept by
         the mini-batch steps so that each row's norm is computed once (None: not kept; never saved).
+    gram : ndarray or None
+        The kernel among each center's own support rows, kept by the truncated steps so that no kernel value is
+        computed twice (:mod:`daskmeans.kernels.center_grams`; None: not kept, computed when a step needs it).
     """
 
     rows: np.ndarray
@@ -115,13 +118,14 @@ class SparseCenters:
     row_index: np.ndarray
     norms: np.ndarray
     row_norms: np.ndarray | None = None
+    gram: np.ndarray | None = None
 
     @property
     def n_clusters(self) -> int:
         return int(self.norms.shape[0])
 
     def take(self, keep) -> SparseCenters:
-        """The support rows ``keep`` (a boolean mask or indices), norms unchanged."""
+        """The support rows ``keep`` (a boolean mask or indices), norms unchanged (the Gram blocks are not kept)."""
         return SparseCenters(self.rows[keep], self.coef[keep], self.owner[keep], self.segment[keep],
                              self.row_index[keep], self.norms.copy(),
                              None if self.row_norms is None else self.row_norms[keep])

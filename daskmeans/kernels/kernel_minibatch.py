@@ -13,7 +13,8 @@ so a step needs the kernel between the batch and the support, and within the bat
 Truncation (section 4.1): each center keeps the rows of its most recent batches, the fewest whose rows number
 at least ``tau`` (``Q_i^j``), and forgets the older ones (the initial center included), as equation (1) of the
 paper: the kept coefficients are not renormalised. Dropping ``D`` from ``C`` updates
-``<C - D, C - D> = <C, C> - 2 <C, D> + <D, D>`` with the kernel between the center's support and ``D`` only.
+``<C - D, C - D> = <C, C> - 2 <C, D> + <D, D>`` with the kernel between the center's support and ``D`` only, which
+each center keeps from the steps that brought its rows (:mod:`~daskmeans.kernels.center_grams`).
 With the "beta" rate, Lemma 3 bounds what is forgotten: ``||C_hat - C|| <= gamma exp(-sqrt(tau / b))``.
 """
 
@@ -24,6 +25,7 @@ import time
 import numba
 import numpy as np
 
+from .center_grams import center_grams, gather_support_rows, truncated_center_grams
 from .kernel_centers import SparseCenters, center_inner_products, nearest_from_inner
 from .minibatch import learning_rates
 
@@ -165,13 +167,12 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     n_old = centers.rows.shape[0]
     rows = np.asarray(rows, dtype=centers.rows.dtype)
     diag = kernel.diag(rows)
-    # one kernel block (one GEMM) between the batch and the support followed by the batch itself
-    stacked_rows = np.concatenate([centers.rows, rows])
+    # the kernel between the batch and the support, and within the batch (two GEMMs, no stacked copy of the rows)
     batch_row_norms = kernel.row_norms(rows)
-    stacked_row_norms = None if batch_row_norms is None else np.concatenate(
-        [kernel.row_norms(centers.rows) if centers.row_norms is None else centers.row_norms, batch_row_norms])
-    block = kernel.matrix(rows, stacked_rows, x_sq=batch_row_norms, y_sq=stacked_row_norms)
-    batch_to_support, batch_kernel = block[:, :n_old], block[:, n_old:]
+    support_row_norms = None if batch_row_norms is None else \
+        kernel.row_norms(centers.rows) if centers.row_norms is None else centers.row_norms
+    batch_to_support = kernel.matrix(rows, centers.rows, x_sq=batch_row_norms, y_sq=support_row_norms)
+    batch_kernel = kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms)
     inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
     labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
     weighted = weights is not None
@@ -188,41 +189,34 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     norms = keep_rate**2 * centers.norms + 2 * alpha * keep_rate * center_to_mean + alpha**2 * means_norm
     new_inner = keep_rate[None, :] * inner + alpha[None, :] * to_means
 
+    # the grown support, sorted by owner (a center's old rows before its batch rows): ``order`` indexes
+    # [old support | batch]
     coef = np.concatenate([centers.coef * keep_rate[centers.owner],
                            np.divide(alpha[labels] * weights, counts[labels], out=np.zeros(b), where=weights > 0)])
     owner = np.concatenate([centers.owner, labels.astype(np.int64)])
     order = np.argsort(owner, kind="stable")
-    combined = SparseCenters(
-        rows=stacked_rows[order],
-        coef=coef[order], owner=owner[order],
-        segment=np.concatenate([centers.segment, np.full(b, step, dtype=np.int64)])[order],
-        row_index=np.concatenate([centers.row_index, np.asarray(row_index, dtype=np.int64)])[order],
-        norms=norms, row_norms=None if stacked_row_norms is None else stacked_row_norms[order],
-    )
+    coef, owner = coef[order], owner[order]
+    segment = np.concatenate([centers.segment, np.full(b, step, dtype=np.int64)])[order]
+    row_index = np.concatenate([centers.row_index, np.asarray(row_index, dtype=np.int64)])[order]
+    row_norms = None if batch_row_norms is None else np.concatenate([support_row_norms, batch_row_norms])[order]
     n_dropped = 0
+    gram = None
     if truncate:
-        keep = truncation_mask(combined.owner, combined.segment, int(tau))
-        if not keep.all():
-            dropped = np.flatnonzero(~keep)
-            n_dropped = len(dropped)
+        keep = truncation_mask(owner, segment, int(tau))
+        old_gram = centers.gram if centers.gram is not None else center_grams(centers, kernel)
+        gram, center_dot_dropped, dropped_dot_dropped = truncated_center_grams(
+            old_gram, centers.owner, batch_to_support, batch_kernel, order, owner, coef, keep, k)
+        dropped = np.flatnonzero(~keep)
+        n_dropped = len(dropped)
+        if n_dropped:
             # a dropped row is never from this batch (its segment is the newest): its kernel with the batch is known
-            old_position = order[dropped]
-            new_inner -= center_inner_products(batch_to_support[:, old_position], combined.coef[dropped],
-                                               combined.owner[dropped], k)
-            for j in np.unique(combined.owner[dropped]):
-                mine = np.flatnonzero(combined.owner == j)
-                gone = ~keep[mine]
-                row_norms = combined.row_norms
-                k_center = kernel.matrix(combined.rows[mine], combined.rows[mine[gone]],
-                                         x_sq=None if row_norms is None else row_norms[mine],
-                                         y_sq=None if row_norms is None else row_norms[mine[gone]])
-                coef_all, coef_gone = combined.coef[mine], combined.coef[mine[gone]]
-                center_dot_gone = coef_all @ k_center @ coef_gone
-                gone_dot_gone = coef_gone @ k_center[gone] @ coef_gone
-                norms[j] = norms[j] - 2.0 * center_dot_gone + gone_dot_gone
-            combined = combined.take(keep)
-            combined.norms = norms
-    else:
+            new_inner -= center_inner_products(batch_to_support[:, order[dropped]], coef[dropped], owner[dropped], k)
+            norms = norms - 2.0 * center_dot_dropped + dropped_dot_dropped
+            order, coef, owner, segment, row_index = (a[keep] for a in (order, coef, owner, segment, row_index))
+            row_norms = None if row_norms is None else row_norms[keep]
+    combined = SparseCenters(rows=gather_support_rows(centers.rows, rows, order), coef=coef, owner=owner,
+                             segment=segment, row_index=row_index, norms=norms, row_norms=row_norms, gram=gram)
+    if not truncate:
         combined = merge_duplicates(combined)
     _, after_dist2 = nearest_from_inner(diag, new_inner, combined.norms)
     after = float(weights @ after_dist2) / total if weighted else float(after_dist2.mean())
