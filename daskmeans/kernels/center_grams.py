@@ -51,8 +51,8 @@ def truncated_center_grams(old_gram, old_owner, batch_to_support, batch_kernel, 
     batch_kernel : (b, b)
         Kernel within the batch.
     source : int64 (M + b,)
-        For each row of the grown support (sorted by owner, the old rows of a center before its batch rows),
-        its place in ``[old support | batch]``.
+        For each row of the grown support, its place in ``[old support | batch]``: sorted by owner, the old rows
+        of a center first and in their old order (a stable sort), then its batch rows.
     owner, coef : (M + b,)
         Owner and coefficient of each row of the grown support.
     keep : bool (M + b,)
@@ -93,45 +93,50 @@ def truncated_center_grams(old_gram, old_owner, batch_to_support, batch_kernel, 
     for j in range(n_clusters):
         largest = max(largest, lo[j + 1] - lo[j])
     block = np.empty((largest, largest), dtype=batch_kernel.dtype)
+    kept_at = np.empty(largest, dtype=np.int64)
+    dropped_at = np.empty(largest, dtype=np.int64)
     out = 0
     for j in range(n_clusters):
-        m = lo[j + 1] - lo[j]
-        old_n = old_lo[j + 1] - old_lo[j]
-        # the grown block, read row by row from where each value lies (batch rows: their rows of the kernel
-        # block; old rows among themselves: the old Gram block), the old rows against the batch rows by symmetry
+        base, m = lo[j], lo[j + 1] - lo[j]
+        old_n, old_first = old_lo[j + 1] - old_lo[j], old_lo[j]
+        # the grown block: the old rows (source old_first, old_first + 1, ...) among themselves from the old
+        # block, each batch row from its rows of the kernel block, the old rows against the batch rows by symmetry
+        for r in range(old_n):
+            start = old_offset[j] + r * old_n
+            for c in range(old_n):
+                block[r, c] = old_gram[start + c]
+        for r in range(old_n, m):
+            batch_row = source[base + r] - n_old
+            for c in range(old_n):
+                block[r, c] = batch_to_support[batch_row, old_first + c]
+            for c in range(old_n, m):
+                block[r, c] = batch_kernel[batch_row, source[base + c] - n_old]
+        for r in range(old_n):
+            for c in range(old_n, m):
+                block[r, c] = block[c, r]
+        n_kept = n_dropped = 0
         for r in range(m):
-            a = source[lo[j] + r]
-            for c in range(m):
-                other = source[lo[j] + c]
-                if a >= n_old:
-                    block[r, c] = batch_to_support[a - n_old, other] if other < n_old else \
-                        batch_kernel[a - n_old, other - n_old]
-                elif other < n_old:
-                    block[r, c] = old_gram[old_offset[j] + (a - old_lo[j]) * old_n + (other - old_lo[j])]
-        for r in range(m):
-            if source[lo[j] + r] < n_old:
-                for c in range(m):
-                    if source[lo[j] + c] >= n_old:
-                        block[r, c] = block[c, r]
-        for c in range(m):
-            q = lo[j] + c
-            if keep[q]:
-                continue
-            column = 0.0
-            dropped_column = 0.0
+            if keep[base + r]:
+                kept_at[n_kept] = r
+                n_kept += 1
+            else:
+                dropped_at[n_dropped] = r
+                n_dropped += 1
+        for t in range(n_dropped):
+            q = dropped_at[t]
+            column = 0.0  # <C_j, phi(row q)>, from row q of the (symmetric) block
             for r in range(m):
-                value = coef[lo[j] + r] * np.float64(block[r, c])
-                column += value
-                if not keep[lo[j] + r]:
-                    dropped_column += value
-            center_dot_dropped[j] += column * coef[q]
-            dropped_dot_dropped[j] += dropped_column * coef[q]
-        for r in range(m):
-            if keep[lo[j] + r]:
-                for c in range(m):
-                    if keep[lo[j] + c]:
-                        gram[out] = block[r, c]
-                        out += 1
+                column += coef[base + r] * np.float64(block[q, r])
+            dropped_column = 0.0
+            for u in range(n_dropped):
+                dropped_column += coef[base + dropped_at[u]] * np.float64(block[q, dropped_at[u]])
+            center_dot_dropped[j] += column * coef[base + q]
+            dropped_dot_dropped[j] += dropped_column * coef[base + q]
+        for t in range(n_kept):
+            r = kept_at[t]
+            for u in range(n_kept):
+                gram[out] = block[r, kept_at[u]]
+                out += 1
     return gram, center_dot_dropped, dropped_dot_dropped
 
 

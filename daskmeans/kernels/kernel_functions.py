@@ -210,6 +210,10 @@ class Kernel:
             X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
         else:
             X, Y = _as_float64(X), _as_float64(Y)
+        if X.ctypes.data == Y.ctypes.data and X.shape == Y.shape:
+            # NumPy turns ``X @ X.T`` into a symmetric rank-k update, which OpenBLAS runs several times slower
+            # than the general product when the rows are short (1024 x 16 float32: 3.9 ms against 0.5 ms)
+            Y = Y.copy()
         gram = X @ Y.T
         if self.name == "rbf":
             return rbf_from_gram(gram, squared_norms(X) if x_sq is None else x_sq,
