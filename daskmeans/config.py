@@ -147,6 +147,13 @@ BOUNDS_MIN_CLUSTERS = 8
 #: labels, distances, bounds) takes at most this fraction of the cluster's memory (of the memory available to
 #: this process on the threaded scheduler).
 BOUNDS_MEMORY_FRACTION = 0.5
+#: Exact k-means, ``algorithm="auto"``: the first iterations run without bounds, which start at the next one. Bounds
+#: made from the first centers were never of use: the second iteration computed every distance on descriptors
+#: (k = 1000, yinyang), MNIST (k = 50, Elkan) and KDD (k = 200, yinyang), after a first pass that cost more than
+#: Lloyd's for making them (session 27's bench records). Descriptors, 8 iterations, 2 worker processes (an ad hoc
+#: script, session 29): 8.96-9.34 s with bounds from the first iteration, 8.61-8.66 s from the second, 8.26-8.36 s
+#: from the third, 8.08-8.29 s from the fourth.
+AUTO_PLAIN_ITERATIONS = 2
 #: Markov chain length of ``init="afk-mc2"`` (Bachem et al. 2016 find 20 enough on most data).
 AFKMC2_CHAIN_LENGTH = 20
 #: ``init="afk-mc2"`` draws this many candidates per center and keeps the centers by weighted greedy k-means++ on

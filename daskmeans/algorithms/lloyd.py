@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import AUTO_PLAIN_ITERATIONS
 from ..engine.client import compute_now, submit_now
 from ..engine.placement import blocks_by_worker, held_by_workers
 from ..kernels.nested_groups import choose_bounds, make_groups
@@ -127,6 +128,8 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none",
     bounds : {"none", "auto", "elkan", "yinyang", "hamerly"}
         Distance bounds kept between iterations (:mod:`daskmeans.kernels.nested_groups`); ``"none"`` is plain
         Lloyd. Bounds keep the rows on the workers: :func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`.
+        With ``"auto"`` the first :data:`~daskmeans.config.AUTO_PLAIN_ITERATIONS` iterations are plain (the centers
+        move most then, and bounds made from them rule out next to nothing) and the bounds start at the next.
     driver : DriverCopy, optional
         ``array`` and the weights gathered into the driver's memory (:class:`~daskmeans.engine.driver.DriverCopy`):
         the passes then run on the driver's threads, without a round trip to the workers per iteration. The
@@ -153,22 +156,38 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none",
     if driver is not None:
         with driver.threads():
             on_driver = replace(context, client=None, weights=driver.weights)
-            return _run(driver.array, centers, on_driver, bounds, partial(_iterate, driver=driver), max_iter, tol,
-                        history, passes, n_iter, driver)
+            return _run_phases(driver.array, centers, on_driver, bounds, partial(_iterate, driver=driver), max_iter,
+                               tol, history, passes, n_iter, driver)
     iterate = _iterate_ahead if held_by_workers(array, client) else _iterate
-    return _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter)
+    return _run_phases(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter)
 
 
-def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None):
+def _run_phases(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None):
+    """The iterations from ``n_iter + 1`` on: with ``bounds="auto"``, plain ones up to ``AUTO_PLAIN_ITERATIONS``,
+    then bounded ones (the same iterates either way)."""
+    plain_until = min(max_iter, AUTO_PLAIN_ITERATIONS) if bounds == "auto" else 0
+    if n_iter < plain_until:
+        result = _run(array, centers, context, "none", iterate, max_iter, tol, history, passes, n_iter, driver,
+                      last=plain_until)
+        if result.stop_reason != "max_iter" or result.n_iter == max_iter:
+            return result
+        centers, history, passes, n_iter = result.centers, result.history, result.passes, result.n_iter
+    return _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver)
+
+
+def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None, last=None):
+    """Iterations ``n_iter + 1 .. last`` (default ``max_iter``) with one engine; ``stop_reason`` is ``"max_iter"``
+    when they all ran."""
     engine = _PlainPasses(array, context.weights, context.client, driver) if bounds == "none" else \
         _BoundedPasses(array, centers, context.weights, context.client, bounds, driver)
     try:
-        return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter)
+        return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter,
+                       last=max_iter if last is None else last)
     finally:
         engine.release()
 
 
-def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, driver=None):
+def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, driver=None, last=None):
     """One iteration after the other, each waiting for its pass; with ``driver``, the passes run on the driver's
     blocks without a graph, and so without the block tasks' reports: ``rows_per_second`` is then the data's rows
     over the time since the previous record, as :func:`_iterate_ahead` gives it."""
@@ -176,7 +195,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     stop_reason = "max_iter"
     previous = None
     started = clock.elapsed()
-    for iteration in range(n_iter + 1, max_iter + 1):
+    for iteration in range(n_iter + 1, (max_iter if last is None else last) + 1):
         stats, computed = engine.step(centers, previous)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         new_centers, shift, relocated = lloyd_update(stats, centers)
@@ -198,7 +217,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     return FitResult(centers, inertia, n_iter, history, stop_reason, passes)
 
 
-def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter):
+def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last=None):
     """:func:`_iterate` with each iteration submitted whole before the driver has seen the one before it.
 
     An iteration's pass is one task per worker thread over the blocks its worker holds
@@ -215,10 +234,11 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
     client, weights, clock = context.client, context.weights, context.clock
     stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
     k, first = centers.shape[0], n_iter + 1
+    last = max_iter if last is None else last
     iteration = first
-    current = engine.submit(centers, k) if iteration <= max_iter else None
+    current = engine.submit(centers, k) if iteration <= last else None
     while current is not None:
-        ahead = engine.submit(current, k, after=current) if iteration < max_iter else None
+        ahead = engine.submit(current, k, after=current) if iteration < last else None
         _, new_centers, summary, _ = current.update.result()
         extra = 0
         if "stats" in summary:
@@ -227,7 +247,7 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
             new_centers, shift, relocated = lloyd_update(stats, centers)
             summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
             moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
-            ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < max_iter else None
+            ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < last else None
         passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
         shift, inertia = summary["shift"], summary["inertia"]
         seconds, started = clock.elapsed() - started, clock.elapsed()

@@ -69,7 +69,8 @@ class KMeans(ClusteringEstimator):
         and compute only the distances the bounds cannot rule out: one bound per center (Elkan), per group of
         about ten nearby centers (yinyang, Ding et al. 2015) or one per row (Hamerly). ``"auto"`` takes bounds
         (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory and
-        ``k >= 8``, else Lloyd.
+        ``k >= 8``, else Lloyd; with bounds, its first ``config.AUTO_PLAIN_ITERATIONS`` iterations are Lloyd's
+        (bounds made while the centers move most rule out next to nothing) and the bounds start at the next.
     driver_rows : "auto" or int, default "auto"
         Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
         cluster), and its iterations run on the driver's threads, block by block, without a Dask graph: an

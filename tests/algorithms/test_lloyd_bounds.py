@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from daskmeans import KMeans
+from daskmeans.config import AUTO_PLAIN_ITERATIONS
 from daskmeans.algorithms.lloyd import lloyd
+from daskmeans.engine.placement import held_by_workers
 from daskmeans.algorithms.result import RunContext
 from daskmeans.estimators.kmeans import choose_algorithm
 from daskmeans.passes.bounded_assign import state_bytes_per_row
@@ -99,6 +101,35 @@ def test_estimator_auto_and_lloyd_agree_and_say_what_ran():
     np.testing.assert_array_equal(fits["auto"].labels_, fits["lloyd"].labels_)
     assert fits["auto"].algorithm_ == "elkan" and fits["lloyd"].algorithm_ == "lloyd"
     assert fits["auto"].inertia_ == fits["lloyd"].inertia_
+
+
+@pytest.mark.parametrize("where", ["driver", "threads", "workers ahead"])
+def test_auto_starts_its_bounds_after_plain_iterations_with_lloyds_iterates(cluster_client, where):
+    X, centers = descriptors(3000, np.float32)
+    client = cluster_client if where == "workers ahead" else None
+    data = cluster_client.persist(da.from_array(X, chunks=(750, X.shape[1]))) if client is not None else X
+    assert held_by_workers(data, client) == (where == "workers ahead")  # iterations then run ahead of the driver
+    params = dict(init=centers, max_iter=7, tol=0, client=client, driver_rows="auto" if where == "driver" else 0)
+    auto = KMeans(len(centers), algorithm="auto", **params).fit(data)
+    lloyd_fit = KMeans(len(centers), algorithm="lloyd", **params).fit(data)
+    np.testing.assert_array_equal(auto.cluster_centers_, lloyd_fit.cluster_centers_)
+    plain = AUTO_PLAIN_ITERATIONS
+    assert [r["bounds"] for r in auto.history_] == ["none"] * plain + ["elkan"] * (7 - plain)
+    assert [r["inertia"] for r in auto.history_] == [r["inertia"] for r in lloyd_fit.history_]
+    assert all(r["distances_computed"] == X.shape[0] * len(centers) for r in auto.history_[:plain + 1])
+    assert auto.history_[-1]["distances_computed"] < 0.5 * X.shape[0] * len(centers)
+    assert auto.algorithm_ == "elkan"
+    # explicit bounds start at the first iteration
+    elkan = KMeans(len(centers), algorithm="elkan", **params).fit(data)
+    assert {r["bounds"] for r in elkan.history_} == {"elkan"}
+
+
+def test_auto_ending_within_its_plain_iterations_is_lloyd():
+    X, centers = descriptors(3000, np.float32)
+    fit = KMeans(len(centers), init=centers, algorithm="auto", max_iter=1, tol=0).fit(X)
+    assert fit.n_iter_ == 1 and fit.stop_reason_ == "max_iter" and fit.history_[0]["bounds"] == "none"
+    np.testing.assert_array_equal(fit.cluster_centers_, KMeans(len(centers), init=centers, algorithm="lloyd",
+                                                               max_iter=1, tol=0).fit(X).cluster_centers_)
 
 
 def test_unknown_algorithm_is_refused_before_any_work():
