@@ -25,6 +25,9 @@ DRIVER_COMBINE_BYTES = 4 * 2**20
 #: (:func:`daskmeans.engine.writes.compute_writes`).
 WRITES_SETTLE_SECONDS = 120.0
 WRITES_POLL_SECONDS = 0.05
+#: After a failed write into a temporary output, the most seconds to wait for Zarr's I/O still under way in this
+#: process before the output is removed (:func:`daskmeans.storage.zarr_safe.settle_zarr_io`).
+ZARR_SETTLE_SECONDS = 10.0
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0
 #: Seconds beyond the connect timeout that ``connect`` waits for a scheduler's handshake before calling the address

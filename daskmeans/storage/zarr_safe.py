@@ -9,6 +9,7 @@ fingerprints, ``--json`` output and bench records become JSON through :func:`to_
 
 from __future__ import annotations
 
+import asyncio
 import math
 import numbers
 import os
@@ -19,6 +20,7 @@ import uuid
 import numpy as np
 import zarr
 
+from ..config import ZARR_SETTLE_SECONDS
 from ..exceptions import CheckpointError, ModelFileError, OutputExistsError
 
 # -- JSON ------------------------------------------------------------------------------------------------------------
@@ -373,6 +375,7 @@ class atomic_output:
         if not self.local:
             return False
         if exc_type is not None:
+            settle_zarr_io()
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
         if os.path.exists(self.target):
@@ -382,6 +385,33 @@ class atomic_output:
             shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
         else:
             os.rename(self.tmp, self.target)
+        return False
+
+
+def settle_zarr_io(timeout: float = ZARR_SETTLE_SECONDS) -> bool:
+    """Wait until Zarr's own I/O under way in this process has ended (at most ``timeout`` seconds); returns whether
+    it has.
+
+    Zarr runs its stores' reads and writes as tasks of one event loop in a thread of its own. When one of the writes
+    of an operation fails (a full disk), the operation raises at once while its other writes still run, and a local
+    store's write creates its file's folders: a temporary output removed at that moment could be made again, with
+    the file, by a write that had not yet ended. This waits for every task of that loop but the waiting one.
+    """
+    from zarr.core import sync as zarr_sync
+
+    loop = zarr_sync.loop[0]
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return True
+
+    async def others_ended():
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        return all(task.done() for task in pending)
+
+    try:
+        return asyncio.run_coroutine_threadsafe(others_ended(), loop).result(timeout + 1.0)
+    except Exception:  # noqa: BLE001 - the loop stopped or the wait ran out: nothing more to wait for
         return False
 
 
