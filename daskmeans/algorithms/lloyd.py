@@ -187,7 +187,7 @@ def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passe
         engine.release()
 
 
-def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, driver=None, last=None):
+def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last, driver=None):
     """One iteration after the other, each waiting for its pass; with ``driver``, the passes run on the driver's
     blocks without a graph, and so without the block tasks' reports: ``rows_per_second`` is then the data's rows
     over the time since the previous record, as :func:`_iterate_ahead` gives it."""
@@ -195,7 +195,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     stop_reason = "max_iter"
     previous = None
     started = clock.elapsed()
-    for iteration in range(n_iter + 1, (max_iter if last is None else last) + 1):
+    for iteration in range(n_iter + 1, last + 1):
         stats, computed = engine.step(centers, previous)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         new_centers, shift, relocated = lloyd_update(stats, centers)
@@ -217,7 +217,7 @@ def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_
     return FitResult(centers, inertia, n_iter, history, stop_reason, passes)
 
 
-def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last=None):
+def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last):
     """:func:`_iterate` with each iteration submitted whole before the driver has seen the one before it.
 
     An iteration's pass is one task per worker thread over the blocks its worker holds
@@ -234,7 +234,6 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
     client, weights, clock = context.client, context.weights, context.clock
     stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
     k, first = centers.shape[0], n_iter + 1
-    last = max_iter if last is None else last
     iteration = first
     current = engine.submit(centers, k) if iteration <= last else None
     while current is not None:

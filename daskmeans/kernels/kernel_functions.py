@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from ..exceptions import InvalidParameterError
+from .score_error import row_sq_norms
 
 #: Kernels known by name.
 KERNEL_NAMES = ("rbf", "laplacian", "polynomial")
@@ -43,32 +44,10 @@ KERNEL_NAMES = ("rbf", "laplacian", "polynomial")
 KERNEL_PARAMETERS = {"rbf": ("kappa",), "laplacian": ("kappa",), "polynomial": ("degree", "gamma", "coef0")}
 
 
-@numba.njit(cache=True, nogil=True)
 def squared_norms(X):
-    """``||x||^2`` of every row, accumulated in float64 (float64 ``(m,)``), for float32 or float64 rows.
-
-    Four partial sums (features ``f``, ``f + 1``, ... in turn), combined in a fixed order: the additions pipeline
-    (one sum's chain of dependent additions made the MNIST batch norms cost 0.5 ms per 256 rows) and the value
-    is the same on every machine."""
-    m, d = X.shape
-    out = np.empty(m, dtype=np.float64)
-    for i in range(m):
-        s0 = s1 = s2 = s3 = 0.0
-        f = 0
-        while f + 4 <= d:
-            v0, v1, v2, v3 = np.float64(X[i, f]), np.float64(X[i, f + 1]), np.float64(X[i, f + 2]), \
-                np.float64(X[i, f + 3])
-            s0 += v0 * v0
-            s1 += v1 * v1
-            s2 += v2 * v2
-            s3 += v3 * v3
-            f += 4
-        while f < d:
-            value = np.float64(X[i, f])
-            s0 += value * value
-            f += 1
-        out[i] = (s0 + s1) + (s2 + s3)
-    return out
+    """``||x||^2`` of every row, accumulated in float64 (float64 ``(m,)``), for float32 or float64 rows: the fixed
+    order of :func:`daskmeans.kernels.distance.pair_dist2` (eight vector lanes), the same value on every machine."""
+    return row_sq_norms(X)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -28,7 +28,8 @@ def _store_lower(value):
 
 @numba.njit(cache=True, nogil=True)
 def row_sq_norms(X):
-    """Squared norm of every row, accumulated in float64 (in any order: only error bounds and scores use it)."""
+    """Squared norm of every row, accumulated in float64 in :func:`~daskmeans.kernels.distance.pair_dist2`'s fixed
+    order (error bounds, scores and the RBF kernel use it)."""
     out = np.empty(X.shape[0], dtype=np.float64)
     zero = np.zeros(X.shape[1], dtype=X.dtype)
     for i in range(X.shape[0]):

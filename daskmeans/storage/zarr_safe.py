@@ -397,9 +397,11 @@ def settle_zarr_io(timeout: float = ZARR_SETTLE_SECONDS) -> bool:
     store's write creates its file's folders: a temporary output removed at that moment could be made again, with
     the file, by a write that had not yet ended. This waits for every task of that loop but the waiting one.
     """
-    from zarr.core import sync as zarr_sync
-
-    loop = zarr_sync.loop[0]
+    try:
+        from zarr.core.sync import loop as zarr_loops  # Zarr 3's I/O loop (a private name: absent, nothing to wait)
+    except ImportError:
+        return True
+    loop = zarr_loops[0]
     if loop is None or loop.is_closed() or not loop.is_running():
         return True
 
