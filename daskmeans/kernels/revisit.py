@@ -46,6 +46,20 @@ def _fast_dot(x, c):
     return np.float64(total)
 
 
+
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "nsz"}, inline="always")
+def _drop_bounds(lower, group_shift, new_lower):
+    """Each group's bound of one row dropped by its group's largest move, stored (rounded down) into ``new_lower``;
+    returns the smallest dropped bound. The minimum is exact in any order, so the reduction may be vectorized
+    (``nnan``: bounds and moves are never NaN)."""
+    smallest = np.inf
+    for g in range(lower.shape[0]):
+        bound = np.float64(lower[g]) - group_shift[g]
+        new_lower[g] = _store_lower(bound)
+        smallest = min(smallest, bound)
+    return smallest
+
+
 @numba.njit(cache=True, nogil=True)
 def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
              centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full, row):
@@ -55,8 +69,9 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
     values = np.empty(k, dtype=np.float64)
     candidates = np.empty(k, dtype=np.int64)
     low = np.empty(k, dtype=np.float64)
+    low_of = np.empty(k, dtype=np.float64)
     high = np.empty(k, dtype=np.float64)
-    decreased = np.empty(n_groups, dtype=np.float64)
+    failing = np.empty(n_groups, dtype=np.int64)
     local_filter = n_groups == 1
     zero = np.zeros_like(row)
     computed = 0
@@ -69,23 +84,20 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             computed += 1
         dist = math.sqrt(d2)
         threshold = dist * (1.0 + TEST_MARGIN)
-        smallest = np.inf
-        for g in range(n_groups):
-            bound = np.float64(lower[i, g]) - group_shift[g]
-            decreased[g] = bound
-            smallest = min(smallest, bound)
-        if smallest > threshold:
+        if _drop_bounds(lower[i], group_shift, new_lower[i]) > threshold:
             # every group is ruled out: the common case once the centers settle
             new_labels[i] = a
             new_dist2[i] = d2
-            for g in range(n_groups):
-                new_lower[i, g] = _store_lower(decreased[g])
             continue
+        # the groups whose dropped bound fails, listed without a branch per group (which groups fail is unpredictable)
+        n_failing = 0
+        for g in range(n_groups):
+            failing[n_failing] = g
+            n_failing += np.float64(lower[i, g]) - group_shift[g] <= threshold
         # every center of the failing groups (with one group of all centers, those its own drop cannot rule out)
         n_candidates = 0
-        for g in range(n_groups):
-            if decreased[g] > threshold:
-                continue
+        for q in range(n_failing):
+            g = failing[q]
             old_bound = np.float64(lower[i, g])
             for t in range(group_ptr[g], group_ptr[g + 1]):
                 j = members[t]
@@ -118,7 +130,11 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
         survivors = 1 if d2 <= best_high else 0
         last = -1
         for c in range(n_candidates):
-            values[candidates[c]] = math.sqrt(max(low[c], 0.0))
+            # the candidate's bound is the square root of its low score: taken once per group, of the group's
+            # smallest (the square root is monotonic and correctly rounded: the same bound); -1 marks it, as every
+            # distance kept in values is non-negative
+            values[candidates[c]] = -1.0
+            low_of[candidates[c]] = low[c]
             if low[c] <= best_high:
                 survivors += 1
                 last = c
@@ -144,18 +160,27 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
                     best_d2 = value
         new_labels[i] = best
         new_dist2[i] = best_d2
-        for g in range(n_groups):
-            if decreased[g] <= threshold:
-                bound = np.inf
-                for t in range(group_ptr[g], group_ptr[g + 1]):
-                    j = members[t]
-                    if j != best and values[j] < bound:
-                        bound = values[j]
-            else:
-                bound = decreased[g]
-                if best != a and group_of[a] == g and dist < bound:
-                    bound = dist
+        # new_lower holds the dropped bounds: the failing groups are bounded anew, and the old center's group by
+        # its distance when the row left it
+        for q in range(n_failing):
+            g = failing[q]
+            bound = np.inf
+            smallest_low = np.inf
+            for t in range(group_ptr[g], group_ptr[g + 1]):
+                j = members[t]
+                if j == best:
+                    continue
+                if values[j] < 0.0:
+                    smallest_low = min(smallest_low, low_of[j])
+                else:
+                    bound = min(bound, values[j])
+            if smallest_low < np.inf:
+                bound = min(bound, math.sqrt(max(smallest_low, 0.0)))
             new_lower[i, g] = np.float32(np.inf) if bound == np.inf else _store_lower(bound)
+        own_group = group_of[a]
+        own_bound = np.float64(lower[i, own_group]) - group_shift[own_group]
+        if best != a and own_bound > threshold and dist < own_bound:
+            new_lower[i, own_group] = _store_lower(dist)
     return computed
 
 
