@@ -112,54 +112,83 @@ COUNTERS = ("reused", "new", "changed", "computed", "skipped")
 
 
 def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_features):
-    """Revisit a block's samples with the new centers, add its share of new rows, report the deltas."""
+    """Revisit a block's samples with the new centers, add its share of new rows, report the deltas.
+
+    A block that grows gets its arrays once, at the new size: the revisit and the new rows' assignment fill their
+    parts, and the old and the new rows are copied into it once (not gathered, then joined).
+    """
     k = centers.shape[0]
     block = previous.block if previous is not None else None
     if block is not None and half is not None:
         block = block.half(half)
+    block = block if block is not None and len(block) else None
+    n_old = len(block) if block is not None else 0
+    n_new = sum(b - a for _, a, b in pieces) if pieces else 0
+    n_lower = groups.n_groups if use_bounds else 0
+    if n_old + n_new == 0:
+        return StepOutput(BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
+                                     np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32),
+                                     np.empty(0)), (np.zeros((k, n_features)), np.zeros(k), np.zeros(k),
+                                                    np.zeros(k, dtype=np.int64), np.zeros(len(COUNTERS), np.int64)))
+    if n_new:
+        rows_dtype = block.rows.dtype if block is not None else pieces[0][0][1].dtype
+        grown = BatchBlock(np.empty((n_old + n_new, n_features), dtype=rows_dtype),
+                           np.empty(n_old + n_new, dtype=np.int64), np.empty(n_old + n_new, dtype=np.int32),
+                           np.empty(n_old + n_new), np.empty((n_old + n_new, n_lower), dtype=np.float32),
+                           np.empty(n_old + n_new), block.recycler if block is not None else None)
+        _copy_rows(grown, block, pieces, n_old)
     sums = np.zeros((k, n_features))
     counts = np.zeros(k)
     sse = np.zeros(k)
     members = np.zeros(k, dtype=np.int64)
     counters = np.zeros(len(COUNTERS), dtype=np.int64)
-    parts = []
-    if block is not None and len(block):
+    if block is not None:
+        out = (grown.labels[:n_old], grown.dist2[:n_old], grown.lower[:n_old]) if n_new else \
+            block.empty_like_state()
         if use_bounds:
             labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
-                                                                 shift, groups, dist2=block.dist2,
-                                                                 out=block.empty_like_state())
+                                                                 shift, groups, dist2=block.dist2, out=out)
         else:
-            labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False)
-            computed = len(block) * k
+            labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False, out=out)
+            computed = n_old * k
         d_sums, d_counts, d_sse, d_members, changed = batch_deltas(block.rows, block.labels, block.dist2, labels,
                                                                    dist2, k, block.weights)
         sums += d_sums
         counts += d_counts
         sse += d_sse
         members += d_members
-        counters += (len(block), 0, changed, computed, max(0, len(block) * k - computed))
-        parts.append(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights, block.recycler))
-    if pieces:
-        index, rows, weights = (np.concatenate([piece[field][a:b] for piece, a, b in pieces]) for field in range(3))
-        labels, dist2, lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
-        empty = np.empty(0, dtype=np.int32)
-        d_sums, d_counts, d_sse, d_members, _ = batch_deltas(rows, empty, np.empty(0), labels, dist2, k, weights)
-        sums += d_sums
-        counts += d_counts
-        sse += d_sse
-        members += d_members
-        counters += (0, rows.shape[0], 0, rows.shape[0] * k, 0)
-        parts.append(BatchBlock(rows, index, labels, dist2, lower, weights))
-    if not parts:
-        new_block = BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
-                               np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32),
-                               np.empty(0))
-    elif len(parts) == 1:
-        new_block = parts[0]
-    else:
-        new_block = BatchBlock(*(np.concatenate([getattr(p, name) for p in parts]) for name in BatchBlock.FIELDS),
-                               recycler=parts[0].recycler)
-    return StepOutput(new_block, (sums, counts, sse, members, counters))
+        counters += (n_old, 0, changed, computed, max(0, n_old * k - computed))
+        if not n_new:
+            return StepOutput(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights,
+                                         block.recycler), (sums, counts, sse, members, counters))
+    new = slice(n_old, None)
+    labels, dist2, _, _ = assign_with_bounds(grown.rows[new], centers, groups, with_bounds=use_bounds,
+                                             out=(grown.labels[new], grown.dist2[new], grown.lower[new]))
+    empty = np.empty(0, dtype=np.int32)
+    d_sums, d_counts, d_sse, d_members, _ = batch_deltas(grown.rows[new], empty, np.empty(0), labels, dist2, k,
+                                                         grown.weights[new])
+    sums += d_sums
+    counts += d_counts
+    sse += d_sse
+    members += d_members
+    counters += (0, n_new, 0, n_new * k, 0)
+    return StepOutput(grown, (sums, counts, sse, members, counters))
+
+
+def _copy_rows(grown, block, pieces, n_old):
+    """The rows, indices and weights of a grown block: the old block's first, then the pieces' rows ``a:b`` of each
+    read ``(index, rows, weights)``, in order."""
+    if block is not None:
+        grown.rows[:n_old] = block.rows
+        grown.index[:n_old] = block.index
+        grown.weights[:n_old] = block.weights
+    position = n_old
+    for piece, a, b in pieces:
+        stop = position + b - a
+        grown.index[position:stop] = piece[0][a:b]
+        grown.rows[position:stop] = piece[1][a:b]
+        grown.weights[position:stop] = piece[2][a:b]
+        position = stop
 
 
 def _block_with_rows(rows, *fields):
