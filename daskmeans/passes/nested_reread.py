@@ -32,7 +32,8 @@ from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
 from .nested_reads import chunk_order
-from .nested_state import COUNTERS, NestedBatch, StepOutput, _combine_reports, _report_of
+from .nested_state import NestedBatch
+from .nested_step import COUNTERS, StepOutput, _combine_reports, _report_of
 
 
 class ChunkState(SizedSlots):

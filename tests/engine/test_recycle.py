@@ -59,7 +59,7 @@ def test_a_growing_chain_holds_only_the_arrays_of_the_last_size():
 
 
 def test_nested_batch_blocks_share_their_recycler_and_travel_without_it():
-    from daskmeans.passes.nested_state import BatchBlock
+    from daskmeans.passes.nested_step import BatchBlock
 
     recycler = Recycler()
     block = BatchBlock(np.zeros((6, 3), np.float32), np.arange(6), np.zeros(6, np.int32), np.zeros(6),

@@ -8,7 +8,8 @@ from daskmeans.engine.recycle import Recycler
 from daskmeans.kernels.nested_groups import make_groups
 from daskmeans.passes.bounded_assign import BoundedAssignment, BoundedBlock
 from daskmeans.passes.nested_reread import ChunkState
-from daskmeans.passes.nested_state import BatchBlock, NestedBatch, StepOutput
+from daskmeans.passes.nested_state import NestedBatch
+from daskmeans.passes.nested_step import BatchBlock, StepOutput
 
 
 def _arrays(m=500, d=16, n_groups=4):
