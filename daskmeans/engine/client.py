@@ -147,12 +147,18 @@ def await_handshake(address: str, seconds: float, connection_args: dict):
 
 
 def scheduler_lost(client, error: BaseException) -> bool:
-    """Whether ``error``, raised while ``client`` was in use, comes from losing its scheduler."""
-    from distributed.client import FutureCancelledError
+    """Whether ``error``, raised while ``client`` was in use, comes from losing its scheduler.
+
+    Which error a lost scheduler raises depends on when the run next talks to it: a connection error, a future
+    cancelled for the lost connection, or, once the client has given up reconnecting and closed itself, a
+    ``ClosedClientError`` from the next graph it is sent.
+    """
+    from distributed.client import ClosedClientError, FutureCancelledError
 
     if isinstance(error, FutureCancelledError) and error.reason == "scheduler-connection-lost":
         return True
-    return isinstance(error, (OSError, TimeoutError, FutureCancelledError)) and client.status != "running"
+    return isinstance(error, (OSError, TimeoutError, FutureCancelledError, ClosedClientError)) and \
+        client.status != "running"
 
 
 def one_line(error: BaseException) -> str:

@@ -59,3 +59,23 @@ def test_the_embedded_worker_processes_keep_freed_memory_for_the_next_iteration(
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
     with ClusterSpec(workers=1, threads_per_worker=1).validate().client() as client:
         assert set(client.run(_malloc_environ).values()) == {("0", None)}
+
+
+def test_a_client_closed_after_losing_its_scheduler_counts_as_a_lost_scheduler():
+    """Once the client has given up on its scheduler it closes, and the next graph sent raises ClosedClientError:
+    the CLI must report that as a lost scheduler (a race seen in a fresh-clone CI run of the scheduler-kill test),
+    not as an unknown error. Errors of the run itself are not."""
+    import dask
+    from distributed import Client, LocalCluster
+    from distributed.client import ClosedClientError
+
+    from daskmeans.engine.client import scheduler_lost
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        client = Client(cluster)
+        assert not scheduler_lost(client, ClosedClientError("not yet"))  # a running client has not lost it
+        client.close()
+        with pytest.raises(ClosedClientError) as raised:
+            client.compute(dask.delayed(sum)([1, 2])).result()
+        assert scheduler_lost(client, raised.value)
+        assert not scheduler_lost(client, ValueError("a bug of the run"))
