@@ -55,7 +55,6 @@ def _fast_dot(x, c):
     return np.float64(total)
 
 
-
 @numba.njit(cache=True, nogil=True, fastmath={"nnan", "nsz"}, inline="always")
 def _drop_bounds(lower, group_shift, new_lower):
     """Each group's bound of one row dropped by its group's largest move, stored (rounded down) into ``new_lower``;

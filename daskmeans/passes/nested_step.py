@@ -97,11 +97,13 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     n_old = len(block) if block is not None else 0
     n_new = sum(b - a for _, a, b in pieces) if pieces else 0
     n_lower = groups.n_groups if use_bounds else 0
+    # the changes of S, v, SSE and the members, and the counters, summed over the old and the new rows
+    report = (np.zeros((k, n_features)), np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64),
+              np.zeros(len(COUNTERS), dtype=np.int64))
     if n_old + n_new == 0:
         return StepOutput(BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
                                      np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32),
-                                     np.empty(0)), (np.zeros((k, n_features)), np.zeros(k), np.zeros(k),
-                                                    np.zeros(k, dtype=np.int64), np.zeros(len(COUNTERS), np.int64)))
+                                     np.empty(0)), report)
     if n_new:
         rows_dtype = block.rows.dtype if block is not None else pieces[0][0][1].dtype
         grown = BatchBlock(np.empty((n_old + n_new, n_features), dtype=rows_dtype),
@@ -109,11 +111,6 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
                            np.empty(n_old + n_new), np.empty((n_old + n_new, n_lower), dtype=np.float32),
                            np.empty(n_old + n_new), block.recycler if block is not None else None)
         _copy_rows(grown, block, pieces, n_old)
-    sums = np.zeros((k, n_features))
-    counts = np.zeros(k)
-    sse = np.zeros(k)
-    members = np.zeros(k, dtype=np.int64)
-    counters = np.zeros(len(COUNTERS), dtype=np.int64)
     if block is not None:
         out = (grown.labels[:n_old], grown.dist2[:n_old], grown.lower[:n_old]) if n_new else \
             block.empty_like_state()
@@ -123,28 +120,24 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False, out=out)
             computed = n_old * k
-        d_sums, d_counts, d_sse, d_members, changed = batch_deltas(block.rows, block.labels, block.dist2, labels,
-                                                                   dist2, k, block.weights)
-        sums += d_sums
-        counts += d_counts
-        sse += d_sse
-        members += d_members
-        counters += (n_old, 0, changed, computed, max(0, n_old * k - computed))
+        *deltas, changed = batch_deltas(block.rows, block.labels, block.dist2, labels, dist2, k, block.weights)
+        _add(report, deltas, (n_old, 0, changed, computed, max(0, n_old * k - computed)))
         if not n_new:
             return StepOutput(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights,
-                                         block.recycler), (sums, counts, sse, members, counters))
+                                         block.recycler), report)
     new = slice(n_old, None)
     labels, dist2, _, _ = assign_with_bounds(grown.rows[new], centers, groups, with_bounds=use_bounds,
                                              out=(grown.labels[new], grown.dist2[new], grown.lower[new]))
     empty = np.empty(0, dtype=np.int32)
-    d_sums, d_counts, d_sse, d_members, _ = batch_deltas(grown.rows[new], empty, np.empty(0), labels, dist2, k,
-                                                         grown.weights[new])
-    sums += d_sums
-    counts += d_counts
-    sse += d_sse
-    members += d_members
-    counters += (0, n_new, 0, n_new * k, 0)
-    return StepOutput(grown, (sums, counts, sse, members, counters))
+    *deltas, _ = batch_deltas(grown.rows[new], empty, np.empty(0), labels, dist2, k, grown.weights[new])
+    _add(report, deltas, (0, n_new, 0, n_new * k, 0))
+    return StepOutput(grown, report)
+
+
+def _add(report, deltas, counts):
+    """Add the changes ``deltas`` (S, v, SSE, members) and the ``counts`` (:data:`COUNTERS`) to ``report``."""
+    for total, value in zip(report, (*deltas, counts)):
+        total += value
 
 
 def _copy_rows(grown, block, pieces, n_old):
