@@ -14,6 +14,7 @@ once the main thread has set one, so a limit taken inside each task would not ho
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import dask
 
@@ -51,19 +52,23 @@ def one_blas_thread_for(client):
         yield
 
 
-_controller = None
+#: The thread pools of this process as last looked up, and how many modules were imported then.
+_controller = (None, -1)
 
 
 def one_blas_thread():
     """BLAS limited to one thread while the block runs, whoever runs the tasks: for work this process spreads over
     threads of its own (nmbatch's small batches on the driver: each thread's GEMM on one core). Cheap enough to
-    take for every step (the libraries are looked up once per process)."""
+    take for every step: the libraries (1.5 ms to look up) are looked up again only when modules were imported
+    since, which is how a second BLAS arrives (SciPy's, with scikit-learn), and it must be limited too."""
     global _controller
-    if _controller is None:
+    controller, n_modules = _controller
+    if controller is None or n_modules != len(sys.modules):
         from threadpoolctl import ThreadpoolController
 
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+        controller = ThreadpoolController()
+        _controller = (controller, len(sys.modules))
+    return controller.limit(limits=1, user_api="blas")
 
 
 def machine_threads():

@@ -1,5 +1,9 @@
 """A fit whose tasks run in the driver's process runs BLAS on one thread; the driver's own limit comes back after."""
 
+import ast
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -73,3 +77,26 @@ def test_machine_threads_give_code_beside_a_fit_every_core_back():
         with machine_threads():
             assert {info["num_threads"] for info in threadpool_info()} == {cores}
         assert blas_threads() == [1]
+
+
+def test_a_blas_loaded_after_the_first_limit_is_limited_too(tmp_path):
+    """The thread pools are looked up again when modules were imported since: SciPy's OpenBLAS, loaded after a
+    first limit, is limited with NumPy's (in a fresh interpreter, so that SciPy is not loaded yet)."""
+    script = tmp_path / "later_blas.py"
+    script.write_text(
+        "import sys\n"
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "from daskmeans.engine.blas import one_blas_thread\n"
+        "assert 'scipy.linalg' not in sys.modules\n"
+        "with one_blas_thread():\n"
+        "    pass\n"
+        "import scipy.linalg\n"
+        "with threadpool_limits(limits=2, user_api='blas'):\n"
+        "    with one_blas_thread():\n"
+        "        print(sorted((i['filepath'], i['num_threads']) for i in threadpool_info() if i['user_api'] == 'blas'))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pools = ast.literal_eval(done.stdout.strip())
+    assert len(pools) >= 2, f"SciPy brought no BLAS of its own here: {pools}"
+    assert all(threads == 1 for _, threads in pools), pools
