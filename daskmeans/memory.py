@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
 from .engine.slabs import slab_rows
+from .kernels.packed_bounds import LOWER_BYTES
 
 
 def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
@@ -74,7 +75,7 @@ def nmbatch_state_bytes(batch_rows: int, n_features: int, n_groups: int, compute
 
     Held twice while an iteration runs (the blocks before and after the step).
     """
-    return int(2 * batch_rows * (n_features * compute_itemsize + 8 + 4 + 8 + 4 * n_groups))
+    return int(2 * batch_rows * (n_features * compute_itemsize + 8 + 4 + 8 + LOWER_BYTES * n_groups))
 
 
 def worker_memory_bound(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,

@@ -28,6 +28,7 @@ from daskmeans.bench.monitor import MemoryMonitor
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.exact_assign import assign_with_bounds
 from daskmeans.kernels.nested_groups import choose_bounds, make_groups
+from daskmeans.kernels.packed_bounds import LOWER_DTYPE
 from daskmeans.memory import (
     minibatch_state_bytes,
     nmbatch_state_bytes,
@@ -106,7 +107,7 @@ def test_full_assignment_of_a_uint8_block_never_holds_it_as_float32():
     centers = block[rng.choice(48_000, 256, replace=False)].astype(np.float32)
     scheme, n_groups = choose_bounds("auto", 256, 64 * 4)
     groups = make_groups(centers, scheme, n_groups)
-    out = (np.empty(48_000, dtype=np.int32), np.empty(48_000), np.empty((48_000, n_groups), dtype=np.float32))
+    out = (np.empty(48_000, dtype=np.int32), np.empty(48_000), np.empty((48_000, n_groups), dtype=LOWER_DTYPE))
     assign_with_bounds(block[:2], centers, groups, slab_bytes=MiB)  # the compiled kernels loaded first
     (labels, _, _, _), peak = traced_peak(assign_with_bounds, block, centers, groups, slab_bytes=MiB, out=out)
     assert peak < 4 * MiB < block.nbytes * 4 / 2, f"peak {peak / MiB:.1f} MiB"

@@ -21,6 +21,7 @@ import numpy as np
 from ..config import BOUNDS_MEMORY_FRACTION
 from ..engine.driver import driver_rows as rows_on_driver
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
+from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
@@ -37,9 +38,10 @@ def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int, cached: b
     """Bytes nmbatch keeps per active row, counted twice (the state blocks before and after an iteration).
 
     Cached: the row as computed, its index, label, distance, weight and group bounds
-    (``d * itemsize + 28 + 4 * groups``). Re-read: its label, distance and group bounds (``12 + 4 * groups``).
+    (``d * itemsize + 28 + 2 * groups``). Re-read: its label, distance and group bounds (``12 + 2 * groups``):
+    bounds are kept in 16 bits (:mod:`daskmeans.kernels.packed_bounds`).
     """
-    per_row = 4 + 8 + 4 * n_groups + ((n_features * itemsize + 8 + 8) if cached else 0)
+    per_row = 4 + 8 + LOWER_BYTES * n_groups + ((n_features * itemsize + 8 + 8) if cached else 0)
     return 2 * per_row
 
 

@@ -121,4 +121,4 @@ class RecycledState(SizedSlots):
         """``(labels, dist2, lower)`` for the next state: arrays of a freed state of the chain, or new ones."""
         m, n_groups = self.lower.shape
         return (self.recycler.empty(m, np.int32), self.recycler.empty(m, np.float64),
-                self.recycler.empty((m, n_groups), np.float32))
+                self.recycler.empty((m, n_groups), self.lower.dtype))

@@ -55,8 +55,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         ``batch_rows="reread"``, ``"auto"`` falls back to Hamerly when the groups' state would not fit.
     batch_rows : {"auto", "cached", "reread"}, default "auto"
         Where the active batch's rows live. ``"cached"``: on the workers, as floats, beside their labels,
-        distances and bounds (fastest; ``2 (d itemsize + 28 + 4 groups)`` bytes per active row). ``"reread"``:
-        only labels, distances and bounds stay (``2 (12 + 4 groups)`` bytes a row); every iteration re-reads
+        distances and bounds (fastest; ``2 (d itemsize + 28 + 2 groups)`` bytes per active row). ``"reread"``:
+        only labels, distances and bounds stay (``2 (12 + 2 groups)`` bytes a row); every iteration re-reads
         the chunks the batch touches from the store, a slab at a time, so memory is bounded at any n. The
         iterates are the same. ``"auto"``: cached when all n rows' cached state fits in half the cluster's
         memory (the batch may grow to n), else re-read.

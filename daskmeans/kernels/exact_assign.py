@@ -21,7 +21,8 @@ from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN
 from .distance import pair_dist2
 from .group_scan import scan_groups
 from .one_group_assign import _assign_one_group
-from .score_error import _gamma, _store_lower, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
+from .packed_bounds import LOWER_DTYPE, store_lower
+from .score_error import _gamma, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
 from .stats import add_to_cluster, cluster_stats
 
 
@@ -122,9 +123,9 @@ def _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm
     smallest score less the group's error (an infinite score, no other center, gives an infinite bound)."""
     for g in range(n_groups):
         low = np.float64(group_min[i, g]) + x_sq - score_error(x_norm, x_sq, group_norm[g], gamma)
-        lower[i, g] = _store_lower(math.sqrt(max(low, 0.0)))
+        lower[i, g] = store_lower(math.sqrt(max(low, 0.0)))
     low = np.float64(second_own) + x_sq - score_error(x_norm, x_sq, group_norm[label_group], gamma)
-    lower[i, label_group] = _store_lower(math.sqrt(max(low, 0.0)))
+    lower[i, label_group] = store_lower(math.sqrt(max(low, 0.0)))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -266,9 +267,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     labels : int32 (n,)
     dist2 : float64 (n,)
         Exact squared distance to the assigned center.
-    lower : float32 (n, n_groups)
-        Lower bound on the distance to every center of each group other than the assigned one
-        (``inf`` for a group holding only the assigned center).
+    lower : uint16 (n, n_groups)
+        Lower bound on the distance to every center of each group other than the assigned one (``inf`` for a
+        group holding only the assigned center), rounded down into 16 bits (:mod:`daskmeans.kernels.packed_bounds`).
     rechecked : int
         Rows whose GEMM scores were too close to call and were settled by exact distances.
     """
@@ -277,8 +278,10 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     n_groups = groups.n_groups
     if out is None:
         out = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float64),
-               np.empty((n, n_groups if with_bounds else 0), dtype=np.float32))
+               np.empty((n, n_groups if with_bounds else 0), dtype=LOWER_DTYPE))
     labels, dist2, lower = out
+    if lower.dtype != LOWER_DTYPE:
+        raise TypeError(f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not {lower.dtype}")
     if n == 0:
         return labels, dist2, lower, 0
     if X.dtype.kind != "f":

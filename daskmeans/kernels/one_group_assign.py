@@ -17,7 +17,8 @@ import numpy as np
 
 from ..config import ONE_GROUP_TILE_ROWS
 from .distance import pair_dist2
-from .score_error import _gamma, _store_lower
+from .packed_bounds import store_lower
+from .score_error import _gamma
 from .stats import add_to_cluster
 
 
@@ -118,7 +119,7 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_
         if with_stats:
             add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
         if with_bounds:
-            lower[i, 0] = _store_lower(math.sqrt(max(others + x_sq[i], 0.0)))
+            lower[i, 0] = store_lower(math.sqrt(max(others + x_sq[i], 0.0)))
     return rechecked
 
 

@@ -44,7 +44,8 @@ import numpy as np
 from ..config import REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
 from .distance import pair_dist2
 from .exact_assign import assign_with_bounds
-from .score_error import TEST_MARGIN, _gamma, _store_lower, row_sq_norms, score_error
+from .packed_bounds import LOWER_DTYPE, load_lower, store_lower
+from .score_error import TEST_MARGIN, _gamma, row_sq_norms, score_error
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
 def _fast_dot(x, c):
@@ -62,8 +63,8 @@ def _drop_bounds(lower, group_shift, new_lower):
     (``nnan``: bounds and moves are never NaN)."""
     smallest = np.inf
     for g in range(lower.shape[0]):
-        bound = np.float64(lower[g]) - group_shift[g]
-        new_lower[g] = _store_lower(bound)
+        bound = load_lower(lower[g]) - group_shift[g]
+        new_lower[g] = store_lower(bound)
         smallest = min(smallest, bound)
     return smallest
 
@@ -101,12 +102,12 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
         n_failing = 0
         for g in range(n_groups):
             failing[n_failing] = g
-            n_failing += np.float64(lower[i, g]) - group_shift[g] <= threshold
+            n_failing += load_lower(lower[i, g]) - group_shift[g] <= threshold
         # every center of the failing groups (with one group of all centers, those its own drop cannot rule out)
         n_candidates = 0
         for q in range(n_failing):
             g = failing[q]
-            old_bound = np.float64(lower[i, g])
+            old_bound = load_lower(lower[i, g])
             for t in range(group_ptr[g], group_ptr[g + 1]):
                 j = members[t]
                 if j == a:
@@ -184,11 +185,11 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
                     bound = min(bound, values[j])
             if smallest_low < np.inf:
                 bound = min(bound, math.sqrt(max(smallest_low, 0.0)))
-            new_lower[i, g] = np.float32(np.inf) if bound == np.inf else _store_lower(bound)
+            new_lower[i, g] = store_lower(bound)
         own_group = group_of[a]
-        own_bound = np.float64(lower[i, own_group]) - group_shift[own_group]
+        own_bound = load_lower(lower[i, own_group]) - group_shift[own_group]
         if best != a and own_bound > threshold and dist < own_bound:
-            new_lower[i, own_group] = _store_lower(dist)
+            new_lower[i, own_group] = store_lower(dist)
     return computed
 
 
@@ -208,8 +209,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         The new centers.
     labels : int32 (m,)
         Assignment before the move.
-    lower : float32 (m, n_groups)
-        Group lower bounds valid for the centers before the move.
+    lower : uint16 (m, n_groups)
+        Group lower bounds valid for the centers before the move, as stored
+        (:mod:`daskmeans.kernels.packed_bounds`).
     shift : float64 (k,)
         Distance each center moved (an upper bound of it).
     groups : CenterGroups
@@ -230,8 +232,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     labels : int32 (m,)
     dist2 : float64 (m,)
         Exact squared distance to the new assignment.
-    lower : float32 (m, n_groups)
-        Bounds valid for the new centers.
+    lower : uint16 (m, n_groups)
+        Bounds valid for the new centers, as stored.
     computed : int
         Distances computed (the own center's unless reused, the candidates', and all ``k`` for a sample
         reassigned by GEMM).
@@ -247,6 +249,9 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     if out is None:
         out = (np.empty(m, dtype=np.int32), np.empty(m, dtype=np.float64), np.empty_like(lower))
     new_labels, new_dist2, new_lower = out
+    if lower.dtype != LOWER_DTYPE or new_lower.dtype != LOWER_DTYPE:
+        raise TypeError(f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not "
+                        f"{lower.dtype} and {new_lower.dtype}")
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
     centers_sq = row_sq_norms(centers)

@@ -3,7 +3,7 @@
 A GEMM score ``||c||^2 - 2 x.c`` in the data's precision only proposes a nearest center; its error is bounded
 from the float format (:func:`score_error_allowance`), so that kernels can tell when the scores decide and settle
 the rest by exact distances (:func:`daskmeans.kernels.distance.pair_dist2`). Lower bounds derived from scores are
-stored as float32 values that are certainly not above them (:func:`_store_lower`).
+stored rounded down in 16 bits (:func:`daskmeans.kernels.packed_bounds.store_lower`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,8 @@ import numpy as np
 
 from .distance import pair_dist2
 
-_STORE_SHRINK = 1.0 - 2.0**-21
 #: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
 TEST_MARGIN = 1e-9
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _store_lower(value):
-    """A float32 that is certainly not above ``value`` (a lower bound stays a lower bound)."""
-    return np.float32(max(value, 0.0) * _STORE_SHRINK)
 
 
 @numba.njit(cache=True, nogil=True)

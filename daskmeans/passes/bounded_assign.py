@@ -26,6 +26,7 @@ from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, r
 from ..engine.recycle import RecycledState, Recycler
 from ..engine.slabs import compute_dtype, converted_rows
 from ..kernels.exact_assign import assign_with_bounds
+from ..kernels.packed_bounds import LOWER_BYTES
 from ..kernels.revisit import revisit_with_bounds
 from ..kernels.stats import cluster_stats
 from .assign import _combine_stats, _farthest_eligible, block_energy, far_rows, finish_stats, stats_part_bytes
@@ -33,8 +34,8 @@ from .assign import _combine_stats, _farthest_eligible, block_energy, far_rows, 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
     """Worker memory one row's state takes: the row (``itemsize`` bytes a value: as computed, or as stored for
-    integers up to 16 bits, :func:`kept_rows`), label, distance, weight and group bounds."""
-    return int(n_features * itemsize + 4 + 8 + 8 + 4 * n_groups)
+    integers up to 16 bits, :func:`kept_rows`), label, distance, weight and group bounds (16 bits each)."""
+    return int(n_features * itemsize + 4 + 8 + 8 + LOWER_BYTES * n_groups)
 
 
 class BoundedBlock(RecycledState):

@@ -3,7 +3,7 @@
 :class:`~daskmeans.passes.nested_state.NestedBatch` keeps the batch's rows as floats on the workers, which is
 fastest while they fit. When the batch can outgrow the workers' memory (n rows of d floats: 51 GB for 100 million
 SIFT descriptors), :class:`RereadBatch` keeps per active row only its label, its exact squared distance and its
-group lower bounds (``12 + 4 * groups`` bytes), in one state block per stored chunk: the batch's rows of a chunk are
+group lower bounds (``12 + 2 * groups`` bytes), in one state block per stored chunk: the batch's rows of a chunk are
 always a prefix of that chunk's own random order (the shuffle of :mod:`~daskmeans.passes.nested_state` takes each
 lane's rows chunk after chunk), so a block is the state of its chunk's first ``m`` rows in that order. Each
 iteration, one task per chunk in the batch reads the chunk as stored, revisits those ``m`` rows with the bounds and
@@ -28,6 +28,7 @@ from ..engine.slabs import converted_rows, slab_rows
 from ..exceptions import CheckpointError
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
+from ..kernels.packed_bounds import LOWER_DTYPE, as_stored_bounds
 from ..kernels.revisit import revisit_with_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
@@ -44,7 +45,7 @@ class ChunkState(SizedSlots):
     labels : int32 (m,)
     dist2 : float64 (m,)
         Exact squared distance to the assigned center.
-    lower : float32 (m, n_groups)
+    lower : uint16 (m, n_groups)
         Group lower bounds (``(m, 0)`` without bounds).
     """
 
@@ -66,7 +67,7 @@ class ChunkState(SizedSlots):
 
 
 #: The arrays of a chunk's state in a checkpoint, with their dtypes.
-STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": np.float32}
+STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": LOWER_DTYPE}
 
 
 def _slab_bounds(m_old: int, m_new: int, step: int) -> list[int]:
@@ -86,7 +87,7 @@ def _chunk_step(block, offset, weights, previous, key, m_new, centers, shift, gr
     weights = None if weights is None else np.asarray(weights, dtype=np.float64)
     labels = np.empty(m_new, dtype=np.int32)
     dist2 = np.empty(m_new, dtype=np.float64)
-    lower = np.empty((m_new, groups.n_groups if use_bounds else 0), dtype=np.float32)
+    lower = np.empty((m_new, groups.n_groups if use_bounds else 0), dtype=LOWER_DTYPE)
     totals = [np.zeros((k, d)), np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64)]
     counters = np.zeros(len(COUNTERS), dtype=np.int64)
     cuts = _slab_bounds(m_old, m_new, slab_rows(d, centers.dtype.itemsize))
@@ -132,6 +133,7 @@ def _write_chunk(output, path):
 def _read_chunk(path, n_rows, n_lower):
     what = f"The checkpoint's chunk state {path!r}"
     arrays = read_group(path, list(STATE_ARRAYS), what)
+    arrays["lower"] = as_stored_bounds(arrays["lower"])
     for name, dtype in STATE_ARRAYS.items():
         shape = (n_rows, n_lower) if name == "lower" else (n_rows,)
         if arrays[name].dtype != np.dtype(dtype) or arrays[name].shape != shape:

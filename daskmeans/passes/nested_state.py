@@ -29,6 +29,7 @@ from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared,
 from ..engine.random import stage_generator, stage_key
 from ..engine.slabs import stored_form
 from ..exceptions import CheckpointError
+from ..kernels.packed_bounds import LOWER_DTYPE, as_stored_bounds
 from ..storage.zarr_safe import read_group, write_group
 from .assign import stats_part_bytes
 from .bounded_assign import kept_dtype
@@ -54,7 +55,7 @@ def _block_size(output):
 #: The arrays of a state block in a checkpoint, with their dtypes (``None``: the data's dtype): those that change
 #: only when the batch grows or splits (the layout), and those that change every iteration.
 LAYOUT_ARRAYS = {"rows": None, "index": np.int64, "weights": np.float64}
-STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": np.float32}
+STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": LOWER_DTYPE}
 CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
 
 
@@ -76,6 +77,7 @@ def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtypes):
     what = f"The checkpoint's state block {state_path!r}"
     arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")
     arrays.update(read_group(state_path, list(STATE_ARRAYS), what))
+    arrays["lower"] = as_stored_bounds(arrays["lower"])
     for name, expected in CHECKPOINT_ARRAYS.items():
         allowed = [np.dtype(t) for t in dtypes] if expected is None else [np.dtype(expected)]
         expected = allowed[0]

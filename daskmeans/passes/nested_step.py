@@ -10,6 +10,7 @@ from ..engine.recycle import RecycledState, Recycler
 from ..engine.sizes import SizedSlots
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.nested import batch_deltas
+from ..kernels.packed_bounds import LOWER_DTYPE
 from ..kernels.revisit import revisit_with_bounds
 
 
@@ -24,7 +25,7 @@ class BatchBlock(RecycledState):
     labels : int32 (m,)
     dist2 : float64 (m,)
         Exact squared distance to the center the sample was last assigned to.
-    lower : float32 (m, n_groups)
+    lower : uint16 (m, n_groups)
         Group lower bounds (``(m, 0)`` without bounds).
     weights : float64 (m,)
         Sample weights (ones without ``sample_weight``).
@@ -102,13 +103,13 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
               np.zeros(len(COUNTERS), dtype=np.int64))
     if n_old + n_new == 0:
         return StepOutput(BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
-                                     np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=np.float32),
+                                     np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=LOWER_DTYPE),
                                      np.empty(0)), report)
     if n_new:
         rows_dtype = block.rows.dtype if block is not None else pieces[0][0][1].dtype
         grown = BatchBlock(np.empty((n_old + n_new, n_features), dtype=rows_dtype),
                            np.empty(n_old + n_new, dtype=np.int64), np.empty(n_old + n_new, dtype=np.int32),
-                           np.empty(n_old + n_new), np.empty((n_old + n_new, n_lower), dtype=np.float32),
+                           np.empty(n_old + n_new), np.empty((n_old + n_new, n_lower), dtype=LOWER_DTYPE),
                            np.empty(n_old + n_new), block.recycler if block is not None else None)
         _copy_rows(grown, block, pieces, n_old)
     if block is not None:

@@ -164,6 +164,7 @@ def test_on_worker_processes_the_states_reuse_their_arrays_and_give_the_threaded
         if n_states == 3 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    # each block's chain holds the arrays of one freed state (labels, distances, 4 bounds per row) and has reused
-    assert n_states == 3 and held_bytes == len(X) * (4 + 8 + 4 * 4)
+    # each block's chain holds the arrays of one freed state (labels, distances, 4 bounds of 16 bits per row) and
+    # has reused
+    assert n_states == 3 and held_bytes == len(X) * (4 + 8 + 2 * 4)
     assert handed_out >= 1

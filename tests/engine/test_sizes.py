@@ -47,8 +47,8 @@ def test_the_scheduler_knows_the_size_of_the_states_the_workers_hold(cluster_cli
     centers = X[rng.choice(len(X), 20, replace=False)]
     groups = make_groups(centers, "yinyang", 4)
     array = cluster_client.persist(da.from_array(X, chunks=(1000, 12)))
-    # rows (as computed, float32), labels, distances, 4 bounds: what one row's state holds at least
-    row_bytes = 12 * 4 + 4 + 8 + 4 * 4
+    # rows (as computed, float32), labels, distances, 4 bounds of 16 bits: what one row's state holds at least
+    row_bytes = 12 * 4 + 4 + 8 + 2 * 4
 
     assignment = BoundedAssignment(array, groups, client=cluster_client)
     assignment.step(centers)

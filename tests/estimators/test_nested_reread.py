@@ -82,13 +82,15 @@ def test_auto_rereads_only_when_the_cached_batch_would_not_fit():
     assert choose_batch_rows("auto", "auto", 960_000, 128, 1000, 4, 24 * GiB) == ("cached", "yinyang")
     # 100 million descriptors on 2 x 4 GiB: re-read, and yinyang's 100 groups (about 80 GB) give way to Hamerly
     assert choose_batch_rows("auto", "auto", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
-    # 10 million: yinyang's state (2 x 412 bytes a row, 8.2 GB) still does not fit 4 GiB, Hamerly's does
-    assert choose_batch_rows("reread", "auto", 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
-    assert choose_batch_rows("reread", "auto", 10**6, 128, 1000, 4, 8 * GiB) == ("reread", "yinyang")
+    # 20 million: yinyang's state (2 x 212 bytes a row, bounds in 16 bits: 8.5 GB) does not fit 4 GiB, Hamerly's
+    # does; 10 million (4.2 GB) fits
+    assert choose_batch_rows("reread", "auto", 2 * 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
+    assert choose_batch_rows("reread", "auto", 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "yinyang")
     assert choose_batch_rows("reread", "elkan", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "elkan"), \
         "an explicit scheme is kept"
-    assert state_bytes_per_row(128, 1, 4, cached=False) == 2 * 16
-    assert state_bytes_per_row(128, 1, 4, cached=True) == 2 * (512 + 32)
+    assert state_bytes_per_row(128, 100, 4, cached=False) == 2 * (12 + 2 * 100)
+    assert state_bytes_per_row(128, 1, 4, cached=False) == 2 * 14
+    assert state_bytes_per_row(128, 1, 4, cached=True) == 2 * (512 + 30)
 
 
 def test_reread_runs_through_the_algorithm_with_sample_weights(store):

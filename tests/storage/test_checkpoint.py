@@ -20,6 +20,7 @@ from distributed import Client, LocalCluster
 
 import daskmeans
 from daskmeans import CheckpointError, CheckpointMismatchError, InvalidParameterError, KMeans, VRKMeans, load
+from daskmeans.kernels.packed_bounds import unpack_bounds
 from daskmeans.storage.checkpoint import MARKER, POINTER
 
 N_SAMPLES, N_FEATURES, CHUNK_ROWS = 10_000, 4, 2_000
@@ -400,6 +401,30 @@ def test_a_damaged_state_block_is_refused_by_the_worker(part, cluster, client, d
     with pytest.raises(CheckpointError, match=message):
         daskmeans.NestedMiniBatchKMeans(**ALGORITHMS["nmbatch"][1], **COMMON, client=client).fit(
             data, checkpoint=checkpoint)
+
+
+@pytest.mark.parametrize("name", ["nmbatch", "nmbatch-reread"])
+def test_a_checkpoint_with_float32_bounds_resumes_to_the_undisturbed_result(name, cluster, client, data, workdir,
+                                                                            tmp_path):
+    """Checkpoints written before the bounds were kept in 16 bits hold them as float32: they are rounded down into
+    16 bits when read (here float32 copies of the stored bounds, which round back to the same codes)."""
+    checkpoint = copy_of(name, cluster, data, workdir, tmp_path)
+    rewritten = 0
+    for directory, _, files in os.walk(_version_directory(checkpoint)):
+        if os.path.basename(directory) == "lower" and "zarr.json" in files:
+            group = zarr.open_group(os.path.dirname(directory), mode="r+")
+            codes = group["lower"][...]
+            assert codes.dtype == np.uint16
+            widened = unpack_bounds(codes).astype(np.float32)
+            del group["lower"]
+            group.create_array("lower", shape=widened.shape, dtype=np.float32,
+                               chunks=tuple(max(1, n) for n in widened.shape))
+            if widened.size:
+                group["lower"][...] = widened
+            rewritten += 1
+    assert rewritten > 0
+    resumed = getattr(daskmeans, ALGORITHMS[name][0])(**ALGORITHMS[name][1], **COMMON, client=client)
+    assert_same_fit(resumed.fit(data, checkpoint=checkpoint), reference_fit(name, client, data))
 
 
 class Payload:
