@@ -140,6 +140,13 @@ MAX_LANES = 64
 #: k = 200 are 2.7 and 2.2 x 10^9, about 40-80 ms on a driver of two cores; with bounds, an iteration after the first
 #: computes a tenth to a third of that, about one round trip to worker processes) ...
 DRIVER_WORK = 4 * 10**9
+#: Nested mini-batch on a cluster whose workers run no more threads than the driver has cores (a local cluster):
+#: the driver steps batches of up to this many multiply-adds (``rows x k x d``). Measured on descriptors (k = 1000,
+#: 2 worker processes of one thread, 2 cores, session 31, ad hoc): the batch to 320,000 rows on the driver reached
+#: iteration 16 in 9.75 s against 10.6 s with ``DRIVER_WORK`` (the iterates are the same), 80,000 and 160,000 rows
+#: gained less, and 700,000 lost (10.8 s: at 640,000 rows an iteration on the driver took 1.31 s against 1.18 s on
+#: the workers, and moving the batch there cost more).
+DRIVER_WORK_FEW_THREADS = 5 * 10**10
 #: ... and their state (rows, labels, distances, bounds) takes at most this many bytes of the driver's memory.
 DRIVER_BYTES = 256 * 2**20
 

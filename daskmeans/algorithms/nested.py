@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..config import BOUNDS_MEMORY_FRACTION
-from ..engine.driver import driver_rows as rows_on_driver
+from ..engine.driver import driver_rows as rows_on_driver, driver_work
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
@@ -169,7 +169,7 @@ def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, do
     else:
         row_bytes = state_bytes_per_row(d, groups.n_groups, array.dtype.itemsize, cached=True) // 2
         batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout,
-                            driver_rows=rows_on_driver(driver_rows, k, d, row_bytes))
+                            driver_rows=rows_on_driver(driver_rows, k, d, row_bytes, driver_work(client)))
     size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
     sums = np.zeros((k, d))
     counts = np.zeros(k)

@@ -20,31 +20,47 @@ import dask
 import dask.array as da
 from dask.system import CPU_COUNT
 
-from ..config import DRIVER_BYTES, DRIVER_WORK
+from ..config import DRIVER_BYTES, DRIVER_WORK, DRIVER_WORK_FEW_THREADS
 from .blas import one_blas_thread
 from .client import compute_now
 from .graph import block_offsets, blocks_of, stored_blocks
 from .slabs import stored_form, with_stored_form
 
 
-def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int) -> int:
+def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int, max_work: int = DRIVER_WORK) -> int:
     """Largest number of rows stepped on the driver.
 
     Parameters
     ----------
     setting : "auto" or int
         An int is used as it is (0: every step on the workers). ``"auto"``: the most rows whose full
-        assignment takes at most :data:`~daskmeans.config.DRIVER_WORK` multiply-adds (``rows k d``) and whose state
-        takes at most :data:`~daskmeans.config.DRIVER_BYTES` of the driver's memory.
+        assignment takes at most ``max_work`` multiply-adds (``rows k d``) and whose state takes at most
+        :data:`~daskmeans.config.DRIVER_BYTES` of the driver's memory.
     n_clusters, n_features : int
     row_bytes : int
         Driver memory one row takes (its row, label, distance, weight and bounds).
+    max_work : int
+        :data:`~daskmeans.config.DRIVER_WORK`, or :func:`driver_work` for a cluster of few threads.
     """
     if setting != "auto":
         return int(setting)
-    by_work = DRIVER_WORK // max(1, n_clusters * n_features)
+    by_work = int(max_work) // max(1, n_clusters * n_features)
     by_memory = DRIVER_BYTES // max(1, row_bytes)
     return int(min(by_work, by_memory))
+
+
+def driver_work(client) -> int:
+    """The most multiply-adds of one step the driver takes on (:func:`driver_rows`' ``max_work``) for a cluster:
+    :data:`~daskmeans.config.DRIVER_WORK_FEW_THREADS` when its workers run no more threads than the driver has
+    cores (its threads then do the same work at least as fast as the workers, without their round trip), else
+    :data:`~daskmeans.config.DRIVER_WORK`. ``client`` None (no cluster): ``DRIVER_WORK``."""
+    if client is None:
+        return DRIVER_WORK
+    try:
+        worker_threads = sum(int(n) for n in client.nthreads().values())
+    except Exception:  # noqa: BLE001 - a client that cannot answer now: the rule for a large cluster
+        return DRIVER_WORK
+    return DRIVER_WORK_FEW_THREADS if 0 < worker_threads <= CPU_COUNT else DRIVER_WORK
 
 
 class DriverCopy:

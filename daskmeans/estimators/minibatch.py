@@ -65,7 +65,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         workers once, and an iteration costs no round trip to the workers (tens of milliseconds on worker
         processes, more than the work of a small batch). The batch moves to the workers when it grows past this
         size and stays there. ``"auto"``: the largest batch whose full assignment takes at most
-        ``config.DRIVER_WORK`` multiply-adds (rows x k x d) and whose state takes at most
+        ``config.DRIVER_WORK`` multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` when the workers
+        run no more threads than the driver has cores, as on a local cluster) and whose state takes at most
         ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the same either way.
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).

@@ -15,12 +15,13 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import dask
 from dask._task_spec import DataNode
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.system import CPU_COUNT
 
-from ..config import SPLIT_EVERY
+from ..config import DRIVER_BYTES, SPLIT_EVERY
 from ..engine.blas import one_blas_thread
 from ..engine.client import persist_now
 from ..engine.graph import reduce_in_tree, task
@@ -52,12 +53,13 @@ def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
     Data in the graph, not scattered: the scheduler keeps each task, so a value lost with a worker, and every later
     state block derived from it, is recomputed from its lineage as the blocks stepped on the workers are. The
     scheduler holds that copy for the rest of the fit: at most :data:`~daskmeans.config.DRIVER_BYTES` by the
-    ``"auto"`` rule.
+    ``"auto"`` rule. Distributed's warning about a large graph is not shown for it: the size is meant.
     """
     key = f"daskmeans-nmbatch-{name}-{uuid.uuid4().hex}"
     sent = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), value)}),
                     layer=f"{key}-{i}") for i, value in enumerate(values)]
-    return list(persist_now(*sent, client=client))
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": f"{2 * DRIVER_BYTES}B"}):
+        return list(persist_now(*sent, client=client))
 
 
 def joined_on_workers(function, sent, values, client) -> list[Delayed]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from dask.system import CPU_COUNT
+from distributed import Client, LocalCluster
 
 from daskmeans.algorithms.relocation import centers_from_sums
-from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
+from daskmeans.config import DRIVER_BYTES, DRIVER_WORK, DRIVER_WORK_FEW_THREADS
 from daskmeans.kernels import nested_groups
-from daskmeans.engine.driver import driver_rows
+from daskmeans.engine.client import compute_now
+from daskmeans.engine.driver import driver_rows, driver_work
+from daskmeans.passes.nested_driver import to_workers
 from daskmeans.passes.nested_state import NestedBatch
 from daskmeans.storage.io import open_input
 
@@ -20,6 +26,30 @@ def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
     assert driver_rows(0, 50, 784, 1000) == 0
     assert driver_rows("auto", 50, 784, 1000) == DRIVER_WORK // (50 * 784)
     assert driver_rows("auto", 2, 4, 10**6) == DRIVER_BYTES // 10**6
+
+
+def test_the_driver_takes_on_more_work_when_the_workers_run_no_more_threads_than_its_cores(cluster_client):
+    if CPU_COUNT < 2:
+        pytest.skip("the session's cluster runs 2 threads: more than this machine's cores")
+    assert driver_work(None) == DRIVER_WORK
+    assert driver_work(cluster_client) == DRIVER_WORK_FEW_THREADS  # 2 worker processes of one thread
+    with LocalCluster(n_workers=1, threads_per_worker=CPU_COUNT + 1, processes=False, dashboard_address=None) as many, \
+            Client(many, set_as_default=False) as client:
+        assert driver_work(client) == DRIVER_WORK
+    # descriptors, k = 1000: a batch of 320,000 rows (not 640,000) stays on the driver of a local cluster
+    rows = driver_rows("auto", 1000, 128, 356, DRIVER_WORK_FEW_THREADS)
+    assert rows == DRIVER_WORK_FEW_THREADS // (1000 * 128) and 320_000 <= rows < 640_000
+    assert driver_rows("auto", 1000, 128, 10**4, DRIVER_WORK_FEW_THREADS) == DRIVER_BYTES // 10**4
+
+
+def test_a_batch_moved_to_the_workers_raises_no_large_graph_warning(cluster_client):
+    values = [np.arange(2 * 2**20, dtype=np.float64), np.ones(3)]  # 16 MiB: past Dask's 10 MB warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sent = to_workers(values, cluster_client, "test")
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message) for w in caught]
+    back = compute_now(*sent, client=cluster_client)
+    np.testing.assert_array_equal(back[0], values[0])
 
 
 def _step_through(batch, centers, sizes):
