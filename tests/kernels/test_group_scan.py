@@ -31,6 +31,9 @@ def test_scan_groups_matches_numpy(dtype, n_groups, width):
     column_add[1] = column_add[n_groups % columns] = column_add[0]
     raw[:2, :50] = -10.0  # equal best scores in two columns: the first wins, as with argmin
     raw[[0, n_groups % columns], 50:100] = -10.0  # ... and in one group: its second equals its minimum
+    if width > 1 and n_groups > 1:  # a tie whose first column is in a later group (slot 0 of group 1 beats slot 1
+        raw[[n_groups, 1], 100:150] = -20.0  # of group 0): argmin's column, not the first group's
+        column_add[n_groups] = column_add[1]
     expected = reference_scan((raw + column_add[:, None]).T, n_groups)
 
     scores_t = raw.copy()
