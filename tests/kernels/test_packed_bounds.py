@@ -98,3 +98,20 @@ def test_float32_bounds_of_an_older_checkpoint_become_codes_and_codes_stay():
 def test_unpacking_refuses_what_is_not_codes():
     with pytest.raises(TypeError, match="uint16"):
         unpack_bounds(np.zeros(3, dtype=np.float32))
+
+
+def test_the_kernels_refuse_bounds_that_are_not_codes():
+    from daskmeans.kernels.exact_assign import assign_with_bounds
+    from daskmeans.kernels.nested_groups import make_groups
+    from daskmeans.kernels.revisit import revisit_with_bounds
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 4)).astype(np.float32)
+    centers = X[:6].copy()
+    groups = make_groups(centers, "yinyang", 2)
+    out = (np.empty(50, dtype=np.int32), np.empty(50), np.empty((50, 2), dtype=np.float32))
+    with pytest.raises(TypeError, match="uint16"):
+        assign_with_bounds(X, centers, groups, out=out)
+    labels, dist2, lower, _ = assign_with_bounds(X, centers, groups)
+    with pytest.raises(TypeError, match="uint16"):
+        revisit_with_bounds(X, centers, labels, unpack_bounds(lower).astype(np.float32), np.zeros(6), groups)
