@@ -142,10 +142,10 @@ MAX_LANES = 64
 DRIVER_WORK = 4 * 10**9
 #: Nested mini-batch on a cluster whose workers run no more threads than the driver has cores (a local cluster):
 #: the driver steps batches of up to this many multiply-adds (``rows x k x d``). Measured on descriptors (k = 1000,
-#: 2 worker processes of one thread, 2 cores, session 31, ad hoc): the batch to 320,000 rows on the driver reached
-#: iteration 16 in 9.75 s against 10.6 s with ``DRIVER_WORK`` (the iterates are the same), 80,000 and 160,000 rows
-#: gained less, and 700,000 lost (10.8 s: at 640,000 rows an iteration on the driver took 1.31 s against 1.18 s on
-#: the workers, and moving the batch there cost more).
+#: 2 worker processes of one thread, 2 cores, session 31, 3 alternating ad hoc pairs; the iterates are the same):
+#: iteration 10 at 2.99-3.07 s against 3.45-3.62 s with ``DRIVER_WORK``, iteration 16 unchanged within noise
+#: (10.10-10.53 s against 10.17-10.80 s). 80,000 and 160,000 rows gained less, and 700,000 lost (at 640,000 rows an
+#: iteration on the driver took 1.31 s against 1.18 s on the workers, and moving the batch there cost more).
 DRIVER_WORK_FEW_THREADS = 5 * 10**10
 #: ... and their state (rows, labels, distances, bounds) takes at most this many bytes of the driver's memory.
 DRIVER_BYTES = 256 * 2**20
