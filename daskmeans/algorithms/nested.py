@@ -5,11 +5,11 @@ full first assignment, and updates the centers from the running per-cluster sums
 which every active sample counts exactly once (its old contribution is removed before the new one is added).
 The batch doubles (up to n) when the ``q``-quantile over clusters of ``sigma_C(j) / p(j)`` exceeds ``rho``, with
 ``sigma_C(j) = sqrt(sse(j) / (v(j) (v(j) - 1)))`` and ``p(j)`` the distance center j moved last. ``q = 0`` is the
-paper's rule (the minimum: every cluster must have settled); the default ``q = 0.5`` with ``rho = 1`` is the rule of
-the authors' reference code (eakmeans doubles when the *median* ratio exceeds a threshold): double once half the
-centers move less than their own standard error. With the minimum, one sample changing cluster moves a center by
-about ``sigma_C(j) / sqrt(v(j))``, so on data with many clusters the batch doubles only when an iteration
-changes (almost) nothing, which spends most of the time polishing small batches.
+paper's rule (the minimum: every cluster must have settled); the default ``q = 0.5`` is the rule of the authors'
+reference code (eakmeans doubles when the *median* ratio exceeds a threshold), with ``rho = 2``: double once half
+the centers move less than half their own standard error. With the minimum, one sample changing cluster moves a
+center by about ``sigma_C(j) / sqrt(v(j))``, so on data with many clusters the batch doubles only when an
+iteration changes (almost) nothing, which spends most of the time polishing small batches.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
     return float(np.partition(ratios, rank)[rank])
 
 
-def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=1.0, doubling_quantile=0.5,
+def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=2.0, doubling_quantile=0.5,
                      bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False,
                      batch_rows="cached", driver_rows=0):
     """Run nmbatch from ``centers``.
