@@ -42,8 +42,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         times the distance ``p(j)`` their centers just moved, for the share of clusters ``doubling_quantile``
         says (a cluster that did not move never holds it back). 2 (1 before session 32) spends a few more
         iterations on each batch size: on the descriptors (k = 1000, 2 worker processes, the bench with its peers)
-        it reached 2% of E* in 2.83 s and 1% in 7.54 s against 3.59-3.62 s and 8.03-8.05 s with 1 (README,
-        "Measured results", session 32).
+        it reached 2% of E* in 2.89-2.91 s and 1% in 7.54-7.72 s against 3.59-3.62 s and 8.03-8.05 s with 1
+        (README, "Measured results", session 32).
     doubling_quantile : float in [0, 1], default 0.5
         Which ratio ``sigma_C(j) / p(j)`` over clusters decides: 0 is the minimum (the paper: every cluster
         must have settled, there with ``rho = 100``), 0.5 the median (the authors' reference code), 1 the
