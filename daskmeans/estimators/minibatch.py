@@ -36,7 +36,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     n_clusters : int, default 8
     init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     initial_batch_size : int, optional
-        First batch size; default ``max(5000, 10 * n_clusters)`` (capped at the number of samples).
+        First batch size; default ``max(5000, 80 * n_clusters)`` (capped at the number of samples;
+        :func:`~daskmeans.algorithms.nested.default_initial_batch_size` says why).
     rho : float, default 2.0
         Doubling threshold: the batch doubles when the clusters' standard errors ``sigma_C(j)`` exceed ``rho``
         times the distance ``p(j)`` their centers just moved, for the share of clusters ``doubling_quantile``

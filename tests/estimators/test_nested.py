@@ -382,7 +382,7 @@ def test_doubling_ratio_by_hand():
     assert doubling_ratio(sse, counts, moved, 0.5) == pytest.approx(ratios[1])
     assert doubling_ratio(sse, counts, moved, 1.0) == np.inf
     assert doubling_ratio(sse, np.ones(4), moved, 0.5) == np.inf  # nobody votes
-    assert default_initial_batch_size(10) == 5000 and default_initial_batch_size(1000) == 10_000
+    assert default_initial_batch_size(10) == 5000 and default_initial_batch_size(1000) == 80_000
     # S / v, and a cluster without samples keeps its center
     previous = np.array([[1.0, 1.0], [5.0, 5.0]], dtype=np.float32)
     new = centers_from_sums(np.array([[4.0, 6.0], [0.0, 0.0]]), np.array([2.0, 0.0]), previous)
