@@ -22,6 +22,17 @@ from .score_error import _gamma
 from .stats import add_to_cluster
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _take_score(value, low, column, best, best_col, best_low, other_low):
+    """One score ``value`` of column ``column`` (``low``: the score less its error) folded into a row's running
+    summary ``(best, best_col, best_low, other_low)`` of :func:`_best_and_lowest_other`; the new summary."""
+    new = value < best
+    other_low = min(other_low, best_low if new else low)
+    best_low = low if new else best_low
+    best_col = column if new else best_col
+    return min(best, value), best_col, best_low, other_low
+
+
 @numba.njit(cache=True, nogil=True)
 def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low):
     """For every row ``i`` of the scores ``v[c, i] = scores_t[c, i] + column_add[c]`` (laid out center by
@@ -35,6 +46,10 @@ def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, be
     which for float32 doubles the lanes against float64 or int64 ones. Rounding ``x_norm`` and its product with
     ``err_x[c]`` to float32 makes the error term smaller by a relative ``2 * 2**-24`` at most, far inside the
     ``1.0001`` margin of :func:`center_errors`.
+
+    Four columns are taken per sweep over the rows, in column order (the same values as one column per sweep):
+    a row's summary is then loaded and stored once per four scores instead of once per score, which made the
+    scan about a quarter faster (k = 1000, 512 rows, float32: 27 -> 20 ms per 120,000 rows on one thread).
     """
     columns, rows = scores_t.shape
     for i in range(rows):
@@ -42,18 +57,33 @@ def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, be
         best_low[i] = np.inf
         other_low[i] = np.inf
         best_col[i] = 0
-    for c in range(columns):
+    swept = columns - columns % 4
+    for c in range(0, swept, 4):
+        add0, add1, add2, add3 = column_add[c], column_add[c + 1], column_add[c + 2], column_add[c + 3]
+        sq0, sq1, sq2, sq3 = err_sq[c], err_sq[c + 1], err_sq[c + 2], err_sq[c + 3]
+        x0, x1, x2, x3 = err_x[c], err_x[c + 1], err_x[c + 2], err_x[c + 3]
+        col0, col1, col2, col3 = np.int32(c), np.int32(c + 1), np.int32(c + 2), np.int32(c + 3)
+        for i in range(rows):
+            norm = x_norm[i]
+            top, top_col, top_low, low = best[i], best_col[i], best_low[i], other_low[i]
+            value = scores_t[c, i] + add0
+            top, top_col, top_low, low = _take_score(value, value - sq0 - norm * x0, col0, top, top_col, top_low, low)
+            value = scores_t[c + 1, i] + add1
+            top, top_col, top_low, low = _take_score(value, value - sq1 - norm * x1, col1, top, top_col, top_low, low)
+            value = scores_t[c + 2, i] + add2
+            top, top_col, top_low, low = _take_score(value, value - sq2 - norm * x2, col2, top, top_col, top_low, low)
+            value = scores_t[c + 3, i] + add3
+            best[i], best_col[i], best_low[i], other_low[i] = _take_score(value, value - sq3 - norm * x3, col3, top,
+                                                                          top_col, top_low, low)
+    for c in range(swept, columns):
         add = column_add[c]
         sq_part = err_sq[c]
         x_part = err_x[c]
         for i in range(rows):
             value = scores_t[c, i] + add
-            low = value - sq_part - x_norm[i] * x_part
-            new = value < best[i]
-            other_low[i] = min(other_low[i], best_low[i] if new else low)
-            best_low[i] = low if new else best_low[i]
-            best_col[i] = c if new else best_col[i]
-            best[i] = min(best[i], value)
+            best[i], best_col[i], best_low[i], other_low[i] = _take_score(
+                value, value - sq_part - x_norm[i] * x_part, np.int32(c), best[i], best_col[i], best_low[i],
+                other_low[i])
 
 
 @numba.njit(cache=True, nogil=True)
