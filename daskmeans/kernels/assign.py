@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 from ..config import ASSIGN_DIRECT_LIMIT, ASSIGN_SLAB_BYTES
-from .exact_assign import assign_with_bounds
+from .exact_assign import assign_with_bounds, stored_rows_dtype
 from .nested_groups import make_groups
 from .stats import cluster_stats
 
@@ -79,9 +79,12 @@ def nearest_centers(X, centers, stats=None, weights=None):
 
     Parameters
     ----------
-    X : ndarray (n, d), float32 or float64, C-contiguous
+    X : ndarray (n, d), float32 or float64, or integers as stored (uint8 descriptors)
+        Integer rows are computed exactly in the centers' dtype, converted a tile (or, with few centers, a slab)
+        at a time: the same labels, distances and sums as converting them first.
     centers : ndarray (k, d)
-        Cast to the dtype of ``X``.
+        Cast to the dtype of floating ``X``; with integer ``X``, floating centers keep their dtype (float64 for
+        integer centers).
     stats : tuple (sums, counts, sse), optional
         float64 accumulators that the rows are added to (in place, in row order): the numbers of
         :func:`daskmeans.kernels.stats.cluster_stats` with ``out=stats``, computed while each row is at hand.
@@ -94,15 +97,24 @@ def nearest_centers(X, centers, stats=None, weights=None):
     dist2 : float64 array (n,)
     """
     X = np.ascontiguousarray(X)
-    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    dtype = X.dtype if X.dtype.kind == "f" else stored_rows_dtype(centers)
+    centers = np.ascontiguousarray(centers, dtype=dtype)
     if X.shape[0] == 0:
         return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
-    if centers.shape[0] * centers.shape[1] <= ASSIGN_DIRECT_LIMIT:
+    if centers.shape[0] * centers.shape[1] > ASSIGN_DIRECT_LIMIT:
+        return nearest_gemm(X, centers, stats=stats, weights=weights)
+    if X.dtype == dtype:
         labels, dist2 = nearest_direct(X, centers)
         if stats is not None:
             cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
         return labels, dist2
-    return nearest_gemm(X, centers, stats=stats, weights=weights)
+    labels, dist2 = np.empty(X.shape[0], dtype=np.int32), np.empty(X.shape[0], dtype=np.float64)
+    step = max(1, ASSIGN_SLAB_BYTES // (X.shape[1] * dtype.itemsize))
+    for start in range(0, X.shape[0], step):
+        part = slice(start, start + step)
+        labels[part], dist2[part] = nearest_centers(X[part].astype(dtype), centers, stats,
+                                                    None if weights is None else weights[part])
+    return labels, dist2
 
 
 def all_dist2(X, centers):

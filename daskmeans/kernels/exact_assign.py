@@ -241,7 +241,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     ----------
     X : ndarray (n, d)
         float32 or float64, or integers kept as stored (uint8 descriptors): those are computed exactly in the
-        centers' dtype, converted a slab of ``slab_bytes`` at a time into one buffer (:func:`_assign_stored_rows`).
+        centers' dtype, converted a tile at a time just before its GEMM in the plain assignment (one group, C-ordered
+        rows: :func:`~daskmeans.kernels.one_group_assign._assign_one_group`), else a slab of ``slab_bytes`` at a time
+        into one buffer (:func:`_assign_stored_rows`).
     centers : ndarray (k, d)
         The rows' dtype when they are floating.
     groups : CenterGroups
@@ -284,26 +286,32 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
         raise TypeError(f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not {lower.dtype}")
     if n == 0:
         return labels, dist2, lower, 0
-    if X.dtype.kind != "f":
+    columns = groups.slot_center.shape[0]
+    by_column_blocks = column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK
+    if X.dtype.kind == "f":
+        X = np.ascontiguousarray(X)
+        dtype = X.dtype
+    elif n_groups > 1 or by_column_blocks or not X.flags.c_contiguous:
         return _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_blocks, stats, weights, out)
-    X = np.ascontiguousarray(X)
-    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    else:
+        # the plain assignment converts each tile of rows as it scores it (_assign_one_group)
+        dtype = stored_rows_dtype(centers)
+    centers = np.ascontiguousarray(centers, dtype=dtype)
     slot_center = groups.slot_center
     padding = slot_center < 0
     slot_sq = np.where(padding, np.inf, row_sq_norms(centers)[np.maximum(slot_center, 0)])
-    columns = slot_center.shape[0]
     # (d + 1, columns): -2 c (exact in floating point) over the norm; padding slots are all zeros, and their scores
     # are set to inf after each GEMM (an inf inside the GEMM raises a spurious 'invalid value' from BLAS kernels
     # that multiply it by the zeros they pad a tile with)
-    slots = np.empty((d + 1, columns), dtype=X.dtype)
-    step = max(1, slab_bytes // max(1, d * X.dtype.itemsize))  # a slab of centers at a time: no k x d temporaries
+    slots = np.empty((d + 1, columns), dtype=dtype)
+    step = max(1, slab_bytes // max(1, d * dtype.itemsize))  # a slab of centers at a time: no k x d temporaries
     for c0 in range(0, columns, step):
         part = centers[np.maximum(slot_center[c0:c0 + step], 0)]
         part *= -2
         part[padding[c0:c0 + step]] = 0
         slots[:d, c0:c0 + step] = part.T
     slots[d] = np.where(padding, 0, slot_sq)
-    if column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK:
+    if by_column_blocks:
         x_sq = row_sq_norms(X)
         allowance = score_error_allowance(x_sq, slot_norms(centers, slot_center, n_groups)[2], d, X.dtype)
         rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
@@ -324,8 +332,7 @@ def _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_bloc
     SIFT descriptors), above glibc's ``mmap`` threshold in Dask's workers: fresh pages on every pass, which cost
     ~1.7 ms per MB on a virtual machine that hands freed memory back to its host. Each row's results are those of
     converting the whole block (rows are independent; the statistics are added in row order either way)."""
-    centers = np.asarray(centers)
-    dtype = centers.dtype if centers.dtype.kind == "f" else np.dtype(np.float64)
+    dtype = stored_rows_dtype(centers)
     n, d = X.shape
     labels, dist2, lower = out
     step = max(1, int(slab_bytes) // max(1, d * dtype.itemsize))
@@ -339,6 +346,12 @@ def _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_bloc
                                         None if weights is None else weights[start:stop],
                                         out=(labels[start:stop], dist2[start:stop], lower[start:stop]))[3]
     return labels, dist2, lower, rechecked
+
+
+def stored_rows_dtype(centers) -> np.dtype:
+    """The floating dtype integer rows are computed in against ``centers``: the centers' own, else float64."""
+    dtype = np.asarray(centers).dtype
+    return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
 def slot_norms(centers, slot_center, n_groups):

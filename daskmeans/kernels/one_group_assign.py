@@ -173,24 +173,36 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
                       sums, counts, sse):
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
-    tile's rows, laid out center by center, then :func:`_settle_one_group`."""
+    tile's rows, laid out center by center, then :func:`_settle_one_group`.
+
+    Rows of another dtype than the slots' (integers as stored) are converted a tile at a time into one small
+    buffer, exactly, just before the tile's GEMM, which then reads them from the cache; the tile's settling reads
+    them there too. Converting a larger slab first (8 MiB) left the GEMM and the settling to read it from memory.
+    """
     n, d = X.shape
+    dtype = slots.dtype
     columns = slots.shape[1]
-    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * X.dtype.itemsize)))
+    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
     scaled_centers = np.ascontiguousarray(slots[:d].T)
     column_sq = np.ascontiguousarray(slots[d])
-    err_sq, err_x = center_errors(column_sq, d, X.dtype)
-    buffer = np.empty(columns * row_step, dtype=X.dtype)
-    best, best_low, other_low = (np.empty(row_step, dtype=X.dtype) for _ in range(3))
+    err_sq, err_x = center_errors(column_sq, d, dtype)
+    buffer = np.empty(columns * row_step, dtype=dtype)
+    best, best_low, other_low = (np.empty(row_step, dtype=dtype) for _ in range(3))
     best_col = np.empty(row_step, dtype=np.int32)
     x_norm = np.empty(row_step)
-    x_norm_scan = np.empty(row_step, dtype=X.dtype)
+    x_norm_scan = np.empty(row_step, dtype=dtype)
+    converted = None if X.dtype == dtype else np.empty((row_step, d), dtype=dtype)
     rechecked = 0
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
+        if converted is None:
+            rows = X[r0:r1]
+        else:
+            rows = converted[: r1 - r0]
+            rows[...] = X[r0:r1]
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
-        np.matmul(scaled_centers, X[r0:r1].T, out=scores_t)
-        rechecked += _settle_one_group(X[r0:r1], centers, scores_t, column_sq, slot_center, err_sq, err_x, best,
+        np.matmul(scaled_centers, rows.T, out=scores_t)
+        rechecked += _settle_one_group(rows, centers, scores_t, column_sq, slot_center, err_sq, err_x, best,
                                        best_col, best_low, other_low, x_sq[r0:r1], x_norm, x_norm_scan, labels[r0:r1],
                                        dist2[r0:r1], lower[r0:r1], norms_here,
                                        weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..config import N_FAR, N_FAR_MAX, N_FAR_PER_CLUSTERS
 from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
-from ..engine.slabs import map_rows, slabs
+from ..engine.slabs import compute_dtype, is_aligned, map_rows, row_slabs, slab_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.probe import probe_nearest
@@ -74,14 +74,44 @@ def _merge_farthest(parts, keep):
 
 
 def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
+    """A block's statistics and far rows: the block assigned in one call where the kernel can take it as stored
+    (:func:`assigned_whole`), else a converted slab at a time; the far rows are chosen slab by slab either way, so
+    the result is the same."""
     k, d = centers.shape
     stats, far = (np.zeros((k, d)), np.zeros(k), np.zeros(k)), []
-    for start, rows, w in slabs(block, weights, reuse=True):
-        if check_finite:
-            check_finite_block(rows, offset + start)
-        labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=w)
-        far.append(_farthest_eligible(dist2, rows, labels, w, n_far))
+    block = np.asarray(block)
+    if not assigned_whole(block, centers.dtype):
+        for start, rows, w in slabs(block, weights, reuse=True):
+            if check_finite:
+                check_finite_block(rows, offset + start)
+            labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=w)
+            far.append(_farthest_eligible(dist2, rows, labels, w, n_far))
+        return (*stats, _merge_farthest(far, n_far))
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    parts = list(row_slabs(block.shape[0], slab_rows(d, centers.dtype.itemsize)))
+    if check_finite and block.dtype.kind == "f":
+        for start, stop in parts:
+            check_finite_block(block[start:stop], offset + start)
+    labels, dist2 = nearest_centers(block, centers, stats=stats, weights=weights)
+    for start, stop in parts:
+        chosen = _farthest_eligible(dist2[start:stop], block[start:stop], labels[start:stop],
+                                    None if weights is None else weights[start:stop], n_far)
+        far.append((chosen[0], chosen[1].astype(centers.dtype), *chosen[2:]))
     return (*stats, _merge_farthest(far, n_far))
+
+
+def assigned_whole(block, dtype) -> bool:
+    """Whether the assign kernel takes ``block`` as it is, for centers of ``dtype`` (the compute dtype): rows
+    already of that dtype, C-ordered and aligned, or native integers, C-ordered, that it converts a tile at a time
+    (:func:`daskmeans.kernels.assign.nearest_centers`). One call per block then replaces one per slab, and so
+    does the setting up of the centers, their errors and the score buffer: each is allocated once per block, and
+    each fresh allocation costs page faults in Dask's worker processes (see
+    :func:`daskmeans.engine.slabs.slabs`)."""
+    if not block.flags.c_contiguous or compute_dtype(block.dtype) != dtype:
+        return False
+    if block.dtype.kind in "ui":
+        return block.dtype.isnative
+    return block.dtype == dtype and is_aligned(block)
 
 
 def _combine_stats(parts, n_far):

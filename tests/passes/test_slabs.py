@@ -146,6 +146,50 @@ def test_the_assign_pass_on_a_stored_block_gives_the_whole_block_result():
     assert far[1].dtype == np.float32 and far[1].shape == (8, D)
 
 
+def test_a_stored_block_assigned_whole_gives_the_slab_by_slab_result_bitwise():
+    """The assign pass takes a uint8 block (and a C-ordered float one) in one call, its tiles converted as they are
+    scored; a block it cannot take so (here Fortran-ordered) goes slab by slab. Statistics, weights and far rows
+    (chosen slab by slab either way; duplicate rows make equal distances) are the same to the last bit."""
+    from daskmeans.passes.assign import assigned_whole
+
+    block = _uint8_block(seed=8)
+    block[100:140] = block[7]  # equal distances among the far rows' candidates
+    floats = block.astype(np.float32)
+    weights = np.random.default_rng(9).random(ROWS)
+    weights[::5] = 0  # weight 0 rows cannot be far rows
+    centers = floats[np.random.default_rng(10).choice(ROWS, 40, replace=False)] + 0.5
+    by_slabs = np.asfortranarray(floats)
+    assert assigned_whole(block, np.dtype(np.float32)) and assigned_whole(floats, np.dtype(np.float32))
+    assert not assigned_whole(by_slabs, np.dtype(np.float32))
+    expected = _assign_stats_block(by_slabs, 0, weights, centers, 300, True)
+    for whole in (block, floats):
+        result = _assign_stats_block(whole, 0, weights, centers, 300, True)
+        for a, b in zip(result[:3], expected[:3]):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(result[3], expected[3]):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+    assert (expected[3][3] > 0).all() and expected[3][1].dtype == np.float32
+
+
+@pytest.mark.parametrize("n_clusters, n_features", [(3, 16), (50, 128)])
+def test_nearest_centers_of_integer_rows_equal_those_of_the_converted_rows(n_clusters, n_features):
+    """Few centers (the direct kernel, converted a slab at a time) and many (GEMM tiles converted one by one)."""
+    rng = np.random.default_rng(11)
+    rows = rng.integers(0, 256, size=(5000, n_features), dtype=np.uint8)
+    centers = rows[:n_clusters].astype(np.float32) + 0.25
+    weights = rng.random(5000)
+    stats = tuple(np.zeros(shape) for shape in ((n_clusters, n_features), n_clusters, n_clusters))
+    expected = tuple(np.zeros(shape) for shape in ((n_clusters, n_features), n_clusters, n_clusters))
+    labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=weights)
+    expected_labels, expected_dist2 = nearest_centers(rows.astype(np.float32), centers, stats=expected,
+                                                      weights=weights)
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_array_equal(dist2, expected_dist2)
+    for a, b in zip(stats, expected):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_summary_of_a_stored_block_matches_numpy():
     block = _uint8_block(seed=4)
     result = finish_summary(_summarize_block(block, 0, None, True), ROWS)
