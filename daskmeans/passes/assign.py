@@ -74,30 +74,51 @@ def _merge_farthest(parts, keep):
 
 
 def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
-    """A block's statistics and far rows: the block assigned in one call where the kernel can take it as stored
-    (:func:`assigned_whole`), else a converted slab at a time; the far rows are chosen slab by slab either way, so
-    the result is the same."""
     k, d = centers.shape
-    stats, far = (np.zeros((k, d)), np.zeros(k), np.zeros(k)), []
+    stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
+    far = [farthest_of_slab(dist2, rows, labels, w, n_far, centers.dtype)
+           for _, rows, labels, dist2, w in assigned_slabs(block, offset, weights, centers, stats, check_finite)]
+    return (*stats, _merge_farthest(far, n_far))
+
+
+def assigned_slabs(block, offset, weights, centers, stats, check_finite=False):
+    """Assign a stored block to ``centers``, adding its rows to ``stats``; its results, slab by slab.
+
+    The block is assigned in one call where the kernel takes it as stored (:func:`assigned_whole`), else a
+    converted slab at a time (:func:`daskmeans.engine.slabs.slabs`); the slabs are the same either way, so what a
+    caller makes of them (far rows chosen slab by slab) is too.
+
+    Yields
+    ------
+    start : int
+        The slab's first row in the block.
+    rows : ndarray (m, d)
+        Its rows, as stored (assigned whole) or converted into a buffer the next slab reuses: copy what is kept.
+    labels, dist2, weights : ndarray (m,)
+        Its rows' nearest centers, their exact squared distances and their weights (float64, or None).
+    """
     block = np.asarray(block)
     if not assigned_whole(block, centers.dtype):
         for start, rows, w in slabs(block, weights, reuse=True):
             if check_finite:
                 check_finite_block(rows, offset + start)
-            labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=w)
-            far.append(_farthest_eligible(dist2, rows, labels, w, n_far))
-        return (*stats, _merge_farthest(far, n_far))
+            yield (start, rows, *nearest_centers(rows, centers, stats=stats, weights=w), w)
+        return
     weights = None if weights is None else np.asarray(weights, dtype=np.float64)
-    parts = list(row_slabs(block.shape[0], slab_rows(d, centers.dtype.itemsize)))
+    parts = list(row_slabs(block.shape[0], slab_rows(block.shape[1], centers.dtype.itemsize)))
     if check_finite and block.dtype.kind == "f":
         for start, stop in parts:
             check_finite_block(block[start:stop], offset + start)
     labels, dist2 = nearest_centers(block, centers, stats=stats, weights=weights)
     for start, stop in parts:
-        chosen = _farthest_eligible(dist2[start:stop], block[start:stop], labels[start:stop],
-                                    None if weights is None else weights[start:stop], n_far)
-        far.append((chosen[0], chosen[1].astype(centers.dtype), *chosen[2:]))
-    return (*stats, _merge_farthest(far, n_far))
+        yield (start, block[start:stop], labels[start:stop], dist2[start:stop],
+               None if weights is None else weights[start:stop])
+
+
+def farthest_of_slab(dist2, rows, labels, weights, keep, dtype):
+    """:func:`_farthest_eligible` of a slab that :func:`assigned_slabs` gave, the chosen rows in ``dtype``."""
+    chosen = _farthest_eligible(dist2, rows, labels, weights, keep)
+    return chosen[0], chosen[1].astype(dtype, copy=False), *chosen[2:]
 
 
 def assigned_whole(block, dtype) -> bool:

@@ -24,7 +24,7 @@ from ..engine.slabs import compute_dtype, slabs
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
 from ..kernels.vrkm import candidate_lists
-from .assign import _combine_stats, _farthest_eligible, _merge_farthest, far_rows
+from .assign import _combine_stats, _farthest_eligible, _merge_farthest, assigned_slabs, far_rows, farthest_of_slab
 
 
 @dataclass
@@ -59,33 +59,52 @@ def segment_starts(n_draws: int, segment_rows: int) -> np.ndarray:
     return np.arange(0, n_draws, max(1, int(segment_rows)), dtype=np.int64)
 
 
+def _labels_of_sampled(block, offset, weights, centers, sampled, stats, n_far):
+    """Every row of a block assigned (added to ``stats``), slab by slab: the labels of the ``sampled`` rows (sorted
+    positions in the block) with empty candidate lists, and each slab's far rows."""
+    lists, far = [], []
+    for start, slab, labels, dist2, w in assigned_slabs(block, offset, weights, centers, stats):
+        lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
+        here = sampled[lo:hi] - start
+        lists.append((labels[here], np.empty((here.size, 0), np.int32), np.full(here.size, np.inf)))
+        far.append(farthest_of_slab(dist2, slab, labels, w, n_far, centers.dtype))
+    return lists, far
+
+
+def _candidate_lists_of_sampled(block, weights, centers, sampled, stats, n_candidates, n_far):
+    """:func:`_labels_of_sampled` with the sampled rows' candidate lists (``n_candidates`` nearest centers) for the
+    per-sample inner loop: the sampled rows get lists, the others their nearest center (no row is compared twice)."""
+    k = centers.shape[0]
+    lists, far = [], []
+    for start, slab, w in slabs(block, weights, reuse=True):  # nothing below keeps a view of the slab
+        lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
+        here = sampled[lo:hi] - start
+        labels = np.empty(slab.shape[0], dtype=np.int32)
+        dist2 = np.empty(slab.shape[0], dtype=np.float64)
+        others = np.ones(slab.shape[0], dtype=bool)
+        others[here] = False
+        if here.size < slab.shape[0]:
+            labels[others], dist2[others] = nearest_centers(slab[others], centers)
+        s_labels, s_dist2, s_candidates, s_lower = candidate_lists(slab[here], centers, n_candidates)
+        labels[here] = s_labels
+        dist2[here] = s_dist2
+        lists.append((s_labels, s_candidates, s_lower))
+        cluster_stats(slab, labels, dist2, k, w, out=stats)
+        far.append(_farthest_eligible(dist2, slab, labels, w, n_far))
+    return lists, far
+
+
 def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n_far):
-    block = np.asarray(block)  # as stored: converted a slab at a time
+    block = np.asarray(block)  # as stored
     positions = np.flatnonzero((draws >= offset) & (draws < offset + block.shape[0]))
     rows = block[draws[positions] - offset]  # as stored: a quarter of the bytes of uint8 data as floats
     sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
     k = centers.shape[0]
-    stats, far, lists = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k)), [], []
-    for start, slab, w in slabs(block, weights, reuse=True):  # nothing below keeps a view of the slab
-        lo, hi = np.searchsorted(sampled, [start, start + slab.shape[0]])
-        here = sampled[lo:hi] - start
-        if n_candidates == 0:
-            labels, dist2 = nearest_centers(slab, centers, stats=stats, weights=w)
-            lists.append((labels[here], np.empty((here.size, 0), np.int32), np.full(here.size, np.inf)))
-        else:
-            # the sampled rows get candidate lists, the others their nearest center: no row is compared twice
-            labels = np.empty(slab.shape[0], dtype=np.int32)
-            dist2 = np.empty(slab.shape[0], dtype=np.float64)
-            others = np.ones(slab.shape[0], dtype=bool)
-            others[here] = False
-            if here.size < slab.shape[0]:
-                labels[others], dist2[others] = nearest_centers(slab[others], centers)
-            s_labels, s_dist2, s_candidates, s_lower = candidate_lists(slab[here], centers, n_candidates)
-            labels[here] = s_labels
-            dist2[here] = s_dist2
-            lists.append((s_labels, s_candidates, s_lower))
-            cluster_stats(slab, labels, dist2, k, w, out=stats)
-        far.append(_farthest_eligible(dist2, slab, labels, w, n_far))
+    stats = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k))
+    if n_candidates == 0:
+        lists, far = _labels_of_sampled(block, offset, weights, centers, sampled, stats, n_far)
+    else:
+        lists, far = _candidate_lists_of_sampled(block, weights, centers, sampled, stats, n_candidates, n_far)
     s_labels, s_candidates, s_lower = (np.concatenate([part[i] for part in lists]) for i in range(3))
     # positions come sorted (np.flatnonzero): each segment is a slice
     cuts = np.append(np.searchsorted(positions, starts), positions.size)
