@@ -20,7 +20,7 @@ from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN
                       ASSIGN_TILE_BYTES)
 from .distance import pair_dist2
 from .group_scan import scan_groups
-from .one_group_assign import _assign_one_group
+from .one_group_assign import RowTiles, _assign_one_group
 from .packed_bounds import LOWER_DTYPE, store_lower
 from .score_error import _gamma, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
 from .stats import add_to_cluster, cluster_stats
@@ -241,9 +241,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     ----------
     X : ndarray (n, d)
         float32 or float64, or integers kept as stored (uint8 descriptors): those are computed exactly in the
-        centers' dtype, converted a tile at a time just before its GEMM in the plain assignment (one group, C-ordered
-        rows: :func:`~daskmeans.kernels.one_group_assign._assign_one_group`), else a slab of ``slab_bytes`` at a time
-        into one buffer (:func:`_assign_stored_rows`).
+        centers' dtype, converted a tile at a time just before its GEMM
+        (:class:`~daskmeans.kernels.one_group_assign.RowTiles`) when they are C-ordered and not scored by column
+        blocks, else a slab of ``slab_bytes`` at a time into one buffer (:func:`_assign_stored_rows`).
     centers : ndarray (k, d)
         The rows' dtype when they are floating.
     groups : CenterGroups
@@ -291,10 +291,10 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     if X.dtype.kind == "f":
         X = np.ascontiguousarray(X)
         dtype = X.dtype
-    elif n_groups > 1 or by_column_blocks or not X.flags.c_contiguous:
+    elif by_column_blocks or not X.flags.c_contiguous:
         return _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_blocks, stats, weights, out)
     else:
-        # the plain assignment converts each tile of rows as it scores it (_assign_one_group)
+        # each tile of rows is converted as it is scored (_assign_tiles, _assign_one_group)
         dtype = stored_rows_dtype(centers)
     centers = np.ascontiguousarray(centers, dtype=dtype)
     slot_center = groups.slot_center
@@ -325,8 +325,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
 
 
 def _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_blocks, stats, weights, out):
-    """:func:`assign_with_bounds` of integer rows, converted into the centers' floating dtype (exactly: up to 16-bit
-    integers in float32) a slab of ``slab_bytes`` at a time, into one buffer.
+    """:func:`assign_with_bounds` of integer rows it cannot convert a tile at a time (scored by column blocks, or
+    not C-ordered), converted into the centers' floating dtype (exactly: up to 16-bit integers in float32) a slab of
+    ``slab_bytes`` at a time, into one buffer.
 
     Converting a whole block at once instead makes a temporary of the block's size in float32 (61 MB for 120,000
     SIFT descriptors), above glibc's ``mmap`` threshold in Dask's workers: fresh pages on every pass, which cost
@@ -376,31 +377,34 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     if n_groups == 1:
         return _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here,
                                  weights, sums, counts, sse)
-    gamma = _gamma(d, X.dtype)
+    dtype = slots.dtype
+    gamma = _gamma(d, dtype)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     columns = slots.shape[1]
     # scores laid out center by center (rows innermost, for the vectorized scan); the squared norms are added by
     # the scan, inf for padding slots (whose zero centers score 0 in the GEMM)
     scaled_centers = np.ascontiguousarray(slots[:d].T)
-    column_add = np.where(slot_center < 0, np.inf, slots[d]).astype(X.dtype)
-    row_step = score_rows(n, columns, X.dtype.itemsize, slab_bytes)
-    buffer = np.empty(columns * row_step, dtype=X.dtype)
-    best = np.empty(row_step, dtype=X.dtype)
-    other_second = np.empty(row_step, dtype=X.dtype)
+    column_add = np.where(slot_center < 0, np.inf, slots[d]).astype(dtype)
+    row_step = score_rows(n, columns, dtype.itemsize, slab_bytes)
+    buffer = np.empty(columns * row_step, dtype=dtype)
+    best = np.empty(row_step, dtype=dtype)
+    other_second = np.empty(row_step, dtype=dtype)
     best_col = np.empty(row_step, dtype=np.int32)
     best_group = np.empty(row_step, dtype=np.int32)
-    own_second = np.empty(row_step, dtype=X.dtype)
-    group_min = np.empty(n_groups * row_step, dtype=X.dtype)
-    group_second = np.empty(n_groups * row_step, dtype=X.dtype)
+    own_second = np.empty(row_step, dtype=dtype)
+    group_min = np.empty(n_groups * row_step, dtype=dtype)
+    group_second = np.empty(n_groups * row_step, dtype=dtype)
+    tiles = RowTiles(X, row_step, dtype)
     rechecked = 0
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
+        rows = tiles.rows(r0, r1)
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
-        np.matmul(scaled_centers, X[r0:r1].T, out=scores_t)
+        np.matmul(scaled_centers, rows.T, out=scores_t)
         tile_min = group_min[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0)
         scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, tile_min,
                     group_second[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0), own_second, other_second)
-        rechecked += _finish_slab(X[r0:r1], centers, scores_t, best_col, tile_min.T.copy(), own_second,
+        rechecked += _finish_slab(rows, centers, scores_t, best_col, tile_min.T.copy(), own_second,
                                   other_second, slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1],
                                   dist2[r0:r1], lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
                                   weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)

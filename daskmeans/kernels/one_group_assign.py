@@ -169,16 +169,30 @@ def center_errors(column_sq, n_features, dtype):
     return err_sq.astype(dtype), err_x.astype(dtype)
 
 
+class RowTiles:
+    """Tiles of rows in the compute dtype: views of ``X`` when it has that dtype, else each tile converted
+    (exactly: integers as stored) into one small buffer just before it is scored, so that the GEMM and the settling
+    read it from the cache. Converting a larger slab first (8 MiB) left them to read it from memory."""
+
+    def __init__(self, X, tile_rows, dtype):
+        self.X = X
+        self.buffer = None if X.dtype == dtype else np.empty((min(tile_rows, X.shape[0]), X.shape[1]), dtype=dtype)
+
+    def rows(self, start, stop):
+        """Rows ``start:stop`` (at most ``tile_rows``), valid until the next call."""
+        if self.buffer is None:
+            return self.X[start:stop]
+        rows = self.buffer[: stop - start]
+        rows[...] = self.X[start:stop]
+        return rows
+
+
 def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here, weights,
                       sums, counts, sse):
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
-    tile's rows, laid out center by center, then :func:`_settle_one_group`.
-
-    Rows of another dtype than the slots' (integers as stored) are converted a tile at a time into one small
-    buffer, exactly, just before the tile's GEMM, which then reads them from the cache; the tile's settling reads
-    them there too. Converting a larger slab first (8 MiB) left the GEMM and the settling to read it from memory.
-    """
+    tile's rows, laid out center by center, then :func:`_settle_one_group`. Rows of another dtype than the slots'
+    (integers as stored) are converted a tile at a time (:class:`RowTiles`)."""
     n, d = X.shape
     dtype = slots.dtype
     columns = slots.shape[1]
@@ -191,15 +205,11 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
     best_col = np.empty(row_step, dtype=np.int32)
     x_norm = np.empty(row_step)
     x_norm_scan = np.empty(row_step, dtype=dtype)
-    converted = None if X.dtype == dtype else np.empty((row_step, d), dtype=dtype)
+    tiles = RowTiles(X, row_step, dtype)
     rechecked = 0
     for r0 in range(0, n, row_step):
         r1 = min(n, r0 + row_step)
-        if converted is None:
-            rows = X[r0:r1]
-        else:
-            rows = converted[: r1 - r0]
-            rows[...] = X[r0:r1]
+        rows = tiles.rows(r0, r1)
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
         np.matmul(scaled_centers, rows.T, out=scores_t)
         rechecked += _settle_one_group(rows, centers, scores_t, column_sq, slot_center, err_sq, err_x, best,

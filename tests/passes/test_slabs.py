@@ -190,6 +190,31 @@ def test_nearest_centers_of_integer_rows_equal_those_of_the_converted_rows(n_clu
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("grouping, n_groups", [("none", 1), ("yinyang", 7)])
+def test_assignment_with_bounds_of_integer_rows_equals_that_of_the_converted_rows(grouping, n_groups):
+    """Integer rows converted a tile at a time (C-ordered) or a slab at a time (a column view): the labels, exact
+    distances, bounds and statistics of the rows converted first."""
+    from daskmeans.kernels.exact_assign import assign_with_bounds
+    from daskmeans.kernels.nested_groups import make_groups
+
+    rng = np.random.default_rng(12)
+    rows = rng.integers(0, 256, size=(3000, 64), dtype=np.uint8)
+    centers = rows[rng.choice(3000, 60, replace=False)].astype(np.float32) + 0.5
+    groups = make_groups(centers, grouping, n_groups)
+
+    def assigned(X):
+        stats = (np.zeros((60, 64)), np.zeros(60), np.zeros(60))
+        return assign_with_bounds(X, centers, groups, stats=stats), stats
+
+    expected = assigned(rows.astype(np.float32))
+    wide = np.zeros((3000, 65), dtype=np.uint8)
+    wide[:, :64] = rows
+    for X in (rows, wide[:, :64]):
+        result = assigned(X)
+        for a, b in zip(result[0] + result[1], expected[0] + expected[1]):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_the_summary_of_a_stored_block_matches_numpy():
     block = _uint8_block(seed=4)
     result = finish_summary(_summarize_block(block, 0, None, True), ROWS)
