@@ -5,7 +5,9 @@ An input is stored in its own dtype (uint8 descriptors, float32 embeddings) and 
 processes it a slab of rows at a time (:func:`row_slabs`, :func:`slab_rows`), so what a task allocates is the
 stored chunk, one slab as floats with the kernels' temporaries for it (a constant set by ``SLAB_BYTES``), and the
 pass's per-row outputs (a few bytes per row). Accumulating kernels carry their sums from slab to slab, so a slabbed
-pass gives the same numbers as one call on the whole chunk wherever the kernel sums row by row.
+pass gives the same numbers as one call on the whole chunk wherever the kernel sums row by row. The exact
+assignment goes further where it takes the chunk as stored (:func:`daskmeans.passes.assign.assigned_slabs`): it
+converts each tile of rows just before scoring it, into a buffer far smaller than a slab.
 
 The dask array the passes are given is the converted one (its dtype is the compute dtype, which the graph builders
 need); :func:`with_stored_form` attaches the array as stored to it, and :func:`stored_blocks` hands the tasks the
