@@ -169,6 +169,52 @@ def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_it
         np.testing.assert_array_equal(other_low, others.min(axis=1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_best_and_second_and_the_lowest_other_where_near_match_numpy(dtype):
+    """The unbounded pass's scan: the best score, its column and the smallest other score (NumPy's argmin and
+    min); then ``other_low`` is exact wherever the near-tie test could pass with it, and elsewhere a lower bound
+    that keeps the test failing, so every row is decided as with the exact value."""
+    from daskmeans.kernels.one_group_assign import (_best_and_lowest_other, _best_and_second,
+                                                    _lowest_other_where_near)
+
+    rng = np.random.default_rng(9)
+    for n, columns, spread in ((600, 7, 6), (500, 9, 3), (10, 1, 6)):
+        values = rng.integers(0, spread, size=(n, columns)).astype(dtype)  # many ties, within and across rows
+        if columns > 1:
+            values[5] = np.inf
+            values[7, 3:] = 2
+        column_add = rng.integers(-2, 3, size=columns).astype(dtype)
+        err_sq = (rng.integers(0, 3, size=columns) / 4).astype(dtype)
+        err_x = (rng.integers(0, 3, size=columns) / 8).astype(dtype)
+        x_sq = rng.integers(0, 9, size=n).astype(np.float64)
+        x_norm = np.sqrt(x_sq)
+        x_norm_scan = x_norm.astype(dtype)
+        scores_t = np.ascontiguousarray(values.T)
+        best, second, best_low, other_low, low_near = (np.empty(n, dtype=dtype) for _ in range(5))
+        best_col, reference_col = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+        _best_and_second(scores_t, column_add, best, best_col, second)
+        expected_scores = values + column_add
+        expected_col = expected_scores.argmin(axis=1)
+        np.testing.assert_array_equal(best_col, expected_col)
+        np.testing.assert_array_equal(best, expected_scores[np.arange(n), expected_col])
+        others = expected_scores.copy()
+        others[np.arange(n), expected_col] = np.inf
+        np.testing.assert_array_equal(second, others.min(axis=1))
+
+        reference_best = np.empty(n, dtype=dtype)
+        _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm_scan, reference_best, reference_col,
+                               best_low, other_low)
+        _lowest_other_where_near(scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col,
+                                 second, low_near)
+        row_err = 1e-12 * x_sq
+        limit = best.astype(np.float64) + err_sq[best_col] + x_norm * err_x[best_col] + row_err
+        near = other_low.astype(np.float64) - row_err <= limit
+        assert columns == 1 or (near.any() and not near.all())
+        np.testing.assert_array_equal(low_near[near], other_low[near])
+        assert (low_near[~near] <= other_low[~near]).all()
+        assert (low_near[~near].astype(np.float64) - row_err[~near] > limit[~near]).all()
+
+
 def test_one_far_center_no_longer_makes_every_row_a_near_tie():
     """The near-tie test takes each center's own score error: a far center (kdd's largest is 22 times the median
     norm) widens only its own scores' test. Labels and distances stay the exact ones."""
