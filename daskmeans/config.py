@@ -83,6 +83,12 @@ ASSIGN_DIRECT_LIMIT = 256
 ONE_GROUP_TILE_ROWS = 512
 #: Nearest-center assignment: most bytes of the GEMM score matrix held at once (the memory bound).
 ASSIGN_SLAB_BYTES = 8 * 2**20
+#: Nearest-center assignment without bounds in float32 (scores never written, :mod:`daskmeans.kernels.panel_scan`):
+#: bytes of stored rows per tile, settled together after their scan while they are in the L2 cache.
+PANEL_TILE_BYTES = 512 * 2**10
+#: ... for rows of at most this many features, whose panel (32 rows in float32) fits the L1 cache: with more
+#: (MNIST's 784) BLAS tiles were faster at every k from 10 to 1000 (0.63-0.83x on one thread in session 35).
+PANEL_MAX_FEATURES = 256
 #: Nearest-center assignment: bytes of one GEMM tile of scores, small enough that the reductions after the GEMM
 #: (argmin, second best, group minima) read it from the L2 cache ... (2 MiB: 512 rows at k = 1000 in float32; in
 #: session 30, yinyang's full assignment of 40,000 SIFT descriptors in 100 groups took 119-124 ms on one thread

@@ -22,7 +22,7 @@ import numpy as np
 from .engine import random as engine_random
 from .engine.random import row_uniforms
 from .kernels import (afkmc2, assign, exact_assign, group_scan, kernel_centers, kernel_functions, kernel_minibatch,
-                      one_group_assign, score_error, stats, truncated_em)
+                      one_group_assign, panel_scan, score_error, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
@@ -51,11 +51,16 @@ def _tiny_block(dtype, rows=8, features=3):
 
 def _warm_assign(dtype):
     """``nearest_direct``; the exact assignment against groups of centers with their bounds (exact k-means with
-    bounds, nmbatch); through ``nearest_gemm`` the exact assignment against one group."""
+    bounds, nmbatch); through ``nearest_gemm`` the exact assignment against one group, with near ties (two equal
+    centers), and in float32 of uint8 rows too (descriptors as stored, with their statistics)."""
     block = _tiny_block(dtype)
     centers = np.ascontiguousarray(block[:4])
     nearest_direct(block, centers[:2])
     exact_assign.assign_with_bounds(block, centers, make_groups(centers, "yinyang", 2))
+    nearest_gemm(block, np.ascontiguousarray(centers[[0, 0]]))
+    if dtype == np.float32:
+        stored = np.ascontiguousarray(block * 100, dtype=np.uint8)
+        nearest_gemm(stored, centers[:2], stats=(np.zeros((2, block.shape[1])), np.zeros(2), np.zeros(2)))
     return nearest_gemm(block, centers[:2])
 
 
@@ -124,6 +129,8 @@ def _dispatchers():
         "kernels.exact_assign._finish_slab": exact_assign._finish_slab,
         "kernels.group_scan.scan_groups": group_scan.scan_groups,
         "kernels.one_group_assign._settle_one_group": one_group_assign._settle_one_group,
+        "kernels.one_group_assign._settle_clear_rows": one_group_assign._settle_clear_rows,
+        "kernels.panel_scan.best_and_lowest_other_by_panels": panel_scan.best_and_lowest_other_by_panels,
         "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,

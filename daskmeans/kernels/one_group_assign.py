@@ -15,11 +15,12 @@ import math
 import numba
 import numpy as np
 
-from ..config import ONE_GROUP_TILE_ROWS
+from ..config import ONE_GROUP_TILE_ROWS, PANEL_MAX_FEATURES, PANEL_TILE_BYTES
 from .distance import pair_dist2
 from .packed_bounds import store_lower
+from .panel_scan import PANEL_ROWS, best_and_lowest_other_by_panels, padded
 from .score_error import _gamma
-from .stats import add_to_cluster
+from .stats import _cluster_stats, add_to_cluster
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -267,14 +268,18 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
     tile's rows, laid out center by center, then :func:`_settle_one_group`. Rows of another dtype than the slots'
-    (integers as stored) are converted a tile at a time (:class:`RowTiles`)."""
+    (integers as stored) are converted a tile at a time (:class:`RowTiles`). In float32 with at most
+    ``PANEL_MAX_FEATURES`` features, the scores are never written: :func:`_assign_by_panels`."""
     n, d = X.shape
     dtype = slots.dtype
     columns = slots.shape[1]
-    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
     scaled_centers = np.ascontiguousarray(slots[:d].T)
     column_sq = np.ascontiguousarray(slots[d])
     err_sq, err_x = center_errors(column_sq, d, dtype)
+    if dtype == np.float32 and d <= PANEL_MAX_FEATURES:
+        return _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, x_sq, labels,
+                                 dist2, lower, weights, sums, counts, sse)
+    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
     buffer = np.empty(columns * row_step, dtype=dtype)
     best, best_low, other_low = (np.empty(row_step, dtype=dtype) for _ in range(3))
     best_col = np.empty(row_step, dtype=np.int32)
@@ -291,4 +296,80 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
                                        best_col, best_low, other_low, x_sq[r0:r1], x_norm, x_norm_scan, labels[r0:r1],
                                        dist2[r0:r1], lower[r0:r1], norms_here,
                                        weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
+    return rechecked
+
+
+@numba.njit(cache=True, nogil=True)
+def _settle_clear_rows(X, centers, slot_center, err_sq, err_x, best, best_col, other_low, x_sq, labels, dist2, lower,
+                       near):
+    """Settle the rows of a tile that are not near ties, from the summary of their float32 scores
+    (:func:`~daskmeans.kernels.panel_scan.best_and_lowest_other_by_panels`): the label, the exact distance and
+    (``lower`` not ``(n, 0)``) the lower bound on the distance to every other center, as
+    :func:`_settle_one_group` settles them. The near ties' positions go to ``near``; their number is returned."""
+    with_bounds = lower.shape[1] > 0
+    n_near = 0
+    for i in range(X.shape[0]):
+        x_norm = math.sqrt(x_sq[i])
+        col = best_col[i]
+        row_err = 1e-12 * x_sq[i]
+        limit = np.float64(best[i]) + np.float64(err_sq[col]) + x_norm * np.float64(err_x[col]) + row_err
+        others = np.float64(other_low[i]) - row_err
+        if others <= limit:
+            near[n_near] = i
+            n_near += 1
+            continue
+        label = slot_center[col]
+        labels[i] = label
+        dist2[i] = pair_dist2(X[i], centers[label])
+        if with_bounds:
+            lower[i, 0] = store_lower(math.sqrt(max(others + x_sq[i], 0.0)))
+    return n_near
+
+
+def _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, x_sq, labels, dist2, lower,
+                      weights, sums, counts, sse):
+    """:func:`_assign_one_group` in float32, a tile of ``PANEL_TILE_BYTES`` of rows at a time: the summary of
+    every row's scores without writing them
+    (:func:`~daskmeans.kernels.panel_scan.best_and_lowest_other_by_panels`, rows of any dtype converted a panel at
+    a time), the rows it decides settled at once (:func:`_settle_clear_rows`), the near ties scored again by one
+    GEMM and settled as any tile (:func:`_settle_one_group`: by exact distances), then every row added to its
+    cluster's sums in row order (the same sums as :func:`_settle_one_group` adds as it goes)."""
+    n, d = X.shape
+    padded_centers = padded(scaled_centers, column_sq, err_sq, err_x)
+    tile = min(n, max(PANEL_ROWS, PANEL_TILE_BYTES // (d * X.itemsize)))
+    best, other_low = np.empty(tile, dtype=np.float32), np.empty(tile, dtype=np.float32)
+    best_col = np.empty(tile, dtype=np.int32)
+    near = np.empty(tile, dtype=np.int64)
+    rechecked = 0
+    for r0 in range(0, n, tile):
+        r1 = min(n, r0 + tile)
+        rows = X[r0:r1]
+        best_and_lowest_other_by_panels(rows, *padded_centers, x_sq[r0:r1], best, best_col, other_low)
+        n_near = _settle_clear_rows(rows, centers, slot_center, err_sq, err_x, best, best_col, other_low, x_sq[r0:r1],
+                                    labels[r0:r1], dist2[r0:r1], lower[r0:r1], near)
+        if n_near:
+            rechecked += _settle_near_ties(X, r0 + near[:n_near], centers, scaled_centers, column_sq, slot_center,
+                                           err_sq, err_x, labels, dist2, lower)
+        if sums.shape[0] > 0:
+            _cluster_stats(rows, labels[r0:r1], dist2[r0:r1], weights[r0:r1] if weights.shape[0] else weights,
+                           weights.shape[0] > 0, sums, counts, sse)
+    return rechecked
+
+
+def _settle_near_ties(X, at, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, labels, dist2, lower):
+    """Rows ``at`` of ``X`` scored by one GEMM and settled by :func:`_settle_one_group` (without statistics);
+    their labels, distances and bounds written at ``at``. Returns the rows it settled by exact distances."""
+    m = len(at)
+    rows = np.asarray(X[at], dtype=np.float32)
+    scores_t = np.matmul(scaled_centers, rows.T)
+    row_labels, row_dist2 = np.empty(m, dtype=np.int32), np.empty(m)
+    row_lower = np.empty((m, lower.shape[1]), dtype=lower.dtype)
+    scratch = [np.empty(m, dtype=np.float32) for _ in range(4)]
+    no_stats = (np.empty((0, X.shape[1])), np.empty(0), np.empty(0))
+    rechecked = _settle_one_group(rows, centers, scores_t, column_sq, slot_center, err_sq, err_x, scratch[0],
+                                  np.empty(m, dtype=np.int32), scratch[1], scratch[2], np.empty(m), np.empty(m),
+                                  scratch[3], row_labels, row_dist2, row_lower, True, np.empty(0), *no_stats)
+    labels[at] = row_labels
+    dist2[at] = row_dist2
+    lower[at] = row_lower
     return rechecked

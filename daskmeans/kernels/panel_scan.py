@@ -1,0 +1,204 @@
+"""Every row's best two scores against all the centers, without writing the scores: a register-blocked float32
+GEMM whose accumulators are scanned where they are.
+
+The plain assignment (no bounds) needs, per row, only its best score ``||c||^2 - 2 x.c``, the center that gives
+it and the second best. A BLAS GEMM writes every score of a tile to memory and a second pass reads them back to
+find these (:func:`daskmeans.kernels.one_group_assign._best_and_second`); at k = 1000 and d = 128 the scores of a
+tile of 512 rows are 2 MiB, the whole L2 cache. Here the rows are taken a *panel* at a time (``PANEL_ROWS`` rows,
+converted to float32 and laid out feature by feature, so that one vector holds one feature of ``LANES`` rows), and
+the centers ``CENTERS_PER_STEP`` at a time: ``CENTERS_PER_STEP x VECTORS_PER_PANEL`` vector accumulators stay in
+registers over all the features (one fused multiply-add per center and vector of rows per feature, each center's
+coefficient broadcast from memory), and are then folded into the rows' running best, its column and the second
+best. Nothing else is stored. The loop is written in LLVM IR (:func:`_panel_scan_intrinsic`) because Numba
+does not keep arrays of vectors in registers.
+
+On one thread of the Sapphire Rapids this project is measured on (SIFT descriptors, uint8, k = 1000, d = 128),
+120,000 rows take 0.176 s, 175 GFLOP/s (above NumPy's 2048^3 sgemm, 163 GFLOP/s, in the same run), against 0.206 s
+for the BLAS tiles alone plus 15-28 ms for their scan.
+
+The scores are those of a float32 dot product in some order with fused multiply-adds: within the error that
+:func:`daskmeans.kernels.one_group_assign.center_errors` proves for any order, so the callers decide labels
+exactly as from BLAS scores (near ties by exact distances).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import binding, ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .distance import pair_dist2
+
+#: Whether this machine has 512-bit vectors (AVX-512): 32 vector registers of 16 float32 lanes; else 8 lanes and
+#: 16 registers are assumed (AVX2).
+WIDE_VECTORS = bool(binding.get_host_cpu_features().get("avx512f", False))
+LANES = 16 if WIDE_VECTORS else 8
+VECTORS_PER_PANEL = 2
+#: Rows of one panel.
+PANEL_ROWS = LANES * VECTORS_PER_PANEL
+#: Centers scored per step: their accumulators (``CENTERS_PER_STEP * VECTORS_PER_PANEL``), the panel's vectors of
+#: one feature and a broadcast coefficient fill the registers without spilling.
+CENTERS_PER_STEP = 12 if WIDE_VECTORS else 6
+#: The last centers are scored this many at a time; the centers are padded to a multiple of it (:func:`padded`).
+TAIL_CENTERS = CENTERS_PER_STEP // 3
+
+
+def _panel_scan_intrinsic(centers_per_step):
+    """A Numba intrinsic ``scan(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low,
+    other_low, start, stop)`` that folds the scores of centers ``start .. stop - 1`` (``stop - start`` a multiple of
+    ``centers_per_step``), in order, into the running summary of the panel's ``PANEL_ROWS`` rows (float32, the
+    columns int32), as :func:`daskmeans.kernels.one_group_assign._take_score` does: the best score and its column,
+    the best score less its error (``best_low``) and the smallest of the other scores less their errors
+    (``other_low``), the error of column ``c``'s score being ``err_sq[c] + x_norm * err_x[c]``.
+
+    ``panel`` is float32 ``(d * PANEL_ROWS,)``, feature ``f`` of row ``r`` at ``f * PANEL_ROWS + r``; ``scaled``
+    is float32 ``(k, d)``, C-ordered (the centers times -2); the score of column ``c`` is
+    ``panel . scaled[c] + column_add[c]``. A score replaces the best only when smaller (the first among equals
+    wins, as ``argmin``)."""
+
+    @intrinsic
+    def scan(typingctx, panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low, start,
+             stop):
+        signature = types.void(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low,
+                               start, stop)
+
+        def codegen(context, builder, signature, args):
+            f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+            floats, ints = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(floats, [floats] * 3),
+                                                 f"llvm.fma.v{LANES}f32")
+            arrays = [context.make_array(signature.args[i])(context, builder, args[i]) for i in range(10)]
+            p_panel, p_scaled, p_add, p_err_sq, p_err_x, p_norm = (array.data for array in arrays[:6])
+            summary_pointers = [(array.data, ints if i == 1 else floats) for i, array in enumerate(arrays[6:])]
+            n_features = builder.extract_value(arrays[1].shape, 1)
+            first, last = (builder.sext(value, i64) if value.type.width < 64 else value for value in args[10:12])
+
+            def constant(value):
+                return ir.Constant(i64, value)
+
+            def splat(vector_type, scalar):
+                one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), scalar, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                              ir.Constant(ir.VectorType(i32, LANES), [0] * LANES))
+
+            def vector_at(pointer, index, vector_type):
+                return builder.bitcast(builder.gep(pointer, [index]), vector_type.as_pointer())
+
+            def minimum(a, b):
+                return builder.select(builder.fcmp_ordered("<", a, b), a, b)
+
+            # per vector of rows: best, best_col, best_low, other_low
+            summary = [[cgutils.alloca_once(builder, vector_type) for _, vector_type in summary_pointers]
+                       for _ in range(VECTORS_PER_PANEL)]
+            norms = [builder.load(vector_at(p_norm, constant(h * LANES), floats), align=4)
+                     for h in range(VECTORS_PER_PANEL)]
+            acc = [[cgutils.alloca_once(builder, floats) for _ in range(VECTORS_PER_PANEL)]
+                   for _ in range(centers_per_step)]
+            for h in range(VECTORS_PER_PANEL):
+                for slot, (pointer, vector_type) in zip(summary[h], summary_pointers):
+                    builder.store(builder.load(vector_at(pointer, constant(h * LANES), vector_type), align=4), slot)
+            with cgutils.for_range_slice(builder, first, last, constant(centers_per_step)) as (c0, _):
+                for row in acc:
+                    for slot in row:
+                        builder.store(ir.Constant(floats, None), slot)
+                center_rows = [builder.gep(p_scaled, [builder.mul(builder.add(c0, constant(j)), n_features)])
+                               for j in range(centers_per_step)]
+                with cgutils.for_range(builder, n_features) as loop:
+                    base = builder.mul(loop.index, constant(PANEL_ROWS))
+                    xs = [builder.load(vector_at(p_panel, builder.add(base, constant(h * LANES)), floats), align=4)
+                          for h in range(VECTORS_PER_PANEL)]
+                    for j in range(centers_per_step):
+                        coefficient = splat(floats, builder.load(builder.gep(center_rows[j], [loop.index])))
+                        for h in range(VECTORS_PER_PANEL):
+                            builder.store(builder.call(fma, [xs[h], coefficient, builder.load(acc[j][h])]),
+                                          acc[j][h])
+                for j in range(centers_per_step):
+                    column = builder.add(c0, constant(j))
+                    add, sq_part, x_part = (splat(floats, builder.load(builder.gep(pointer, [column])))
+                                            for pointer in (p_add, p_err_sq, p_err_x))
+                    column_v = splat(ints, builder.trunc(column, i32))
+                    for h, (best_v, col_v, best_low_v, other_low_v) in enumerate(summary):
+                        value = builder.fadd(builder.load(acc[j][h]), add)
+                        low = builder.fsub(builder.fsub(value, sq_part), builder.fmul(norms[h], x_part))
+                        best_now, best_low_now = builder.load(best_v), builder.load(best_low_v)
+                        new = builder.fcmp_ordered("<", value, best_now)
+                        builder.store(minimum(builder.load(other_low_v), builder.select(new, best_low_now, low)),
+                                      other_low_v)
+                        builder.store(builder.select(new, low, best_low_now), best_low_v)
+                        builder.store(builder.select(new, column_v, builder.load(col_v)), col_v)
+                        builder.store(builder.select(new, value, best_now), best_v)
+            for h in range(VECTORS_PER_PANEL):
+                for slot, (pointer, vector_type) in zip(summary[h], summary_pointers):
+                    builder.store(builder.load(slot), vector_at(pointer, constant(h * LANES), vector_type), align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return scan
+
+
+_scan_steps = _panel_scan_intrinsic(CENTERS_PER_STEP)
+_scan_tail = _panel_scan_intrinsic(TAIL_CENTERS)
+
+
+def padded(scaled, column_add, err_sq, err_x):
+    """The centers times -2 ``(k, d)``, the scores' additive terms ``(k,)`` and the two parts of their errors
+    (:func:`daskmeans.kernels.one_group_assign.center_errors`), float32, padded with zero centers whose term is
+    ``inf`` and whose errors are 0 to a multiple of ``TAIL_CENTERS`` rows (they never win, nor lower a bound)."""
+    k, d = scaled.shape
+    columns = -(-k // TAIL_CENTERS) * TAIL_CENTERS
+    scaled_out = np.zeros((columns, d), dtype=np.float32)
+    scaled_out[:k] = scaled
+    add_out = np.full(columns, np.inf, dtype=np.float32)
+    add_out[:k] = column_add
+    errors = [np.zeros(columns, dtype=np.float32) for _ in range(2)]
+    errors[0][:k] = err_sq
+    errors[1][:k] = err_x
+    return scaled_out, add_out, errors[0], errors[1]
+
+
+@numba.njit(cache=True, nogil=True)
+def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, best, best_col, other_low):
+    """For every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time), its squared norm
+    ``x_sq[i]`` (exact, :func:`~daskmeans.kernels.distance.pair_dist2`), the smallest score
+    ``X[i] . scaled[c] + column_add[c]`` over the columns ``c`` and its column (the first among equals), and the
+    smallest over the other columns of the score less its error ``err_sq[c] + ||X[i]|| err_x[c]``, written to
+    ``best``, ``best_col`` and ``other_low``: the values of
+    :func:`daskmeans.kernels.one_group_assign._best_and_lowest_other` on scores that are never stored.
+
+    ``scaled``, ``column_add``, ``err_sq`` and ``err_x`` as :func:`padded` returns them.
+    """
+    n, d = X.shape
+    columns = scaled.shape[0]
+    steps_end = columns - columns % CENTERS_PER_STEP
+    panel = np.zeros(d * PANEL_ROWS, dtype=np.float32)
+    zero = np.zeros(d, dtype=X.dtype)
+    x_norm = np.zeros(PANEL_ROWS, dtype=np.float32)
+    run_best = np.empty(PANEL_ROWS, dtype=np.float32)
+    run_col = np.empty(PANEL_ROWS, dtype=np.int32)
+    run_best_low = np.empty(PANEL_ROWS, dtype=np.float32)
+    run_other_low = np.empty(PANEL_ROWS, dtype=np.float32)
+    for r0 in range(0, n, PANEL_ROWS):
+        rows = min(PANEL_ROWS, n - r0)
+        for r in range(rows):
+            x_sq[r0 + r] = pair_dist2(X[r0 + r], zero)
+            x_norm[r] = math.sqrt(x_sq[r0 + r])
+            for f in range(d):
+                panel[f * PANEL_ROWS + r] = X[r0 + r, f]
+        run_best[:] = np.inf
+        run_best_low[:] = np.inf
+        run_other_low[:] = np.inf
+        run_col[:] = 0
+        if steps_end > 0:
+            _scan_steps(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
+                        run_other_low, 0, steps_end)
+        if columns > steps_end:
+            _scan_tail(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
+                       run_other_low, steps_end, columns)
+        best[r0:r0 + rows] = run_best[:rows]
+        best_col[r0:r0 + rows] = run_col[:rows]
+        other_low[r0:r0 + rows] = run_other_low[:rows]

@@ -1,0 +1,115 @@
+"""The register-blocked scan of the float32 assignment (daskmeans.kernels.panel_scan) against NumPy, and the
+assignment built on it against the BLAS path."""
+
+import numpy as np
+import pytest
+
+from daskmeans.kernels import panel_scan
+from daskmeans.kernels.assign import nearest_centers
+from daskmeans.kernels.exact_assign import assign_with_bounds
+from daskmeans.kernels.nested_groups import make_groups
+from daskmeans.kernels.one_group_assign import center_errors
+from daskmeans.kernels.packed_bounds import unpack_bounds
+
+
+def _reference_summary(X, scaled, column_add, err_sq, err_x):
+    """NumPy transcription: scores in float32 (exact here: small integers), the first smallest, and the smallest
+    of the other scores less their errors, each rounded to float32 in the kernel's order."""
+    x_sq = (X.astype(np.float64) ** 2).sum(axis=1)
+    x_norm = np.sqrt(x_sq).astype(np.float32)
+    scores = (X.astype(np.float64) @ scaled.astype(np.float64).T).astype(np.float32) + column_add
+    col = scores.argmin(axis=1)
+    low = (scores - err_sq) - x_norm[:, None] * err_x
+    low[np.arange(len(X)), col] = np.inf
+    return x_sq, scores[np.arange(len(X)), col], col, low.min(axis=1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64])
+@pytest.mark.parametrize("k", [1, 3, panel_scan.TAIL_CENTERS, panel_scan.CENTERS_PER_STEP,
+                               panel_scan.CENTERS_PER_STEP + 1, 2 * panel_scan.CENTERS_PER_STEP + 5, 50])
+def test_best_and_lowest_other_by_panels_match_numpy(dtype, k):
+    """Every row's squared norm, best score, its column (the first among equals: the data has many ties) and the
+    smallest other score less its error, as NumPy computes them, for any number of centers (whole steps, the
+    tail, padding) and rows (a last panel not full)."""
+    rng = np.random.default_rng(k)
+    n, d = 2 * panel_scan.PANEL_ROWS + 7, 21
+    X = rng.integers(0, 4, size=(n, d)).astype(dtype)
+    centers = rng.integers(0, 4, size=(k, d)).astype(np.float32)
+    centers[k // 2] = centers[0]  # equal centers: ties in every row
+    scaled = -2 * centers
+    column_add = (centers.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
+    err_sq = (rng.integers(0, 3, size=k) / 4).astype(np.float32)
+    err_x = (rng.integers(0, 3, size=k) / 8).astype(np.float32)
+    x_sq, best, other_low = np.empty(n), np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+    best_col = np.empty(n, dtype=np.int32)
+    panel_scan.best_and_lowest_other_by_panels(X, *panel_scan.padded(scaled, column_add, err_sq, err_x), x_sq, best,
+                                               best_col, other_low)
+    expected = _reference_summary(X, scaled, column_add, err_sq, err_x)
+    np.testing.assert_array_equal(x_sq, expected[0])
+    np.testing.assert_array_equal(best, expected[1])
+    np.testing.assert_array_equal(best_col, expected[2])
+    np.testing.assert_array_equal(other_low, expected[3])
+
+
+def test_padding_centers_never_win_nor_lower_a_bound():
+    centers = np.ones((5, 3), dtype=np.float32)
+    scaled, column_add, err_sq, err_x = panel_scan.padded(-2 * centers, np.full(5, 3, np.float32),
+                                                          np.ones(5, np.float32), np.ones(5, np.float32))
+    assert len(scaled) % panel_scan.TAIL_CENTERS == 0 and len(scaled) >= 5
+    assert (scaled[5:] == 0).all() and np.isinf(column_add[5:]).all()
+    assert (err_sq[5:] == 0).all() and (err_x[5:] == 0).all()
+
+
+def _descriptors_like(n, d, k, seed):
+    """uint8 rows in clusters, with duplicate rows, two equal centers (exact ties) and two centers closer than
+    float32 scores can tell apart: near ties that only exact distances settle."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 200, size=(k, d))
+    X = np.clip(base[rng.integers(0, k, n)] + rng.integers(-20, 21, size=(n, d)), 0, 255).astype(np.uint8)
+    X[1::97] = X[0]
+    centers = X[rng.choice(n, k, replace=False)].astype(np.float32)
+    centers[1] = centers[0]
+    centers[2] = centers[3]
+    centers[2, 0] += np.float32(1e-3)
+    return X, centers
+
+
+@pytest.mark.parametrize("stored", ["uint8", "float32"])
+def test_panel_assignment_equals_the_blas_assignment_to_the_last_bit(stored):
+    """Labels, exact distances and float64 sums from the panels (float32 rows, or uint8 rows converted a panel at a
+    time) are those of the BLAS tiles on the same values in float64: exact nearest centers, ties to the lowest
+    index, sums added in row order. Equal centers make near ties that only exact distances settle."""
+    X, centers = _descriptors_like(3000, 40, 120, 0)
+    rows = X if stored == "uint8" else X.astype(np.float32)
+    k, d = centers.shape
+    stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
+    labels, dist2 = nearest_centers(rows, centers, stats=stats)
+    reference_stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
+    reference = nearest_centers(X.astype(np.float64), centers.astype(np.float64), stats=reference_stats)
+    np.testing.assert_array_equal(labels, reference[0])
+    np.testing.assert_array_equal(dist2, reference[1])
+    for ours, theirs in zip(stats, reference_stats):
+        np.testing.assert_array_equal(ours, theirs)
+    assert (labels != 1).all()  # center 1 equals center 0: the lower index wins every tie
+
+
+def test_panel_assignment_with_one_bound_per_row():
+    """Hamerly's single bound from the panels: the same labels and distances as without bounds, the near ties
+    settled (``rechecked``), and every bound at most the distance to the nearest other center."""
+    X, centers = _descriptors_like(2000, 32, 60, 1)
+    groups = make_groups(centers, "none", 1)
+    labels, dist2, lower, rechecked = assign_with_bounds(X, centers, groups, slab_bytes=2**20, with_bounds=True)
+    plain = nearest_centers(X, centers)
+    np.testing.assert_array_equal(labels, plain[0])
+    np.testing.assert_array_equal(dist2, plain[1])
+    assert rechecked > 0
+    all_dist2 = ((X.astype(np.float64)[:, None, :] - centers.astype(np.float64)[None]) ** 2).sum(axis=2)
+    all_dist2[np.arange(len(X)), labels] = np.inf
+    assert (unpack_bounds(lower[:, 0]) <= np.sqrt(all_dist2.min(axis=1))).all()
+    assert (unpack_bounds(lower[:, 0]) > 0).mean() > 0.5
+
+
+def test_center_errors_are_what_the_panels_are_given():
+    column_sq = np.array([1.0, 4.0, 0.0], dtype=np.float32)
+    err_sq, err_x = center_errors(column_sq, 8, np.float32)
+    assert err_sq.dtype == err_x.dtype == np.float32 and err_sq[2] == err_x[2] == 0
