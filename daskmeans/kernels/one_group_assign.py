@@ -6,6 +6,9 @@ row's best score and a lower bound on the others, each score less its own center
 the rows), and settles the rows while the tile is in cache: the exact nearest center (near ties by exact
 distances), its exact distance, the cluster's float64 sums and the bound. Labels and distances are those of every
 other assignment kernel (:mod:`daskmeans.kernels.exact_assign`).
+
+In float32 with at most ``PANEL_MAX_FEATURES`` features the scores are not written at all: the GEMM and the scan
+are one register-blocked loop (:mod:`daskmeans.kernels.panel_scan`, :func:`_assign_by_panels`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,22 @@
-"""Every row's best two scores against all the centers, without writing the scores: a register-blocked float32
-GEMM whose accumulators are scanned where they are.
+"""Every row's best score against all the centers and a lower bound on the others, without writing the scores: a
+register-blocked float32 GEMM whose accumulators are scanned where they are.
 
-The plain assignment (no bounds) needs, per row, only its best score ``||c||^2 - 2 x.c``, the center that gives
-it and the second best. A BLAS GEMM writes every score of a tile to memory and a second pass reads them back to
-find these (:func:`daskmeans.kernels.one_group_assign._best_and_second`); at k = 1000 and d = 128 the scores of a
-tile of 512 rows are 2 MiB, the whole L2 cache. Here the rows are taken a *panel* at a time (``PANEL_ROWS`` rows,
-converted to float32 and laid out feature by feature, so that one vector holds one feature of ``LANES`` rows), and
-the centers ``CENTERS_PER_STEP`` at a time: ``CENTERS_PER_STEP x VECTORS_PER_PANEL`` vector accumulators stay in
-registers over all the features (one fused multiply-add per center and vector of rows per feature, each center's
-coefficient broadcast from memory), and are then folded into the rows' running best, its column and the second
-best. Nothing else is stored. The loop is written in LLVM IR (:func:`_panel_scan_intrinsic`) because Numba
-does not keep arrays of vectors in registers.
+The exact assignment against one group of centers needs, per row, only its best score ``||c||^2 - 2 x.c``, the
+center that gives it and the smallest of the other scores less their proven errors
+(:func:`daskmeans.kernels.one_group_assign._best_and_lowest_other`). A BLAS GEMM writes every score of a tile to
+memory and a second pass reads them back to find these; at k = 1000 and d = 128 the scores of a tile of 512 rows
+are 2 MiB, the whole L2 cache. Here the rows are taken a *panel* at a time (``PANEL_ROWS`` rows, converted to
+float32 and laid out feature by feature, so that one vector holds one feature of ``LANES`` rows), and the centers
+``CENTERS_PER_STEP`` at a time: ``CENTERS_PER_STEP x VECTORS_PER_PANEL`` vector accumulators stay in registers over
+all the features (one fused multiply-add per center and vector of rows per feature, each center's coefficient
+broadcast from memory), and are then folded into the rows' running summary. Nothing else is stored. The loop is
+written in LLVM IR (:func:`_panel_scan_intrinsic`) because Numba does not keep arrays of vectors in registers.
+The fold costs a few operations per score against ``d`` multiply-adds, so the bound comes almost free: only rows
+that are near ties need their scores again.
 
 On one thread of the Sapphire Rapids this project is measured on (SIFT descriptors, uint8, k = 1000, d = 128),
-120,000 rows take 0.176 s, 175 GFLOP/s (above NumPy's 2048^3 sgemm, 163 GFLOP/s, in the same run), against 0.206 s
-for the BLAS tiles alone plus 15-28 ms for their scan.
+120,000 rows take 0.176-0.19 s, about NumPy's 2048^3 sgemm rate in the same run, against 0.206 s for the BLAS
+tiles alone plus 15-28 ms for their scan (session 35, ad hoc).
 
 The scores are those of a float32 dot product in some order with fused multiply-adds: within the error that
 :func:`daskmeans.kernels.one_group_assign.center_errors` proves for any order, so the callers decide labels
