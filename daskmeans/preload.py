@@ -51,15 +51,17 @@ def _tiny_block(dtype, rows=8, features=3):
 
 def _warm_assign(dtype):
     """``nearest_direct``; the exact assignment against groups of centers with their bounds (exact k-means with
-    bounds, nmbatch); through ``nearest_gemm`` the exact assignment against one group, with near ties (two equal
-    centers), and in float32 of uint8 rows too (descriptors as stored, with their statistics)."""
+    bounds, nmbatch); through ``nearest_gemm`` the exact assignment against one group; each with near ties (equal
+    centers) and, in float32, of uint8 rows too (descriptors as stored, with their statistics)."""
     block = _tiny_block(dtype)
     centers = np.ascontiguousarray(block[:4])
+    tied = np.ascontiguousarray(centers[[0, 0, 1, 2]])
     nearest_direct(block, centers[:2])
-    exact_assign.assign_with_bounds(block, centers, make_groups(centers, "yinyang", 2))
-    nearest_gemm(block, np.ascontiguousarray(centers[[0, 0]]))
-    if dtype == np.float32:
-        stored = np.ascontiguousarray(block * 100, dtype=np.uint8)
+    rows = [block, np.ascontiguousarray(block * 100, dtype=np.uint8)] if dtype == np.float32 else [block]
+    for stored in rows:
+        for scheme_centers in (centers, tied):
+            exact_assign.assign_with_bounds(stored, scheme_centers, make_groups(scheme_centers, "yinyang", 2))
+        nearest_gemm(stored, tied[:2])
         nearest_gemm(stored, centers[:2], stats=(np.zeros((2, block.shape[1])), np.zeros(2), np.zeros(2)))
     return nearest_gemm(block, centers[:2])
 
@@ -131,6 +133,8 @@ def _dispatchers():
         "kernels.one_group_assign._settle_one_group": one_group_assign._settle_one_group,
         "kernels.one_group_assign._settle_clear_rows": one_group_assign._settle_clear_rows,
         "kernels.panel_scan.best_and_lowest_other_by_panels": panel_scan.best_and_lowest_other_by_panels,
+        "kernels.panel_scan.best_of_groups_by_panels": panel_scan.best_of_groups_by_panels,
+        "kernels.exact_assign._finish_best_of_groups": exact_assign._finish_best_of_groups,
         "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,

@@ -17,13 +17,14 @@ import numba
 import numpy as np
 
 from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES,
-                      ASSIGN_TILE_BYTES)
+                      ASSIGN_TILE_BYTES, PANEL_MAX_FEATURES, PANEL_TILE_BYTES)
 from .distance import pair_dist2
 from .group_scan import scan_groups
 from .one_group_assign import RowTiles, _assign_one_group
 from .packed_bounds import LOWER_DTYPE, store_lower
+from .panel_scan import PANEL_ROWS, best_of_groups_by_panels, padded
 from .score_error import _gamma, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
-from .stats import add_to_cluster, cluster_stats
+from .stats import _cluster_stats, add_to_cluster, cluster_stats
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
@@ -365,12 +366,13 @@ def slot_norms(centers, slot_center, n_groups):
 
 
 def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2, lower,
-                  norms_here=False, stats=None, weights=None):
+                  norms_here=False, stats=None, weights=None, panels=True):
     """The body of :func:`assign_with_bounds`: each tile of rows scored against all the slots at once; fills
     ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances.
 
     ``norms_here``: ``x_sq`` and ``allowance`` are filled row by row as the rows are settled, else they are given.
-    ``stats`` and ``weights``: as :func:`assign_with_bounds`."""
+    ``stats`` and ``weights``: as :func:`assign_with_bounds`. ``panels``: groups in float32 of at most
+    ``PANEL_MAX_FEATURES`` features are scored without storing the scores (:func:`_assign_groups_by_panels`)."""
     n, d = X.shape
     sums, counts, sse = stats if stats is not None else (np.empty((0, d)), np.empty(0), np.empty(0))
     weights = np.empty(0) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -378,6 +380,9 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
         return _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here,
                                  weights, sums, counts, sse)
     dtype = slots.dtype
+    if panels and dtype == np.float32 and d <= PANEL_MAX_FEATURES:
+        return _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes,
+                                        labels, dist2, lower, weights, sums, counts, sse)
     gamma = _gamma(d, dtype)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     columns = slots.shape[1]
@@ -408,6 +413,42 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
                                   other_second, slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1],
                                   dist2[r0:r1], lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
                                   weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
+    return rechecked
+
+
+def _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2,
+                             lower, weights, sums, counts, sse):
+    """:func:`_assign_tiles` for groups, a tile of ``PANEL_TILE_BYTES`` of rows at a time: the summary of every
+    row's scores without storing them (:func:`~daskmeans.kernels.panel_scan.best_of_groups_by_panels`), the rows it
+    decides settled at once (:func:`_finish_best_of_groups`), the near ties by the GEMM tiles (all their scores),
+    then every row added to its cluster's sums in row order (the sums :func:`_finish_slab` adds as it goes)."""
+    n, d = X.shape
+    gamma = _gamma(d, np.float32)
+    column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
+    scaled, column_add, _, _ = padded(slots[:d].T, np.where(slot_center < 0, np.inf, slots[d]), 0, 0)
+    tile = min(n, max(PANEL_ROWS, PANEL_TILE_BYTES // (d * X.itemsize)))
+    best, own_second, other_second = (np.empty(tile, dtype=np.float32) for _ in range(3))
+    best_col, near_ties = np.empty(tile, dtype=np.int32), np.empty(tile, dtype=np.int64)
+    group_min = np.empty((tile, n_groups), dtype=np.float32)
+    rechecked = 0
+    for r0 in range(0, n, tile):
+        r1 = min(n, r0 + tile)
+        rows = X[r0:r1]
+        best_of_groups_by_panels(rows, scaled, column_add, n_groups, center_norm, gamma, x_sq[r0:r1],
+                                 allowance[r0:r1], best, best_col, group_min, own_second, other_second)
+        n_ties = _finish_best_of_groups(rows, centers, best_col[:r1 - r0], best, group_min, own_second, other_second,
+                                        slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], gamma, column_norm,
+                                        group_norm, labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
+        if n_ties:
+            at = r0 + near_ties[:n_ties]
+            out = (np.empty(n_ties, dtype=labels.dtype), np.empty(n_ties), np.empty((n_ties, lower.shape[1]),
+                                                                                   dtype=lower.dtype))
+            rechecked += _assign_tiles(np.ascontiguousarray(X[at]), centers, slots, slot_center, n_groups, x_sq[at],
+                                       allowance[at], slab_bytes, *out, panels=False)
+            labels[at], dist2[at], lower[at] = out
+        if sums.shape[0] > 0:
+            _cluster_stats(rows, labels[r0:r1], dist2[r0:r1], weights[r0:r1] if weights.shape[0] else weights,
+                           weights.shape[0] > 0, sums, counts, sse)
     return rechecked
 
 

@@ -34,6 +34,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .distance import pair_dist2
+from .score_error import norm_and_allowance
 
 #: Whether this machine has 512-bit vectors (AVX-512): 32 vector registers of 16 float32 lanes; else 8 lanes and
 #: 16 registers are assumed (AVX2).
@@ -49,9 +50,9 @@ CENTERS_PER_STEP = 12 if WIDE_VECTORS else 6
 TAIL_CENTERS = CENTERS_PER_STEP // 3
 
 
-def _panel_scan_intrinsic(centers_per_step):
+def _panel_scan_intrinsic(centers_per_step, grouped=False):
     """A Numba intrinsic ``scan(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low,
-    other_low, start, stop)`` that folds the scores of centers ``start .. stop - 1`` (``stop - start`` a multiple of
+    other_low, start, stop, n_groups, group_min, group_second)`` that folds the scores of centers ``start .. stop - 1`` (``stop - start`` a multiple of
     ``centers_per_step``), in order, into the running summary of the panel's ``PANEL_ROWS`` rows (float32, the
     columns int32), as :func:`daskmeans.kernels.one_group_assign._take_score` does: the best score and its column,
     the best score less its error (``best_low``) and the smallest of the other scores less their errors
@@ -60,22 +61,29 @@ def _panel_scan_intrinsic(centers_per_step):
     ``panel`` is float32 ``(d * PANEL_ROWS,)``, feature ``f`` of row ``r`` at ``f * PANEL_ROWS + r``; ``scaled``
     is float32 ``(k, d)``, C-ordered (the centers times -2); the score of column ``c`` is
     ``panel . scaled[c] + column_add[c]``. A score replaces the best only when smaller (the first among equals
-    wins, as ``argmin``)."""
+    wins, as ``argmin``).
+
+    ``grouped``: instead of ``best_low`` and ``other_low`` (then unused, as ``err_sq``, ``err_x`` and ``x_norm``),
+    the smallest and second smallest score of each group (column ``c`` in group ``c % n_groups``) are folded into
+    ``group_min`` and ``group_second``, float32 ``(n_groups * PANEL_ROWS,)`` (group ``g``'s at ``g * PANEL_ROWS``),
+    as :func:`daskmeans.kernels.group_scan.scan_groups` folds them."""
 
     @intrinsic
     def scan(typingctx, panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low, start,
-             stop):
+             stop, n_groups, group_min, group_second):
         signature = types.void(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low,
-                               start, stop)
+                               start, stop, n_groups, group_min, group_second)
 
         def codegen(context, builder, signature, args):
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             floats, ints = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(floats, [floats] * 3),
                                                  f"llvm.fma.v{LANES}f32")
-            arrays = [context.make_array(signature.args[i])(context, builder, args[i]) for i in range(10)]
+            arrays = [context.make_array(signature.args[i])(context, builder, args[i]) for i in (*range(10), 13, 14)]
             p_panel, p_scaled, p_add, p_err_sq, p_err_x, p_norm = (array.data for array in arrays[:6])
-            summary_pointers = [(array.data, ints if i == 1 else floats) for i, array in enumerate(arrays[6:])]
+            p_group_min, p_group_second = arrays[10].data, arrays[11].data
+            groups = builder.sext(args[12], i64) if args[12].type.width < 64 else args[12]
+            summary_pointers = [(array.data, ints if i == 1 else floats) for i, array in enumerate(arrays[6:10])]
             n_features = builder.extract_value(arrays[1].shape, 1)
             first, last = (builder.sext(value, i64) if value.type.width < 64 else value for value in args[10:12])
 
@@ -92,6 +100,14 @@ def _panel_scan_intrinsic(centers_per_step):
 
             def minimum(a, b):
                 return builder.select(builder.fcmp_ordered("<", a, b), a, b)
+
+            def fold_into_group(column, h, value):
+                at = builder.add(builder.mul(builder.urem(column, groups), constant(PANEL_ROWS)), constant(h * LANES))
+                least, second = vector_at(p_group_min, at, floats), vector_at(p_group_second, at, floats)
+                least_now = builder.load(least, align=4)
+                larger = builder.select(builder.fcmp_ordered(">", least_now, value), least_now, value)
+                builder.store(minimum(builder.load(second, align=4), larger), second, align=4)
+                builder.store(minimum(least_now, value), least, align=4)
 
             # per vector of rows: best, best_col, best_low, other_low
             summary = [[cgutils.alloca_once(builder, vector_type) for _, vector_type in summary_pointers]
@@ -125,12 +141,16 @@ def _panel_scan_intrinsic(centers_per_step):
                     column_v = splat(ints, builder.trunc(column, i32))
                     for h, (best_v, col_v, best_low_v, other_low_v) in enumerate(summary):
                         value = builder.fadd(builder.load(acc[j][h]), add)
-                        low = builder.fsub(builder.fsub(value, sq_part), builder.fmul(norms[h], x_part))
-                        best_now, best_low_now = builder.load(best_v), builder.load(best_low_v)
+                        best_now = builder.load(best_v)
                         new = builder.fcmp_ordered("<", value, best_now)
-                        builder.store(minimum(builder.load(other_low_v), builder.select(new, best_low_now, low)),
-                                      other_low_v)
-                        builder.store(builder.select(new, low, best_low_now), best_low_v)
+                        if grouped:
+                            fold_into_group(column, h, value)
+                        else:
+                            low = builder.fsub(builder.fsub(value, sq_part), builder.fmul(norms[h], x_part))
+                            best_low_now = builder.load(best_low_v)
+                            builder.store(minimum(builder.load(other_low_v), builder.select(new, best_low_now, low)),
+                                          other_low_v)
+                            builder.store(builder.select(new, low, best_low_now), best_low_v)
                         builder.store(builder.select(new, column_v, builder.load(col_v)), col_v)
                         builder.store(builder.select(new, value, best_now), best_v)
             for h in range(VECTORS_PER_PANEL):
@@ -145,6 +165,8 @@ def _panel_scan_intrinsic(centers_per_step):
 
 _scan_steps = _panel_scan_intrinsic(CENTERS_PER_STEP)
 _scan_tail = _panel_scan_intrinsic(TAIL_CENTERS)
+_scan_groups_steps = _panel_scan_intrinsic(CENTERS_PER_STEP, grouped=True)
+_scan_groups_tail = _panel_scan_intrinsic(TAIL_CENTERS, grouped=True)
 
 
 def padded(scaled, column_add, err_sq, err_x):
@@ -184,6 +206,7 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     run_col = np.empty(PANEL_ROWS, dtype=np.int32)
     run_best_low = np.empty(PANEL_ROWS, dtype=np.float32)
     run_other_low = np.empty(PANEL_ROWS, dtype=np.float32)
+    no_groups = np.empty(0, dtype=np.float32)
     for r0 in range(0, n, PANEL_ROWS):
         rows = min(PANEL_ROWS, n - r0)
         for r in range(rows):
@@ -197,10 +220,64 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
         run_col[:] = 0
         if steps_end > 0:
             _scan_steps(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
-                        run_other_low, 0, steps_end)
+                        run_other_low, 0, steps_end, 1, no_groups, no_groups)
         if columns > steps_end:
             _scan_tail(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
-                       run_other_low, steps_end, columns)
+                       run_other_low, steps_end, columns, 1, no_groups, no_groups)
         best[r0:r0 + rows] = run_best[:rows]
         best_col[r0:r0 + rows] = run_col[:rows]
         other_low[r0:r0 + rows] = run_other_low[:rows]
+
+
+@numba.njit(cache=True, nogil=True)
+def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma, x_sq, allowance, best, best_col,
+                             group_min, own_second, other_second):
+    """Yinyang's summary of every row's scores against centers in ``n_groups`` groups, the scores never stored:
+    for every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time) its squared norm and
+    score allowance (:func:`~daskmeans.kernels.score_error.norm_and_allowance` for the largest center norm
+    ``center_norm``), the smallest score and its column (the first among equals), the smallest score of every
+    group ``group_min[i, g]`` (column ``c`` in group ``c % n_groups``), the second smallest of the best column's
+    group and the smallest outside it: the values of :func:`daskmeans.kernels.group_scan.scan_groups` for
+    :func:`daskmeans.kernels.exact_assign._finish_best_of_groups`.
+
+    ``scaled`` and ``column_add`` as :func:`padded` returns them (padding slots of the groups score ``inf``).
+    """
+    n, d = X.shape
+    columns = scaled.shape[0]
+    steps_end = columns - columns % CENTERS_PER_STEP
+    panel = np.zeros(d * PANEL_ROWS, dtype=np.float32)
+    zero = np.zeros(d, dtype=X.dtype)
+    run_best = np.empty(PANEL_ROWS, dtype=np.float32)
+    run_col = np.empty(PANEL_ROWS, dtype=np.int32)
+    run_min = np.empty(n_groups * PANEL_ROWS, dtype=np.float32)
+    run_second = np.empty(n_groups * PANEL_ROWS, dtype=np.float32)
+    unused = np.empty(PANEL_ROWS, dtype=np.float32)
+    for r0 in range(0, n, PANEL_ROWS):
+        rows = min(PANEL_ROWS, n - r0)
+        for r in range(rows):
+            x_sq[r0 + r], allowance[r0 + r] = norm_and_allowance(X[r0 + r], zero, center_norm, gamma)
+            for f in range(d):
+                panel[f * PANEL_ROWS + r] = X[r0 + r, f]
+        run_best[:] = np.inf
+        run_col[:] = 0
+        run_min[:] = np.inf
+        run_second[:] = np.inf
+        if steps_end > 0:
+            _scan_groups_steps(panel, scaled, column_add, column_add, column_add, unused, run_best, run_col, unused,
+                               unused, 0, steps_end, n_groups, run_min, run_second)
+        if columns > steps_end:
+            _scan_groups_tail(panel, scaled, column_add, column_add, column_add, unused, run_best, run_col, unused,
+                              unused, steps_end, columns, n_groups, run_min, run_second)
+        for r in range(rows):
+            i = r0 + r
+            best[i] = run_best[r]
+            best_col[i] = run_col[r]
+            own = run_col[r] % n_groups
+            other = np.float32(np.inf)
+            for g in range(n_groups):
+                value = run_min[g * PANEL_ROWS + r]
+                group_min[i, g] = value
+                if g != own:
+                    other = min(other, value)
+            own_second[i] = run_second[own * PANEL_ROWS + r]
+            other_second[i] = other

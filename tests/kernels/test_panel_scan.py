@@ -113,3 +113,75 @@ def test_center_errors_are_what_the_panels_are_given():
     column_sq = np.array([1.0, 4.0, 0.0], dtype=np.float32)
     err_sq, err_x = center_errors(column_sq, 8, np.float32)
     assert err_sq.dtype == err_x.dtype == np.float32 and err_sq[2] == err_x[2] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("n_groups, columns", [(2, 2), (3, 7), (5, 40), (4, 53)])
+def test_best_of_groups_by_panels_match_numpy(dtype, n_groups, columns):
+    """Yinyang's summary (best score and column, every group's smallest, the best group's second smallest and the
+    smallest outside it, each row's squared norm and allowance) as NumPy computes it, with ties and padding
+    slots (``inf``), for columns in whole steps, a tail and padding."""
+    from daskmeans.kernels.score_error import _gamma, score_error
+
+    rng = np.random.default_rng(columns)
+    n, d = 2 * panel_scan.PANEL_ROWS + 9, 17
+    X = rng.integers(0, 4, size=(n, d)).astype(dtype)
+    slots = rng.integers(0, 4, size=(columns, d)).astype(np.float32)
+    slots[columns // 2] = slots[0]
+    column_add = (slots.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
+    column_add[-1] = np.inf  # a padding slot
+    gamma, center_norm = _gamma(d, np.float32), 6.0
+    scaled, padded_add, _, _ = panel_scan.padded(-2 * slots, column_add, 0, 0)
+    x_sq, allowance, best, own_second, other_second = (np.empty(n), np.empty(n), *(np.empty(n, np.float32)
+                                                                                  for _ in range(3)))
+    best_col, group_min = np.empty(n, dtype=np.int32), np.empty((n, n_groups), dtype=np.float32)
+    panel_scan.best_of_groups_by_panels(X, scaled, padded_add, n_groups, center_norm, gamma, x_sq, allowance, best,
+                                        best_col, group_min, own_second, other_second)
+    scores = (X.astype(np.float64) @ (-2 * slots.astype(np.float64)).T).astype(np.float32) + column_add
+    expected_col = scores.argmin(axis=1)
+    rows = np.arange(n)
+    np.testing.assert_array_equal(best_col, expected_col)
+    np.testing.assert_array_equal(best, scores[rows, expected_col])
+    group_of = np.arange(columns) % n_groups
+    expected_min = np.stack([scores[:, group_of == g].min(axis=1) for g in range(n_groups)], axis=1)
+    np.testing.assert_array_equal(group_min, expected_min)
+    own = expected_col % n_groups
+    others = np.where(group_of[None, :] == own[:, None], scores, np.inf)
+    others[rows, expected_col] = np.inf
+    np.testing.assert_array_equal(own_second, others.min(axis=1))
+    np.testing.assert_array_equal(other_second, np.where(np.arange(n_groups)[None] == own[:, None], np.inf,
+                                                         expected_min).min(axis=1))
+    expected_sq = (X.astype(np.float64) ** 2).sum(axis=1)
+    np.testing.assert_array_equal(x_sq, expected_sq)
+    np.testing.assert_array_equal(allowance, [score_error(np.sqrt(v), v, center_norm, gamma) for v in expected_sq])
+
+
+@pytest.mark.parametrize("k, n_groups", [(60, 7), (121, 12)])
+def test_grouped_panel_assignment_equals_the_gemm_tiles(k, n_groups, monkeypatch):
+    """Yinyang's full assignment from the panels gives the labels, exact distances, group bounds, near ties
+    settled and float64 sums (weighted) of the GEMM tiles, to the last bit (groups of unequal sizes: padding
+    slots; equal and nearly equal centers: near ties)."""
+    from daskmeans.kernels import exact_assign
+
+    X, centers = _descriptors_like(2500, 40, k, 2)
+    groups = make_groups(centers, "yinyang", n_groups)
+    weights = np.random.default_rng(3).random(len(X))
+
+    def assign(panels):
+        tiles = exact_assign._assign_tiles
+        if not panels:
+            monkeypatch.setattr(exact_assign, "_assign_tiles",
+                                lambda *args, **kwargs: tiles(*args, **{**kwargs, "panels": False}))
+        stats = (np.zeros((k, X.shape[1])), np.zeros(k), np.zeros(k))
+        result = assign_with_bounds(X, centers, groups, slab_bytes=2**20, stats=stats, weights=weights)
+        monkeypatch.setattr(exact_assign, "_assign_tiles", tiles)
+        return result, stats
+
+    (labels, dist2, lower, rechecked), stats = assign(True)
+    (ref_labels, ref_dist2, ref_lower, ref_rechecked), ref_stats = assign(False)
+    assert (groups.slot_center < 0).any() and rechecked == ref_rechecked > 0
+    np.testing.assert_array_equal(labels, ref_labels)
+    np.testing.assert_array_equal(dist2, ref_dist2)
+    np.testing.assert_array_equal(lower, ref_lower)
+    for ours, theirs in zip(stats, ref_stats):
+        np.testing.assert_array_equal(ours, theirs)
