@@ -185,6 +185,20 @@ def padded(scaled, column_add, err_sq, err_x):
     return scaled_out, add_out, errors[0], errors[1]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _panel_buffers(X):
+    """A zeroed float32 panel for rows of ``X`` (the rows past the last ones of a short panel stay finite) and a zero
+    row of ``X``'s dtype (for the rows' norms)."""
+    return np.zeros(X.shape[1] * PANEL_ROWS, dtype=np.float32), np.zeros(X.shape[1], dtype=X.dtype)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_row(row, panel, r):
+    """Row ``row`` converted to float32 (exactly, for integers and float32) as row ``r`` of the panel."""
+    for f in range(row.shape[0]):
+        panel[f * PANEL_ROWS + r] = row[f]
+
+
 @numba.njit(cache=True, nogil=True)
 def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, best, best_col, other_low):
     """For every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time), its squared norm
@@ -199,8 +213,7 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     n, d = X.shape
     columns = scaled.shape[0]
     steps_end = columns - columns % CENTERS_PER_STEP
-    panel = np.zeros(d * PANEL_ROWS, dtype=np.float32)
-    zero = np.zeros(d, dtype=X.dtype)
+    panel, zero = _panel_buffers(X)
     x_norm = np.zeros(PANEL_ROWS, dtype=np.float32)
     run_best = np.empty(PANEL_ROWS, dtype=np.float32)
     run_col = np.empty(PANEL_ROWS, dtype=np.int32)
@@ -212,8 +225,7 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
         for r in range(rows):
             x_sq[r0 + r] = pair_dist2(X[r0 + r], zero)
             x_norm[r] = math.sqrt(x_sq[r0 + r])
-            for f in range(d):
-                panel[f * PANEL_ROWS + r] = X[r0 + r, f]
+            _put_row(X[r0 + r], panel, r)
         run_best[:] = np.inf
         run_best_low[:] = np.inf
         run_other_low[:] = np.inf
@@ -245,8 +257,7 @@ def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma
     n, d = X.shape
     columns = scaled.shape[0]
     steps_end = columns - columns % CENTERS_PER_STEP
-    panel = np.zeros(d * PANEL_ROWS, dtype=np.float32)
-    zero = np.zeros(d, dtype=X.dtype)
+    panel, zero = _panel_buffers(X)
     run_best = np.empty(PANEL_ROWS, dtype=np.float32)
     run_col = np.empty(PANEL_ROWS, dtype=np.int32)
     run_min = np.empty(n_groups * PANEL_ROWS, dtype=np.float32)
@@ -256,8 +267,7 @@ def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma
         rows = min(PANEL_ROWS, n - r0)
         for r in range(rows):
             x_sq[r0 + r], allowance[r0 + r] = norm_and_allowance(X[r0 + r], zero, center_norm, gamma)
-            for f in range(d):
-                panel[f * PANEL_ROWS + r] = X[r0 + r, f]
+            _put_row(X[r0 + r], panel, r)
         run_best[:] = np.inf
         run_col[:] = 0
         run_min[:] = np.inf
