@@ -50,8 +50,10 @@ def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES, stats=None, weights=N
     """Exact nearest center by blocked GEMM scores settled by exact distances where they cannot decide.
 
     For each slab of rows, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2 and a vectorized
-    argmin; rows whose two best scores are within the proven GEMM error are settled by exact distances, and the
-    winner's distance is exact (:func:`daskmeans.kernels.exact_assign.assign_with_bounds` without bounds). The
+    argmin (in float32 with at most ``PANEL_MAX_FEATURES`` features both in one register-blocked loop that never
+    stores the scores, :mod:`daskmeans.kernels.panel_scan`); rows whose two best scores are within the proven GEMM
+    error are settled by exact distances, and the winner's distance is exact
+    (:func:`daskmeans.kernels.exact_assign.assign_with_bounds` without bounds). The
     labels are therefore the exact nearest centers, ties to the lowest index, the same as any bounded assignment.
 
     Parameters

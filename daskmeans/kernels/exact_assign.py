@@ -235,7 +235,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     rounding. Padding slots (groups of unequal sizes) score ``inf``. After the scan each row is read once more,
     for its norm, its winner's exact distance and (with ``stats``) its cluster's sums, while the tile is in cache.
     With one group (the plain nearest center, or one bound per row) a similar pass finds the best two scores
-    (:func:`_assign_one_group`). With very many centers, blocks of centers are scored at a time
+    (:func:`_assign_one_group`). In float32 with at most ``PANEL_MAX_FEATURES`` features the GEMM and the scan are
+    one loop and the scores are never stored (:mod:`daskmeans.kernels.panel_scan`,
+    :func:`_assign_groups_by_panels`). With very many centers, blocks of centers are scored at a time
     (``column_blocks``, where the norms are folded into the GEMM as one more coordinate).
 
     Parameters

@@ -52,11 +52,12 @@ TAIL_CENTERS = CENTERS_PER_STEP // 3
 
 def _panel_scan_intrinsic(centers_per_step, grouped=False):
     """A Numba intrinsic ``scan(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low,
-    other_low, start, stop, n_groups, group_min, group_second)`` that folds the scores of centers ``start .. stop - 1`` (``stop - start`` a multiple of
-    ``centers_per_step``), in order, into the running summary of the panel's ``PANEL_ROWS`` rows (float32, the
-    columns int32), as :func:`daskmeans.kernels.one_group_assign._take_score` does: the best score and its column,
-    the best score less its error (``best_low``) and the smallest of the other scores less their errors
-    (``other_low``), the error of column ``c``'s score being ``err_sq[c] + x_norm * err_x[c]``.
+    other_low, start, stop, n_groups, group_min, group_second)`` that folds the scores of centers
+    ``start .. stop - 1`` (``stop - start`` a multiple of ``centers_per_step``), in order, into the running
+    summary of the panel's ``PANEL_ROWS`` rows (float32, the columns int32), as
+    :func:`daskmeans.kernels.one_group_assign._take_score` does: the best score and its column, the best score less
+    its error (``best_low``) and the smallest of the other scores less their errors (``other_low``), the error of
+    column ``c``'s score being ``err_sq[c] + x_norm * err_x[c]``.
 
     ``panel`` is float32 ``(d * PANEL_ROWS,)``, feature ``f`` of row ``r`` at ``f * PANEL_ROWS + r``; ``scaled``
     is float32 ``(k, d)``, C-ordered (the centers times -2); the score of column ``c`` is
