@@ -427,7 +427,7 @@ def _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, all
     n, d = X.shape
     gamma = _gamma(d, np.float32)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
-    scaled, column_add, _, _ = padded(slots[:d].T, np.where(slot_center < 0, np.inf, slots[d]), 0, 0)
+    scaled, column_add, _, _ = padded(slots[:d].T, np.where(slot_center < 0, np.inf, slots[d]))
     tile = min(n, max(PANEL_ROWS, PANEL_TILE_BYTES // (d * X.itemsize)))
     best, own_second, other_second = (np.empty(tile, dtype=np.float32) for _ in range(3))
     best_col, near_ties = np.empty(tile, dtype=np.int32), np.empty(tile, dtype=np.int64)

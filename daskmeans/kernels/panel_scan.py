@@ -36,9 +36,18 @@ from numba.extending import intrinsic
 from .distance import pair_dist2
 from .score_error import norm_and_allowance
 
+def _has_wide_vectors() -> bool:
+    """Whether LLVM reports AVX-512 on this machine (False where it cannot read the host's features: LLVM raises
+    there, and ``import daskmeans`` must not)."""
+    try:
+        return bool(binding.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:
+        return False
+
+
 #: Whether this machine has 512-bit vectors (AVX-512): 32 vector registers of 16 float32 lanes; else 8 lanes and
 #: 16 registers are assumed (AVX2).
-WIDE_VECTORS = bool(binding.get_host_cpu_features().get("avx512f", False))
+WIDE_VECTORS = _has_wide_vectors()
 LANES = 16 if WIDE_VECTORS else 8
 VECTORS_PER_PANEL = 2
 #: Rows of one panel.
@@ -170,10 +179,11 @@ _scan_groups_steps = _panel_scan_intrinsic(CENTERS_PER_STEP, grouped=True)
 _scan_groups_tail = _panel_scan_intrinsic(TAIL_CENTERS, grouped=True)
 
 
-def padded(scaled, column_add, err_sq, err_x):
+def padded(scaled, column_add, err_sq=0, err_x=0):
     """The centers times -2 ``(k, d)``, the scores' additive terms ``(k,)`` and the two parts of their errors
-    (:func:`daskmeans.kernels.one_group_assign.center_errors`), float32, padded with zero centers whose term is
-    ``inf`` and whose errors are 0 to a multiple of ``TAIL_CENTERS`` rows (they never win, nor lower a bound)."""
+    (:func:`daskmeans.kernels.one_group_assign.center_errors`; 0 for the grouped scan, which does not use them),
+    float32, padded with zero centers whose term is ``inf`` and whose errors are 0 to a multiple of
+    ``TAIL_CENTERS`` rows (they never win, nor lower a bound)."""
     k, d = scaled.shape
     columns = -(-k // TAIL_CENTERS) * TAIL_CENTERS
     scaled_out = np.zeros((columns, d), dtype=np.float32)

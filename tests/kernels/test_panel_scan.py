@@ -131,7 +131,7 @@ def test_best_of_groups_by_panels_match_numpy(dtype, n_groups, columns):
     column_add = (slots.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
     column_add[-1] = np.inf  # a padding slot
     gamma, center_norm = _gamma(d, np.float32), 6.0
-    scaled, padded_add, _, _ = panel_scan.padded(-2 * slots, column_add, 0, 0)
+    scaled, padded_add, _, _ = panel_scan.padded(-2 * slots, column_add)
     x_sq, allowance, best, own_second, other_second = (np.empty(n), np.empty(n), *(np.empty(n, np.float32)
                                                                                   for _ in range(3)))
     best_col, group_min = np.empty(n, dtype=np.int32), np.empty((n, n_groups), dtype=np.float32)
@@ -185,3 +185,16 @@ def test_grouped_panel_assignment_equals_the_gemm_tiles(k, n_groups, monkeypatch
     np.testing.assert_array_equal(lower, ref_lower)
     for ours, theirs in zip(stats, ref_stats):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_the_vector_width_is_chosen_without_failing_where_llvm_cannot_read_the_host(monkeypatch):
+    """LLVM raises where it cannot read the host CPU's features; importing daskmeans must not."""
+    from llvmlite import binding
+
+    assert panel_scan._has_wide_vectors() == panel_scan.WIDE_VECTORS
+
+    def unreadable():
+        raise RuntimeError("failed to get host cpu features")
+
+    monkeypatch.setattr(binding, "get_host_cpu_features", unreadable)
+    assert panel_scan._has_wide_vectors() is False
