@@ -114,6 +114,12 @@ YINYANG_GROUP_SIZE = 10
 #: reassigned against all centers by GEMM with fresh bounds (cheaper then).
 REVISIT_PROBE_ROWS = 2048
 REVISIT_GIVE_UP_FRACTION = 0.5
+#: Rows revisited together in float32 with groups (:func:`daskmeans.kernels.revisit._revisit_by_groups`): their
+#: candidates are scored group by group, each group's centers read once for all its rows; fewer where the groups
+#: have more than ``REVISIT_BLOCK_PAIRS / REVISIT_BLOCK_ROWS`` chunks (the block's buffers hold one pair per row
+#: and chunk).
+REVISIT_BLOCK_ROWS = 1024
+REVISIT_BLOCK_PAIRS = 2**17
 #: Truncated EM: up to this many (best, candidate) pairs (``k^2``) are counted in a dense array.
 DENSE_PAIRS_LIMIT = 2**22
 

@@ -2,9 +2,20 @@
 
 A row keeps one lower bound per group of centers (:mod:`daskmeans.kernels.nested_groups`). After the centers move,
 each bound drops by the largest move in its group; a group whose dropped bound still exceeds the distance to the
-row's own center cannot hold a closer center. Every center of a failing group is a candidate, scored by a
-vectorized dot product in the data's precision; rows with many candidates are reassigned against all centers by
-one GEMM (:func:`daskmeans.kernels.exact_assign.assign_with_bounds`).
+row's own center cannot hold a closer center. Every center of a failing group is a candidate, scored in the
+data's precision; rows with many candidates are reassigned against all centers by one GEMM
+(:func:`daskmeans.kernels.exact_assign.assign_with_bounds`).
+
+In float32 with groups (:func:`_revisit_by_groups`), rows are revisited a block at a time: their (row, failing
+group) pairs are sorted by group and every group scores all its rows at once, its centers side by side in vector
+lanes and read once for the block (:func:`daskmeans.kernels.group_dots.rows_dots`); then each row is settled, and
+in the common case, where no candidate's low score reaches the own center's distance, its failing groups are
+bounded by their candidates' smallest low scores without further work. In float64, and with Hamerly's single
+bound, each candidate is scored by one vectorized dot product (:func:`_revisit`). On one thread (session 36, ad
+hoc, a late iteration of 480,000 descriptors, k = 1000 in 100 groups, the output arrays warm), the block revisit
+took 0.166-0.186 s against 0.212-0.228 s one dot product at a time (0.333-0.340 s against 0.419-0.433 s at
+iteration 5); on the 2 worker processes a block of 120,000 rows took 0.044-0.056 s against 0.048-0.063 s, the
+two processes sharing the memory bus.
 
 Yinyang's local filter (a center whose own drop, the group's old bound less its own move, still exceeds the
 distance is skipped) is kept only for Hamerly's single bound, whose one group is every center. For groups it was
@@ -14,9 +25,10 @@ the dot products it saved, while scoring the whole group gives the group a tight
 4.46-4.76 s with it; descriptors' late iterations (240,000 rows, k = 1000 in 32 groups) 0.12-0.16 s against
 0.17-0.22 s.
 
-Gathering each failing group's rows into a GEMM tile instead was measured slower on SIFT descriptors (k = 1000,
+Gathering each failing group's rows into a BLAS GEMM tile was measured slower on SIFT descriptors (k = 1000,
 100 groups of 10): the tiles score whole groups (about twice the candidates the per-center test leaves), and
-gathering and scattering the rows costs more than the small products save.
+gathering and scattering the rows costs more than the small products save. The block revisit gathers nothing: the
+rows are read where they are, a value at a time, broadcast across the group's lanes.
 
 Most rows fail some group once the centers move (on descriptors, 88-93% of the rows in Lloyd's iterations 6-14,
 about three groups each), so the cost is per failing row and per candidate. The dropped bounds of every group are
@@ -26,10 +38,11 @@ square root, of its candidates' smallest low score. The tests against a row's th
 the row's smallest bound and the list of failing groups run on integer vectors: in session 32 this took
 iterations 6-16 of three 40,000-row descriptor blocks (k = 1000, 100 groups, one thread, ad hoc) from 687-715 ms
 to 568-581 ms, with about 0.1% more distances (a group fails once its rounded bound does). A candidate's dot
-product costs about as much with its center in the L1 cache as in L2 (6.5-7.7 ns a 128-d float32 dot on one
-thread, ad hoc), so revisiting rows in chunks with the dot products taken group by group (each group's centers
-read once for the chunk) was slower (session 30: 657-709 ms against 540-548 ms for iterations 6-16 of three
-40,000-row blocks): the bookkeeping cost more than the cache saved.
+product one at a time costs about as much with its center in the L1 cache as in L2 (6.5-7.7 ns a 128-d float32 dot
+on one thread, ad hoc): its latency, not the read, bounds it. So revisiting rows in chunks with those dot products
+taken group by group was slower (session 30: 657-709 ms against 540-548 ms for iterations 6-16 of three
+40,000-row blocks); the block revisit above gains because it scores a whole group per multiply-add, four rows at a
+time (about 3 ns a distance against 7).
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
 :func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's
@@ -45,9 +58,10 @@ import math
 import numba
 import numpy as np
 
-from ..config import REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
+from ..config import REVISIT_BLOCK_PAIRS, REVISIT_BLOCK_ROWS, REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
 from .distance import pair_dist2
 from .exact_assign import assign_with_bounds
+from .group_dots import LANES, rows_dots, transposed_groups
 from .packed_bounds import LOWER_DTYPE, load_lower, store_lower
 from .score_error import TEST_MARGIN, _gamma, row_sq_norms, score_error
 
@@ -74,9 +88,96 @@ def _drop_bounds(lower, group_shift, new_lower):
     return smallest
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _own_distance(X, i, a, centers, shift, old_dist2):
+    """The exact squared distance of row ``i`` to its center ``a``, and whether it was computed (not reused)."""
+    if shift[a] == 0.0 and old_dist2.shape[0] > 0:
+        return old_dist2[i], 0  # the same center: the same exact distance
+    return pair_dist2(X[i], centers[a]), 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _list_failing(new_lower_i, threshold_code, group_ptr, failing):
+    """The groups whose dropped bound fails, listed without a branch per group (which groups fail is
+    unpredictable); returns their number and how many centers they hold."""
+    n_failing = 0
+    held = 0
+    for g in range(new_lower_i.shape[0]):
+        failing[n_failing] = g
+        fails = new_lower_i[g] <= threshold_code
+        held += (group_ptr[g + 1] - group_ptr[g]) * fails
+        n_failing += fails
+    return n_failing, held
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _settle(row, centers, a, d2, dist, candidates, n_candidates, low, high, values, low_of, failing, n_failing,
+            group_ptr, members, new_lower_i, own_group, own_group_holds):
+    """The row's nearest center from its candidates' scores (``low`` and ``high``, within their errors) and exact
+    distances only where the scores cannot decide; the failing groups bounded anew in ``new_lower_i`` (which holds
+    the dropped bounds). ``values`` holds the exact distance of each center of the failing groups that is no
+    candidate. Returns the center, its exact squared distance and the exact distances computed."""
+    best_high = d2
+    for c in range(n_candidates):
+        best_high = min(best_high, high[c])
+    computed = 0
+    survivors = 1 if d2 <= best_high else 0
+    last = -1
+    for c in range(n_candidates):
+        # the candidate's bound is the square root of its low score: taken once per group, of the group's
+        # smallest (the square root is monotonic and correctly rounded: the same bound); -1 marks it, as every
+        # distance kept in values is non-negative
+        values[candidates[c]] = -1.0
+        low_of[candidates[c]] = low[c]
+        if low[c] <= best_high:
+            survivors += 1
+            last = c
+    best = a
+    best_d2 = d2
+    if survivors == 1 and last >= 0:
+        best = candidates[last]
+        best_d2 = pair_dist2(row, centers[best])
+        computed += 1
+        values[best] = math.sqrt(best_d2)
+    elif survivors > 1:
+        if d2 > best_high:
+            best_d2 = np.inf
+        for c in range(n_candidates):
+            if low[c] > best_high:
+                continue
+            j = candidates[c]
+            value = pair_dist2(row, centers[j])
+            computed += 1
+            values[j] = math.sqrt(value)
+            if value < best_d2 or (value == best_d2 and j < best):
+                best = j
+                best_d2 = value
+    # the failing groups are bounded anew, and the old center's group by its distance when the row left it
+    for q in range(n_failing):
+        g = failing[q]
+        bound = np.inf
+        smallest_low = np.inf
+        for t in range(group_ptr[g], group_ptr[g + 1]):
+            j = members[t]
+            if j == best:
+                continue
+            if values[j] < 0.0:
+                smallest_low = min(smallest_low, low_of[j])
+            else:
+                bound = min(bound, values[j])
+        if smallest_low < np.inf:
+            bound = min(bound, math.sqrt(max(smallest_low, 0.0)))
+        new_lower_i[g] = store_lower(bound)
+    if best != a and own_group_holds:
+        # the old center joins its group's bound (the dropped bound, above the threshold, was larger)
+        new_lower_i[own_group] = store_lower(dist)
+    return best, best_d2, computed
+
+
 @numba.njit(cache=True, nogil=True)
 def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
              centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full, row):
+    """The revisit one row at a time, each candidate scored by one dot product (float64, Hamerly's single bound)."""
     n = X.shape[0]
     k = centers.shape[0]
     n_groups = lower.shape[1]
@@ -91,11 +192,8 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
     computed = 0
     for i in range(n):
         a = labels[i]
-        if shift[a] == 0.0 and old_dist2.shape[0] > 0:
-            d2 = old_dist2[i]  # the same center: the same exact distance
-        else:
-            d2 = pair_dist2(X[i], centers[a])
-            computed += 1
+        d2, own_computed = _own_distance(X, i, a, centers, shift, old_dist2)
+        computed += own_computed
         dist = math.sqrt(d2)
         threshold = dist * (1.0 + TEST_MARGIN)
         # a stored bound exceeds the threshold exactly when its code exceeds the threshold's (rounded down) code
@@ -105,11 +203,7 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             new_labels[i] = a
             new_dist2[i] = d2
             continue
-        # the groups whose dropped bound fails, listed without a branch per group (which groups fail is unpredictable)
-        n_failing = 0
-        for g in range(n_groups):
-            failing[n_failing] = g
-            n_failing += new_lower[i, g] <= threshold_code
+        n_failing, _ = _list_failing(new_lower[i], threshold_code, group_ptr, failing)
         own_group = group_of[a]
         own_group_holds = new_lower[i, own_group] > threshold_code
         # every center of the failing groups (with one group of all centers, those its own drop cannot rule out)
@@ -136,69 +230,161 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             row[f] = X[i, f]
         x_sq = pair_dist2(row, zero)
         x_norm = math.sqrt(x_sq)
-        best_high = d2
         for c in range(n_candidates):
             j = candidates[c]
             value = centers_sq[j] - 2.0 * _fast_dot(row, centers[j]) + x_sq
             allowance = score_error(x_norm, x_sq, center_norms[j], gamma)  # this center's own error
             low[c] = value - allowance
             high[c] = value + allowance
-            best_high = min(best_high, high[c])
-        computed += n_candidates
-        survivors = 1 if d2 <= best_high else 0
-        last = -1
-        for c in range(n_candidates):
-            # the candidate's bound is the square root of its low score: taken once per group, of the group's
-            # smallest (the square root is monotonic and correctly rounded: the same bound); -1 marks it, as every
-            # distance kept in values is non-negative
-            values[candidates[c]] = -1.0
-            low_of[candidates[c]] = low[c]
-            if low[c] <= best_high:
-                survivors += 1
-                last = c
-        best = a
-        best_d2 = d2
-        if survivors == 1 and last >= 0:
-            best = candidates[last]
-            best_d2 = pair_dist2(row, centers[best])
-            computed += 1
-            values[best] = math.sqrt(best_d2)
-        elif survivors > 1:
-            if d2 > best_high:
-                best_d2 = np.inf
-            for c in range(n_candidates):
-                if low[c] > best_high:
-                    continue
-                j = candidates[c]
-                value = pair_dist2(row, centers[j])
-                computed += 1
-                values[j] = math.sqrt(value)
-                if value < best_d2 or (value == best_d2 and j < best):
-                    best = j
-                    best_d2 = value
+        best, best_d2, exact = _settle(row, centers, a, d2, dist, candidates, n_candidates, low, high, values, low_of,
+                                       failing, n_failing, group_ptr, members, new_lower[i], own_group,
+                                       own_group_holds)
+        computed += n_candidates + exact
         new_labels[i] = best
         new_dist2[i] = best_d2
-        # new_lower holds the dropped bounds: the failing groups are bounded anew, and the old center's group by
-        # its distance when the row left it
-        for q in range(n_failing):
-            g = failing[q]
-            bound = np.inf
-            smallest_low = np.inf
-            for t in range(group_ptr[g], group_ptr[g + 1]):
-                j = members[t]
-                if j == best:
-                    continue
-                if values[j] < 0.0:
-                    smallest_low = min(smallest_low, low_of[j])
-                else:
-                    bound = min(bound, values[j])
-            if smallest_low < np.inf:
-                bound = min(bound, math.sqrt(max(smallest_low, 0.0)))
-            new_lower[i, g] = store_lower(bound)
-        if best != a and own_group_holds:
-            # the old center joins its group's bound (the dropped bound, above the threshold, was larger)
-            new_lower[i, own_group] = store_lower(dist)
     return computed
+
+
+@numba.njit(cache=True, nogil=True)
+def _revisit_by_groups(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of,
+                       scalar_limit, centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full,
+                       transposed, slot_center, chunks_per_group, block_rows):
+    """The revisit ``block_rows`` rows at a time, in float32 with groups: the rows' failing (row, group) pairs are
+    sorted by group and each group's candidates scored for all its rows at once
+    (:func:`~daskmeans.kernels.group_dots.rows_dots`); then each row is settled as by :func:`_revisit`, its
+    candidates in the same order (failing groups in increasing order, members in order)."""
+    n, d = X.shape
+    k = centers.shape[0]
+    n_groups = lower.shape[1]
+    n_chunks = n_groups * chunks_per_group
+    values = np.empty(k, dtype=np.float64)
+    candidates = np.empty(k, dtype=np.int64)
+    low = np.empty(k, dtype=np.float64)
+    low_of = np.empty(k, dtype=np.float64)
+    high = np.empty(k, dtype=np.float64)
+    rows = np.empty((block_rows, d), dtype=np.float32)
+    zero = np.zeros(d, dtype=np.float32)
+    # per row of a block: its label, exact squared distance, squared norm, failing groups
+    row_label = np.empty(block_rows, dtype=np.int64)
+    row_d2 = np.empty(block_rows, dtype=np.float64)
+    row_sq = np.empty(block_rows, dtype=np.float64)
+    failing = np.empty(block_rows * n_groups, dtype=np.int64)
+    group_lows = np.empty(block_rows * n_groups, dtype=np.float64)
+    failing_end = np.empty(block_rows + 1, dtype=np.int64)
+    # per (row, chunk of a group) pair: the row, and where its scores are once the pairs are sorted by chunk
+    pair_row = np.empty(block_rows * n_chunks, dtype=np.int64)
+    sorted_row = np.empty(block_rows * n_chunks, dtype=np.int64)
+    sorted_at = np.empty(block_rows * n_chunks, dtype=np.int64)
+    chunk_start = np.empty(n_chunks + 1, dtype=np.int64)
+    scores = np.empty(block_rows * n_chunks * LANES, dtype=np.float32)
+    computed = 0
+    for b0 in range(0, n, block_rows):
+        m = min(block_rows, n - b0)
+        failing_end[0] = 0
+        n_pairs = 0
+        chunk_start[:] = 0
+        for r in range(m):
+            i = b0 + r
+            a = labels[i]
+            d2, own_computed = _own_distance(X, i, a, centers, shift, old_dist2)
+            computed += own_computed
+            row_label[r] = -1  # settled here
+            failing_end[r + 1] = failing_end[r]
+            threshold_code = store_lower(math.sqrt(d2) * (1.0 + TEST_MARGIN))
+            if _drop_bounds(lower[i], group_shift, new_lower[i]) > threshold_code:
+                new_labels[i] = a
+                new_dist2[i] = d2
+                continue
+            first = failing_end[r]
+            n_failing, held = _list_failing(new_lower[i], threshold_code, group_ptr, failing[first:])
+            if held - (new_lower[i, group_of[a]] <= threshold_code) > scalar_limit:
+                needs_full[i] = True
+                continue
+            row_label[r] = a
+            row_d2[r] = d2
+            failing_end[r + 1] = first + n_failing
+            for q in range(first, first + n_failing):
+                for c in range(chunks_per_group):
+                    chunk = failing[q] * chunks_per_group + c
+                    pair_row[n_pairs] = r
+                    sorted_at[n_pairs] = chunk  # the pair's chunk until the sort
+                    chunk_start[chunk + 1] += 1
+                    n_pairs += 1
+            for f in range(d):
+                rows[r, f] = X[i, f]
+            row_sq[r] = pair_dist2(rows[r], zero)
+        for c in range(n_chunks):
+            chunk_start[c + 1] += chunk_start[c]
+        for p in range(n_pairs):
+            chunk = sorted_at[p]
+            at = chunk_start[chunk]
+            chunk_start[chunk] = at + 1
+            sorted_row[at] = pair_row[p]
+            sorted_at[p] = at
+        # chunk_start[c] now holds the end of chunk c's pairs, the start of chunk c + 1's
+        start = 0
+        for c in range(n_chunks):
+            rows_dots(rows, sorted_row, start, chunk_start[c], transposed, c, scores)
+            start = chunk_start[c]
+        p = 0
+        for r in range(m):
+            a = row_label[r]
+            if a < 0:
+                continue
+            i = b0 + r
+            d2 = row_d2[r]
+            dist = math.sqrt(d2)
+            x_sq = row_sq[r]
+            x_norm = math.sqrt(x_sq)
+            n_candidates = 0
+            lowest = np.inf
+            for q in range(failing_end[r], failing_end[r + 1]):
+                group_low = np.inf
+                for c in range(chunks_per_group):
+                    slots = (failing[q] * chunks_per_group + c) * LANES
+                    at = sorted_at[p] * LANES
+                    p += 1
+                    for lane in range(LANES):
+                        j = slot_center[slots + lane]
+                        if j < 0:
+                            continue
+                        if j == a:
+                            values[j] = dist
+                            continue
+                        value = centers_sq[j] - 2.0 * np.float64(scores[at + lane]) + x_sq
+                        allowance = score_error(x_norm, x_sq, center_norms[j], gamma)  # this center's own error
+                        candidates[n_candidates] = j
+                        low[n_candidates] = value - allowance
+                        high[n_candidates] = value + allowance
+                        group_low = min(group_low, value - allowance)
+                        n_candidates += 1
+                group_lows[q] = group_low
+                lowest = min(lowest, group_low)
+            if lowest > d2:
+                # no candidate can be nearer than the own center (the common case): each failing group is bounded
+                # by its candidates' smallest low score, as _settle bounds it then
+                for q in range(failing_end[r], failing_end[r + 1]):
+                    bound = np.inf if group_lows[q] == np.inf else math.sqrt(max(group_lows[q], 0.0))
+                    new_lower[i, failing[q]] = store_lower(bound)
+                computed += n_candidates
+                new_labels[i] = a
+                new_dist2[i] = d2
+                continue
+            own_group = group_of[a]
+            best, best_d2, exact = _settle(rows[r], centers, a, d2, dist, candidates, n_candidates, low, high, values,
+                                           low_of, failing[failing_end[r]:], failing_end[r + 1] - failing_end[r],
+                                           group_ptr, members, new_lower[i], own_group,
+                                           new_lower[i, own_group] > store_lower(dist * (1.0 + TEST_MARGIN)))
+            computed += n_candidates + exact
+            new_labels[i] = best
+            new_dist2[i] = best_d2
+    return computed
+
+
+def scores_by_groups(dtype, groups) -> bool:
+    """Whether a revisit scores its candidates group by group for blocks of rows (:func:`_revisit_by_groups`):
+    float32 with groups; else one dot product at a time (:func:`_revisit`)."""
+    return np.dtype(dtype) == np.float32 and groups.n_groups > 1
 
 
 def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,
@@ -265,17 +451,24 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     centers_sq = row_sq_norms(centers)
     old_dist2 = np.empty(0) if dist2 is None else np.asarray(dist2, dtype=np.float64)
     shift = np.asarray(shift, dtype=np.float64)
+    by_groups = scores_by_groups(dtype, groups)
+    if by_groups:
+        transposed, slot_center, chunks_per_group = transposed_groups(centers, groups)
+        block_rows = max(32, min(REVISIT_BLOCK_ROWS, REVISIT_BLOCK_PAIRS // transposed.shape[0]))
     computed = 0
     start = 0
     tail = m  # rows from here on are reassigned against all centers (after a give-up)
     while start < m:
         stop = m if start else min(m, int(probe_rows))
         part = slice(start, stop)
-        computed += _revisit(X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2,
-                             lower[part], shift, group_shift, groups.ptr, groups.members, groups.group_of,
-                             int(scalar_limit), centers_sq, _gamma(X.shape[1], dtype), np.sqrt(centers_sq),
-                             new_labels[part], new_dist2[part], new_lower[part], needs_full[part],
-                             np.empty(X.shape[1], dtype=dtype))
+        args = (X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2, lower[part], shift,
+                group_shift, groups.ptr, groups.members, groups.group_of, int(scalar_limit), centers_sq,
+                _gamma(X.shape[1], dtype), np.sqrt(centers_sq), new_labels[part], new_dist2[part], new_lower[part],
+                needs_full[part])
+        if by_groups:
+            computed += _revisit_by_groups(*args, transposed, slot_center, chunks_per_group, block_rows)
+        else:
+            computed += _revisit(*args, np.empty(X.shape[1], dtype=dtype))
         if not start and stop < m and \
                 computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
             tail = stop
