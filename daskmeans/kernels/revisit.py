@@ -383,8 +383,11 @@ def _revisit_by_groups(X, centers, labels, old_dist2, lower, shift, group_shift,
 
 def scores_by_groups(dtype, groups) -> bool:
     """Whether a revisit scores its candidates group by group for blocks of rows (:func:`_revisit_by_groups`):
-    float32 with groups; else one dot product at a time (:func:`_revisit`)."""
-    return np.dtype(dtype) == np.float32 and groups.n_groups > 1
+    float32 with groups that fill at least half of a vector's lanes on average (yinyang's groups of about 10; not
+    Elkan's single centers, which would score ``LANES`` lanes for one); else one dot product at a time
+    (:func:`_revisit`)."""
+    return np.dtype(dtype) == np.float32 and groups.n_groups > 1 and \
+        len(groups.group_of) >= groups.n_groups * LANES // 2
 
 
 def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,

@@ -127,3 +127,12 @@ def test_revisit_by_groups_keeps_bounds_valid_over_many_moves(monkeypatch):
         minima = np.stack([others[:, groups.group_of == g].min(axis=1) for g in range(groups.n_groups)], axis=1)
         assert np.all(unpack_bounds(lower) <= minima)
     assert max(computed) < 0.5 * len(X) * C.shape[0]  # small moves: the bounds rule out most centers
+
+
+def test_revisit_scores_by_groups_only_float32_groups_that_fill_the_lanes():
+    centers = np.random.default_rng(0).standard_normal((40, 6)).astype(np.float32)
+    yinyang = make_groups(centers, "yinyang", 40 // (LANES // 2))
+    assert kr.scores_by_groups(np.float32, yinyang)
+    assert not kr.scores_by_groups(np.float64, yinyang)
+    assert not kr.scores_by_groups(np.float32, make_groups(centers, "elkan", 40))  # one center a group
+    assert not kr.scores_by_groups(np.float32, make_groups(centers, "hamerly", 1))
