@@ -22,7 +22,7 @@ import numpy as np
 from .engine import random as engine_random
 from .engine.random import row_uniforms
 from .kernels import (afkmc2, assign, exact_assign, group_scan, kernel_centers, kernel_functions, kernel_minibatch,
-                      one_group_assign, panel_scan, score_error, stats, truncated_em)
+                      one_group_assign, panel_scan, revisit, score_error, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
@@ -64,6 +64,21 @@ def _warm_assign(dtype):
         nearest_gemm(stored, tied[:2])
         nearest_gemm(stored, centers[:2], stats=(np.zeros((2, block.shape[1])), np.zeros(2), np.zeros(2)))
     return nearest_gemm(block, centers[:2])
+
+
+def _warm_revisit(dtype):
+    """The revisit after the centers moved (exact k-means with bounds, nmbatch): in float32 with groups a block of
+    rows at a time, of float32 rows and of uint8 rows as stored; with Hamerly's single bound (and in float64) one
+    dot product at a time."""
+    block = _tiny_block(dtype, rows=24)
+    centers = np.ascontiguousarray(block[:16])
+    moved = np.ascontiguousarray(centers + dtype.type(0.01))
+    shift = np.full(centers.shape[0], 0.02 * np.sqrt(block.shape[1]))
+    rows = [block, np.ascontiguousarray(block * 100, dtype=np.uint8)] if dtype == np.float32 else [block]
+    for stored in rows:
+        for groups in (make_groups(centers, "yinyang", 2), make_groups(centers, "hamerly", 1)):
+            labels, dist2, lower, _ = exact_assign.assign_with_bounds(stored, centers, groups)
+            revisit.revisit_with_bounds(stored, moved, labels, lower, shift, groups, dist2=dist2)
 
 
 def _warm_stats(dtype):
@@ -117,6 +132,7 @@ def _warm_kernel_kmeans(dtype):
 WARMUPS = {
     "kernels.assign": _warm_assign,
     "kernels.stats": _warm_stats,
+    "kernels.revisit": _warm_revisit,
     "_random": _warm_random,
     "kernels.afkmc2": _warm_afkmc2,
     "kernels.truncated_em": _warm_truncated_em,
@@ -136,6 +152,8 @@ def _dispatchers():
         "kernels.panel_scan.best_of_groups_by_panels": panel_scan.best_of_groups_by_panels,
         "kernels.exact_assign._finish_best_of_groups": exact_assign._finish_best_of_groups,
         "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
+        "kernels.revisit._revisit": revisit._revisit,
+        "kernels.revisit._revisit_by_groups": revisit._revisit_by_groups,
         "kernels.stats._cluster_stats": stats._cluster_stats,
         "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2._nearest_by_scores": afkmc2._nearest_by_scores,

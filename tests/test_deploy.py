@@ -645,6 +645,20 @@ for dtype in (np.float32, np.float64):
         cluster_stats(X, labels, dist2, k)
         cluster_stats(X, labels, dist2, k, weights=rng.random(n))
 row_uniforms(7, 10**12, 5)
+from daskmeans.kernels.exact_assign import assign_with_bounds   # revisits as the bounded passes run them
+from daskmeans.kernels.nested_groups import make_groups
+from daskmeans.kernels.revisit import revisit_with_bounds
+bounded_rng = np.random.default_rng(1)   # its own stream: the draws below stay those the other kernels are run on
+for dtype in (np.float32, np.float64):
+    X = bounded_rng.random((3000, 8)).astype(dtype)
+    stored_rows = [X, (X * 255).astype(np.uint8)] if dtype == np.float32 else [X]
+    C = X[bounded_rng.integers(0, 3000, 40)]
+    C2 = C + dtype(0.01)
+    for stored in stored_rows:
+        for groups in (make_groups(C, "yinyang", 4), make_groups(C, "hamerly", 1)):
+            labels, dist2, lower, _ = assign_with_bounds(stored, C, groups)
+            out = (np.empty_like(labels), np.empty_like(dist2), np.empty_like(lower))
+            revisit_with_bounds(stored, C2, labels, lower, np.full(40, 0.05), groups, dist2=dist2, out=out)
 from daskmeans import CoresetGaussianMixture, KMeans   # the vc-GMM kernels, run as the estimator runs them
 for dtype in (np.float32, np.float64):
     X = rng.random((400, 3)).astype(dtype)
