@@ -12,11 +12,10 @@ lanes and read once for the block (:func:`daskmeans.kernels.group_dots.rows_dots
 in the common case, where no candidate's low score reaches the own center's distance, its failing groups are
 bounded by their candidates' smallest low scores without further work. In float64, with Hamerly's single bound
 and with Elkan's single-center groups (:func:`scores_by_groups`), each candidate is scored by one vectorized dot
-product (:func:`_revisit`). On one thread (session 36, ad
-hoc, a late iteration of 480,000 descriptors, k = 1000 in 100 groups, the output arrays warm), the block revisit
-took 0.166-0.186 s against 0.212-0.228 s one dot product at a time (0.333-0.340 s against 0.419-0.433 s at
-iteration 5); on the 2 worker processes a block of 120,000 rows took 0.044-0.056 s against 0.048-0.063 s, the
-two processes sharing the memory bus.
+product (:func:`_revisit`). On one thread (session 36, ad hoc, a late iteration of 480,000 descriptors, k = 1000
+in 100 groups, the output arrays warm), the block revisit took 0.166-0.186 s against 0.212-0.228 s one dot product
+at a time (0.333-0.340 s against 0.419-0.433 s at iteration 5); on the 2 worker processes a block of 120,000 rows
+took 0.044-0.056 s against 0.048-0.063 s, the two processes sharing the memory bus.
 
 Yinyang's local filter (a center whose own drop, the group's old bound less its own move, still exceeds the
 distance is skipped) is kept only for Hamerly's single bound, whose one group is every center. For groups it was
