@@ -103,6 +103,9 @@ ASSIGN_COLUMN_BLOCK = 2048
 ASSIGN_BLOCKED_TILE_BYTES = 4 * 2**20
 #: Kernel centers: bytes of one slab of kernel values (rows x support rows) held at once.
 KERNEL_CENTERS_SLAB_BYTES = 32 * 2**20
+#: Mini-batch kernel k-means steps: the batch's kernel blocks are split over two of the driver's threads (one BLAS
+#: thread each) from this many multiply-adds (``b (M + b) d``, M support rows) on; smaller ones run in one thread.
+KERNEL_STEP_SPLIT_WORK = 2**22
 #: VRKM inner loop: steps over which it measures its cost per step (``InnerLoop.run(max_cost=...)``).
 VRKM_COST_WINDOW = 512
 #: VRKM candidate lists: bytes of one slab of the GEMM scores.

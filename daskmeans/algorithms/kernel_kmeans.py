@@ -131,7 +131,7 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     return resolved, centers, gamma
 
 
-def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=256, tau=50,
+def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=128, tau=25,
                             truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=POOL_BYTES,
                             pools=None):
     """Run (truncated) mini-batch kernel k-means from ``centers``.

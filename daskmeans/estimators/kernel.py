@@ -15,6 +15,7 @@ from ..algorithms.init import check_init
 from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding, minibatch_kernel_kmeans
 from ..algorithms.result import Clock, RunContext
 from ..config import MAX_FULL_BATCH_SAMPLES
+from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_key
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError
@@ -225,14 +226,18 @@ class MiniBatchKernelKMeans(_KernelClustering):
     kernel_params : dict, optional
         ``{"kappa": float or "auto"}`` (RBF, Laplacian; ``"auto"``: the mean pairwise distance of the seeding
         sample), ``{"degree", "gamma", "coef0"}`` (polynomial) or keyword arguments of the callable.
-    batch_size : int, default 256
-        The paper's experiments use 1024 (``kernel-minibatch-paper`` in ``daskmeans bench --quality``); 256 costs
-        about a tenth per step and reached the same ARI in fewer seconds on PenDigits and MNIST (README, "Kernel
-        k-means: quality vs time").
-    tau : int, default 50
-        Rows each truncated center keeps (the most recent batches holding at least ``tau`` of its rows); 50 keeps
-        the paper's ratio ``tau / b`` (200 / 1024). Lemma 3 of the paper: ``tau = b ln^2(28 gamma / eps)`` keeps
-        each center within ``eps / 28`` of the untruncated one.
+    batch_size : int, default 128
+        The paper's experiments use 1024 (``kernel-minibatch-paper`` in ``daskmeans bench --quality``). A step
+        costs ``O(k b (b + tau))``: 128 (with ``tau = 25``) costs about a third of 256 (with 50) per step, at a
+        median ARI 0.02-0.03 lower on MNIST and 0.00-0.02 lower on PenDigits over 20 seeds, still above the full
+        batch's and linear k-means' (README, "Kernel k-means: quality vs time"). Theorem 1 of the paper asks a
+        batch that grows with ``n_clusters``: the default gives about 13 rows per center and step at k = 10; keep
+        about as many at larger k (e.g. ``batch_size=1280`` at k = 100, with ``tau=256``).
+    tau : int, default 25
+        Rows each truncated center keeps (the most recent batches holding at least ``tau`` of its rows); 25 keeps
+        the paper's ratio ``tau / b`` (200 / 1024), which mattered more than either value alone: on MNIST,
+        b = 128 with tau = 50 had a median ARI 0.07 below b = 128 with tau = 25. Lemma 3 of the paper:
+        ``tau = b ln^2(28 gamma / eps)`` keeps each center within ``eps / 28`` of the untruncated one.
     learning_rate : {"beta", "sklearn"}, default "beta"
         ``sqrt(b_j / b)`` (Schwartzman 2023; the paper's) or ``b_j / (v_j + b_j)`` (scikit-learn's).
     max_iter : int, default 150
@@ -247,11 +252,11 @@ class MiniBatchKernelKMeans(_KernelClustering):
         :func:`~daskmeans.kernels.kernel_minibatch.auto_tol`); ``tol_`` holds the value used. To choose it by
         hand: once the centers hover around a solution, a step still improves its own batch by about
         ``2 sum_j a_j s_j^2 / b`` from sampling noise alone (``a_j`` the rate, ``s_j^2`` the feature-space variance
-        of the batch's cluster ``j``; about 0.013 on PenDigits at b = 256), so a ``tol`` above that level stops
-        when the batch energy levels off, and ``tol=0`` (the default) disables the rule: every run takes
-        ``max_iter`` steps. No stopping rule is the default because the batch energy levels off before the
+        of the batch's cluster ``j``; about 0.013 on PenDigits at b = 256, twice that at 128), so a ``tol`` above
+        that level stops when the batch energy levels off, and ``tol=0`` (the default) disables the rule: every run
+        takes ``max_iter`` steps. No stopping rule is the default because the batch energy levels off before the
         clustering does: ``"auto"`` stops at the first plateau (about step 3; ARI 0.48 against 0.60 for the
-        full batch on PenDigits), and a rule that stops when the mean improvement of the last 10-40 steps falls to
+        full batch on PenDigits, at b = 256), and a rule that stops when the mean improvement of the last 10-40 steps falls to
         the noise level (measured in session 15, not offered) stopped after 12-50 steps at a median ARI 0.03-0.07
         below that of 150 steps on PenDigits and MNIST.
     truncate : bool, default True
@@ -296,7 +301,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
         The early-stopping threshold used (``tol``, resolved when ``"auto"``).
     """
 
-    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=256, tau=50,
+    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=128, tau=25,
                  learning_rate="beta", max_iter=150, tol=0.0, truncate=True, init="k-means++",
                  init_sample_size=None, max_time=None, random_state=None, chunk_rows=None, client=None,
                  progress=False, snapshot_centers=False):
@@ -347,10 +352,12 @@ class MiniBatchKernelKMeans(_KernelClustering):
             # the first steps' rows travel while the seeding runs
             pools.request(0)
             recorder.seeding(self.init, counted=False)
-            kernel, centers, gamma = kernel_seeding(
-                data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
-                stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client, weights=weights,
-            )
+            with one_blas_thread():
+                kernel, centers, gamma = kernel_seeding(
+                    data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
+                    stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client,
+                    weights=weights,
+                )
         hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
         tol = auto_tol(gamma, self.n_clusters, self.batch_size) if isinstance(self.tol, str) else float(self.tol)
         with recorder:

@@ -21,10 +21,15 @@ With the "beta" rate, Lemma 3 bounds what is forgotten: ``||C_hat - C|| <= gamma
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import numba
 import numpy as np
+from dask.system import CPU_COUNT
 
+from ..config import KERNEL_STEP_SPLIT_WORK
+from ..engine.blas import one_blas_thread
 from .center_grams import center_grams, gather_support_rows, truncated_center_grams
 from .kernel_centers import SparseCenters, center_inner_products, nearest_from_inner
 from .minibatch import learning_rates
@@ -125,8 +130,34 @@ def merge_duplicates(centers: SparseCenters) -> SparseCenters:
     return merged.take(order)
 
 
+def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norms, pool=None):
+    """The kernel between the batch and the support, and within the batch: ``(b, M)`` and ``(b, b)``.
+
+    From :data:`~daskmeans.config.KERNEL_STEP_SPLIT_WORK` multiply-adds on, the support is cut in two: the batch
+    against the first part is computed on ``pool``'s thread (when given; BLAS on one thread in each), against the
+    rest and against the batch itself on this one, each about half of the ``b (M + b)`` values. The cut depends
+    only on the sizes, so the values (which a GEMM's tiling can change in the last bit) are the same with or
+    without ``pool``, on any number of cores.
+    """
+    b, n_support = rows.shape[0], support.shape[0]
+    if b * (n_support + b) * rows.shape[1] < KERNEL_STEP_SPLIT_WORK or n_support < 2:
+        return (kernel.matrix(rows, support, x_sq=batch_row_norms, y_sq=support_row_norms),
+                kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms))
+    cut = min(n_support - 1, (n_support + b) // 2)
+
+    def columns(lo, hi):
+        norms = None if support_row_norms is None else support_row_norms[lo:hi]
+        return kernel.matrix(rows, support[lo:hi], x_sq=batch_row_norms, y_sq=norms)
+
+    first = pool.submit(columns, 0, cut) if pool is not None else None
+    rest = columns(cut, n_support)
+    batch_kernel = kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms)
+    first = columns(0, cut) if first is None else first.result()
+    return np.concatenate([first, rest], axis=1), batch_kernel
+
+
 def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel, step, *, learning_rate="beta",
-                          tau=200, truncate=True, weights=None):
+                          tau=200, truncate=True, weights=None, pool=None):
     """One step of (truncated) mini-batch kernel k-means.
 
     Parameters
@@ -151,6 +182,8 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     weights : float64 (b,), optional
         Sample weights of the batch rows: ``b_j`` and ``b`` become sums of weights and ``cm(B_j)`` the weighted
         mean (rows with weight ``w`` count as ``w`` copies, as in :class:`daskmeans.MiniBatchKMeans`).
+    pool : concurrent.futures.ThreadPoolExecutor, optional
+        A thread that computes part of the kernel blocks (:func:`batch_kernel_blocks`).
 
     Returns
     -------
@@ -171,8 +204,8 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     batch_row_norms = kernel.row_norms(rows)
     support_row_norms = None if batch_row_norms is None else \
         kernel.row_norms(centers.rows) if centers.row_norms is None else centers.row_norms
-    batch_to_support = kernel.matrix(rows, centers.rows, x_sq=batch_row_norms, y_sq=support_row_norms)
-    batch_kernel = kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms)
+    batch_to_support, batch_kernel = batch_kernel_blocks(rows, centers.rows, kernel, batch_row_norms,
+                                                         support_row_norms, pool)
     inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
     labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
     weighted = weights is not None
@@ -279,17 +312,21 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
     start = time.perf_counter()
     records = []
     stop_reason = None
-    for t, (rows, index) in enumerate(zip(batches, batch_indices)):
-        centers, seen, record = kernel_minibatch_step(
-            centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
-            truncate=truncate, weights=None if batch_weights is None else batch_weights[t])
-        record.pop("labels")
-        record["seconds"] = time.perf_counter() - start
-        records.append(record)
-        if tol > 0 and record["improvement"] < tol:  # Algorithm 1: f_B(C_i) - f_B(C_i+1) < epsilon
-            stop_reason = record["stop_reason"] = "converged"
-            break
-        if time_left is not None and time.perf_counter() - start >= time_left:
-            stop_reason = "max_time"
-            break
+    # one BLAS thread, the kernel blocks split over two threads of this process: an OpenBLAS thread pool spins on
+    # its cores for about 0.1 s after its last multi-threaded call, and took them from the workers' pass that
+    # followed the fit (the labels)
+    with one_blas_thread(), ThreadPoolExecutor(1) if CPU_COUNT > 1 else nullcontext() as pool:
+        for t, (rows, index) in enumerate(zip(batches, batch_indices)):
+            centers, seen, record = kernel_minibatch_step(
+                centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
+                truncate=truncate, weights=None if batch_weights is None else batch_weights[t], pool=pool)
+            record.pop("labels")
+            record["seconds"] = time.perf_counter() - start
+            records.append(record)
+            if tol > 0 and record["improvement"] < tol:  # Algorithm 1: f_B(C_i) - f_B(C_i+1) < epsilon
+                stop_reason = record["stop_reason"] = "converged"
+                break
+            if time_left is not None and time.perf_counter() - start >= time_left:
+                stop_reason = "max_time"
+                break
     return centers, seen, records, stop_reason

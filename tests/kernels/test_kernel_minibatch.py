@@ -2,15 +2,19 @@
 recomputation, and the truncation error bound of Lemma 3 (Jourdan & Schwartzman)."""
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+
+import daskmeans.kernels.kernel_minibatch as kernel_minibatch_module
 
 from daskmeans.kernels.kernel_centers import single_point_centers
 from daskmeans.kernels.kernel_functions import Kernel
 from daskmeans.kernels.kernel_minibatch import (
     auto_tol,
     batch_cluster_means,
+    batch_kernel_blocks,
     kernel_minibatch_step,
     merge_duplicates,
     run_kernel_steps,
@@ -321,3 +325,32 @@ def test_kept_row_norms_change_no_step(dtype, truncate):
     for field in ("rows", "coef", "owner", "segment", "row_index", "norms", "row_norms"):
         np.testing.assert_array_equal(getattr(kept, field), getattr(forgotten, field))
     np.testing.assert_allclose(kept.row_norms, (kept.rows.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}), ("laplacian", {"kappa": 30.0}),
+                                         ("polynomial", {"degree": 2, "gamma": 0.1, "coef0": 1.0})])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_kernel_blocks_split_match_numpy_and_do_not_depend_on_the_thread(name, params, dtype, monkeypatch):
+    """Both blocks against NumPy, computed whole and cut in two; the cut gives the same bits with the first part on
+    another thread as on this one (the driver's core count must not change a fit)."""
+    rng = np.random.default_rng(5)
+    rows, support = (rng.normal(size=(n, 37)).astype(dtype) for n in (29, 45))
+    kernel = Kernel(name, params)
+    row_norms, support_norms = kernel.row_norms(rows), kernel.row_norms(support)
+    whole = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms)
+    monkeypatch.setattr(kernel_minibatch_module, "KERNEL_STEP_SPLIT_WORK", 1)
+    here = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms)
+    with ThreadPoolExecutor(1) as pool:
+        threaded = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms, pool)
+    for position, other in enumerate((support, rows)):
+        np.testing.assert_array_equal(threaded[position], here[position])
+        x, y = rows.astype(np.float64), other.astype(np.float64)
+        if name == "rbf":
+            reference = np.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) / params["kappa"])
+        elif name == "laplacian":
+            reference = np.exp(-np.abs(x[:, None, :] - y[None, :, :]).sum(-1) / params["kappa"])
+        else:
+            reference = (0.1 * x @ y.T + 1.0) ** 2
+        for got in (whole[position], here[position]):
+            assert got.dtype == (np.float32 if dtype == np.float32 and name != "polynomial" else np.float64)
+            np.testing.assert_allclose(got, reference, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-6)
