@@ -1,6 +1,7 @@
 """Kernel k-means on the engine: seeding in feature space, truncated mini-batch steps, and the exact full batch.
 
-- Seeding: one pass draws a uniform sample; ``kappa="auto"`` is measured on it; greedy k-means++ with kernel
+- Seeding: a uniform sample (for the mini-batch, the first distinct rows of its first pool of batches when that
+  holds enough; else one pass draws it); ``kappa="auto"`` is measured on it; greedy k-means++ with kernel
   distances picks the initial centers among its rows (each center starts as ``phi`` of one row).
 - Mini-batch (Jourdan & Schwartzman): batches are drawn by the workers (block-aware random rows, as the
   linear mini-batch k-means draws them); the steps run on the driver, ``O(k b (b + tau))`` kernel values each,
@@ -76,7 +77,7 @@ def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
 
 
 def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, sample_size=None, client=None,
-                   weights=None):
+                   weights=None, pools=None):
     """Draw the seeding sample, resolve the kernel on it and pick the initial centers.
 
     Parameters
@@ -95,6 +96,11 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     weights : dask.array.Array (n,), optional
         Sample weights: the sample is then drawn with probability proportional to them (Efraimidis-Spirakis),
         so that it represents the weighted data.
+    pools : StepPools, optional
+        The mini-batch steps' pools. Without weights, when the first pool draws at least the sample's number of
+        distinct rows, the sample is the first of them, also a uniform sample without replacement
+        (:meth:`~daskmeans.passes.kernel_pools.StepPools.first_distinct_rows`): its rows travel once, with the
+        pool, and no pass of their own draws them.
 
     Returns
     -------
@@ -107,9 +113,12 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     m = min(n, sample_size or max(20 * n_clusters, INIT_SAMPLE_ROWS))
     if weights is not None:
         m = min(m, int(compute_now((weights > 0).sum(), client=client)[0]))
-    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample"),
-                                                             weights), client=client)
-    index, rows = np.asarray(sample[1]), np.ascontiguousarray(sample[2])
+    drawn = pools.first_distinct_rows(m) if pools is not None and weights is None else None
+    if drawn is None:
+        (sample,) = compute_now(sample_without_replacement_graph(
+            array, m, stage_key(seed, "kernel-init", "sample"), weights), client=client)
+        drawn = sample[1], sample[2]
+    index, rows = np.asarray(drawn[0]), np.ascontiguousarray(drawn[1])
     resolved = resolve_kernel(kernel, kernel_params, array.shape[1], sample=rows,
                               rng=stage_generator(seed, "kernel-init", "kappa"))
     gamma = float(np.sqrt(max(0.0, float(resolved.diag(rows).max()))))

@@ -264,7 +264,9 @@ class MiniBatchKernelKMeans(_KernelClustering):
     init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
         k-means++ with kernel distances on a uniform sample, distinct random rows of it, or given points.
     init_sample_size : int, optional
-        Rows of the seeding sample (default ``max(20 k, 5000)``); ``kappa="auto"`` is measured on it.
+        Rows of the seeding sample (default ``max(20 k, 5000)``); ``kappa="auto"`` is measured on it. Without
+        sample weights it is the first distinct rows the steps draw, when their first pool (up to 64 MB of batch
+        rows) holds enough: a uniform sample that travels with the batches instead of in a pass of its own.
     max_time : float, optional
         Wall-clock budget in seconds.
     random_state : int, numpy Generator or None
@@ -356,7 +358,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
                 kernel, centers, gamma = kernel_seeding(
                     data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
                     stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client,
-                    weights=weights,
+                    weights=weights, pools=pools,
                 )
         hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
         tol = auto_tol(gamma, self.n_clusters, self.batch_size) if isinstance(self.tol, str) else float(self.tol)

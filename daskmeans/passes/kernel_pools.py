@@ -41,6 +41,7 @@ class StepPools:
         row_bytes = self.batch_size * array.shape[1] * array.dtype.itemsize
         self.steps_per_pool = max(1, min(self.max_iter, int(pool_bytes) // max(1, row_bytes)))
         self._pending = {}
+        self._arrived = {}
 
     def steps_from(self, step: int) -> int:
         """Steps of the pool that holds step ``step`` (0-based) from it on: to the pool's end or ``max_iter``."""
@@ -57,6 +58,38 @@ class StepPools:
         fetch = graph if self.client is None else submit_now(graph, client=self.client)[0]
         self._pending[step] = (indices, position.reshape(indices.shape), fetch)
 
+    def first_distinct_rows(self, m: int):
+        """The first ``m`` distinct rows the steps draw, in the order first drawn, from the first pool (fetched
+        now if it is not yet here; :meth:`take` then reuses it).
+
+        Each step's rows are drawn uniformly with replacement, so the first ``m`` distinct ones are a uniform sample
+        of ``m`` rows without replacement (every order in which rows first appear is equally likely).
+
+        Returns
+        -------
+        row_index : int64 (m,)
+        rows : ndarray (m, d)
+        or None when the first pool holds fewer than ``m`` distinct rows.
+        """
+        self.request(0)
+        if 0 not in self._pending:
+            return None
+        indices, position, _ = self._pending[0]
+        flat = indices.ravel()
+        _, first = np.unique(flat, return_index=True)
+        if first.shape[0] < m:
+            return None
+        drawn = np.sort(first)[:m]
+        rows, _ = self._result(0)
+        return flat[drawn], rows[position.ravel()[drawn]]
+
+    def _result(self, step: int):
+        """The fetched ``(rows, weights)`` of the pending pool from ``step`` (waited for once, then kept)."""
+        if step not in self._arrived:
+            fetch = self._pending[step][2]
+            self._arrived[step] = compute_now(fetch)[0] if self.client is None else fetch.result()
+        return self._arrived[step]
+
     def take(self, step: int):
         """The pool from step ``step`` on, and the next pool's fetch started.
 
@@ -70,8 +103,9 @@ class StepPools:
             The pool's distinct rows.
         """
         self.request(step)
-        indices, position, fetch = self._pending.pop(step)
-        rows, row_weights = compute_now(fetch)[0] if self.client is None else fetch.result()
+        rows, row_weights = self._result(step)
+        indices, position, _ = self._pending.pop(step)
+        del self._arrived[step]
         self.request(step + indices.shape[0])
         batch_weights = None if row_weights is None else PoolBatches(row_weights, position)
         return indices, PoolBatches(rows, position), batch_weights, rows
@@ -79,6 +113,7 @@ class StepPools:
     def release(self):
         """Drop the pools fetched ahead and not taken (their results are released on the cluster)."""
         self._pending.clear()
+        self._arrived.clear()
 
 
 class PoolBatches:
