@@ -136,7 +136,9 @@ def draw_pieces(array, indices, weights=None):
     return map_blocks_delayed(_take_rows, "minibatch-draw", take_args)
 
 
-def _assemble_rows(pieces, n_rows, n_features, dtype, weighted):
+def assemble_pieces(pieces, n_rows, n_features, dtype, weighted):
+    """``(rows, weights)`` of ``n_rows`` drawn rows from the :func:`draw_pieces` results, taken as they come (any
+    iterable: each piece can be dropped once written)."""
     rows = np.empty((n_rows, n_features), dtype=dtype)
     weights = np.empty(n_rows) if weighted else None
     for positions, taken, taken_weights in pieces:
@@ -144,18 +146,6 @@ def _assemble_rows(pieces, n_rows, n_features, dtype, weighted):
         if weighted:
             weights[positions] = taken_weights
     return rows, weights
-
-
-def gather_steps_graph(array, indices, weights=None):
-    """Delayed ``(rows, weights)``: ``array[indices.ravel()]`` (in that order) and their sample weights (None
-    without ``weights``), drawn as the mini-batch pools draw them.
-
-    For algorithms whose steps run on the driver (mini-batch kernel k-means): only the drawn rows travel.
-    """
-    pieces = draw_pieces(array, indices, weights)
-    (rows,) = map_blocks_delayed(_assemble_rows, "minibatch-gather", [[pieces]], int(np.asarray(indices).size),
-                                 int(array.shape[1]), array.dtype, weights is not None)
-    return rows
 
 
 def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None,

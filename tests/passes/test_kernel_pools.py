@@ -43,7 +43,7 @@ def test_first_distinct_rows_are_the_first_rows_the_steps_draw_and_the_pool_is_f
     for t in range(12):
         np.testing.assert_array_equal(batches[t], X[drawn[t]])
     if use_cluster:
-        assert fetch.status == "finished"  # the seeding's fetch is the one the steps took
+        assert all(piece.status == "finished" for piece in fetch)  # the seeding's fetch is the one the steps took
 
 
 def test_first_distinct_rows_is_none_when_the_first_pool_draws_too_few():
