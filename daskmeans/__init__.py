@@ -33,7 +33,7 @@ _LAZY = {
     "MiniBatchKMeans": "daskmeans.estimators.minibatch",
     "CoresetGaussianMixture": "daskmeans.estimators.mixture",
     "MiniBatchKernelKMeans": "daskmeans.estimators.kernel",
-    "KernelKMeans": "daskmeans.estimators.kernel",
+    "KernelKMeans": "daskmeans.estimators.kernel_full",
     "lightweight_coreset": "daskmeans.estimators.coreset",
     "open_input": "daskmeans.storage.io",
     "write_labels": "daskmeans.storage.io",
@@ -42,7 +42,8 @@ _LAZY = {
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from __getattr__
     from .estimators.coreset import lightweight_coreset
-    from .estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
+    from .estimators.kernel import MiniBatchKernelKMeans
+    from .estimators.kernel_full import KernelKMeans
     from .estimators.kmeans import KMeans
     from .estimators.minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
     from .estimators.mixture import CoresetGaussianMixture

@@ -224,6 +224,11 @@ MIN_SEGMENTS = 8
 REMAKE_COST = 4
 #: Mini-batch kernel k-means: bytes of batch rows gathered from the workers per round trip.
 POOL_BYTES = 64 * 2**20
+#: Mini-batch kernel k-means, ``driver_rows="auto"``: data whose stored rows take at most this many bytes is copied
+#: into the driver (no more than one pool of batch rows would bring), whose threads then draw the batches and find
+#: the training rows' labels without a pass of the workers. Fit and labels on 2 worker processes, medians of 6 (ad
+#: hoc): MNIST's 10,000 x 784 float32 (31 MB) 0.27 s against 0.30 s, PenDigits 0.117 s against 0.131 s.
+KERNEL_DRIVER_BYTES = POOL_BYTES
 #: Kernel k-means: rows the seeding sample holds by default (at least 20 per cluster).
 INIT_SAMPLE_ROWS = 5000
 #: vc-GMM: coresets with at most this many rows are iterated on the driver; larger ones on the Dask workers.

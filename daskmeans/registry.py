@@ -29,7 +29,7 @@ ALGORITHMS: dict[str, tuple[str, str, dict]] = {
     "vc-gmm": ("daskmeans.estimators.mixture", "CoresetGaussianMixture", {}),
     "kernel-minibatch": ("daskmeans.estimators.kernel", "MiniBatchKernelKMeans", {}),
     "kernel-minibatch-untruncated": ("daskmeans.estimators.kernel", "MiniBatchKernelKMeans", {"truncate": False}),
-    "kernel-kmeans": ("daskmeans.estimators.kernel", "KernelKMeans", {}),
+    "kernel-kmeans": ("daskmeans.estimators.kernel_full", "KernelKMeans", {}),
 }
 
 

@@ -13,10 +13,14 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import numpy as np
+from dask.system import CPU_COUNT
 
 from ..config import INIT_SAMPLE_ROWS, POOL_BYTES
+from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError
@@ -182,14 +186,19 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
     if pools is None:
         pools = StepPools(array, context.weights, context.client, batch_size=batch_size, max_iter=max_iter, seed=seed,
                           pool_bytes=pool_bytes)
+    # BLAS on one thread, each step's kernel blocks split over two threads of this process: an OpenBLAS thread pool
+    # spins on its cores for about 0.1 s after its last multi-threaded call, and took them from the workers' pass
+    # that followed the fit (the labels)
     try:
-        return _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter,
-                          tol)
+        with one_blas_thread(), ThreadPoolExecutor(1) if CPU_COUNT > 1 else nullcontext() as step_pool:
+            return _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate,
+                              max_iter, tol, step_pool)
     finally:
         pools.release()
 
 
-def _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter, tol):
+def _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter, tol,
+               step_pool):
     clock, checkpoint, passes = context.clock, context.checkpoint, context.passes
     n = int(array.shape[0])
     resume = context.resume
@@ -220,7 +229,7 @@ def _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate
             centers, seen, records, reason = run_kernel_steps(
                 centers, seen, batches[first:stop], list(indices[first:stop]), kernel, step + 1,
                 learning_rate=learning_rate, tau=tau, truncate=truncate, tol=tol, time_left=time_left,
-                batch_weights=None if batch_weights is None else batch_weights[first:stop],
+                batch_weights=None if batch_weights is None else batch_weights[first:stop], pool=step_pool,
             )
             step = _record_steps(records, step, history, batch_size, n, pool_start, passes, context, centers)
             if reason is None and clock.out_of_time():

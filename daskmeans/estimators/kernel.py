@@ -1,4 +1,5 @@
-"""Kernel k-means estimators: truncated mini-batch kernel k-means for any n, exact kernel k-means for small n.
+"""Kernel k-means estimators: truncated mini-batch kernel k-means for any n (here), and what it shares with exact
+kernel k-means for small n (:mod:`daskmeans.estimators.kernel_full`).
 
 Centers live in the kernel's feature space; each is kept as a weighted sum of data rows (its *support*).
 ``predict``, ``labels_``, ``transform`` and ``score`` use feature-space distances, one distributed pass in
@@ -8,17 +9,23 @@ and the kernel's name and parameters (arrays and JSON; no pickle), so a callable
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import dask.array as da
 import numpy as np
 
+from .._validation import check_driver_rows
+
 from ..algorithms.init import check_init
-from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding, minibatch_kernel_kmeans
+from ..algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
 from ..algorithms.result import Clock, RunContext
-from ..config import MAX_FULL_BATCH_SAMPLES
+from ..config import KERNEL_DRIVER_BYTES
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
+from ..engine.driver import DriverCopy
+from ..engine.slabs import stored_form
 from ..engine.random import stage_key
-from ..exceptions import InputDataError, InvalidParameterError, ModelFileError
+from ..exceptions import InvalidParameterError, ModelFileError
 from ..kernels.kernel_centers import SparseCenters
 from ..kernels.kernel_functions import Kernel, check_kernel
 from ..kernels.kernel_minibatch import auto_tol
@@ -31,21 +38,6 @@ from .resume import FitStart
 
 #: Seeding methods of the kernel estimators (k-means++ runs in feature space).
 KERNEL_INIT_METHODS = ("k-means++", "random")
-
-
-def _label_means(X, weights, n_clusters, dtype):
-    """``centers_of`` for the snapshots of the full batch: the input-space means of the clusters a record's labels
-    define, as ``cluster_centers_`` shows the centers those labels make (:meth:`SparseCenters.input_space_means`)."""
-    def centers_of(record):
-        labels = record.get("_labels")
-        if labels is None:
-            return None
-        mass = np.bincount(labels, weights=weights, minlength=n_clusters)
-        coef = weights / np.where(mass > 0, mass, 1.0)[labels]
-        support = SparseCenters(rows=X, coef=coef, owner=labels, segment=labels, row_index=labels,
-                                norms=np.zeros(n_clusters))
-        return support.input_space_means(X.shape[1], dtype)
-    return centers_of
 
 
 class _KernelClustering(ClusteringEstimator):
@@ -267,6 +259,12 @@ class MiniBatchKernelKMeans(_KernelClustering):
         Rows of the seeding sample (default ``max(20 k, 5000)``); ``kappa="auto"`` is measured on it. Without
         sample weights it is the first distinct rows the steps draw, when their first pool (up to 64 MB of batch
         rows) holds enough: a uniform sample that travels with the batches instead of in a pass of its own.
+    driver_rows : "auto" or int, default "auto"
+        On a cluster, data of at most this many rows is copied into the driver's memory once, before the seeding:
+        the batches are then drawn there, and the labels of the training rows (``labels_``) are found at the end
+        of the fit on the driver's threads, block by block as the workers would. ``"auto"``: the most rows whose
+        stored bytes fit in ``config.KERNEL_DRIVER_BYTES`` (64 MB, one pool of batch rows); 0: never. The
+        clustering is the same either way.
     max_time : float, optional
         Wall-clock budget in seconds.
     random_state : int, numpy Generator or None
@@ -305,8 +303,8 @@ class MiniBatchKernelKMeans(_KernelClustering):
 
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=128, tau=25,
                  learning_rate="beta", max_iter=150, tol=0.0, truncate=True, init="k-means++",
-                 init_sample_size=None, max_time=None, random_state=None, chunk_rows=None, client=None,
-                 progress=False, snapshot_centers=False):
+                 init_sample_size=None, driver_rows="auto", max_time=None, random_state=None, chunk_rows=None,
+                 client=None, progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.kernel = kernel
@@ -319,6 +317,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
         self.truncate = truncate
         self.init = init
         self.init_sample_size = init_sample_size
+        self.driver_rows = driver_rows
         self.max_time = max_time
         self.random_state = random_state
         self.chunk_rows = chunk_rows
@@ -332,19 +331,35 @@ class MiniBatchKernelKMeans(_KernelClustering):
         "learning_rate": Options(LEARNING_RATES),
         "tol": Rule(lambda value, name, estimator: _check_tol(value)),
         "truncate": Boolean(),
+        "driver_rows": Rule(check_driver_rows),
     }
     #: ``fit(X, checkpoint=PATH)``: the resolved kernel once, the sparse centers and counts after every step.
     _supports_checkpoint = True
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
+        driver = None
+        if client is not None and data.n_samples <= kernel_driver_rows(self.driver_rows, data.n_features,
+                                                                       stored_form(data.array).dtype.itemsize):
+            driver = DriverCopy.gather(data.array, weights, client)
+        with driver.threads() if driver is not None else nullcontext():
+            if driver is None:
+                self._fit_on(data, data.array, weights, client, checkpoint)
+            else:
+                self._fit_on(data, driver.array, driver.weights, None, checkpoint)
+                # the labels of the training rows, on the driver's threads as the workers' pass would find them
+                (labels,) = compute_now(lazy_kernel_labels(driver.array, self._support_for(data), self.kernel_))
+        if driver is not None:
+            self._labels = self._like_input(data, da.from_array(labels, chunks=(data.array.chunks[0],)))
+
+    def _fit_on(self, data, array, weights, client, checkpoint):
+        """The fit on ``array`` (the data's array, or its copy in the driver with ``client`` None)."""
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means", unit="steps",
                                     centers_of=lambda record: _input_space(record, data))
         step_seed = stage_key(start.seed, "kernel-minibatch")
-        pools = StepPools(data.array, weights, client, batch_size=self.batch_size, max_iter=self.max_iter,
-                          seed=step_seed)
+        pools = StepPools(array, weights, client, batch_size=self.batch_size, max_iter=self.max_iter, seed=step_seed)
         if start.resuming:  # the centers come from the algorithm's state
             saved = start.saved
             centers, gamma = None, saved["gamma"]
@@ -356,7 +371,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
             recorder.seeding(self.init, counted=False)
             with one_blas_thread():
                 kernel, centers, gamma = kernel_seeding(
-                    data.array, self.n_clusters, self.kernel, self.kernel_params, self.init,
+                    array, self.n_clusters, self.kernel, self.kernel_params, self.init,
                     stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client,
                     weights=weights, pools=pools,
                 )
@@ -369,7 +384,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
             context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
                                  weights=weights)
             result = minibatch_kernel_kmeans(
-                data.array, centers, kernel, context, seed=step_seed,
+                array, centers, kernel, context, seed=step_seed,
                 batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
                 learning_rate=self.learning_rate, max_iter=self.max_iter, tol=tol, pools=pools,
             )
@@ -383,6 +398,14 @@ class MiniBatchKernelKMeans(_KernelClustering):
         self.tol_ = tol
 
 
+def kernel_driver_rows(setting, n_features: int, stored_itemsize: int) -> int:
+    """Most rows :class:`MiniBatchKernelKMeans` copies into the driver (``driver_rows``): as given, or for
+    ``"auto"`` those whose stored bytes fit in :data:`~daskmeans.config.KERNEL_DRIVER_BYTES`."""
+    if setting != "auto":
+        return int(setting)
+    return KERNEL_DRIVER_BYTES // max(1, n_features * stored_itemsize)
+
+
 def _check_tol(value):
     if isinstance(value, str):
         if value != "auto":
@@ -394,109 +417,3 @@ def _check_tol(value):
 def _input_space(record, data):
     centers = record.get("_centers")
     return None if centers is None else centers.input_space_means(data.n_features, data.dtype)
-
-
-class KernelKMeans(_KernelClustering):
-    """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space, for n up to about 50,000.
-
-    The whole kernel matrix is computed once and held in the driver in float32 (``4 n^2`` bytes: 400 MB at
-    n = 10,000, 10 GB at 50,000); each iteration is one ``(n x n) @ (n x k)`` product. This is the baseline the
-    mini-batch paper compares against; for larger data use :class:`MiniBatchKernelKMeans`. Shares the kernels,
-    seeding, model format and prediction pass of :class:`MiniBatchKernelKMeans`.
-
-    Parameters
-    ----------
-    n_clusters : int, default 8
-    kernel, kernel_params :
-        As :class:`MiniBatchKernelKMeans`.
-    max_iter : int, default 100
-        Iterations; the run stops earlier when no sample changes cluster.
-    init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
-    init_sample_size : int, optional
-    max_samples : int, default 50,000
-        Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes).
-    max_time : float, optional
-    random_state : int, numpy Generator or None
-    chunk_rows : int, optional
-    client : distributed.Client, optional
-    progress : bool or callable, default False
-    snapshot_centers : bool, default False
-        Keep ``cluster_centers_`` (input-space means) at the start and after every iteration in
-        ``center_snapshots_``.
-
-    Attributes
-    ----------
-    support_, cluster_centers_, labels_, inertia_, kernel_, gamma_ :
-        As :class:`MiniBatchKernelKMeans`; each center's support is its cluster, coefficient ``1 / size``.
-    n_iter_ : int
-    history_ : list of dict
-        Per iteration: ``energy`` (mean squared feature-space distance), ``changed``, ``wall_time``.
-    stop_reason_ : str
-        ``"converged"``, ``"max_iter"`` or ``"max_time"``.
-    """
-
-    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
-                 init_sample_size=None, max_samples=MAX_FULL_BATCH_SAMPLES, max_time=None, random_state=None,
-                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
-        self.snapshot_centers = snapshot_centers
-        self.n_clusters = n_clusters
-        self.kernel = kernel
-        self.kernel_params = kernel_params
-        self.max_iter = max_iter
-        self.init = init
-        self.init_sample_size = init_sample_size
-        self.max_samples = max_samples
-        self.max_time = max_time
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-        self.client = client
-        self.progress = progress
-
-    _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1)}
-
-    def _check_size(self, n_samples):
-        if n_samples > self.max_samples:
-            raise InputDataError(
-                f"KernelKMeans holds the full n x n kernel matrix in the driver and each iteration costs O(n^2): "
-                f"n_samples={n_samples:,} exceeds max_samples={self.max_samples:,} (it would need "
-                f"{4 * n_samples**2 / 2**30:.1f} GiB). Use MiniBatchKernelKMeans, whose cost does not grow with n, "
-                "or subsample the data (or raise max_samples if the driver has the memory)."
-            )
-
-    def _check_data(self, data):
-        """Inputs larger than ``max_samples`` are refused before the data is read. ``fit(checkpoint=)`` is refused:
-        the fit holds the whole kernel matrix in the driver, where a restart would have to rebuild it anyway (use
-        :class:`MiniBatchKernelKMeans` for long runs)."""
-        self._check_size(data.n_samples)
-
-    def _fit(self, data, weights, summary, client):
-        check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
-        start = FitStart(None, self.random_state, Clock(self.max_time))
-        recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
-        recorder.seeding(self.init, counted=False)
-        kernel, centers, _ = kernel_seeding(
-            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(start.seed, "init", 0),
-            sample_size=self.init_sample_size, client=client, weights=weights,
-        )
-        recorder.begin("loading", label="loading the data into the driver")
-        (X,) = compute_now(data.array, client=client)
-        w = None if weights is None else compute_now(weights, client=client)[0]
-        X = np.ascontiguousarray(X)
-        centers_of = _label_means(X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64),
-                                  self.n_clusters, data.dtype)
-        recorder.centers_of = centers_of
-        with recorder:
-            recorder.start(centers.input_space_means(data.n_features, data.dtype))
-            recorder.iterations(label="iterations (the kernel matrix first)")
-            result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
-                                        max_iter=self.max_iter)
-        recorder.keep(self)
-        self._store(result.centers, kernel, data.n_features, data.dtype)
-        self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
-        self.history_ = result.history
-        self.stop_reason_ = result.stop_reason
-        if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
-            self._labels = self._like_input(
-                data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))

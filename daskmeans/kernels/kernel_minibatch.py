@@ -21,17 +21,14 @@ With the "beta" rate, Lemma 3 bounds what is forgotten: ``||C_hat - C|| <= gamma
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 
 import numba
 import numpy as np
-from dask.system import CPU_COUNT
 
 from ..config import KERNEL_STEP_SPLIT_WORK
-from ..engine.blas import one_blas_thread
 from .center_grams import center_grams, gather_support_rows, truncated_center_grams
 from .kernel_centers import SparseCenters, center_inner_products, nearest_from_inner
+from .kernel_functions import symmetric_product_pays
 from .minibatch import learning_rates
 
 
@@ -135,7 +132,8 @@ def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norm
 
     From :data:`~daskmeans.config.KERNEL_STEP_SPLIT_WORK` multiply-adds on, the support is cut in two: the batch
     against the first part is computed on ``pool``'s thread (when given; BLAS on one thread in each), against the
-    rest and against the batch itself on this one, each about half of the ``b (M + b)`` values. The cut depends
+    rest and against the batch itself on this one, each about half of the work (the batch against itself counts
+    half when :func:`~daskmeans.kernels.kernel_functions.symmetric_product_pays`). The cut depends
     only on the sizes, so the values (which a GEMM's tiling can change in the last bit) are the same with or
     without ``pool``, on any number of cores.
     """
@@ -143,7 +141,9 @@ def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norm
     if b * (n_support + b) * rows.shape[1] < KERNEL_STEP_SPLIT_WORK or n_support < 2:
         return (kernel.matrix(rows, support, x_sq=batch_row_norms, y_sq=support_row_norms),
                 kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms))
-    cut = min(n_support - 1, (n_support + b) // 2)
+    # the batch against itself costs half its values when NumPy makes a symmetric update of it
+    own = b // 2 if symmetric_product_pays(b, rows.shape[1]) else b
+    cut = min(n_support - 1, (n_support + own) // 2)
 
     def columns(lo, hi):
         norms = None if support_row_norms is None else support_row_norms[lo:hi]
@@ -278,7 +278,7 @@ def auto_tol(gamma, n_clusters, batch_size) -> float:
 
 
 def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, *, learning_rate="beta", tau=200,
-                     truncate=True, tol=0.0, time_left=None, batch_weights=None):
+                     truncate=True, tol=0.0, time_left=None, batch_weights=None, pool=None):
     """Mini-batch kernel k-means steps, one per batch, in order, with the paper's early stopping.
 
     Parameters
@@ -298,6 +298,8 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
         Seconds left in the budget; checked after each step.
     batch_weights : list of float64 (b,), optional
         Sample weights of each batch's rows.
+    pool : concurrent.futures.ThreadPoolExecutor, optional
+        A thread that computes part of each step's kernel blocks (:func:`batch_kernel_blocks`).
 
     Returns
     -------
@@ -312,21 +314,17 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
     start = time.perf_counter()
     records = []
     stop_reason = None
-    # one BLAS thread, the kernel blocks split over two threads of this process: an OpenBLAS thread pool spins on
-    # its cores for about 0.1 s after its last multi-threaded call, and took them from the workers' pass that
-    # followed the fit (the labels)
-    with one_blas_thread(), ThreadPoolExecutor(1) if CPU_COUNT > 1 else nullcontext() as pool:
-        for t, (rows, index) in enumerate(zip(batches, batch_indices)):
-            centers, seen, record = kernel_minibatch_step(
-                centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
-                truncate=truncate, weights=None if batch_weights is None else batch_weights[t], pool=pool)
-            record.pop("labels")
-            record["seconds"] = time.perf_counter() - start
-            records.append(record)
-            if tol > 0 and record["improvement"] < tol:  # Algorithm 1: f_B(C_i) - f_B(C_i+1) < epsilon
-                stop_reason = record["stop_reason"] = "converged"
-                break
-            if time_left is not None and time.perf_counter() - start >= time_left:
-                stop_reason = "max_time"
-                break
+    for t, (rows, index) in enumerate(zip(batches, batch_indices)):
+        centers, seen, record = kernel_minibatch_step(
+            centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
+            truncate=truncate, weights=None if batch_weights is None else batch_weights[t], pool=pool)
+        record.pop("labels")
+        record["seconds"] = time.perf_counter() - start
+        records.append(record)
+        if tol > 0 and record["improvement"] < tol:  # Algorithm 1: f_B(C_i) - f_B(C_i+1) < epsilon
+            stop_reason = record["stop_reason"] = "converged"
+            break
+        if time_left is not None and time.perf_counter() - start >= time_left:
+            stop_reason = "max_time"
+            break
     return centers, seen, records, stop_reason

@@ -15,7 +15,8 @@ import zarr
 from conftest import make_blobs
 
 from daskmeans import MiniBatchKMeans, NestedMiniBatchKMeans, VRKMeans
-from daskmeans.estimators.kernel import KernelKMeans, MiniBatchKernelKMeans
+from daskmeans.estimators.kernel import MiniBatchKernelKMeans
+from daskmeans.estimators.kernel_full import KernelKMeans
 from daskmeans.estimators.mixture import CoresetGaussianMixture
 from daskmeans.storage.io import open_input
 

@@ -19,6 +19,7 @@ from daskmeans.kernels.kernel_functions import (
     rbf_from_gram,
     resolve_kernel,
     squared_norms,
+    symmetric_product_pays,
 )
 from sparse_centers_reference import cluster_mean_centers, direct_norms
 
@@ -112,6 +113,24 @@ def test_gemm_kernel_blocks_equal_a_pairwise_numpy_reference(dtype, name, params
     if name == "rbf":
         assert np.all(block <= 1.0)
         np.testing.assert_allclose(np.diagonal(block[:7, :7]), 1.0, atol=tolerance["atol"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(40, 6), (6, 40), (30, 30)])
+@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}),
+                                         ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})])
+def test_a_block_against_itself_matches_numpy_as_a_symmetric_update_or_a_general_product(dtype, shape, name,
+                                                                                         params):
+    """``matrix(X, X)``: NumPy's symmetric update where the rows are at least as long as they are many, a general
+    product of ``X`` and a copy otherwise; either way the values of the pairwise reference, symmetric."""
+    assert symmetric_product_pays(*shape) == (shape[1] >= shape[0])
+    X = (10.0 + np.random.default_rng(2).normal(size=shape)).astype(dtype)
+    block = Kernel(name, params).matrix(X, X)
+    sq = 2 * (X.astype(np.float64) ** 2).sum(1).max()
+    tolerance = dict(rtol=1e-9, atol=1e-12) if dtype == np.float64 else \
+        dict(rtol=2e-5, atol=8 * np.finfo(np.float32).eps * sq / params.get("kappa", 1.0))  # as for any block
+    np.testing.assert_allclose(block, pairwise_reference(name, X, X, params), **tolerance)
+    np.testing.assert_allclose(block, block.T, **tolerance)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from daskmeans import KMeans
-from daskmeans.estimators.kernel import KernelKMeans
+from daskmeans.estimators.kernel_full import KernelKMeans
 from daskmeans.storage.fingerprint import content_differences, content_digest, differences, fit_fingerprint
 from daskmeans.storage.io import open_input
 

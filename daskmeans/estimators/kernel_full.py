@@ -1,0 +1,144 @@
+"""Exact (full-batch) kernel k-means, for small n: the whole kernel matrix in the driver.
+
+It shares the seeding, model format and prediction pass of the mini-batch version
+(:mod:`daskmeans.estimators.kernel`).
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+
+from ..algorithms.init import check_init
+from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
+from ..algorithms.result import Clock, RunContext
+from ..config import MAX_FULL_BATCH_SAMPLES
+from ..engine.client import compute_now
+from ..engine.random import stage_key
+from ..exceptions import InputDataError
+from ..kernels.kernel_centers import SparseCenters
+from ..progress import SnapshotRecorder
+from .base import Integer
+from .kernel import KERNEL_INIT_METHODS, _KernelClustering
+from .resume import FitStart
+
+
+def _label_means(X, weights, n_clusters, dtype):
+    """``centers_of`` for the snapshots of the full batch: the input-space means of the clusters a record's labels
+    define, as ``cluster_centers_`` shows the centers those labels make (:meth:`SparseCenters.input_space_means`)."""
+    def centers_of(record):
+        labels = record.get("_labels")
+        if labels is None:
+            return None
+        mass = np.bincount(labels, weights=weights, minlength=n_clusters)
+        coef = weights / np.where(mass > 0, mass, 1.0)[labels]
+        support = SparseCenters(rows=X, coef=coef, owner=labels, segment=labels, row_index=labels,
+                                norms=np.zeros(n_clusters))
+        return support.input_space_means(X.shape[1], dtype)
+    return centers_of
+
+
+class KernelKMeans(_KernelClustering):
+    """Exact (full-batch) kernel k-means: Lloyd's algorithm in feature space, for n up to about 50,000.
+
+    The whole kernel matrix is computed once and held in the driver in float32 (``4 n^2`` bytes: 400 MB at
+    n = 10,000, 10 GB at 50,000); each iteration is one ``(n x n) @ (n x k)`` product. This is the baseline the
+    mini-batch paper compares against; for larger data use :class:`MiniBatchKernelKMeans`. Shares the kernels,
+    seeding, model format and prediction pass of :class:`MiniBatchKernelKMeans`.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    kernel, kernel_params :
+        As :class:`MiniBatchKernelKMeans`.
+    max_iter : int, default 100
+        Iterations; the run stops earlier when no sample changes cluster.
+    init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
+    init_sample_size : int, optional
+    max_samples : int, default 50,000
+        Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes).
+    max_time : float, optional
+    random_state : int, numpy Generator or None
+    chunk_rows : int, optional
+    client : distributed.Client, optional
+    progress : bool or callable, default False
+    snapshot_centers : bool, default False
+        Keep ``cluster_centers_`` (input-space means) at the start and after every iteration in
+        ``center_snapshots_``.
+
+    Attributes
+    ----------
+    support_, cluster_centers_, labels_, inertia_, kernel_, gamma_ :
+        As :class:`MiniBatchKernelKMeans`; each center's support is its cluster, coefficient ``1 / size``.
+    n_iter_ : int
+    history_ : list of dict
+        Per iteration: ``energy`` (mean squared feature-space distance), ``changed``, ``wall_time``.
+    stop_reason_ : str
+        ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+    """
+
+    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
+                 init_sample_size=None, max_samples=MAX_FULL_BATCH_SAMPLES, max_time=None, random_state=None,
+                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+        self.snapshot_centers = snapshot_centers
+        self.n_clusters = n_clusters
+        self.kernel = kernel
+        self.kernel_params = kernel_params
+        self.max_iter = max_iter
+        self.init = init
+        self.init_sample_size = init_sample_size
+        self.max_samples = max_samples
+        self.max_time = max_time
+        self.random_state = random_state
+        self.chunk_rows = chunk_rows
+        self.client = client
+        self.progress = progress
+
+    _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1)}
+
+    def _check_size(self, n_samples):
+        if n_samples > self.max_samples:
+            raise InputDataError(
+                f"KernelKMeans holds the full n x n kernel matrix in the driver and each iteration costs O(n^2): "
+                f"n_samples={n_samples:,} exceeds max_samples={self.max_samples:,} (it would need "
+                f"{4 * n_samples**2 / 2**30:.1f} GiB). Use MiniBatchKernelKMeans, whose cost does not grow with n, "
+                "or subsample the data (or raise max_samples if the driver has the memory)."
+            )
+
+    def _check_data(self, data):
+        """Inputs larger than ``max_samples`` are refused before the data is read. ``fit(checkpoint=)`` is refused:
+        the fit holds the whole kernel matrix in the driver, where a restart would have to rebuild it anyway (use
+        :class:`MiniBatchKernelKMeans` for long runs)."""
+        self._check_size(data.n_samples)
+
+    def _fit(self, data, weights, summary, client):
+        check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
+        start = FitStart(None, self.random_state, Clock(self.max_time))
+        recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
+        recorder.seeding(self.init, counted=False)
+        kernel, centers, _ = kernel_seeding(
+            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(start.seed, "init", 0),
+            sample_size=self.init_sample_size, client=client, weights=weights,
+        )
+        recorder.begin("loading", label="loading the data into the driver")
+        (X,) = compute_now(data.array, client=client)
+        w = None if weights is None else compute_now(weights, client=client)[0]
+        X = np.ascontiguousarray(X)
+        centers_of = _label_means(X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64),
+                                  self.n_clusters, data.dtype)
+        recorder.centers_of = centers_of
+        with recorder:
+            recorder.start(centers.input_space_means(data.n_features, data.dtype))
+            recorder.iterations(label="iterations (the kernel matrix first)")
+            result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
+                                        max_iter=self.max_iter)
+        recorder.keep(self)
+        self._store(result.centers, kernel, data.n_features, data.dtype)
+        self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        self.history_ = result.history
+        self.stop_reason_ = result.stop_reason
+        if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
+            self._labels = self._like_input(
+                data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))
