@@ -19,7 +19,7 @@ from contextlib import nullcontext
 import numpy as np
 from dask.system import CPU_COUNT
 
-from ..config import INIT_SAMPLE_ROWS, POOL_BYTES
+from ..config import INIT_SAMPLE_ROWS
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now
 from ..engine.random import stage_generator, stage_key
@@ -145,7 +145,7 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
 
 
 def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=128, tau=25,
-                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=POOL_BYTES,
+                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=None,
                             pools=None):
     """Run (truncated) mini-batch kernel k-means from ``centers``.
 
@@ -168,8 +168,9 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         Steps (mini-batch iterations).
     tol : float
         Stop when a step improves its batch's energy by less than ``tol`` (0 disables).
-    pool_bytes : int
-        Bytes of batch rows fetched from the workers at once (several steps per round trip).
+    pool_bytes : int, optional
+        Bytes of batch rows fetched from the workers at once (several steps per round trip); default
+        :data:`~daskmeans.config.POOL_BYTES`.
     pools : StepPools, optional
         The run's pools, made by the caller with the same ``seed``, ``batch_size``, ``max_iter`` and ``pool_bytes``
         (the first one may already be on its way: :meth:`~daskmeans.passes.kernel_pools.StepPools.request`); by

@@ -32,16 +32,17 @@ class StepPools:
     batch_size, max_iter : int
     seed : int
         The steps' root seed (:func:`~daskmeans.passes.minibatch_pool.step_indices`).
-    pool_bytes : int
-        Bytes of batch rows per pool (several steps per round trip).
+    pool_bytes : int, optional
+        Bytes of batch rows per pool (several steps per round trip); default :data:`~daskmeans.config.POOL_BYTES`.
     """
 
-    def __init__(self, array, weights, client, *, batch_size, max_iter, seed, pool_bytes=POOL_BYTES):
+    def __init__(self, array, weights, client, *, batch_size, max_iter, seed, pool_bytes=None):
         self.array, self.weights, self.client = array, weights, client
         self.n_samples = int(array.shape[0])
         self.batch_size, self.max_iter, self.seed = int(batch_size), int(max_iter), seed
         row_bytes = self.batch_size * array.shape[1] * array.dtype.itemsize
-        self.steps_per_pool = max(1, min(self.max_iter, int(pool_bytes) // max(1, row_bytes)))
+        pool_bytes = POOL_BYTES if pool_bytes is None else int(pool_bytes)
+        self.steps_per_pool = max(1, min(self.max_iter, pool_bytes // max(1, row_bytes)))
         self._pending = {}
         self._arrived = {}
 
