@@ -58,9 +58,14 @@ def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
     if n_local_trials is None:
         n_local_trials = 2 + int(math.log(n_clusters))
     diag = kernel.diag(rows)
+    norms = kernel.row_norms(rows)  # once, not in every kernel block against the sample
+
+    def against(picked):
+        return kernel.matrix(rows, rows[picked], x_sq=norms, y_sq=None if norms is None else norms[picked])
+
     chosen = np.empty(n_clusters, dtype=np.int64)
     chosen[0] = rng.integers(m)
-    closest = np.maximum(diag + diag[chosen[0]] - 2.0 * kernel.matrix(rows, rows[chosen[:1]])[:, 0], 0.0)
+    closest = np.maximum(diag + diag[chosen[0]] - 2.0 * against(chosen[:1])[:, 0], 0.0)
     for c in range(1, n_clusters):
         cumulative = np.cumsum(closest)
         if cumulative[-1] <= 0:
@@ -70,7 +75,7 @@ def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
             )
         targets = rng.random(n_local_trials) * cumulative[-1]
         trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
-        d2 = diag[:, None] + diag[trials][None, :] - 2.0 * kernel.matrix(rows, rows[trials])
+        d2 = diag[:, None] + diag[trials][None, :] - 2.0 * against(trials)
         np.maximum(d2, 0.0, out=d2)
         np.minimum(d2, closest[:, None], out=d2)
         potentials = d2.sum(axis=0)
