@@ -4,8 +4,8 @@
   holds enough; else one pass draws it); ``kappa="auto"`` is measured on it; greedy k-means++ with kernel
   distances picks the initial centers among its rows (each center starts as ``phi`` of one row).
 - Mini-batch (Jourdan & Schwartzman): batches are drawn by the workers (block-aware random rows, as the
-  linear mini-batch k-means draws them); the steps run on the driver, ``O(k b (b + tau))`` kernel values each,
-  independent of n.
+  linear mini-batch k-means draws them; by the driver's threads for data the estimator copied there); the steps run
+  on the driver, ``O(k b (b + tau))`` kernel values each, independent of n.
 - Full batch: Lloyd's algorithm in feature space on the whole kernel matrix, held in the driver (float32,
   ``4 n^2`` bytes); for n up to about 50,000.
 """

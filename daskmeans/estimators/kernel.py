@@ -15,7 +15,6 @@ import dask.array as da
 import numpy as np
 
 from .._validation import check_driver_rows
-
 from ..algorithms.init import check_init
 from ..algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
 from ..algorithms.result import Clock, RunContext
@@ -23,8 +22,8 @@ from ..config import KERNEL_DRIVER_BYTES
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
 from ..engine.driver import DriverCopy
-from ..engine.slabs import stored_form
 from ..engine.random import stage_key
+from ..engine.slabs import stored_form
 from ..exceptions import InvalidParameterError, ModelFileError
 from ..kernels.kernel_centers import SparseCenters
 from ..kernels.kernel_functions import Kernel, check_kernel
