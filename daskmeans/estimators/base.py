@@ -285,9 +285,16 @@ class ClusteringEstimator:
 
     def _like_input(self, data: Dataset, lazy, name="labels"):
         """NumPy in, NumPy out (computed on the estimator's client); xarray in, xarray out (along the sample
-        dimension, with its coordinates); otherwise a lazy dask array."""
-        values = compute_now(lazy, client=resolve_client(getattr(self, "client", None)))[0] if data.in_memory \
-            else lazy
+        dimension, with its coordinates); otherwise a lazy dask array.
+
+        ``lazy`` may also be values already in the driver (a NumPy array, one row per sample): they are then taken
+        as they are for in-memory input, without a round trip to the cluster, and chunked like the input
+        otherwise."""
+        if isinstance(lazy, np.ndarray):
+            values = lazy if data.in_memory else da.from_array(lazy, chunks=(data.array.chunks[0],) + lazy.shape[1:])
+        else:
+            values = compute_now(lazy, client=resolve_client(getattr(self, "client", None)))[0] if data.in_memory \
+                else lazy
         if data.is_xarray:
             import xarray as xr
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import dask.array as da
 import numpy as np
 
 from .._validation import check_driver_rows
@@ -349,7 +348,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
                 # the labels of the training rows, on the driver's threads as the workers' pass would find them
                 (labels,) = compute_now(lazy_kernel_labels(driver.array, self._support_for(data), self.kernel_))
         if driver is not None:
-            self._labels = self._like_input(data, da.from_array(labels, chunks=(data.array.chunks[0],)))
+            self._labels = self._like_input(data, labels)
 
     def _fit_on(self, data, array, weights, client, checkpoint):
         """The fit on ``array`` (the data's array, or its copy in the driver with ``client`` None)."""

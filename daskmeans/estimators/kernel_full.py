@@ -6,7 +6,6 @@ It shares the seeding, model format and prediction pass of the mini-batch versio
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 
 from ..algorithms.init import check_init
@@ -140,5 +139,4 @@ class KernelKMeans(_KernelClustering):
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
         if result.stop_reason == "converged":  # the last labels are those of the final centers: no second pass
-            self._labels = self._like_input(
-                data, da.from_array(result.labels.astype(np.int32), chunks=(data.array.chunks[0],)))
+            self._labels = self._like_input(data, result.labels.astype(np.int32))

@@ -60,3 +60,18 @@ def test_auto_copies_data_of_at_most_one_pool_of_bytes():
 def test_bad_driver_rows_fail_before_any_work(value, message):
     with pytest.raises(InvalidParameterError, match=message):
         MiniBatchKernelKMeans(2, driver_rows=value).fit(np.random.default_rng(0).normal(size=(50, 2)))
+
+
+def test_numpy_input_gets_the_driver_labels_without_a_round_trip(driver_store, cluster_client):
+    """NumPy in, NumPy out: the labels found on the driver are ``labels_`` as they are. No task of the fit sends
+    them to the workers and back (every task is the data's own, the summary pass's or the copy's)."""
+    import zarr
+
+    path, _, _ = driver_store
+    X = zarr.open_array(path, mode="r")[:]
+    params = dict(n_clusters=20, kernel_params={"kappa": "auto"}, batch_size=200, tau=40, max_iter=30,
+                  random_state=5, client=cluster_client)
+    on_driver, keys = with_task_keys(cluster_client, lambda: MiniBatchKernelKMeans(**params).fit(X))
+    assert keys and all("daskmeans" in key for key in keys), sorted(keys)
+    assert isinstance(on_driver.labels_, np.ndarray)
+    np.testing.assert_array_equal(on_driver.labels_, MiniBatchKernelKMeans(**params, driver_rows=0).fit(X).labels_)
