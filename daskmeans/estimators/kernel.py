@@ -246,9 +246,9 @@ class MiniBatchKernelKMeans(_KernelClustering):
         that level stops when the batch energy levels off, and ``tol=0`` (the default) disables the rule: every run
         takes ``max_iter`` steps. No stopping rule is the default because the batch energy levels off before the
         clustering does: ``"auto"`` stops at the first plateau (about step 3; ARI 0.48 against 0.60 for the
-        full batch on PenDigits, at b = 256), and a rule that stops when the mean improvement of the last 10-40 steps falls to
-        the noise level (measured in session 15, not offered) stopped after 12-50 steps at a median ARI 0.03-0.07
-        below that of 150 steps on PenDigits and MNIST.
+        full batch on PenDigits, at b = 256), and a rule that stops when the mean improvement of the last 10-40
+        steps falls to the noise level (measured in session 15, not offered) stopped after 12-50 steps at a median
+        ARI 0.03-0.07 below that of 150 steps on PenDigits and MNIST.
     truncate : bool, default True
         False: the untruncated version (every contribution kept; the same data row in a center is merged).
     init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
