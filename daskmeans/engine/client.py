@@ -281,7 +281,8 @@ def run_pinned(client, function, keys, *args, key):
 
     The task is pinned to the first worker (by address), loosely: when it leaves the cluster (before or while it
     runs), the scheduler runs the task again on a worker that is left, from the same inputs, and the data it
-    read is recomputed from its lineage, so the result is the same.
+    read is recomputed from its lineage, so the result is the same. A cluster without workers at that moment
+    (restarting, or scaled to zero) gets the task unpinned: it runs on the first worker that joins.
 
     Parameters
     ----------
@@ -303,11 +304,10 @@ def run_pinned(client, function, keys, *args, key):
     address : str
         The worker that ran it.
     """
-    workers = sorted(client.scheduler_info()["workers"])
-    if not workers:
-        raise RuntimeError(f"the Dask cluster has no workers to run {key} on")
-    future = client.submit(_run_with_worker_client, function, keys, *args, workers=[workers[0]],
-                           allow_other_workers=True, pure=False, key=key)
+    # asked of the scheduler now: Client.scheduler_info() may answer from a cache that lists no workers
+    workers = sorted(client.nthreads())
+    placement = {"workers": workers[:1], "allow_other_workers": True} if workers else {}
+    future = client.submit(_run_with_worker_client, function, keys, *args, pure=False, key=key, **placement)
     return future.result()
 
 

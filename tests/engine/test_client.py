@@ -79,3 +79,26 @@ def test_a_client_closed_after_losing_its_scheduler_counts_as_a_lost_scheduler()
             client.compute(dask.delayed(sum)([1, 2])).result()
         assert scheduler_lost(client, raised.value)
         assert not scheduler_lost(client, ValueError("a bug of the run"))
+
+
+def _doubled(pieces, compute, value):
+    """A function for :func:`run_pinned`: ``value`` doubled, with the pieces it was given."""
+    return value * 2, len(pieces)
+
+
+def test_a_pinned_loop_on_a_cluster_without_workers_runs_on_the_first_worker_to_join():
+    # a cluster scaled to zero (or restarting) has nothing to pin to: the task waits for a worker, it does not fail
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import Client, LocalCluster
+
+    from daskmeans.engine.client import run_pinned
+
+    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_pinned, client, _doubled, [], 21, key="daskmeans-test-pinned-empty")
+        assert not running.done()
+        cluster.scale(1)
+        (result, n_pieces), address = running.result(timeout=60)
+        assert (result, n_pieces) == (42, 0)
+        assert address in client.nthreads()
