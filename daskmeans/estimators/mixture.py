@@ -16,7 +16,7 @@ from ..algorithms.vc_gmm import PLACEMENTS, truncated_em
 from ..config import AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_generator, stage_key
-from ..exceptions import InvalidParameterError
+from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.gmm import lazy_dense_posterior, log_likelihood_graph, sparse_posterior_parts
 from ..progress import SnapshotRecorder
@@ -86,8 +86,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         any number of workers (for a given chunking of the data).
     estep_on : {"auto", "driver", "workers"}, default "auto"
         Where the E-step blocks run: coresets of up to :data:`~daskmeans.config.GMM_DRIVER_MAX_ROWS` rows on the
-        driver, larger ones on the Dask workers (``"workers"`` forces them there when a distributed client is in use; without one there are no
-        workers and the driver runs them). Same result either way.
+        driver, larger ones on the Dask workers (``"workers"`` forces them there when a distributed client is in
+        use; without one there are no workers and the driver runs them). Same result either way.
     chunk_rows : int, optional
         Rows per block when daskmeans chunks the input.
     client : distributed.Client, optional
@@ -126,6 +126,43 @@ class CoresetGaussianMixture(ClusteringEstimator):
     stop_reason_ : str
     center_snapshots_ : list of dict
         Only with ``snapshot_centers=True``: ``{"iteration", "wall_time", "perf_counter", "centers"}``.
+
+    See Also
+    --------
+    lightweight_coreset : The coreset this estimator fits on, for use with any estimator.
+    KMeans : Exact k-means on all the data.
+
+    References
+    ----------
+    - F. Hirschberger, D. Forster, J. Lücke, "Large Scale Clustering with Variational EM for Gaussian Mixture
+      Models", 2018. arXiv:1810.00803. Published as "A Variational EM Acceleration for Efficient Clustering at
+      Very Large Scales", IEEE Transactions on Pattern Analysis and Machine Intelligence 44(12), 2022.
+      doi:10.1109/TPAMI.2021.3133763.
+    - D. Forster, J. Lücke, "Can clustering scale sublinearly with its clusters? A variational EM
+      acceleration of GMMs and k-means", Proceedings of the 21st International Conference on Artificial
+      Intelligence and Statistics (AISTATS 2018), PMLR 84. arXiv:1711.03431.
+    - O. Bachem, M. Lucic, A. Krause, "Scalable k-Means Clustering via Lightweight Coresets", Proceedings of
+      the 24th ACM SIGKDD International Conference on Knowledge Discovery & Data Mining (KDD 2018).
+      doi:10.1145/3219819.3219973, arXiv:1702.08248.
+    - O. Bachem, M. Lucic, S. H. Hassani, A. Krause, "Fast and Provably Good Seedings for k-Means", Advances
+      in Neural Information Processing Systems 29 (NIPS 2016), 55-63.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import CoresetGaussianMixture
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> model = CoresetGaussianMixture(n_components=3, random_state=0).fit(X)
+    >>> model.means_.shape
+    (3, 2)
+    >>> model.weights_.round(2).tolist()  # equal mixing proportions
+    [0.33, 0.33, 0.33]
+    >>> sorted(np.bincount(model.predict(X)).tolist())
+    [100, 100, 100]
+    >>> model.predict_proba(X).shape
+    (300, 3)
     """
 
     _model_arrays = ("means_", "weights_")
@@ -158,8 +195,20 @@ class CoresetGaussianMixture(ClusteringEstimator):
     # -- names the shared plumbing uses ------------------------------------------------------------------------
     @property
     def n_clusters(self):
-        """Same as ``n_components``."""
+        """Same as ``n_components``; setting it sets ``n_components``."""
         return self.n_components
+
+    @n_clusters.setter
+    def n_clusters(self, value):
+        self.n_components = value
+
+    def set_params(self, **params):
+        """Set parameters; ``n_clusters`` is accepted as another name of ``n_components`` (not in ``get_params``)."""
+        if "n_clusters" in params:
+            if "n_components" in params and params["n_components"] != params["n_clusters"]:
+                raise InvalidParameterError("n_clusters and n_components name the same parameter: give one of them.")
+            params["n_components"] = params.pop("n_clusters")
+        return super().set_params(**params)
 
     @property
     def cluster_centers_(self):
@@ -186,6 +235,13 @@ class CoresetGaussianMixture(ClusteringEstimator):
     }
 
     # -- fitting ---------------------------------------------------------------------------------------------------
+    def _check_data(self, data):
+        """One sample is refused before the data is read: the shared variance needs a spread around the means."""
+        if data.n_samples < 2:
+            raise InputDataError(
+                f"n_samples={data.n_samples}: a Gaussian mixture needs at least 2 samples to estimate its variance."
+            )
+
     def _coreset_rows(self, n_samples):
         if self.coreset_size == "auto":
             return min(n_samples, max(AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT * self.n_components))

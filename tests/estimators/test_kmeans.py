@@ -240,20 +240,6 @@ def test_scheduler_that_does_not_answer_fails_fast():
         connect(f"tcp://127.0.0.1:{port}", timeout="2s")
 
 
-def test_scikit_learn_estimator_checks():
-    from sklearn.utils.estimator_checks import check_estimator
-
-    expected_failed = {
-        # as for scikit-learn's own KMeans: seeding draws per row, so weights are not repeated rows
-        "check_sample_weight_equivalence_on_dense_data": "sample_weight is not equivalent to repeating samples",
-    }
-    results = check_estimator(KMeans(n_clusters=3, random_state=0, max_iter=20), on_fail=None,
-                              expected_failed_checks=expected_failed)
-    failed = [(r["check_name"], repr(r["exception"])[:300]) for r in results if r["status"] == "failed"]
-    assert failed == []
-    assert sum(r["status"] == "passed" for r in results) > 40
-
-
 def test_weighted_lloyd_on_candidates_matches_numpy():
     from daskmeans.algorithms.init import weighted_lloyd
 
