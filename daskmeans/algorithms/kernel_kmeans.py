@@ -193,8 +193,8 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
         pools = StepPools(array, context.weights, context.client, batch_size=batch_size, max_iter=max_iter, seed=seed,
                           pool_bytes=pool_bytes)
     # BLAS on one thread, each step's kernel blocks split over two threads of this process: an OpenBLAS thread pool
-    # spins on its cores for about 0.1 s after its last multi-threaded call, and took them from the workers' pass
-    # that followed the fit (the labels)
+    # keeps spinning on its cores for a while after its last multi-threaded call, taking them from the workers'
+    # pass that follows the fit (the labels)
     try:
         with one_blas_thread(), ThreadPoolExecutor(1) if CPU_COUNT > 1 else nullcontext() as step_pool:
             return _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate,

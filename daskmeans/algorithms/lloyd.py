@@ -223,13 +223,11 @@ def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, pass
     An iteration's pass is one task per worker thread over the blocks its worker holds
     (:func:`~daskmeans.engine.graph.chained_group_pass`), and each such task computes its centers itself from the
     previous pass's statistics (:func:`_advance`, the same update as :func:`lloyd_update`), so that the workers
-    never wait for a round trip to the driver or to one combining task: on kdd (145,751 x 74, k = 200, 2 worker
-    processes) a Lloyd iteration went from ~60 ms (one task per block, the update on one worker) to ~53 ms, and
-    from ~85 ms with the driver in between. The driver records, reports, checkpoints and decides to stop as
-    :func:`_iterate` does, iteration by iteration, and drops the one submitted ahead when it stops: the same iterates and the
-    same history (the passes report no progress of their own: ``rows_per_second`` is the data's rows over the
-    time since the previous record). A pass whose far rows cannot refill its empty clusters is redone on the driver
-    (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
+    never wait for a round trip to the driver or to one combining task. The driver records, reports, checkpoints
+    and decides to stop as :func:`_iterate` does, iteration by iteration, and drops the one submitted ahead when it
+    stops: the same iterates and the same history (the passes report no progress of their own:
+    ``rows_per_second`` is the data's rows over the time since the previous record). A pass whose far rows cannot
+    refill its empty clusters is redone on the driver (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
     """
     client, weights, clock = context.client, context.weights, context.clock
     stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()

@@ -68,13 +68,10 @@ def choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, ite
 def default_initial_batch_size(n_clusters: int) -> int:
     """``max(5000, 80 k)``: about eighty samples per cluster to start with.
 
-    Ten per cluster (the default before session 33) spent the first iterations on centers that a few samples
-    drag far: on the descriptors (k = 1000, the energy of each iteration's centers on all rows, threaded
-    scheduler, two initial-center seeds) 80,000 rows reached 1% of E* in 4.1-4.6 s against 5.5-6.3 s from
-    10,000, and 2% in 2.0-2.3 s against 2.6-3.1 s; 160,000 did no better and 20,000 or 40,000 fell between
-    (ad hoc trajectories; the bench records are in the README, session 33). The cost: on KDD (k = 200, 16,000
-    rows instead of 5,000) one seed of three reached 1% later (4.2 s against 1.97 s, nmbatch alone); pass
-    ``initial_batch_size`` to keep a smaller first batch there.
+    With fewer samples per cluster the first iterations spend their time on centers that a few samples drag far:
+    at k = 1000 a first batch of 80 samples per cluster reached a given energy sooner than one of 10, 20 or 40,
+    and one of 160 did no better. At smaller k the larger first batch can cost a little; pass
+    ``initial_batch_size`` to keep a smaller one.
     """
     return max(5000, 80 * int(n_clusters))
 

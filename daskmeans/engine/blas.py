@@ -3,9 +3,9 @@
 Dask's worker processes start with ``OPENBLAS_NUM_THREADS=1`` (and the OpenMP/MKL equivalents): each worker
 thread runs one task, and the worker's threads already use the cores. Threaded workers (``processes=False``, the
 local cluster the CLI starts for small inputs) and Dask's threaded scheduler run their tasks in the driver's
-process, where BLAS uses every core by default: each task thread then runs its GEMMs on all cores at once, and on a
-2-core machine the descriptors' assign pass took four times as long. A fit whose tasks run in this process
-therefore limits BLAS to one thread for its duration (:func:`one_blas_thread_for`).
+process, where BLAS uses every core by default: each task thread then runs its GEMMs on all cores at once, and the
+threads oversubscribe the cores several times over. A fit whose tasks run in this process therefore limits BLAS to
+one thread for its duration (:func:`one_blas_thread_for`).
 
 The limit is set from the driver's thread: OpenBLAS (0.3.31) ignores a worker thread's change of its thread count
 once the main thread has set one, so a limit taken inside each task would not hold everywhere.
@@ -59,7 +59,7 @@ _controller = (None, -1)
 def one_blas_thread():
     """BLAS limited to one thread while the block runs, whoever runs the tasks: for work this process spreads over
     threads of its own (nmbatch's small batches on the driver: each thread's GEMM on one core). Cheap enough to
-    take for every step: the libraries (1.5 ms to look up) are looked up again only when modules were imported
+    take for every step: the libraries (slow to look up) are looked up again only when modules were imported
     since, which is how a second BLAS arrives (SciPy's, with scikit-learn), and it must be limited too."""
     global _controller
     controller, n_modules = _controller
@@ -76,9 +76,8 @@ def machine_threads():
     that is not daskmeans' (the bench's peers) would have in a process of its own, also inside a fit's limit.
 
     Limiting BLAS can limit OpenMP too: an OpenBLAS built on OpenMP (faiss's wheels) sets its thread count through
-    the OpenMP runtime it shares with scikit-learn, so under :func:`one_blas_thread` scikit-learn's Lloyd ran on
-    one thread (the bench's threaded modes: ~2x its time per iteration). The libraries are looked up anew, so
-    those loaded since the last call count too."""
+    the OpenMP runtime it shares with scikit-learn, so under :func:`one_blas_thread` scikit-learn's Lloyd would run
+    on one thread. The libraries are looked up anew, so those loaded since the last call count too."""
     from dask.system import CPU_COUNT
     from threadpoolctl import ThreadpoolController
 

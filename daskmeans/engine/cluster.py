@@ -42,9 +42,8 @@ class ClusterSpec:
     local_workers : {"auto", "processes", "threads", "scheduler"}
         What the embedded cluster's workers are; ``"scheduler"``: no cluster, Dask's threaded scheduler in this
         process (``workers x threads_per_worker`` threads, default one per core), as a fit from Python without a
-        client runs. It has the least overhead per pass (KDD, k = 200: ~29 ms per k-means iteration against ~37 ms on
-        a threaded ``LocalCluster`` and ~42 ms on two worker processes), without a dashboard or worker memory
-        limits.
+        client runs. It has the least overhead per pass (less than a threaded ``LocalCluster``, which has less
+        than worker processes), without a dashboard or worker memory limits.
     """
 
     scheduler: str | None = None

@@ -1,12 +1,11 @@
 """Small data iterated on the driver: gathered from the workers once, then every pass on the driver's threads.
 
 An iteration on worker processes costs a round trip on top of its work: the pass's tasks, their statistics
-gathered, the next centers sent (10-15 ms on the 2 worker processes of this machine, measured in the task stream,
-:mod:`daskmeans.algorithms.lloyd`). When one pass's work is of that order (tens of thousands of rows against a few
-hundred centers), the round trip is most of an iteration, and building a Dask graph for it costs several
-milliseconds more. Such data is copied into the driver's memory once (:class:`DriverCopy`), with the same row
-blocks, and its passes run in this process without a graph (:meth:`DriverCopy.map`: one thread per core, one BLAS
-thread each, as on the workers): the same block functions over the same blocks, reduced in the same tree
+gathered, the next centers sent (:mod:`daskmeans.algorithms.lloyd`). When one pass's work is of that order (tens of
+thousands of rows against a few hundred centers), the round trip is most of an iteration, and building a Dask
+graph for it costs more again. Such data is copied into the driver's memory once (:class:`DriverCopy`), with the
+same row blocks, and its passes run in this process without a graph (:meth:`DriverCopy.map`: one thread per core,
+one BLAS thread each, as on the workers): the same block functions over the same blocks, reduced in the same tree
 (:func:`~daskmeans.engine.graph.reduce_in_tree`), so the iterates are those of the workers to the last bit.
 """
 

@@ -68,8 +68,7 @@ def shared(value, name: str):
 
     A NumPy array of at most :data:`~daskmeans.config.SHARED_INLINE_BYTES` is returned as it is, to travel inside
     each task that uses it: a task of its own would cost each pass a dispatch and a transfer between workers
-    before the block tasks can start (about 4 ms of a 28 ms iteration on 2 worker processes), more than copying
-    a few kilobytes per task.
+    before the block tasks can start, more than copying a few kilobytes per task.
     """
     if isinstance(value, np.ndarray) and value.nbytes <= SHARED_INLINE_BYTES:
         return value
@@ -113,8 +112,8 @@ class DriverCombine:
     computes ``inputs`` and calls ``combine`` on their values here, as the combine task would have on a worker.
 
     On a small pass the combine task costs more than it does: it waits for its inputs to be moved to one worker
-    and for a dispatch of its own (about 5 ms of a 14-19 ms round trip on 2 worker processes), while its inputs
-    are a few kilobytes each. Only :func:`~daskmeans.engine.client.compute_now` accepts it.
+    and for a dispatch of its own (a sizeable part of a small pass's round trip), while its inputs are a few
+    kilobytes each. Only :func:`~daskmeans.engine.client.compute_now` accepts it.
     """
 
     inputs: tuple
@@ -257,8 +256,8 @@ def chained_group_pass(function, name: str, block_args, *common_args, groups: li
     if start is None and previous is None:
         raise ValueError("the first pass of a chain needs start")
     reduction = (combine, split_every, finish, finish_args)
-    # each pass of a chain is new work: a fresh key costs nothing, where hashing the arguments cost the driver
-    # ~4 ms per pass at kdd's size (8 blocks)
+    # each pass of a chain is new work: a fresh key costs nothing, where hashing the arguments costs the driver
+    # time on every pass
     key = f"daskmeans-{name}-{uuid.uuid4().hex}"
     from_previous = None if previous is None else (previous.shares or previous.groups)
     tasks = []

@@ -9,8 +9,7 @@ block held:
   (``Worker.log_event``), which the driver's client subscribes to. The task only leaves its report behind; the
   worker's event loop sends it once the task has finished (:class:`BlockReports`, a worker plugin the watch
   installs once per client), together with the task's own completion: sent from the task's thread, each report
-  woke the event loop while the task still held the GIL (on kdd, 2 worker processes, switching the reports off
-  entirely took a Lloyd iteration from 83 to 76 ms; the plugin's own gain measured within the machine's noise);
+  would wake the event loop while the task still holds the GIL;
 - in the driver's own process (the threaded scheduler, or workers that are threads of it), by a direct call.
 
 The watch counts them against the block tasks it submitted (:func:`daskmeans.engine.client.compute_now` and

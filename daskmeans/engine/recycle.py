@@ -1,13 +1,12 @@
 """Arrays handed from a state that dies to the state that replaces it, instead of back to the operating system.
 
 An iterative pass that keeps per-row state on the workers (labels, distances and bounds of exact k-means with
-bounds: ~200 MB per worker for 480,000 descriptors with 100 group bounds) makes a new state every iteration and
-drops the one before. Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so glibc returns every
-freed array over 128 KiB to the kernel at once, and the next iteration's arrays are fresh pages: on a virtual
-machine that hands idle memory back to its host (free page reporting), touching them again costs ~1.7 ms per MB
-after a second of idleness, against ~0.1 ms per MB for pages the process kept (this 2-core VM: 192 MB touched
-again after 0, 1, 2, 8 s: 20-50, 153, 205, 361 ms). A :class:`Recycler` shared by the states of one chain takes
-the arrays of a state as it is freed and gives them to the next state made, so the chain's arrays stay touched.
+bounds: hundreds of megabytes per worker on large data) makes a new state every iteration and drops the one
+before. Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so glibc returns every freed array over
+128 KiB to the kernel at once, and the next iteration's arrays are fresh pages, which cost a page fault each to
+touch again (many times the cost of pages the process kept on a virtual machine that hands idle memory back to its
+host). A :class:`Recycler` shared by the states of one chain takes the arrays of a state as it is freed and gives
+them to the next state made, so the chain's arrays stay touched.
 
 Safety: an array is kept only when nothing but the dying state refers to it (its reference count, which views of
 it raise too) and it owns its memory; it is handed out once. A recycler pickles as an empty one (a state moved to
@@ -33,8 +32,8 @@ class _Holder:
 
 
 def _only_one_holder() -> int:
-    """What :func:`_reference_counts` reports for an array that one object's attribute alone refers to (measured,
-    not assumed: the count of the call's own references differs between Python versions)."""
+    """What :func:`_reference_counts` reports for an array that one object's attribute alone refers to (found at
+    import, not assumed: the count of the call's own references differs between Python versions)."""
     holder = _Holder()
     holder.array = np.empty(1)
     (count,) = _reference_counts((holder.array,))

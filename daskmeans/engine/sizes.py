@@ -4,9 +4,9 @@ A worker reports the size of every task result to the scheduler (``dask.sizeof.s
 it to place the next tasks beside their largest inputs, to decide whether moving a task to an idle worker (work
 stealing) costs less than waiting, and to count the managed memory it may spill. An object of a class that Dask
 does not know counts as its bare ``sys.getsizeof``: a per-row state of tens of megabytes counted as a few dozen
-bytes. Then the scheduler moves such states freely (nested mini-batch k-means on SIFT descriptors, k = 1000, 2
-worker processes: step tasks ran beside a 512 KB copy of the centers instead of their state, and each moved state
-cost 0.1-0.4 s of transfer in an iteration of about 1 s), and spilling never sees them.
+bytes. Then the scheduler moves such states freely (nested mini-batch steps ran beside a small copy of the
+centers instead of their state, and each moved state cost a transfer of tens of megabytes), and spilling never
+sees them.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def compute_dtype(dtype, name: str = "X") -> np.dtype:
 #: Alignment (bytes) of the rows the kernels read: what NumPy's allocator gives every new array. Blocks that
 #: arrived in a worker through Dask's serialization (scattered, persisted from the client, moved between workers)
 #: can start at any byte of the message they came in; read in place, such a block's vector loads straddle cache
-#: lines (measured: a kdd block's assignment 36-58 ms in place against 30-35 ms on a copy, one thread).
+#: lines, which makes its assignment slower than that of an aligned copy.
 ROW_ALIGNMENT = 16
 
 
@@ -132,10 +132,8 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
         Convert every slab into the same buffer (for a caller that keeps nothing of ``rows`` from one slab to the
         next, nor after the walk): in Dask's worker processes, whose ``malloc`` hands every large array fresh pages
         from the system (the nanny sets ``MALLOC_TRIM_THRESHOLD_``), this spares the page faults of a new slab each
-        time. The buffer is the thread's own and outlives the walk, so the next task on the thread reuses it too
-        (the assign + stats pass on an MNIST block of 8,750 uint8 rows with that ``malloc`` setting: 20.3-21.4 ms
-        with a new buffer per block, 19.1-20.7 ms with the kept one); each thread that ran such a walk keeps one
-        slab (at most ``slab_bytes``) for its lifetime.
+        time. The buffer is the thread's own and outlives the walk, so the next task on the thread reuses it too;
+        each thread that ran such a walk keeps one slab (at most ``slab_bytes``) for its lifetime.
 
     A block already in the compute dtype, C-contiguous and aligned (:func:`is_aligned`) is walked in place; any
     other is converted (or copied) a slab at a time.

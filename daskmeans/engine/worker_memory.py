@@ -2,8 +2,8 @@
 
 Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so glibc hands every freed array over
 128 KiB back to the kernel at once, and an iterative pass that allocates the same arrays every iteration touches
-fresh pages every time: on a VM whose host reclaims idle guest memory that costs ~1.7 ms per MB once the memory has
-been idle for a second or two. :func:`worker_malloc_settings` gives the workers
+fresh pages every time, each a page fault, which costs most on a virtual machine whose host reclaims idle guest
+memory. :func:`worker_malloc_settings` gives the workers
 :data:`~daskmeans.config.WORKER_MALLOC_ENVIRON` instead.
 """
 

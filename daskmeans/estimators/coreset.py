@@ -50,6 +50,35 @@ def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_ro
         ``m`` is not a positive integer.
     InputDataError
         Non-finite values or bad weights in the data.
+
+    See Also
+    --------
+    CoresetGaussianMixture : Draws such a coreset and fits a Gaussian mixture on it.
+    KMeans : Fits the weighted coreset like any data, with ``sample_weight``.
+
+    References
+    ----------
+    - O. Bachem, M. Lucic, A. Krause, "Scalable k-Means Clustering via Lightweight Coresets", Proceedings of
+      the 24th ACM SIGKDD International Conference on Knowledge Discovery & Data Mining (KDD 2018).
+      doi:10.1145/3219819.3219973, arXiv:1702.08248.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import lightweight_coreset
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> points, weights = lightweight_coreset(X, 60, random_state=0)
+    >>> points.shape, weights.shape
+    ((60, 2), (60,))
+
+    The weighted coreset stands for the data: k-means fitted on its 60 points finds the three blobs.
+
+    >>> from daskmeans import KMeans
+    >>> model = KMeans(n_clusters=3, random_state=0).fit(points, sample_weight=weights)
+    >>> sorted(np.bincount(model.predict(X)).tolist())
+    [100, 100, 100]
     """
     m = check_int(m, "m (the coreset size)", minimum=1)
     seed = seed_from_random_state(random_state)

@@ -217,23 +217,21 @@ class MiniBatchKernelKMeans(_KernelClustering):
         ``{"kappa": float or "auto"}`` (RBF, Laplacian; ``"auto"``: the mean pairwise distance of the seeding
         sample), ``{"degree", "gamma", "coef0"}`` (polynomial) or keyword arguments of the callable.
     batch_size : int, default 128
-        The paper's experiments use 1024 (``kernel-minibatch-paper`` in ``daskmeans bench --quality``). A step
-        costs ``O(k b (b + tau))``: 128 (with ``tau = 25``) costs about a third of 256 (with 50) per step, at a
-        median ARI 0.02-0.03 lower on MNIST and 0.00-0.02 lower on PenDigits over 20 seeds, still above the full
-        batch's and linear k-means' (README, "Kernel k-means: quality vs time"). Theorem 1 of the paper asks a
+        Rows per step. A step costs ``O(k b (b + tau))`` kernel values: 128 (with ``tau = 25``) costs about a
+        third of 256 (with 50) per step, for a slightly lower clustering quality. The paper's experiments use 1024
+        (``kernel-minibatch-paper`` in ``daskmeans bench --quality``). Theorem 1 of the paper asks a
         batch that grows with ``n_clusters``: the default gives about 13 rows per center and step at k = 10; keep
         about as many at larger k (e.g. ``batch_size=1280`` at k = 100, with ``tau=256``).
     tau : int, default 25
         Rows each truncated center keeps (the most recent batches holding at least ``tau`` of its rows); 25 keeps
-        the paper's ratio ``tau / b`` (200 / 1024), which mattered more than either value alone: on MNIST,
-        b = 128 with tau = 50 had a median ARI 0.07 below b = 128 with tau = 25. Lemma 3 of the paper:
+        the paper's ratio ``tau / b`` (200 / 1024), which matters more for the clustering than either value
+        alone. Lemma 3 of the paper:
         ``tau = b ln^2(28 gamma / eps)`` keeps each center within ``eps / 28`` of the untruncated one.
     learning_rate : {"beta", "sklearn"}, default "beta"
         ``sqrt(b_j / b)`` (Schwartzman 2023; the paper's) or ``b_j / (v_j + b_j)`` (scikit-learn's).
     max_iter : int, default 150
-        Mini-batch steps (the paper runs 200 of 1024 rows). The batch energy stops falling after 20-50 steps, but
-        the clustering still improves: on PenDigits the median ARI over 6 seeds was 0.615 after 50 steps, 0.635
-        after 100 and 0.670 after 150 (full batch: 0.662).
+        Mini-batch steps (the paper runs 200 of 1024 rows). The batch energy stops falling after a few tens of
+        steps, but the clustering keeps improving for longer.
     tol : float or "auto", default 0.0
         Early stopping (Algorithm 1 of the paper): stop after the first step that improves its batch's mean
         squared feature-space distance by less than ``tol`` (the paper's epsilon). ``"auto"``:
@@ -245,10 +243,8 @@ class MiniBatchKernelKMeans(_KernelClustering):
         of the batch's cluster ``j``; about 0.013 on PenDigits at b = 256, twice that at 128), so a ``tol`` above
         that level stops when the batch energy levels off, and ``tol=0`` (the default) disables the rule: every run
         takes ``max_iter`` steps. No stopping rule is the default because the batch energy levels off before the
-        clustering does: ``"auto"`` stops at the first plateau (about step 3; ARI 0.48 against 0.60 for the
-        full batch on PenDigits, at b = 256), and a rule that stops when the mean improvement of the last 10-40
-        steps falls to the noise level (measured in session 15, not offered) stopped after 12-50 steps at a median
-        ARI 0.03-0.07 below that of 150 steps on PenDigits and MNIST.
+        clustering does: ``"auto"`` stops at the first plateau, a few steps in, with a clearly worse clustering
+        than ``max_iter`` steps give.
     truncate : bool, default True
         False: the untruncated version (every contribution kept; the same data row in a center is merged).
     init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
@@ -297,6 +293,43 @@ class MiniBatchKernelKMeans(_KernelClustering):
         ``"converged"`` (tol; that step's ``history_`` entry says so too), ``"max_iter"`` or ``"max_time"``.
     tol_ : float
         The early-stopping threshold used (``tol``, resolved when ``"auto"``).
+
+    See Also
+    --------
+    KernelKMeans : Exact (full-batch) kernel k-means, for up to about 50,000 samples.
+    MiniBatchKMeans : Mini-batch k-means in input space.
+
+    References
+    ----------
+    - B. Jourdan, G. Schwartzman, "Mini-batch kernel k-means", 2024. arXiv:2410.05902.
+    - G. Schwartzman, "Mini-batch k-means terminates within O(d/epsilon) iterations", International
+      Conference on Learning Representations (ICLR 2023). arXiv:2304.00419.
+    - I. S. Dhillon, Y. Guan, B. Kulis, "Kernel k-means, Spectral Clustering and Normalized Cuts", Proceedings
+      of the 10th ACM SIGKDD International Conference on Knowledge Discovery and Data Mining (KDD 2004),
+      551-556. doi:10.1145/1014052.1014118.
+
+    Examples
+    --------
+    Two rings around the same center, which no k-means in input space separates; an RBF kernel whose width
+    ``kappa`` is small against the squared gap between the rings (9) does:
+
+    >>> import numpy as np
+    >>> from daskmeans import MiniBatchKernelKMeans
+    >>> rng = np.random.default_rng(0)
+    >>> angles = rng.uniform(0, 2 * np.pi, 300)
+    >>> radius = np.repeat([1.0, 4.0], 150)
+    >>> X = np.column_stack([radius * np.cos(angles), radius * np.sin(angles)])
+    >>> X += rng.normal(scale=0.1, size=X.shape)
+    >>> model = MiniBatchKernelKMeans(n_clusters=2, kernel_params={"kappa": 1.0}, random_state=3).fit(X)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [150, 150]
+    >>> [len(set(model.labels_[:150].tolist())), len(set(model.labels_[150:].tolist()))]  # one label per ring
+    [1, 1]
+
+    ``predict`` measures new points against the centers in feature space:
+
+    >>> model.predict(np.array([[1.0, 0.0], [4.0, 0.0]])).tolist() == [model.labels_[0], model.labels_[150]]
+    True
     """
 
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=128, tau=25,

@@ -74,6 +74,36 @@ class KernelKMeans(_KernelClustering):
         Per iteration: ``energy`` (mean squared feature-space distance), ``changed``, ``wall_time``.
     stop_reason_ : str
         ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+
+    See Also
+    --------
+    MiniBatchKernelKMeans : Mini-batch kernel k-means, for data of any size.
+    KMeans : Exact k-means in input space.
+
+    References
+    ----------
+    - I. S. Dhillon, Y. Guan, B. Kulis, "Kernel k-means, Spectral Clustering and Normalized Cuts", Proceedings
+      of the 10th ACM SIGKDD International Conference on Knowledge Discovery and Data Mining (KDD 2004),
+      551-556. doi:10.1145/1014052.1014118.
+    - B. Jourdan, G. Schwartzman, "Mini-batch kernel k-means", 2024. arXiv:2410.05902.
+
+    Examples
+    --------
+    Two rings around the same center, which no k-means in input space separates; an RBF kernel whose width
+    ``kappa`` is small against the squared gap between the rings (9) does:
+
+    >>> import numpy as np
+    >>> from daskmeans import KernelKMeans
+    >>> rng = np.random.default_rng(0)
+    >>> angles = rng.uniform(0, 2 * np.pi, 300)
+    >>> radius = np.repeat([1.0, 4.0], 150)
+    >>> X = np.column_stack([radius * np.cos(angles), radius * np.sin(angles)])
+    >>> X += rng.normal(scale=0.1, size=X.shape)
+    >>> model = KernelKMeans(n_clusters=2, kernel_params={"kappa": 1.0}, random_state=3).fit(X)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [150, 150]
+    >>> [len(set(model.labels_[:150].tolist())), len(set(model.labels_[150:].tolist()))]  # one label per ring
+    [1, 1]
     """
 
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",

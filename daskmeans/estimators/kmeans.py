@@ -68,17 +68,17 @@ class KMeans(ClusteringEstimator):
         The others keep each row, its label and lower bounds on its distances to groups of centers on the workers
         and compute only the distances the bounds cannot rule out: one bound per center (Elkan), per group of
         about ten nearby centers (yinyang, Ding et al. 2015) or one per row (Hamerly). ``"auto"`` takes bounds
-        (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory and
-        ``k >= 8``, else Lloyd; with bounds, its first ``config.AUTO_PLAIN_ITERATIONS`` iterations are Lloyd's
-        (bounds made while the centers move most rule out next to nothing) and the bounds start at the next.
+        (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory,
+        ``k >= 8`` and ``k * d > 256``, else Lloyd; with bounds, its first ``config.AUTO_PLAIN_ITERATIONS``
+        iterations are Lloyd's (bounds made while the centers move most rule out next to nothing) and the bounds
+        start at the next.
     driver_rows : "auto" or int, default "auto"
         Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
         cluster), and its iterations run on the driver's threads, block by block, without a Dask graph: an
-        iteration then costs no round trip to the workers (10-15 ms on worker processes) and no graph (6-9 ms on
-        KDD), more than the work of a pass over small data. ``"auto"``: the most rows whose full
-        assignment takes at most ``config.DRIVER_WORK`` multiply-adds (rows x k x d) and whose rows and
-        bounds take at most ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the
-        same either way.
+        iteration then costs no round trip to the workers and no graph, which take longer than the work of a
+        pass over small data. ``"auto"``: the most rows whose full assignment takes at most ``config.DRIVER_WORK``
+        multiply-adds (rows x k x d) and whose rows and bounds take at most ``config.DRIVER_BYTES``; 0: every
+        iteration on the workers. The iterates are the same either way.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300
@@ -131,6 +131,56 @@ class KMeans(ClusteringEstimator):
     center_snapshots_ : list of dict
         Only with ``snapshot_centers=True``: the initial centers and the centers after each iteration, as
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
+
+    See Also
+    --------
+    MiniBatchKMeans : Mini-batch k-means (Sculley), a quick approximate fit from samples.
+    NestedMiniBatchKMeans : Nested mini-batches with distance bounds, exact assignments on a growing batch.
+    VRKMeans : Variance-reduced stochastic k-means (VRKM, VRKM++).
+    MiniBatchKernelKMeans : k-means in a kernel's feature space, for clusters that are not convex.
+    CoresetGaussianMixture : An isotropic Gaussian mixture fitted on a lightweight coreset.
+
+    Notes
+    -----
+    Each iteration is one pass over the data: the workers assign their blocks to the nearest centers and reduce
+    per-cluster sums in a tree, and the driver computes the new centers. With bounds, rows whose bounds rule out
+    every other center are not measured again, so late iterations compute few distances.
+
+    References
+    ----------
+    - C. Elkan, "Using the Triangle Inequality to Accelerate k-Means", Proceedings of the 20th International
+      Conference on Machine Learning (ICML 2003), 147-153.
+    - G. Hamerly, "Making k-means Even Faster", Proceedings of the 2010 SIAM International Conference on
+      Data Mining (SDM 2010). doi:10.1137/1.9781611972801.12.
+    - Y. Ding, Y. Zhao, X. Shen, M. Musuvathi, T. Mytkowicz, "Yinyang K-Means: A Drop-In Replacement of the
+      Classic K-Means with Consistent Speedup", Proceedings of the 32nd International Conference on Machine
+      Learning (ICML 2015), PMLR 37, 579-587.
+    - B. Bahmani, B. Moseley, A. Vattani, R. Kumar, S. Vassilvitskii, "Scalable K-Means++", Proceedings of
+      the VLDB Endowment 5(7), 622-633, 2012. doi:10.14778/2180912.2180915, arXiv:1203.6402.
+    - O. Bachem, M. Lucic, S. H. Hassani, A. Krause, "Fast and Provably Good Seedings for k-Means", Advances
+      in Neural Information Processing Systems 29 (NIPS 2016), 55-63.
+
+    Examples
+    --------
+    Three well-separated blobs of 100 points each, clustered on the local threaded scheduler:
+
+    >>> import numpy as np
+    >>> from daskmeans import KMeans
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> model = KMeans(n_clusters=3, random_state=0).fit(X)
+    >>> model.cluster_centers_.shape
+    (3, 2)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [100, 100, 100]
+    >>> model.algorithm_  # k < 8: plain Lloyd iterations
+    'lloyd'
+    >>> len(set(model.predict(blobs).tolist()))  # each blob's center gets its own label
+    3
+
+    The same estimator takes a path to a Zarr array, a dask array or an ``xarray.DataArray``, and runs on the
+    active ``distributed.Client`` when there is one.
     """
 
     def __init__(self, n_clusters=8, *, init="k-means||", algorithm="auto", driver_rows="auto", n_init=1, max_iter=300,

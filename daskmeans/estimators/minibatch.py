@@ -41,16 +41,15 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     rho : float, default 2.0
         Doubling threshold: the batch doubles when the clusters' standard errors ``sigma_C(j)`` exceed ``rho``
         times the distance ``p(j)`` their centers just moved, for the share of clusters ``doubling_quantile``
-        says (a cluster that did not move never holds it back). 2 (1 before session 32) spends a few more
-        iterations on each batch size: on the descriptors (k = 1000, 2 worker processes, the bench with its peers)
-        it reached 2% of E* in 2.89-2.91 s and 1% in 7.54-7.72 s against 3.59-3.62 s and 8.03-8.05 s with 1
-        (README, "Measured results", session 32).
+        says (a cluster that did not move never holds it back). A larger ``rho`` spends more iterations on each
+        batch size before it doubles; 2 spends a few more than 1, and reached energies within 1% and 2% of the
+        lowest sooner than 1 at k = 1000.
     doubling_quantile : float in [0, 1], default 0.5
         Which ratio ``sigma_C(j) / p(j)`` over clusters decides: 0 is the minimum (the paper: every cluster
         must have settled, there with ``rho = 100``), 0.5 the median (the authors' reference code), 1 the
         maximum. With the minimum, one sample changing cluster moves a center by about
         ``sigma_C(j) / sqrt(v(j))``, so at large k the batch doubles only after an iteration that changes
-        almost nothing (README, "Measured results", compares the two rules).
+        almost nothing.
     bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}, default "auto"
         Distance bounds kept per sample. ``"elkan"``: one per center (k floats per sample); ``"yinyang"``:
         one per group of about 10 nearby centers; ``"hamerly"``: one; ``"none"``: every distance is computed.
@@ -66,8 +65,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         memory (the batch may grow to n), else re-read.
     driver_rows : "auto" or int, default "auto"
         On a cluster, a cached batch of at most this many rows is stepped on the driver: its new rows come from the
-        workers once, and an iteration costs no round trip to the workers (tens of milliseconds on worker
-        processes, more than the work of a small batch). The batch moves to the workers when it grows past this
+        workers once, and an iteration costs no round trip to the workers (more than the work of a small
+        batch). The batch moves to the workers when it grows past this
         size and stays there. ``"auto"``: the largest batch whose full assignment takes at most
         ``config.DRIVER_WORK`` multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` when the workers
         run no more threads than the driver has cores, as on a local cluster) and whose state takes at most
@@ -111,6 +110,43 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     stop_reason_ : str
         ``"converged"`` (an iteration over all samples changed no assignment), ``"tol"``, ``"max_iter"`` or
         ``"max_time"``.
+
+    See Also
+    --------
+    KMeans : Exact k-means, one pass over all the data per iteration.
+    MiniBatchKMeans : Mini-batch k-means (Sculley) on uniform batches, a quick approximate fit.
+    VRKMeans : Variance-reduced stochastic k-means.
+
+    References
+    ----------
+    - J. Newling, F. Fleuret, "Nested Mini-Batch K-Means", Advances in Neural Information Processing
+      Systems 29 (NIPS 2016). arXiv:1602.02934.
+    - C. Elkan, "Using the Triangle Inequality to Accelerate k-Means", Proceedings of the 20th International
+      Conference on Machine Learning (ICML 2003), 147-153.
+    - Y. Ding, Y. Zhao, X. Shen, M. Musuvathi, T. Mytkowicz, "Yinyang K-Means: A Drop-In Replacement of the
+      Classic K-Means with Consistent Speedup", Proceedings of the 32nd International Conference on Machine
+      Learning (ICML 2015), PMLR 37, 579-587.
+    - G. Hamerly, "Making k-means Even Faster", Proceedings of the 2010 SIAM International Conference on
+      Data Mining (SDM 2010). doi:10.1137/1.9781611972801.12.
+    - D. Sculley, "Web-scale k-means clustering", Proceedings of the 19th International Conference on World
+      Wide Web (WWW 2010). doi:10.1145/1772690.1772862.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import NestedMiniBatchKMeans
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> model = NestedMiniBatchKMeans(n_clusters=3, random_state=0).fit(X)
+    >>> model.cluster_centers_.shape
+    (3, 2)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [100, 100, 100]
+    >>> model.history_[-1]["batch_size"]  # the batch holds every sample by the end
+    300
+    >>> len(set(model.predict(blobs).tolist()))
+    3
     """
 
     _model_scalars = ClusteringEstimator._model_scalars + ("bounds_", "batch_rows_")
@@ -271,6 +307,42 @@ class MiniBatchKMeans(ClusteringEstimator):
     stop_reason_ : str
     sampling_ : str
         ``"rows"`` or ``"chunks"``: how the fit drew its rows (what ``"auto"`` chose).
+
+    See Also
+    --------
+    NestedMiniBatchKMeans : Nested mini-batches with distance bounds: exact assignments on a growing batch.
+    KMeans : Exact k-means, one pass over all the data per iteration.
+    VRKMeans : Variance-reduced stochastic k-means.
+
+    References
+    ----------
+    - D. Sculley, "Web-scale k-means clustering", Proceedings of the 19th International Conference on World
+      Wide Web (WWW 2010). doi:10.1145/1772690.1772862.
+    - G. Schwartzman, "Mini-batch k-means terminates within O(d/epsilon) iterations", International
+      Conference on Learning Representations (ICLR 2023). arXiv:2304.00419.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import MiniBatchKMeans
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> model = MiniBatchKMeans(n_clusters=3, batch_size=100, random_state=0).fit(X)
+    >>> model.cluster_centers_.shape
+    (3, 2)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [100, 100, 100]
+
+    ``partial_fit`` takes the data one batch at a time, e.g. from a stream; the first call seeds the centers:
+
+    >>> stream = MiniBatchKMeans(n_clusters=3, random_state=0)
+    >>> for batch in np.array_split(rng.permutation(X), 3):
+    ...     stream = stream.partial_fit(batch)
+    >>> stream.n_steps_
+    3
+    >>> sorted(np.bincount(stream.predict(X)).tolist())
+    [100, 100, 100]
     """
 
     _model_arrays = ("cluster_centers_", "counts_")

@@ -56,13 +56,10 @@ class VRKMeans(ClusteringEstimator):
     steps with a constant learning rate on the drawn samples, their nearest centers found ``inner_batch_size`` at a
     time by one GEMM. See :mod:`daskmeans.algorithms.vrkm`.
 
-    Against :class:`KMeans` (whose distance bounds make its late iterations a fraction of a pass), VRKM++ is not
-    the faster way to a tight energy: to within 0.1% of ``KMeans``' final energy from the same centers it was
-    0.73-1.38x as fast on MNIST and 0.37-1.08x (or never) on KDD, and did not get there on SIFT descriptors in 40 s
-    (README, "Two papers' headline claims against our figures"). It can be ahead early (1% of E* on the
-    descriptors at 10.3 s against 12.5 s). At its constant rate it keeps changing labels: on KDD about one inner
-    step in seven changes a label in every epoch, and the energy stalled at 1.0005-1.0032 times the lowest any run
-    reached.
+    Against :class:`KMeans` (whose distance bounds make its late iterations a fraction of a pass), VRKM++ is
+    usually not the faster way to a tight energy, though it can be ahead early. At its constant learning rate it
+    keeps changing labels from epoch to epoch, so its energy levels off slightly above the lowest that exact
+    k-means reaches. The documentation's benchmarks page compares them.
 
     Parameters
     ----------
@@ -82,9 +79,8 @@ class VRKMeans(ClusteringEstimator):
     max_epochs : int, default 100
     tol : float, default 1e-5
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes. The energy of a
-        constant-rate stochastic loop moves by 1e-4 to 1e-3 per epoch long before it stops improving (kdd,
-        k = 200: 1e-4 stopped after 24 epochs at 1.0066 x E*, 1e-5 after 90, at 1.0025 x E* after about 50;
-        MNIST: 12 and 15 epochs).
+        constant-rate stochastic loop moves by 1e-4 to 1e-3 per epoch long before it stops improving, hence a
+        smaller default.
     init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
     max_time : float, optional
         Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
@@ -145,6 +141,36 @@ class VRKMeans(ClusteringEstimator):
         as ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch).
     stop_reason_ : str
         ``"converged"``, ``"max_epochs"`` or ``"max_time"``.
+
+    See Also
+    --------
+    KMeans : Exact k-means, one pass over all the data per iteration.
+    MiniBatchKMeans : Mini-batch k-means (Sculley), a quick approximate fit.
+    NestedMiniBatchKMeans : Nested mini-batches with distance bounds.
+
+    References
+    ----------
+    - Y. Zhao, Y. Ming, X. Liu, E. Zhu, K. Zhao, J. Yin, "Large-scale k-means clustering via variance
+      reduction", Neurocomputing 307, 184-194, 2018. doi:10.1016/j.neucom.2018.03.059.
+    - D. Sculley, "Web-scale k-means clustering", Proceedings of the 19th International Conference on World
+      Wide Web (WWW 2010). doi:10.1145/1772690.1772862.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import VRKMeans
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> model = VRKMeans(n_clusters=3, random_state=0).fit(X)
+    >>> model.cluster_centers_.shape
+    (3, 2)
+    >>> sorted(np.bincount(model.labels_).tolist())
+    [100, 100, 100]
+    >>> model.variant
+    'vrkm++'
+    >>> len(set(model.predict(blobs).tolist()))
+    3
     """
 
     _model_scalars = ClusteringEstimator._model_scalars + ("eta_",)

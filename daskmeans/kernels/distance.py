@@ -10,7 +10,7 @@ The order: eight partial sums, feature ``f`` (in the first ``d - d % 8`` feature
 increasing ``f``, combined as ``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))``, plus the plain sum of the last
 ``d % 8`` squares; ``t_f`` is the square of the float64 difference. The eight partial sums are the eight lanes of
 one vector of float64 (:func:`_lane_sums`, written in LLVM IR: Numba leaves LLVM's SLP vectorizer off, so the same
-sums written as eight scalars compiled to scalar code, about 2.5x slower at d = 128). Each lane is a plain
+sums written as eight scalars compile to slower scalar code). Each lane is a plain
 sequence of IEEE additions, without fast-math or fused multiply-adds, so the value does not depend on the machine
 or on its vector width. Every kernel only compares distances computed by this function, so labels stay exact.
 Vectors whose elements are not adjacent in memory take the same sums in scalar code.

@@ -333,9 +333,10 @@ def _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_bloc
     ``slab_bytes`` at a time, into one buffer.
 
     Converting a whole block at once instead makes a temporary of the block's size in float32 (61 MB for 120,000
-    SIFT descriptors), above glibc's ``mmap`` threshold in Dask's workers: fresh pages on every pass, which cost
-    ~1.7 ms per MB on a virtual machine that hands freed memory back to its host. Each row's results are those of
-    converting the whole block (rows are independent; the statistics are added in row order either way)."""
+    SIFT descriptors), above glibc's ``mmap`` threshold in Dask's workers: fresh pages on every pass, each a page
+    fault, which costs most on a virtual machine that hands freed memory back to its host. Each row's results are
+    those of converting the whole block (rows are independent; the statistics are added in row order either
+    way)."""
     dtype = stored_rows_dtype(centers)
     n, d = X.shape
     labels, dist2, lower = out
@@ -459,7 +460,7 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
     centers (whole slots) at a time, keeping each row's best score, its group minima and second best scores.
 
     At large k a tile of all the centers' scores holds only a few rows within the tile size, and a GEMM of few
-    rows runs far below the BLAS rate (k = 16,384: 64 rows reach about 60% of the rate of 1,024 rows); blocks of
+    rows runs far below the BLAS rate (at k = 16,384, 64 rows run well below the rate of 1,024 rows); blocks of
     centers keep both the rows per GEMM and the scores held at once in bounds. The rare rows whose two best scores
     cannot decide are settled from all their scores (:func:`_assign_tiles` on those rows alone). Labels, the
     winners' distances and the bounds are those of :func:`_assign_tiles`.

@@ -1,19 +1,15 @@
 """Dot products of many rows with one group of centers, the group's centers side by side in vector lanes.
 
 A revisit (:mod:`daskmeans.kernels.revisit`) scores each row against every center of the groups its bounds cannot
-rule out: a few groups per row, a different few for each row. Taken one at a time, a 128-feature float32 dot
-product costs about 7 ns (its center read from L2, then a horizontal sum), three to four times a GEMM's cost per
-distance. Here a block of rows is revisited together: the (row, group) pairs are sorted by group, and each group
+rule out: a few groups per row, a different few for each row. Taken one at a time, a dot product is bound by its
+latency (its center read from L2, then a horizontal sum) and costs several times a GEMM's cost per distance. Here
+a block of rows is revisited together: the (row, group) pairs are sorted by group, and each group
 scores all its rows in turn while its centers stay in L1. The centers of a group are stored *transposed*, ``LANES``
 centers side by side (:func:`transposed_groups`), so that one fused multiply-add per feature (the row's value
 broadcast) scores a row against the whole group, without a horizontal sum; four rows go through the features
 together, each with two accumulators, so that eight independent chains of multiply-adds are in flight. The loop
 is written in LLVM IR (:func:`_rows_dots_intrinsic`), as :mod:`daskmeans.kernels.panel_scan`'s is, because Numba
 does not keep vectors in registers.
-
-On one thread of session 36's machine (an AMD EPYC with AVX-512; SIFT descriptors, k = 1000 in 100 groups of 10,
-a late iteration's 480,000 rows with 2.2 failing groups each), the dot products took 31-43 ms this way against
-74-79 ms one at a time (ad hoc).
 
 The values are float32 dot products in some order with fused multiply-adds, within the error that
 :func:`daskmeans.kernels.score_error.score_error` proves for any order, as the one-at-a-time products were.

@@ -6,8 +6,8 @@ The scores are laid out center by center (``scores_t[column, row]``), the column
 ``t * n_groups + g`` holds slot ``t`` of group ``g``), so that the loop over the rows is innermost and
 branch-free and runs on vectors of rows, as the plain assignment's scan does
 (:func:`daskmeans.kernels.one_group_assign._best_and_lowest_other`). It replaces NumPy's ``argmin``, a minimum per
-slot over strided views and a second-smallest reduction, which read the tile four times and cost about as much
-as the GEMM itself on kdd (k = 200 in 20 groups).
+slot over strided views and a second-smallest reduction, which read the tile four times and can cost as much as
+the GEMM itself.
 """
 
 from __future__ import annotations

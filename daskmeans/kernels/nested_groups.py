@@ -82,8 +82,8 @@ def choose_bounds(bounds, n_clusters, row_bytes):
 def principal_axis(centered):
     """Unit direction of largest variance of the rows of ``centered`` (mean zero), its largest component positive.
 
-    From the eigenvectors of the ``d x d`` scatter matrix when there are at least ``d`` rows (one GEMM: at
-    k = 16,384 centers in 128 dimensions the groups took 2.4 s by SVD of the rows), else from the SVD of the rows.
+    From the eigenvectors of the ``d x d`` scatter matrix when there are at least ``d`` rows (one GEMM, far
+    cheaper than an SVD of many rows), else from the SVD of the rows.
     """
     if centered.shape[0] >= centered.shape[1]:
         direction = np.linalg.eigh(centered.T @ centered)[1][:, -1]

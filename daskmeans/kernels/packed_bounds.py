@@ -11,9 +11,8 @@ within ``2**-10`` of the next; code 0 is 0 and ``0xFFFF`` is infinity.
 :func:`store_lower` rounds a bound *down* to the next code (dropping the low mantissa bits of a non-negative
 float64 rounds it down; a value below the range becomes 0, one above it the largest code, both still lower
 bounds), so a stored bound is always a bound: bounds only spare work, they never change a label. Bounds are
-looser by at most ``2**-10`` relative (measured ad hoc on SIFT descriptors, iterations 6-16 of Lloyd at k = 1000
-in 100 groups: about 2% more distances than float32 bounds); data whose distances lie far outside the range keep
-exact labels with looser bounds.
+looser by at most ``2**-10`` relative, which costs a few percent more distances than float32 bounds; data whose
+distances lie far outside the range keep exact labels with looser bounds.
 
 Numba has no 16-bit float on the CPU, so the conversions are integer operations on the float64 bit pattern
 (:func:`_float64_bits`, :func:`_float64_from_bits`), which vectorize. :func:`pack_bounds` and

@@ -8,41 +8,24 @@ data's precision; rows with many candidates are reassigned against all centers b
 
 In float32 with groups (:func:`_revisit_by_groups`), rows are revisited a block at a time: their (row, failing
 group) pairs are sorted by group and every group scores all its rows at once, its centers side by side in vector
-lanes and read once for the block (:func:`daskmeans.kernels.group_dots.rows_dots`); then each row is settled, and
-in the common case, where no candidate's low score reaches the own center's distance, its failing groups are
+lanes and read once for the block (:func:`daskmeans.kernels.group_dots.rows_dots`). That costs less per distance
+than one dot product at a time, whose latency (not the read of its center) bounds it. Each row is then settled,
+and in the common case, where no candidate's low score reaches the own center's distance, its failing groups are
 bounded by their candidates' smallest low scores without further work. In float64, with Hamerly's single bound
 and with Elkan's single-center groups (:func:`scores_by_groups`), each candidate is scored by one vectorized dot
-product (:func:`_revisit`). On one thread (session 36, ad hoc, a late iteration of 480,000 descriptors, k = 1000
-in 100 groups, the output arrays warm), the block revisit took 0.166-0.186 s against 0.212-0.228 s one dot product
-at a time (0.333-0.340 s against 0.419-0.433 s at iteration 5); on the 2 worker processes a block of 120,000 rows
-took 0.044-0.056 s against 0.048-0.063 s, the two processes sharing the memory bus.
+product (:func:`_revisit`).
 
 Yinyang's local filter (a center whose own drop, the group's old bound less its own move, still exceeds the
-distance is skipped) is kept only for Hamerly's single bound, whose one group is every center. For groups it was
-dropped: on kdd two thirds of a failing group's centers passed it anyway, and the test's branches cost more than
-the dot products it saved, while scoring the whole group gives the group a tight new bound. In paired ad hoc runs
-(threaded scheduler, not the bench), 150 kdd iterations (k = 200 in 20 groups) took 3.95-4.19 s without it against
-4.46-4.76 s with it; descriptors' late iterations (240,000 rows, k = 1000 in 32 groups) 0.12-0.16 s against
-0.17-0.22 s.
+distance is skipped) is kept only for Hamerly's single bound, whose one group is every center. For groups, most of
+a failing group's centers pass it anyway and its branches cost more than the dot products it saves, while scoring
+the whole group gives the group a tight new bound.
 
-Gathering each failing group's rows into a BLAS GEMM tile was measured slower on SIFT descriptors (k = 1000,
-100 groups of 10): the tiles score whole groups (about twice the candidates the per-center test leaves), and
-gathering and scattering the rows costs more than the small products save. The block revisit gathers nothing: the
-rows are read where they are, a value at a time, broadcast across the group's lanes.
-
-Most rows fail some group once the centers move (on descriptors, 88-93% of the rows in Lloyd's iterations 6-14,
-about three groups each), so the cost is per failing row and per candidate. The dropped bounds of every group are
-stored in one pass (vectorized), only the failing groups are bounded anew, and a failing group's bound takes one
-square root, of its candidates' smallest low score. The tests against a row's threshold are made on the stored
-16-bit codes (a code exceeds the threshold's code exactly when its value exceeds the threshold), so that the drop,
-the row's smallest bound and the list of failing groups run on integer vectors: in session 32 this took
-iterations 6-16 of three 40,000-row descriptor blocks (k = 1000, 100 groups, one thread, ad hoc) from 687-715 ms
-to 568-581 ms, with about 0.1% more distances (a group fails once its rounded bound does). A candidate's dot
-product one at a time costs about as much with its center in the L1 cache as in L2 (6.5-7.7 ns a 128-d float32 dot
-on one thread, ad hoc): its latency, not the read, bounds it. So revisiting rows in chunks with those dot products
-taken group by group was slower (session 30: 657-709 ms against 540-548 ms for iterations 6-16 of three
-40,000-row blocks); the block revisit above gains because it scores a whole group per multiply-add, four rows at a
-time (about 3 ns a distance against 7).
+Most rows fail some group once the centers move, so the cost is per failing row and per candidate. The dropped
+bounds of every group are stored in one pass (vectorized), only the failing groups are bounded anew, and a failing
+group's bound takes one square root, of its candidates' smallest low score. The tests against a row's threshold
+are made on the stored 16-bit codes (a code exceeds the threshold's code exactly when its value exceeds the
+threshold), so that the drop, the row's smallest bound and the list of failing groups run on integer vectors, for
+slightly more distances (a group fails once its rounded bound does).
 
 Labels are exact, as everywhere in daskmeans: scores only propose candidates, within the proven error of
 :func:`daskmeans.kernels.score_error.score_error_allowance` (with each candidate's own norm); the own center's
@@ -78,8 +61,8 @@ def _fast_dot(x, c):
 def _drop_bounds(lower, group_shift, new_lower):
     """Each group's bound of one row dropped by its group's largest move, stored (rounded down) into ``new_lower``;
     returns the smallest stored code. The loop is a map and the minimum one over integers, so both run on vectors
-    (a float minimum carried through the map kept it scalar: 5.6 ms against 1.9 ms for 40,000 rows of 100 groups,
-    ad hoc); codes order as their values do, so the smallest code is the smallest stored bound."""
+    (a float minimum carried through the map would keep it scalar); codes order as their values do, so the
+    smallest code is the smallest stored bound."""
     for g in range(lower.shape[0]):
         new_lower[g] = store_lower(load_lower(lower[g]) - group_shift[g])
     smallest = new_lower[0]

@@ -9,7 +9,7 @@ import numpy as np
 @numba.njit(cache=True, nogil=True, inline="always")
 def add_scaled_row(total, scale, row):
     """``total += scale * row`` in float64, element by element (written over one row so that it vectorizes: the
-    same loop indexing a 2-D ``total`` runs about 2-5x slower)."""
+    same loop indexing a 2-D ``total`` runs several times slower)."""
     for f in range(row.shape[0]):
         total[f] += scale * np.float64(row[f])
 

@@ -4,11 +4,11 @@ driver runs the steps of the one before.
 The steps run on the driver (:func:`daskmeans.kernels.kernel_minibatch.run_kernel_steps`); their rows are drawn by
 the workers (:func:`~daskmeans.passes.minibatch_pool.draw_pieces`: each block holding drawn rows is read once, by a
 worker), and each worker's pieces travel straight to the driver, which assembles the pool. So each distinct row of a
-pool crosses the network once; a pool assembled on a worker crossed it twice (MNIST's first pool, 27 MB, arrives
-about 10 ms sooner this way). A pool is submitted to the cluster before its steps are due: the first one before the
-seeding (by the estimator, :meth:`StepPools.request`), each next one as soon as the one before has arrived, so that
-its rows travel while the driver steps. Pools start at multiples of :attr:`StepPools.steps_per_pool` (also on resume): the rows of
-every step depend only on the seed and the step's number, never on when they were fetched.
+pool crosses the network once, where a pool assembled on a worker would cross it twice. A pool is submitted to the
+cluster before its steps are due: the first one before the seeding (by the estimator, :meth:`StepPools.request`),
+each next one as soon as the one before has arrived, so that its rows travel while the driver steps. Pools start
+at multiples of :attr:`StepPools.steps_per_pool` (also on resume): the rows of every step depend only on the seed
+and the step's number, never on when they were fetched.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Small nested batches stepped on the driver, without a Dask round trip per iteration.
 
 While nmbatch's batch is small, an iteration's work (a few thousand rows against the centers) costs less than
-the round trip that sends it to the workers and collects its statistics (tens of milliseconds on worker
-processes, see :func:`~daskmeans.engine.driver.driver_rows`). Such a batch is kept in the driver's memory: the
+the round trip that sends it to the workers and collects its statistics (see
+:func:`~daskmeans.engine.driver.driver_rows`). Such a batch is kept in the driver's memory: the
 workers read its new rows at each growth and send them once, and the driver steps its state blocks itself, with the
 same block function, the same blocks and the same reduction tree as the workers would, so the iterates are the same
 to the last bit.
@@ -29,9 +29,9 @@ from ..engine.graph import reduce_in_tree, task
 
 def step_on_driver(step_block, block_args, common_args, combine):
     """``step_block(*block_args[i], *common_args)`` for every state block on the driver's threads (as many as the
-    threaded scheduler would use, each with one BLAS thread, as on the workers: on MNIST's batch of 40,000 rows the
-    first assignment took 45-50 ms against 61 ms with BLAS on every core in each thread), and the blocks' reports
-    reduced in the tree of :func:`~daskmeans.engine.graph.tree_reduce`.
+    threaded scheduler would use, each with one BLAS thread, as on the workers, since BLAS on every core in each
+    thread oversubscribes the cores), and the blocks' reports reduced in the tree of
+    :func:`~daskmeans.engine.graph.tree_reduce`.
 
     Returns
     -------

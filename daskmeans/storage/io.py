@@ -238,6 +238,34 @@ def open_input(source, *, array: str | None = None, chunk_rows: int | None = Non
         is not a dimension of the input (or an input without named dimensions).
     FileNotFoundError, PermissionError
         The path does not exist or cannot be read.
+
+    See Also
+    --------
+    write_labels : Writes labels back beside the data.
+
+    Examples
+    --------
+    A NumPy array is cut into blocks of rows; nothing is computed until a pass reads them:
+
+    >>> import numpy as np
+    >>> from daskmeans import open_input
+    >>> data = open_input(np.zeros((100_000, 4), dtype=np.uint8))
+    >>> data.n_samples, data.n_features
+    (100000, 4)
+    >>> data.array.numblocks  # at least 8 blocks, so that a few workers share even small data
+    (8, 1)
+    >>> data.source_dtype, data.dtype  # integers are computed in float32, a block at a time
+    (dtype('uint8'), dtype('float32'))
+
+    A path opens the file or store without reading its values:
+
+    >>> import os, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "X.npy")
+    >>> np.save(path, np.ones((1000, 3)))
+    >>> open_input(path).array.shape
+    (1000, 3)
+    >>> folder.cleanup()
     """
     if isinstance(source, Dataset):
         return source
@@ -377,6 +405,27 @@ def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
     -------
     str
         The path written.
+
+    Raises
+    ------
+    OutputExistsError
+        Something exists at ``path`` and ``overwrite`` is False.
+
+    See Also
+    --------
+    open_input : Opens the data the labels belong to.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import zarr
+    >>> from daskmeans import write_labels
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = write_labels(np.array([0, 2, 1, 1]), os.path.join(folder.name, "labels.zarr"))
+    >>> zarr.open_array(path, mode="r")[:].tolist()
+    [0, 2, 1, 1]
+    >>> folder.cleanup()
     """
     dims = None
     if type(labels).__module__.startswith("xarray"):

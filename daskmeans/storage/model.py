@@ -147,6 +147,25 @@ def load(path):
         should be.
     FileNotFoundError
         Nothing at ``path``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import KMeans
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    >>> X = np.concatenate([center + rng.normal(size=(100, 2)) for center in blobs])
+    >>> import os, tempfile
+    >>> import daskmeans
+    >>> model = KMeans(n_clusters=3, random_state=0).fit(X)
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = model.save(os.path.join(folder.name, "model.zarr"))
+    >>> loaded = daskmeans.load(path)
+    >>> type(loaded).__name__, loaded.n_clusters
+    ('KMeans', 3)
+    >>> bool((loaded.predict(X) == model.labels_).all())
+    True
+    >>> folder.cleanup()
     """
     path = os.fspath(path)
     what = repr(path)
