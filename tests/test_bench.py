@@ -255,7 +255,8 @@ def test_out_of_core_zarr_skips_in_memory_peers_with_reason(scheduler, tmp_path)
     assert record["evaluation"]["method"] == "cluster pass"
     by_name = {r["name"]: r for r in record["runs"]}
     assert by_name["sklearn-lloyd"]["status"] == "skipped"
-    assert "in-memory peer" in by_name["sklearn-lloyd"]["reason"] and "--driver-memory" in by_name["sklearn-lloyd"]["reason"]
+    reason = by_name["sklearn-lloyd"]["reason"]
+    assert "in-memory peer" in reason and "--driver-memory" in reason
     assert by_name["dask-ml"]["status"] == "ok" and by_name["kmeans"]["status"] == "ok"
     assert "skipped" in table and "in-memory peer" in table
 
@@ -412,12 +413,13 @@ def test_kmeans_center_snapshots():
      "daskmeans bench descriptors --peers faiss --seeds 3 --no-refine"),
     (["mnist", "--reference", "best", "--peers", "faiss-all,sklearn-intelex"],
      "daskmeans bench mnist --peers faiss-all,sklearn-intelex --reference best"),
+    (["kdd", "--overwrite", "--scheduler", "tcp://127.0.0.1:8786", "--seeds", "2"], "daskmeans bench kdd --seeds 2"),
 ])
 def test_the_recorded_command_line_holds_only_what_was_given(args, expected):
-    from daskmeans.bench.command import _command_line, bench
+    from daskmeans.bench.command import bench, recorded_command_line
 
     with bench.make_context("bench", list(args)) as ctx:
-        recorded = _command_line(ctx)
+        recorded = recorded_command_line(ctx)
     assert sorted(recorded.split()) == sorted(expected.split())
     assert recorded.startswith("daskmeans bench " + args[0])
 

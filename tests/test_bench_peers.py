@@ -274,5 +274,5 @@ def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
     best = _record("best", {}, runs)
     best["summary"] = report.summarize(best)
     assert best["summary"]["E_star"] == 4.05 and best["summary"]["E_star_lloyd"] is None
-    assert report.e_star_lines(best)[0].startswith("E* = 4.05 (lowest energy any run reached: sklearn-lloyd, "
-                                                   "seed 0; --reference best)")
+    assert report.e_star_lines(best)[0].startswith("E* = 4.05, the lowest energy any run reached (sklearn-lloyd, "
+                                                   "seed 0): the older yardstick (--reference best)")

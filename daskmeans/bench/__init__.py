@@ -7,7 +7,9 @@ for the command line and :func:`daskmeans.bench.runner.run_benchmark` for the Py
 Each bench kind keeps its own columns: energy over time (:mod:`.report`), sizing (:mod:`.sizing`), quality
 against true labels (:mod:`.kernel_quality`), the vc-GMM study (:mod:`.coreset_tradeoff`); what they share
 (machine and cluster facts, the warm-up, the writer of the JSON record, Markdown table and plots) is in
-:mod:`.common`. Nothing outside this package imports it: the CLI loads ``bench`` by name.
+:mod:`.common`. The published records are a suite (:mod:`.suite`: one entry per record, ``daskmeans bench
+suite``), read back by :mod:`.records` and shown on the benchmarks page (:mod:`.page`). Nothing outside this
+package imports it: the CLI loads ``bench`` by name.
 """
 
 from .peers import PEERS

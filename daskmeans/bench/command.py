@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 
 import click
 
 from ..cli.common import USER_ERRORS, cluster_options
+from ..exceptions import InvalidParameterError
+from .page import write_page
 from .reference import DEFAULT_CACHE_NAME, REFERENCE_MAX_ITER, REFERENCES
 from .runner import BenchOptions, run_benchmark
+from .suite import DEFAULT_WORK_DIR, SUITE_NAME, check_suite, chosen_entries, entry_arguments
 from .workloads import STORAGES
+
+#: Options ``daskmeans bench suite`` takes; every other one belongs to an entry's own command.
+SUITE_OPTIONS = ("workloads", "quick", "out_dir", "data_dir", "work_dir", "overwrite", "only", "scheduler",
+                 "connect_timeout")
+#: Options a record's command line leaves out: where the run happened and whether old outputs were replaced are
+#: not part of the recipe.
+NOT_RECORDED = ("workloads", "scheduler", "overwrite", "only")
 
 
 def _names(text):
@@ -52,9 +63,10 @@ class BenchCommand(click.Command):
               help="Seeds 0..N-1; each draws its own initial centers, shared by every algorithm.")
 @click.option("--time-budget", type=float, help="Seconds each run may take (default: the workload's).")
 @click.option("--data-dir", type=click.Path(file_okay=False),
-              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, pendigits.npz, kddcup04_bio.npz); "
-                   "default ./data.")
-@click.option("--work-dir", type=click.Path(file_okay=False), help="Where Zarr stores are written (default OUT/data).")
+              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, pendigits.npz, "
+                   "kddcup04_bio.npz); default ./data.")
+@click.option("--work-dir", type=click.Path(file_okay=False),
+              help=f"Where Zarr stores are written (default OUT/data; with 'suite', {DEFAULT_WORK_DIR}).")
 @click.option("--n-samples", type=int, help="Rows: size of synthetic data, or a subsample of a dataset.")
 @click.option("--n-features", type=int, help="Columns of synthetic data (synthetic, out-of-core, sizing).")
 @click.option("--storage", type=click.Choice(STORAGES),
@@ -66,9 +78,9 @@ class BenchCommand(click.Command):
 @click.option("--refine/--no-refine", default=True, show_default=True,
               help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
 @click.option("--reference", type=click.Choice(REFERENCES), default="lloyd", show_default=True,
-              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (daskmeans KMeans, tol=0, "
-                   f"at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached if lower; "
-                   "'best' is the lowest energy any run reached.")
+              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (daskmeans KMeans, "
+                   f"tol=0, at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached "
+                   "if lower; 'best' is the lowest energy any run reached.")
 @click.option("--reference-cache", type=click.Path(dir_okay=False),
               help=f"JSON file keeping the converged Lloyd energies between runs (default OUT/{DEFAULT_CACHE_NAME}).")
 @click.option("--param", "params", multiple=True, metavar="ALGORITHM:NAME=VALUE",
@@ -82,6 +94,8 @@ class BenchCommand(click.Command):
                    "(e.g. 1e-4: 0.01%).")
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
+@click.option("--only", metavar="NAME[,NAME]",
+              help="With 'suite': run only these entries of the suite, comma-separated (e.g. descriptors,sizing).")
 @click.option("--quality", is_flag=True,
               help="Score clusterings against the true labels (ARI, NMI) and time them, for labelled workloads "
                    "(pendigits, mnist): kernel k-means (truncated at the defaults and at the paper's settings, "
@@ -91,14 +105,20 @@ class BenchCommand(click.Command):
 @cluster_options
 def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
           n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
-          params, versus, versus_within, driver_memory, overwrite, quality, cluster):
+          params, versus, versus_within, driver_memory, overwrite, only, quality, cluster):
     """Benchmark the daskmeans algorithms against scikit-learn, scikit-learn-intelex, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
-    out-of-core (synthetic descriptors in Zarr), synthetic (blobs), sizing (pass time against n, extrapolated to
-    1e9 rows). With --quality, the labelled ones (pendigits, mnist) are scored by ARI and NMI instead.
+    out-of-core (synthetic descriptors in Zarr), descriptors-at-scale (resampled descriptors in Zarr), synthetic
+    (blobs), sizing (pass time against n, extrapolated to 1e9 rows). With --quality, the labelled ones (pendigits,
+    mnist) are scored by ARI and NMI instead.
     All runs of a workload start from the same initial centers; energies are exact on all rows and evaluated
-    outside the timed region. E* is the converged Lloyd energy (unless a run goes lower; see --reference). Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
+    outside the timed region. E* is the converged Lloyd energy (unless a run goes lower; see --reference).
+    Writes OUT/NAME.json (everything), OUT/NAME.md (table) and OUT/NAME.png.
+
+    'daskmeans bench suite' runs every published record instead, each into OUT/NAME with the command its record
+    prints, and writes the benchmarks page OUT/index.md; it takes --out, --data-dir, --work-dir, --quick (every
+    entry at tiny sizes), --only, --overwrite and --scheduler.
 
     \b
     Examples:
@@ -106,25 +126,35 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
       daskmeans bench descriptors --data-dir ../shared/data --peers sklearn-lloyd,faiss
       daskmeans bench --data my.zarr -k 500 --time-budget 120
       daskmeans bench pendigits --quality --data-dir ../shared/data --seeds 10
+      daskmeans bench suite --data-dir ../shared/data --out docs/benchmarks
     """
+    ctx = click.get_current_context()
+    if SUITE_NAME in workloads:
+        return _suite_from_command_line(ctx, cluster)
+    if only is not None:
+        raise InvalidParameterError("--only picks entries of the suite: 'daskmeans bench suite --only NAME'.")
     options = BenchOptions(
         workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
         data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
-        cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size, sizes=_sizes(sizes),
+        cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size,
+        sizes=_sizes(sizes),
         max_points=max_points, refine=refine, reference=reference, reference_cache=reference_cache,
-        params=tuple(params), versus=_names(versus), versus_within=versus_within, driver_memory=driver_memory, overwrite=overwrite, quality=quality,
-        command_line=_command_line(click.get_current_context()),
+        params=tuple(params), versus=_names(versus), versus_within=versus_within, driver_memory=driver_memory,
+        overwrite=overwrite, quality=quality,
+        command_line=recorded_command_line(ctx),
     )
     written = run_benchmark(options, echo=click.echo)
     click.echo("wrote " + ", ".join(written))
+    return written
 
 
-def _command_line(ctx) -> str:
-    """The command as a shell line rebuilt from the parsed options (whatever way it was invoked)."""
+def recorded_command_line(ctx) -> str:
+    """The command as a shell line rebuilt from the parsed options (whatever way it was invoked), as a record
+    prints it: only the options given, without :data:`NOT_RECORDED`."""
     words = ["daskmeans", "bench", *ctx.params["workloads"]]
     for param in ctx.command.params:
-        if param.name == "workloads" or (param.name == "scheduler" and ctx.params.get(param.name)):
-            continue  # a scheduler address is this session's, not part of the recipe
+        if param.name in NOT_RECORDED:
+            continue
         value = ctx.params.get(param.name)
         # only what was given: a default (click 8.2+ marks an unset flag's default as UNSET) is not recorded
         if value is None or ctx.get_parameter_source(param.name) in (click.core.ParameterSource.DEFAULT,
@@ -140,3 +170,70 @@ def _command_line(ctx) -> str:
         else:
             words += [param.opts[-1], str(value)]
     return shlex.join(words)
+
+
+# -- the suite --------------------------------------------------------------------------------------------------------
+def suite_command(entry, out="docs/benchmarks", *, data_dir="../shared/data", work_dir=DEFAULT_WORK_DIR,
+                  quick=False) -> str:
+    """The command line the records of a suite entry print (:func:`recorded_command_line` of its arguments)."""
+    args = entry_arguments(entry, out, quick=quick, data_dir=data_dir, work_dir=work_dir)
+    with bench.make_context("bench", args) as ctx:
+        return recorded_command_line(ctx)
+
+
+def _suite_from_command_line(ctx, cluster) -> list:
+    """``daskmeans bench suite ...``: check that only the suite's options were given, then run it."""
+    if ctx.params["workloads"] != (SUITE_NAME,):
+        raise InvalidParameterError(f"'{SUITE_NAME}' runs every entry of the suite; name no workload beside it.")
+    given = [param for param in ctx.command.params if param.name not in SUITE_OPTIONS
+             and ctx.get_parameter_source(param.name) not in (click.core.ParameterSource.DEFAULT,
+                                                              click.core.ParameterSource.DEFAULT_MAP)]
+    if given:
+        raise InvalidParameterError(
+            f"{given[0].opts[-1]} does not apply to 'daskmeans bench {SUITE_NAME}': each entry sets its own "
+            "options; the suite takes --out, --data-dir, --work-dir, --quick, --only, --overwrite and --scheduler.")
+    written = run_suite(ctx.params["out_dir"], quick=ctx.params["quick"], only=ctx.params["only"],
+                        data_dir=ctx.params["data_dir"], work_dir=ctx.params["work_dir"] or DEFAULT_WORK_DIR,
+                        scheduler=cluster.scheduler, overwrite=ctx.params["overwrite"], echo=click.echo)
+    click.echo("wrote " + ", ".join(written))
+    return written
+
+
+def run_suite(out, *, quick=False, only=None, data_dir=None, work_dir=DEFAULT_WORK_DIR, scheduler=None,
+              overwrite=False, echo=print) -> list:
+    """Run the chosen entries of the suite, each into ``OUT/NAME``, then write the benchmarks page
+    ``OUT/index.md`` from every record present.
+
+    An entry that fails is reported at the end; the others still run.
+
+    Returns
+    -------
+    list of str
+        The paths written.
+
+    Raises
+    ------
+    InvalidParameterError
+        An unknown entry, or (after the others ran) the entries that failed.
+    FileNotFoundError, OutputExistsError
+        Before anything runs: a dataset an entry needs is missing, or a record would be replaced without
+        ``--overwrite``.
+    """
+    out = posixpath.normpath(out)
+    entries = chosen_entries(only)
+    check_suite(entries, out, data_dir=data_dir, overwrite=overwrite, quick=quick)
+    written, failed = [], []
+    for entry in entries:
+        args = entry_arguments(entry, out, quick=quick, data_dir=data_dir, work_dir=work_dir, scheduler=scheduler,
+                               overwrite=overwrite)
+        echo(f"suite entry {entry.name}: daskmeans bench {shlex.join(args)}")
+        try:
+            with bench.make_context("bench", args) as entry_ctx:
+                written += bench.invoke(entry_ctx) or []
+        except Exception as error:  # noqa: BLE001 - one entry's failure must not lose the others' records
+            failed.append(f"{entry.name} ({' '.join(str(error).split())})")
+            echo(f"suite entry {entry.name} failed: {type(error).__name__}: {error}")
+    written.append(write_page(out, quick=quick))
+    if failed:
+        raise InvalidParameterError("These suite entries failed, their records not written: " + "; ".join(failed))
+    return written

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import socket
+import subprocess
 
 import dask
 import dask.array as da
@@ -121,6 +122,53 @@ def machine_info() -> dict:
                                                         "faiss", "dask_ml", "threadpoolctl")}
         | {"daskmeans": __version__, "scikit-learn-intelex": _distribution_version("scikit-learn-intelex")},
     }
+
+
+def code_commit() -> dict:
+    """The git commit of the daskmeans code that runs, for a record's header.
+
+    Returns
+    -------
+    dict
+        ``{"commit": short hash or None, "uncommitted_changes": bool or None}``; None for both outside a git
+        checkout (an installed package).
+    """
+    folder = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args):
+        try:
+            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=30,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        return {"commit": None, "uncommitted_changes": None}
+    changes = git("status", "--porcelain", "--untracked-files=no", "--", os.path.dirname(folder))
+    return {"commit": commit, "uncommitted_changes": bool(changes)}
+
+
+def machine_text(machine) -> str:
+    """A record's machine in words: ``AMD EPYC, 2 CPUs, 23.5 GiB``."""
+    return f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['memory_bytes'] / 2**30:.1f} GiB"
+
+
+def provenance_lines(record) -> list:
+    """The lines that say where a record comes from: the code's commit, the date, and the command that makes it
+    again (writing where the record lives)."""
+    commit = record.get("commit")
+    if commit:
+        code = f"Made at the code of `{commit}`" + (" with uncommitted changes"
+                                                    if record.get("uncommitted_changes") else "")
+    else:
+        code = "Made at a code version without a git commit"
+    when = record["created"].replace("T", " ").replace("+00:00", " UTC")
+    lines = [f"{code}, on {when}."]
+    if record.get("command"):
+        lines.append(f"Regenerate with: `{record['command']}`.")
+    return lines
 
 
 def load_average():

@@ -23,8 +23,8 @@ from ..engine.client import compute_now
 from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.kernel_functions import auto_kappa
 from ..registry import ALGORITHMS, make_estimator
-from .common import (check_out_dir, check_seeds, created, machine_info, output_paths, refuse_existing, split_names,
-                     table_lines, write_report)
+from .common import (check_out_dir, check_seeds, code_commit, created, machine_info, machine_text, output_paths,
+                     provenance_lines, refuse_existing, split_names, table_lines, write_report)
 from .workloads import block_rows, resolve_workloads, scatter_rows, subsample_index
 
 SCHEMA = "daskmeans-bench-quality/1"
@@ -234,6 +234,7 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
     record = {
         "schema": SCHEMA,
         "created": created(),
+        **code_commit(),
         "command": options.command_line,
         "workload": {**asdict(workload), "output_name": workload.output_name, "n_samples": int(X.shape[0]),
                      "n_features": int(X.shape[1]), "k": k, "n_total": int(n_total)},
@@ -300,7 +301,10 @@ def markdown_table(record) -> str:
     """The record as a Markdown table: median [min, max] over the seeds."""
     workload, settings, kernel = record["workload"], record["settings"], record["kernel"]
     lines = [
-        f"### {workload['output_name']}: {workload['description']}",
+        f"# {workload['output_name']}: {workload['description']}",
+        "",
+        f"Machine: {machine_text(record['machine'])}.",
+        *provenance_lines(record),
         "",
         *([f"A seeded uniform sample of {workload['n_samples']:,} of the {workload['n_total']:,} rows (full-batch "
            "kernel k-means holds the n x n kernel matrix, 4 n^2 bytes).", ""]
@@ -313,6 +317,16 @@ def markdown_table(record) -> str:
         "max_iter = N (the start of the full run: quality against time).",
         "",
     ]
+    lines += table_lines(QUALITY_COLUMNS, quality_rows(record))
+    return "\n".join(lines) + "\n"
+
+
+#: The columns of :func:`quality_rows`.
+QUALITY_COLUMNS = ["algorithm", "ARI", "NMI", "time (s)", "speed-up vs full batch"]
+
+
+def quality_rows(record) -> list:
+    """One row per algorithm (and per shorter run of a mini-batch algorithm): median [min, max] over the seeds."""
     rows = []
     for key, entry in record["summary"].items():
         name, _, steps = key.partition("@")
@@ -321,8 +335,7 @@ def markdown_table(record) -> str:
         rows.append([f"{label}{failed}", _cell(entry["ari"], lambda v: f"{v:.3f}"),
                      _cell(entry["nmi"], lambda v: f"{v:.3f}"), _cell(entry["seconds"], lambda v: f"{v:.2f}"),
                      _cell(entry["speedup"], lambda v: f"{v:.2f}x")])
-    lines += table_lines(["algorithm", "ARI", "NMI", "time (s)", "speed-up vs full batch"], rows)
-    return "\n".join(lines) + "\n"
+    return rows
 
 
 def write_outputs(record, out_dir) -> list:

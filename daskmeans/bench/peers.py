@@ -366,7 +366,8 @@ def _faiss_two_level(ctx: PeerContext) -> Trace:
     final = Candidate(step=1, time=seconds, centers=centroids, iteration=None, passes=None, kind="final")
     return Trace(candidates=[final], fit_seconds=seconds, timed_seconds=seconds, stop_reason="max_iter",
                  params={"init": "two-level (faiss.contrib.clustering)", "coarse_centroids": n_coarse,
-                         "niter_per_level": FAISS_DEFAULT_NITER, "training_rows": n, "threads": faiss.omp_get_max_threads()},
+                         "niter_per_level": FAISS_DEFAULT_NITER, "training_rows": n,
+                         "threads": faiss.omp_get_max_threads()},
                  notes=[f"faiss.contrib.clustering.two_level_clustering: {n_coarse} coarse centroids (max 2000 "
                         "training rows each), then every coarse cluster's rows into centroids in proportion to its "
                         f"size; {FAISS_DEFAULT_NITER} iterations per level; seeds itself"])

@@ -10,7 +10,8 @@ import os
 import numpy as np
 
 from ..plots import plot_energy_curves
-from .common import gib, output_paths, record_json, table_lines, write_plots, write_report, write_text
+from .common import (gib, machine_text, output_paths, provenance_lines, record_json, table_lines, write_plots,
+                     write_report, write_text)
 from .reference import describe
 
 
@@ -192,8 +193,9 @@ def summarize(record) -> dict:
     return summary
 
 
-# -- text ---------------------------------------------------------------------------------------------------------------
-def _seconds(value):
+# -- text --------------------------------------------------------------------------------------------------------------
+def seconds_text(value):
+    """Seconds as the tables print them (``6.85 s``, ``302 s``); ``not reached`` for None."""
     if value is None:
         return "not reached"
     return f"{value:.3g} s" if value < 100 else f"{value:.0f} s"
@@ -204,7 +206,9 @@ def _g(value):
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def _with_spread(spread, formatter, many):
+def spread_text(spread, formatter, many):
+    """A median (and, over ``many`` seeds, its range and how many seeds never reached it), each value through
+    ``formatter``: ``0.425 s (0.4 s to 0.5 s)``."""
     text = formatter(spread["median"])
     if many and spread["min"] is not None:
         high = formatter(spread["max"]) if spread["max"] is not None else "not reached"
@@ -214,16 +218,17 @@ def _with_spread(spread, formatter, many):
     return text
 
 
-def _speedup(value):
+def speedup_text(value):
+    """A speedup as ``2.94x`` (empty for None)."""
     return "" if value is None else f"{value:.2f}x"
 
 
-def _reference_cell(algorithm, many):
+def kmeans_reference_cell(algorithm, many):
     """Time to k-means' final energy with the speedup over k-means, e.g. ``7.1 s (2.03x)``."""
     return _time_speedup_cell(algorithm.get("time_to_kmeans_final"), algorithm.get("speedup_vs_kmeans"), many)
 
 
-def _versus_cell(algorithm, key, many):
+def versus_cell(algorithm, key, many):
     """Time to a ``--versus`` run's energy with the speedup over that run."""
     figures = (algorithm.get("versus") or {}).get(key)
     return "" if figures is None else _time_speedup_cell(figures["time"], figures["speedup"], many)
@@ -232,17 +237,19 @@ def _versus_cell(algorithm, key, many):
 def _time_speedup_cell(reached, speedup, many):
     if reached is None:
         return ""
-    text = _with_spread(reached, _seconds, many)
+    text = spread_text(reached, seconds_text, many)
     if reached["median"] is not None and speedup["median"] is not None:
-        text += f" ({_with_spread(speedup, _speedup, many)})"
+        text += f" ({spread_text(speedup, speedup_text, many)})"
     return text
 
 
-def _ratio(value):
+def ratio_text(value):
+    """An energy ratio with four decimals (empty for None)."""
     return "" if value is None else f"{value:.4f}"
 
 
-def _number(value):
+def number_text(value):
+    """A count or median count without needless decimals (empty for None)."""
     if value is None:
         return ""
     if isinstance(value, float) and not value.is_integer():
@@ -271,11 +278,11 @@ def header_lines(record) -> list:
     held = "in this process's memory" if c.get("scheduler") == "threads" else "persisted in the workers' memory"
     storage = held if w["storage"] == "memory" else f"read from Zarr at every pass ({w['location']})"
     lines = [
-        f"### {w['output_name']}: {w['description']}",
+        f"# {w['output_name']}: {w['description']}",
         "",
         f"{w['n_samples']:,} x {w['n_features']} ({w['source_dtype']} as stored, float32 computed), k = {w['k']}, "
         f"data {storage}; {w['time_budget']:g} s per run; seeds {record['seeds']}.",
-        f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_bytes'] / 2**30:.1f} GiB"
+        f"Machine: {machine_text(m)}"
         + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
         + _load_range(record)
         + (f"; Dask's threaded scheduler in this process ({c['threads']} threads, no cluster)"
@@ -295,17 +302,17 @@ def header_lines(record) -> list:
     a = record["assign_pass"]
     limit = gemm_limit(record)
     lines.append(
-        f"Assign pass ({_g(a['flop'] / 1e9)} GFLOP of distance GEMM): {_seconds(a['median_seconds'])} = "
+        f"Assign pass ({_g(a['flop'] / 1e9)} GFLOP of distance GEMM): {seconds_text(a['median_seconds'])} = "
         f"{_g(a['gflops'])} GFLOP/s, {a['gflops'] / limit:.1%} of the GEMM limit ({_g(limit)} GFLOP/s, that is "
-        f"{_seconds(a['flop'] / limit / 1e9)} per pass)."
+        f"{seconds_text(a['flop'] / limit / 1e9)} per pass)."
     )
-    if record.get("command"):
-        lines.append(f"Command: `{record['command']}` ({record['created']}).")
+    lines += provenance_lines(record)
     lines += e_star_lines(record)
     for seed, ref in (s.get("kmeans_reference") or {}).items():
         lines.append(
             f"k-means' final energy (seed {seed}): {ref['energy']:,.6g}, reached by daskmeans kmeans after "
-            f"{_seconds(ref['time'])} (it stopped on {ref['stop_reason'] or 'unknown'}); the speedup column is that "
+            f"{seconds_text(ref['time'])} (it stopped on {ref['stop_reason'] or 'unknown'}); the speedup column is "
+            "that "
             "time over the time each algorithm first reached the same energy, from the same initial centers."
         )
     for key, versus in (s.get("versus") or {}).items():
@@ -314,8 +321,8 @@ def header_lines(record) -> list:
                 lines.append(f"{_versus_title(versus)} (seed {seed}): none, {ref['missing']}.")
             else:
                 lines.append(
-                    f"{_versus_title(versus)} (seed {seed}): {ref['energy']:,.6g}, after {_seconds(ref['time'])}; "
-                    f"the column '{_versus_column(versus)}' is that time over the time each algorithm first reached "
+                    f"{_versus_title(versus)} (seed {seed}): {ref['energy']:,.6g}, after {seconds_text(ref['time'])}; "
+                    f"the column '{versus_column(versus)}' is that time over the time each algorithm first reached "
                     "the same energy, from the same initial centers.")
     return lines
 
@@ -327,7 +334,8 @@ def _versus_title(versus) -> str:
     return f"{within}{versus['name']}'s energy after {versus['iteration']} iterations"
 
 
-def _versus_column(versus) -> str:
+def versus_column(versus) -> str:
+    """The title of a ``--versus`` column."""
     return f"time to {_versus_title(versus)} (speedup)"
 
 
@@ -350,7 +358,9 @@ def e_star_lines(record) -> list:
             text += (f"; the lowest converged Lloyd energy (seed {s['E_star_lloyd']['seed']}) is "
                      f"{s['E_star_lloyd']['energy'] / s['E_star']:.4f} x E*")
     else:
-        text = f"E* = {s['E_star']:,.6g} (lowest energy any run reached: {run_text}; --reference best)"
+        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}): the older yardstick "
+                "(--reference best), easier to come within 1% or 2% of than the converged Lloyd energy "
+                "(--reference lloyd)")
     lines = [text + f". Energies are exact on all rows, evaluated outside the timed region "
                     f"({record['evaluation']['method']})."]
     for seed, entry in lloyd_references(record).items():
@@ -368,7 +378,7 @@ def markdown_table(record) -> str:
     versus = summary.get("versus") or {}
     columns = ["algorithm", "status"] + [f"time to {t:.0%} of E*" for t in order] + (
         ["time to k-means' final energy (speedup)"] if with_reference else []) + [
-        _versus_column(v) for v in versus.values()] + [
+        versus_column(v) for v in versus.values()] + [
         "final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
     rows = []
     for name, a in summary["algorithms"].items():
@@ -379,25 +389,26 @@ def markdown_table(record) -> str:
         else:
             status = "ok" if a["ok"] == a["runs"] else f"{a['ok']}/{a['runs']} ok"
             cells = [a["label"], status]
-            cells += [_with_spread(a["time_to"][str(t)], _seconds, many) for t in order]
+            cells += [spread_text(a["time_to"][str(t)], seconds_text, many) for t in order]
             if with_reference:
-                cells.append(_reference_cell(a, many))
-            cells += [_versus_cell(a, key, many) for key in versus]
-            cells += [_with_spread(a["final_relative"], _ratio, many),
-                      _with_spread(a["fit_seconds"], _seconds, many),
-                      _number(a["n_iter"]["median"]), _number(a["passes"]["median"]),
+                cells.append(kmeans_reference_cell(a, many))
+            cells += [versus_cell(a, key, many) for key in versus]
+            cells += [spread_text(a["final_relative"], ratio_text, many),
+                      spread_text(a["fit_seconds"], seconds_text, many),
+                      number_text(a["n_iter"]["median"]), number_text(a["passes"]["median"]),
                       gib(a["driver_peak_rss"]), gib(a["worker_peak_rss"]),
                       "; ".join(a["notes"] + a["reasons"]).replace("|", "/")]
         rows.append(cells)
     lines = header_lines(record) + [""] + table_lines(columns, rows)
     lines += ["", "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
               "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, "
-              "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a MiniBatchKMeans point is the time spent in "
+              "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a "
+              "MiniBatchKMeans point is the time spent in "
               "partial_fit so far. Time used: the timed seconds of the result each run ended with."]
     return "\n".join(lines) + "\n"
 
 
-# -- plot ---------------------------------------------------------------------------------------------------------------
+# -- plot --------------------------------------------------------------------------------------------------------------
 def _run_curve_name(run, record):
     return run["label"] if len(record["seeds"]) == 1 else f"{run['label']}, seed {run['seed']}"
 

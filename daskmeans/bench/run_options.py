@@ -75,7 +75,8 @@ def check_params(params, algorithms) -> dict:
                 f"--param {text!r} is not ALGORITHM:NAME=VALUE with a daskmeans algorithm (e.g. --param kmeans:tol=0); "
                 f"the algorithms are {', '.join(ALGORITHMS)}.")
         if algorithms is not None and algorithm not in algorithms:
-            raise InvalidParameterError(f"--param {text!r}: this bench does not run {algorithm}; add it to --algorithms.")
+            raise InvalidParameterError(f"--param {text!r}: this bench does not run {algorithm}; add it to "
+                                        "--algorithms.")
         name, value = parse_param(assignment)
         accepted = estimator_class(algorithm)._get_param_names()
         if name in BENCH_SETS or name not in accepted:

@@ -17,8 +17,8 @@ from ..exceptions import InvalidParameterError
 from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
 from ..storage.zarr_safe import to_jsonable
 from . import coreset_tradeoff, report, sizing
-from .common import (check_out_dir, check_seeds, cluster_info, created, load_average, machine_info, output_paths,
-                     refuse_existing, split_names, warm_up)
+from .common import (check_out_dir, check_seeds, cluster_info, code_commit, created, load_average, machine_info,
+                     output_paths, refuse_existing, split_names, warm_up)
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
 from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
@@ -147,9 +147,8 @@ def cluster_for(options: BenchOptions, workload_memory=None) -> ClusterSpec:
 
 
 def warm_up_on_data(algorithms, data, init, k, client, params):
-    """Run each daskmeans algorithm on the workload's data for :data:`DATA_WARM_UP_SECONDS`, untimed: the first
-    fit on fresh worker processes touches memory they never had, which on this VM costs ~1.7 ms per MB (MNIST's
-    first ``kmeans`` iteration 0.34 s against ~0.16 s in the next fit, session 22); the peers' process is warm."""
+    """Run each daskmeans algorithm on the workload's data for :data:`DATA_WARM_UP_SECONDS`, untimed: the first fit
+    on fresh worker processes pays page faults on memory they never had; the peers' process is warm."""
     for name in algorithms:
         try:
             run_daskmeans(name, data, init, k, 0, DATA_WARM_UP_SECONDS, client, params.get(name))
@@ -175,7 +174,7 @@ def warm_up_peers(peers, client):
                 pass
 
 
-# -- runs ---------------------------------------------------------------------------------------------------------------
+# -- runs --------------------------------------------------------------------------------------------------------------
 def _warning_texts(caught) -> list:
     texts = []
     for w in caught:
@@ -379,6 +378,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     record = {
         "schema": SCHEMA,
         "created": created(),
+        **code_commit(),
         "command": options.command_line,
         "workload": {
             **asdict(workload),
@@ -463,7 +463,7 @@ def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
     return coreset_tradeoff.write_outputs(record, options.out_dir)
 
 
-# -- the whole command --------------------------------------------------------------------------------------------------
+# -- the whole command -------------------------------------------------------------------------------------------------
 def run_benchmark(options: BenchOptions, echo=print) -> list:
     """Check the options, run every workload and write its JSON record, Markdown table and plot.
 

@@ -19,7 +19,8 @@ from ..engine.client import compute_now
 from ..estimators.kmeans import KMeans
 from ..storage.io import open_input
 from ..storage.sources import stored_bytes
-from .common import cluster_info, created, gib, table_lines, warm_up, write_report
+from .common import (cluster_info, code_commit, created, gib, machine_text, provenance_lines, table_lines, warm_up,
+                     write_report)
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
 from .stores import ensure_blobs
@@ -130,10 +131,12 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         "schema": "daskmeans-bench-sizing/1",
         "name": output_name(quick),
         "created": created(),
+        **code_commit(),
         "command": options.command_line,
         "machine": machine, "cluster": cluster, "gemm": sgemm,
         "n_features": d, "k": k, "dtype": "uint8", "chunk_rows": chunk_rows, "kmeans_iterations": iterations,
-        "sizes": measured, "model": model, "iteration_model": iteration_model, "target_rows": TARGET_ROWS, "target_iterations": TARGET_ITERATIONS,
+        "sizes": measured, "model": model, "iteration_model": iteration_model, "target_rows": TARGET_ROWS,
+        "target_iterations": TARGET_ITERATIONS,
         "extrapolation": extrapolation,
         "assumptions": "t(n, W) = a + n b / (W T) + (n / rows_per_block) tau, fitted separately for the assign "
                        "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
@@ -141,27 +144,22 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     }
 
 
-# -- outputs ------------------------------------------------------------------------------------------------------------
+# -- outputs -----------------------------------------------------------------------------------------------------------
 def markdown_table(record) -> str:
     """Measured sizes and the extrapolation to a billion rows, as Markdown."""
     c, m = record["cluster"], record["machine"]
     model = record["model"]
     lines = [
-        f"### {record['name']}: assign pass and k-means on synthetic descriptors in Zarr",
+        f"# {record['name']}: assign pass and k-means on synthetic descriptors in Zarr",
         "",
-        f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, {record['chunk_rows']:,} "
-        f"rows per block; machine: {m['cpu']}, {m['cpus']} CPUs; cluster: {c['n_workers']} workers x "
-        f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads).",
+        *provenance_lines(record),
+        "",
+        (f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, "
+         f"{record['chunk_rows']:,} rows per block; machine: {machine_text(m)}; cluster: {c['n_workers']} workers x "
+         f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads)."),
         "",
     ]
-    columns = ["rows", "on disk", "assign pass", "rows/s per thread", "GFLOP/s", "k-means iteration",
-               "k-means fit (iterations)", "worker peak RSS", "driver peak RSS"]
-    lines += table_lines(columns, [
-        [f"{size['n_samples']:,}", gib(size.get("stored_bytes", size["bytes"])), f"{size['assign_seconds']:.2f} s",
-         f"{size['rows_per_second_per_thread']:,.0f}", f"{size['gflops']:.0f}", f"{size['iteration_seconds']:.2f} s",
-         f"{size['fit_seconds']:.1f} s ({size['n_iter']})", gib(size["worker_peak_rss"]), gib(size["driver_peak_rss"])]
-        for size in record["sizes"]
-    ])
+    lines += sizes_lines(record)
     iteration = record["iteration_model"]
     lines += [
         "",
@@ -175,14 +173,32 @@ def markdown_table(record) -> str:
         "peak does not grow with n (blocks are streamed from Zarr); storage bandwidth grows with W.",
         "",
     ]
+    lines += extrapolation_lines(record)
+    return "\n".join(lines) + "\n"
+
+
+def sizes_lines(record) -> list:
+    """The table of the measured sizes: bytes, pass and iteration times, rates and memory."""
+    columns = ["rows", "on disk", "assign pass", "rows/s per thread", "GFLOP/s", "k-means iteration",
+               "k-means fit (iterations)", "worker peak RSS", "driver peak RSS"]
+    return table_lines(columns, [
+        [f"{size['n_samples']:,}", gib(size.get("stored_bytes", size["bytes"])), f"{size['assign_seconds']:.2f} s",
+         f"{size['rows_per_second_per_thread']:,.0f}", f"{size['gflops']:.0f}", f"{size['iteration_seconds']:.2f} s",
+         f"{size['fit_seconds']:.1f} s ({size['n_iter']})", gib(size["worker_peak_rss"]),
+         gib(size["driver_peak_rss"])]
+        for size in record["sizes"]
+    ])
+
+
+def extrapolation_lines(record) -> list:
+    """The table of the model's times at :data:`TARGET_ROWS` rows on 1 to 256 workers."""
     columns = ["workers W", f"assign pass at {record['target_rows']:,.0f} rows", "k-means iteration",
                f"k-means, {record['target_iterations']} iterations"]
-    lines += table_lines(columns, [
+    return table_lines(columns, [
         [f"{row['workers']}", _duration(row["pass_seconds"]), _duration(row["iteration_seconds"]),
          _duration(row["kmeans_seconds"])]
         for row in record["extrapolation"]
     ])
-    return "\n".join(lines) + "\n"
 
 
 def _duration(seconds):

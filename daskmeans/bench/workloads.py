@@ -151,7 +151,8 @@ def _parse_memory(text) -> int:
     try:
         return int(parse_bytes(text))
     except (ValueError, TypeError) as error:
-        raise InvalidParameterError(f"Cannot read {text!r} as an amount of memory; write e.g. '2GiB' or '500MB'.") from error
+        raise InvalidParameterError(f"Cannot read {text!r} as an amount of memory; write e.g. '2GiB' or "
+                                    "'500MB'.") from error
 
 
 def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=None, n_samples=None,
