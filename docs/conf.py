@@ -36,7 +36,7 @@ extensions = [
 # -- sources ---------------------------------------------------------------------------------------------------
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
-exclude_patterns = ["_build", "results/**", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 templates_path = ["_templates"]
 
 # -- API reference ---------------------------------------------------------------------------------------------

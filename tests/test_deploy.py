@@ -33,7 +33,7 @@ DASKHUB_VALUES = DEPLOY / "helm" / "daskhub-values.yaml"
 DASKCLUSTER = DEPLOY / "kubernetes" / "daskcluster.yaml"
 CHART_KEYS = Path(__file__).resolve().parent / "data" / "helm_chart_keys.yaml"
 
-#: The operator release whose CRD the manifest is written for (deploy/README.md says the same; the test extra
+#: The operator release whose CRD the manifest is written for (docs/deployment.md says the same; the test extra
 #: pins it).
 DASK_KUBERNETES_VERSION = "2026.3.0"
 CRD_IN_WHEEL = "dask_kubernetes/operator/deployment/helm/dask-kubernetes-operator/crds/daskcluster.yaml"
