@@ -2,11 +2,46 @@
 
 These are not parameters of any estimator: they bound memory per task and set the grain of the work, and no
 result depends on them beyond floating-point summation order where said. Each is documented where it is set.
-Modules read them at import time (``from daskmeans.config import NAME``); to change one for a run, set it
-before importing the module that uses it.
+
+The code reads a setting where it uses it (``config.NAME``, never a copy made at import), so a change takes effect
+from the next call that reads it. Change settings for a block of code with :func:`set` as a context manager, or
+for the rest of the process with a plain call (or an assignment); :func:`reset` restores the defaults and
+:func:`get` reads one by name::
+
+    from daskmeans import config
+
+    with config.set(SLAB_BYTES=2**20):  # restored on leaving the block
+        model.fit(X)
+    config.set(POOL_ROWS=2**16)  # kept
+    config.reset()  # every setting back to its default
+
+Settings and worker processes: a worker process imports daskmeans itself, with the defaults. Each task that
+daskmeans builds carries the settings that differ from their defaults where the graph is built (the driver), and
+a task running in another process applies them while it runs (:func:`carried`, :func:`applied`), so a change
+made on the driver reaches the tasks that read settings on the workers: the slab sizes of every pass
+(``SLAB_BYTES``), the kernels' tile, slab and block sizes (``ASSIGN_*``, ``ONE_GROUP_TILE_ROWS``, ``PANEL_*``,
+``REVISIT_*``, ``DENSE_PAIRS_LIMIT``, ``KERNEL_CENTERS_SLAB_BYTES``, ``VRKM_SLAB_BYTES``,
+``GREEDY_DISTANCE_MATRIX_BYTES``, ``RECLUSTER_SLAB_BYTES``), the generation blocks of ``make_blobs_zarr``
+(``GENERATION_BLOCK_VALUES``) and the work run in one task on a worker (``init="two-level"``'s fine level, VRKM's
+epochs). The other settings are read on the driver when a fit or a command decides something (sizes, thresholds,
+timeouts, where the work runs). A worker that serves two clients with different settings at once runs each task
+with the settings it carries, but a task whose graph was built with the defaults sees whatever the other client's
+running tasks set in that process.
 """
 
 from __future__ import annotations
+
+import copy
+import difflib
+import numbers
+import os
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from .exceptions import InvalidParameterError
 
 # -- engine: task graphs ------------------------------------------------------------------------------------------
 
@@ -260,3 +295,209 @@ PER_ROW_BYTES = 36
 #: Memory model: bytes of slack for the allocator (freed blocks not yet returned to the OS) and Dask's per-task
 #: bookkeeping.
 ALLOCATOR_SLACK = 48 * 2**20
+
+
+# -- changing settings --------------------------------------------------------------------------------------------
+
+#: Each setting's default: its value when the module was imported.
+_defaults: dict[str, Any] = {name: copy.deepcopy(value) for name, value in globals().items()
+                             if name.isupper() and not name.startswith("_")}
+
+
+def _check_name(name: str) -> None:
+    if name not in _defaults:
+        close = difflib.get_close_matches(str(name), _defaults, n=1)
+        hint = f" Did you mean {close[0]}?" if close else " The settings are listed in daskmeans.config."
+        raise InvalidParameterError(f"daskmeans.config has no setting {name!r}.{hint}")
+
+
+def _checked(name: str, value):
+    """``value`` as setting ``name`` takes it (an int, a float, a tuple or a dict like its default); TypeError
+    otherwise."""
+    default = _defaults[name]
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        value = int(value) if ok else value
+    elif isinstance(default, float):
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, tuple):
+        ok = isinstance(value, (tuple, list))
+        value = tuple(value) if ok else value
+    elif isinstance(default, dict):
+        ok = isinstance(value, Mapping)
+        value = dict(value) if ok else value
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise TypeError(f"daskmeans.config.{name} takes a value of type {type(default).__name__} (its default is "
+                        f"{default!r}), got {value!r} of type {type(value).__name__}.")
+    return value
+
+
+def get(name: str):
+    """The current value of setting ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A setting of this module, e.g. ``"SLAB_BYTES"``.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``name`` is not a setting.
+
+    Examples
+    --------
+    >>> from daskmeans import config
+    >>> config.get("SPLIT_EVERY")
+    8
+    """
+    _check_name(name)
+    return globals()[name]
+
+
+class set:  # noqa: N801 - named as dask.config.set, which it mirrors
+    """Change settings: for the rest of the process (a plain call), or for a block of code (a context manager,
+    which restores the values they had before on leaving the block, whatever happens in it).
+
+    Every name and value is checked before any is changed.
+
+    Parameters
+    ----------
+    **settings
+        ``NAME=value`` for settings of this module; a value of the default's type (an int where the default is
+        an int, a number where it is a float, ...).
+
+    Raises
+    ------
+    InvalidParameterError
+        A name that is not a setting.
+    TypeError
+        A value of the wrong type.
+
+    Notes
+    -----
+    The settings are the module's variables, shared by every thread of the process: a change made in one thread
+    is seen by all. Tasks carry the changed settings to worker processes (see the module's documentation).
+
+    Examples
+    --------
+    >>> from daskmeans import config
+    >>> with config.set(SLAB_BYTES=2**20):
+    ...     config.SLAB_BYTES
+    1048576
+    >>> config.SLAB_BYTES == 8 * 2**20
+    True
+    """
+
+    def __init__(self, **settings):
+        for name in settings:
+            _check_name(name)
+        values = {name: _checked(name, value) for name, value in settings.items()}
+        namespace = globals()
+        self._previous = {name: namespace[name] for name in values}
+        namespace.update(values)
+
+    def __enter__(self) -> set:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        globals().update(self._previous)
+
+
+def reset(*names: str) -> None:
+    """Give settings their default values back: those named, or every setting when none is named.
+
+    Raises
+    ------
+    InvalidParameterError
+        A name that is not a setting.
+
+    Examples
+    --------
+    >>> from daskmeans import config
+    >>> _ = config.set(POOL_ROWS=2**10)
+    >>> config.reset("POOL_ROWS")
+    >>> config.POOL_ROWS
+    131072
+    """
+    for name in names:
+        _check_name(name)
+    globals().update({name: copy.deepcopy(_defaults[name]) for name in (names or _defaults)})
+
+
+def defaults() -> dict[str, Any]:
+    """Every setting's default value, by name (a copy)."""
+    return copy.deepcopy(_defaults)
+
+
+# -- settings carried by tasks ------------------------------------------------------------------------------------
+
+#: This process, as tasks name the process their graph was built in (a forked process has another pid).
+_process_token = uuid.uuid4().hex
+
+
+def _this_process() -> tuple[int, str]:
+    return os.getpid(), _process_token
+
+
+def carried() -> tuple | None:
+    """What a task built now carries to the process that runs it: this process and the settings that differ from
+    their defaults here, as ``(process, ((name, value), ...))``; None when every setting has its default.
+
+    :func:`daskmeans.engine.graph.task` and the other builders of daskmeans' tasks read it once per graph, and the
+    task applies it with :func:`applied` where it runs.
+    """
+    namespace = globals()
+    changed = tuple((name, namespace[name]) for name, default in _defaults.items() if namespace[name] != default)
+    return (_this_process(), changed) if changed else None
+
+
+#: Settings applied by running tasks in this process: the ones applied, how many tasks run with them, and the
+#: values they replaced.
+_applied_state = {"settings": None, "count": 0, "replaced": {}}
+_applied_changed = threading.Condition()
+
+
+@contextmanager
+def applied(settings: tuple | None) -> Iterator[None]:
+    """Run a block with the settings a task carries (:func:`carried`); nothing to do in the process that built
+    the task, or when it carries none.
+
+    The settings are set for as long as some task runs with them in this process and restored after the last;
+    a task carrying other settings waits until those tasks end (a worker serves one client's settings at a time).
+    """
+    if settings is None or settings[0] == _this_process():
+        yield
+        return
+    items = settings[1]
+    with _applied_changed:
+        while _applied_state["count"] and _applied_state["settings"] != items:
+            _applied_changed.wait()
+        if not _applied_state["count"]:
+            namespace = globals()
+            _applied_state["replaced"] = {name: namespace[name] for name, _ in items}
+            namespace.update(items)
+            _applied_state["settings"] = items
+        _applied_state["count"] += 1
+    try:
+        yield
+    finally:
+        with _applied_changed:
+            _applied_state["count"] -= 1
+            if not _applied_state["count"]:
+                globals().update(_applied_state["replaced"])
+                _applied_state["settings"], _applied_state["replaced"] = None, {}
+                _applied_changed.notify_all()
+
+
+def run_with(settings: tuple | None, function, *args, **kwargs):
+    """``function(*args, **kwargs)`` with the settings a task carries applied (:func:`applied`): the function of
+    a task whose graph was built with settings changed."""
+    with applied(settings):
+        return function(*args, **kwargs)
+

@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 
 from ._validation import check_choice, check_float, check_int
-from .config import GENERATION_BLOCK_VALUES, TARGET_CHUNK_BYTES
+from . import config
 from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .engine.writes import compute_writes
@@ -31,14 +31,16 @@ _DEFAULT_BOX = {"float32": (-10.0, 10.0), "float64": (-10.0, 10.0), "uint8": (24
 
 
 def default_chunk_rows(n_samples: int, n_features: int) -> int:
-    """Rows per Zarr chunk: ``TARGET_CHUNK_BYTES`` of float32 (at least 1024 rows), never more than ``n_samples``."""
-    rows = max(1024, TARGET_CHUNK_BYTES // (4 * n_features))
+    """Rows per Zarr chunk: :data:`~daskmeans.config.TARGET_CHUNK_BYTES` of float32 (at least 1024 rows), never
+    more than ``n_samples``."""
+    rows = max(1024, config.TARGET_CHUNK_BYTES // (4 * n_features))
     return int(min(rows, n_samples))
 
 
 def generation_block_rows(n_features: int) -> int:
-    """Rows per generation block: ``GENERATION_BLOCK_VALUES`` noise values, so memory stays bounded for any width."""
-    return max(1, GENERATION_BLOCK_VALUES // n_features)
+    """Rows per generation block: :data:`~daskmeans.config.GENERATION_BLOCK_VALUES` noise values, so memory stays
+    bounded for any width."""
+    return max(1, config.GENERATION_BLOCK_VALUES // n_features)
 
 
 def blob_rows(seed: int, centers: np.ndarray, cluster_std: float, dtype: str, start: int, stop: int):

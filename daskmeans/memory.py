@@ -18,7 +18,7 @@ nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k ce
 
 from __future__ import annotations
 
-from .config import ALLOCATOR_SLACK, ASSIGN_SLAB_BYTES, PER_ROW_BYTES, POOL_ROWS, SPLIT_EVERY
+from . import config
 from .engine.slabs import slab_rows
 from .kernels.packed_bounds import LOWER_BYTES
 
@@ -50,19 +50,19 @@ def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, sour
     stored = 2 * block_rows * n_features * source_itemsize
     outputs = block_rows * (4 + 8)
     rows = min(block_rows, slab_rows(n_features, compute_itemsize))
-    slab = rows * n_features * (compute_itemsize + 8) + rows * PER_ROW_BYTES
+    slab = rows * n_features * (compute_itemsize + 8) + rows * config.PER_ROW_BYTES
     centers = n_clusters * n_features * (2 * compute_itemsize + 8) + n_clusters * (compute_itemsize + 16)
-    return int(stored + outputs + slab + ASSIGN_SLAB_BYTES + centers)
+    return int(stored + outputs + slab + config.ASSIGN_SLAB_BYTES + centers)
 
 
 def reduction_bytes(n_clusters: int, n_features: int) -> int:
     """Bytes of the partial statistics a worker may hold while the tree reduction waits for its siblings."""
-    return int(SPLIT_EVERY * (n_clusters * (n_features + 2) * 8))
+    return int(config.SPLIT_EVERY * (n_clusters * (n_features + 2) * 8))
 
 
 def minibatch_state_bytes(n_features: int, compute_itemsize: int = 4) -> int:
     """Mini-batch k-means: the rows of one pool of steps (``POOL_ROWS``) gathered for the steps, with indices."""
-    return int(POOL_ROWS * (n_features * compute_itemsize + 16))
+    return int(config.POOL_ROWS * (n_features * compute_itemsize + 16))
 
 
 def vrkm_state_bytes(epoch_steps: int, n_features: int, n_candidates: int = 16, compute_itemsize: int = 4) -> int:
@@ -102,4 +102,4 @@ def worker_memory_bound(block_rows: int, n_features: int, n_clusters: int, *, so
     """
     task = task_memory_bytes(block_rows, n_features, n_clusters, source_itemsize=source_itemsize,
                              compute_itemsize=compute_itemsize)
-    return int(threads * task + reduction_bytes(n_clusters, n_features) + state_bytes + ALLOCATOR_SLACK)
+    return int(threads * task + reduction_bytes(n_clusters, n_features) + state_bytes + config.ALLOCATOR_SLACK)

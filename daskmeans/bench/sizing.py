@@ -14,7 +14,7 @@ import time
 import numpy as np
 from dask import delayed
 
-from ..config import TARGET_BLOCK_BYTES
+from .. import config
 from ..engine.client import compute_now
 from ..estimators.kmeans import KMeans
 from ..storage.io import open_input
@@ -71,7 +71,7 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     cluster = cluster_info(client)
     threads = max(1, cluster["threads"])
     # the block size a large store would have, so that the per-task term extrapolates as it would
-    chunk_rows = int(TARGET_BLOCK_BYTES // (4 * d))
+    chunk_rows = int(config.TARGET_BLOCK_BYTES // (4 * d))
     work_dir = options.work_dir or os.path.join(options.out_dir, "data")
     warm_up(client, ["kmeans"], d, np.float32, k)
     processes = worker_processes(client)

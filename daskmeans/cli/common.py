@@ -15,7 +15,7 @@ import tempfile
 
 import click
 
-from ..config import CONNECT_TIMEOUT_SECONDS, LOCAL_WORKERS
+from .. import config
 from ..exceptions import DaskmeansError, InputDataError, InvalidParameterError, OutputExistsError
 from ..registry import estimator_class
 
@@ -48,6 +48,22 @@ class CommandError(click.ClickException):
 # -- the Dask cluster the commands run on ------------------------------------------------------------------
 
 
+class SettingChoice(click.Choice):
+    """A choice among the values of a setting (:mod:`daskmeans.config`), read when the command runs."""
+
+    def __init__(self, setting: str) -> None:
+        self.setting = setting
+        super().__init__(config.get(setting))
+
+    @property
+    def choices(self) -> tuple:
+        return tuple(config.get(self.setting))
+
+    @choices.setter
+    def choices(self, value) -> None:  # click.Choice sets it: the setting is read instead
+        pass
+
+
 def cluster_options(command):
     """Add ``--scheduler``, ``--connect-timeout``, ``--workers``, ``--threads-per-worker``, ``--memory-limit``,
     ``--local-workers``;
@@ -68,13 +84,15 @@ def cluster_options(command):
                      help="Run on this Dask scheduler (tcp://host:port; default $DASK_SCHEDULER_ADDRESS). "
                           "Without it, a local cluster is started for the command: threads in this process for "
                           "inputs up to 1 GiB, else worker processes."),
-        click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=CONNECT_TIMEOUT_SECONDS,
-                     show_default=True, help="Seconds to wait for --scheduler before giving up."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
+                     default=lambda: config.CONNECT_TIMEOUT_SECONDS,
+                     show_default="the setting CONNECT_TIMEOUT_SECONDS",
+                     help="Seconds to wait for --scheduler before giving up."),
         click.option("--workers", type=click.IntRange(min=1), help="Worker processes of the local cluster."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker."),
         click.option("--memory-limit", metavar="SIZE",
                      help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default)."),
-        click.option("--local-workers", type=click.Choice(list(LOCAL_WORKERS)), default="auto",
+        click.option("--local-workers", type=SettingChoice("LOCAL_WORKERS"), default="auto",
                      show_default=True,
                      help="Workers of the local cluster: threads in this process (one worker with --workers x "
                           "--threads-per-worker threads), worker processes, auto (threads for inputs up to "

@@ -13,13 +13,13 @@ from dask._task_spec import convert_legacy_graph, cull, fuse_linear_task_spec
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
-from ..config import CONNECT_HANDSHAKE_GRACE_SECONDS, CONNECT_TIMEOUT_SECONDS
+from .. import config
 from ..exceptions import SchedulerConnectionError
 from .graph import DriverCombine, unfold_driver_combines
 from .pass_progress import active_watch
 
 
-def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=None):
+def connect(address: str, *, timeout: str | float | None = None, security=None):
     """Connect to a scheduler, failing with a clear message instead of hanging.
 
     Before the client is made, the address is checked (scheme, port, a transport this installation has, TLS
@@ -30,8 +30,9 @@ def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=N
     ----------
     address : str
         ``tcp://host:port`` or ``tls://host:port``.
-    timeout : str or float
-        How long to wait for the scheduler.
+    timeout : str or float, optional
+        How long to wait for the scheduler (a float: seconds); None:
+        :data:`~daskmeans.config.CONNECT_TIMEOUT_SECONDS`, read at call time.
     security : distributed.Security, optional
         TLS certificates for ``tls://`` addresses (default: Dask's configuration,
         ``distributed.comm.tls.*``).
@@ -44,6 +45,8 @@ def connect(address: str, *, timeout=f"{CONNECT_TIMEOUT_SECONDS:g}s", security=N
     from dask.utils import parse_timedelta
     from distributed import Client, Security
 
+    if timeout is None:
+        timeout = f"{config.CONNECT_TIMEOUT_SECONDS:g}s"
     seconds = parse_timedelta(timeout, default="seconds")
     if security is None:
         security = Security()
@@ -123,7 +126,7 @@ def await_handshake(address: str, seconds: float, connection_args: dict):
         await comm.close()
 
     async def within_time():
-        await asyncio.wait_for(handshake(), seconds + CONNECT_HANDSHAKE_GRACE_SECONDS)
+        await asyncio.wait_for(handshake(), seconds + config.CONNECT_HANDSHAKE_GRACE_SECONDS)
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskmeans-handshake") as pool:
         try:
@@ -307,14 +310,15 @@ def run_pinned(client, function, keys, *args, key):
     # asked of the scheduler now: Client.scheduler_info() may answer from a cache that lists no workers
     workers = sorted(client.nthreads())
     placement = {"workers": workers[:1], "allow_other_workers": True} if workers else {}
-    future = client.submit(_run_with_worker_client, function, keys, *args, pure=False, key=key, **placement)
+    future = client.submit(_run_with_worker_client, config.carried(), function, keys, *args, pure=False, key=key,
+                           **placement)
     return future.result()
 
 
-def _run_with_worker_client(function, keys, *args):
+def _run_with_worker_client(settings, function, keys, *args):
     from distributed import Future, get_worker, worker_client
 
-    with worker_client() as client:
+    with config.applied(settings), worker_client() as client:
         pieces = [[Future(name, client=client) for name in group] for group in keys]
         result = function(pieces, lambda graph: client.compute(graph).result(), *args)
     return result, get_worker().address

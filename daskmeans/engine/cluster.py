@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import dask
 from dask.utils import parse_bytes
 
-from ..config import CONNECT_TIMEOUT_SECONDS, LOCAL_THREADS_MAX_BYTES, LOCAL_WORKERS
+from .. import config
 from ..exceptions import InvalidParameterError, SchedulerConnectionError
 from .blas import one_blas_thread_for
 from .client import connect, scheduler_lost
@@ -32,8 +32,9 @@ class ClusterSpec:
     ----------
     scheduler : str or None
         Address of a running scheduler; None starts a ``LocalCluster`` sized to the machine.
-    connect_timeout : float
-        Seconds to wait for ``scheduler``.
+    connect_timeout : float or None
+        Seconds to wait for ``scheduler``; None: :data:`~daskmeans.config.CONNECT_TIMEOUT_SECONDS`, read by
+        :meth:`validate`.
     workers, threads_per_worker : int or None
         Size of the embedded cluster (default: chosen by Dask from the number of cores).
     memory_limit : str, float, int or None
@@ -47,7 +48,7 @@ class ClusterSpec:
     """
 
     scheduler: str | None = None
-    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
+    connect_timeout: float | None = None
     workers: int | None = None
     threads_per_worker: int | None = None
     memory_limit: str | float | int | None = None
@@ -77,10 +78,12 @@ class ClusterSpec:
                 f"{', '.join(given)} size the embedded cluster and cannot be used with --scheduler; "
                 "drop them, or drop --scheduler to start a local cluster."
             )
-        if self.local_workers not in LOCAL_WORKERS:
+        if self.local_workers not in config.LOCAL_WORKERS:
             raise InvalidParameterError(
-                f"--local-workers {self.local_workers!r} is not one of {', '.join(LOCAL_WORKERS)}."
+                f"--local-workers {self.local_workers!r} is not one of {', '.join(config.LOCAL_WORKERS)}."
             )
+        if self.connect_timeout is None:
+            self.connect_timeout = config.CONNECT_TIMEOUT_SECONDS
         if self.local_workers == "scheduler" and self.memory_limit is not None:
             raise InvalidParameterError(
                 "--memory-limit limits the memory of a local cluster's workers, and --local-workers scheduler "
@@ -99,7 +102,7 @@ class ClusterSpec:
         if self.local_workers != "auto":
             return self.local_workers == "processes"
         sized = any(value is not None for value in (self.workers, self.threads_per_worker, self.memory_limit))
-        return sized or input_bytes is None or input_bytes > LOCAL_THREADS_MAX_BYTES
+        return sized or input_bytes is None or input_bytes > config.LOCAL_THREADS_MAX_BYTES
 
     def local_threads(self) -> int | None:
         """Threads of the one worker of a threaded embedded cluster: ``--workers x --threads-per-worker`` when
@@ -130,7 +133,8 @@ class ClusterSpec:
             for name in ("distributed.client", "distributed.worker"):
                 logging.getLogger(name).setLevel(self.worker_log_level)
         if self.scheduler:
-            client = connect(self.scheduler, timeout=f"{self.connect_timeout:g}s")
+            timeout = None if self.connect_timeout is None else f"{self.connect_timeout:g}s"
+            client = connect(self.scheduler, timeout=timeout)
             with client:
                 if announce:
                     announce_dashboard(client)

@@ -19,14 +19,14 @@ import dask
 import dask.array as da
 from dask.system import CPU_COUNT
 
-from ..config import DRIVER_BYTES, DRIVER_WORK, DRIVER_WORK_FEW_THREADS
+from .. import config
 from .blas import one_blas_thread
 from .client import compute_now
 from .graph import block_offsets, blocks_of, stored_blocks
 from .slabs import stored_form, with_stored_form
 
 
-def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int, max_work: int = DRIVER_WORK) -> int:
+def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int, max_work: int | None = None) -> int:
     """Largest number of rows stepped on the driver.
 
     Parameters
@@ -38,13 +38,15 @@ def driver_rows(setting, n_clusters: int, n_features: int, row_bytes: int, max_w
     n_clusters, n_features : int
     row_bytes : int
         Driver memory one row takes (its row, label, distance, weight and bounds).
-    max_work : int
-        :data:`~daskmeans.config.DRIVER_WORK`, or :func:`driver_work` for a cluster of few threads.
+    max_work : int, optional
+        :func:`driver_work` for a cluster of few threads; None: :data:`~daskmeans.config.DRIVER_WORK`, read at
+        call time.
     """
     if setting != "auto":
         return int(setting)
+    max_work = config.DRIVER_WORK if max_work is None else max_work
     by_work = int(max_work) // max(1, n_clusters * n_features)
-    by_memory = DRIVER_BYTES // max(1, row_bytes)
+    by_memory = config.DRIVER_BYTES // max(1, row_bytes)
     return int(min(by_work, by_memory))
 
 
@@ -54,12 +56,12 @@ def driver_work(client) -> int:
     cores (its threads then do the same work at least as fast as the workers, without their round trip), else
     :data:`~daskmeans.config.DRIVER_WORK`. ``client`` None (no cluster): ``DRIVER_WORK``."""
     if client is None:
-        return DRIVER_WORK
+        return config.DRIVER_WORK
     try:
         worker_threads = sum(int(n) for n in client.nthreads().values())
     except Exception:  # noqa: BLE001 - a client that cannot answer now: the rule for a large cluster
-        return DRIVER_WORK
-    return DRIVER_WORK_FEW_THREADS if 0 < worker_threads <= CPU_COUNT else DRIVER_WORK
+        return config.DRIVER_WORK
+    return config.DRIVER_WORK_FEW_THREADS if 0 < worker_threads <= CPU_COUNT else config.DRIVER_WORK
 
 
 class DriverCopy:

@@ -18,7 +18,7 @@ from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
-from ..config import DRIVER_COMBINE_BYTES, SHARED_INLINE_BYTES, SPLIT_EVERY
+from .. import config
 from .pass_progress import active_watch, report_block
 from .slabs import stored_form
 
@@ -52,14 +52,24 @@ def _node(value, dependencies: dict):
     return value
 
 
-def task(key, function, *args) -> Delayed:
+#: ``task(..., settings=CARRIED)``: the settings this process has changed, read when the task is made.
+CARRIED = object()
+
+
+def task(key, function, *args, settings=CARRIED) -> Delayed:
     """The delayed call ``function(*args)`` under ``key``, written as one task-spec task; ``args`` may hold
-    delayed objects (anywhere in lists, tuples and dicts), which become its dependencies."""
+    delayed objects (anywhere in lists, tuples and dicts), which become its dependencies.
+
+    ``settings`` are the settings the task carries to the process that runs it (:func:`daskmeans.config.carried`,
+    read now by default; a builder of many tasks reads it once and passes it): when some differ from their
+    defaults, the task runs ``function`` with them applied (:func:`daskmeans.config.run_with`)."""
+    if settings is CARRIED:
+        settings = config.carried()
     dependencies = {}
     nodes = [_node(arg, dependencies) for arg in args]
     layer = key if isinstance(key, str) else "-".join(str(part) for part in key)
-    graph = HighLevelGraph.from_collections(layer, {key: Task(key, function, *nodes)},
-                                            dependencies=list(dependencies.values()))
+    spec = Task(key, function, *nodes) if settings is None else Task(key, config.run_with, settings, function, *nodes)
+    graph = HighLevelGraph.from_collections(layer, {key: spec}, dependencies=list(dependencies.values()))
     return Delayed(key, graph, layer=layer)
 
 
@@ -70,7 +80,7 @@ def shared(value, name: str):
     each task that uses it: a task of its own would cost each pass a dispatch and a transfer between workers
     before the block tasks can start, more than copying a few kilobytes per task.
     """
-    if isinstance(value, np.ndarray) and value.nbytes <= SHARED_INLINE_BYTES:
+    if isinstance(value, np.ndarray) and value.nbytes <= config.SHARED_INLINE_BYTES:
         return value
     key = f"daskmeans-{name}-{tokenize(value)}"
     return Delayed(key, HighLevelGraph.from_collections(key, {key: DataNode(key, value)}), layer=key)
@@ -97,12 +107,14 @@ def map_blocks_delayed(function, name: str, block_args: list[list], *common_args
         squared distance of the rows done so far while the pass runs.
     """
     watch = active_watch() if reads_data else None
-    token = tokenize(function, name, block_args, common_args, watch is not None, energy_of)
+    settings = config.carried()
+    token = tokenize(function, name, block_args, common_args, watch is not None, energy_of,
+                     *([] if settings is None else [settings[1]]))
     key = f"daskmeans-{name}-{token}"
     if watch is None:
-        return [task((key, i), function, *args, *common_args) for i, args in enumerate(block_args)]
+        return [task((key, i), function, *args, *common_args, settings=settings) for i, args in enumerate(block_args)]
     watch.register(key)
-    return [task((key, i), report_block, function, key, energy_of, *args, *common_args)
+    return [task((key, i), report_block, function, key, energy_of, *args, *common_args, settings=settings)
             for i, args in enumerate(block_args)]
 
 
@@ -146,7 +158,7 @@ def unfold_driver_combines(objects):
     return flat, finish
 
 
-def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPLIT_EVERY, part_bytes=None):
+def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int | None = None, part_bytes=None):
     """Reduce partial results pairwise in a fixed tree, so the result does not depend on the scheduler.
 
     Parameters
@@ -155,8 +167,8 @@ def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPL
     combine : callable
         ``combine(list_of_partials) -> partial``; must be associative.
     name : str
-    split_every : int
-        Fan-in of the tree.
+    split_every : int, optional
+        Fan-in of the tree; None: :data:`~daskmeans.config.SPLIT_EVERY`, read at call time.
     part_bytes : int, optional
         An upper bound on the size of one partial result, from a caller that passes the result straight to
         :func:`~daskmeans.engine.client.compute_now`: when the last combine's inputs total at most
@@ -167,22 +179,26 @@ def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int = SPL
     -------
     Delayed or DriverCombine
     """
+    split_every = config.SPLIT_EVERY if split_every is None else split_every
+    settings = config.carried()
     token = tokenize(parts, combine, name)
     level = 0
     while len(parts) > 1 or level == 0:
         key = f"daskmeans-{name}-combine-{token}-{level}"
         if 1 < len(parts) <= split_every and part_bytes is not None and \
-                len(parts) * part_bytes <= DRIVER_COMBINE_BYTES:
+                len(parts) * part_bytes <= config.DRIVER_COMBINE_BYTES:
             return DriverCombine(tuple(parts), combine)
-        parts = [task((key, i // split_every), combine, parts[i : i + split_every])
+        parts = [task((key, i // split_every), combine, parts[i : i + split_every], settings=settings)
                  for i in range(0, len(parts), split_every)]
         level += 1
     return parts[0]
 
 
-def reduce_in_tree(parts: list, combine, split_every: int = SPLIT_EVERY):
+def reduce_in_tree(parts: list, combine, split_every: int | None = None):
     """Reduce computed partial results in one process in the tree :func:`tree_reduce` builds: the same groups
-    of consecutive partials, level by level, so the same value to the last bit."""
+    of consecutive partials, level by level, so the same value to the last bit (``split_every`` None:
+    :data:`~daskmeans.config.SPLIT_EVERY`, read at call time)."""
+    split_every = config.SPLIT_EVERY if split_every is None else split_every
     level = 0
     while len(parts) > 1 or level == 0:
         parts = [combine(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
@@ -213,7 +229,7 @@ class GroupPass:
 
 def chained_group_pass(function, name: str, block_args, *common_args, groups: list[list[int]], combine, finish,
                        finish_args=(), previous: GroupPass | None = None, start=None, keeps_state=False,
-                       split_every: int = SPLIT_EVERY) -> GroupPass:
+                       split_every: int | None = None) -> GroupPass:
     """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
     blocks one worker holds), chained to the pass before it without a round trip through one task.
 
@@ -238,7 +254,7 @@ def chained_group_pass(function, name: str, block_args, *common_args, groups: li
     groups : list of lists of int
         A partition of the block indices, the same for every pass of a chain.
     combine, split_every
-        As :func:`tree_reduce`.
+        As :func:`tree_reduce` (``split_every`` None: :data:`~daskmeans.config.SPLIT_EVERY`, read at call time).
     finish : callable
         ``finish(reduced, carried, *finish_args) -> carried`` of the next pass.
     previous : GroupPass, optional
@@ -255,7 +271,8 @@ def chained_group_pass(function, name: str, block_args, *common_args, groups: li
         raise ValueError(f"groups must partition the {n_blocks} block indices once each, got {groups}")
     if start is None and previous is None:
         raise ValueError("the first pass of a chain needs start")
-    reduction = (combine, split_every, finish, finish_args)
+    reduction = (combine, config.SPLIT_EVERY if split_every is None else split_every, finish, finish_args)
+    settings = config.carried()
     # each pass of a chain is new work: a fresh key costs nothing, where hashing the arguments costs the driver
     # time on every pass
     key = f"daskmeans-{name}-{uuid.uuid4().hex}"
@@ -265,9 +282,12 @@ def chained_group_pass(function, name: str, block_args, *common_args, groups: li
         args = None if block_args is None else [block_args[i] for i in group]
         own = None if block_args is not None else previous.groups[g]
         tasks.append(task((f"{key}-group", g), _group_pass, function, list(group), args, own,
-                          from_previous if start is None else None, start, reduction, keeps_state, *common_args))
-    shares = [task((f"{key}-share", g), _share, t) for g, t in enumerate(tasks)] if keeps_state else None
-    return GroupPass(tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction))
+                          from_previous if start is None else None, start, reduction, keeps_state, *common_args,
+                          settings=settings))
+    shares = [task((f"{key}-share", g), _share, t, settings=settings) for g, t in enumerate(tasks)] \
+        if keeps_state else None
+    return GroupPass(tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction,
+                                         settings=settings))
 
 
 def _share(output):

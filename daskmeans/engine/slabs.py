@@ -21,7 +21,7 @@ import threading
 import dask.array as da
 import numpy as np
 
-from ..config import SLAB_BYTES
+from .. import config
 from ..exceptions import InputDataError
 
 #: The attribute of a converted dask array that holds the array as stored.
@@ -83,8 +83,10 @@ def is_aligned(array: np.ndarray) -> bool:
     return array.size == 0 or array.ctypes.data % ROW_ALIGNMENT == 0
 
 
-def slab_rows(n_features: int, itemsize: int = 8, slab_bytes: int = SLAB_BYTES) -> int:
-    """Rows of one slab: ``slab_bytes`` of rows with ``n_features`` values of ``itemsize`` bytes (at least one)."""
+def slab_rows(n_features: int, itemsize: int = 8, slab_bytes: int | None = None) -> int:
+    """Rows of one slab: ``slab_bytes`` of rows with ``n_features`` values of ``itemsize`` bytes (at least one);
+    ``slab_bytes`` None: :data:`~daskmeans.config.SLAB_BYTES`, read at call time."""
+    slab_bytes = config.SLAB_BYTES if slab_bytes is None else slab_bytes
     return max(1, int(slab_bytes) // max(1, int(n_features) * int(itemsize)))
 
 
@@ -117,7 +119,7 @@ def _return_thread_buffer(buffer: np.ndarray):
         _THREAD_SLAB_BUFFER.buffer = buffer
 
 
-def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
+def slabs(block, weights=None, slab_bytes: int | None = None, reuse=False):
     """Walk a stored block: ``(start, rows, weights)`` per slab, ``rows`` converted to the compute dtype.
 
     Parameters
@@ -126,8 +128,8 @@ def slabs(block, weights=None, slab_bytes: int = SLAB_BYTES, reuse=False):
         The block as stored (any dtype :func:`compute_dtype` accepts; a converted block is walked as it is).
     weights : ndarray (n,), optional
         Sample weights, sliced along (float64).
-    slab_bytes : int
-        Bytes of one slab as computed.
+    slab_bytes : int, optional
+        Bytes of one slab as computed; None: :data:`~daskmeans.config.SLAB_BYTES`, read at call time.
     reuse : bool
         Convert every slab into the same buffer (for a caller that keeps nothing of ``rows`` from one slab to the
         next, nor after the walk): in Dask's worker processes, whose ``malloc`` hands every large array fresh pages
@@ -175,15 +177,18 @@ def converted_rows(block, index) -> np.ndarray:
     return rows if is_aligned(rows) else rows.copy()
 
 
-def map_slabs(block, function, *args, block_info=None, slab_bytes: int = SLAB_BYTES):
+def map_slabs(block, function, *args, block_info=None, slab_bytes: int | None = None, settings=None):
     """``function(rows, offset, *args)`` on each slab of a stored block (``offset``: the slab's first row in the
     whole array), its per-row results concatenated.
 
     For per-row outputs (labels, distances, posteriors): the result is that of one call on the whole converted
-    block, with a task's memory bounded by one slab. Used as a ``map_blocks`` function (see :func:`map_rows`).
+    block, with a task's memory bounded by one slab. Used as a ``map_blocks`` function (see :func:`map_rows`);
+    ``slab_bytes`` None: :data:`~daskmeans.config.SLAB_BYTES`, read at call time; ``settings``: the settings the
+    task carries (:func:`daskmeans.config.carried`), applied while it runs.
     """
-    offset = block_info[0]["array-location"][0][0] if block_info else 0
-    parts = [function(rows, offset + start, *args) for start, rows, _ in slabs(block, slab_bytes=slab_bytes)]
+    with config.applied(settings):
+        offset = block_info[0]["array-location"][0][0] if block_info else 0
+        parts = [function(rows, offset + start, *args) for start, rows, _ in slabs(block, slab_bytes=slab_bytes)]
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
@@ -218,11 +223,13 @@ def map_rows(array: da.Array, function, *args, dtype, name: str, trailing: int |
         Columns of the result (``(n, trailing)``); by default the result is 1-D ``(n,)``.
     """
     stored = stored_form(array)
+    settings = config.carried()
+    carry = {} if settings is None else {"settings": settings}  # the same keys as ever with the defaults
     if trailing is None:
         return stored.map_blocks(map_slabs, function, *args, drop_axis=1, dtype=dtype, token=name,
-                                 meta=np.empty(0, dtype))
+                                 meta=np.empty(0, dtype), **carry)
     return stored.map_blocks(map_slabs, function, *args, chunks=(stored.chunks[0], (int(trailing),)), dtype=dtype,
-                             token=name, meta=np.empty((0, 0), dtype))
+                             token=name, meta=np.empty((0, 0), dtype), **carry)
 
 
 __all__ = ["ROW_ALIGNMENT", "is_aligned", "compute_dtype", "slab_rows", "row_slabs", "slabs", "converted_rows",

@@ -14,7 +14,7 @@ import os
 
 import dask
 
-from ..config import WORKER_MALLOC_ENVIRON
+from .. import config
 
 #: The ``MALLOC_TRIM_THRESHOLD_`` Dask's nanny gives its worker processes by default.
 _DASK_DEFAULT_TRIM_THRESHOLD = "65536"
@@ -34,7 +34,7 @@ def worker_malloc_settings():
     if trim is not None and str(trim) != _DASK_DEFAULT_TRIM_THRESHOLD:
         yield
         return
-    ours = {name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()}
+    ours = {name: str(value) for name, value in config.WORKER_MALLOC_ENVIRON.items()}
     saved = {name: os.environ.get(name) for name in ours}
     os.environ.update(ours)
     try:

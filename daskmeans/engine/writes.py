@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dask
 from dask.system import CPU_COUNT
 
-from ..config import WRITES_POLL_SECONDS, WRITES_SETTLE_SECONDS
+from .. import config
 
 
 def compute_writes(writes, client=None):
@@ -19,8 +19,8 @@ def compute_writes(writes, client=None):
     on local threads of a pool of their own that is drained before the error is raised (Dask's local scheduler
     hands the pool no more than one task per thread at a time); on a cluster the writes not yet started are
     cancelled and the error is raised once none of them is executing on any worker (at most
-    ``WRITES_SETTLE_SECONDS``). The caller can then remove what was written and find nothing added after, and an
-    error does not wait for the writes that had not started.
+    :data:`~daskmeans.config.WRITES_SETTLE_SECONDS`). The caller can then remove what was written and find
+    nothing added after, and an error does not wait for the writes that had not started.
 
     Parameters
     ----------
@@ -54,7 +54,7 @@ def _executing_keys(keys, dask_worker=None):
 
 def _wait_until_none_executes(client, keys, timeout=None):
     """Return once no worker executes a task of ``keys`` (polled), or after ``timeout`` seconds."""
-    deadline = time.monotonic() + (WRITES_SETTLE_SECONDS if timeout is None else timeout)
+    deadline = time.monotonic() + (config.WRITES_SETTLE_SECONDS if timeout is None else timeout)
     while time.monotonic() < deadline:
         try:
             running = client.run(_executing_keys, keys, on_error="ignore")
@@ -62,4 +62,4 @@ def _wait_until_none_executes(client, keys, timeout=None):
             return
         if not any(running.values()):
             return
-        time.sleep(WRITES_POLL_SECONDS)
+        time.sleep(config.WRITES_POLL_SECONDS)

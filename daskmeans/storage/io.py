@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from ..config import MIN_BLOCK_BYTES, MIN_CHOSEN_BLOCK_ROWS, MIN_CHOSEN_BLOCKS, TARGET_BLOCK_BYTES
+from .. import config
 from ..engine.client import persist_now, resolve_client
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..engine.writes import compute_writes
@@ -96,8 +96,8 @@ def _check_shape(shape, name: str):
         )
 
 
-def _default_rows(n_features: int, itemsize: int, target=TARGET_BLOCK_BYTES) -> int:
-    return max(MIN_CHOSEN_BLOCK_ROWS, target // max(1, n_features * itemsize))
+def _default_rows(n_features: int, itemsize: int) -> int:
+    return max(config.MIN_CHOSEN_BLOCK_ROWS, config.TARGET_BLOCK_BYTES // max(1, n_features * itemsize))
 
 
 def chosen_block_rows(n_samples: int, n_features: int, itemsize: int) -> int:
@@ -105,7 +105,7 @@ def chosen_block_rows(n_samples: int, n_features: int, itemsize: int) -> int:
     the cluster): about ``TARGET_BLOCK_BYTES`` of rows as computed, and at least ``MIN_CHOSEN_BLOCKS`` blocks of at
     least ``MIN_CHOSEN_BLOCK_ROWS`` rows when the data is smaller."""
     rows = min(_default_rows(n_features, itemsize),
-               max(MIN_CHOSEN_BLOCK_ROWS, -(-int(n_samples) // MIN_CHOSEN_BLOCKS)))
+               max(config.MIN_CHOSEN_BLOCK_ROWS, -(-int(n_samples) // config.MIN_CHOSEN_BLOCKS)))
     return int(max(1, min(rows, n_samples)))
 
 
@@ -130,7 +130,7 @@ def _normalize_chunks(array: da.Array, chunk_rows: int | None, name: str, merge_
         array = array.rechunk({0: tuple(c for c in row_chunks if c > 0)})
         row_chunks = array.chunks[0]
     largest = max(row_chunks) * array.shape[1] * itemsize
-    if merge_small and largest < MIN_BLOCK_BYTES and len(row_chunks) > 1:
+    if merge_small and largest < config.MIN_BLOCK_BYTES and len(row_chunks) > 1:
         per_block = max(1, _default_rows(array.shape[1], itemsize) // max(row_chunks))
         array = array.rechunk({0: max(row_chunks) * per_block})
     return array

@@ -20,7 +20,7 @@ import uuid
 import numpy as np
 import zarr
 
-from ..config import ZARR_SETTLE_SECONDS
+from .. import config
 from ..exceptions import CheckpointError, ModelFileError, OutputExistsError
 
 # -- JSON ------------------------------------------------------------------------------------------------------------
@@ -388,15 +388,16 @@ class atomic_output:
         return False
 
 
-def settle_zarr_io(timeout: float = ZARR_SETTLE_SECONDS) -> bool:
-    """Wait until Zarr's own I/O under way in this process has ended (at most ``timeout`` seconds); returns whether
-    it has.
+def settle_zarr_io(timeout: float | None = None) -> bool:
+    """Wait until Zarr's own I/O under way in this process has ended (at most ``timeout`` seconds; None:
+    :data:`~daskmeans.config.ZARR_SETTLE_SECONDS`, read at call time); returns whether it has.
 
     Zarr runs its stores' reads and writes as tasks of one event loop in a thread of its own. When one of the writes
     of an operation fails (a full disk), the operation raises at once while its other writes still run, and a local
     store's write creates its file's folders: a temporary output removed at that moment could be made again, with
     the file, by a write that had not yet ended. This waits for every task of that loop but the waiting one.
     """
+    timeout = config.ZARR_SETTLE_SECONDS if timeout is None else timeout
     try:
         from zarr.core.sync import loop as zarr_loops  # Zarr 3's I/O loop (a private name: absent, nothing to wait)
     except ImportError:
