@@ -10,17 +10,17 @@ same to the last bit (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ..config import AUTO_PLAIN_ITERATIONS
+from .. import config
 from ..engine.client import compute_now, submit_now
 from ..engine.placement import blocks_by_worker, held_by_workers
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
 from ..passes.bounded_assign import BoundedAssignment
+from .plan import FitPlan
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
 
@@ -75,9 +75,8 @@ class _PlainPasses:
 class _BoundedPasses:
     """Lloyd's passes with bounds kept on the workers between iterations."""
 
-    def __init__(self, array, centers, weights, client, bounds, driver=None):
-        k, d = centers.shape
-        self.scheme, self.n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
+    def __init__(self, array, centers, weights, client, scheme, n_groups, driver=None):
+        self.scheme, self.n_groups = scheme, n_groups
         self.state = BoundedAssignment(array, make_groups(centers, self.scheme, self.n_groups), weights=weights,
                                        client=client, driver=driver)
         self.blocks = None
@@ -112,24 +111,97 @@ class _Submitted:
     chained: Any = None
 
 
-def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none", driver=None):
-    """Run Lloyd iterations from ``centers``.
+@dataclass(frozen=True, kw_only=True)
+class LloydPlan(FitPlan):
+    """What a run of Lloyd's iterations does, decided before it starts (:class:`~daskmeans.algorithms.plan.FitPlan`).
+
+    Attributes
+    ----------
+    scheme : {"none", "elkan", "yinyang", "hamerly"}
+        The distance bounds kept between iterations (:func:`daskmeans.kernels.nested_groups.choose_bounds`);
+        ``"none"``: plain Lloyd.
+    n_groups : int
+        Lower bounds kept per row (0 without bounds).
+    plain_iterations : int
+        Iterations at the start that run without bounds (the centers move most then, and bounds made from them rule
+        out next to nothing); the bounds start at the next.
+    max_iter : int
+    tol : float
+        Absolute tolerance on the sum of squared center shifts.
+    driver_rows : int
+        Most rows whose iterations run on the driver's threads.
+    on_driver : bool
+        Whether the iterations run on the driver (on a :class:`~daskmeans.engine.driver.DriverCopy` of the rows).
+    ahead : bool
+        Whether each iteration is submitted to the workers before the driver has seen the one before it (rows
+        held by the workers: :func:`~daskmeans.engine.placement.held_by_workers`).
+    """
+
+    scheme: str = "none"
+    n_groups: int = 0
+    plain_iterations: int = 0
+    max_iter: int = 300
+    tol: float = 0.0
+    driver_rows: int = 0
+    on_driver: bool = False
+    ahead: bool = False
+
+
+def lloyd_plan(array, n_clusters, bounds="none", *, max_iter=300, tol=0.0, client=None) -> LloydPlan:
+    """The plan of Lloyd's iterations over ``array`` on the workers (or local threads), with ``bounds``.
+
+    ``bounds``: ``"none"`` (plain Lloyd), a scheme (``"elkan"``, ``"yinyang"``, ``"hamerly"``), or ``"auto"``: the
+    scheme :func:`~daskmeans.kernels.nested_groups.choose_bounds` takes for the rows, after
+    :data:`~daskmeans.config.AUTO_PLAIN_ITERATIONS` iterations without bounds.
+    """
+    scheme, n_groups = ("none", 0) if bounds == "none" else \
+        choose_bounds(bounds, n_clusters, array.shape[1] * array.dtype.itemsize)
+    plain = min(max_iter, config.AUTO_PLAIN_ITERATIONS) if bounds == "auto" and scheme != "none" else 0
+    ahead = held_by_workers(array, client)
+    return LloydPlan(scheme=scheme, n_groups=n_groups, plain_iterations=plain, max_iter=max_iter, tol=tol,
+                     ahead=ahead, reasons={"scheme": f"bounds={bounds!r}",
+                                           "ahead": "rows held by the workers" if ahead else "rows not held"})
+
+
+@dataclass
+class LloydState:
+    """What Lloyd's iterations carry from one to the next: the centers, the history, the passes over the data and
+    the iterations done (the checkpoint's state, :func:`_state`)."""
+
+    centers: Any
+    history: list
+    passes: float
+    n_iter: int = 0
+
+
+@dataclass
+class _Step:
+    """One iteration as the driver records it: its number, the centers it made and what its pass measured
+    (``more``: further items of its record)."""
+
+    iteration: int
+    new_centers: Any
+    inertia: float
+    shift: float
+    relocated: int
+    computed: int
+    more: dict
+
+
+def lloyd(array, centers, plan=None, context=None, driver=None):
+    """Run Lloyd iterations from ``centers``, as ``plan`` says.
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
+    plan : LloydPlan, optional
+        The bounds, the iterations, the tolerance and where the iterations run (:func:`lloyd_plan`; default: plain
+        Lloyd, at most 300 iterations, ``tol`` 0). Bounds keep the rows on the workers:
+        :func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`.
     context : RunContext, optional
         ``total_weight`` is required. Each record reaches the callback with the centers after that iteration
         (``"_centers"``).
-    max_iter : int
-    tol : float
-        Absolute tolerance on the sum of squared center shifts.
-    bounds : {"none", "auto", "elkan", "yinyang", "hamerly"}
-        Distance bounds kept between iterations (:mod:`daskmeans.kernels.nested_groups`); ``"none"`` is plain
-        Lloyd. Bounds keep the rows on the workers: :func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`.
-        With ``"auto"`` the first :data:`~daskmeans.config.AUTO_PLAIN_ITERATIONS` iterations are plain (the centers
-        move most then, and bounds made from them rule out next to nothing) and the bounds start at the next.
     driver : DriverCopy, optional
         ``array`` and the weights gathered into the driver's memory (:class:`~daskmeans.engine.driver.DriverCopy`):
         the passes then run on the driver's threads, without a round trip to the workers per iteration. The
@@ -140,124 +212,159 @@ def lloyd(array, centers, context=None, *, max_iter=300, tol=0.0, bounds="none",
     FitResult
         ``inertia`` is None when the last iteration moved the centers (see :func:`final_inertia`).
     """
+    plan = plan or LloydPlan()
     context = context or RunContext()
-    client, checkpoint = context.client, context.checkpoint
-    passes = context.passes
-    history = []
-    n_iter = 0
+    state = LloydState(centers, [], context.passes)
     resume = context.resume
     if resume is not None:
-        centers, history, passes, n_iter = resume["centers"], list(resume["history"]), resume["passes"], \
-            resume["iteration"]
+        state = LloydState(resume["centers"], list(resume["history"]), resume["passes"], resume["iteration"])
         if resume["stop_reason"] is not None:
-            return FitResult(centers, resume["inertia"], n_iter, history, resume["stop_reason"], passes)
-    elif checkpoint is not None:
-        checkpoint.save(_state(0, centers, history, passes, None, None))
+            return FitResult(state.centers, resume["inertia"], state.n_iter, state.history, resume["stop_reason"],
+                             state.passes)
+    elif context.checkpoint is not None:
+        context.checkpoint.save(_state(0, centers, state.history, state.passes, None, None))
     if driver is not None:
         with driver.threads():
             on_driver = replace(context, client=None, weights=driver.weights)
-            return _run_phases(driver.array, centers, on_driver, bounds, partial(_iterate, driver=driver), max_iter,
-                               tol, history, passes, n_iter, driver)
-    iterate = _iterate_ahead if held_by_workers(array, client) else _iterate
-    return _run_phases(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter)
+            return _Run(driver.array, plan, on_driver, state, driver).phases()
+    return _Run(array, plan, context, state).phases()
 
 
-def _run_phases(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None):
-    """The iterations from ``n_iter + 1`` on: with ``bounds="auto"``, plain ones up to ``AUTO_PLAIN_ITERATIONS``,
-    then bounded ones (the same iterates either way)."""
-    plain_until = min(max_iter, AUTO_PLAIN_ITERATIONS) if bounds == "auto" else 0
-    if n_iter < plain_until:
-        result = _run(array, centers, context, "none", iterate, max_iter, tol, history, passes, n_iter, driver,
-                      last=plain_until)
-        if result.stop_reason != "max_iter" or result.n_iter == max_iter:
-            return result
-        centers, history, passes, n_iter = result.centers, result.history, result.passes, result.n_iter
-    return _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver)
+class _Run:
+    """One run of Lloyd's iterations: the prepared problem (the rows, the plan, the run context and, for rows in the
+    driver's memory, their copy) and the state the iterations carry."""
 
+    def __init__(self, array, plan, context, state, driver=None):
+        self.array, self.plan, self.context, self.state, self.driver = array, plan, context, state, driver
 
-def _run(array, centers, context, bounds, iterate, max_iter, tol, history, passes, n_iter, driver=None, last=None):
-    """Iterations ``n_iter + 1 .. last`` (default ``max_iter``) with one engine; ``stop_reason`` is ``"max_iter"``
-    when they all ran."""
-    engine = _PlainPasses(array, context.weights, context.client, driver) if bounds == "none" else \
-        _BoundedPasses(array, centers, context.weights, context.client, bounds, driver)
-    try:
-        return iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter,
-                       last=max_iter if last is None else last)
-    finally:
-        engine.release()
+    def phases(self):
+        """The iterations from ``state.n_iter + 1`` on: the plan's plain ones first, then those of its scheme (the
+        same iterates either way)."""
+        plan = self.plan
+        if self.state.n_iter < plan.plain_iterations:
+            result = self.run("none", last=plan.plain_iterations)
+            if result.stop_reason != "max_iter" or result.n_iter == plan.max_iter:
+                return result
+        return self.run(plan.scheme, last=plan.max_iter)
 
+    def run(self, scheme, last):
+        """Iterations ``state.n_iter + 1 .. last`` with the passes of ``scheme``; ``stop_reason`` is
+        ``"max_iter"`` when they all ran."""
+        context = self.context
+        engine = _PlainPasses(self.array, context.weights, context.client, self.driver) if scheme == "none" else \
+            _BoundedPasses(self.array, self.state.centers, context.weights, context.client, scheme,
+                           self.plan.n_groups, self.driver)
+        try:
+            if self.driver is None and self.plan.ahead:
+                return self.iterate_ahead(engine, last)
+            return self.iterate(engine, last)
+        finally:
+            engine.release()
 
-def _iterate(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last, driver=None):
-    """One iteration after the other, each waiting for its pass; with ``driver``, the passes run on the driver's
-    blocks without a graph, and so without the block tasks' reports: ``rows_per_second`` is then the data's rows
-    over the time since the previous record, as :func:`_iterate_ahead` gives it."""
-    client, weights, clock = context.client, context.weights, context.clock
-    stop_reason = "max_iter"
-    previous = None
-    started = clock.elapsed()
-    for iteration in range(n_iter + 1, last + 1):
-        stats, computed = engine.step(centers, previous)
-        stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
-        new_centers, shift, relocated = lloyd_update(stats, centers)
-        passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
-        previous = centers
-        more = {}
-        if driver is not None:
-            seconds, started = clock.elapsed() - started, clock.elapsed()
-            more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
-        centers, stop = _close_iteration(engine, context, history, iteration, new_centers, stats.inertia, shift,
-                                         relocated, computed, passes, tol, max_iter, array.shape[0], **more)
-        n_iter = iteration
-        if stop is not None:
-            stop_reason = stop
-            break
-    # centers that did not move have the inertia of the last pass; otherwise it is left to final_inertia,
-    # so that a fit ends with its last iteration
-    inertia = stats.inertia if shift == 0.0 else None
-    return FitResult(centers, inertia, n_iter, history, stop_reason, passes)
-
-
-def _iterate_ahead(engine, array, centers, context, max_iter, tol, history, passes, n_iter, last):
-    """:func:`_iterate` with each iteration submitted whole before the driver has seen the one before it.
-
-    An iteration's pass is one task per worker thread over the blocks its worker holds
-    (:func:`~daskmeans.engine.graph.chained_group_pass`), and each such task computes its centers itself from the
-    previous pass's statistics (:func:`_advance`, the same update as :func:`lloyd_update`), so that the workers
-    never wait for a round trip to the driver or to one combining task. The driver records, reports, checkpoints
-    and decides to stop as :func:`_iterate` does, iteration by iteration, and drops the one submitted ahead when it
-    stops: the same iterates and the same history (the passes report no progress of their own:
-    ``rows_per_second`` is the data's rows over the time since the previous record). A pass whose far rows cannot
-    refill its empty clusters is redone on the driver (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
-    """
-    client, weights, clock = context.client, context.weights, context.clock
-    stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
-    k, first = centers.shape[0], n_iter + 1
-    iteration = first
-    current = engine.submit(centers, k) if iteration <= last else None
-    while current is not None:
-        ahead = engine.submit(current, k, after=current) if iteration < last else None
-        _, new_centers, summary, _ = current.update.result()
-        extra = 0
-        if "stats" in summary:
-            ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
-            stats, extra = with_enough_far_rows(finish_stats(summary["stats"]), array, centers, weights, client)
+    def iterate(self, engine, last):
+        """One iteration after the other, each waiting for its pass; on the driver's copy, the passes run on its
+        blocks without a graph, and so without the block tasks' reports: ``rows_per_second`` is then the data's
+        rows over the time since the previous record, as :meth:`iterate_ahead` gives it."""
+        array, state = self.array, self.state
+        client, weights, clock = self.context.client, self.context.weights, self.context.clock
+        stop_reason, shift, stats = "max_iter", None, None
+        previous = None
+        started = clock.elapsed()
+        for iteration in range(state.n_iter + 1, last + 1):
+            centers = state.centers
+            stats, computed = engine.step(centers, previous)
+            stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
             new_centers, shift, relocated = lloyd_update(stats, centers)
-            summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
-            moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
-            ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < last else None
-        passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
-        shift, inertia = summary["shift"], summary["inertia"]
-        seconds, started = clock.elapsed() - started, clock.elapsed()
-        centers, stop = _close_iteration(engine, context, history, iteration, new_centers, inertia, shift,
-                                         summary["relocated"], summary.get("computed", array.shape[0] * k), passes,
-                                         tol, max_iter, array.shape[0],
-                                         rows_per_second=(1 + extra) * array.shape[0] / seconds)
-        n_iter = iteration
-        current, iteration = ahead, iteration + 1
-        if stop is not None:
-            stop_reason = stop
-            break
-    return FitResult(centers, inertia if shift == 0.0 else None, n_iter, history, stop_reason, passes)
+            state.passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
+            previous = centers
+            more = {}
+            if self.driver is not None:
+                seconds, started = clock.elapsed() - started, clock.elapsed()
+                more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
+            stop = self.close_iteration(engine, _Step(iteration, new_centers, stats.inertia, shift, relocated,
+                                                      computed, more))
+            if stop is not None:
+                stop_reason = stop
+                break
+        # centers that did not move have the inertia of the last pass; otherwise it is left to final_inertia,
+        # so that a fit ends with its last iteration
+        inertia = stats.inertia if shift == 0.0 else None
+        return FitResult(state.centers, inertia, state.n_iter, state.history, stop_reason, state.passes)
+
+    def iterate_ahead(self, engine, last):
+        """:meth:`iterate` with each iteration submitted whole before the driver has seen the one before it.
+
+        An iteration's pass is one task per worker thread over the blocks its worker holds
+        (:func:`~daskmeans.engine.graph.chained_group_pass`), and each such task computes its centers itself from
+        the previous pass's statistics (:func:`_advance`, the same update as :func:`lloyd_update`), so that the
+        workers never wait for a round trip to the driver or to one combining task. The driver records, reports,
+        checkpoints and decides to stop as :meth:`iterate` does, iteration by iteration, and drops the one
+        submitted ahead when it stops: the same iterates and the same history (the passes report no progress of
+        their own: ``rows_per_second`` is the data's rows over the time since the previous record). A pass whose
+        far rows cannot refill its empty clusters is redone on the driver
+        (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
+        """
+        array, state = self.array, self.state
+        client, weights, clock = self.context.client, self.context.weights, self.context.clock
+        stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
+        k, first = state.centers.shape[0], state.n_iter + 1
+        iteration = first
+        current = engine.submit(state.centers, k) if iteration <= last else None
+        while current is not None:
+            centers = state.centers
+            ahead = engine.submit(current, k, after=current) if iteration < last else None
+            _, new_centers, summary, _ = current.update.result()
+            extra = 0
+            if "stats" in summary:
+                ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
+                stats, extra = with_enough_far_rows(finish_stats(summary["stats"]), array, centers, weights, client)
+                new_centers, shift, relocated = lloyd_update(stats, centers)
+                summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
+                moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
+                ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < last else None
+            state.passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
+            shift, inertia = summary["shift"], summary["inertia"]
+            seconds, started = clock.elapsed() - started, clock.elapsed()
+            step = _Step(iteration, new_centers, inertia, shift, summary["relocated"],
+                         summary.get("computed", array.shape[0] * k),
+                         {"rows_per_second": (1 + extra) * array.shape[0] / seconds})
+            stop = self.close_iteration(engine, step)
+            current, iteration = ahead, iteration + 1
+            if stop is not None:
+                stop_reason = stop
+                break
+        return FitResult(state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason,
+                         state.passes)
+
+    def close_iteration(self, engine, step):
+        """Record ``step`` (with its ``more`` items), report it, checkpoint it, make its centers the state's and
+        tell whether the run stops (the stop reason, or None)."""
+        context, state = self.context, self.state
+        clock, checkpoint = context.clock, context.checkpoint
+        n, k = self.array.shape[0], step.new_centers.shape[0]
+        record = {
+            "iteration": step.iteration,
+            "energy": step.inertia / context.total_weight,
+            "inertia": step.inertia,
+            "center_shift": step.shift,
+            "relocated": step.relocated,
+            "distances_computed": step.computed,
+            "distances_skipped": n * k - step.computed,
+            "bounds": engine.scheme,
+            "bound_groups": engine.n_groups,
+            "wall_time": clock.elapsed(),
+            "passes": state.passes,
+            **step.more,
+        }
+        state.history.append(record)
+        context.report(record, centers=step.new_centers)
+        stop = "converged" if step.shift <= self.plan.tol else "max_time" if clock.out_of_time() else None
+        if checkpoint is not None:
+            final = stop or ("max_iter" if step.iteration == self.plan.max_iter else None)
+            checkpoint.save(_state(step.iteration, step.new_centers, state.history, state.passes, final,
+                                   step.inertia if final is not None and step.shift == 0.0 else None))
+        state.centers, state.n_iter = step.new_centers, step.iteration
+        return stop
 
 
 def _advance(raw, centers, dtype):
@@ -302,36 +409,6 @@ def lloyd_update(stats, centers):
     new_centers = centers_from_sums(stats.sums, stats.counts, centers)
     shift = float(np.sum((new_centers.astype(np.float64) - centers.astype(np.float64)) ** 2))
     return new_centers, shift, relocated
-
-
-def _close_iteration(engine, context, history, iteration, new_centers, inertia, shift, relocated, computed, passes,
-                     tol, max_iter, n_rows, **more):
-    """Record an iteration (with ``more`` items), report it, checkpoint it and tell whether the run stops:
-    ``(new_centers, stop)``."""
-    clock, checkpoint = context.clock, context.checkpoint
-    n, k = n_rows, new_centers.shape[0]
-    record = {
-        "iteration": iteration,
-        "energy": inertia / context.total_weight,
-        "inertia": inertia,
-        "center_shift": shift,
-        "relocated": relocated,
-        "distances_computed": computed,
-        "distances_skipped": n * k - computed,
-        "bounds": engine.scheme,
-        "bound_groups": engine.n_groups,
-        "wall_time": clock.elapsed(),
-        "passes": passes,
-        **more,
-    }
-    history.append(record)
-    context.report(record, centers=new_centers)
-    stop = "converged" if shift <= tol else "max_time" if clock.out_of_time() else None
-    if checkpoint is not None:
-        final = stop or ("max_iter" if iteration == max_iter else None)
-        checkpoint.save(_state(iteration, new_centers, history, passes, final,
-                               inertia if final is not None and shift == 0.0 else None))
-    return new_centers, stop
 
 
 def _state(iteration, centers, history, passes, stop_reason, inertia):

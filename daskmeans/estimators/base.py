@@ -4,8 +4,8 @@ prediction, persistence, and the progress and center snapshots of a fit."""
 from __future__ import annotations
 
 import dataclasses
-
 import inspect
+import sys
 
 import dask.array as da
 import numpy as np
@@ -301,6 +301,16 @@ class ClusteringEstimator:
             dims = (data.sample_dim,) if lazy.ndim == 1 else (data.sample_dim, "cluster")
             return xr.DataArray(values, dims=dims, coords=data.sample_coords, name=name)
         return values
+
+    def _keep_plan(self, plan, recorder=None):
+        """Keep the fit's plan (:class:`~daskmeans.algorithms.plan.FitPlan`) as ``fit_plan_`` and, where the fit
+        shows progress bars, show it on one line above them (the reasons stay in ``fit_plan_.reasons``)."""
+        self.fit_plan_ = plan
+        if recorder is not None and recorder.show:
+            from tqdm.auto import tqdm
+
+            chosen = " ".join(f"{name}={value}" for name, value in plan.choices().items())
+            tqdm.write(f"{recorder.desc} plan: {chosen}", file=sys.stderr)
 
     # -- public methods -------------------------------------------------------------------------------------
     #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).

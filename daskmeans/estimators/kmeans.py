@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..algorithms.init import check_init
-from ..algorithms.lloyd import final_inertia, lloyd
+from ..algorithms.lloyd import LloydPlan, final_inertia, lloyd
 from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
-from ..config import ASSIGN_DIRECT_LIMIT, BOUNDS_MEMORY_FRACTION, BOUNDS_MIN_CLUSTERS
+from .. import config
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
+from ..engine.placement import held_by_workers
 from ..engine.slabs import compute_dtype, stored_form
 from ..kernels.nested_groups import choose_bounds
 from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
@@ -22,6 +23,34 @@ from .resume import FitStart, seed_centers
 ALGORITHMS = ("auto", "lloyd", "elkan", "yinyang", "hamerly")
 
 
+def resolve_bounds(algorithm, n_samples, n_features, n_clusters, itemsize, memory_bytes):
+    """The bounds exact k-means keeps: ``(choice, scheme, n_groups, reason)``.
+
+    ``choice`` is :func:`choose_algorithm`'s answer, ``scheme`` and ``n_groups`` what
+    :func:`daskmeans.kernels.nested_groups.choose_bounds` makes of it (``("none", 0)`` without bounds), and
+    ``reason`` says why, in words.
+    """
+    k, d = n_clusters, n_features
+    if algorithm == "lloyd":
+        return "none", "none", 0, "algorithm='lloyd'"
+    if algorithm != "auto":
+        scheme, n_groups = choose_bounds(algorithm, k, d * itemsize)
+        return algorithm, scheme, n_groups, f"algorithm={algorithm!r}" + (
+            "" if scheme == algorithm else f", which is {scheme!r} for k={k}")
+    if k < config.BOUNDS_MIN_CLUSTERS:
+        return "none", "none", 0, f"k={k} < BOUNDS_MIN_CLUSTERS={config.BOUNDS_MIN_CLUSTERS}: bounds would not pay"
+    if k * d <= config.ASSIGN_DIRECT_LIMIT:
+        return "none", "none", 0, f"k*d={k * d} <= ASSIGN_DIRECT_LIMIT={config.ASSIGN_DIRECT_LIMIT}: " \
+            "the direct loop, bounds would not pay"
+    scheme, n_groups = choose_bounds("auto", k, d * itemsize)
+    needed = n_samples * state_bytes_per_row(d, n_groups, itemsize)
+    share = f"{config.BOUNDS_MEMORY_FRACTION:g} of the cluster's {memory_bytes:,} bytes"
+    if needed <= config.BOUNDS_MEMORY_FRACTION * memory_bytes:
+        return "auto", scheme, n_groups, f"{n_groups} bound(s) per row of {d * itemsize} bytes; their state " \
+            f"({needed:,} bytes) within {share}"
+    return "none", "none", 0, f"the bounds' state ({needed:,} bytes) would exceed {share}"
+
+
 def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, memory_bytes):
     """The bound scheme exact k-means runs with (``"none"``: plain Lloyd).
 
@@ -30,25 +59,54 @@ def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, mem
     (:func:`daskmeans.passes.bounded_assign.state_bytes_per_row` for every row) would take more than
     ``BOUNDS_MEMORY_FRACTION`` of ``memory_bytes`` (the cluster's memory).
     """
-    if algorithm == "lloyd":
-        return "none"
-    if algorithm != "auto":
-        return algorithm
-    if n_clusters < BOUNDS_MIN_CLUSTERS or n_clusters * n_features <= ASSIGN_DIRECT_LIMIT:
-        return "none"
-    _, n_groups = choose_bounds("auto", n_clusters, n_features * itemsize)
-    needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize)
-    return "auto" if needed <= BOUNDS_MEMORY_FRACTION * memory_bytes else "none"
+    return resolve_bounds(algorithm, n_samples, n_features, n_clusters, itemsize, memory_bytes)[0]
+
+
+def driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dtype) -> int:
+    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows`): a row takes its
+    stored bytes and, with bounds (``scheme`` not ``"none"``), the state of its ``n_groups`` bounds
+    (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
+    row_bytes = n_features * np.dtype(stored_dtype).itemsize
+    if scheme != "none":
+        row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
+    return driver_rows(setting, n_clusters, n_features, row_bytes)
 
 
 def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> int:
-    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows`): a row takes its
-    stored bytes and, with bounds, its state's (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
-    row_bytes = n_features * np.dtype(stored_dtype).itemsize
-    if bounds != "none":
-        _, n_groups = choose_bounds(bounds, n_clusters, n_features * compute_dtype(stored_dtype).itemsize)
-        row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
-    return driver_rows(setting, n_clusters, n_features, row_bytes)
+    """:func:`driver_rows_for` with the bounds ``bounds`` (a scheme, ``"auto"`` or ``"none"``) resolved for rows
+    computed in ``stored_dtype``'s compute dtype."""
+    scheme, n_groups = ("none", 0) if bounds == "none" else \
+        choose_bounds(bounds, n_clusters, n_features * compute_dtype(stored_dtype).itemsize)
+    return driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dtype)
+
+
+def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
+    """Every data-dependent choice of a :class:`KMeans` fit, made once: the bounds (``algorithm``), the iterations
+    without bounds at the start, the absolute tolerance, whether the iterations run on the driver
+    (``driver_rows``) and whether they run ahead of the driver on the workers."""
+    k, d, n = estimator.n_clusters, data.n_features, data.n_samples
+    choice, scheme, n_groups, why = resolve_bounds(estimator.algorithm, n, d, k, data.array.dtype.itemsize,
+                                                   cluster_memory_bytes(client))
+    reasons = {"scheme": why, "n_groups": why}
+    plain = 0
+    if choice == "auto":
+        plain = min(estimator.max_iter, config.AUTO_PLAIN_ITERATIONS)
+        reasons["plain_iterations"] = f"algorithm='auto': AUTO_PLAIN_ITERATIONS={config.AUTO_PLAIN_ITERATIONS} " \
+            "plain iterations first, while the centers move most"
+    tol = estimator.tol * summary.mean_variance
+    reasons["tol"] = f"tol={estimator.tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"
+    limit = driver_rows_for(estimator.driver_rows, scheme, n_groups, k, d, stored_form(data.array).dtype)
+    on_driver = n <= limit
+    reasons["driver_rows"] = f"driver_rows={estimator.driver_rows!r}"
+    if estimator.driver_rows == "auto":
+        reasons["driver_rows"] += f": at most DRIVER_WORK={config.DRIVER_WORK:,} multiply-adds per pass and " \
+            f"DRIVER_BYTES={config.DRIVER_BYTES:,} bytes of rows and bounds"
+    reasons["on_driver"] = f"{n:,} rows {'<=' if on_driver else '>'} {limit:,}"
+    ahead = not on_driver and held_by_workers(data.array, client)
+    reasons["ahead"] = "on the driver" if on_driver else \
+        "the rows are held by the workers" if ahead else "the rows are not held by the workers"
+    return LloydPlan(scheme=scheme, n_groups=n_groups, plain_iterations=plain, max_iter=estimator.max_iter,
+                     tol=tol, driver_rows=limit, on_driver=on_driver, ahead=ahead, reasons=reasons)
 
 
 class KMeans(ClusteringEstimator):
@@ -131,6 +189,11 @@ class KMeans(ClusteringEstimator):
     center_snapshots_ : list of dict
         Only with ``snapshot_centers=True``: the initial centers and the centers after each iteration, as
         ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``wall_time`` on the clock of ``history_``).
+    fit_plan_ : LloydPlan
+        What the fit decided from the data before its iterations, with the reason for each choice
+        (:class:`daskmeans.algorithms.lloyd.LloydPlan`): the bounds (``scheme``, ``n_groups``), the plain
+        iterations first, the absolute ``tol``, the rows run on the driver (``driver_rows``, ``on_driver``) and
+        whether iterations run ahead on the workers (``ahead``). Shown above the progress bars.
 
     See Also
     --------
@@ -219,18 +282,15 @@ class KMeans(ClusteringEstimator):
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        bounds = choose_algorithm(self.algorithm, data.n_samples, data.n_features, self.n_clusters,
-                                  data.array.dtype.itemsize, cluster_memory_bytes(client))
-        tol = self.tol * summary.mean_variance
+        plan = plan_kmeans(self, data, summary, client)
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
         first_run = saved["run"] if saved is not None else 0
-        on_driver = data.n_samples <= lloyd_driver_rows(
-            self.driver_rows, bounds, self.n_clusters, data.n_features, stored_form(data.array).dtype)
         driver = None
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="k-means") as recorder:
+            self._keep_plan(plan, recorder)
             for run in range(first_run, self.n_init):
                 # the state of the run under way is saved under "run_state", next to the best of the runs before
                 hook = start.hook("run_state", fresh=run != first_run, run=run,
@@ -241,10 +301,9 @@ class KMeans(ClusteringEstimator):
                 recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
                 context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
                                      checkpoint=hook, weights=weights, total_weight=summary.total_weight)
-                if on_driver and driver is None:
+                if plan.on_driver and driver is None:
                     driver = DriverCopy.gather(data.array, weights, client)
-                result = lloyd(data.array, centers, context, max_iter=self.max_iter, tol=tol, bounds=bounds,
-                               driver=driver)
+                result = lloyd(data.array, centers, plan, context, driver)
                 if self.n_init > 1 and result.inertia is None:
                     with recorder.final_pass(f"inertia of run {run + 1}/{self.n_init}"):
                         result.inertia = final_inertia(data.array, result.centers, weights, client)
@@ -262,6 +321,6 @@ class KMeans(ClusteringEstimator):
         self.n_iter_ = best.n_iter
         self.history_ = best.history
         self.algorithm_ = best.history[-1]["bounds"].replace("none", "lloyd") if best.history else \
-            ("lloyd" if bounds == "none" else bounds)
+            ("lloyd" if plan.scheme == "none" else plan.scheme)
         self.stop_reason_ = best.stop_reason
         self._labels = None

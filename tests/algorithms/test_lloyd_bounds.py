@@ -8,7 +8,7 @@ import pytest
 
 from daskmeans import KMeans
 from daskmeans.config import AUTO_PLAIN_ITERATIONS
-from daskmeans.algorithms.lloyd import lloyd
+from daskmeans.algorithms.lloyd import lloyd, lloyd_plan
 from daskmeans.engine.placement import held_by_workers
 from daskmeans.algorithms.result import RunContext
 from daskmeans.estimators.kmeans import choose_algorithm
@@ -35,7 +35,8 @@ def run(array, centers, bounds, max_iter, client=None):
         steps.append((entry, entry["_centers"]))
 
     context = RunContext(client=client, total_weight=array.shape[0], callback=record)
-    return lloyd(array, centers, context, max_iter=max_iter, bounds=bounds), steps
+    plan = lloyd_plan(array, len(centers), bounds, max_iter=max_iter, client=client)
+    return lloyd(array, centers, plan, context), steps
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -172,7 +173,8 @@ def test_rows_stored_as_uint8_stay_uint8_in_the_states_with_the_same_iterates(cl
         seen.extend(cluster_client.run(_state_row_dtypes).values())
 
     context = RunContext(client=cluster_client, total_weight=len(X), callback=record)
-    kept = lloyd(with_stored_form(stored.astype(np.float32), stored), centers, context, max_iter=8, bounds=bounds)
+    array = with_stored_form(stored.astype(np.float32), stored)
+    kept = lloyd(array, centers, lloyd_plan(array, len(centers), bounds, max_iter=8, client=cluster_client), context)
     assert ("uint8",) in set(map(tuple, seen)) and set(map(tuple, seen)) <= {("uint8",), ()}  # the stored rows
     as_float, _ = run(da.from_array(X, chunks=(1000, X.shape[1])), centers, bounds, 8)
     np.testing.assert_array_equal(kept.centers, as_float.centers)

@@ -6,7 +6,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from daskmeans.algorithms.lloyd import lloyd
+from daskmeans.algorithms.lloyd import lloyd, lloyd_plan
 from daskmeans.algorithms.result import Clock, FitResult, RunContext, result_from_state, result_to_state
 
 
@@ -54,7 +54,8 @@ def test_an_algorithm_takes_its_data_centers_parameters_and_one_context():
     X = np.random.default_rng(0).normal(size=(300, 2))
     seen = []
     context = RunContext(callback=seen.append, passes=1, total_weight=300.0)
-    result = lloyd(da.from_array(X, chunks=100), X[:3].copy(), context, max_iter=4, tol=0.0)
+    array = da.from_array(X, chunks=100)
+    result = lloyd(array, X[:3].copy(), lloyd_plan(array, 3, max_iter=4, tol=0.0), context)
     assert isinstance(result, FitResult) and 1 <= result.n_iter <= 4
     assert [r["iteration"] for r in seen] == list(range(1, result.n_iter + 1))
     # the callback sees the centers after each iteration; the history does not keep them
