@@ -261,9 +261,9 @@ def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
 def test_kernel_minibatch_survives_a_killed_worker(killable_cluster, store, monkeypatch):
     """The steps run on the driver; the workers read each pool's batch rows (here 3 steps per pool)."""
     from daskmeans.estimators.kernel import MiniBatchKernelKMeans
-    from daskmeans.passes import kernel_pools
+    from daskmeans import config
 
-    monkeypatch.setattr(kernel_pools, "POOL_BYTES", 3 * 200 * 6 * 4)
+    monkeypatch.setattr(config, "POOL_BYTES", 3 * 200 * 6 * 4)
 
     def make(**kw):  # driver_rows=0: the data stays on the workers (small data is otherwise copied to the driver)
         return MiniBatchKernelKMeans(30, batch_size=200, max_iter=12, init_sample_size=1000, random_state=3,

@@ -8,7 +8,7 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from ..config import N_FAR, N_FAR_MAX, N_FAR_PER_CLUSTERS
+from .. import config
 from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
 from ..engine.slabs import compute_dtype, is_aligned, map_rows, row_slabs, slab_rows, slabs
 from ..exceptions import InputDataError
@@ -153,7 +153,7 @@ def block_energy(stats):
 
 def far_rows(n_clusters: int) -> int:
     """Far rows an assign pass reports for ``n_clusters`` centers (see :data:`~daskmeans.config.N_FAR`)."""
-    return int(min(N_FAR_MAX, max(N_FAR, int(n_clusters) // N_FAR_PER_CLUSTERS)))
+    return int(min(config.N_FAR_MAX, max(config.N_FAR, int(n_clusters) // config.N_FAR_PER_CLUSTERS)))
 
 
 def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=False):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import POOL_BYTES
+from .. import config
 from ..engine.client import compute_now, submit_now
 from .minibatch_pool import assemble_pieces, draw_pieces, step_indices
 
@@ -41,7 +41,7 @@ class StepPools:
         self.n_samples = int(array.shape[0])
         self.batch_size, self.max_iter, self.seed = int(batch_size), int(max_iter), seed
         row_bytes = self.batch_size * array.shape[1] * array.dtype.itemsize
-        pool_bytes = POOL_BYTES if pool_bytes is None else int(pool_bytes)
+        pool_bytes = config.POOL_BYTES if pool_bytes is None else int(pool_bytes)
         self.steps_per_pool = max(1, min(self.max_iter, pool_bytes // max(1, row_bytes)))
         self._pending = {}
         self._arrived = {}

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..config import CHUNK_SAMPLING_MIN_SAVING, MIN_POOL_BLOCKS, POOL_BLOCK_OVERSAMPLING
+from .. import config
 from ..engine.graph import block_args, block_offsets, map_blocks_delayed, shared
 from ..engine.random import stage_generator
 from ..engine.slabs import converted_rows, stored_form
@@ -41,8 +41,8 @@ def blocks_per_pool(block_rows, pool_rows: int) -> int:
     """Blocks a pool reads with ``sampling="chunks"``: enough for ``POOL_BLOCK_OVERSAMPLING`` times its rows (by
     the mean block size), at least ``MIN_POOL_BLOCKS``, at most all."""
     block_rows = np.asarray(block_rows)
-    wanted = math.ceil(POOL_BLOCK_OVERSAMPLING * pool_rows / max(1.0, float(block_rows.mean())))
-    return int(min(len(block_rows), max(MIN_POOL_BLOCKS, wanted)))
+    wanted = math.ceil(config.POOL_BLOCK_OVERSAMPLING * pool_rows / max(1.0, float(block_rows.mean())))
+    return int(min(len(block_rows), max(config.MIN_POOL_BLOCKS, wanted)))
 
 
 def choose_sampling(sampling: str, block_rows, pool_rows: int) -> str:
@@ -52,7 +52,7 @@ def choose_sampling(sampling: str, block_rows, pool_rows: int) -> str:
     if sampling != "auto":
         return sampling
     uniform_blocks = min(len(block_rows), pool_rows)
-    return "chunks" if uniform_blocks >= CHUNK_SAMPLING_MIN_SAVING * blocks_per_pool(block_rows, pool_rows) \
+    return "chunks" if uniform_blocks >= config.CHUNK_SAMPLING_MIN_SAVING * blocks_per_pool(block_rows, pool_rows) \
         else "rows"
 
 

@@ -21,7 +21,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.system import CPU_COUNT
 
-from ..config import DRIVER_BYTES, SPLIT_EVERY
+from .. import config
 from ..engine.blas import one_blas_thread
 from ..engine.client import persist_now
 from ..engine.graph import reduce_in_tree, task
@@ -43,7 +43,7 @@ def step_on_driver(step_block, block_args, common_args, combine):
     threads = max(1, min(CPU_COUNT, len(block_args)))
     with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
         outputs = list(pool.map(lambda args: step_block(*args, *common_args), block_args))
-    return outputs, reduce_in_tree([output.report for output in outputs], combine, SPLIT_EVERY)
+    return outputs, reduce_in_tree([output.report for output in outputs], combine)
 
 
 def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
@@ -58,7 +58,7 @@ def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
     key = f"daskmeans-nmbatch-{name}-{uuid.uuid4().hex}"
     sent = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), value)}),
                     layer=f"{key}-{i}") for i, value in enumerate(values)]
-    with dask.config.set({"distributed.admin.large-graph-warning-threshold": f"{2 * DRIVER_BYTES}B"}):
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": f"{2 * config.DRIVER_BYTES}B"}):
         return list(persist_now(*sent, client=client))
 
 

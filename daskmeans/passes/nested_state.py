@@ -23,7 +23,7 @@ import uuid
 
 import numpy as np
 
-from ..config import MAX_LANES, MIN_BLOCK_ROWS
+from .. import config
 from ..engine.client import compute_now, persist_now, resolve_client
 from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
 from ..engine.random import stage_generator, stage_key
@@ -104,10 +104,11 @@ class NestedBatch:
         ``None`` runs on the local threaded scheduler (the blocks then live in this process).
     max_blocks : int, optional
         Most state blocks; default the number of row blocks of ``array``.
-    min_block_rows : int
-        Blocks are split only while the halves keep this many rows.
+    min_block_rows : int, optional
+        Blocks are split only while the halves keep this many rows; None:
+        :data:`~daskmeans.config.MIN_BLOCK_ROWS`, read when the state is made.
     max_lanes : int, optional
-        Most lanes (default :data:`MAX_LANES`).
+        Most lanes; None: :data:`~daskmeans.config.MAX_LANES`, read when the state is made.
     weights : dask.array.Array (n,), optional
         Sample weights, chunked like ``array``; read with the rows.
     driver_rows : int
@@ -115,7 +116,7 @@ class NestedBatch:
         with a ``client`` only); 0: every step on the workers.
     """
 
-    def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=MIN_BLOCK_ROWS,
+    def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=None,
                  max_lanes=None, weights=None, driver_rows=0):
         self.array = array
         self.weight_blocks = None if weights is None else blocks_of(weights)
@@ -126,13 +127,13 @@ class NestedBatch:
         self.chunk_sizes = np.asarray(array.chunks[0], dtype=np.int64)
         self.offsets = block_offsets(array)
         order_of_chunks = stage_generator(seed, "nmbatch", "chunk-order").permutation(len(self.chunk_sizes))
-        self.n_lanes = min(len(self.chunk_sizes), MAX_LANES if max_lanes is None else int(max_lanes))
+        self.n_lanes = min(len(self.chunk_sizes), config.MAX_LANES if max_lanes is None else int(max_lanes))
         self.lane_chunks = [order_of_chunks[lane:: self.n_lanes] for lane in range(self.n_lanes)]
         self.lane_ends = [np.cumsum(self.chunk_sizes[chunks]) for chunks in self.lane_chunks]
         self.lane_lengths = np.array([ends[-1] for ends in self.lane_ends], dtype=np.int64)
         self.row_key = stage_key(seed, "nmbatch", "row-order")
         self.max_blocks = int(max_blocks or len(self.chunk_sizes))
-        self.min_block_rows = int(min_block_rows)
+        self.min_block_rows = int(config.MIN_BLOCK_ROWS if min_block_rows is None else min_block_rows)
         self.data_blocks = stored_blocks(array)
         self.reads = GrowthReads(self.data_blocks, self.weight_blocks, self.offsets, self.row_key, self._pieces,
                                  self.client)

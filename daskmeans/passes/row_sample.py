@@ -12,7 +12,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 
-from ..config import ROW_SAMPLE_BLOCK_ROWS
+from .. import config
 from ..engine.client import compute_now, persist_now
 from ..engine.graph import block_args, map_blocks_delayed, task
 from ..engine.random import row_uniforms
@@ -77,7 +77,7 @@ def sampled_rows(array, weights, probability: float, key: int, client=None):
         for part, size in kept
     ])
     total = rows.shape[0]
-    block = max(1, min(total, ROW_SAMPLE_BLOCK_ROWS))
+    block = max(1, min(total, config.ROW_SAMPLE_BLOCK_ROWS))
     rows = rows.rechunk({0: block, 1: -1})
     sample_weights = None
     if weights is not None:

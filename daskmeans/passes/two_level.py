@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from dask.base import tokenize
 
-from ..config import SPLIT_EVERY
+from .. import config
 from ..engine.graph import block_args, map_blocks_delayed, shared, task, tree_reduce
 from ..engine.slabs import converted_rows, slabs
 from ..kernels.assign import nearest_centers
@@ -157,10 +157,12 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
                                      shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"), int(key),
                                      shared(batch_of, "two-level-batches"), n_batches, reads_data=True)
     token = tokenize(block_parts, caps, thresholds, batch_of)
+    split_every, settings = config.SPLIT_EVERY, config.carried()
     batches = []
     for b in range(n_batches):
         name = f"daskmeans-two-level-merge-{token}-{b}"
-        first = [task((name, j // SPLIT_EVERY), _merge_first, block_parts[j:j + SPLIT_EVERY], b, caps_node)
-                 for j in range(0, len(block_parts), SPLIT_EVERY)]
+        first = [task((name, j // split_every), _merge_first, block_parts[j:j + split_every], b, caps_node,
+                      settings=settings)
+                 for j in range(0, len(block_parts), split_every)]
         batches.append(first[0] if len(first) == 1 else tree_reduce(first, _merge_next, f"two-level-merge-{b}"))
     return batches

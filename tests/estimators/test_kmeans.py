@@ -121,9 +121,9 @@ def test_empty_clusters_are_refilled_in_their_own_pass_while_the_far_rows_suffic
     assert record["relocated"] == n_empty
     assert record["passes"] == 1 + passes  # the summary pass, then the iteration's
     assert np.linalg.norm(model.cluster_centers_, axis=1).max() < 100  # none left far away
-    import daskmeans.passes.assign as assign_pass
+    from daskmeans import config
 
-    monkeypatch.setattr(assign_pass, "N_FAR", 400)  # every pass reports enough far rows
+    monkeypatch.setattr(config, "N_FAR", 400)  # every pass reports enough far rows
     plenty = KMeans(400, init=init, max_iter=1, tol=0, algorithm="lloyd", client=cluster_client).fit(array)
     assert plenty.history_[0]["passes"] == 2
     np.testing.assert_array_equal(plenty.cluster_centers_, model.cluster_centers_)
