@@ -31,7 +31,8 @@ from ..kernels.minibatch import LEARNING_RATES
 from ..passes.kernel_assign import kernel_energy_graph, lazy_kernel_labels, lazy_kernel_transform
 from ..passes.kernel_pools import StepPools
 from ..progress import SnapshotRecorder
-from .base import UNCHECKED, Boolean, ClusteringEstimator, Init, Integer, Options, Real, Rule, raise_damaged
+from .base import ClusteringEstimator, raise_damaged
+from .constraints import UNCHECKED, Boolean, Init, Integer, Options, Real, Rule
 from .resume import FitStart
 
 #: Seeding methods of the kernel estimators (k-means++ runs in feature space).

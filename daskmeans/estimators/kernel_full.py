@@ -17,7 +17,7 @@ from ..engine.random import stage_key
 from ..exceptions import InputDataError
 from ..kernels.kernel_centers import SparseCenters
 from ..progress import SnapshotRecorder
-from .base import Integer
+from .constraints import Integer
 from .kernel import KERNEL_INIT_METHODS, _KernelClustering
 from .resume import FitStart
 

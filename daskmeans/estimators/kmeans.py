@@ -16,7 +16,8 @@ from ..kernels.nested_groups import choose_bounds
 from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
 from ..progress import SnapshotRecorder
 from .._validation import check_driver_rows
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
+from .base import ClusteringEstimator
+from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
 
 #: ``algorithm=`` values: Lloyd without bounds, Lloyd with bounds of a given scheme, or the choice by size.

@@ -16,7 +16,8 @@ from ..kernels.minibatch import LEARNING_RATES
 from ..kernels.nested_groups import BOUND_SCHEMES
 from ..progress import SnapshotRecorder
 from .._validation import check_driver_rows
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
+from .base import ClusteringEstimator
+from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
 
 

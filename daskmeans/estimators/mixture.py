@@ -20,7 +20,8 @@ from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.gmm import lazy_dense_posterior, log_likelihood_graph, sparse_posterior_parts
 from ..progress import SnapshotRecorder
-from .base import Boolean, ClusteringEstimator, Integer, Options, Real, Rule, raise_damaged
+from .base import ClusteringEstimator, raise_damaged
+from .constraints import Boolean, Integer, Options, Real, Rule
 from .resume import FitStart
 
 

@@ -14,7 +14,8 @@ from ..engine.slabs import stored_form
 from ..exceptions import InvalidParameterError
 from ..kernels.vrkm_steps import AGREE_RULES
 from ..progress import SnapshotRecorder
-from .base import SEEDING_CONSTRAINTS, ClusteringEstimator, Integer, Options, Real, Rule
+from .base import ClusteringEstimator
+from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, seed_centers
 
 
