@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import GREEDY_DISTANCE_MATRIX_BYTES, RECLUSTER_SLAB_BYTES
+from .. import config
 from .assign import all_dist2, nearest_centers
 from .distance import pair_dist2
 from .score_error import score_error_allowance
@@ -86,7 +86,7 @@ def _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_leng
 
 
 def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_clusters, chain_length, uniforms,
-                  block_bytes=RECLUSTER_SLAB_BYTES):
+                  block_bytes=None):
     """Run the ``n_clusters - 1`` Markov chains of AFK-MC2 over pre-drawn proposals.
 
     Chain ``c`` needs the distance from each of its proposals to the nearest of the ``c`` centers chosen before
@@ -111,8 +111,9 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     uniforms : float64 ((n_clusters - 1) * chain_length,)
         Acceptance uniforms in (0, 1), one per proposal (the first of each chain is not used: the chain starts
         there).
-    block_bytes : int
-        Largest score matrix of a block (its proposals against the centers chosen before it).
+    block_bytes : int, optional
+        Largest score matrix of a block (its proposals against the centers chosen before it); None:
+        :data:`~daskmeans.config.RECLUSTER_SLAB_BYTES`, read at call time.
 
     Returns
     -------
@@ -123,6 +124,7 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
         Distance evaluations of the algorithm (one per proposal and center chosen before its chain).
     """
     n_clusters, chain_length = int(n_clusters), int(chain_length)
+    block_bytes = config.RECLUSTER_SLAB_BYTES if block_bytes is None else block_bytes
     d = first_center.shape[0]
     centers = np.empty((n_clusters, d), dtype=np.float64)
     centers[0] = np.asarray(first_center, dtype=np.float64)
@@ -209,7 +211,7 @@ def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
 
 
 def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
-                                     matrix_bytes=GREEDY_DISTANCE_MATRIX_BYTES):
+                                     matrix_bytes=None):
     """Greedy k-means++ on a few weighted points whose trials always include the point of largest ``w d^2``.
 
     With only ``n_trials`` random trials, the last uncovered clusters (small ``w d^2`` mass next to that of the
@@ -228,7 +230,9 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
     n_clusters, n_trials : int
     rng : numpy.random.Generator
         Draws the first point, then ``n_trials`` uniforms per further center.
-    matrix_bytes : int
+    matrix_bytes : int, optional
+        Largest matrix of the points' squared distances computed at once; None:
+        :data:`~daskmeans.config.GREEDY_DISTANCE_MATRIX_BYTES`, read at call time.
 
     Returns
     -------
@@ -239,7 +243,7 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
     m = points.shape[0]
     first = int(rng.choice(m, p=weights / weights.sum()))
     uniforms = rng.random((max(n_clusters - 1, 0), n_trials))
-    if 8 * m * m <= matrix_bytes:
+    if 8 * m * m <= (config.GREEDY_DISTANCE_MATRIX_BYTES if matrix_bytes is None else matrix_bytes):
         d2 = all_dist2(points, points)
         np.fill_diagonal(d2, 0.0)
         chosen = np.empty(n_clusters, dtype=np.int64)

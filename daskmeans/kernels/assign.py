@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..config import ASSIGN_DIRECT_LIMIT, ASSIGN_SLAB_BYTES
+from .. import config
 from .exact_assign import assign_with_bounds, stored_rows_dtype
 from .nested_groups import make_groups
 from .stats import cluster_stats
@@ -46,7 +46,7 @@ def nearest_direct(X, centers):
     return labels, dist2
 
 
-def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES, stats=None, weights=None):
+def nearest_gemm(X, centers, slab_bytes=None, stats=None, weights=None):
     """Exact nearest center by blocked GEMM scores settled by exact distances where they cannot decide.
 
     For each slab of rows, ``||c||^2 - 2 x.c`` is one GEMM against the centers scaled by -2 and a vectorized
@@ -60,8 +60,9 @@ def nearest_gemm(X, centers, slab_bytes=ASSIGN_SLAB_BYTES, stats=None, weights=N
     ----------
     X : ndarray (n, d), float32 or float64
     centers : ndarray (k, d), same dtype as X
-    slab_bytes : int
-        Size of the largest score slab held at once.
+    slab_bytes : int, optional
+        Size of the largest score slab held at once; None: :data:`~daskmeans.config.ASSIGN_SLAB_BYTES`, read at
+        call time.
     stats, weights :
         Per-cluster accumulators the rows are added to as they are settled, and the rows' weights (see
         :func:`daskmeans.kernels.exact_assign.assign_with_bounds`).
@@ -103,7 +104,7 @@ def nearest_centers(X, centers, stats=None, weights=None):
     centers = np.ascontiguousarray(centers, dtype=dtype)
     if X.shape[0] == 0:
         return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
-    if centers.shape[0] * centers.shape[1] > ASSIGN_DIRECT_LIMIT:
+    if centers.shape[0] * centers.shape[1] > config.ASSIGN_DIRECT_LIMIT:
         return nearest_gemm(X, centers, stats=stats, weights=weights)
     if X.dtype == dtype:
         labels, dist2 = nearest_direct(X, centers)
@@ -111,7 +112,7 @@ def nearest_centers(X, centers, stats=None, weights=None):
             cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
         return labels, dist2
     labels, dist2 = np.empty(X.shape[0], dtype=np.int32), np.empty(X.shape[0], dtype=np.float64)
-    step = max(1, ASSIGN_SLAB_BYTES // (X.shape[1] * dtype.itemsize))
+    step = max(1, config.ASSIGN_SLAB_BYTES // (X.shape[1] * dtype.itemsize))
     for start in range(0, X.shape[0], step):
         part = slice(start, start + step)
         labels[part], dist2[part] = nearest_centers(X[part].astype(dtype), centers, stats,

@@ -16,8 +16,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import (ASSIGN_BLOCKED_TILE_BYTES, ASSIGN_COLUMN_BLOCK, ASSIGN_MIN_TILE_ROWS, ASSIGN_SLAB_BYTES,
-                      ASSIGN_TILE_BYTES, PANEL_MAX_FEATURES, PANEL_TILE_BYTES)
+from .. import config
 from .distance import pair_dist2
 from .group_scan import scan_groups
 from .one_group_assign import RowTiles, _assign_one_group
@@ -212,17 +211,21 @@ def _second_smallest(values, rows, best):
     return second
 
 
-def score_rows(n_rows, columns, itemsize, slab_bytes=ASSIGN_SLAB_BYTES, tile_bytes=ASSIGN_TILE_BYTES,
-               min_rows=ASSIGN_MIN_TILE_ROWS):
+def score_rows(n_rows, columns, itemsize, slab_bytes=None, tile_bytes=None, min_rows=None):
     """Rows per GEMM tile of scores: about ``tile_bytes`` of scores (cache-resident for the reductions after the
     GEMM), at least ``min_rows`` rows (a GEMM of few rows runs far below the BLAS rate at large ``k``), never more
-    than ``slab_bytes`` of scores (the memory bound) nor than ``n_rows``; at least one row."""
+    than ``slab_bytes`` of scores (the memory bound) nor than ``n_rows``; at least one row. Each None is its setting
+    (:data:`~daskmeans.config.ASSIGN_SLAB_BYTES`, :data:`~daskmeans.config.ASSIGN_TILE_BYTES`,
+    :data:`~daskmeans.config.ASSIGN_MIN_TILE_ROWS`), read at call time."""
+    slab_bytes = config.ASSIGN_SLAB_BYTES if slab_bytes is None else slab_bytes
+    tile_bytes = config.ASSIGN_TILE_BYTES if tile_bytes is None else tile_bytes
+    min_rows = config.ASSIGN_MIN_TILE_ROWS if min_rows is None else min_rows
     row_bytes = max(1, columns * itemsize)
     cap = max(1, int(slab_bytes) // row_bytes)
     return max(1, min(n_rows, cap, max(int(tile_bytes) // row_bytes, int(min_rows))))
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bounds=True, column_blocks=True,
+def assign_with_bounds(X, centers, groups, slab_bytes=None, with_bounds=True, column_blocks=True,
                        stats=None, weights=None, out=None):
     """Exact nearest center of every row, and fresh group lower bounds.
 
@@ -250,8 +253,9 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     centers : ndarray (k, d)
         The rows' dtype when they are floating.
     groups : CenterGroups
-    slab_bytes : int
-        Most bytes of scores held at once (at least one row); tiles are smaller (:func:`score_rows`).
+    slab_bytes : int, optional
+        Most bytes of scores held at once (at least one row); tiles are smaller (:func:`score_rows`). None:
+        :data:`~daskmeans.config.ASSIGN_SLAB_BYTES`, read at call time.
     with_bounds : bool
         False skips the bounds (``lower`` is then ``(n, 0)``).
     column_blocks : bool
@@ -281,6 +285,7 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     X = np.asarray(X)
     n, d = X.shape
     n_groups = groups.n_groups
+    slab_bytes = config.ASSIGN_SLAB_BYTES if slab_bytes is None else slab_bytes
     if out is None:
         out = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float64),
                np.empty((n, n_groups if with_bounds else 0), dtype=LOWER_DTYPE))
@@ -290,7 +295,8 @@ def assign_with_bounds(X, centers, groups, slab_bytes=ASSIGN_SLAB_BYTES, with_bo
     if n == 0:
         return labels, dist2, lower, 0
     columns = groups.slot_center.shape[0]
-    by_column_blocks = column_blocks and n_groups <= ASSIGN_COLUMN_BLOCK and columns >= 4 * ASSIGN_COLUMN_BLOCK
+    column_block = config.ASSIGN_COLUMN_BLOCK
+    by_column_blocks = column_blocks and n_groups <= column_block and columns >= 4 * column_block
     if X.dtype.kind == "f":
         X = np.ascontiguousarray(X)
         dtype = X.dtype
@@ -383,7 +389,7 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
         return _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here,
                                  weights, sums, counts, sse)
     dtype = slots.dtype
-    if panels and dtype == np.float32 and d <= PANEL_MAX_FEATURES:
+    if panels and dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
         return _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes,
                                         labels, dist2, lower, weights, sums, counts, sse)
     gamma = _gamma(d, dtype)
@@ -429,7 +435,7 @@ def _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, all
     gamma = _gamma(d, np.float32)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     scaled, column_add, _, _ = padded(slots[:d].T, np.where(slot_center < 0, np.inf, slots[d]))
-    tile = min(n, max(PANEL_ROWS, PANEL_TILE_BYTES // (d * X.itemsize)))
+    tile = min(n, max(PANEL_ROWS, config.PANEL_TILE_BYTES // (d * X.itemsize)))
     best, own_second, other_second = (np.empty(tile, dtype=np.float32) for _ in range(3))
     best_col, near_ties = np.empty(tile, dtype=np.int32), np.empty(tile, dtype=np.int64)
     group_min = np.empty((tile, n_groups), dtype=np.float32)
@@ -467,8 +473,8 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
     """
     n, d = X.shape
     n_groups = groups.n_groups
-    block = max(1, ASSIGN_COLUMN_BLOCK // n_groups) * n_groups
-    row_step = score_rows(n, block, X.dtype.itemsize, slab_bytes, tile_bytes=ASSIGN_BLOCKED_TILE_BYTES)
+    block = max(1, config.ASSIGN_COLUMN_BLOCK // n_groups) * n_groups
+    row_step = score_rows(n, block, X.dtype.itemsize, slab_bytes, tile_bytes=config.ASSIGN_BLOCKED_TILE_BYTES)
     buffer = np.empty((row_step, block), dtype=X.dtype)
     scratch = np.empty((row_step, n_groups), dtype=X.dtype)
     augmented = np.ones((row_step, d + 1), dtype=X.dtype)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..config import KERNEL_CENTERS_SLAB_BYTES
+from .. import config
 
 
 @numba.njit(cache=True, nogil=True)
@@ -134,8 +134,9 @@ class SparseCenters:
         """``<phi(x), C_j>`` for every row of ``X``, float64 ``(len(X), k)``."""
         return center_inner_products(kernel.matrix(X, self.rows), self.coef, self.owner, self.n_clusters)
 
-    def nearest(self, X, kernel, slab_bytes=KERNEL_CENTERS_SLAB_BYTES):
-        """Nearest center and squared feature-space distance of every row of ``X``, a slab of rows at a time.
+    def nearest(self, X, kernel, slab_bytes=None):
+        """Nearest center and squared feature-space distance of every row of ``X``, a slab of ``slab_bytes`` of
+        kernel values at a time (None: :data:`~daskmeans.config.KERNEL_CENTERS_SLAB_BYTES`, read at call time).
 
         Returns
         -------
@@ -145,6 +146,7 @@ class SparseCenters:
         n = X.shape[0]
         labels = np.empty(n, dtype=np.int32)
         dist2 = np.empty(n, dtype=np.float64)
+        slab_bytes = config.KERNEL_CENTERS_SLAB_BYTES if slab_bytes is None else slab_bytes
         step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
         for start in range(0, n, step):
             block = X[start:start + step]
@@ -152,10 +154,12 @@ class SparseCenters:
                 kernel.diag(block), self.inner_products(block, kernel), self.norms)
         return labels, dist2
 
-    def distances(self, X, kernel, slab_bytes=KERNEL_CENTERS_SLAB_BYTES) -> np.ndarray:
-        """Squared feature-space distance of every row of ``X`` to every center, float64 ``(n, k)``."""
+    def distances(self, X, kernel, slab_bytes=None) -> np.ndarray:
+        """Squared feature-space distance of every row of ``X`` to every center, float64 ``(n, k)``, a slab of
+        ``slab_bytes`` of kernel values at a time (None: :data:`~daskmeans.config.KERNEL_CENTERS_SLAB_BYTES`)."""
         n = X.shape[0]
         out = np.empty((n, self.n_clusters))
+        slab_bytes = config.KERNEL_CENTERS_SLAB_BYTES if slab_bytes is None else slab_bytes
         step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
         for start in range(0, n, step):
             block = X[start:start + step]

@@ -25,7 +25,7 @@ import time
 import numba
 import numpy as np
 
-from ..config import KERNEL_STEP_SPLIT_WORK
+from .. import config
 from .center_grams import center_grams, gather_support_rows, truncated_center_grams
 from .kernel_centers import SparseCenters, center_inner_products, nearest_from_inner
 from .kernel_functions import symmetric_product_pays
@@ -138,7 +138,7 @@ def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norm
     without ``pool``, on any number of cores.
     """
     b, n_support = rows.shape[0], support.shape[0]
-    if b * (n_support + b) * rows.shape[1] < KERNEL_STEP_SPLIT_WORK or n_support < 2:
+    if b * (n_support + b) * rows.shape[1] < config.KERNEL_STEP_SPLIT_WORK or n_support < 2:
         return (kernel.matrix(rows, support, x_sq=batch_row_norms, y_sq=support_row_norms),
                 kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms))
     # the batch against itself costs half its values when NumPy makes a symmetric update of it

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import YINYANG_GROUP_SIZE
+from .. import config
 
 #: Bound schemes accepted by ``bounds=``.
 BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
@@ -62,7 +62,8 @@ def choose_bounds(bounds, n_clusters, row_bytes):
 
     ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
     O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
-    ``YINYANG_GROUP_SIZE`` centers (fewer groups if they still would not fit), else Hamerly's single bound.
+    :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers (fewer groups if they still would not fit), else
+    Hamerly's single bound.
     """
     if bounds == "none":
         return "none", 1
@@ -70,7 +71,7 @@ def choose_bounds(bounds, n_clusters, row_bytes):
         return "hamerly", 1
     if bounds == "elkan":
         return "elkan", n_clusters
-    yinyang_groups = max(1, -(-n_clusters // YINYANG_GROUP_SIZE))
+    yinyang_groups = max(1, -(-n_clusters // config.YINYANG_GROUP_SIZE))
     if bounds == "yinyang":
         return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
     if 4 * n_clusters <= row_bytes:

@@ -18,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import ONE_GROUP_TILE_ROWS, PANEL_MAX_FEATURES, PANEL_TILE_BYTES
+from .. import config
 from .distance import pair_dist2
 from .packed_bounds import store_lower
 from .panel_scan import PANEL_ROWS, best_and_lowest_other_by_panels, padded
@@ -279,10 +279,10 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
     scaled_centers = np.ascontiguousarray(slots[:d].T)
     column_sq = np.ascontiguousarray(slots[d])
     err_sq, err_x = center_errors(column_sq, d, dtype)
-    if dtype == np.float32 and d <= PANEL_MAX_FEATURES:
+    if dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
         return _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, x_sq, labels,
                                  dist2, lower, weights, sums, counts, sse)
-    row_step = max(1, min(n, ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
+    row_step = max(1, min(n, config.ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
     buffer = np.empty(columns * row_step, dtype=dtype)
     best, best_low, other_low = (np.empty(row_step, dtype=dtype) for _ in range(3))
     best_col = np.empty(row_step, dtype=np.int32)
@@ -339,7 +339,7 @@ def _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq
     cluster's sums in row order (the same sums as :func:`_settle_one_group` adds as it goes)."""
     n, d = X.shape
     padded_centers = padded(scaled_centers, column_sq, err_sq, err_x)
-    tile = min(n, max(PANEL_ROWS, PANEL_TILE_BYTES // (d * X.itemsize)))
+    tile = min(n, max(PANEL_ROWS, config.PANEL_TILE_BYTES // (d * X.itemsize)))
     best, other_low = np.empty(tile, dtype=np.float32), np.empty(tile, dtype=np.float32)
     best_col = np.empty(tile, dtype=np.int32)
     near = np.empty(tile, dtype=np.int64)

@@ -41,7 +41,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import REVISIT_BLOCK_PAIRS, REVISIT_BLOCK_ROWS, REVISIT_GIVE_UP_FRACTION, REVISIT_PROBE_ROWS
+from .. import config
 from .distance import pair_dist2
 from .exact_assign import assign_with_bounds
 from .group_dots import LANES, rows_dots, transposed_groups
@@ -375,7 +375,7 @@ def scores_by_groups(dtype, groups) -> bool:
 
 
 def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,
-                        probe_rows=REVISIT_PROBE_ROWS, give_up=REVISIT_GIVE_UP_FRACTION, out=None):
+                        probe_rows=None, give_up=None, out=None):
     """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
 
     The first ``probe_rows`` rows are revisited first: when they needed more than ``give_up`` of all their
@@ -402,8 +402,10 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     dist2 : float64 (m,), optional
         The exact squared distances to the old assignment: reused for rows whose center did not move
         (``shift == 0``), which is most rows once the centers settle.
-    probe_rows : int
-    give_up : float
+    probe_rows : int, optional
+        None: :data:`~daskmeans.config.REVISIT_PROBE_ROWS`, read at call time.
+    give_up : float, optional
+        None: :data:`~daskmeans.config.REVISIT_GIVE_UP_FRACTION`, read at call time.
     out : tuple of ndarray, optional
         ``(labels, dist2, lower)`` to fill and return instead of new arrays (shapes and dtypes of the results;
         distinct from the inputs).
@@ -427,6 +429,8 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     k = centers.shape[0]
     if scalar_limit is None:
         scalar_limit = max(1, k // 16)
+    probe_rows = config.REVISIT_PROBE_ROWS if probe_rows is None else probe_rows
+    give_up = config.REVISIT_GIVE_UP_FRACTION if give_up is None else give_up
     if out is None:
         out = (np.empty(m, dtype=np.int32), np.empty(m, dtype=np.float64), np.empty_like(lower))
     new_labels, new_dist2, new_lower = out
@@ -441,7 +445,7 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     by_groups = scores_by_groups(dtype, groups)
     if by_groups:
         transposed, slot_center, chunks_per_group = transposed_groups(centers, groups)
-        block_rows = max(32, min(REVISIT_BLOCK_ROWS, REVISIT_BLOCK_PAIRS // transposed.shape[0]))
+        block_rows = max(32, min(config.REVISIT_BLOCK_ROWS, config.REVISIT_BLOCK_PAIRS // transposed.shape[0]))
     computed = 0
     start = 0
     tail = m  # rows from here on are reassigned against all centers (after a give-up)

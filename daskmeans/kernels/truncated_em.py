@@ -18,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-from ..config import DENSE_PAIRS_LIMIT
+from .. import config
 from .distance import pair_dist2
 from .stats import add_scaled_row
 
@@ -155,7 +155,7 @@ def aggregate_pairs(pair_best, pair_candidate, pair_dist2, n_clusters):
     counts : float64 (n_unique,)
     """
     keys = pair_best.astype(np.int64) * int(n_clusters) + pair_candidate.astype(np.int64)
-    if n_clusters * n_clusters <= DENSE_PAIRS_LIMIT:
+    if n_clusters * n_clusters <= config.DENSE_PAIRS_LIMIT:
         # few clusters: one bincount over all k^2 pairs beats sorting the keys (same sums, same order)
         counts = np.bincount(keys, minlength=n_clusters * n_clusters)
         unique = np.flatnonzero(counts)

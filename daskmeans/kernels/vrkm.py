@@ -31,7 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..config import VRKM_COST_WINDOW, VRKM_SLAB_BYTES
+from .. import config
 from .distance import exact_dist2, pair_dist2
 from .vrkm_steps import MOVED_BOTH, MOVED_NONE, InnerLoopState, check_inner_loop_inputs, take_step
 
@@ -74,7 +74,7 @@ def _select_smallest(cross, centers_sq, keep, candidates, bound_scores, first_ro
         bound_scores[first_row + i] = values[keep] if filled > keep else np.inf
 
 
-def candidate_lists(X, centers, n_candidates, slab_bytes=VRKM_SLAB_BYTES):
+def candidate_lists(X, centers, n_candidates, slab_bytes=None):
     """Nearest center, its distance, the ``n_candidates`` nearest centers and a distance bound for every row.
 
     Parameters
@@ -84,6 +84,8 @@ def candidate_lists(X, centers, n_candidates, slab_bytes=VRKM_SLAB_BYTES):
         Cast to the dtype of ``X``.
     n_candidates : int
         Centers listed per row (at most k).
+    slab_bytes : int, optional
+        Most bytes of GEMM scores held at once; None: :data:`~daskmeans.config.VRKM_SLAB_BYTES`, read at call time.
 
     Returns
     -------
@@ -108,6 +110,7 @@ def candidate_lists(X, centers, n_candidates, slab_bytes=VRKM_SLAB_BYTES):
         return np.empty(0, np.int32), np.empty(0, np.float64), candidates, bound_scores
     centers64 = centers.astype(np.float64)
     centers_sq = np.einsum("ij,ij->i", centers64, centers64)
+    slab_bytes = config.VRKM_SLAB_BYTES if slab_bytes is None else slab_bytes
     row_step = max(1, min(n, slab_bytes // (k * X.dtype.itemsize)))
     cross = np.empty((row_step, k), dtype=X.dtype)
     for r0 in range(0, n, row_step):
@@ -196,12 +199,12 @@ def _moved(j, base, reference, drift, order, where):
 @numba.njit(cache=True, nogil=True)
 def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference_steps, shift, shift_norm, eta,
            steps_taken, agree_reference, rho, drift, order, where, seen, contenders, contender_dist, counters,
-           max_cost):
+           max_cost, cost_window):
     """Run one step per row, in order; see the module docstring.
 
     ``counters``: steps, changing steps, steps moving a center under the reference agree rule, distances computed
     (in the data's dtype), distances computed in float64. When ``max_cost > 0``, stop early once a window of
-    ``VRKM_COST_WINDOW`` steps needed more than ``max_cost`` distances per step on average.
+    ``cost_window`` steps needed more than ``max_cost`` distances per step on average.
 
     Returns
     -------
@@ -220,9 +223,9 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
     grow = (1.0 + rho) / (1.0 - rho)
     window_cost = counters[3] + counters[4]
     for i in range(rows.shape[0]):
-        if max_cost > 0 and i > 0 and i % VRKM_COST_WINDOW == 0:
+        if max_cost > 0 and i > 0 and i % cost_window == 0:
             spent = counters[3] + counters[4] - window_cost
-            if spent > max_cost * VRKM_COST_WINDOW:
+            if spent > max_cost * cost_window:
                 return i, steps_taken
             window_cost = counters[3] + counters[4]
         x = rows[i]
@@ -361,7 +364,8 @@ class InnerLoop(InnerLoopState):
             Lower bounds of their distance to the reference centers not in their list.
         max_cost : float, optional
             Stop early once the steps need more than this many distance computations each (averaged over
-            ``VRKM_COST_WINDOW`` steps): the centers have drifted too far from the reference for the lists to help.
+            :data:`~daskmeans.config.VRKM_COST_WINDOW` steps, read at call time): the centers have drifted too
+            far from the reference for the lists to help.
 
         Returns
         -------
@@ -385,7 +389,7 @@ class InnerLoop(InnerLoopState):
             rows, labels, candidates, lower, self.base, self.snapshot, self.reference, self.reference_steps,
             self.shift, self.shift_norm, self.eta, self.steps_taken, self.agree_reference, self.rho, self.drift,
             self.order, self.where, self.seen, self.contenders, self.contender_dist, self.counters,
-            0.0 if max_cost is None else float(max_cost),
+            0.0 if max_cost is None else float(max_cost), max(1, int(config.VRKM_COST_WINDOW)),
         )
         return processed
 

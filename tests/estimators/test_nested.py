@@ -12,7 +12,7 @@ import pytest
 from conftest import make_blobs
 import zarr
 
-from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, load
+from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, config, load
 from daskmeans.algorithms.nested import (
     center_displacement,
     default_initial_batch_size,
@@ -180,8 +180,8 @@ def test_large_k_assignment_by_blocks_of_centers_is_the_one_block_assignment(dty
     X, C = tied_problem(dtype, n=900, d=9, k=100, seed=3)
     groups = groups_for(C, scheme, n_groups)
     whole = ka.assign_with_bounds(X, C, groups, column_blocks=False)
-    monkeypatch.setattr(ka, "ASSIGN_COLUMN_BLOCK", 16)
-    for slab_bytes in (ka.ASSIGN_SLAB_BYTES, 16 * X.dtype.itemsize * 50):  # one tile; tiles of 50 rows
+    monkeypatch.setattr(config, "ASSIGN_COLUMN_BLOCK", 16)
+    for slab_bytes in (config.ASSIGN_SLAB_BYTES, 16 * X.dtype.itemsize * 50):  # one tile; tiles of 50 rows
         blocks = ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes)
         compared = whole[:2] if n_groups == 1 else whole
         for a, b in zip(compared, blocks):

@@ -4,6 +4,7 @@ them (kernels/revisit.py ``_revisit_by_groups``) against the one-dot-product-at-
 import numpy as np
 import pytest
 
+from daskmeans import config
 from daskmeans.algorithms.lloyd import center_displacement
 from daskmeans.kernels import exact_assign as ka
 from daskmeans.kernels import revisit as kr
@@ -90,7 +91,7 @@ def test_revisit_by_groups_gives_the_labels_of_one_dot_product_at_a_time(rows_as
     X, X32, C2, groups, labels, dist2, lower, shift = moved_problem(rows_as, k, n_groups, move, seed=k + int(move))
     assert kr.scores_by_groups(np.float32, groups)
     if block_rows is not None:
-        monkeypatch.setattr(kr, "REVISIT_BLOCK_ROWS", block_rows)
+        monkeypatch.setattr(config, "REVISIT_BLOCK_ROWS", block_rows)
     # every row scored from the groups (none reassigned against all centers): small k would send most rows there
     by_groups = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
                                        scalar_limit=10**6, give_up=1.0)
@@ -109,7 +110,7 @@ def test_revisit_by_groups_gives_the_labels_of_one_dot_product_at_a_time(rows_as
 
 
 def test_revisit_by_groups_keeps_bounds_valid_over_many_moves(monkeypatch):
-    monkeypatch.setattr(kr, "REVISIT_BLOCK_ROWS", 64)
+    monkeypatch.setattr(config, "REVISIT_BLOCK_ROWS", 64)
     _, X, C, groups, _, _, _, _ = moved_problem("float32", 40, 5, 0.0, seed=9)
     labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
     rng = np.random.default_rng(3)

@@ -7,8 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-import daskmeans.kernels.kernel_minibatch as kernel_minibatch_module
-
+from daskmeans import config
 from daskmeans.kernels.kernel_centers import single_point_centers
 from daskmeans.kernels.kernel_functions import Kernel
 from daskmeans.kernels.kernel_minibatch import (
@@ -338,7 +337,7 @@ def test_batch_kernel_blocks_split_match_numpy_and_do_not_depend_on_the_thread(n
     kernel = Kernel(name, params)
     row_norms, support_norms = kernel.row_norms(rows), kernel.row_norms(support)
     whole = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms)
-    monkeypatch.setattr(kernel_minibatch_module, "KERNEL_STEP_SPLIT_WORK", 1)
+    monkeypatch.setattr(config, "KERNEL_STEP_SPLIT_WORK", 1)
     here = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms)
     with ThreadPoolExecutor(1) as pool:
         threaded = batch_kernel_blocks(rows, support, kernel, row_norms, support_norms, pool)

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from daskmeans import config
 from daskmeans.kernels import truncated_em as kernels
 
 
@@ -195,7 +196,7 @@ def test_dense_and_sorted_pair_aggregation_agree(monkeypatch):
     X, means, truncation, neighbours, extra = random_state(n=300, k=30)
     pairs = kernels.truncated_estep(X, means, truncation, neighbours, extra)[2:5]
     dense = kernels.aggregate_pairs(*pairs, 30)
-    monkeypatch.setattr(kernels, "DENSE_PAIRS_LIMIT", 0)
+    monkeypatch.setattr(config, "DENSE_PAIRS_LIMIT", 0)
     by_sorting = kernels.aggregate_pairs(*pairs, 30)
     for a, b in zip(dense, by_sorting):
         np.testing.assert_array_equal(a, b)
