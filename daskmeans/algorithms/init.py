@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 
-from ..config import (AFKMC2_CHAIN_LENGTH, AFKMC2_OVERSAMPLING, KMEANS_PARALLEL_MEMORY_FRACTION,
-                      KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER, KMEANS_PARALLEL_STATE_BYTES)
+from .. import config
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import compute_now, persist_now
 from ..engine.random import stage_generator, stage_key
@@ -24,6 +23,7 @@ from ..passes.sampling import (
     sample_without_replacement_graph,
     weighted_indices_with_replacement_graph,
 )
+from .plan import SeedingPlan
 from .sample_kmeans import count_distinct as _count_distinct
 from .sample_kmeans import weighted_kmeans_plusplus, weighted_lloyd
 from .two_level import two_level_centers
@@ -31,20 +31,25 @@ from .two_level import two_level_centers
 INIT_METHODS = ("k-means||", "k-means++", "random", "afk-mc2", "two-level")
 #: Passes over the data of :func:`afkmc2_distributed` (first center, proposal masses, proposals, their rows).
 AFKMC2_PASSES = 4
+#: Rounds k-means|| adds, at most, beyond its ``rounds`` while it has fewer than ``n_clusters`` distinct candidates.
+MAX_EXTRA_ROUNDS = 10
 
 
 def _no_progress(done, total, note=None):
     """The default ``on_progress`` of the seeding functions: nothing is shown."""
 
 
-def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0, client=None,
-                    max_extra_rounds=10, recluster_iter=30, on_progress=_no_progress):
+def kmeans_parallel(array, n_clusters, seed, plan=None, *, weights=None, client=None, recluster_iter=30,
+                    on_progress=_no_progress):
     """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
 
-    One uniform row, then ``rounds`` rounds that each keep every row independently with probability
-    ``min(1, l w d^2 / phi)`` (``l = oversampling_factor * n_clusters``); candidates are weighted by the weight
-    of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++, then refined by up to
-    ``recluster_iter`` weighted Lloyd iterations on the candidates (as Spark MLlib does; cheap, on the driver).
+    One uniform row, then ``plan.rounds`` rounds that each keep every row independently with probability
+    ``min(1, l w d^2 / phi)`` (``l = plan.oversampling_factor * n_clusters``; ``plan`` a
+    :class:`~daskmeans.algorithms.plan.SeedingPlan`, default 5 rounds and a factor of 2), and up to
+    :data:`MAX_EXTRA_ROUNDS` more while there are fewer than ``n_clusters`` distinct candidates; candidates are
+    weighted by the weight of the rows they attract and reduced to ``n_clusters`` centers by weighted k-means++, then
+    refined by up to ``recluster_iter`` weighted Lloyd iterations on the candidates (as Spark MLlib does; cheap, on
+    the driver).
 
     ``on_progress(passes_done, passes_expected, note)`` is called after every pass (``2 + 2 * rounds`` passes
     unless extra rounds are needed for ``n_clusters`` candidates) and before the reclustering on the driver.
@@ -55,7 +60,9 @@ def kmeans_parallel(array, n_clusters, seed, *, weights=None, rounds=5, oversamp
     n_passes : int
         Full passes over the data spent.
     """
-    scale_l = oversampling_factor * n_clusters
+    plan = plan or SeedingPlan()
+    rounds, max_extra_rounds = plan.rounds, MAX_EXTRA_ROUNDS
+    scale_l = plan.oversampling_factor * n_clusters
     (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights),
                            client=client)
     candidates = np.asarray(first[2])
@@ -114,17 +121,53 @@ def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None, row_
     (the workers' memory) at ``row_bytes`` each (a row as stored and its state) (:mod:`daskmeans.config`)."""
     if sample_size:
         return int(min(n_samples, sample_size))
-    wanted = max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * int(n_clusters))
+    wanted = max(config.KMEANS_PARALLEL_MIN_ROWS, config.KMEANS_PARALLEL_ROWS_PER_CENTER * int(n_clusters))
     if wanted < n_samples and row_bytes and memory_bytes:
-        wanted = min(wanted, max(1, int(memory_bytes * KMEANS_PARALLEL_MEMORY_FRACTION) // int(row_bytes)))
+        wanted = min(wanted, max(1, int(memory_bytes * config.KMEANS_PARALLEL_MEMORY_FRACTION) // int(row_bytes)))
     return int(min(n_samples, wanted))
 
 
-def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, oversampling_factor=2.0,
-                            client=None, sample_size=None, on_progress=_no_progress):
-    """:func:`kmeans_parallel` on every row when the data has at most :func:`kmeans_parallel_rows` rows (with the
-    rows' stored size and the workers' memory), else on a uniform sample of about that many rows, drawn in one pass
-    and held by the workers (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their weights).
+def kmeans_plusplus_rows(n_samples: int, n_clusters: int, sample_size=None) -> int:
+    """Rows k-means++ on a sample looks at: ``sample_size`` when given, else ``max(20 * n_clusters, 10_000)``,
+    never more than ``n_samples``."""
+    return int(min(n_samples, sample_size or max(20 * n_clusters, 10_000)))
+
+
+def seeding_plan(array, n_clusters, init="k-means||", client=None, *, rounds=5, oversampling_factor=2.0,
+                 sample_size=None) -> SeedingPlan:
+    """The seeding's choices for ``array``, made once (:class:`~daskmeans.algorithms.plan.SeedingPlan`): the rows
+    k-means|| looks at (:func:`kmeans_parallel_rows`, with the rows' stored size and ``client``'s workers' memory
+    when the data has more rows than it takes whole) or k-means++'s sample (:func:`kmeans_plusplus_rows`)."""
+    n = int(array.shape[0])
+    method = init if isinstance(init, str) else "given"
+    rows, reasons = None, {}
+    if method == "k-means||":
+        rows = kmeans_parallel_rows(n, n_clusters, sample_size)
+        if rows >= n:
+            reasons["sample_rows"] = f"every row: {n:,} rows <= " + (
+                f"init_sample_size={sample_size}" if sample_size else
+                f"max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * k) = {rows:,}")
+        else:
+            stored = stored_form(array)
+            row_bytes = int(np.prod(stored.shape[1:])) * stored.dtype.itemsize + config.KMEANS_PARALLEL_STATE_BYTES
+            memory = cluster_memory_bytes(client)
+            rows = kmeans_parallel_rows(n, n_clusters, sample_size, row_bytes, memory)
+            reasons["sample_rows"] = f"a sample of {n:,} rows: init_sample_size={sample_size}" if sample_size else \
+                f"a sample of {n:,} rows: at most {rows:,}, within KMEANS_PARALLEL_MEMORY_FRACTION of the " \
+                f"workers' {memory:,} bytes at {row_bytes} bytes a row"
+    elif method == "k-means++":
+        rows = kmeans_plusplus_rows(n, n_clusters, sample_size)
+        reasons["sample_rows"] = f"init_sample_size={sample_size}" if sample_size else "max(20 k, 10,000) rows"
+    return SeedingPlan(init=method, rounds=rounds, oversampling_factor=oversampling_factor, sample_rows=rows,
+                       reasons=reasons)
+
+
+def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None, client=None,
+                            on_progress=_no_progress):
+    """:func:`kmeans_parallel` on every row when ``plan.sample_rows`` (:func:`seeding_plan`, which is called
+    without a plan) is the data's number of rows, else on a uniform sample of about that many rows, drawn in one
+    pass and held by the workers (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their
+    weights).
 
     When the sample holds fewer than ``n_clusters`` distinct rows (data with about ``n_clusters`` distinct rows, a
     few of them rare), k-means|| looks at every row instead, as without a sample.
@@ -136,12 +179,12 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
         Passes over the data: the sample pass plus k-means||'s passes over the sample times its share of the rows.
     """
     n = int(array.shape[0])
-    options = dict(weights=weights, rounds=rounds, oversampling_factor=oversampling_factor, client=client)
-    if kmeans_parallel_rows(n, n_clusters, sample_size) >= n:
-        return kmeans_parallel(array, n_clusters, seed, **options, on_progress=on_progress)
-    stored = stored_form(array)
-    row_bytes = int(np.prod(stored.shape[1:])) * stored.dtype.itemsize + KMEANS_PARALLEL_STATE_BYTES
-    m = kmeans_parallel_rows(n, n_clusters, sample_size, row_bytes, cluster_memory_bytes(client))
+    plan = plan or seeding_plan(array, n_clusters, client=client)
+    rounds = plan.rounds
+    options = dict(weights=weights, client=client)
+    if plan.sample_rows >= n:
+        return kmeans_parallel(array, n_clusters, seed, plan, **options, on_progress=on_progress)
+    m = plan.sample_rows
     on_progress(0, 3 + 2 * rounds, f"sampling about {m:,} of {n:,} rows")
     sample, sample_weights = sampled_rows(array, weights, m / n, stage_key(seed, "k-means||", "sample"), client)
     kept = int(sample.shape[0])
@@ -152,7 +195,7 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
     if kept >= n_clusters:
         on_sample(0, 2 + 2 * rounds)
         try:
-            centers, passes = kmeans_parallel(sample, n_clusters, seed, **{**options, "weights": sample_weights},
+            centers, passes = kmeans_parallel(sample, n_clusters, seed, plan, weights=sample_weights, client=client,
                                               on_progress=on_sample)
             return centers, 1 + passes * kept / n
         except InputDataError:
@@ -160,18 +203,19 @@ def kmeans_parallel_bounded(array, n_clusters, seed, *, weights=None, rounds=5, 
             if _count_distinct(values) >= n_clusters:
                 raise
     on_progress(1, 3 + 2 * rounds, f"fewer than {n_clusters} distinct rows in the sample of {kept:,}: every row")
-    centers, passes = kmeans_parallel(array, n_clusters, seed, **options)
+    centers, passes = kmeans_parallel(array, n_clusters, seed, plan, **options)
     return centers, 1 + passes
 
 
 def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None,
                               on_progress=_no_progress):
-    """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass.
+    """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass: ``sample_size`` rows
+    (by default ``max(20 * n_clusters, 10_000)``, :func:`kmeans_plusplus_rows`).
 
     ``on_progress(passes_done, 1, note)`` is called before and after the sample pass.
     """
     n = array.shape[0]
-    m = min(n, sample_size or max(20 * n_clusters, 10_000))
+    m = kmeans_plusplus_rows(n, n_clusters, sample_size)
     on_progress(0, 1, f"sampling {m} rows")
     (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights),
                             client=client)
@@ -204,15 +248,16 @@ def random_rows(array, n_clusters, seed, *, weights=None, client=None, on_progre
     return distinct[:n_clusters].astype(array.dtype), 1
 
 
-def afkmc2_candidates(n_clusters, oversampling=AFKMC2_OVERSAMPLING) -> int:
-    """Centers the chains draw for ``n_clusters``: ``ceil(oversampling * n_clusters)`` (at least ``n_clusters``)."""
+def afkmc2_candidates(n_clusters, oversampling=None) -> int:
+    """Centers the chains draw for ``n_clusters``: ``ceil(oversampling * n_clusters)`` (at least ``n_clusters``;
+    ``oversampling`` None: :data:`~daskmeans.config.AFKMC2_OVERSAMPLING`)."""
+    oversampling = config.AFKMC2_OVERSAMPLING if oversampling is None else oversampling
     if not oversampling >= 1.0:
         raise InvalidParameterError(f"AFK-MC2 oversampling must be >= 1 (1: no oversampling), got {oversampling!r}.")
     return max(int(n_clusters), int(math.ceil(oversampling * n_clusters)))
 
 
-def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN_LENGTH,
-                     oversampling=AFKMC2_OVERSAMPLING, what="The data"):
+def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=None, oversampling=None, what="The data"):
     """AFK-MC2 seeding (Bachem et al. 2016) of weighted points held in memory (e.g. a coreset), oversampled.
 
     The chains draw ``ceil(oversampling * n_clusters)`` candidates, of which weighted greedy k-means++ keeps
@@ -234,10 +279,11 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     n_clusters : int
     rng : numpy.random.Generator
         Draws the first center, the proposals and the acceptance uniforms (all before the chains run).
-    chain_length : int
-        Length of each Markov chain (>= 1; 1 takes every first proposal).
-    oversampling : float
-        Centers drawn per center kept (>= 1; 1 is plain AFK-MC2).
+    chain_length : int, optional
+        Length of each Markov chain (>= 1; 1 takes every first proposal); default
+        :data:`~daskmeans.config.AFKMC2_CHAIN_LENGTH`.
+    oversampling : float, optional
+        Centers drawn per center kept (>= 1; 1 is plain AFK-MC2); default :data:`~daskmeans.config.AFKMC2_OVERSAMPLING`.
     what : str
         What ``points`` are, for the message (``"The data"``, ``"The coreset of 20000 rows"``).
 
@@ -257,6 +303,7 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     points = np.ascontiguousarray(points)
     weights = np.asarray(weights, dtype=np.float64)
     m = points.shape[0]
+    chain_length = config.AFKMC2_CHAIN_LENGTH if chain_length is None else chain_length
     n_candidates = afkmc2_candidates(n_clusters, oversampling)
     first = int(rng.choice(m, p=weights / weights.sum()))
     if n_clusters == 1:
@@ -280,8 +327,7 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=AFKMC2_CHAIN
     return centers.astype(points.dtype), int(n_distances) + m
 
 
-def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AFKMC2_CHAIN_LENGTH,
-                       oversampling=AFKMC2_OVERSAMPLING, client=None):
+def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=None, oversampling=None, client=None):
     """AFK-MC2 seeding of a dask array: the proposal comes from distributed passes, the chains run on the driver.
 
     One pass draws the first center (weight-proportional), one measures each block's proposal mass; the
@@ -293,11 +339,15 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=AF
     rows, some of them rare), :func:`kmeans_parallel` takes over: it looks at every row, so with exactly
     ``n_clusters`` distinct rows every one is a center, and with fewer the message gives their number.
 
+    ``chain_length`` and ``oversampling`` None: :data:`~daskmeans.config.AFKMC2_CHAIN_LENGTH` and
+    :data:`~daskmeans.config.AFKMC2_OVERSAMPLING`.
+
     Returns
     -------
     centers : ndarray (n_clusters, d)
     n_passes : int
     """
+    chain_length = config.AFKMC2_CHAIN_LENGTH if chain_length is None else chain_length
     n_candidates = afkmc2_candidates(n_clusters, oversampling)
     (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights),
                            client=client)
@@ -362,9 +412,11 @@ def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):
     return centers
 
 
-def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None, rounds=5, oversampling_factor=2.0,
-                    sample_size=None, on_progress=_no_progress):
+def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None, plan=None, on_progress=_no_progress):
     """Initial centers by the chosen method; returns ``(centers, passes_over_data)``.
+
+    ``plan`` (:class:`~daskmeans.algorithms.plan.SeedingPlan`, default :func:`seeding_plan` at its defaults) gives
+    k-means||' rounds, oversampling factor and rows, and k-means++'s sample.
 
     ``on_progress(passes_done, passes_expected, note)`` follows the seeding's passes (AFK-MC2: once before
     its passes and chains, once after).
@@ -377,10 +429,10 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
     if not isinstance(init, str):
         on_progress(0, 0)
         return np.array(init, dtype=array.dtype), 0
+    plan = plan or seeding_plan(array, n_clusters, init, client)
     if init == "k-means||":
-        return kmeans_parallel_bounded(array, n_clusters, seed, weights=weights, rounds=rounds,
-                                       oversampling_factor=oversampling_factor, client=client,
-                                       sample_size=sample_size, on_progress=on_progress)
+        return kmeans_parallel_bounded(array, n_clusters, seed, plan, weights=weights, client=client,
+                                       on_progress=on_progress)
     if init == "afk-mc2":
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
@@ -390,13 +442,12 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         centers, passes = two_level_centers(array, n_clusters, seed, weights=weights, client=client,
                                             on_progress=on_progress)
         if centers.shape[0] < n_clusters:  # about n_clusters distinct rows: k-means|| looks at every row
-            on_progress(passes, passes + 2 + 2 * rounds, "too few distinct rows in a coarse cluster: k-means||")
-            centers, more = kmeans_parallel(array, n_clusters, seed, weights=weights, rounds=rounds,
-                                            oversampling_factor=oversampling_factor, client=client)
+            on_progress(passes, passes + 2 + 2 * plan.rounds, "too few distinct rows in a coarse cluster: k-means||")
+            centers, more = kmeans_parallel(array, n_clusters, seed, plan, weights=weights, client=client)
             passes += more
             on_progress(passes, passes)
         return centers, passes
     if init == "k-means++":
-        return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=sample_size,
+        return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=plan.sample_rows,
                                          client=client, on_progress=on_progress)
     return random_rows(array, n_clusters, seed, weights=weights, client=client, on_progress=on_progress)

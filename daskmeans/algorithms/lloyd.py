@@ -20,7 +20,7 @@ from ..engine.placement import blocks_by_worker, held_by_workers
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
 from ..passes.bounded_assign import BoundedAssignment
-from .plan import FitPlan
+from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
 
@@ -135,6 +135,8 @@ class LloydPlan(FitPlan):
     ahead : bool
         Whether each iteration is submitted to the workers before the driver has seen the one before it (rows
         held by the workers: :func:`~daskmeans.engine.placement.held_by_workers`).
+    seeding : SeedingPlan, optional
+        How the fit drew the centers the iterations start from (:class:`~daskmeans.algorithms.plan.SeedingPlan`).
     """
 
     scheme: str = "none"
@@ -145,6 +147,7 @@ class LloydPlan(FitPlan):
     driver_rows: int = 0
     on_driver: bool = False
     ahead: bool = False
+    seeding: SeedingPlan | None = None
 
 
 def lloyd_plan(array, n_clusters, bounds="none", *, max_iter=300, tol=0.0, client=None) -> LloydPlan:

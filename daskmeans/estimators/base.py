@@ -220,8 +220,7 @@ class ClusteringEstimator:
         if recorder is not None and recorder.show:
             from tqdm.auto import tqdm
 
-            chosen = " ".join(f"{name}={value}" for name, value in plan.choices().items())
-            tqdm.write(f"{recorder.desc} plan: {chosen}", file=sys.stderr)
+            tqdm.write(f"{recorder.desc} plan: {plan.summary()}", file=sys.stderr)
 
     # -- public methods -------------------------------------------------------------------------------------
     #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).

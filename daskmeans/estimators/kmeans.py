@@ -18,7 +18,7 @@ from ..progress import SnapshotRecorder
 from .._validation import check_driver_rows
 from .base import ClusteringEstimator
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
-from .resume import FitStart, seed_centers
+from .resume import FitStart, plan_seeding, seed_centers
 
 #: ``algorithm=`` values: Lloyd without bounds, Lloyd with bounds of a given scheme, or the choice by size.
 ALGORITHMS = ("auto", "lloyd", "elkan", "yinyang", "hamerly")
@@ -84,7 +84,7 @@ def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> 
 def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
     """Every data-dependent choice of a :class:`KMeans` fit, made once: the bounds (``algorithm``), the iterations
     without bounds at the start, the absolute tolerance, whether the iterations run on the driver
-    (``driver_rows``) and whether they run ahead of the driver on the workers."""
+    (``driver_rows``), whether they run ahead of the driver on the workers, and the seeding's sample."""
     k, d, n = estimator.n_clusters, data.n_features, data.n_samples
     choice, scheme, n_groups, why = resolve_bounds(estimator.algorithm, n, d, k, data.array.dtype.itemsize,
                                                    cluster_memory_bytes(client))
@@ -107,7 +107,8 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
     reasons["ahead"] = "on the driver" if on_driver else \
         "the rows are held by the workers" if ahead else "the rows are not held by the workers"
     return LloydPlan(scheme=scheme, n_groups=n_groups, plain_iterations=plain, max_iter=estimator.max_iter,
-                     tol=tol, driver_rows=limit, on_driver=on_driver, ahead=ahead, reasons=reasons)
+                     tol=tol, driver_rows=limit, on_driver=on_driver, ahead=ahead,
+                     seeding=plan_seeding(estimator, data, client), reasons=reasons)
 
 
 class KMeans(ClusteringEstimator):
@@ -194,7 +195,8 @@ class KMeans(ClusteringEstimator):
         What the fit decided from the data before its iterations, with the reason for each choice
         (:class:`daskmeans.algorithms.lloyd.LloydPlan`): the bounds (``scheme``, ``n_groups``), the plain
         iterations first, the absolute ``tol``, the rows run on the driver (``driver_rows``, ``on_driver``) and
-        whether iterations run ahead on the workers (``ahead``). Shown above the progress bars.
+        whether iterations run ahead on the workers (``ahead``) and the seeding's rows (``seeding``). Shown above
+        the progress bars.
 
     See Also
     --------
@@ -298,7 +300,8 @@ class KMeans(ClusteringEstimator):
                                   best=None if best is None else result_to_state(best))
                 centers, passes = None, 0
                 if hook is None or hook.resume is None:
-                    centers, passes = seed_centers(self, data, weights, client, start.seed, run, recorder=recorder)
+                    centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding, run=run,
+                                                   recorder=recorder)
                 recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
                 context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
                                      checkpoint=hook, weights=weights, total_weight=summary.total_weight)

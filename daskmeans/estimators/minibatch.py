@@ -18,7 +18,7 @@ from ..progress import SnapshotRecorder
 from .._validation import check_driver_rows
 from .base import ClusteringEstimator
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
-from .resume import FitStart, seed_centers
+from .resume import FitStart, plan_seeding, seed_centers
 
 
 class NestedMiniBatchKMeans(ClusteringEstimator):
@@ -218,7 +218,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="nmbatch") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+                centers, passes = seed_centers(self, data, weights, client, start.seed,
+                                               plan=plan_seeding(self, data, client), recorder=recorder)
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
@@ -396,7 +397,8 @@ class MiniBatchKMeans(ClusteringEstimator):
                               count_key="steps") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+                centers, passes = seed_centers(self, data, weights, client, start.seed,
+                                               plan=plan_seeding(self, data, client), recorder=recorder)
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
@@ -445,7 +447,8 @@ class MiniBatchKMeans(ClusteringEstimator):
                     "the first batch must hold at least n_clusters samples to seed the centers."
                 )
             check_init(self.init, self.n_clusters, data.n_features)
-            centers, _ = seed_centers(self, data, weights, client, seed_from_random_state(self.random_state))
+            centers, _ = seed_centers(self, data, weights, client, seed_from_random_state(self.random_state),
+                                      plan=plan_seeding(self, data, client))
             self.counts_ = np.zeros(self.n_clusters)
             self.n_steps_ = 0
             self.history_ = []

@@ -9,7 +9,8 @@ resolved kernel, the coreset, the best of the finished ``n_init`` runs) and, und
 
 from __future__ import annotations
 
-from ..algorithms.init import initial_centers
+from ..algorithms.init import initial_centers, seeding_plan
+from ..algorithms.plan import SeedingPlan
 from ..algorithms.result import restore_clock
 from ..engine.random import seed_from_random_state, stage_key
 
@@ -69,14 +70,21 @@ class FitStart:
         return self.checkpoint.hook(resume, wrap=lambda algorithm_state: self.state(**fields, **{key: algorithm_state}))
 
 
-def seed_centers(estimator, data, weights, client, seed, run=0, recorder=None):
-    """The initial centers of run ``run`` by the estimator's seeding options: ``(centers, passes)``.
+def plan_seeding(estimator, data, client) -> SeedingPlan:
+    """The seeding's choices for ``data`` by the estimator's seeding options (``init``, ``init_rounds``,
+    ``oversampling_factor``, ``init_sample_size``; :func:`daskmeans.algorithms.init.seeding_plan`)."""
+    return seeding_plan(data.array, estimator.n_clusters, estimator.init, client, rounds=estimator.init_rounds,
+                        oversampling_factor=estimator.oversampling_factor, sample_size=estimator.init_sample_size)
+
+
+def seed_centers(estimator, data, weights, client, seed, *, plan, run=0, recorder=None):
+    """The initial centers of run ``run`` by the estimator's ``init`` and the seeding ``plan`` (:func:`plan_seeding`):
+    ``(centers, passes)``.
 
     With a :class:`~daskmeans.progress.SnapshotRecorder`, the seeding is its seeding phase (a bar over the passes)
     and the initial centers its first snapshot.
     """
-    options = dict(weights=weights, client=client, rounds=estimator.init_rounds,
-                   oversampling_factor=estimator.oversampling_factor, sample_size=estimator.init_sample_size)
+    options = dict(weights=weights, client=client, plan=plan)
     key = stage_key(seed, "init", run)
     if recorder is None:
         return initial_centers(data.array, estimator.n_clusters, estimator.init, key, **options)

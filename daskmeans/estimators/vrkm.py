@@ -16,7 +16,7 @@ from ..kernels.vrkm_steps import AGREE_RULES
 from ..progress import SnapshotRecorder
 from .base import ClusteringEstimator
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
-from .resume import FitStart, seed_centers
+from .resume import FitStart, plan_seeding, seed_centers
 
 
 def _check_learning_rate(value, name, estimator):
@@ -248,7 +248,8 @@ class VRKMeans(ClusteringEstimator):
         with SnapshotRecorder(self, clock, total=self.max_epochs, desc=self.variant, unit="epochs") as recorder:
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, recorder=recorder)
+                centers, passes = seed_centers(self, data, weights, client, start.seed,
+                                               plan=plan_seeding(self, data, client), recorder=recorder)
             driver = DriverCopy.gather(data.array, weights, client) if self._passes_on_driver(data) else None
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import zarr
 
-from daskmeans import InputDataError, KMeans, open_input
-from daskmeans.algorithms import init
-from daskmeans.algorithms.init import kmeans_parallel, kmeans_parallel_bounded, kmeans_parallel_rows
+from daskmeans import InputDataError, KMeans, config, open_input
+from daskmeans.algorithms.init import kmeans_parallel, kmeans_parallel_bounded, kmeans_parallel_rows, seeding_plan
 from daskmeans.config import KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER
 from daskmeans.engine.capacity import cluster_memory_bytes
 from daskmeans.engine.random import row_uniforms, stage_key
@@ -47,10 +46,10 @@ def test_the_rows_kmeans_parallel_looks_at():
 def test_the_sample_is_bounded_by_the_workers_memory(uint8_store, cluster_client, monkeypatch):
     path = uint8_store[0]
     data = open_input(path)
-    monkeypatch.setattr(init, "KMEANS_PARALLEL_MIN_ROWS", 20_000)
+    monkeypatch.setattr(config, "KMEANS_PARALLEL_MIN_ROWS", 20_000)
     memory = cluster_memory_bytes(cluster_client)
     fraction = 3_000 * (6 + 12) / memory  # room for 3,000 rows of 6 uint8 values and their state
-    monkeypatch.setattr(init, "KMEANS_PARALLEL_MEMORY_FRACTION", fraction)
+    monkeypatch.setattr(config, "KMEANS_PARALLEL_MEMORY_FRACTION", fraction)
     rows = kmeans_parallel_rows(60_000, 5, row_bytes=18, memory_bytes=memory)
     assert 2_990 <= rows <= 3_000
     seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, client=cluster_client)
@@ -84,7 +83,8 @@ def test_a_sample_of_nothing_is_an_empty_array(uint8_store):
 def test_kmeans_parallel_on_a_sample_is_kmeans_parallel_on_those_rows(uint8_store, cluster_client):
     path, values, centers = uint8_store
     data = open_input(path)
-    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, sample_size=4_000, client=cluster_client)
+    plan = seeding_plan(data.array, 5, client=cluster_client, sample_size=4_000)
+    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, plan, client=cluster_client)
     sample, _ = sampled_rows(data.array, None, 4_000 / 60_000, stage_key(21, "k-means||", "sample"))
     on_sample, sample_passes = kmeans_parallel(sample, 5, 21)
     np.testing.assert_array_equal(seeded, on_sample)
@@ -113,21 +113,22 @@ def test_a_sample_that_misses_a_rare_distinct_row_makes_kmeans_parallel_look_at_
     data = open_input(RARE)
     key = stage_key(0, "k-means||", "sample")
     assert not (row_uniforms(key, 60_000, 1) < 1_000 / 60_001).any(), "the sample misses the rare row"
-    centers, passes = kmeans_parallel_bounded(data.array, 4, 0, sample_size=1_000)
+    centers, passes = kmeans_parallel_bounded(data.array, 4, 0, seeding_plan(data.array, 4, sample_size=1_000))
     np.testing.assert_array_equal(np.unique(centers, axis=0), np.unique(DISTINCT, axis=0))
     assert passes > 2, "the sample pass, then every row"
 
 
 def test_fewer_distinct_rows_than_clusters_is_blamed_on_the_data_not_the_sample():
     with pytest.raises(InputDataError, match=r"The data has only 4 distinct row\(s\).*n_clusters=5"):
-        kmeans_parallel_bounded(open_input(RARE).array, 5, 0, sample_size=1_000)
+        array = open_input(RARE).array
+        kmeans_parallel_bounded(array, 5, 0, seeding_plan(array, 5, sample_size=1_000))
 
 
 def test_a_sample_smaller_than_the_clusters_makes_kmeans_parallel_look_at_every_row(uint8_store):
     data = open_input(uint8_store[0])
     kept = (row_uniforms(stage_key(0, "k-means||", "sample"), 0, 60_000) < 2 / 60_000).sum()
     assert kept == 1, "seed 0 keeps one row of the 60,000"
-    centers, passes = kmeans_parallel_bounded(data.array, 5, 0, sample_size=2)
+    centers, passes = kmeans_parallel_bounded(data.array, 5, 0, seeding_plan(data.array, 5, sample_size=2))
     every_row, every_passes = kmeans_parallel(data.array, 5, 0)
     np.testing.assert_array_equal(centers, every_row)
     assert passes == 1 + every_passes
