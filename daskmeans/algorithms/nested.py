@@ -15,16 +15,20 @@ iteration changes (almost) nothing, which spends most of the time polishing smal
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from ..config import BOUNDS_MEMORY_FRACTION
+from .. import config
+from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import driver_rows as rows_on_driver, driver_work
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
+from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums
 from .result import FitResult, RunContext
 
@@ -54,15 +58,120 @@ def choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, ite
     :func:`~daskmeans.kernels.nested_groups.choose_bounds` picks while their state fits that share, else
     Hamerly's single bound (``4 + 8 + 4`` bytes a row).
     """
-    limit = BOUNDS_MEMORY_FRACTION * memory_bytes
+    return _choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, itemsize, memory_bytes)[:2]
+
+
+def _choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, itemsize, memory_bytes):
+    """:func:`choose_batch_rows` and why: ``(batch_rows, bounds, {"batch_rows": why, "scheme": why})``."""
+    limit = config.BOUNDS_MEMORY_FRACTION * memory_bytes
+    share = f"{config.BOUNDS_MEMORY_FRACTION:g} of the cluster's {int(memory_bytes):,} bytes"
     scheme, n_groups = choose_bounds(bounds, n_clusters, n_features * itemsize)
+    reasons = {"batch_rows": f"batch_rows={batch_rows!r}", "scheme": f"bounds={bounds!r}"}
     if batch_rows == "auto":
-        cached = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=True) <= limit
+        needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=True)
+        cached = needed <= limit
         batch_rows = "cached" if cached else "reread"
-    if batch_rows == "reread" and bounds == "auto" and scheme not in ("none", "hamerly") and \
-            n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=False) > limit:
-        return batch_rows, "hamerly"
-    return batch_rows, scheme
+        reasons["batch_rows"] = f"every row's cached state ({needed:,} bytes) " + \
+            ("within " if cached else "would exceed ") + share
+    if batch_rows == "reread" and bounds == "auto" and scheme not in ("none", "hamerly"):
+        needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=False)
+        if needed > limit:
+            reasons["scheme"] = f"bounds='auto', re-read rows: {scheme}'s state ({needed:,} bytes) would exceed {share}"
+            return batch_rows, "hamerly", reasons
+    return batch_rows, scheme, reasons
+
+
+@dataclass(frozen=True, kw_only=True)
+class NestedPlan(FitPlan):
+    """What a run of nmbatch does, decided before it starts (:class:`~daskmeans.algorithms.plan.FitPlan`).
+
+    Attributes
+    ----------
+    seed : int
+        Root seed of the run (fixes the shuffle).
+    scheme : {"none", "elkan", "yinyang", "hamerly"}
+        Distance bounds kept per sample; ``n_groups`` bounds a row.
+    n_groups : int
+    batch_rows : {"cached", "reread"}
+        Keep the batch's rows on the workers (:class:`~daskmeans.passes.nested_state.NestedBatch`) or re-read
+        them from the store at every iteration (:class:`~daskmeans.passes.nested_reread.RereadBatch`: bounded
+        memory at any n, one read of the batch's chunks per iteration). The iterates are the same.
+    driver_rows : int
+        Cached batches of at most this many rows are stepped on the driver, without a round trip to the workers
+        per iteration (0: never). The iterates are the same.
+    initial_batch_size : int
+        Rows of the first batch (at most the data's).
+    rho : float
+        Doubling threshold.
+    doubling_quantile : float in [0, 1]
+        Which ratio over clusters is compared with ``rho`` (0: the minimum, as in the paper; 0.5: the median).
+    max_iter : int
+    tol : float
+        Absolute tolerance on the sum of squared center moves, checked after iterations that revisit all n
+        samples (and add none).
+    max_blocks, min_block_rows : int, optional
+        State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
+    keep_batch : bool
+        Return the :class:`NestedBatch` too (``result.batch``); otherwise it is released.
+    seeding : SeedingPlan, optional
+        How the fit drew the centers the run starts from.
+    """
+
+    seed: int = 0
+    scheme: str = "none"
+    n_groups: int = 1
+    batch_rows: str = "cached"
+    driver_rows: int = 0
+    initial_batch_size: int = 5000
+    rho: float = 2.0
+    doubling_quantile: float = 0.5
+    max_iter: int = 1000
+    tol: float = 0.0
+    max_blocks: int | None = None
+    min_block_rows: int | None = None
+    keep_batch: bool = False
+    seeding: SeedingPlan | None = None
+
+
+def nested_plan(array, n_clusters, client=None, *, bounds="auto", batch_rows="cached", driver_rows=0,
+                **given) -> NestedPlan:
+    """The plan of nmbatch over ``array`` with ``n_clusters`` centers, each choice made once.
+
+    ``bounds`` and ``batch_rows`` are resolved by :func:`choose_batch_rows` (with ``client``'s workers' memory),
+    ``driver_rows`` (``"auto"`` or rows) by :func:`~daskmeans.engine.driver.driver_rows` for a cached row and its
+    bounds, ``initial_batch_size`` (in ``given``; None: :func:`default_initial_batch_size`) capped at the rows;
+    the other fields of :class:`NestedPlan` are taken from ``given`` as they are.
+    """
+    n, d = (int(s) for s in array.shape)
+    itemsize = array.dtype.itemsize
+    setting = driver_rows
+    batch_rows, scheme, reasons = _choose_batch_rows(batch_rows, bounds, n, d, n_clusters, itemsize,
+                                                     cluster_memory_bytes(client))
+    # the scheme's own groups (a yinyang scheme takes its groups of about YINYANG_GROUP_SIZE centers)
+    _, n_groups = choose_bounds(scheme, n_clusters, d * itemsize)
+    reasons["n_groups"] = f"the groups of {scheme!r} for k={n_clusters}"
+    row_bytes = state_bytes_per_row(d, n_groups, itemsize, cached=True) // 2
+    driver_rows = rows_on_driver(setting, n_clusters, d, row_bytes, driver_work(client))
+    reasons["driver_rows"] = f"driver_rows={setting!r}" + (
+        f": the work and memory limits for {row_bytes} bytes a row" if setting == "auto" else "")
+    asked = given.pop("initial_batch_size", None)
+    size = min(n, int(asked or default_initial_batch_size(n_clusters)))
+    reasons["initial_batch_size"] = f"initial_batch_size={asked}" if asked else "max(5000, 80 k)"
+    if size == n:
+        reasons["initial_batch_size"] += f", capped at the {n:,} rows"
+    return NestedPlan(scheme=scheme, n_groups=n_groups, batch_rows=batch_rows, driver_rows=driver_rows,
+                      initial_batch_size=size, reasons=reasons, **given)
+
+
+def resumed_plan(plan, resume) -> NestedPlan:
+    """``plan`` as a run resumed from the checkpoint state ``resume`` continues it: with the bounds and the batch's
+    rows of the run that saved the state (its state blocks are in that layout)."""
+    scheme, batch_rows = resume.get("bounds", plan.scheme), resume.get("batch_rows", "cached")
+    if (scheme, batch_rows) == (plan.scheme, plan.batch_rows):
+        return plan
+    why = "as the checkpoint's state blocks"
+    return replace(plan, scheme=scheme, batch_rows=batch_rows,
+                   reasons={**plan.reasons, "scheme": why, "batch_rows": why})
 
 
 def default_initial_batch_size(n_clusters: int) -> int:
@@ -102,15 +211,14 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
     return float(np.partition(ratios, rank)[rank])
 
 
-def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=None, rho=2.0, doubling_quantile=0.5,
-                     bounds="auto", max_iter=1000, tol=0.0, max_blocks=None, min_block_rows=None, keep_batch=False,
-                     batch_rows="cached", driver_rows=0):
-    """Run nmbatch from ``centers``.
+def nested_minibatch(array, centers, plan, context=None):
+    """Run nmbatch from ``centers``, as ``plan`` says (:class:`NestedPlan`, made by :func:`nested_plan`).
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     centers : ndarray (k, d)
+    plan : NestedPlan
     context : RunContext, optional
         With sample weights (chunked like ``array``), S, v and SSE are weighted sums, the centers weighted means.
         The callback gets each history record plus (under keys starting with ``_``, not stored in the history)
@@ -119,31 +227,8 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
         continues exactly where it stopped (bounds included) instead of recomputing them: recomputed bounds
         would be tighter, which changes the distance counters, and recomputed distances could differ in the last
         bits, which changes the batch's SSE. Labels, distances and bounds are written every iteration; rows and
-        indices only when the batch has grown or split since the last save (a shared checkpoint folder).
-    seed : int
-        Root seed (fixes the shuffle).
-    initial_batch_size : int, optional
-        Default :func:`default_initial_batch_size`.
-    rho : float
-        Doubling threshold.
-    doubling_quantile : float in [0, 1]
-        Which ratio over clusters is compared with ``rho`` (0: the minimum, as in the paper; 0.5: the median).
-    bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}
-    max_iter : int
-    tol : float
-        Absolute tolerance on the sum of squared center moves, checked after iterations that revisit all n
-        samples (and add none).
-    max_blocks, min_block_rows : int, optional
-        State block layout (see :class:`~daskmeans.passes.nested_state.NestedBatch`).
-    keep_batch : bool
-        Return the :class:`NestedBatch` too (``result.batch``); otherwise it is released.
-    batch_rows : {"cached", "reread"}
-        Keep the batch's rows on the workers (:class:`~daskmeans.passes.nested_state.NestedBatch`) or re-read
-        them from the store at every iteration (:class:`~daskmeans.passes.nested_reread.RereadBatch`: bounded
-        memory at any n, one read of the batch's chunks per iteration). The iterates are the same.
-    driver_rows : "auto" or int
-        Cached batches of at most this many rows are stepped on the driver, without a round trip to the workers
-        per iteration (:func:`~daskmeans.passes.nested_driver.driver_rows`; 0: never). The iterates are the same.
+        indices only when the batch has grown or split since the last save (a shared checkpoint folder). A
+        resumed run keeps the bounds and the batch's rows of the run that saved the state (:func:`resumed_plan`).
 
     Returns
     -------
@@ -152,130 +237,171 @@ def nested_minibatch(array, centers, context=None, *, seed, initial_batch_size=N
         ``"tol"``, ``"max_iter"`` or ``"max_time"``.
     """
     context = context or RunContext()
-    return _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds,
-                             max_iter, tol, max_blocks, min_block_rows, keep_batch, batch_rows, driver_rows)
-
-
-def _nested_minibatch(array, centers, context, seed, initial_batch_size, rho, doubling_quantile, bounds, max_iter, tol,
-                      max_blocks, min_block_rows, keep_batch, batch_rows, driver_rows):
-    clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
-    passes = context.passes
-    n, d = (int(s) for s in array.shape)
     resume = context.resume
+    state = NestedState.start(centers, plan, context.passes) if resume is None else NestedState.resumed(resume)
     if resume is not None:
-        centers = resume["centers"]
-    k = centers.shape[0]
-    scheme, n_groups = choose_bounds(bounds, k, d * array.dtype.itemsize)
-    if resume is not None:  # the saved state blocks are in the layout and with the bounds of the first run
-        scheme, batch_rows = resume.get("bounds", scheme), resume.get("batch_rows", "cached")
-    groups = make_groups(centers, scheme, n_groups) if resume is None else CenterGroups(resume["group_of"], scheme)
-    layout = {} if min_block_rows is None else {"min_block_rows": min_block_rows}
-    if batch_rows == "reread":
-        batch = RereadBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout)
-    else:
-        row_bytes = state_bytes_per_row(d, groups.n_groups, array.dtype.itemsize, cached=True) // 2
-        batch = NestedBatch(array, seed, groups, client=client, max_blocks=max_blocks, weights=weights, **layout,
-                            driver_rows=rows_on_driver(driver_rows, k, d, row_bytes, driver_work(client)))
-    size = min(n, int(initial_batch_size or default_initial_batch_size(k)))
-    sums = np.zeros((k, d))
-    counts = np.zeros(k)
-    sse = np.zeros(k)
-    members = np.zeros(k, dtype=np.int64)
-    shift = np.zeros(k)
-    history = []
-    stop_reason = "max_iter"
-    n_iter = 0
-    converged = False
-    finished = None
+        plan = resumed_plan(plan, resume)
+    run = _NestedRun(array, plan, context, state)
+    run.iterate()
+    total_passes = state.passes + run.batch.rows_read / int(array.shape[0])
+    # without convergence the inertia of the final centers is one pass, made by the estimator on demand
+    inertia = float(state.sse.sum()) if state.converged else None
+    if not plan.keep_batch:
+        run.batch.release()
+    return FitResult(state.centers, inertia, state.n_iter, state.history, state.stop_reason, total_passes,
+                     batch=run.batch if plan.keep_batch else None, batch_rows=plan.batch_rows)
 
-    def state(final):
-        return {"iteration": n_iter, "centers": centers, "group_of": groups.group_of, "size": size,
-                "batch_size": batch.size, "rows_read": batch.rows_read, "sums": sums, "counts": counts, "sse": sse,
-                "members": members,
-                "shift": shift, "history": history, "passes": passes, "converged": converged, "stop_reason": final,
-                "layout_id": batch.layout_id, "batch_rows": batch_rows, "bounds": scheme}
 
-    written_layouts = set()
+@dataclass
+class NestedState:
+    """What nmbatch's iterations carry from one to the next (held by the driver): the centers, the batch size,
+    the running per-cluster sums S, weights v, SSE and numbers of members, the last moves of the centers, the
+    history and the iterations done."""
 
-    def write_blocks(directory):
+    centers: Any
+    size: int
+    sums: Any
+    counts: Any
+    sse: Any
+    members: Any
+    shift: Any
+    history: list
+    passes: float
+    n_iter: int = 0
+    converged: bool = False
+    stop_reason: str = "max_iter"
+    finished: str | None = None
+
+    @classmethod
+    def start(cls, centers, plan, passes):
+        """The state before the first iteration."""
+        k, d = centers.shape
+        return cls(centers, plan.initial_batch_size, np.zeros((k, d)), np.zeros(k), np.zeros(k),
+                   np.zeros(k, dtype=np.int64), np.zeros(k), [], passes)
+
+    @classmethod
+    def resumed(cls, resume):
+        """The state saved in the checkpoint state ``resume`` (``finished``: the stop reason of a run that ended)."""
+        finished = resume["stop_reason"]
+        return cls(resume["centers"], *(resume[name] for name in ("size", "sums", "counts", "sse", "members",
+                                                                   "shift")),
+                   list(resume["history"]), resume["passes"], resume["iteration"], resume["converged"],
+                   finished or "max_iter", finished)
+
+
+class _NestedRun:
+    """One run of nmbatch: the prepared problem (rows, plan, run context), its batch and the state it carries."""
+
+    def __init__(self, array, plan, context, state):
+        self.array, self.plan, self.context, self.state = array, plan, context, state
+        self.resume = context.resume
+        resume = self.resume
+        scheme = plan.scheme
+        groups = make_groups(state.centers, scheme, plan.n_groups) if resume is None else \
+            CenterGroups(resume["group_of"], scheme)
+        self.groups = groups
+        layout = {} if plan.min_block_rows is None else {"min_block_rows": plan.min_block_rows}
+        options = dict(client=context.client, max_blocks=plan.max_blocks, weights=context.weights, **layout)
+        if plan.batch_rows == "reread":
+            self.batch = RereadBatch(array, plan.seed, groups, **options)
+        else:
+            self.batch = NestedBatch(array, plan.seed, groups, **options, driver_rows=plan.driver_rows)
+        self.written_layouts = set()
+
+    def checkpoint_state(self, final):
+        """The checkpoint's state after the iterations done (``final``: the stop reason once the run has ended)."""
+        state, batch = self.state, self.batch
+        return {"iteration": state.n_iter, "centers": state.centers, "group_of": self.groups.group_of,
+                "size": state.size, "batch_size": batch.size, "rows_read": batch.rows_read, "sums": state.sums,
+                "counts": state.counts, "sse": state.sse, "members": state.members,
+                "shift": state.shift, "history": state.history, "passes": state.passes,
+                "converged": state.converged, "stop_reason": final, "layout_id": batch.layout_id,
+                "batch_rows": self.plan.batch_rows, "bounds": self.plan.scheme}
+
+    def write_blocks(self, directory):
         """The workers write the blocks: rows and indices only when the batch grew or split since the last save."""
+        batch, checkpoint, resume = self.batch, self.context.checkpoint, self.resume
         layout = checkpoint.shared_path(batch.layout_id)
-        fresh = batch.layout_id not in written_layouts and (resume is None or batch.layout_id != resume["layout_id"])
+        fresh = batch.layout_id not in self.written_layouts and (resume is None
+                                                                 or batch.layout_id != resume["layout_id"])
         metadata = batch.write_checkpoint(os.path.join(directory, "blocks"), layout if fresh else None)
-        written_layouts.add(batch.layout_id)
+        self.written_layouts.add(batch.layout_id)
         return metadata
 
-    if resume is not None:
-        n_iter, size, sums, counts, sse, members, shift, history, passes, converged, finished = (
-            resume[name] for name in ("iteration", "size", "sums", "counts", "sse", "members", "shift", "history",
-                                      "passes", "converged", "stop_reason"))
-        history = list(history)
-        stop_reason = finished or stop_reason
-        if finished is None and resume["batch_size"]:
+    def restore(self):
+        """The batch as the checkpoint saved it: its state blocks read back, or its size alone for a run that
+        had ended or had no batch yet."""
+        resume, batch, checkpoint = self.resume, self.batch, self.context.checkpoint
+        if self.state.finished is None and resume["batch_size"]:
             layout = resume["layout_id"]
             batch.restore_checkpoint(checkpoint.extra, os.path.join(checkpoint.extra_directory, "blocks"),
                                      checkpoint.shared_path(layout), layout, resume["batch_size"],
                                      resume["rows_read"])
         else:
             batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]
-    elif checkpoint is not None:
-        checkpoint.save(state(None))
-    for iteration in range(n_iter + 1, max_iter + 1):
-        if finished is not None:
-            break
-        d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, shift * SHIFT_SAFETY, size)
-        sums += d_sums
-        counts += d_counts
-        sse += d_sse
-        members += d_members
-        new_centers = centers_from_sums(sums, counts, centers, members)
-        shift = center_displacement(new_centers, centers)
-        ratio = doubling_ratio(sse, counts, shift, doubling_quantile, members)
-        batch_inertia = float(sse.sum())
-        batch_weight = float(counts.sum()) if weights is not None else batch.size
-        record = {
-            "iteration": iteration,
-            "batch_size": batch.size,
-            "new_samples": counters["new"],
-            "changed": counters["changed"],
-            "distances_computed": counters["computed"],
-            "distances_skipped": counters["skipped"],
-            "energy": batch_inertia / batch_weight if batch_weight > 0 else 0.0,
-            "inertia": batch_inertia,
-            "center_shift": float(np.sum(shift**2)),
-            "doubling_ratio": ratio if np.isfinite(ratio) else None,
-            "bounds": scheme,
-            "wall_time": clock.elapsed(),
-            "passes": passes + batch.rows_read / n,
-        }
-        history.append(record)
-        if context.callback is not None:
-            context.report(record, centers=new_centers, batch=batch, sums=sums.copy(), counts=counts.copy(),
-                           sse=sse.copy(), members=members.copy())
-        n_iter = iteration
-        converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
-        centers = new_centers
-        if converged:
-            stop = "converged"
-        elif batch.size == n and counters["new"] == 0 and record["center_shift"] <= tol:
-            stop = "tol"
-        else:
-            stop = "max_time" if clock.out_of_time() else None
-        if stop is None and ratio > rho and size < n:
-            size = min(2 * size, n)
-        if checkpoint is not None:
-            final = stop or ("max_iter" if iteration == max_iter else None)
-            if final:
-                checkpoint.save(state(final))
+
+    def iterate(self):
+        """The iterations from ``state.n_iter + 1`` on, until a stop (``state.stop_reason``)."""
+        state, plan, context, batch = self.state, self.plan, self.context, self.batch
+        clock, weights, checkpoint = context.clock, context.weights, context.checkpoint
+        n = int(self.array.shape[0])
+        if self.resume is not None:
+            self.restore()
+        elif checkpoint is not None:
+            checkpoint.save(self.checkpoint_state(None))
+        for iteration in range(state.n_iter + 1, plan.max_iter + 1):
+            if state.finished is not None:
+                break
+            centers = state.centers
+            d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, state.shift * SHIFT_SAFETY,
+                                                                      state.size)
+            state.sums += d_sums
+            state.counts += d_counts
+            state.sse += d_sse
+            state.members += d_members
+            sums, counts, sse, members = state.sums, state.counts, state.sse, state.members
+            new_centers = centers_from_sums(sums, counts, centers, members)
+            state.shift = center_displacement(new_centers, centers)
+            ratio = doubling_ratio(sse, counts, state.shift, plan.doubling_quantile, members)
+            batch_inertia = float(sse.sum())
+            batch_weight = float(counts.sum()) if weights is not None else batch.size
+            record = {
+                "iteration": iteration,
+                "batch_size": batch.size,
+                "new_samples": counters["new"],
+                "changed": counters["changed"],
+                "distances_computed": counters["computed"],
+                "distances_skipped": counters["skipped"],
+                "energy": batch_inertia / batch_weight if batch_weight > 0 else 0.0,
+                "inertia": batch_inertia,
+                "center_shift": float(np.sum(state.shift**2)),
+                "doubling_ratio": ratio if np.isfinite(ratio) else None,
+                "bounds": plan.scheme,
+                "wall_time": clock.elapsed(),
+                "passes": state.passes + batch.rows_read / n,
+            }
+            state.history.append(record)
+            if context.callback is not None:
+                context.report(record, centers=new_centers, batch=batch, sums=sums.copy(), counts=counts.copy(),
+                               sse=sse.copy(), members=members.copy())
+            state.n_iter = iteration
+            state.converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
+            state.centers = new_centers
+            if state.converged:
+                stop = "converged"
+            elif batch.size == n and counters["new"] == 0 and record["center_shift"] <= plan.tol:
+                stop = "tol"
             else:
-                checkpoint.save(state(final), extra_writer=write_blocks, keep_shared=[batch.layout_id])
-        if stop is not None:
-            stop_reason = stop
-            break
-    total_passes = passes + batch.rows_read / n
-    # without convergence the inertia of the final centers is one pass, made by the estimator on demand
-    inertia = float(sse.sum()) if converged else None
-    if not keep_batch:
-        batch.release()
-    return FitResult(centers, inertia, n_iter, history, stop_reason, total_passes,
-                     batch=batch if keep_batch else None, batch_rows=batch_rows)
+                stop = "max_time" if clock.out_of_time() else None
+            if stop is None and ratio > plan.rho and state.size < n:
+                state.size = min(2 * state.size, n)
+            if checkpoint is not None:
+                final = stop or ("max_iter" if iteration == plan.max_iter else None)
+                if final:
+                    checkpoint.save(self.checkpoint_state(final))
+                else:
+                    checkpoint.save(self.checkpoint_state(final), extra_writer=self.write_blocks,
+                                    keep_shared=[batch.layout_id])
+            if stop is not None:
+                state.stop_reason = stop
+                break

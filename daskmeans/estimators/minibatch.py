@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..algorithms.init import check_init
 from ..algorithms.minibatch import SAMPLING_METHODS, minibatch_kmeans, minibatch_partial_step, resolve_sampling
-from ..algorithms.nested import BATCH_ROWS, choose_batch_rows, nested_minibatch
+from ..algorithms.nested import BATCH_ROWS, NestedPlan, nested_minibatch, nested_plan, resumed_plan
 from ..algorithms.result import Clock, RunContext
-from ..engine.capacity import cluster_memory_bytes
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
 from ..exceptions import InputDataError
@@ -111,6 +112,11 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     stop_reason_ : str
         ``"converged"`` (an iteration over all samples changed no assignment), ``"tol"``, ``"max_iter"`` or
         ``"max_time"``.
+    fit_plan_ : NestedPlan
+        What the fit decided from the data before its iterations, with the reason for each choice
+        (:class:`daskmeans.algorithms.nested.NestedPlan`): the bounds (``scheme``, ``n_groups``), where the batch's
+        rows live (``batch_rows``), the largest batch stepped on the driver (``driver_rows``), the first batch's
+        size, the absolute ``tol`` and the seeding's rows (``seeding``). Shown above the progress bars.
 
     See Also
     --------
@@ -207,28 +213,36 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     _supports_checkpoint = True
 
+    def _plan(self, data, summary, client, start) -> NestedPlan:
+        """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.nested.nested_plan`):
+        the bounds and where the batch's rows live (by the cluster's memory), the batch size stepped on the
+        driver, the first batch's size, the absolute ``tol``, and the seeding's sample."""
+        plan = nested_plan(data.array, self.n_clusters, client, bounds=self.bounds, batch_rows=self.batch_rows,
+                           driver_rows=self.driver_rows, seed=stage_key(start.seed, "nmbatch"),
+                           initial_batch_size=self.initial_batch_size, rho=self.rho,
+                           doubling_quantile=self.doubling_quantile, max_iter=self.max_iter,
+                           tol=self.tol * summary.mean_variance, seeding=plan_seeding(self, data, client))
+        return replace(plan, reasons={**plan.reasons, "tol": f"tol={self.tol!r} times the mean per-feature "
+                                      f"variance {summary.mean_variance:.6g}"})
+
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        self.batch_rows_, bounds = choose_batch_rows(self.batch_rows, self.bounds, data.n_samples, data.n_features,
-                                                     self.n_clusters, data.array.dtype.itemsize,
-                                                     cluster_memory_bytes(client))
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
+        plan = self._plan(data, summary, client, start)
+        if hook is not None and hook.resume is not None:
+            plan = resumed_plan(plan, hook.resume)
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="nmbatch") as recorder:
+            self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed,
-                                               plan=plan_seeding(self, data, client), recorder=recorder)
+                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
+                                               recorder=recorder)
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
-            result = nested_minibatch(
-                data.array, centers, context, seed=stage_key(start.seed, "nmbatch"),
-                initial_batch_size=self.initial_batch_size, rho=self.rho, doubling_quantile=self.doubling_quantile,
-                bounds=bounds, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                batch_rows=self.batch_rows_, driver_rows=self.driver_rows,
-            )
+            result = nested_minibatch(data.array, centers, plan, context)
         recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia

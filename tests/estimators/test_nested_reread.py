@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from daskmeans import NestedMiniBatchKMeans, open_input
-from daskmeans.algorithms.nested import choose_batch_rows, nested_minibatch, state_bytes_per_row
+from daskmeans.algorithms.nested import choose_batch_rows, nested_minibatch, nested_plan, state_bytes_per_row
 from daskmeans.algorithms.result import RunContext
 from daskmeans.kernels.nested_groups import make_groups
 from daskmeans.passes.nested_reread import RereadBatch
@@ -50,6 +50,7 @@ def test_the_chunks_prefixes_make_the_same_batch_as_the_cached_layout(store):
     assert reread.rows_read == 5 * 30_000, "re-read: 7 lanes, so every batch touches all 7 chunks, read each time"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bounds", ["yinyang", "hamerly", "none"])
 def test_reread_gives_the_iterates_of_the_cached_batch(store, bounds):
     path, X = store
@@ -69,6 +70,7 @@ def test_reread_gives_the_iterates_of_the_cached_batch(store, bounds):
     assert rates and all(rate > 0 for rate in rates), "the re-read chunks are the rows a step's pass reads"
 
 
+@pytest.mark.slow
 def test_reread_on_a_cluster_of_processes_equals_threads(store, cluster_client):
     path, _ = store
     params = dict(n_clusters=12, random_state=4, initial_batch_size=600, batch_rows="reread", max_iter=10, tol=0.0)
@@ -98,6 +100,7 @@ def test_reread_runs_through_the_algorithm_with_sample_weights(store):
     array = open_input(path).array
     weights = da.from_array(np.random.default_rng(1).uniform(0.5, 2, len(X)), chunks=(array.chunks[0],))
     centers = X[np.random.default_rng(2).choice(len(X), 12, replace=False)].astype(np.float32)
-    results = [nested_minibatch(array, centers, RunContext(weights=weights), seed=9, initial_batch_size=30_000,
-                                max_iter=8, batch_rows=mode) for mode in ("cached", "reread")]
+    plans = [nested_plan(array, 12, seed=9, initial_batch_size=30_000, max_iter=8, batch_rows=mode)
+             for mode in ("cached", "reread")]
+    results = [nested_minibatch(array, centers, plan, RunContext(weights=weights)) for plan in plans]
     np.testing.assert_allclose(results[1].centers, results[0].centers, rtol=1e-9)
