@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..algorithms.init import check_init
-from ..algorithms.minibatch import SAMPLING_METHODS, minibatch_kmeans, minibatch_partial_step, resolve_sampling
+from ..algorithms.minibatch import (SAMPLING_METHODS, MiniBatchPlan, minibatch_kmeans, minibatch_partial_step,
+                                   minibatch_plan)
 from ..algorithms.nested import BATCH_ROWS, NestedPlan, nested_minibatch, nested_plan, resumed_plan
 from ..algorithms.result import Clock, RunContext
 from ..engine.client import resolve_client
@@ -323,6 +324,11 @@ class MiniBatchKMeans(ClusteringEstimator):
     stop_reason_ : str
     sampling_ : str
         ``"rows"`` or ``"chunks"``: how the fit drew its rows (what ``"auto"`` chose).
+    fit_plan_ : MiniBatchPlan
+        What ``fit`` decided from the data before its steps, with the reason for each choice
+        (:class:`daskmeans.algorithms.minibatch.MiniBatchPlan`): how rows are drawn (``sampling``), the steps at
+        most (``total_steps``), the steps and blocks of a pool, the absolute ``tol`` and the seeding's rows
+        (``seeding``). Shown above the progress bars.
 
     See Also
     --------
@@ -400,28 +406,34 @@ class MiniBatchKMeans(ClusteringEstimator):
     }
     _supports_checkpoint = True
 
+    def _plan(self, data, summary, client, start) -> MiniBatchPlan:
+        """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.minibatch.minibatch_plan`):
+        how the rows are drawn (``sampling``), the steps and pools, the absolute ``tol`` and the seeding's sample."""
+        plan = minibatch_plan(data.array, self.batch_size, self.sampling, max_iter=self.max_iter,
+                              seed=stage_key(start.seed, "minibatch"), learning_rate=self.learning_rate,
+                              tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
+                              reassignment_ratio=self.reassignment_ratio, seeding=plan_seeding(self, data, client))
+        return replace(plan, reasons={**plan.reasons, "tol": f"tol={self.tol!r} times the mean per-feature "
+                                      f"variance {summary.mean_variance:.6g}"})
+
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        self.sampling_ = resolve_sampling(self.sampling, data.array.chunks[0], self.batch_size)
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
-        total = max(1, self.max_iter * data.n_samples // self.batch_size)
-        with SnapshotRecorder(self, clock, total=total, desc="mini-batch k-means", unit="steps",
+        plan = self._plan(data, summary, client, start)
+        self.sampling_ = plan.sampling
+        with SnapshotRecorder(self, clock, total=plan.total_steps, desc="mini-batch k-means", unit="steps",
                               count_key="steps") as recorder:
+            self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed,
-                                               plan=plan_seeding(self, data, client), recorder=recorder)
+                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
+                                               recorder=recorder)
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
-            result = minibatch_kmeans(
-                data.array, centers, context, seed=stage_key(start.seed, "minibatch"), batch_size=self.batch_size,
-                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol * summary.mean_variance,
-                max_no_improvement=self.max_no_improvement, reassignment_ratio=self.reassignment_ratio,
-                sampling=self.sampling_,
-            )
+            result = minibatch_kmeans(data.array, centers, plan, context)
         recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.counts_ = result.seen_counts
