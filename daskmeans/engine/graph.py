@@ -8,6 +8,7 @@ with ``Client.get`` after culling and linear fusion, without the rest of ``Clien
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 
@@ -114,7 +115,9 @@ def map_blocks_delayed(function, name: str, block_args: list[list], *common_args
     if watch is None:
         return [task((key, i), function, *args, *common_args, settings=settings) for i, args in enumerate(block_args)]
     watch.register(key)
-    return [task((key, i), report_block, function, key, energy_of, *args, *common_args, settings=settings)
+    # the watch finds its tasks by their function, report_block: the settings are applied inside it
+    inner = function if settings is None else functools.partial(config.run_with, settings, function)
+    return [task((key, i), report_block, inner, key, energy_of, *args, *common_args, settings=None)
             for i, args in enumerate(block_args)]
 
 

@@ -273,11 +273,16 @@ class SegmentsHere:
 
     def __init__(self, pieces):
         self.pieces = pieces
+        self._last = None
 
     def parts(self, s, centers=None, n_candidates=16):
         """Segment ``s`` as its parts (one per block), its lists remade against ``centers`` if given; the segment is
-        released here."""
+        released here. The segment taken last is kept until the next is taken: the inner loop takes a segment
+        once more, with ``centers``, when its lists must be remade partway through it."""
         parts, self.pieces[s] = self.pieces[s], None
+        if parts is None and self._last is not None and self._last[0] == s:
+            parts = self._last[1]
+        self._last = (s, parts)
         if centers is not None:
             centers = np.ascontiguousarray(centers)
             parts = [_candidates_of_piece(part, centers, n_candidates) for part in parts]
