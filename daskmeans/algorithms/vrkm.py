@@ -29,12 +29,13 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import psutil
 
-from ..config import MIN_SEGMENTS, REMAKE_COST, VRKM_INNER_BATCH_SIZE
+from .. import config
 from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
 from ..kernels.vrkm_batched import BatchedInnerLoop
@@ -46,6 +47,7 @@ from ..passes.sampling import (
     weight_totals_graph,
     weighted_indices_with_replacement_graph,
 )
+from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
 
@@ -122,17 +124,50 @@ def _draws(n, steps, seed, epoch, weights, block_totals, client):
 def segment_rows_for(n_draws: int, array) -> int:
     """Draws per segment: at least ``MIN_SEGMENTS`` segments (the candidate lists are remade for each), and none
     larger than one block of the data."""
-    return max(1, min(math.ceil(n_draws / MIN_SEGMENTS), int(max(array.chunks[0]))))
+    return max(1, min(math.ceil(n_draws / config.MIN_SEGMENTS), int(max(array.chunks[0]))))
 
 
-def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, batch_gradient, agree_rule,
-                 n_candidates, batch_size=1):
-    """The inner loop over an epoch's sample, one segment at a time.
+@dataclass(frozen=True)
+class InnerLoopTask:
+    """What the inner loop of one epoch runs from, besides its sample (:func:`run_segments`; sent whole to the
+    worker that runs it).
 
-    With ``batch_size > 1`` the loop is batched (:class:`~daskmeans.kernels.vrkm_batched.BatchedInnerLoop`) and the
-    segments carry no candidate lists. In the per-sample loop, the candidate lists made in the pass are used while
-    they keep the steps cheap; once the centers have drifted so far from the pass's that a step needs more than
-    ``REMAKE_COST`` distances per listed candidate, each remaining segment gets its lists remade against the
+    Attributes
+    ----------
+    starts : int array
+        First draw of each segment.
+    n_draws : int
+    snapshot : ndarray (k, d)
+        ``C~new``.
+    pass_centers : ndarray (k, d)
+        ``C~``, the centers the pass made the candidate lists against.
+    eta, batch_gradient, agree_rule, n_candidates :
+        See :class:`~daskmeans.kernels.vrkm.InnerLoop`.
+    batch_size : int
+        Draws whose nearest centers are found together (1: the paper's per-sample loop).
+    remake_cost : float
+        :data:`~daskmeans.config.REMAKE_COST`, read on the driver.
+    """
+
+    starts: Any
+    n_draws: int
+    snapshot: Any
+    pass_centers: Any
+    eta: float
+    batch_gradient: Any
+    agree_rule: str
+    n_candidates: int
+    batch_size: int = 1
+    remake_cost: float = field(default_factory=lambda: config.REMAKE_COST)
+
+
+def run_segments(pieces, compute, task):
+    """The inner loop over an epoch's sample, one segment at a time, from ``task`` (:class:`InnerLoopTask`).
+
+    With ``task.batch_size > 1`` the loop is batched (:class:`~daskmeans.kernels.vrkm_batched.BatchedInnerLoop`) and
+    the segments carry no candidate lists. In the per-sample loop, the candidate lists made in the pass are used
+    while they keep the steps cheap; once the centers have drifted so far from the pass's that a step needs more
+    than ``REMAKE_COST`` distances per listed candidate, each remaining segment gets its lists remade against the
     centers of that moment. This changes the speed only.
 
     Parameters
@@ -142,17 +177,7 @@ def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, 
         cluster, or the parts themselves when the pass brought them here (``compute`` None).
     compute : callable or None
         Computes a delayed object and returns its value (driver client, worker client or local scheduler).
-    starts : int array
-        First draw of each segment.
-    n_draws : int
-    snapshot : ndarray (k, d)
-        ``C~new``.
-    pass_centers : ndarray (k, d)
-        ``C~``, the centers the pass made the candidate lists against.
-    batch_gradient, agree_rule, n_candidates :
-        See :class:`~daskmeans.kernels.vrkm.InnerLoop`.
-    batch_size : int
-        Draws whose nearest centers are found together (1: the paper's per-sample loop).
+    task : InnerLoopTask
 
     Returns
     -------
@@ -161,21 +186,22 @@ def run_segments(pieces, compute, starts, n_draws, snapshot, pass_centers, eta, 
     remade : int
         Segments whose candidate lists were remade.
     """
-    if batch_size > 1:
-        loop = BatchedInnerLoop(snapshot, eta, batch_size=batch_size, batch_gradient=batch_gradient,
-                                agree_rule=agree_rule)
+    starts, n_candidates = task.starts, task.n_candidates
+    if task.batch_size > 1:
+        loop = BatchedInnerLoop(task.snapshot, task.eta, batch_size=task.batch_size,
+                                batch_gradient=task.batch_gradient, agree_rule=task.agree_rule)
     else:
-        loop = InnerLoop(snapshot, eta, batch_gradient=batch_gradient, agree_rule=agree_rule,
-                         reference_centers=pass_centers)
+        loop = InnerLoop(task.snapshot, task.eta, batch_gradient=task.batch_gradient, agree_rule=task.agree_rule,
+                         reference_centers=task.pass_centers)
     segments = SegmentsHere(pieces) if compute is None else SegmentsOnCluster(pieces, compute)
-    ends = list(starts[1:]) + [n_draws]
+    ends = list(starts[1:]) + [task.n_draws]
     pass_lists = True
     remade = 0
     for s, (first, last) in enumerate(zip(starts, ends)):
         done = 0
         if pass_lists:
             sample = ordered_segment(segments.parts(s), int(first), int(last - first))
-            done = loop.run(*sample.as_tuple(), max_cost=REMAKE_COST * (n_candidates + 1))
+            done = loop.run(*sample.as_tuple(), max_cost=task.remake_cost * (n_candidates + 1))
             pass_lists = done == sample.rows.shape[0]
         if done < last - first:
             loop.rebase()
@@ -225,19 +251,12 @@ def _state(epoch, centers, history, passes, previous_energy, stop_reason, inerti
             "previous_energy": previous_energy, "stop_reason": stop_reason, "inertia": inertia}
 
 
-def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5, max_epochs=100, tol=1e-5, seed=0,
-         agree_rule="paper", n_candidates=16, inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None,
-         driver=None):
-    """Run VRKM or VRKM++ epochs from ``centers``.
+@dataclass(frozen=True, kw_only=True)
+class VRKMPlan(FitPlan):
+    """What a run of VRKM or VRKM++ does, decided before it starts (:class:`~daskmeans.algorithms.plan.FitPlan`).
 
-    Parameters
+    Attributes
     ----------
-    array : dask.array.Array (n, d)
-    centers : ndarray (k, d)
-    context : RunContext, optional
-        With sample weights, draws are weight-proportional and the statistics weighted. The epoch index keys the
-        draws, so it is the position of the random stream a checkpoint resumes. The record of an epoch with an
-        inner loop reaches the callback with the centers after that loop (``"_centers"``).
     variant : {"vrkm++", "vrkm"}
     eta : float
         The constant learning rate.
@@ -254,10 +273,78 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
     inner_batch_size : int
         Draws of the inner loop whose nearest centers are found together, by one GEMM against the centers at the
         start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); 1 is the paper's per-sample loop.
-    driver_sample_bytes : int, optional
-        With a distributed client, the inner loop runs on the driver when the epoch's sample (bytes of its rows)
-        is at most this (it then comes with the pass, whole), else on one worker (it streams in one segment at a
-        time); the result is the same. Default: a quarter of the driver's available memory.
+    sample_bytes : int
+        With a distributed client, an epoch's inner loop runs on the driver when its sample (bytes of its rows) is
+        at most this (it then comes with the pass, whole), else on one worker (it streams in one segment at a
+        time); the result is the same.
+    driver_rows : int
+        Most rows whose epoch passes run on the driver.
+    on_driver : bool
+        Whether the epoch passes run on the driver (on a :class:`~daskmeans.engine.driver.DriverCopy` of the rows).
+    seeding : SeedingPlan, optional
+        How the fit drew the centers the run starts from.
+    """
+
+    variant: str = "vrkm++"
+    eta: float = 0.0
+    epoch_size: Any = 0.5
+    max_epochs: int = 100
+    tol: float = 1e-5
+    seed: int = 0
+    agree_rule: str = "paper"
+    n_candidates: int = 16
+    inner_batch_size: int = field(default_factory=lambda: config.VRKM_INNER_BATCH_SIZE)
+    sample_bytes: int = 0
+    driver_rows: int = 0
+    on_driver: bool = False
+    seeding: SeedingPlan | None = None
+
+
+def vrkm_plan(array, *, driver_sample_bytes=None, inner_batch_size=None, driver_rows=0, **given) -> VRKMPlan:
+    """The plan of VRKM over ``array``: the sample budget of the driver (``driver_sample_bytes``,
+    :func:`sample_budget`), the inner loop's batch (``inner_batch_size`` None:
+    :data:`~daskmeans.config.VRKM_INNER_BATCH_SIZE`) and whether the epoch passes run on the driver: at most
+    ``driver_rows`` rows (resolved rows) and the largest epoch sample within the budget. The other fields of
+    :class:`VRKMPlan` are taken from ``given`` (``eta`` is required)."""
+    n, d = (int(s) for s in array.shape)
+    budget = sample_budget(driver_sample_bytes)
+    reasons = {"sample_bytes": f"driver_sample_bytes={driver_sample_bytes}" if driver_sample_bytes is not None
+               else "a quarter of the driver's available memory"}
+    if inner_batch_size is None:
+        inner_batch_size = config.VRKM_INNER_BATCH_SIZE
+        reasons["inner_batch_size"] = "VRKM_INNER_BATCH_SIZE"
+    plan = VRKMPlan(inner_batch_size=inner_batch_size, sample_bytes=budget, driver_rows=driver_rows, **given)
+    sample = largest_sample_bytes(plan.epoch_size, plan.max_epochs, n, d * array.dtype.itemsize)
+    on_driver = n <= driver_rows and sample <= budget
+    reasons["on_driver"] = f"{n:,} rows {'<=' if n <= driver_rows else '>'} {driver_rows:,}, the largest epoch " \
+        f"sample {sample:,} bytes {'<=' if sample <= budget else '>'} {budget:,}"
+    return replace(plan, on_driver=on_driver, reasons=reasons)
+
+
+@dataclass
+class VRKMState:
+    """What VRKM's epochs carry from one to the next: the centers, the history, the passes over the data, the
+    energy of the last pass and the epochs done (the checkpoint's state, :func:`_state`)."""
+
+    centers: Any
+    history: list
+    passes: float
+    previous_energy: float | None = None
+    n_epochs: int = 0
+
+
+def vrkm(array, centers, plan, context=None, driver=None):
+    """Run VRKM or VRKM++ epochs from ``centers``, as ``plan`` says (:class:`VRKMPlan`, :func:`vrkm_plan`).
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    plan : VRKMPlan
+    context : RunContext, optional
+        With sample weights, draws are weight-proportional and the statistics weighted. The epoch index keys the
+        draws, so it is the position of the random stream a checkpoint resumes. The record of an epoch with an
+        inner loop reaches the callback with the centers after that loop (``"_centers"``).
     driver : DriverCopy, optional
         ``array`` and the weights gathered into the driver's memory (:class:`~daskmeans.engine.driver.DriverCopy`):
         the epoch passes then run on the driver's threads without a Dask graph or a round trip to the workers
@@ -268,51 +355,46 @@ def vrkm(array, centers, context=None, *, variant="vrkm++", eta, epoch_size=0.5,
     FitResult
     """
     context = context or RunContext()
-    settings = dict(variant=variant, eta=eta, epoch_size=epoch_size, max_epochs=max_epochs, tol=tol, seed=seed,
-                    agree_rule=agree_rule, n_candidates=n_candidates, inner_batch_size=inner_batch_size,
-                    driver_sample_bytes=driver_sample_bytes)
     if driver is None:
-        return _epochs(array, centers, context, None, **settings)
+        return _epochs(array, centers, plan, context)
     with driver.threads():
-        return _epochs(driver.array, centers, replace(context, client=None, weights=driver.weights), driver,
-                       **settings)
+        return _epochs(driver.array, centers, plan, replace(context, client=None, weights=driver.weights), driver)
 
 
-def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_epochs, tol, seed, agree_rule,
-            n_candidates, inner_batch_size, driver_sample_bytes):
+def _epochs(array, centers, plan, context, driver=None):
     """The epochs of :func:`vrkm` (``array`` and the context's weights those of ``driver`` when given)."""
     clock, client, weights, checkpoint = context.clock, context.client, context.weights, context.checkpoint
-    passes = context.passes
     n, n_features = array.shape
     total_weight = float(n if context.total_weight is None else context.total_weight)
-    sizes = epoch_sizes(epoch_size, n)
-    driver_sample_bytes = sample_budget(driver_sample_bytes)
+    sizes = epoch_sizes(plan.epoch_size, n)
     block_totals = None
     if weights is not None:
         (block_totals,) = compute_now(weight_totals_graph(weights), client=client)
-    listed = 0 if inner_batch_size > 1 else n_candidates  # the batched loop needs no candidate lists
-    history = []
-    previous_energy = None
+    listed = 0 if plan.inner_batch_size > 1 else plan.n_candidates  # the batched loop needs no candidate lists
+    state = VRKMState(centers, [], context.passes)
     stop_reason = "max_epochs"
     final_stats = None
-    n_epochs = 0
     resume = context.resume
     if resume is not None:
-        centers, history, passes = resume["centers"], list(resume["history"]), resume["passes"]
-        previous_energy, n_epochs = resume["previous_energy"], resume["epoch"]
+        state = VRKMState(resume["centers"], list(resume["history"]), resume["passes"], resume["previous_energy"],
+                          resume["epoch"])
         if resume["stop_reason"] is not None:
-            return FitResult(centers, resume["inertia"], n_epochs, history, resume["stop_reason"], passes)
+            return FitResult(state.centers, resume["inertia"], state.n_epochs, state.history, resume["stop_reason"],
+                             state.passes)
     elif checkpoint is not None:
-        checkpoint.save(_state(0, centers, history, passes, None, None, None))
-    for epoch in range(n_epochs + 1, max_epochs + 1):
+        checkpoint.save(_state(0, centers, state.history, state.passes, None, None, None))
+    history = state.history
+    for epoch in range(state.n_epochs + 1, plan.max_epochs + 1):
+        centers = state.centers
         steps = int(sizes(epoch))
-        draws = _draws(n, steps, seed, epoch, weights, block_totals, client)
+        draws = _draws(n, steps, plan.seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
-        on_worker = client is not None and steps * n_features * array.dtype.itemsize > driver_sample_bytes
+        on_worker = client is not None and steps * n_features * array.dtype.itemsize > plan.sample_bytes
         stats, pieces, starts = _epoch_pass(array, centers, draws, weights, listed, client, keep_sample=on_worker,
                                             driver=driver)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
-        passes += 1 + extra
+        state.passes += 1 + extra
+        passes = state.passes
         energy = stats.inertia / total_weight
         record = {
             "iteration": epoch,
@@ -324,8 +406,9 @@ def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_ep
             "wall_time": clock.elapsed(),
             "passes": passes,
         }
-        n_epochs = epoch
-        converged = previous_energy is not None and abs(previous_energy - energy) <= tol * previous_energy
+        state.n_epochs = epoch
+        previous_energy = state.previous_energy
+        converged = previous_energy is not None and abs(previous_energy - energy) <= plan.tol * previous_energy
         if converged or clock.out_of_time():
             # these centers are the result: their energy is known, no inner loop nor final pass is needed
             stop_reason = "converged" if converged else "max_time"
@@ -337,18 +420,19 @@ def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_ep
                 checkpoint.save(_state(epoch, centers, history, passes, previous_energy, stop_reason, stats.inertia))
             break
         record["relocated"] = relocate_empty_clusters(stats)
-        snapshot, batch_gradient = position_correction(stats, centers, variant)
+        snapshot, batch_gradient = position_correction(stats, centers, plan.variant)
         started = time.perf_counter()
-        loop_args = (starts, steps, snapshot, centers, eta, batch_gradient, agree_rule, n_candidates,
-                     inner_batch_size)
+        task = InnerLoopTask(starts, steps, snapshot, centers, plan.eta, batch_gradient, plan.agree_rule,
+                             plan.n_candidates, plan.inner_batch_size)
         if on_worker:
             # the sample stays on the workers that gathered it; one of them streams it in
             keys = [[piece.key for piece in segment] for segment in pieces]
-            (centers, counts, remade), where = run_pinned(client, run_segments, keys, *loop_args,
+            (centers, counts, remade), where = run_pinned(client, run_segments, keys, task,
                                                           key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}")
         else:
             where = "driver"
-            centers, counts, remade = run_segments(pieces, None, *loop_args)
+            centers, counts, remade = run_segments(pieces, None, task)
+        state.centers = centers
         del pieces
         record.update({
             "inner_steps": counts.steps,
@@ -361,13 +445,13 @@ def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_ep
         })
         history.append(record)
         context.report(record, centers=centers)
-        previous_energy = energy
+        state.previous_energy = energy
         out_of_time = clock.out_of_time()
         if checkpoint is not None:
-            final = "max_time" if out_of_time else "max_epochs" if epoch == max_epochs else None
+            final = "max_time" if out_of_time else "max_epochs" if epoch == plan.max_epochs else None
             if final is not None:
                 record["stop_reason"] = final
-            checkpoint.save(_state(epoch, centers, history, passes, previous_energy, final, None))
+            checkpoint.save(_state(epoch, centers, history, passes, energy, final, None))
         if out_of_time:
             stop_reason = "max_time"
             break
@@ -375,4 +459,4 @@ def _epochs(array, centers, context, driver, *, variant, eta, epoch_size, max_ep
         history[-1]["stop_reason"] = stop_reason
     # centers that moved after the last pass: their inertia is one pass, made by the estimator on demand
     inertia = None if final_stats is None else final_stats.inertia
-    return FitResult(centers, inertia, n_epochs, history, stop_reason, passes)
+    return FitResult(state.centers, inertia, state.n_epochs, history, stop_reason, state.passes)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .._validation import check_choice, check_driver_rows, check_float, check_int
 from ..algorithms.init import check_init
 from ..algorithms.result import Clock, RunContext
-from ..algorithms.vrkm import VARIANTS, largest_sample_bytes, sample_budget, vrkm
-from ..config import AUTO_LEARNING_RATE, VRKM_INNER_BATCH_SIZE
+from .. import config
+from ..algorithms.vrkm import VARIANTS, VRKMPlan, vrkm, vrkm_plan
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.slabs import stored_form
 from ..exceptions import InvalidParameterError
@@ -93,10 +95,11 @@ class VRKMeans(ClusteringEstimator):
     n_candidates : int, default 16
         Nearest centers remembered per sampled row to speed up the per-sample inner loop (``inner_batch_size=1``);
         the result does not depend on it.
-    inner_batch_size : int, default 1024
+    inner_batch_size : int, optional
         Draws of the inner loop whose nearest centers are found together, by one GEMM against the centers at the
         start of their batch (:mod:`daskmeans.kernels.vrkm_batched`); the steps themselves are the paper's, taken
         one draw at a time. 1 is the paper's per-sample loop (Algorithms 3 and 4 exactly), several times slower.
+        Default (None): :data:`~daskmeans.config.VRKM_INNER_BATCH_SIZE` when the fit starts.
     driver_sample_bytes : int, optional
         The largest epoch sample (bytes of its rows) the driver holds for the inner loop; with a distributed client a
         larger one stays on the cluster and the inner loop runs on one worker, streaming it segment by segment
@@ -142,6 +145,12 @@ class VRKMeans(ClusteringEstimator):
         as ``{"iteration", "wall_time", "perf_counter", "centers"}`` (``iteration`` is the epoch).
     stop_reason_ : str
         ``"converged"``, ``"max_epochs"`` or ``"max_time"``.
+    fit_plan_ : VRKMPlan
+        What the fit decided from the data before its epochs, with the reason for each choice
+        (:class:`daskmeans.algorithms.vrkm.VRKMPlan`): the learning rate (``eta``), the inner loop's batch, the
+        driver's sample budget (``sample_bytes``; a larger epoch sample stays on the workers), whether the epoch
+        passes run on the driver (``driver_rows``, ``on_driver``) and the seeding's rows (``seeding``). Shown
+        above the progress bars.
 
     See Also
     --------
@@ -178,7 +187,7 @@ class VRKMeans(ClusteringEstimator):
 
     def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
                  tol=1e-5, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
-                 inner_batch_size=VRKM_INNER_BATCH_SIZE, driver_sample_bytes=None, driver_rows="auto", init_rounds=5,
+                 inner_batch_size=None, driver_sample_bytes=None, driver_rows="auto", init_rounds=5,
                  oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False,
                  snapshot_centers=False):
         self.n_clusters = n_clusters
@@ -212,7 +221,7 @@ class VRKMeans(ClusteringEstimator):
         "tol": Real(0.0),
         "agree_rule": Options(AGREE_RULES),
         "n_candidates": Integer(1),
-        "inner_batch_size": Integer(1),
+        "inner_batch_size": Integer(1, none=True),
         "driver_sample_bytes": Integer(0, none=True),
         "driver_rows": Rule(check_driver_rows),
         **SEEDING_CONSTRAINTS,
@@ -221,50 +230,64 @@ class VRKMeans(ClusteringEstimator):
     #: A record's energy is that of the centers its epoch started from (:func:`daskmeans.plots.energy_timeline`).
     _energy_before_update = True
 
-    def _passes_on_driver(self, data) -> bool:
-        """Whether the data goes to the driver for the epoch passes: at most ``driver_rows`` rows
-        (:func:`vrkm_driver_rows`), and the largest epoch sample within ``driver_sample_bytes`` (there every
-        sample comes to the driver)."""
-        rows = vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features, stored_form(data.array).dtype)
-        sample = largest_sample_bytes(self.epoch_size, self.max_epochs, data.n_samples,
-                                      data.n_features * data.array.dtype.itemsize)
-        return data.n_samples <= rows and sample <= sample_budget(self.driver_sample_bytes)
+    def _eta(self, n_samples) -> tuple[float, str]:
+        """The constant learning rate for ``n_samples`` rows, and why.
 
-    def _fit(self, data, weights, summary, client, checkpoint=None):
-        check_init(self.init, self.n_clusters, data.n_features)
+        Raises
+        ------
+        InvalidParameterError
+            ``eta`` above 1 (every step would overshoot its sample).
+        """
         if self.learning_rate == "auto":
-            eta = min(AUTO_LEARNING_RATE * self.n_clusters / data.n_samples, 0.5)
+            eta = min(config.AUTO_LEARNING_RATE * self.n_clusters / n_samples, 0.5)
+            why = f"AUTO_LEARNING_RATE={config.AUTO_LEARNING_RATE} times k / n, at most 0.5"
         else:
-            eta = float(self.learning_rate) * self.n_clusters / data.n_samples
+            eta = float(self.learning_rate) * self.n_clusters / n_samples
+            why = f"learning_rate={self.learning_rate} times k / n"
         if eta > 1.0:
             raise InvalidParameterError(
                 f"The learning rate eta = learning_rate * n_clusters / n_samples = {self.learning_rate} * "
-                f"{self.n_clusters} / {data.n_samples} = {eta:.3g} exceeds 1, so each step would overshoot the "
-                f"sample; use learning_rate <= {data.n_samples / self.n_clusters:.3g}."
+                f"{self.n_clusters} / {n_samples} = {eta:.3g} exceeds 1, so each step would overshoot the "
+                f"sample; use learning_rate <= {n_samples / self.n_clusters:.3g}."
             )
+        return eta, why
+
+    def _plan(self, data, client, seed) -> VRKMPlan:
+        """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.vrkm.vrkm_plan`): the
+        learning rate, the inner loop's batch, the driver's sample budget, whether the epoch passes run on the
+        driver (``driver_rows``, :func:`vrkm_driver_rows`, and the largest epoch sample within that budget) and
+        the seeding's sample."""
+        eta, why = self._eta(data.n_samples)
+        rows = vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features, stored_form(data.array).dtype)
+        plan = vrkm_plan(data.array, driver_sample_bytes=self.driver_sample_bytes,
+                         inner_batch_size=self.inner_batch_size, driver_rows=rows, variant=self.variant, eta=eta,
+                         epoch_size=self.epoch_size, max_epochs=self.max_epochs, tol=self.tol, seed=seed,
+                         agree_rule=self.agree_rule, n_candidates=self.n_candidates,
+                         seeding=plan_seeding(self, data, client))
+        return replace(plan, reasons={**plan.reasons, "eta": why, "driver_rows": f"driver_rows={self.driver_rows!r}"})
+
+    def _fit(self, data, weights, summary, client, checkpoint=None):
+        check_init(self.init, self.n_clusters, data.n_features)
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
+        plan = self._plan(data, client, start.seed)
         with SnapshotRecorder(self, clock, total=self.max_epochs, desc=self.variant, unit="epochs") as recorder:
+            self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed,
-                                               plan=plan_seeding(self, data, client), recorder=recorder)
-            driver = DriverCopy.gather(data.array, weights, client) if self._passes_on_driver(data) else None
+                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
+                                               recorder=recorder)
+            driver = DriverCopy.gather(data.array, weights, client) if plan.on_driver else None
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
                                  weights=weights, total_weight=summary.total_weight)
-            result = vrkm(
-                data.array, centers, context, variant=self.variant, eta=eta, epoch_size=self.epoch_size,
-                max_epochs=self.max_epochs, tol=self.tol, seed=start.seed, agree_rule=self.agree_rule,
-                n_candidates=self.n_candidates, inner_batch_size=self.inner_batch_size,
-                driver_sample_bytes=self.driver_sample_bytes, driver=driver,
-            )
+            result = vrkm(data.array, centers, plan, context, driver)
         recorder.keep(self)
         self.cluster_centers_ = result.centers
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
-        self.eta_ = eta
+        self.eta_ = plan.eta
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
         self._labels = None
