@@ -192,7 +192,6 @@ OVER_THE_LIMIT = {
     "algorithms.kernel_kmeans._run_pools", "algorithms.kernel_kmeans._minibatch_result",
     "algorithms.kernel_kmeans._record_steps",
     "algorithms.two_level.two_level_centers",
-    "algorithms.vc_gmm.truncated_em", "algorithms.vc_gmm._initial_esteps",
 }
 
 

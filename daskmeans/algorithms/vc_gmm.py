@@ -25,16 +25,19 @@ nearer one, and the M-step maximises the bound for the posteriors it is given).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import dask
 import dask.array as da
 import numpy as np
 
-from ..config import GMM_BLOCK_ROWS, GMM_DRIVER_MAX_ROWS, INITIAL_ESTEP_RTOL, MAX_INITIAL_ESTEPS
+from .. import config
 from ..engine.client import compute_now
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError
 from ..kernels import truncated_em as kernels
 from ..passes import gmm
+from .plan import FitPlan
 from .result import FitResult, RunContext
 
 #: Placements of the E-step blocks.
@@ -61,11 +64,76 @@ class _Runner:
 
 def choose_placement(n_rows, where, client):
     """``"driver"`` or ``"workers"`` for the E-step blocks (see the module docstring)."""
-    if where == "workers" and client is not None:
-        return "workers"
-    if where == "auto" and client is not None and n_rows > GMM_DRIVER_MAX_ROWS:
-        return "workers"
-    return "driver"
+    return _choose_placement(n_rows, where, client)[0]
+
+
+def _choose_placement(n_rows, where, client):
+    """:func:`choose_placement` and why: ``(placement, reason)``."""
+    if client is None:
+        return "driver", f"where={where!r}, no distributed client"
+    if where == "workers":
+        return "workers", "where='workers'"
+    if where == "auto" and n_rows > config.GMM_DRIVER_MAX_ROWS:
+        return "workers", f"{n_rows:,} rows > GMM_DRIVER_MAX_ROWS={config.GMM_DRIVER_MAX_ROWS:,}"
+    return "driver", f"where={where!r}" + (
+        f": {n_rows:,} rows <= GMM_DRIVER_MAX_ROWS={config.GMM_DRIVER_MAX_ROWS:,}" if where == "auto" else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GMMPlan(FitPlan):
+    """What a run of truncated variational EM does, decided before it starts
+    (:class:`~daskmeans.algorithms.plan.FitPlan`).
+
+    Attributes
+    ----------
+    coreset_rows : int
+        Rows of the points fitted (the coreset's draws, or all the data's rows).
+    n_truncated : int
+        ``C'``: clusters per point, ``1 <= C' <= k``.
+    search_size : int
+        ``G``: neighbours per cluster, ``1 <= G <= k``.
+    random_exploration : bool
+        Add one random cluster to each point's search space (the paper's ``+1``).
+    tol : float
+        Stop when the free energy changes by less than ``tol`` relative to its value.
+    max_iter : int
+    seed : int
+        Stage key of this fit's random draws (initial ``K_n`` and ``G_c``, exploration).
+    where : {"driver", "workers"}
+        Where the E-step blocks run (:func:`choose_placement`).
+    block_rows : int
+        Rows of an E-step block of points given as a NumPy array.
+    max_initial_esteps : int
+        E-steps at most before the first M-step (0 when every point keeps every cluster).
+    """
+
+    coreset_rows: int = 0
+    n_truncated: int = 1
+    search_size: int = 1
+    random_exploration: bool = True
+    tol: float = 1e-4
+    max_iter: int = 100
+    seed: int = 0
+    where: str = "driver"
+    block_rows: int = field(default_factory=lambda: config.GMM_BLOCK_ROWS)
+    max_initial_esteps: int = 0
+
+
+def gmm_plan(n_rows, n_clusters, client=None, *, where="auto", block_rows=None, **given) -> GMMPlan:
+    """The plan of truncated EM on ``n_rows`` points with ``n_clusters`` means: where the E-step blocks run
+    (``where``, :func:`choose_placement`), their rows (``block_rows`` None: :data:`~daskmeans.config.GMM_BLOCK_ROWS`)
+    and the initial E-steps (:data:`~daskmeans.config.MAX_INITIAL_ESTEPS`, none when ``n_truncated`` is
+    ``n_clusters``); the other fields of :class:`GMMPlan` are taken from ``given`` (``n_truncated`` and
+    ``search_size`` are required)."""
+    placement, why = _choose_placement(n_rows, where, client)
+    reasons = {"where": why}
+    if block_rows is None:
+        block_rows = config.GMM_BLOCK_ROWS
+        reasons["block_rows"] = "GMM_BLOCK_ROWS"
+    initial = 0 if given["n_truncated"] == n_clusters else config.MAX_INITIAL_ESTEPS
+    reasons["max_initial_esteps"] = "every point keeps every cluster" if initial == 0 else "MAX_INITIAL_ESTEPS"
+    return GMMPlan(coreset_rows=int(n_rows), where=placement, block_rows=block_rows, max_initial_esteps=initial,
+                   reasons=reasons, **given)
 
 
 def initial_neighbours(n_clusters, search_size, rng):
@@ -79,33 +147,22 @@ def initial_neighbours(n_clusters, search_size, rng):
     return neighbours
 
 
-def truncated_em(points, means, context=None, *, n_truncated, search_size, random_exploration=True, tol=1e-4,
-                 max_iter=100, seed=0, where="auto", block_rows=GMM_BLOCK_ROWS):
-    """Fit the isotropic GMM by truncated variational EM (var-GMM-S) from initial ``means``.
+def truncated_em(points, means, plan, context=None):
+    """Fit the isotropic GMM by truncated variational EM (var-GMM-S) from initial ``means``, as ``plan`` says
+    (:class:`GMMPlan`, :func:`gmm_plan`).
 
     Parameters
     ----------
     points : ndarray or dask.array.Array (m, d)
-        The (coreset) points. A NumPy array is cut into blocks of ``block_rows``; a dask array keeps its chunks.
+        The (coreset) points. A NumPy array is cut into blocks of ``plan.block_rows``; a dask array keeps its
+        chunks.
     means : ndarray (k, d)
         Initial means (e.g. AFK-MC2 seeds).
+    plan : GMMPlan
     context : RunContext, optional
         ``weights``: the points' (coreset) weights, NumPy or dask (1 when None). ``passes``: passes over the full
         data already spent (coreset, seeding), carried into the records. A checkpoint saves the state (means,
         variance, ``G_c``, every point's ``K_n``, history) after the initial E-steps and after every iteration.
-    n_truncated : int
-        ``C'``: clusters per point, ``1 <= C' <= k``.
-    search_size : int
-        ``G``: neighbours per cluster, ``1 <= G <= k``.
-    random_exploration : bool
-        Add one random cluster to each point's search space (the paper's ``+1``).
-    tol : float
-        Stop when the free energy changes by less than ``tol`` relative to its value.
-    max_iter : int
-    seed : int
-        Stage key of this fit's random draws (initial ``K_n`` and ``G_c``, exploration).
-    where : {"auto", "driver", "workers"}
-    block_rows : int
 
     Returns
     -------
@@ -126,13 +183,14 @@ def truncated_em(points, means, context=None, *, n_truncated, search_size, rando
     if isinstance(points, da.Array):
         array = points
     else:
-        array = da.from_array(np.ascontiguousarray(points), chunks=(block_rows, n_features), name=False)
+        array = da.from_array(np.ascontiguousarray(points), chunks=(plan.block_rows, n_features), name=False)
     m = array.shape[0]
     if weights is not None and not isinstance(weights, da.Array):
         weights = da.from_array(np.asarray(weights, dtype=np.float64), chunks=(array.chunks[0],), name=False)
     elif weights is not None:
         weights = weights.rechunk((array.chunks[0],))
-    placement = choose_placement(m, where, client)
+    placement = plan.where
+    seed, random_exploration, max_iter = plan.seed, plan.random_exploration, plan.max_iter
     runner = _Runner(client if placement == "workers" else None)
     if placement == "driver" and client is not None and isinstance(points, da.Array):
         # rows that live on the cluster (e.g. all the data as the "coreset") come to the driver once
@@ -179,8 +237,8 @@ def truncated_em(points, means, context=None, *, n_truncated, search_size, rando
             return result(resume["stop_reason"])
         truncations = runner.persist([dask.delayed(t, pure=True) for t in resume["truncations"]])
     else:
-        neighbours, truncations, initial_steps, initial_distances = _initial_esteps(
-            array, weights, means, n_clusters, n_truncated, search_size, random_exploration, seed, runner)
+        neighbours, truncations, initial_steps, initial_distances = _initial_esteps(array, weights, means, plan,
+                                                                                     runner)
         if checkpoint is not None:
             save(0, None)
     for iteration in range(n_iter + 1, max_iter + 1):
@@ -234,7 +292,7 @@ def truncated_em(points, means, context=None, *, n_truncated, search_size, rando
         history.append(record)
         context.report(record, centers=means)
         stop = None
-        if previous is not None and abs(free_energy - previous) <= tol * abs(free_energy):
+        if previous is not None and abs(free_energy - previous) <= plan.tol * abs(free_energy):
             stop = "converged"
         else:
             previous = free_energy
@@ -257,18 +315,19 @@ def raise_degenerate(n_clusters):
     )
 
 
-def _initial_esteps(array, weights, means, n_clusters, n_truncated, search_size, random_exploration, seed, runner):
+def _initial_esteps(array, weights, means, plan, runner):
     """Random ``K_n`` and ``G_c``, then E-steps alone: ``(neighbours, truncations, steps, distances)``."""
+    n_clusters, n_truncated, seed = means.shape[0], plan.n_truncated, plan.seed
+    random_exploration = plan.random_exploration
     rng = stage_generator(seed, "neighbours")
-    neighbours = initial_neighbours(n_clusters, search_size, rng)
+    neighbours = initial_neighbours(n_clusters, plan.search_size, rng)
     truncations = runner.persist(gmm.initial_truncations(array, weights, stage_key(seed, "truncation"), n_clusters,
                                                          n_truncated))
 
     initial_distances = 0
     initial_steps = 0
     previous_nearest = None
-    n_initial = 0 if n_truncated == n_clusters else MAX_INITIAL_ESTEPS
-    for step in range(n_initial):
+    for step in range(plan.max_initial_esteps):
         explore_key = stage_key(seed, "initial-explore", step) if random_exploration else None
         estep_parts = runner.persist(gmm.estep_parts(array, weights, truncations, means, neighbours, explore_key,
                                                      n_clusters, name="vc-gmm-initial-estep"))
@@ -277,7 +336,7 @@ def _initial_esteps(array, weights, means, n_clusters, n_truncated, search_size,
         neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours
         initial_distances += int(n_distances)
         initial_steps += 1
-        if previous_nearest is not None and nearest_sum >= (1.0 - INITIAL_ESTEP_RTOL) * previous_nearest:
+        if previous_nearest is not None and nearest_sum >= (1.0 - config.INITIAL_ESTEP_RTOL) * previous_nearest:
             break
         previous_nearest = nearest_sum
     return neighbours, truncations, initial_steps, initial_distances

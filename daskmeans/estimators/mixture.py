@@ -4,6 +4,7 @@ truncated variational EM, seeded by AFK-MC2, for data of any size."""
 from __future__ import annotations
 
 import numbers
+from dataclasses import replace
 
 import dask.array as da
 import numpy as np
@@ -12,8 +13,8 @@ from .._validation import check_int
 from ..algorithms.coreset import draw_coreset
 from ..algorithms.init import afkmc2_distributed, afkmc2_in_memory, check_init, initial_centers
 from ..algorithms.result import Clock, RunContext
-from ..algorithms.vc_gmm import PLACEMENTS, truncated_em
-from ..config import AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT
+from .. import config
+from ..algorithms.vc_gmm import PLACEMENTS, GMMPlan, gmm_plan, truncated_em
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
@@ -127,6 +128,10 @@ class CoresetGaussianMixture(ClusteringEstimator):
     stop_reason_ : str
     center_snapshots_ : list of dict
         Only with ``snapshot_centers=True``: ``{"iteration", "wall_time", "perf_counter", "centers"}``.
+    fit_plan_ : GMMPlan
+        What the fit decided from the data before the EM, with the reason for each choice
+        (:class:`daskmeans.algorithms.vc_gmm.GMMPlan`): the coreset's rows, ``C'`` and ``G`` as used, where the
+        E-step blocks run (``where``), their rows and the initial E-steps. Shown above the progress bars.
 
     See Also
     --------
@@ -245,8 +250,27 @@ class CoresetGaussianMixture(ClusteringEstimator):
 
     def _coreset_rows(self, n_samples):
         if self.coreset_size == "auto":
-            return min(n_samples, max(AUTO_CORESET_MIN, AUTO_CORESET_PER_COMPONENT * self.n_components))
+            return min(n_samples, max(config.AUTO_CORESET_MIN, config.AUTO_CORESET_PER_COMPONENT * self.n_components))
         return self.coreset_size
+
+    def _plan(self, data, client, start) -> GMMPlan:
+        """Every data-dependent choice of the fit, made once: the coreset's rows (``coreset_size``; a resumed fit
+        keeps its coreset's), ``n_truncated`` and ``search_size`` capped at ``n_components``, where the E-step
+        blocks run (``estep_on``) and the initial E-steps (:func:`~daskmeans.algorithms.vc_gmm.gmm_plan`)."""
+        k = self.n_components
+        if start.resuming:
+            rows, why = start.saved["setup"]["coreset_size"], "the checkpoint's coreset"
+        elif self.coreset_size is None:
+            rows, why = data.n_samples, "coreset_size=None: every row, with its weight"
+        else:
+            rows = int(self._coreset_rows(data.n_samples))
+            why = f"coreset_size={self.coreset_size!r}" + (
+                f": max(AUTO_CORESET_MIN={config.AUTO_CORESET_MIN}, AUTO_CORESET_PER_COMPONENT="
+                f"{config.AUTO_CORESET_PER_COMPONENT} k), at most n" if self.coreset_size == "auto" else "")
+        plan = gmm_plan(rows, k, client, where=self.estep_on, n_truncated=min(int(self.n_truncated), k),
+                        search_size=min(int(self.search_size), k), random_exploration=bool(self.random_exploration),
+                        tol=self.tol, max_iter=self.max_iter, seed=stage_key(start.seed, "em"))
+        return replace(plan, reasons={**plan.reasons, "coreset_rows": why})
 
     #: ``fit(X, checkpoint=PATH)``: the coreset and the seeds are saved once, then the EM state every iteration.
     _supports_checkpoint = True
@@ -261,6 +285,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
             return None if "_centers" not in record else np.asarray(record["_centers"], dtype=data.dtype)
 
         recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="vc-GMM", centers_of=in_data_dtype)
+        plan = self._plan(data, client, start)
+        self._keep_plan(plan, recorder)
         if start.resuming:
             setup = start.saved["setup"]
             means, seeding_distances, passes = setup["means"], setup["seeding_distances"], setup["passes"]
@@ -276,7 +302,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 points, point_weights = data.array, weights
                 self.coreset_size_ = data.n_samples
             else:
-                m = self._coreset_rows(data.n_samples)
+                m = plan.coreset_rows
                 _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(start.seed, "lwcs"),
                                                                mean=summary.mean, weights=weights, client=client)
                 passes += spent
@@ -288,19 +314,15 @@ class CoresetGaussianMixture(ClusteringEstimator):
         hook = start.hook(setup={"means": means, "seeding_distances": seeding_distances, "passes": passes,
                                  "coreset_size": self.coreset_size_, "points": points if in_memory else None,
                                  "point_weights": point_weights if in_memory else None})
-        self.n_truncated_ = min(int(self.n_truncated), k)
-        self.search_size_ = min(int(self.search_size), k)
+        self.n_truncated_ = plan.n_truncated
+        self.search_size_ = plan.search_size
         with recorder:
             if not start.resuming:
                 recorder.start(np.asarray(means, dtype=data.dtype))
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=passes, checkpoint=hook,
                                  weights=point_weights)
-            result = truncated_em(
-                points, means, context, n_truncated=self.n_truncated_, search_size=self.search_size_,
-                random_exploration=bool(self.random_exploration), tol=self.tol, max_iter=self.max_iter,
-                seed=stage_key(start.seed, "em"), where=self.estep_on,
-            )
+            result = truncated_em(points, means, plan, context)
         means = np.ascontiguousarray(result.centers, dtype=data.dtype)
         # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error
         with recorder.final_pass("quantization error of the means"):
