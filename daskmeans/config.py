@@ -23,10 +23,7 @@ made on the driver reaches the tasks that read settings on the workers: the slab
 ``REVISIT_*``, ``DENSE_PAIRS_LIMIT``, ``KERNEL_CENTERS_SLAB_BYTES``, ``VRKM_SLAB_BYTES``,
 ``GREEDY_DISTANCE_MATRIX_BYTES``, ``RECLUSTER_SLAB_BYTES``), the generation blocks of ``make_blobs_zarr``
 (``GENERATION_BLOCK_VALUES``) and the work run in one task on a worker (``init="two-level"``'s fine level, VRKM's
-epochs). The other settings are read on the driver when a fit or a command decides something (sizes, thresholds,
-timeouts, where the work runs). A worker that serves two clients with different settings at once runs each task
-with the settings it carries, but a task whose graph was built with the defaults sees whatever the other client's
-running tasks set in that process.
+inner loop). The other settings are read on the driver when a fit or a command decides something.
 """
 
 from __future__ import annotations
@@ -315,22 +312,14 @@ def _checked(name: str, value):
     """``value`` as setting ``name`` takes it (an int, a float, a tuple or a dict like its default); TypeError
     otherwise."""
     default = _defaults[name]
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        value = int(value) if ok else value
-    elif isinstance(default, float):
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif isinstance(default, tuple):
-        ok = isinstance(value, (tuple, list))
-        value = tuple(value) if ok else value
-    elif isinstance(default, dict):
-        ok = isinstance(value, Mapping)
-        value = dict(value) if ok else value
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        kind = numbers.Integral if isinstance(default, int) else numbers.Real
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+    elif isinstance(default, (tuple, dict)):
+        ok = isinstance(value, (tuple, list) if isinstance(default, tuple) else Mapping)
     else:
         ok = isinstance(value, type(default))
+    value = type(default)(value) if ok else value
     if not ok:
         raise TypeError(f"daskmeans.config.{name} takes a value of type {type(default).__name__} (its default is "
                         f"{default!r}), got {value!r} of type {type(value).__name__}.")

@@ -156,6 +156,18 @@ def test_tasks_carrying_other_settings_wait_for_the_running_ones():
     assert config.SLAB_BYTES == config.defaults()["SLAB_BYTES"]
 
 
+def test_a_progress_watch_finds_its_block_tasks_when_they_carry_settings():
+    from daskmeans.engine.graph import map_blocks_delayed
+    from daskmeans.engine.pass_progress import PassWatch, report_block
+
+    with PassWatch(show=False) as watch, config.set(SLAB_BYTES=4096):
+        (block,) = map_blocks_delayed(np.sum, "probe", [[np.ones((3, 2))]], reads_data=True)
+        assert block.dask[block.key].func is report_block
+        watch.submitted(dict(block.dask))
+        assert block.compute(scheduler="sync") == 6.0
+    assert watch.passes[0]["chunks"] == 1 and watch.passes[0]["rows"] == 3
+
+
 # -- settings reach the tasks in worker processes ---------------------------------------------------------------
 
 def _slab_rows_here(rows, offset):

@@ -12,12 +12,19 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .. import config
 from ..exceptions import DaskmeansError, InputDataError, InvalidParameterError, OutputExistsError
 from ..registry import estimator_class
+
+if TYPE_CHECKING:  # for type checkers only: the commands import these when they run
+    from ..storage.io import Dataset
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 #: Errors a user causes; they end the command with a one-line message instead of a traceback.
 USER_ERRORS = (DaskmeansError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
@@ -38,7 +45,7 @@ class CommandError(click.ClickException):
         self.kind = kind
         self.as_json = as_json
 
-    def show(self, file=None):
+    def show(self, file: Any = None) -> None:
         if self.as_json:
             click.echo(json.dumps({"error": self.message, "type": self.kind, "exit_status": self.exit_code}))
         else:
@@ -60,11 +67,11 @@ class SettingChoice(click.Choice):
         return tuple(config.get(self.setting))
 
     @choices.setter
-    def choices(self, value) -> None:  # click.Choice sets it: the setting is read instead
+    def choices(self, value: Any) -> None:  # click.Choice sets it: the setting is read instead
         pass
 
 
-def cluster_options(command):
+def cluster_options(command: _Command) -> _Command:
     """Add ``--scheduler``, ``--connect-timeout``, ``--workers``, ``--threads-per-worker``, ``--memory-limit``,
     ``--local-workers``;
     the command receives them checked, as ``cluster=ClusterSpec(...)``."""
@@ -107,7 +114,7 @@ def cluster_options(command):
 # -- helpers ---------------------------------------------------------------------------------------------------
 
 
-def open_data(path: str, array: str | None):
+def open_data(path: str, array: str | None) -> Dataset:
     """Open an input (metadata only), with a clear message for a plain file that is not a data file."""
     from ..storage.io import open_input
     from ..storage.zarr_safe import is_local, local_path
@@ -145,7 +152,8 @@ def overlap(path: str, other: str) -> str | None:
     return None
 
 
-def check_outputs(outputs: dict, overwrite: bool, inputs: dict, sizes: dict | None = None):
+def check_outputs(outputs: dict[str, str | None], overwrite: bool, inputs: dict[str, str | None],
+                  sizes: dict[str, int] | None = None) -> None:
     """Check every output of a command before any work: writable, apart from the others and from every input,
     and room for it on its disk.
 
@@ -183,7 +191,7 @@ def check_outputs(outputs: dict, overwrite: bool, inputs: dict, sizes: dict | No
             click.echo(f"Warning: {warning}", err=True)
 
 
-def check_writable(option: str, path: str):
+def check_writable(option: str, path: str) -> None:
     """Refuse, before any work, a local output whose folder cannot take a new entry (read-only, no permission).
 
     A file is created and removed there: permission bits alone do not tell (root, read-only mounts, ACLs).
@@ -270,7 +278,7 @@ class DiskFullError(DaskmeansError, OSError):
 
 
 @contextlib.contextmanager
-def writing(option: str, path):
+def writing(option: str, path: str | os.PathLike[str]) -> Iterator[None]:
     """Say which output a full disk or quota stopped (``ENOSPC``, ``EDQUOT``), in one line without a traceback.
 
     Any other failure passes unchanged. The output itself is atomic
@@ -287,7 +295,7 @@ def writing(option: str, path):
             from error
 
 
-def parse_param(text: str):
+def parse_param(text: str) -> tuple[str, Any]:
     """``NAME=VALUE`` -> (name, value): VALUE as a JSON or Python literal (5, 0.1, true, None, [1, 2]), else text."""
     name, sep, raw = text.partition("=")
     name = name.strip().replace("-", "_")
@@ -307,7 +315,7 @@ OWN_OPTIONS = {"n_clusters": "-k/--n-clusters", "n_components": "-k/--n-clusters
                "client": "--scheduler", "progress": "--quiet"}
 
 
-def algorithm_params(algorithm: str, options: dict, params: tuple) -> dict:
+def algorithm_params(algorithm: str, options: dict[str, Any], params: tuple[str, ...]) -> dict[str, Any]:
     """The estimator parameters given on the command line, checked against the algorithm's parameters."""
     accepted = sorted(estimator_class(algorithm)._get_param_names())
     chosen = {}
@@ -332,7 +340,7 @@ def algorithm_params(algorithm: str, options: dict, params: tuple) -> dict:
     return chosen
 
 
-def emit(summary: dict, as_json: bool, lines: list[str]):
+def emit(summary: dict[str, Any], as_json: bool, lines: list[str]) -> None:
     from ..storage.zarr_safe import json_default
 
     if as_json:
@@ -341,7 +349,7 @@ def emit(summary: dict, as_json: bool, lines: list[str]):
         click.echo("\n".join(lines))
 
 
-def compute_bytes(dataset) -> int:
+def compute_bytes(dataset: Dataset) -> int:
     """Size of the input as the passes compute it (uint8 data counts as float32)."""
     return dataset.n_samples * dataset.n_features * dataset.dtype.itemsize
 
@@ -353,11 +361,11 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def shape_text(dataset) -> str:
+def shape_text(dataset: Dataset) -> str:
     return f"{dataset.n_samples:,} x {dataset.n_features} {dataset.source_dtype}"
 
 
-def where(dataset, path: str) -> str:
+def where(dataset: Dataset, path: str) -> str:
     return dataset.location or path
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dask
 import dask.array as da
@@ -26,6 +27,11 @@ from ..engine.writes import compute_writes
 from ..exceptions import InputDataError, InputDtypeError
 from .sources import open_source
 from .zarr_safe import atomic_output
+
+if TYPE_CHECKING:  # for type checkers only
+    import xarray
+    from distributed import Client
+    from numpy.typing import ArrayLike
 
 
 @dataclass
@@ -205,7 +211,8 @@ def _zarr_dimension_names(source) -> tuple | None:
     return tuple(n if isinstance(n, str) else None for n in names)
 
 
-def open_input(source, *, array: str | None = None, chunk_rows: int | None = None, name: str = "X",
+def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.DataArray | zarr.Array | Dataset, *,
+               array: str | None = None, chunk_rows: int | None = None, name: str = "X",
                sample_dim: str | None = None) -> Dataset:
     """Open any supported input as a :class:`Dataset` without reading its values.
 
@@ -383,7 +390,8 @@ def spread_on_workers(array: da.Array, client) -> da.Array:
     return placed if placed.dtype == array.dtype else with_stored_form(placed.astype(array.dtype), placed)
 
 
-def write_labels(labels, path, *, overwrite: bool = False, client=None) -> str:
+def write_labels(labels: ArrayLike | da.Array | xarray.DataArray, path: str | os.PathLike[str], *,
+                 overwrite: bool = False, client: Client | None = None) -> str:
     """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
 
     The array is written under a temporary name and moved into place when complete, so a failure leaves no

@@ -6,6 +6,7 @@ import json
 import math
 import numbers
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zarr
@@ -14,6 +15,9 @@ from .._version import __version__
 from ..exceptions import InvalidParameterError, ModelFileError
 from ..registry import estimator_classes
 from .zarr_safe import atomic_output, check_tree, open_safe_array, to_jsonable
+
+if TYPE_CHECKING:  # for type checkers only: storage/ never imports estimators/ when it runs
+    from ..estimators.base import ClusteringEstimator
 
 FORMAT = "daskmeans-model"
 FORMAT_VERSION = 1
@@ -121,7 +125,7 @@ SCALAR_KINDS = {
 }
 
 
-def load(path):
+def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
     """Load a model written by ``save``, trusting nothing in the file.
 
     Before any array chunk is read: no symbolic link, FIFO or device anywhere in the folder; the format, the
