@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from dask.system import CPU_COUNT
 
-from ..config import INIT_SAMPLE_ROWS
+from .. import config
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now
 from ..engine.random import stage_generator, stage_key
@@ -29,6 +31,7 @@ from ..kernels.kernel_functions import resolve_kernel
 from ..kernels.kernel_minibatch import run_kernel_steps
 from ..passes.kernel_pools import StepPools
 from ..passes.sampling import sample_without_replacement_graph
+from .plan import FitPlan
 from .result import FitResult, RunContext
 
 
@@ -85,26 +88,38 @@ def kernel_kmeans_plusplus(rows, kernel, n_clusters, rng, n_local_trials=None):
     return chosen
 
 
-def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, sample_size=None, client=None,
-                   weights=None, pools=None):
+@dataclass(frozen=True)
+class KernelSpec:
+    """The kernel as the estimator's parameters give it: a name or a callable, and its parameters (``kappa`` may
+    be ``"auto"``), resolved on the seeding sample (:func:`~daskmeans.kernels.kernel_functions.resolve_kernel`)."""
+
+    kernel: Any = "rbf"
+    params: dict | None = None
+
+
+def seeding_sample_rows(n_samples, n_clusters, sample_size=None) -> int:
+    """Rows of the kernel seeding's sample: ``sample_size`` when given, else ``max(20 * n_clusters,
+    INIT_SAMPLE_ROWS)``, at most ``n_samples``."""
+    return min(n_samples, sample_size or max(20 * n_clusters, config.INIT_SAMPLE_ROWS))
+
+
+def kernel_seeding(array, n_clusters, kernel, init, seed, *, sample_size=None, context=None, pools=None):
     """Draw the seeding sample, resolve the kernel on it and pick the initial centers.
 
     Parameters
     ----------
     array : dask.array.Array (n, d)
     n_clusters : int
-    kernel : str or callable
-    kernel_params : dict or None
+    kernel : KernelSpec
     init : {"k-means++", "random"} or ndarray (n_clusters, d)
         k-means++ in feature space on the sample, distinct random rows of the sample, or given points (each
         center is ``phi`` of one point).
     seed : int
     sample_size : int, optional
-        Rows of the sample (default ``max(20 k, 5000)``, at most n).
-    client : distributed.Client, optional
-    weights : dask.array.Array (n,), optional
-        Sample weights: the sample is then drawn with probability proportional to them (Efraimidis-Spirakis),
-        so that it represents the weighted data.
+        Rows of the sample (default :func:`seeding_sample_rows`: ``max(20 k, INIT_SAMPLE_ROWS)``, at most n).
+    context : RunContext, optional
+        ``client`` and ``weights`` (dask array (n,)): with weights the sample is drawn with probability
+        proportional to them (Efraimidis-Spirakis), so that it represents the weighted data.
     pools : StepPools, optional
         The mini-batch steps' pools. Without weights, when the first pool draws at least the sample's number of
         distinct rows, the sample is the first of them, also a uniform sample without replacement
@@ -118,8 +133,10 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     gamma : float
         ``max sqrt(K(x, x))`` over the sample (1 for RBF and Laplacian).
     """
+    context = context or RunContext()
+    client, weights = context.client, context.weights
     n = int(array.shape[0])
-    m = min(n, sample_size or max(20 * n_clusters, INIT_SAMPLE_ROWS))
+    m = seeding_sample_rows(n, n_clusters, sample_size)
     if weights is not None:
         m = min(m, int(compute_now((weights > 0).sum(), client=client)[0]))
     drawn = pools.first_distinct_rows(m) if pools is not None and weights is None else None
@@ -128,7 +145,7 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
             array, m, stage_key(seed, "kernel-init", "sample"), weights), client=client)
         drawn = sample[1], sample[2]
     index, rows = np.asarray(drawn[0]), np.ascontiguousarray(drawn[1])
-    resolved = resolve_kernel(kernel, kernel_params, array.shape[1], sample=rows,
+    resolved = resolve_kernel(kernel.kernel, kernel.params, array.shape[1], sample=rows,
                               rng=stage_generator(seed, "kernel-init", "kappa"))
     gamma = float(np.sqrt(max(0.0, float(resolved.diag(rows).max()))))
     if isinstance(init, str) and init == "k-means++":
@@ -149,37 +166,74 @@ def kernel_seeding(array, n_clusters, kernel, kernel_params, init, seed, *, samp
     return resolved, centers, gamma
 
 
-def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None, *, seed, batch_size=128, tau=25,
-                            truncate=True, learning_rate="beta", max_iter=150, tol=0.0, pool_bytes=None,
-                            pools=None):
-    """Run (truncated) mini-batch kernel k-means from ``centers``.
+@dataclass(frozen=True, kw_only=True)
+class KernelPlan(FitPlan):
+    """What a run of mini-batch kernel k-means does, decided before it starts
+    (:class:`~daskmeans.algorithms.plan.FitPlan`).
 
-    Parameters
+    Attributes
     ----------
-    array : dask.array.Array (n, d)
-    centers : SparseCenters
-    kernel : Kernel
-    context : RunContext, optional
-        With sample weights, rows are drawn uniformly and weigh in each step (as :class:`daskmeans.MiniBatchKMeans`).
-        The callback gets each step's record; the last record of each round of steps also carries the centers
-        (``"_centers"``, a :class:`SparseCenters`). A checkpoint saves the state (sparse centers, counts, history)
-        after every step; pools keep their boundaries (multiples of the steps per pool) on resume, so the rows
-        seen are those of a run without interruption.
     seed : int
         Fixes the rows of every step.
     batch_size, tau, truncate, learning_rate :
         See :func:`daskmeans.kernels.kernel_minibatch.kernel_minibatch_step`.
     max_iter : int
         Steps (mini-batch iterations).
-    tol : float
-        Stop when a step improves its batch's energy by less than ``tol`` (0 disables).
-    pool_bytes : int, optional
-        Bytes of batch rows fetched from the workers at once (several steps per round trip); default
-        :data:`~daskmeans.config.POOL_BYTES`.
+    tol : float or "auto"
+        Stop when a step improves its batch's energy by less than ``tol`` (0 disables); ``"auto"`` until the
+        seeding has measured ``gamma`` (:func:`~daskmeans.kernels.kernel_minibatch.auto_tol`), a number after.
+    sample_rows : int
+        Rows of the seeding's sample (:func:`seeding_sample_rows`; fewer with weights when fewer rows weigh).
+    driver_rows : int
+        Most rows copied into the driver, whose steps' batches then come from its copy.
+    on_driver : bool
+        Whether the rows are copied into the driver.
+    """
+
+    seed: int = 0
+    batch_size: int = 128
+    tau: int = 25
+    truncate: bool = True
+    learning_rate: str = "beta"
+    max_iter: int = 150
+    tol: Any = 0.0
+    sample_rows: int = 0
+    driver_rows: int = 0
+    on_driver: bool = False
+
+
+@dataclass
+class KernelState:
+    """What mini-batch kernel k-means carries from one step to the next: the sparse centers, the weight each has
+    seen, ``gamma**2`` over the rows seen, the history and the steps taken."""
+
+    centers: Any
+    seen: Any
+    gamma_sq: float
+    history: list
+    step: int = 0
+
+
+def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, plan, context=None, pools=None):
+    """Run (truncated) mini-batch kernel k-means from ``centers``, as ``plan`` says (:class:`KernelPlan`, its ``tol``
+    a number).
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : SparseCenters
+    kernel : Kernel
+    plan : KernelPlan
+    context : RunContext, optional
+        With sample weights, rows are drawn uniformly and weigh in each step (as :class:`daskmeans.MiniBatchKMeans`).
+        The callback gets each step's record; the last record of each round of steps also carries the centers
+        (``"_centers"``, a :class:`SparseCenters`). A checkpoint saves the state (sparse centers, counts, history)
+        after every step; pools keep their boundaries (multiples of the steps per pool) on resume, so the rows
+        seen are those of a run without interruption.
     pools : StepPools, optional
-        The run's pools, made by the caller with the same ``seed``, ``batch_size``, ``max_iter`` and ``pool_bytes``
-        (the first one may already be on its way: :meth:`~daskmeans.passes.kernel_pools.StepPools.request`); by
-        default made here.
+        The run's pools, made by the caller with the plan's ``seed``, ``batch_size`` and ``max_iter`` (the first one
+        may already be on its way: :meth:`~daskmeans.passes.kernel_pools.StepPools.request`); by default made here
+        (:data:`~daskmeans.config.POOL_BYTES` of batch rows each).
 
     Returns
     -------
@@ -190,85 +244,85 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, context=None,
     """
     context = context or RunContext()
     if pools is None:
-        pools = StepPools(array, context.weights, context.client, batch_size=batch_size, max_iter=max_iter, seed=seed,
-                          pool_bytes=pool_bytes)
+        pools = StepPools(array, context.weights, context.client, batch_size=plan.batch_size,
+                          max_iter=plan.max_iter, seed=plan.seed)
     # BLAS on one thread, each step's kernel blocks split over two threads of this process: an OpenBLAS thread pool
     # keeps spinning on its cores for a while after its last multi-threaded call, taking them from the workers'
     # pass that follows the fit (the labels)
     try:
         with one_blas_thread(), ThreadPoolExecutor(1) if CPU_COUNT > 1 else nullcontext() as step_pool:
-            return _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate,
-                              max_iter, tol, step_pool)
+            return _run_pools(array, centers, kernel, plan, context, pools, step_pool)
     finally:
         pools.release()
 
 
-def _run_pools(array, centers, kernel, context, pools, batch_size, tau, truncate, learning_rate, max_iter, tol,
-               step_pool):
+def _run_pools(array, centers, kernel, plan, context, pools, step_pool):
     clock, checkpoint, passes = context.clock, context.checkpoint, context.passes
     n = int(array.shape[0])
     resume = context.resume
-    history = []
     stop_reason = "max_iter"
-    step = 0
     if resume is not None:
-        centers = SparseCenters(**resume["centers"])
-        seen, gamma_sq, history, step = (resume[key] for key in ("seen", "gamma_sq", "history", "step"))
+        state = KernelState(SparseCenters(**resume["centers"]), *(resume[key] for key in ("seen", "gamma_sq",
+                                                                                         "history", "step")))
         if resume["stop_reason"] is not None:
-            return _minibatch_result(centers, seen, gamma_sq, history, step, resume["stop_reason"], passes,
-                                     batch_size, n)
+            return _minibatch_result(state, resume["stop_reason"], passes, plan.batch_size, n)
     else:
-        seen = np.zeros(centers.n_clusters)
-        gamma_sq = 1.0 if kernel.normalized else float(centers.norms.max())
+        state = KernelState(centers, np.zeros(centers.n_clusters),
+                            1.0 if kernel.normalized else float(centers.norms.max()), [])
         if checkpoint is not None:
-            checkpoint.save(_minibatch_state(step, centers, seen, gamma_sq, history, None))
-    while step < max_iter:
-        indices, batches, batch_weights, rows = pools.take(step)
+            checkpoint.save(_minibatch_state(state, None))
+    while state.step < plan.max_iter:
+        indices, batches, batch_weights, rows = pools.take(state.step)
         n_steps = indices.shape[0]
         if not kernel.normalized:
-            gamma_sq = max(gamma_sq, float(kernel.diag(rows).max()))
+            state.gamma_sq = max(state.gamma_sq, float(kernel.diag(rows).max()))
         # with a checkpoint, the steps run one at a time, each followed by a save
         rounds = [(t, t + 1) for t in range(n_steps)] if checkpoint is not None else [(0, n_steps)]
         for first, stop in rounds:
             pool_start = clock.elapsed()
             time_left = None if clock.max_time is None else max(0.0, clock.max_time - pool_start)
-            centers, seen, records, reason = run_kernel_steps(
-                centers, seen, batches[first:stop], list(indices[first:stop]), kernel, step + 1,
-                learning_rate=learning_rate, tau=tau, truncate=truncate, tol=tol, time_left=time_left,
-                batch_weights=None if batch_weights is None else batch_weights[first:stop], pool=step_pool,
+            state.centers, state.seen, records, reason = run_kernel_steps(
+                state.centers, state.seen, batches[first:stop], list(indices[first:stop]), kernel, state.step + 1,
+                learning_rate=plan.learning_rate, tau=plan.tau, truncate=plan.truncate, tol=plan.tol,
+                time_left=time_left, batch_weights=None if batch_weights is None else batch_weights[first:stop],
+                pool=step_pool,
             )
-            step = _record_steps(records, step, history, batch_size, n, pool_start, passes, context, centers)
+            _record_steps(records, state, plan.batch_size, n, pool_start, passes, context)
             if reason is None and clock.out_of_time():
                 reason = "max_time"
             if checkpoint is not None:
-                final = reason or ("max_iter" if step == max_iter else None)
-                checkpoint.save(_minibatch_state(step, centers, seen, gamma_sq, history, final))
+                final = reason or ("max_iter" if state.step == plan.max_iter else None)
+                checkpoint.save(_minibatch_state(state, final))
             if reason is not None:
                 break
         if reason is not None:
             stop_reason = reason
             break
-    return _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n)
+    return _minibatch_result(state, stop_reason, passes, plan.batch_size, n)
 
 
-def _minibatch_state(step, centers, seen, gamma_sq, history, stop_reason):
-    """The checkpoint state of mini-batch kernel k-means after ``step`` steps."""
-    return {"step": step, "seen": seen, "gamma_sq": gamma_sq, "history": history, "stop_reason": stop_reason,
+def _minibatch_state(state, stop_reason):
+    """The checkpoint state of mini-batch kernel k-means after ``state.step`` steps."""
+    centers = state.centers
+    return {"step": state.step, "seen": state.seen, "gamma_sq": state.gamma_sq, "history": state.history,
+            "stop_reason": stop_reason,
             "centers": {"rows": centers.rows, "coef": centers.coef, "owner": centers.owner,
                         "segment": centers.segment, "row_index": centers.row_index, "norms": centers.norms,
                         **({} if centers.gram is None else {"gram": centers.gram})}}
 
 
-def _minibatch_result(centers, seen, gamma_sq, history, step, stop_reason, passes, batch_size, n):
-    return FitResult(centers, None, step, history, stop_reason, passes + step * batch_size / n,
-                     gamma=float(np.sqrt(gamma_sq)), n_steps=step, seen_counts=seen)
+def _minibatch_result(state, stop_reason, passes, batch_size, n):
+    step = state.step
+    return FitResult(state.centers, None, step, state.history, stop_reason, passes + step * batch_size / n,
+                     gamma=float(np.sqrt(state.gamma_sq)), n_steps=step, seen_counts=state.seen)
 
 
-def _record_steps(records, step, history, batch_size, n, pool_start, passes, context, centers):
-    """Append the history entries of the steps just run (the last with the ``centers`` they led to) and report
-    them; returns the new step count."""
+def _record_steps(records, state, batch_size, n, pool_start, passes, context):
+    """Append the history entries of the steps just run (the last with the centers they led to) and report
+    them; advances ``state.step``."""
     for position, record in enumerate(records, start=1):
-        step += 1
+        state.step += 1
+        step = state.step
         entry = {
             "iteration": step,
             "batch_size": batch_size,
@@ -282,12 +336,11 @@ def _record_steps(records, step, history, batch_size, n, pool_start, passes, con
         }
         if "stop_reason" in record:
             entry["stop_reason"] = record["stop_reason"]
-        history.append(entry)
+        state.history.append(entry)
         if position == len(records):
-            context.report(entry, centers=centers)
+            context.report(entry, centers=state.centers)
         else:
             context.report(entry)
-    return step
 
 
 def kernel_matrix_float32(X, kernel, slab_bytes=64 * 2**20):

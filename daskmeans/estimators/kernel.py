@@ -10,14 +10,16 @@ and the kernel's name and parameters (arrays and JSON; no pickle), so a callable
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 
 import numpy as np
 
 from .._validation import check_driver_rows
 from ..algorithms.init import check_init
-from ..algorithms.kernel_kmeans import kernel_seeding, minibatch_kernel_kmeans
+from .. import config
+from ..algorithms.kernel_kmeans import (KernelPlan, KernelSpec, kernel_seeding, minibatch_kernel_kmeans,
+                                        seeding_sample_rows)
 from ..algorithms.result import Clock, RunContext
-from ..config import KERNEL_DRIVER_BYTES
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
 from ..engine.driver import DriverCopy
@@ -294,6 +296,11 @@ class MiniBatchKernelKMeans(_KernelClustering):
         ``"converged"`` (tol; that step's ``history_`` entry says so too), ``"max_iter"`` or ``"max_time"``.
     tol_ : float
         The early-stopping threshold used (``tol``, resolved when ``"auto"``).
+    fit_plan_ : KernelPlan
+        What the fit decided from the data, with the reason for each choice
+        (:class:`daskmeans.algorithms.kernel_kmeans.KernelPlan`): whether the rows are copied into the driver
+        (``driver_rows``, ``on_driver``), the seeding sample's rows and the ``tol`` used. Shown above the
+        progress bars.
 
     See Also
     --------
@@ -368,30 +375,49 @@ class MiniBatchKernelKMeans(_KernelClustering):
     #: ``fit(X, checkpoint=PATH)``: the resolved kernel once, the sparse centers and counts after every step.
     _supports_checkpoint = True
 
+    def _plan(self, data, client) -> KernelPlan:
+        """The data-dependent choices of the fit, made once: whether the rows are copied into the driver
+        (``driver_rows``, :func:`kernel_driver_rows`; only with a distributed client) and the seeding sample's rows.
+        ``tol="auto"`` is resolved once the seeding has measured ``gamma`` (:meth:`_fit_on`)."""
+        rows = kernel_driver_rows(self.driver_rows, data.n_features, stored_form(data.array).dtype.itemsize)
+        on_driver = client is not None and data.n_samples <= rows
+        reasons = {"driver_rows": f"driver_rows={self.driver_rows!r}" + (
+            f": the rows within KERNEL_DRIVER_BYTES={config.KERNEL_DRIVER_BYTES:,}" if self.driver_rows == "auto"
+            else ""),
+            "on_driver": "no distributed client" if client is None else
+            f"{data.n_samples:,} rows {'<=' if on_driver else '>'} {rows:,}",
+            "sample_rows": f"init_sample_size={self.init_sample_size}" if self.init_sample_size else
+            f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n"}
+        return KernelPlan(batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
+                          learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
+                          sample_rows=seeding_sample_rows(data.n_samples, self.n_clusters, self.init_sample_size),
+                          driver_rows=rows, on_driver=on_driver, reasons=reasons)
+
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
-        driver = None
-        if client is not None and data.n_samples <= kernel_driver_rows(self.driver_rows, data.n_features,
-                                                                       stored_form(data.array).dtype.itemsize):
-            driver = DriverCopy.gather(data.array, weights, client)
+        plan = self._plan(data, client)
+        driver = DriverCopy.gather(data.array, weights, client) if plan.on_driver else None
         with driver.threads() if driver is not None else nullcontext():
             if driver is None:
-                self._fit_on(data, data.array, weights, client, checkpoint)
+                self._fit_on(data, plan, RunContext(client=client, weights=weights), checkpoint)
             else:
-                self._fit_on(data, driver.array, driver.weights, None, checkpoint)
+                self._fit_on(data, plan, RunContext(weights=driver.weights), checkpoint, driver.array)
                 # the labels of the training rows, on the driver's threads as the workers' pass would find them
                 (labels,) = compute_now(lazy_kernel_labels(driver.array, self._support_for(data), self.kernel_))
         if driver is not None:
             self._labels = self._like_input(data, labels)
 
-    def _fit_on(self, data, array, weights, client, checkpoint):
-        """The fit on ``array`` (the data's array, or its copy in the driver with ``client`` None)."""
+    def _fit_on(self, data, plan, where, checkpoint, array=None):
+        """The fit on ``array`` (the data's array, or its copy in the driver), with ``where``'s client and weights
+        (the driver's copy of them, and no client, for the copy)."""
+        array = data.array if array is None else array
+        client, weights = where.client, where.weights
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
         recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means", unit="steps",
                                     centers_of=lambda record: _input_space(record, data))
-        step_seed = stage_key(start.seed, "kernel-minibatch")
-        pools = StepPools(array, weights, client, batch_size=self.batch_size, max_iter=self.max_iter, seed=step_seed)
+        plan = replace(plan, seed=stage_key(start.seed, "kernel-minibatch"))
+        pools = StepPools(array, weights, client, batch_size=plan.batch_size, max_iter=plan.max_iter, seed=plan.seed)
         if start.resuming:  # the centers come from the algorithm's state
             saved = start.saved
             centers, gamma = None, saved["gamma"]
@@ -403,23 +429,23 @@ class MiniBatchKernelKMeans(_KernelClustering):
             recorder.seeding(self.init, counted=False)
             with one_blas_thread():
                 kernel, centers, gamma = kernel_seeding(
-                    array, self.n_clusters, self.kernel, self.kernel_params, self.init,
-                    stage_key(start.seed, "init", 0), sample_size=self.init_sample_size, client=client,
-                    weights=weights, pools=pools,
+                    array, self.n_clusters, KernelSpec(self.kernel, self.kernel_params), self.init,
+                    stage_key(start.seed, "init", 0), sample_size=plan.sample_rows, context=where, pools=pools,
                 )
         hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
-        tol = auto_tol(gamma, self.n_clusters, self.batch_size) if isinstance(self.tol, str) else float(self.tol)
+        if isinstance(self.tol, str):
+            plan = replace(plan, tol=auto_tol(gamma, self.n_clusters, self.batch_size),
+                           reasons={**plan.reasons, "tol": f"tol='auto': from gamma={gamma:.6g}, k and the batch size"})
+        else:
+            plan = replace(plan, tol=float(self.tol))
+        self._keep_plan(plan, recorder)
         with recorder:
             if centers is not None:
                 recorder.start(centers.input_space_means(data.n_features, data.dtype))
             recorder.iterations()
             context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
                                  weights=weights)
-            result = minibatch_kernel_kmeans(
-                array, centers, kernel, context, seed=step_seed,
-                batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
-                learning_rate=self.learning_rate, max_iter=self.max_iter, tol=tol, pools=pools,
-            )
+            result = minibatch_kernel_kmeans(array, centers, kernel, plan, context, pools)
         recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = max(gamma, result.gamma)
@@ -427,7 +453,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
         self.n_iter_ = result.n_steps
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason
-        self.tol_ = tol
+        self.tol_ = plan.tol
 
 
 def kernel_driver_rows(setting, n_features: int, stored_itemsize: int) -> int:
@@ -435,7 +461,7 @@ def kernel_driver_rows(setting, n_features: int, stored_itemsize: int) -> int:
     ``"auto"`` those whose stored bytes fit in :data:`~daskmeans.config.KERNEL_DRIVER_BYTES`."""
     if setting != "auto":
         return int(setting)
-    return KERNEL_DRIVER_BYTES // max(1, n_features * stored_itemsize)
+    return config.KERNEL_DRIVER_BYTES // max(1, n_features * stored_itemsize)
 
 
 def _check_tol(value):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import config
 from ..algorithms.init import check_init
-from ..algorithms.kernel_kmeans import full_kernel_kmeans, kernel_seeding
+from ..algorithms.kernel_kmeans import KernelSpec, full_kernel_kmeans, kernel_seeding
 from ..algorithms.result import Clock, RunContext
-from ..config import MAX_FULL_BATCH_SAMPLES
 from ..engine.client import compute_now
 from ..engine.random import stage_key
 from ..exceptions import InputDataError
@@ -54,8 +54,9 @@ class KernelKMeans(_KernelClustering):
         Iterations; the run stops earlier when no sample changes cluster.
     init : {"k-means++", "random"} or ndarray (n_clusters, n_features), default "k-means++"
     init_sample_size : int, optional
-    max_samples : int, default 50,000
-        Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes).
+    max_samples : int, optional
+        Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes). Default (None):
+        :data:`~daskmeans.config.MAX_FULL_BATCH_SAMPLES` (50,000) when the fit starts.
     max_time : float, optional
     random_state : int, numpy Generator or None
     chunk_rows : int, optional
@@ -107,7 +108,7 @@ class KernelKMeans(_KernelClustering):
     """
 
     def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
-                 init_sample_size=None, max_samples=MAX_FULL_BATCH_SAMPLES, max_time=None, random_state=None,
+                 init_sample_size=None, max_samples=None, max_time=None, random_state=None,
                  chunk_rows=None, client=None, progress=False, snapshot_centers=False):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
@@ -123,13 +124,14 @@ class KernelKMeans(_KernelClustering):
         self.client = client
         self.progress = progress
 
-    _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1)}
+    _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1, none=True)}
 
     def _check_size(self, n_samples):
-        if n_samples > self.max_samples:
+        max_samples = config.MAX_FULL_BATCH_SAMPLES if self.max_samples is None else self.max_samples
+        if n_samples > max_samples:
             raise InputDataError(
                 f"KernelKMeans holds the full n x n kernel matrix in the driver and each iteration costs O(n^2): "
-                f"n_samples={n_samples:,} exceeds max_samples={self.max_samples:,} (it would need "
+                f"n_samples={n_samples:,} exceeds max_samples={max_samples:,} (it would need "
                 f"{4 * n_samples**2 / 2**30:.1f} GiB). Use MiniBatchKernelKMeans, whose cost does not grow with n, "
                 "or subsample the data (or raise max_samples if the driver has the memory)."
             )
@@ -146,8 +148,9 @@ class KernelKMeans(_KernelClustering):
         recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
         recorder.seeding(self.init, counted=False)
         kernel, centers, _ = kernel_seeding(
-            data.array, self.n_clusters, self.kernel, self.kernel_params, self.init, stage_key(start.seed, "init", 0),
-            sample_size=self.init_sample_size, client=client, weights=weights,
+            data.array, self.n_clusters, KernelSpec(self.kernel, self.kernel_params), self.init,
+            stage_key(start.seed, "init", 0), sample_size=self.init_sample_size,
+            context=RunContext(client=client, weights=weights),
         )
         recorder.begin("loading", label="loading the data into the driver")
         (X,) = compute_now(data.array, client=client)

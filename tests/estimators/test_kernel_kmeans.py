@@ -229,6 +229,7 @@ def test_registry_names():
     assert isinstance(make_estimator("kernel-kmeans", n_clusters=3), KernelKMeans)
 
 
+@pytest.mark.slow
 def test_cli_fit_predict_info_with_kernel_minibatch(tmp_path, circle_data):
     X, _ = circle_data
     data = tmp_path / "circles.npy"
@@ -344,6 +345,7 @@ def test_given_initial_points_and_wrong_features_at_predict(circle_data):
 
 
 # -- the quality benchmark ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp_path):
     pytest.importorskip("sklearn")
     from click.testing import CliRunner
@@ -395,8 +397,9 @@ def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(clust
     """On 200 rows, 25 steps of 64 draws repeat most rows: a pool fetches each distinct row once from the workers,
     and the steps still see every draw in order (the centers equal those of the steps run on ``X[draws]`` here),
     whether the pools hold 3 steps or all of them."""
-    from daskmeans.algorithms.kernel_kmeans import minibatch_kernel_kmeans
+    from daskmeans.algorithms.kernel_kmeans import KernelPlan, minibatch_kernel_kmeans
     from daskmeans.algorithms.result import RunContext
+    from daskmeans.passes.kernel_pools import StepPools
     from daskmeans.kernels.kernel_centers import single_point_centers
     from daskmeans.kernels.kernel_minibatch import kernel_minibatch_step
     from daskmeans.passes.minibatch_pool import step_indices
@@ -405,9 +408,11 @@ def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(clust
     kernel = Kernel("rbf", dict(RBF))
     start = single_point_centers(X[:2], kernel, np.arange(2))
     b, n_steps, seed = 64, 25, 11
-    result = minibatch_kernel_kmeans(da.from_array(X, chunks=70), start, kernel, RunContext(client=cluster_client),
-                                     seed=seed, batch_size=b, tau=30, max_iter=n_steps,
-                                     pool_bytes=pool_steps * b * X.shape[1] * X.itemsize)
+    array = da.from_array(X, chunks=70)
+    pools = StepPools(array, None, cluster_client, batch_size=b, max_iter=n_steps, seed=seed,
+                      pool_bytes=pool_steps * b * X.shape[1] * X.itemsize)
+    plan = KernelPlan(seed=seed, batch_size=b, tau=30, max_iter=n_steps)
+    result = minibatch_kernel_kmeans(array, start, kernel, plan, RunContext(client=cluster_client), pools)
     draws = step_indices(X.shape[0], b, seed, 0, n_steps)
     assert np.unique(draws).size < draws.size / 4  # most rows are drawn several times
     expected, seen = start, np.zeros(2)

@@ -8,9 +8,13 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from daskmeans.algorithms.kernel_kmeans import kernel_seeding
+from daskmeans.algorithms.kernel_kmeans import KernelSpec, kernel_seeding
+from daskmeans.algorithms.result import RunContext
 from daskmeans.passes.kernel_pools import StepPools
 from daskmeans.passes.minibatch_pool import step_indices
+
+#: An RBF kernel of a given width (the seeding resolves it on its sample).
+RBF = KernelSpec("rbf", {"kappa": 1e4})
 
 
 def _rows(n=60, d=3):
@@ -71,14 +75,14 @@ def test_seeding_takes_its_sample_from_the_pool_or_from_a_pass_of_its_own():
     X[:, 0] = np.sin(X[:, 0])  # rows distinct and not on a line
     array = da.from_array(X, chunks=(70, 4))
     pools = StepPools(array, None, None, batch_size=20, max_iter=10, seed=7)
-    _, centers, _ = kernel_seeding(array, 4, "rbf", {"kappa": 1e4}, "k-means++", 11, sample_size=50, pools=pools)
+    _, centers, _ = kernel_seeding(array, 4, RBF, "k-means++", 11, sample_size=50, pools=pools)
     first = _first_distinct(step_indices(300, 20, 7, 0, 10).ravel(), 50)
     assert set(centers.row_index) <= set(first)
     np.testing.assert_array_equal(centers.rows, X[centers.row_index])
     # a first pool of fewer distinct rows than the sample: the sample pass, as without pools
     small = StepPools(array, None, None, batch_size=5, max_iter=2, seed=7)
-    _, with_small, _ = kernel_seeding(array, 4, "rbf", {"kappa": 1e4}, "k-means++", 11, sample_size=50, pools=small)
-    _, without, _ = kernel_seeding(array, 4, "rbf", {"kappa": 1e4}, "k-means++", 11, sample_size=50)
+    _, with_small, _ = kernel_seeding(array, 4, RBF, "k-means++", 11, sample_size=50, pools=small)
+    _, without, _ = kernel_seeding(array, 4, RBF, "k-means++", 11, sample_size=50)
     np.testing.assert_array_equal(with_small.row_index, without.row_index)
 
 
@@ -91,6 +95,6 @@ def test_weighted_seeding_keeps_its_weighted_sample():
     weights[::3] = 1.0
     pools = StepPools(array, da.from_array(weights, chunks=70), None, batch_size=50, max_iter=10, seed=7)
     for seed in range(5):
-        _, centers, _ = kernel_seeding(array, 6, "rbf", {"kappa": 1e4}, "k-means++", seed, sample_size=80,
-                                       weights=da.from_array(weights, chunks=70), pools=pools)
+        _, centers, _ = kernel_seeding(array, 6, RBF, "k-means++", seed, sample_size=80,
+                                       context=RunContext(weights=da.from_array(weights, chunks=70)), pools=pools)
         assert np.all(weights[centers.row_index] > 0)
