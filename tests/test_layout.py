@@ -189,7 +189,7 @@ def test_module_size(module):
 #: ``cls`` not counted); an estimator's ``__init__`` (its scikit-learn parameters) and Numba kernels are exempt.
 MAX_PARAMETERS = 8
 #: Functions still over the limit, each to be brought under it (the list only shrinks).
-OVER_THE_LIMIT = {"algorithms.two_level.two_level_centers"}
+OVER_THE_LIMIT: set = set()
 
 
 def parameter_counts() -> dict[str, int]:

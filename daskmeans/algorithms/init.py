@@ -24,6 +24,7 @@ from ..passes.sampling import (
     weighted_indices_with_replacement_graph,
 )
 from .plan import SeedingPlan
+from .result import RunContext
 from .sample_kmeans import count_distinct as _count_distinct
 from .sample_kmeans import weighted_kmeans_plusplus, weighted_lloyd
 from .two_level import two_level_centers
@@ -439,8 +440,8 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         on_progress(passes, passes)
         return centers, passes
     if init == "two-level":
-        centers, passes = two_level_centers(array, n_clusters, seed, weights=weights, client=client,
-                                            on_progress=on_progress)
+        where = RunContext(client=client, weights=weights)
+        centers, passes = two_level_centers(array, n_clusters, seed, context=where, on_progress=on_progress)
         if centers.shape[0] < n_clusters:  # about n_clusters distinct rows: k-means|| looks at every row
             on_progress(passes, passes + 2 + 2 * plan.rounds, "too few distinct rows in a coarse cluster: k-means||")
             centers, more = kmeans_parallel(array, n_clusters, seed, plan, weights=weights, client=client)

@@ -14,13 +14,14 @@ import math
 import numpy as np
 from dask.base import tokenize
 
-from ..config import SPLIT_EVERY, TWO_LEVEL_LLOYD_ITER, TWO_LEVEL_MAX_MERGE_TASKS, TWO_LEVEL_POINTS_PER_CENTER
+from .. import config
 from ..engine.client import compute_now
 from ..engine.graph import task
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.sampling import sample_without_replacement_graph
 from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph, sample_thresholds
+from .result import RunContext
 from .sample_kmeans import count_distinct, lloyd, weighted_kmeans_plusplus
 
 #: Passes over the data of :func:`two_level_centers` (coarse sample, rows per coarse cluster, fine samples).
@@ -59,7 +60,7 @@ def check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter):
         raise InvalidParameterError(f"n_iter must be an integer >= 0, got {n_iter!r}.")
 
 
-def sample_kmeans(points, n_clusters, rng, n_iter=TWO_LEVEL_LLOYD_ITER):
+def sample_kmeans(points, n_clusters, rng, n_iter=None):
     """k-means on points in memory: greedy k-means++, then up to ``n_iter`` Lloyd iterations
     (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`).
 
@@ -68,7 +69,8 @@ def sample_kmeans(points, n_clusters, rng, n_iter=TWO_LEVEL_LLOYD_ITER):
     points : ndarray (m, d)
     n_clusters : int
     rng : numpy.random.Generator
-    n_iter : int
+    n_iter : int, optional
+        Default :data:`~daskmeans.config.TWO_LEVEL_LLOYD_ITER`.
 
     Returns
     -------
@@ -80,6 +82,7 @@ def sample_kmeans(points, n_clusters, rng, n_iter=TWO_LEVEL_LLOYD_ITER):
     if count_distinct(points) <= n_clusters:
         return np.unique(points, axis=0)
     centers = weighted_kmeans_plusplus(points, np.ones(points.shape[0]), n_clusters, rng)
+    n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
     return lloyd(points, centers, max_iter=n_iter).astype(points.dtype)
 
 
@@ -157,8 +160,8 @@ def fine_batches(caps, n_blocks: int):
     them when that would make more than ``TWO_LEVEL_MAX_MERGE_TASKS`` first-level merge tasks (each batch merges
     ``ceil(n_blocks / SPLIT_EVERY)`` groups of blocks). Clusters without a sample get -1."""
     sampled = np.flatnonzero(np.asarray(caps) > 0)
-    groups = max(1, math.ceil(n_blocks / SPLIT_EVERY))
-    n_batches = max(1, min(len(sampled), TWO_LEVEL_MAX_MERGE_TASKS // groups))
+    groups = max(1, math.ceil(n_blocks / config.SPLIT_EVERY))
+    n_batches = max(1, min(len(sampled), config.TWO_LEVEL_MAX_MERGE_TASKS // groups))
     batch_of = np.full(len(caps), -1, dtype=np.int64)
     for b, members in enumerate(np.array_split(sampled, n_batches)):
         batch_of[members] = b
@@ -176,8 +179,7 @@ def _fine_batch(sample, clusters, fine_k, seed, n_iter):
     return out
 
 
-def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_coarse=None,
-                      points_per_center=TWO_LEVEL_POINTS_PER_CENTER, n_iter=TWO_LEVEL_LLOYD_ITER,
+def two_level_centers(array, n_clusters, seed, *, context=None, n_coarse=None, points_per_center=None, n_iter=None,
                       on_progress=_no_progress):
     """Two-level k-means seeding: a coarse k-means, then fine k-means in each coarse cluster, on the workers.
 
@@ -189,9 +191,9 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
        center, none more than its rows.
     3. One pass draws a sample of every coarse cluster, ``points_per_center`` rows per fine center it was given
        (all its rows when it has fewer; each block sends on only about its share of that,
-       :func:`~daskmeans.passes.two_level.sample_thresholds`); a task per coarse cluster (or per batch of them, for very many
-       blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations) on the workers where the sample
-       lies, and returns its fine centers. They are concatenated in coarse-cluster order.
+       :func:`~daskmeans.passes.two_level.sample_thresholds`); a task per coarse cluster (or per batch of them, for
+       very many blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations) on the workers where the
+       sample lies, and returns its fine centers. They are concatenated in coarse-cluster order.
 
     The same ``seed`` gives the same centers on any scheduler, number of workers or chunking: every random draw
     is made per row from its global index or on the driver from a stage key, the coarse labels are exact nearest
@@ -212,15 +214,17 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
     n_clusters : int
     seed : int
         A stage key (:func:`daskmeans.engine.random.stage_key`) or root seed.
-    weights : dask.array.Array (n,), optional
-        Sample weights: the samples are weight-proportional and the split follows the clusters' weights.
-    client : distributed.Client, optional
+    context : RunContext, optional
+        ``client``, and ``weights`` (dask array (n,)): with sample weights the samples are weight-proportional and
+        the split follows the clusters' weights.
     n_coarse : int, optional
         Coarse centers (``1 .. n_clusters``); default ``round(sqrt(n_clusters))``.
-    points_per_center : int
-        Rows sampled per center at both levels (faiss's ``max_points_per_centroid``).
-    n_iter : int
-        Most Lloyd iterations of each k-means on a sample (0: k-means++ only).
+    points_per_center : int, optional
+        Rows sampled per center at both levels (faiss's ``max_points_per_centroid``); default
+        :data:`~daskmeans.config.TWO_LEVEL_POINTS_PER_CENTER`.
+    n_iter : int, optional
+        Most Lloyd iterations of each k-means on a sample (0: k-means++ only); default
+        :data:`~daskmeans.config.TWO_LEVEL_LLOYD_ITER`.
     on_progress : callable
         ``on_progress(passes_done, passes_expected, note)`` after each pass and before the driver's work.
 
@@ -240,6 +244,10 @@ def two_level_centers(array, n_clusters, seed, *, weights=None, client=None, n_c
         Fewer rows (or distinct rows, when the coarse sample holds them all) of positive weight than
         ``n_clusters``.
     """
+    context = context or RunContext()
+    client, weights = context.client, context.weights
+    points_per_center = config.TWO_LEVEL_POINTS_PER_CENTER if points_per_center is None else points_per_center
+    n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
     check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter)
     n = array.shape[0]
     n_coarse = default_coarse_clusters(n_clusters) if n_coarse is None else int(n_coarse)

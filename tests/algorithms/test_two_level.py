@@ -24,6 +24,7 @@ from daskmeans.algorithms.two_level import (
     split_centers,
     two_level_centers,
 )
+from daskmeans.algorithms.result import RunContext
 from daskmeans.algorithms.sample_kmeans import lloyd
 from daskmeans.passes.two_level import bottom_per_cluster, cluster_samples_graphs, sample_thresholds
 from daskmeans.registry import make_estimator
@@ -176,7 +177,8 @@ def test_two_level_is_one_of_the_init_methods():
 def test_recovers_64_blobs_in_16_dimensions(cluster_client):
     X, truth = equal_blobs()
     calls = []
-    centers, passes = two_level_centers(da.from_array(X, chunks=(2500, 16)), 64, 7, client=cluster_client,
+    centers, passes = two_level_centers(da.from_array(X, chunks=(2500, 16)), 64, 7,
+                                        context=RunContext(client=cluster_client),
                                         on_progress=lambda done, total, note=None: calls.append((done, total)))
     assert centers.shape == (64, 16) and centers.dtype == X.dtype
     # a blob's rows lie about 0.3 * sqrt(16) = 1.2 from its center, the blobs tens apart; a sample mean of a few
@@ -200,22 +202,25 @@ def test_every_blob_gets_one_center_whatever_the_seed():
             assert distances.min(axis=1).max() < 2.0
 
 
+@pytest.mark.slow
 def test_same_centers_on_one_or_two_workers_and_any_chunking(cluster_client, tmp_path):
     X, _, _ = make_blobs(n=12000, d=6, k=40, spread=2.0, seed=9, dtype=np.float32)
     store = str(tmp_path / "X.zarr")
     zarr.create_array(store, shape=X.shape, chunks=(1000, 6), dtype=X.dtype)[:] = X
-    reference, _ = two_level_centers(da.from_array(X, chunks=(5000, 6)), 40, 11, client=cluster_client)
+    on_cluster = RunContext(client=cluster_client)
+    reference, _ = two_level_centers(da.from_array(X, chunks=(5000, 6)), 40, 11, context=on_cluster)
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as single, \
             Client(single, set_as_default=False) as one_worker:
-        single_worker, _ = two_level_centers(da.from_array(X, chunks=(777, 6)), 40, 11, client=one_worker)
-    from_store, _ = two_level_centers(da.from_zarr(store), 40, 11, client=cluster_client)
+        single_worker, _ = two_level_centers(da.from_array(X, chunks=(777, 6)), 40, 11,
+                                             context=RunContext(client=one_worker))
+    from_store, _ = two_level_centers(da.from_zarr(store), 40, 11, context=on_cluster)
     with dask.config.set(scheduler="threads"):
         threads, _ = two_level_centers(da.from_array(X, chunks=(12000, 6)), 40, 11)
     for other in (single_worker, from_store, threads):
         np.testing.assert_array_equal(other, reference)
-    another_seed, _ = two_level_centers(da.from_array(X, chunks=(5000, 6)), 40, 12, client=cluster_client)
+    another_seed, _ = two_level_centers(da.from_array(X, chunks=(5000, 6)), 40, 12, context=on_cluster)
     assert not np.array_equal(another_seed, reference)
 
 
@@ -246,7 +251,8 @@ def test_weights_are_respected():
     in_last_blob = np.argmin(((X[:, None, :] - truth[None]) ** 2).sum(-1), axis=1) == 4
     weights = np.where(in_last_blob, 0.0, 1.0)
     with dask.config.set(scheduler="threads"):
-        centers, _ = two_level_centers(da.from_array(X, chunks=700), 4, 3, weights=da.from_array(weights, chunks=700))
+        weighted = RunContext(weights=da.from_array(weights, chunks=700))
+        centers, _ = two_level_centers(da.from_array(X, chunks=700), 4, 3, context=weighted)
         assert farthest_true_center(centers, truth[:4]) < 0.1
         assert np.sqrt(((centers - truth[4]) ** 2).sum(-1)).min() > 1.0
         fitted = KMeans(4, init="two-level", random_state=0).fit(X, sample_weight=weights)
@@ -254,6 +260,7 @@ def test_weights_are_respected():
 
 
 # -- memory on the driver -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_driver_memory_at_k_4096_is_far_below_k_squared(cluster_client, tmp_path):
     """k = 4096 in 4 dimensions: the driver holds the centers, the coarse sample (256 x 64 rows) and the graphs.
 
@@ -269,10 +276,10 @@ def test_driver_memory_at_k_4096_is_far_below_k_squared(cluster_client, tmp_path
         rng.standard_normal((n, d)).astype(np.float32))
     array = da.from_zarr(store)
     two_level_centers(da.from_array(np.ones((100, d)) * np.arange(100)[:, None], chunks=50), 10, 0,
-                      client=cluster_client)  # warm: the first pass of a session imports and connects
+                      context=RunContext(client=cluster_client))  # warm: the first pass imports and connects
     tracemalloc.start()
     try:
-        centers, _ = two_level_centers(array, k, 1, client=cluster_client)
+        centers, _ = two_level_centers(array, k, 1, context=RunContext(client=cluster_client))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
