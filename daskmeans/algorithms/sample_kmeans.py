@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..config import RECLUSTER_SLAB_BYTES
+from .. import config
 from ..exceptions import InputDataError
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
@@ -89,7 +89,7 @@ def weighted_lloyd(points, weights, centers, max_iter=30):
     centers = np.array(centers, dtype=np.float64)
     points_sq = np.einsum("ij,ij->i", points, points)
     # the (points x centers) distances in slabs of rows: about 10 k candidates x k centers would be O(k^2)
-    slab_rows = max(1, RECLUSTER_SLAB_BYTES // (8 * centers.shape[0]))
+    slab_rows = max(1, config.RECLUSTER_SLAB_BYTES // (8 * centers.shape[0]))
     labels = None
     for _ in range(max_iter):
         centers_sq = np.einsum("ij,ij->i", centers, centers)[None, :]
