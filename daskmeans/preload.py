@@ -22,7 +22,7 @@ import numpy as np
 from .engine import random as engine_random
 from .engine.random import row_uniforms
 from .kernels import (afkmc2, assign, exact_assign, group_scan, kernel_centers, kernel_functions, kernel_minibatch,
-                      one_group_assign, panel_scan, revisit, score_error, stats, truncated_em)
+                      one_group_assign, panel_scan, revisit, score_error, settle_scores, stats, truncated_em)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
@@ -144,13 +144,13 @@ def _dispatchers():
     """The Numba dispatchers warmed here, by qualified name."""
     return {
         "kernels.assign.nearest_direct": assign.nearest_direct,
-        "kernels.exact_assign._finish_slab": exact_assign._finish_slab,
+        "kernels.settle_scores._finish_slab": settle_scores._finish_slab,
         "kernels.group_scan.scan_groups": group_scan.scan_groups,
         "kernels.one_group_assign._settle_one_group": one_group_assign._settle_one_group,
         "kernels.one_group_assign._settle_clear_rows": one_group_assign._settle_clear_rows,
         "kernels.panel_scan.best_and_lowest_other_by_panels": panel_scan.best_and_lowest_other_by_panels,
         "kernels.panel_scan.best_of_groups_by_panels": panel_scan.best_of_groups_by_panels,
-        "kernels.exact_assign._finish_best_of_groups": exact_assign._finish_best_of_groups,
+        "kernels.settle_scores._finish_best_of_groups": settle_scores._finish_best_of_groups,
         "kernels.score_error.row_sq_norms": score_error.row_sq_norms,
         "kernels.revisit._revisit": revisit._revisit,
         "kernels.revisit._revisit_by_groups": revisit._revisit_by_groups,

@@ -668,8 +668,11 @@ def _kmeans(init, **kw):
 def _seeding_rows(**nested):
     def observe(mp):
         from daskmeans import KMeans
-        from daskmeans.engine.capacity import cluster_memory_bytes
+        from daskmeans.engine import capacity
 
+        memory = SimpleNamespace(available=2**34, total=2**35)  # the machine's free memory changes: fixed here
+        mp.setattr(capacity, "psutil", SimpleNamespace(virtual_memory=lambda: memory))
+        cluster_memory_bytes = capacity.cluster_memory_bytes
         settings = dict(nested)
         if "fraction_rows" in settings:  # the memory bound allows about that many rows of 4 float64 and state
             rows = settings.pop("fraction_rows")

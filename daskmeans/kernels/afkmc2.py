@@ -61,6 +61,20 @@ def _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_leng
 
     ``known_d2[p]`` is the exact squared distance from the block's ``p``-th proposal to its nearest center among
     the first ``first_chain`` centers; the centers this block chooses are measured here, one pair at a time.
+
+    Parameters
+    ----------
+    candidates, candidate_weights, candidate_q, uniforms : IN
+        Every chain's proposals, their weights, proposal probabilities and acceptance uniforms
+        (:func:`afkmc2_chains`).
+    chain_length, first_chain, stop_chain : IN
+        Proposals per chain; the chains to run.
+    known_d2 : IN float64 ((stop_chain - first_chain) * chain_length,)
+        The block's proposals' squared distances to the centers before ``first_chain``.
+    centers : IN-OUT float64 (n_clusters, d)
+        The centers chosen so far; row ``c`` is set by chain ``c``.
+    chosen : OUT int64 (n_clusters - 1,)
+        ``chosen[c - 1]``: the proposal chain ``c`` ends on.
     """
     offset = (first_chain - 1) * chain_length
     for c in range(first_chain, stop_chain):
@@ -218,9 +232,10 @@ def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
     many near-copies of chosen centers) are missed with high probability; the mode of ``w d^2`` is such a
     cluster's candidate, and it is kept only if it lowers the weighted potential most, as greedy k-means++ asks.
 
-    The squared distances between the points come from one GEMM (:func:`~daskmeans.kernels.assign.all_dist2`) when their matrix takes
-    at most ``matrix_bytes``, and the greedy steps then only look them up (:func:`_greedy_steps`); more points
-    than that (k in the tens of thousands) get each step's trial rows from a GEMM of their own.
+    The squared distances between the points come from one GEMM (:func:`~daskmeans.kernels.assign.all_dist2`)
+    when their matrix takes at most ``matrix_bytes``, and the greedy steps then only look them up
+    (:func:`_greedy_steps`); more points than that (k in the tens of thousands) get each step's trial rows from a
+    GEMM of their own.
 
     Parameters
     ----------

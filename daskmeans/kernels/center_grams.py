@@ -42,22 +42,22 @@ def truncated_center_grams(old_gram, old_owner, batch_to_support, batch_kernel, 
 
     Parameters
     ----------
-    old_gram : float32 or float64 (sum of n_j^2,)
+    old_gram : IN float32 or float64 (sum of n_j^2,)
         The Gram blocks of the support before the step (see the module's layout).
-    old_owner : int64 (M,)
+    old_owner : IN int64 (M,)
         Owner of each support row before the step (sorted).
-    batch_to_support : (b, M)
+    batch_to_support : IN (b, M)
         Kernel between the batch and the support before the step.
-    batch_kernel : (b, b)
+    batch_kernel : IN (b, b)
         Kernel within the batch.
-    source : int64 (M + b,)
+    source : IN int64 (M + b,)
         For each row of the grown support, its place in ``[old support | batch]``: sorted by owner, the old rows
         of a center first and in their old order (a stable sort), then its batch rows.
-    owner, coef : (M + b,)
+    owner, coef : IN (M + b,)
         Owner and coefficient of each row of the grown support.
-    keep : bool (M + b,)
+    keep : IN bool (M + b,)
         The rows the truncation keeps (dropped rows are old rows).
-    n_clusters : int
+    n_clusters : IN int
 
     Returns
     -------

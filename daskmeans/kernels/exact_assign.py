@@ -11,150 +11,19 @@ are settled by exact distances. The same function returns lower bounds per group
 
 from __future__ import annotations
 
-import math
-
-import numba
 import numpy as np
 
 from .. import config
-from .distance import pair_dist2
 from .group_scan import scan_groups
 from .one_group_assign import RowTiles, _assign_one_group
-from .packed_bounds import LOWER_DTYPE, store_lower
+from .packed_bounds import LOWER_DTYPE
 from .panel_scan import PANEL_ROWS, best_of_groups_by_panels, padded
-from .score_error import _gamma, norm_and_allowance, row_sq_norms, score_error, score_error_allowance
-from .stats import _cluster_stats, add_to_cluster, cluster_stats
+from .score_error import _gamma, row_sq_norms, score_error_allowance
+from .settle_scores import _finish_best_of_groups, _finish_slab
+from .stats import _cluster_stats, cluster_stats
 
 
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq, column_norm, group_norm, gamma):
-    """Whether some center other than column ``col``'s could be as near to row ``i`` as it, given each score's
-    proven error from its own norm (the best center's) or its group's largest (the others'); and ``limit``, the
-    best score plus its error. Rows are only asked when their two best scores are within twice the error for the
-    largest norm of all centers, which decides most rows at once."""
-    limit = np.float64(best) + score_error(x_norm, x_sq, column_norm[col], gamma)
-    best_group = col % n_groups
-    if np.float64(second_own) - score_error(x_norm, x_sq, group_norm[best_group], gamma) <= limit:
-        return True, limit
-    for g in range(n_groups):
-        if g != best_group and np.float64(group_min[i, g]) - score_error(x_norm, x_sq, group_norm[g], gamma) <= limit:
-            return True, limit
-    return False, limit
-
-
-@numba.njit(cache=True, nogil=True)
-def _finish_slab(X, centers, scores_t, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
-                 allowance, labels, dist2, lower, norms_here, gamma, center_norm, column_norm, group_norm, weights, sums,
-                 counts, sse):
-    """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
-
-    ``scores_t[col, i]`` is ``||c||^2 - 2 x.c`` of row ``i`` for the center in slot ``col // n_groups`` of group
-    ``col % n_groups`` (``inf`` for padding); ``best_col`` its argmin, ``group_min[i, g]`` the minimum in group
-    ``g``, ``own_second`` the second smallest in the best group and ``other_second`` the smallest outside it
-    (:func:`daskmeans.kernels.group_scan.scan_groups`). ``allowance`` is each row's score error
-    for the largest center norm ``center_norm``; ``column_norm`` and ``group_norm`` are the norm of each column's
-    center and the largest in each group. Rows whose best two scores are within twice the allowance are checked
-    with each score's own error (:func:`_is_near_tie`), and the near ties settled by exact distances (lowest center
-    index among equals). Group bounds subtract the group's own error.
-
-    With ``norms_here``, each row's ``x_sq`` and ``allowance`` are computed here (the row is then read once, for
-    them and its winner's distance) instead of read. With ``sums`` not empty, each row is added to its cluster's
-    statistics as it is settled, in row order: the same float64 sums as
-    :func:`daskmeans.kernels.stats.cluster_stats` (``weights`` empty: weight 1).
-    """
-    columns, rows = scores_t.shape
-    width = columns // n_groups
-    with_bounds = lower.shape[1] > 0
-    with_stats = sums.shape[0] > 0
-    zero = np.zeros(X.shape[1], dtype=X.dtype)
-    rechecked = 0
-    for i in range(rows):
-        if norms_here:
-            x_sq[i], allowance[i] = norm_and_allowance(X[i], zero, center_norm, gamma)
-        x_norm = math.sqrt(x_sq[i])
-        col = best_col[i]
-        best = scores_t[col, i]
-        best_group = col % n_groups
-        second_own = own_second[i]
-        second = min(second_own, other_second[i])
-        label = slot_center[col]
-        label_group = best_group
-        near, limit = False, 0.0
-        if second - best <= 2.0 * allowance[i]:
-            near, limit = _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq[i],
-                                       column_norm, group_norm, gamma)
-        if near:
-            # only exact distances decide, among the centers whose score less its error is within the limit
-            rechecked += 1
-            best_exact = np.inf
-            for c in range(columns):
-                j = slot_center[c]
-                if j < 0 or np.float64(scores_t[c, i]) - score_error(x_norm, x_sq[i], column_norm[c], gamma) > limit:
-                    continue
-                value = pair_dist2(X[i], centers[j])
-                if value < best_exact or (value == best_exact and j < label):
-                    best_exact = value
-                    label = j
-                    label_group = c % n_groups
-            dist2[i] = best_exact
-            if label != slot_center[col]:
-                second_own = np.inf
-                for t in range(width):
-                    c = t * n_groups + label_group
-                    if slot_center[c] != label and scores_t[c, i] < second_own:
-                        second_own = scores_t[c, i]
-        else:
-            dist2[i] = pair_dist2(X[i], centers[label])
-        labels[i] = label
-        if with_stats:
-            add_to_cluster(sums, counts, sse, label, weights[i] if weights.shape[0] > 0 else 1.0, dist2[i], X[i])
-        if not with_bounds:
-            continue
-        _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm, x_sq[i], group_norm, gamma)
-    return rechecked
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm, x_sq, group_norm, gamma):
-    """Row ``i``'s lower bound on its distance to every center of each group but its own center: the group's
-    smallest score less the group's error (an infinite score, no other center, gives an infinite bound)."""
-    for g in range(n_groups):
-        low = np.float64(group_min[i, g]) + x_sq - score_error(x_norm, x_sq, group_norm[g], gamma)
-        lower[i, g] = store_lower(math.sqrt(max(low, 0.0)))
-    low = np.float64(second_own) + x_sq - score_error(x_norm, x_sq, group_norm[label_group], gamma)
-    lower[i, label_group] = store_lower(math.sqrt(max(low, 0.0)))
-
-
-@numba.njit(cache=True, nogil=True)
-def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, other_second, slot_center, n_groups,
-                           x_sq, allowance, gamma, column_norm, group_norm, labels, dist2, lower, near_ties):
-    """:func:`_finish_slab` from each row's best score and its column, the minimum score per group, the second
-    smallest score of the best group (``own_second``) and the smallest score outside it (``other_second``).
-
-    Near ties (:func:`_is_near_tie`) are not settled here: their positions go to ``near_ties`` (the count is
-    returned), for the caller to settle from all their scores.
-    """
-    with_bounds = lower.shape[1] > 0
-    n_ties = 0
-    for i in range(best_col.shape[0]):
-        col = best_col[i]
-        x_norm = math.sqrt(x_sq[i])
-        if min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i] and \
-                _is_near_tie(i, best[i], col, own_second[i], group_min, n_groups, x_norm, x_sq[i],
-                             column_norm, group_norm, gamma)[0]:
-            near_ties[n_ties] = i
-            n_ties += 1
-            continue
-        label = slot_center[col]
-        labels[i] = label
-        dist2[i] = pair_dist2(X[i], centers[label])
-        if with_bounds:
-            _group_bounds(lower, i, group_min, own_second[i], col % n_groups, n_groups, x_norm, x_sq[i], group_norm,
-                          gamma)
-    return n_ties
 
 
 def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch):

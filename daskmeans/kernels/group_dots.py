@@ -106,8 +106,18 @@ _dots_single = _rows_dots_intrinsic(1, 4)
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def rows_dots(rows, pair_row, start, stop, transposed, chunk, out):
-    """``out[q * LANES + l]`` = ``rows[pair_row[q]] . transposed[chunk, :, l]`` for ``start <= q < stop`` (float32;
-    ``rows`` float32 ``(m, d)``, ``transposed`` as :func:`transposed_groups` gives it)."""
+    """``out[q * LANES + l]`` = ``rows[pair_row[q]] . transposed[chunk, :, l]`` for ``start <= q < stop``.
+
+    Parameters
+    ----------
+    rows : IN float32 (m, d)
+    pair_row, start, stop : IN
+        The row of each pair, and the pairs to score.
+    transposed, chunk : IN
+        The centers as :func:`transposed_groups` gives them, and the chunk to score against.
+    out : OUT float32 (pairs * LANES,)
+        Entries ``start * LANES .. stop * LANES - 1`` are written.
+    """
     steps_end = start + (stop - start) // ROWS_PER_STEP * ROWS_PER_STEP
     if steps_end > start:
         _dots_steps(rows, pair_row, start, steps_end, transposed, chunk, out)

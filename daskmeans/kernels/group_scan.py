@@ -24,26 +24,26 @@ def scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, grou
 
     Parameters
     ----------
-    scores_t : ndarray (columns, rows)
+    scores_t : IN-OUT ndarray (columns, rows)
         float32 or float64; ``columns`` a multiple of ``n_groups``. Holds the full scores on return.
-    column_add : ndarray (columns,)
+    column_add : IN ndarray (columns,)
         The scores' dtype.
-    n_groups : int
-    best : ndarray (rows,)
-        Out: the smallest score of the row (the scores' dtype).
-    best_col : int32 ndarray (rows,)
-        Out: its column, the first among equals (as ``argmin``).
-    best_group : int32 ndarray (rows,)
-        Out: that column's group, ``best_col % n_groups``.
-    group_min : ndarray (n_groups, rows)
-        Out: the smallest score in each group (the scores' dtype).
-    group_second : ndarray (n_groups, rows)
-        Out: the second smallest in each group (equal to the smallest when it occurs twice; ``inf`` in a group of
+    n_groups : IN int
+    best : OUT ndarray (rows,)
+        The smallest score of the row (the scores' dtype).
+    best_col : OUT int32 ndarray (rows,)
+        Its column, the first among equals (as ``argmin``).
+    best_group : OUT int32 ndarray (rows,)
+        That column's group, ``best_col % n_groups``.
+    group_min : OUT ndarray (n_groups, rows)
+        The smallest score in each group (the scores' dtype).
+    group_second : OUT ndarray (n_groups, rows)
+        The second smallest in each group (equal to the smallest when it occurs twice; ``inf`` in a group of
         one column).
-    own_second : ndarray (rows,)
-        Out: ``group_second`` of the best column's group: the smallest score but the best column's in that group.
-    other_min : ndarray (rows,)
-        Out: the smallest score in the groups other than ``best_col``'s (``inf`` with one group).
+    own_second : OUT ndarray (rows,)
+        ``group_second`` of the best column's group: the smallest score but the best column's in that group.
+    other_min : OUT ndarray (rows,)
+        The smallest score in the groups other than ``best_col``'s (``inf`` with one group).
     """
     columns, rows = scores_t.shape
     for i in range(rows):

@@ -16,6 +16,22 @@ from .stats import add_scaled_row
 # -- one sample, one vote --------------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
 def _batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, weights, n_reused, k):
+    """The body of :func:`batch_deltas`.
+
+    Parameters
+    ----------
+    X, weights : IN (m, d), float64 (m,)
+    old_labels, old_dist2 : IN (n_reused,)
+        The first ``n_reused`` rows' assignment before.
+    new_labels, new_dist2 : IN (m,)
+        Every row's assignment now.
+    n_reused, k : IN int
+
+    Returns
+    -------
+    sums, counts, sse, members, changed
+        New arrays (see :func:`batch_deltas`).
+    """
     d = X.shape[1]
     sums = np.zeros((k, d), dtype=np.float64)
     counts = np.zeros(k, dtype=np.float64)

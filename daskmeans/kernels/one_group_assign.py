@@ -29,7 +29,13 @@ from .stats import _cluster_stats, add_to_cluster
 @numba.njit(cache=True, nogil=True, inline="always")
 def _take_score(value, low, column, best, best_col, best_low, other_low):
     """One score ``value`` of column ``column`` (``low``: the score less its error) folded into a row's running
-    summary ``(best, best_col, best_low, other_low)`` of :func:`_best_and_lowest_other`; the new summary."""
+    summary ``(best, best_col, best_low, other_low)`` of :func:`_best_and_lowest_other`; the new summary.
+
+    Parameters
+    ----------
+    value, low, column, best, best_col, best_low, other_low : IN
+        Scalars; the new summary is returned.
+    """
     new = value < best
     other_low = min(other_low, best_low if new else low)
     best_low = low if new else best_low
@@ -54,6 +60,15 @@ def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, be
     Four columns are taken per sweep over the rows, in column order (the same values as one column per sweep):
     a row's summary is then loaded and stored once per four scores instead of once per score, which makes the
     scan faster.
+
+    Parameters
+    ----------
+    scores_t, column_add, err_sq, err_x, x_norm : IN (columns, rows), (columns,) x 3, (rows,)
+        The scores, what each column adds, each column's error terms, the rows' norms.
+    best, best_col, other_low : OUT (rows,)
+        The summary described above.
+    best_low : OUT (rows,)
+        Scratch.
     """
     columns, rows = scores_t.shape
     for i in range(rows):
@@ -139,6 +154,16 @@ def _lowest_other_where_near(scores_t, column_add, err_sq, err_x, x_norm, x_norm
     Elsewhere ``second`` less the largest error of all centers stands in for it, computed in the same precision and
     order: every rounding is monotone, so it is at most the exact ``other_low``, and it is already above the tie
     limit, so the near-tie test decides as it would with the exact value.
+
+    Parameters
+    ----------
+    scores_t, column_add, err_sq, err_x : IN
+        As :func:`_best_and_lowest_other`.
+    x_norm, x_norm_scan, x_sq : IN (rows,)
+        The rows' norms in float64 and in the data's precision, their squared norms.
+    best, best_col, second : IN (rows,)
+        The summary of :func:`_best_and_second`.
+    other_low : OUT (rows,)
     """
     columns, rows = scores_t.shape
     largest_sq = err_sq.max()
@@ -175,6 +200,22 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_
     The score of column ``c`` is within ``err_sq[c] + ||x|| err_x[c] + 1e-12 ||x||^2`` of its exact value
     (:func:`center_errors`): a row is a near tie when some other center's score, less its own error, is not above
     the best score plus the best's error.
+
+    Parameters
+    ----------
+    X, centers, scores_t, column_sq, slot_center, err_sq, err_x, norms_here, weights : IN
+        The tile's rows, the centers, the GEMM products, the layout and error terms described above, the rows'
+        weights (empty: 1).
+    best, best_col, best_low, other_low, x_norm, x_norm_scan : OUT (rows,)
+        Scratch of the scan (each row's summary and norms).
+    x_sq : IN-OUT float64 (rows,)
+        Read, or written with ``norms_here``.
+    labels, dist2 : OUT int32 (rows,), float64 (rows,)
+        Exact nearest center, squared distance to it.
+    lower : OUT uint16 (rows, 1) or (rows, 0)
+        The bound, as stored (:mod:`daskmeans.kernels.packed_bounds`).
+    sums, counts, sse : IN-OUT float64 (k, d), (k,), (k,) or empty
+        Cluster statistics the rows are added to.
     """
     rows = X.shape[0]
     columns = scores_t.shape[0]
@@ -308,7 +349,19 @@ def _settle_clear_rows(X, centers, slot_center, err_sq, err_x, best, best_col, o
     """Settle the rows of a tile that are not near ties, from the summary of their float32 scores
     (:func:`~daskmeans.kernels.panel_scan.best_and_lowest_other_by_panels`): the label, the exact distance and
     (``lower`` not ``(n, 0)``) the lower bound on the distance to every other center, as
-    :func:`_settle_one_group` settles them. The near ties' positions go to ``near``; their number is returned."""
+    :func:`_settle_one_group` settles them. The near ties' positions go to ``near``; their number is returned.
+
+    Parameters
+    ----------
+    X, centers, slot_center, err_sq, err_x, x_sq : IN
+        As :func:`_settle_one_group`.
+    best, best_col, other_low : IN (rows,)
+        The scan's summary.
+    labels, dist2, lower : OUT
+        As :func:`_settle_one_group`, for the rows settled here.
+    near : OUT int64 (rows,)
+        The near ties' positions, first the returned count.
+    """
     with_bounds = lower.shape[1] > 0
     n_near = 0
     for i in range(X.shape[0]):

@@ -219,6 +219,13 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     :func:`daskmeans.kernels.one_group_assign._best_and_lowest_other` on scores that are never stored.
 
     ``scaled``, ``column_add``, ``err_sq`` and ``err_x`` as :func:`padded` returns them.
+
+    Parameters
+    ----------
+    X, scaled, column_add, err_sq, err_x : IN
+        The rows and the padded centers.
+    x_sq : OUT float64 (n,)
+    best, best_col, other_low : OUT float32 (n,), int32 (n,), float32 (n,)
     """
     n, d = X.shape
     columns = scaled.shape[0]
@@ -260,9 +267,18 @@ def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma
     ``center_norm``), the smallest score and its column (the first among equals), the smallest score of every
     group ``group_min[i, g]`` (column ``c`` in group ``c % n_groups``), the second smallest of the best column's
     group and the smallest outside it: the values of :func:`daskmeans.kernels.group_scan.scan_groups` for
-    :func:`daskmeans.kernels.exact_assign._finish_best_of_groups`.
+    :func:`daskmeans.kernels.settle_scores._finish_best_of_groups`.
 
     ``scaled`` and ``column_add`` as :func:`padded` returns them (padding slots of the groups score ``inf``).
+
+    Parameters
+    ----------
+    X, scaled, column_add, n_groups, center_norm, gamma : IN
+        The rows, the padded centers, the groups, the largest center norm, the unit rounding error.
+    x_sq, allowance : OUT float64 (n,)
+    best, best_col, own_second, other_second : OUT (n,)
+        float32, int32, float32, float32.
+    group_min : OUT float32 (n, n_groups)
     """
     n, d = X.shape
     columns = scaled.shape[0]

@@ -16,7 +16,13 @@ def add_scaled_row(total, scale, row):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def add_to_cluster(sums, counts, sse, label, weight, dist2, row):
-    """One row of weight ``weight`` at squared distance ``dist2`` added to cluster ``label``'s float64 statistics."""
+    """One row of weight ``weight`` at squared distance ``dist2`` added to cluster ``label``'s float64 statistics.
+
+    Parameters
+    ----------
+    sums, counts, sse : IN-OUT float64 (k, d), (k,), (k,)
+    label, weight, dist2, row : IN
+    """
     counts[label] += weight
     sse[label] += weight * dist2
     add_scaled_row(sums[label], weight, row)
@@ -24,6 +30,14 @@ def add_to_cluster(sums, counts, sse, label, weight, dist2, row):
 
 @numba.njit(cache=True, nogil=True)
 def _cluster_stats(X, labels, dist2, weights, use_weights, sums, counts, sse):
+    """The body of :func:`cluster_stats`: every row added to its cluster, in row order.
+
+    Parameters
+    ----------
+    X, labels, dist2, weights, use_weights : IN
+        The rows, their clusters and squared distances, their weights (read with ``use_weights``, else 1).
+    sums, counts, sse : IN-OUT float64 (k, d), (k,), (k,)
+    """
     n = X.shape[0]
     for i in range(n):
         j = labels[i]

@@ -144,8 +144,15 @@ def _approx_dist2(x, center):
 
 @numba.njit(cache=True, nogil=True)
 def _exact_dist2(x, base, shift, j, steps_taken, shifted, center):
-    """``||x - (B_j - m E_j)||^2`` (:func:`~daskmeans.kernels.distance.pair_dist2`); ``center`` is float64 scratch
-    space of length d for the shifted center."""
+    """``||x - (B_j - m E_j)||^2`` (:func:`~daskmeans.kernels.distance.pair_dist2`).
+
+    Parameters
+    ----------
+    x, base, shift, j, steps_taken, shifted : IN
+        The row, the lazy centers ``B`` and ``E``, the center, ``m``, and whether center ``j`` moves with ``E``.
+    center : OUT float64 (d,)
+        Scratch: the shifted center.
+    """
     if not shifted:
         return pair_dist2(x, base[j])
     m = np.float64(steps_taken)
@@ -156,7 +163,17 @@ def _exact_dist2(x, base, shift, j, steps_taken, shifted, center):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _contender_dist2(x, base, shift, j, steps_taken, shift_norm, counters, center):
-    """Squared distance to candidate ``j``: exact when it moved since the pass, approximate otherwise (counted)."""
+    """Squared distance to candidate ``j``: exact when it moved since the pass, approximate otherwise (counted).
+
+    Parameters
+    ----------
+    x, base, shift, j, steps_taken, shift_norm : IN
+        As :func:`_exact_dist2` (``shift_norm``: each center's ``||E_j||``).
+    counters : IN-OUT int64 (5,)
+        The distance counts (see :func:`_steps`).
+    center : OUT float64 (d,)
+        Scratch.
+    """
     if shift_norm[j] > 0.0:
         counters[4] += 1
         return _exact_dist2(x, base, shift, j, steps_taken, True, center)
@@ -205,6 +222,27 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
     ``counters``: steps, changing steps, steps moving a center under the reference agree rule, distances computed
     (in the data's dtype), distances computed in float64. When ``max_cost > 0``, stop early once a window of
     ``cost_window`` steps needed more than ``max_cost`` distances per step on average.
+
+    Parameters
+    ----------
+    rows, labels, candidates, lower : IN (t, d), (t,), (t, m), float64 (t,)
+        The sampled rows, their snapshot labels, candidate lists and bounds on the unlisted centers.
+    base : IN-OUT (k, d)
+        ``B`` of the lazy centers ``C_t = B - m E``: the steps move it.
+    snapshot, shift, shift_norm, eta, agree_reference, rho : IN
+        ``C~new``, ``E``, each ``||E_j||``, the learning rate, the agree rule, the rounding bound.
+    reference, reference_steps : IN
+        The centers the lists were made against, and ``m`` then.
+    steps_taken : IN int
+        ``m`` before the first row; the new value is returned.
+    drift, order, where : IN-OUT float64 (k,), int64 (k,), int64 (k,)
+        Each center's drift from the reference, the centers by decreasing drift, each center's place in it.
+    seen, contenders, contender_dist : IN-OUT (k,)
+        Scratch of the steps (``seen``: the step that last looked at each center).
+    counters : IN-OUT int64 (5,)
+        The counts above.
+    max_cost, cost_window : IN
+        The early stop above.
 
     Returns
     -------

@@ -28,6 +28,17 @@ from .vrkm_steps import InnerLoopState, check_inner_loop_inputs, take_step
 def batch_steps(rows, labels, nearest, base, snapshot, shift, eta, steps_taken, agree_reference, counters):
     """One step per row, in order, each with its given nearest center (:func:`~daskmeans.kernels.vrkm_steps.take_step`).
 
+    Parameters
+    ----------
+    rows, labels, nearest : IN (t, d), (t,), (t,)
+        The sampled rows, their snapshot labels, their nearest current centers.
+    base : IN-OUT (k, d)
+        ``B`` of the lazy centers: the steps move it.
+    snapshot, shift, eta, steps_taken, agree_reference : IN
+        As :func:`~daskmeans.kernels.vrkm_steps.take_step`.
+    counters : IN-OUT int64 (5,)
+        Steps, changing steps, agree-rule steps (and the distance counts, left as they are).
+
     Returns
     -------
     int

@@ -23,6 +23,18 @@ def take_step(x, a, j, base, snapshot, shift, eta, steps_taken, agree_reference,
     on the centers in the lazy form ``C_t = base - steps_taken * shift`` (``step_count``: scratch of the centers'
     dtype, so the update stays in it).
 
+    Parameters
+    ----------
+    x, a, j, snapshot, shift, eta, steps_taken, agree_reference : IN
+        The row, its snapshot label and nearest center, ``C~new``, ``E``, the learning rate, ``m``, the agree
+        rule.
+    base : IN-OUT (k, d)
+        ``B``: rows ``j`` and ``a`` move.
+    step_count : OUT (1,)
+        Scratch.
+    counters : IN-OUT int64 (5,)
+        Steps, changing steps, agree-rule steps counted.
+
     Returns
     -------
     steps_taken : int
