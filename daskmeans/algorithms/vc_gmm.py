@@ -25,7 +25,7 @@ nearer one, and the M-step maximises the bound for the posteriors it is given).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import dask
 import dask.array as da
@@ -115,7 +115,7 @@ class GMMPlan(FitPlan):
     max_iter: int = 100
     seed: int = 0
     where: str = "driver"
-    block_rows: int = field(default_factory=lambda: config.GMM_BLOCK_ROWS)
+    block_rows: int
     max_initial_esteps: int = 0
 
 

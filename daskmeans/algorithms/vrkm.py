@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -146,7 +146,7 @@ class InnerLoopTask:
     batch_size : int
         Draws whose nearest centers are found together (1: the paper's per-sample loop).
     remake_cost : float
-        :data:`~daskmeans.config.REMAKE_COST`, read on the driver.
+        :data:`~daskmeans.config.REMAKE_COST` (read on the driver).
     """
 
     starts: Any
@@ -157,8 +157,8 @@ class InnerLoopTask:
     batch_gradient: Any
     agree_rule: str
     n_candidates: int
-    batch_size: int = 1
-    remake_cost: float = field(default_factory=lambda: config.REMAKE_COST)
+    batch_size: int
+    remake_cost: float
 
 
 def run_segments(pieces, compute, task):
@@ -293,7 +293,7 @@ class VRKMPlan(FitPlan):
     seed: int = 0
     agree_rule: str = "paper"
     n_candidates: int = 16
-    inner_batch_size: int = field(default_factory=lambda: config.VRKM_INNER_BATCH_SIZE)
+    inner_batch_size: int
     sample_bytes: int = 0
     driver_rows: int = 0
     on_driver: bool = False
@@ -423,7 +423,7 @@ def _epochs(array, centers, plan, context, driver=None):
         snapshot, batch_gradient = position_correction(stats, centers, plan.variant)
         started = time.perf_counter()
         task = InnerLoopTask(starts, steps, snapshot, centers, plan.eta, batch_gradient, plan.agree_rule,
-                             plan.n_candidates, plan.inner_batch_size)
+                             plan.n_candidates, plan.inner_batch_size, config.REMAKE_COST)
         if on_worker:
             # the sample stays on the workers that gathered it; one of them streams it in
             keys = [[piece.key for piece in segment] for segment in pieces]
