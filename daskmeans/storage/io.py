@@ -302,8 +302,8 @@ def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.Da
     stored_dims = _zarr_dimension_names(source) if from_store else None
     if dims_given is not None and stored_dims is None:
         raise InputDataError(f"sample_dim={dims_given!r} names a dimension, but {name} has no dimension names "
-                             "(a NumPy, dask, .npy or Zarr array without them: rows are samples). Drop sample_dim, or transpose the "
-                             "data so that rows are samples.")
+                             "(a NumPy, dask, .npy or Zarr array without them: rows are samples). Drop sample_dim, "
+                             "or transpose the data so that rows are samples.")
     if isinstance(source, da.Array):
         raw = source
     elif from_store:
