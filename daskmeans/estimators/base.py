@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
+from typing import TYPE_CHECKING, Any, Self
 
 import dask.array as da
 import numpy as np
@@ -24,6 +25,18 @@ from ..storage.checkpoint import check_supported, open_checkpoint
 from ..storage.io import Dataset, open_input, spread_on_workers
 from ..storage.model import save_model
 from .constraints import UNCHECKED, Boolean, Init, Integer, MaxTime, RandomState
+
+if TYPE_CHECKING:  # for type checkers only
+    import os
+
+    import xarray
+    from numpy.typing import ArrayLike
+
+    #: What an estimator fits or predicts on: NumPy-like values, a dask array, an ``xarray.DataArray``, or the path
+    #: of a Zarr store or .npy file (:func:`daskmeans.open_input`).
+    InputData = ArrayLike | da.Array | xarray.DataArray | str | os.PathLike[str]
+    #: What an estimator returns per sample: NumPy for NumPy input, xarray for xarray input, else a lazy dask array.
+    PerSample = np.ndarray | da.Array | xarray.DataArray
 
 
 # -- input --------------------------------------------------------------------------------------------------------
@@ -226,7 +239,8 @@ class ClusteringEstimator:
     #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).
     _supports_checkpoint = False
 
-    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
+            checkpoint: str | os.PathLike[str] | None = None) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -281,7 +295,7 @@ class ClusteringEstimator:
             self._fit(data, weights, summary, client)
         return data, weights
 
-    def predict(self, X, n_probe=None):
+    def predict(self, X: InputData, n_probe: int | None = None) -> PerSample:
         """Index of the nearest center for each sample of ``X`` (lazy for dask and Zarr input).
 
         Parameters
@@ -318,20 +332,21 @@ class ClusteringEstimator:
             self._coarse_index = (key, build_coarse_index(self.cluster_centers_))
         return self._coarse_index[1]
 
-    def fit_predict(self, X, y=None, sample_weight=None):
+    def fit_predict(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> PerSample:
         """Fit, then return ``labels_``."""
         return self.fit(X, sample_weight=sample_weight).labels_
 
-    def transform(self, X):
+    def transform(self, X: InputData) -> PerSample:
         """Euclidean distance of each sample to every center, shape (n, k) (lazy for dask and Zarr input)."""
         data = self._check_predict_input(X)
         return self._like_input(data, lazy_transform(data.array, self._centers_for(data)), name="distance")
 
-    def fit_transform(self, X, y=None, sample_weight=None):
+    def fit_transform(self, X: InputData, y: Any = None,
+                      sample_weight: ArrayLike | da.Array | None = None) -> PerSample:
         """Fit, then ``transform(X)``."""
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> float:
         """Opposite of the (weighted) sum of squared distances of ``X`` to the nearest centers."""
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
@@ -392,7 +407,7 @@ class ClusteringEstimator:
         state.pop("_fitted_weights", None)
         return state
 
-    def save(self, path, *, overwrite=False):
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
         """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
         return save_model(self, path, overwrite=overwrite)
 

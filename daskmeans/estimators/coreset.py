@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from .._validation import check_int
 from ..algorithms.coreset import draw_coreset
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
 from .base import prepare_input
 
+if TYPE_CHECKING:  # for type checkers only
+    import dask.array as da
+    from distributed import Client
+    from numpy.typing import ArrayLike
 
-def lightweight_coreset(X, m, random_state=None, *, sample_weight=None, chunk_rows=None, client=None):
+    from .base import InputData
+
+
+def lightweight_coreset(X: InputData, m: int, random_state: int | np.random.Generator | None = None, *,
+                        sample_weight: ArrayLike | da.Array | None = None, chunk_rows: int | None = None,
+                        client: Client | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A lightweight coreset of ``X``: ``m`` rows drawn with replacement, and their weights.
 
     Every row ``x`` is drawn with probability ``q(x) = 1/(2n) + ||x - mu||^2 / (2 sum ||x' - mu||^2)``

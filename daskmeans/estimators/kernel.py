@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -36,6 +37,14 @@ from ..progress import SnapshotRecorder
 from .base import ClusteringEstimator, raise_damaged
 from .constraints import UNCHECKED, Boolean, Init, Integer, Options, Real, Rule
 from .resume import FitStart
+
+if TYPE_CHECKING:  # for type checkers only
+    import os
+
+    import dask.array as da
+    from numpy.typing import ArrayLike
+
+    from .base import InputData, PerSample
 
 #: Seeding methods of the kernel estimators (k-means++ runs in feature space).
 KERNEL_INIT_METHODS = ("k-means++", "random")
@@ -110,18 +119,18 @@ class _KernelClustering(ClusteringEstimator):
         centers.rows = np.ascontiguousarray(centers.rows, dtype=data.dtype)
         return centers
 
-    def predict(self, X):
+    def predict(self, X: InputData) -> PerSample:
         """Index of the nearest center in feature space for each sample (lazy for dask and Zarr input)."""
         data = self._check_predict_input(X)
         return self._like_input(data, lazy_kernel_labels(data.array, self._support_for(data), self.kernel_))
 
-    def transform(self, X):
+    def transform(self, X: InputData) -> PerSample:
         """Feature-space distance ``||phi(x) - C_j||`` of each sample to every center, shape (n, k)."""
         data = self._check_predict_input(X)
         return self._like_input(data, lazy_kernel_transform(data.array, self._support_for(data), self.kernel_),
                                 name="distance")
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> float:
         """Opposite of the (weighted) sum of squared feature-space distances of ``X`` to the nearest centers."""
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
@@ -140,7 +149,8 @@ class _KernelClustering(ClusteringEstimator):
                                                  weights=getattr(self, "_fitted_weights", None)), client=client)
         return float(raw[1].sum())
 
-    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
+            checkpoint: str | os.PathLike[str] | None = None) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -156,7 +166,7 @@ class _KernelClustering(ClusteringEstimator):
         return super().fit(X, y, sample_weight, checkpoint=checkpoint)
 
     # -- persistence ---------------------------------------------------------------------------------------------
-    def save(self, path, *, overwrite=False):
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
         """Write the model (support rows, coefficients, kernel name and parameters) to a Zarr group.
 
         Raises

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -21,6 +22,15 @@ from .._validation import check_driver_rows
 from .base import ClusteringEstimator
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, plan_seeding, seed_centers
+
+
+if TYPE_CHECKING:  # for type checkers only
+    import os
+
+    import dask.array as da
+    from numpy.typing import ArrayLike
+
+    from .base import InputData
 
 
 class NestedMiniBatchKMeans(ClusteringEstimator):
@@ -196,7 +206,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         **SEEDING_CONSTRAINTS,
     }
 
-    def fit(self, X, y=None, sample_weight=None, checkpoint=None):
+    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
+            checkpoint: str | os.PathLike[str] | None = None) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -444,7 +455,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         self.stop_reason_ = result.stop_reason
         self._labels = None
 
-    def partial_fit(self, X, y=None, sample_weight=None):
+    def partial_fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> Self:
         """One mini-batch step with all of ``X`` as the batch (the first call also seeds the centers on ``X``).
 
         Starved centers are not reassigned here (``fit`` does that); each call reads ``X`` twice: once to check

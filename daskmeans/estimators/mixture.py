@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -24,6 +25,11 @@ from ..progress import SnapshotRecorder
 from .base import ClusteringEstimator, raise_damaged
 from .constraints import Boolean, Integer, Options, Real, Rule
 from .resume import FitStart
+
+if TYPE_CHECKING:  # for type checkers only
+    from numpy.typing import ArrayLike
+
+    from .base import InputData
 
 
 def _check_coreset_size(value, name, estimator):
@@ -371,7 +377,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
     def _means64(self):
         return np.ascontiguousarray(self.means_, dtype=np.float64)
 
-    def predict_proba(self, X, sparse=False):
+    def predict_proba(self, X: InputData, sparse: bool = False) -> Any:
         """The truncated posterior of each sample: its ``n_truncated`` nearest components, softmax-weighted.
 
         Parameters
@@ -404,7 +410,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         matrix.sort_indices()
         return matrix
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> float:
         """Mean truncated log-likelihood per sample, ``log sum_{c in K(x)} N(x; mu_c, sigma^2 I) / k``.
 
         ``K(x)``: the ``n_truncated`` nearest components of ``x`` (the model's own approximation; with
