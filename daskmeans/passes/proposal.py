@@ -12,6 +12,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 
+from .. import config
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import slabs, stored_form
 
@@ -68,10 +69,11 @@ def row_probabilities(block, weights, point, total_d2, total_w) -> np.ndarray:
     return 2.0 * q
 
 
-def _proposal_block(block, weights, point, total_d2, total_w):
+def _proposal_block(block, weights, point, total_d2, total_w, settings=None):
     weights = np.asarray(weights, dtype=np.float64).ravel()
-    return np.concatenate([row_probabilities(rows, w, point, total_d2, total_w)
-                           for _, rows, w in slabs(block, weights)])
+    with config.applied(settings):  # the settings the task carries (the slabs' size)
+        return np.concatenate([row_probabilities(rows, w, point, total_d2, total_w)
+                               for _, rows, w in slabs(block, weights)])
 
 
 def lazy_proposal(array, point, masses, weights=None):
@@ -80,6 +82,7 @@ def lazy_proposal(array, point, masses, weights=None):
     total_d2, total_w = float(masses[:, 0].sum()), float(masses[:, 1].sum())
     if weights is None:
         weights = da.ones(array.shape[0], chunks=(array.chunks[0],), dtype=np.float64)
+    settings = config.carried()
     return da.map_blocks(_proposal_block, stored_form(array), weights[:, None], point, total_d2, total_w,
                          drop_axis=1, dtype=np.float64, token="daskmeans-afkmc2-proposal",
-                         meta=np.empty(0, np.float64))
+                         meta=np.empty(0, np.float64), **({} if settings is None else {"settings": settings}))
