@@ -202,6 +202,25 @@ class KernelPlan(FitPlan):
     on_driver: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class FullKernelPlan(FitPlan):
+    """What a run of exact (full-batch) kernel k-means does, decided before it starts
+    (:class:`~daskmeans.algorithms.plan.FitPlan`).
+
+    Attributes
+    ----------
+    max_iter : int
+    max_samples : int
+        The most rows whose kernel matrix the driver holds (larger inputs are refused).
+    sample_rows : int
+        Rows of the seeding's sample (:func:`seeding_sample_rows`; fewer with weights when fewer rows weigh).
+    """
+
+    max_iter: int = 100
+    max_samples: int = 0
+    sample_rows: int = 0
+
+
 @dataclass
 class KernelState:
     """What mini-batch kernel k-means carries from one step to the next: the sparse centers, the weight each has

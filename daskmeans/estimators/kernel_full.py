@@ -10,7 +10,8 @@ import numpy as np
 
 from .. import config
 from ..algorithms.init import check_init
-from ..algorithms.kernel_kmeans import KernelSpec, full_kernel_kmeans, kernel_seeding
+from ..algorithms.kernel_kmeans import (FullKernelPlan, KernelSpec, full_kernel_kmeans, kernel_seeding,
+                                        seeding_sample_rows)
 from ..algorithms.result import Clock, RunContext
 from ..engine.client import compute_now
 from ..engine.random import stage_key
@@ -75,6 +76,10 @@ class KernelKMeans(_KernelClustering):
         Per iteration: ``energy`` (mean squared feature-space distance), ``changed``, ``wall_time``.
     stop_reason_ : str
         ``"converged"``, ``"max_iter"`` or ``"max_time"``.
+    fit_plan_ : FullKernelPlan
+        What the fit decided from the data, with the reason for each choice
+        (:class:`daskmeans.algorithms.kernel_kmeans.FullKernelPlan`): the largest input accepted and the seeding
+        sample's rows. Shown above the progress bars.
 
     See Also
     --------
@@ -126,8 +131,11 @@ class KernelKMeans(_KernelClustering):
 
     _parameter_constraints = {**_KernelClustering._parameter_constraints, "max_samples": Integer(1, none=True)}
 
+    def _max_samples(self) -> int:
+        return config.MAX_FULL_BATCH_SAMPLES if self.max_samples is None else self.max_samples
+
     def _check_size(self, n_samples):
-        max_samples = config.MAX_FULL_BATCH_SAMPLES if self.max_samples is None else self.max_samples
+        max_samples = self._max_samples()
         if n_samples > max_samples:
             raise InputDataError(
                 f"KernelKMeans holds the full n x n kernel matrix in the driver and each iteration costs O(n^2): "
@@ -146,10 +154,18 @@ class KernelKMeans(_KernelClustering):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
         start = FitStart(None, self.random_state, Clock(self.max_time))
         recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
+        plan = FullKernelPlan(
+            max_iter=self.max_iter, max_samples=self._max_samples(),
+            sample_rows=seeding_sample_rows(data.n_samples, self.n_clusters, self.init_sample_size),
+            reasons={"max_samples": f"max_samples={self.max_samples}" if self.max_samples is not None else
+                     "MAX_FULL_BATCH_SAMPLES",
+                     "sample_rows": f"init_sample_size={self.init_sample_size}" if self.init_sample_size else
+                     f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n"})
+        self._keep_plan(plan, recorder)
         recorder.seeding(self.init, counted=False)
         kernel, centers, _ = kernel_seeding(
             data.array, self.n_clusters, KernelSpec(self.kernel, self.kernel_params), self.init,
-            stage_key(start.seed, "init", 0), sample_size=self.init_sample_size,
+            stage_key(start.seed, "init", 0), sample_size=plan.sample_rows,
             context=RunContext(client=client, weights=weights),
         )
         recorder.begin("loading", label="loading the data into the driver")
@@ -163,7 +179,7 @@ class KernelKMeans(_KernelClustering):
             recorder.start(centers.input_space_means(data.n_features, data.dtype))
             recorder.iterations(label="iterations (the kernel matrix first)")
             result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
-                                        max_iter=self.max_iter)
+                                        max_iter=plan.max_iter)
         recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))
