@@ -1,4 +1,4 @@
-"""What every algorithm takes besides its data, centers and own parameters (:class:`RunContext`), what it returns
+"""What every algorithm takes besides its data, centers and plan (:class:`RunContext`), what it returns
 (:class:`FitResult`), and the checkpoint state of a result."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def restore_clock(clock, elapsed):
 
 @dataclass
 class RunContext:
-    """What every algorithm takes besides its data, its centers and its own parameters.
+    """What every algorithm takes besides its data, its centers and its plan: where and how the run goes.
 
     Attributes
     ----------
