@@ -98,8 +98,8 @@ class KernelSpec:
 
 
 def seeding_sample_rows(n_samples, n_clusters, sample_size=None) -> int:
-    """Rows of the kernel seeding's sample: ``sample_size`` when given, else ``max(20 * n_clusters,
-    INIT_SAMPLE_ROWS)``, at most ``n_samples``."""
+    """Rows of the kernel seeding's sample: ``sample_size`` when given, else
+    ``max(20 * n_clusters, INIT_SAMPLE_ROWS)`` (:data:`~daskmeans.config.INIT_SAMPLE_ROWS`), at most ``n_samples``."""
     return min(n_samples, sample_size or max(20 * n_clusters, config.INIT_SAMPLE_ROWS))
 
 
