@@ -11,6 +11,35 @@ import pytest
 import zarr
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TESTS = Path(__file__).resolve().parent
+
+#: Slow tests named here instead of by a ``@pytest.mark.slow`` in their file (path under tests/ -> test functions,
+#: every parametrization included). ``python -m pytest -m "not slow"`` leaves them out, as it leaves out the tests
+#: marked in their files.
+SLOW_TESTS = {
+    "test_bench.py": {"test_every_algorithm_and_peer_on_the_threaded_scheduler", "test_module_entry_point",
+                      "test_out_of_core_zarr_skips_in_memory_peers_with_reason", "test_quick_slice_of_a_shared_dataset",
+                      "test_quick_synthetic_with_peers_and_seeds", "test_sizing_quick", "test_user_npy_file"},
+    "test_bench_vc_gmm.py": {"test_the_study_compares_vc_gmm_with_both_baselines"},
+    "test_readme.py": {"test_the_python_quickstart_runs_as_a_script",
+                       "test_the_command_line_quickstart_runs_in_a_shell"},
+    "estimators/test_kmeans.py": {"test_same_seed_same_centers_on_every_scheduler_and_worker_count",
+                                  "test_scheduler_that_does_not_answer_fails_fast"},
+    "estimators/test_vrkm.py": {"test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop",
+                                "test_vrkm_plus_plus_steps_equal_algorithm_4"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark :data:`SLOW_TESTS` slow before ``-m`` selects (``tryfirst``: ahead of pytest's own selection)."""
+    for item in items:
+        try:
+            where = item.path.relative_to(TESTS).as_posix()
+        except ValueError:
+            continue
+        if getattr(item, "originalname", item.name) in SLOW_TESTS.get(where, ()):
+            item.add_marker(pytest.mark.slow)
 
 
 def shared_dataset(name: str):

@@ -272,6 +272,7 @@ def snapshot(folder):
     return files
 
 
+@pytest.mark.slow
 def test_failed_fit_and_predict_leave_outputs_untouched_even_with_overwrite(tmp_path, cluster):
     good = write_store(tmp_path / "good.zarr", blobs(n=2000, dtype=np.float32), 500)
     late_nan = blobs(n=2000, dtype=np.float32)

@@ -29,6 +29,7 @@ def read_record(folder, name):
     return record, report
 
 
+@pytest.mark.slow
 def test_a_quick_suite_writes_each_entrys_records_into_its_folder_and_the_page(scheduler, tmp_path):
     out = tmp_path / "bench"
     result = run_suite("--quick", "--only", "sizing", "--scheduler", scheduler, "--out", out, "--work-dir",
@@ -49,6 +50,7 @@ def test_a_quick_suite_writes_each_entrys_records_into_its_folder_and_the_page(s
     assert again.exit_code != 0 and "--overwrite" in again.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "pendigits.npz").exists(), reason="shared datasets not present")
 def test_a_quick_suite_entry_on_a_shared_dataset(scheduler, tmp_path):
     out = tmp_path / "bench"

@@ -75,6 +75,7 @@ def assert_user_error(result, *fragments, exit_code=1):
     return error_lines[0]
 
 
+@pytest.mark.slow
 def test_help_through_python_dash_m_and_dask():
     result = run_module("--help")
     assert result.returncode == 0, result.stderr
@@ -86,6 +87,7 @@ def test_help_through_python_dash_m_and_dask():
     assert "dask daskmeans fit [OPTIONS] INPUT" in through_dask.stdout
 
 
+@pytest.mark.slow
 def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     """make-data -> fit -> predict -> info, each a separate process; fit and predict start their own cluster."""
     made = run_module("make-data", "blobs.zarr", "--samples", 30_000, "--features", 6, "--clusters", 4,
@@ -140,6 +142,7 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     assert "labels" in data_info.stdout and "4 blobs, seed 2" in data_info.stdout
 
 
+@pytest.mark.slow
 def test_fit_on_a_running_scheduler_prints_a_summary(tmp_path, cluster, data):
     result = invoke("fit", data, "--array", "X", "-k", N_CLUSTERS, "--seed", SEED, "--max-iter", 50,
                     "--scheduler", cluster.scheduler_address, "--out", tmp_path / "m.zarr")
@@ -152,6 +155,7 @@ def test_fit_on_a_running_scheduler_prints_a_summary(tmp_path, cluster, data):
     assert model.max_iter == 50 and model.random_state == SEED
 
 
+@pytest.mark.slow
 def test_fit_json_quiet_and_options_reach_the_estimator(tmp_path, cluster, data):
     result = invoke("fit", data, "--array", "X", "-k", 3, "--seed", 9, "--init", "random", "--max-iter", 2,
                     "--max-time", 100, "--scheduler", cluster.scheduler_address, "--quiet", "--json",
@@ -164,6 +168,7 @@ def test_fit_json_quiet_and_options_reach_the_estimator(tmp_path, cluster, data)
     assert params["init"] == "random" and params["max_iter"] == 2 and params["max_time"] == 100
 
 
+@pytest.mark.slow
 def test_existing_outputs_are_replaced_only_with_overwrite(tmp_path, cluster, data):
     model_path = tmp_path / "m.zarr"
     first = invoke("fit", data, "--array", "X", "-k", 2, "--seed", 1, "--quiet",
@@ -184,6 +189,7 @@ def test_existing_outputs_are_replaced_only_with_overwrite(tmp_path, cluster, da
     assert sorted(os.listdir(tmp_path)) == ["m.zarr"]
 
 
+@pytest.mark.slow
 def test_predict_on_the_scheduler_named_by_the_environment(tmp_path, cluster, client, data):
     model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
         daskmeans.open_input(data, array="X"))
@@ -277,6 +283,7 @@ def test_outputs_must_differ_from_each_other_and_from_the_input(tmp_path, data):
     assert_user_error(result, "--labels", "is the input data")
 
 
+@pytest.mark.slow
 def test_predict_with_n_probe_writes_the_approximate_labels(tmp_path, cluster, client, data):
     model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
         daskmeans.open_input(data, array="X"))
@@ -319,6 +326,7 @@ def test_data_given_as_a_model(tmp_path, data):
     assert not (tmp_path / "l.zarr").exists()
 
 
+@pytest.mark.slow
 def test_predict_with_data_of_another_width(tmp_path, client, data):
     model = daskmeans.KMeans(n_clusters=2, random_state=0, client=client).fit(np.arange(60.0).reshape(20, 3))
     model.save(tmp_path / "m.zarr")
@@ -326,6 +334,7 @@ def test_predict_with_data_of_another_width(tmp_path, client, data):
     assert_user_error(result, "8 features", "fitted on 3")
 
 
+@pytest.mark.slow
 def test_info_of_nothing_and_of_a_model_with_array(tmp_path, client):
     assert_user_error(invoke("info", tmp_path / "nope"), "Nothing at")
     (tmp_path / "empty").mkdir()
@@ -335,6 +344,7 @@ def test_info_of_nothing_and_of_a_model_with_array(tmp_path, client):
     assert_user_error(invoke("info", tmp_path / "m.zarr", "--array", "X"), "is a model")
 
 
+@pytest.mark.slow
 def test_failed_fit_leaves_nothing_behind(tmp_path, cluster):
     values = np.ones((100, 2), dtype=np.float32)
     values[37, 1] = np.nan
@@ -356,6 +366,7 @@ def test_make_data_refuses_to_overwrite(tmp_path):
 # -- demo and plot ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_makes_data_fits_and_plots(tmp_path):
     result = run_module("demo", "--samples", 20_000, "--workers", 2, "--threads-per-worker", 1, "--quiet",
                         "--json", cwd=tmp_path)

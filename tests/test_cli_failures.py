@@ -16,6 +16,8 @@ from daskmeans import KMeans
 from daskmeans.datasets import make_blobs_zarr
 from test_cli import environment
 
+pytestmark = pytest.mark.slow
+
 
 def daskmeans_command(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,

@@ -29,6 +29,7 @@ def small(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", algorithm_names())
 def test_every_algorithm_fits_and_predicts_from_the_command_line(tmp_path, small, algorithm):
     fitted = invoke("fit", small, "--array", "X", "-k", 4, "--algorithm", algorithm, "--random-state", 1,
@@ -123,6 +124,7 @@ def test_local_workers_can_be_chosen(tmp_path, small):
     assert json.loads(done.output)["workers"] == 1, "one threaded worker holding both threads"
 
 
+@pytest.mark.slow
 def test_the_threaded_scheduler_runs_a_fit_without_a_cluster(tmp_path, small):
     """``--local-workers scheduler``: no cluster, the same result as on a threaded local cluster, labels written."""
     fits = {}
@@ -146,6 +148,7 @@ def test_the_threaded_scheduler_runs_a_fit_without_a_cluster(tmp_path, small):
     assert plain.exit_code == 0 and "Dask's threaded scheduler" in plain.stdout, plain.output
 
 
+@pytest.mark.slow
 def test_the_demo_runs_on_the_threaded_scheduler(tmp_path):
     done = run_module("demo", "--samples", 20_000, "--local-workers", "scheduler", "--quiet", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -176,6 +179,7 @@ def modules_loaded_by(args, cwd):
     return set(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_help_and_info_import_nothing_heavy(tmp_path, small):
     model = tmp_path / "model.zarr"
     assert invoke("fit", small, "--array", "X", "-k", 4, "--quiet", "--out", model).exit_code == 0
@@ -195,6 +199,7 @@ def test_stores_daskmeans_writes_open_with_xarray(tmp_path):
     assert dataset.sizes["sample"] == 500 and int(dataset["labels"].max()) <= 1
 
 
+@pytest.mark.slow
 def test_fit_says_what_runs_after_the_iterations(tmp_path, small):
     result = invoke("fit", small, "--array", "X", "-k", 4, "--labels", tmp_path / "labels.zarr", "--out",
                     tmp_path / "model.zarr")

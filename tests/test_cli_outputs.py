@@ -87,6 +87,7 @@ def nested_data(nested):
     return zarr.open_array(str(nested / "sub" / "X"), mode="r")[:]
 
 
+@pytest.mark.slow
 def test_fit_and_info_take_an_array_in_a_subgroup_by_its_path(tmp_path, nested):
     done = run_module("fit", nested, "--array", "sub/X", "-k", 2, "--quiet", "--labels", nested / "sub" / "labels",
                       "--out", tmp_path / "model.zarr")
@@ -103,6 +104,7 @@ def test_a_missing_array_is_named_with_the_nested_ones(nested):
                       "has no array 'X'; it holds ['sub/X']")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option, path, relation", [
     ("--labels", "{nested}/sub/X/c", "lies inside the input data"),
     ("--labels", "{nested}/sub/X", "is the input data"),

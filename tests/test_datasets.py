@@ -91,6 +91,7 @@ def test_uint8_defaults_look_like_descriptors(tmp_path):
     assert np.abs(X.astype(np.float64) - centers[y]).mean() < 12.0
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_by_the_chunks(tmp_path):
     n_samples, n_features = 800_000, 16  # 51 MB of float32, in chunks of 0.5 MB
     make_blobs_zarr(tmp_path / "warm.zarr", 100, n_features, 8, random_state=0)  # imports, compiled kernels
@@ -104,6 +105,7 @@ def test_memory_stays_bounded_by_the_chunks(tmp_path):
     assert peak < n_samples * n_features * 4 / 4
 
 
+@pytest.mark.slow
 def test_client_writes_the_same_values_in_parallel(tmp_path, client):
     make_blobs_zarr(tmp_path / "local.zarr", 12_000, 16, 4, random_state=2, chunk_rows=2500)
     make_blobs_zarr(tmp_path / "dist.zarr", 12_000, 16, 4, random_state=2, chunk_rows=2500, client=client)

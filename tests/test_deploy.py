@@ -441,6 +441,7 @@ def crd_problems(crd: dict, manifest: dict) -> list[str]:
     return errors + [f"{field}: not a field of the CRD" for field in unknown_fields(schema, body)]
 
 
+@pytest.mark.slow
 def test_daskcluster_matches_the_operator_crd(daskcluster_crd):
     assert crd_problems(daskcluster_crd, load(DASKCLUSTER)) == []
 
@@ -682,6 +683,7 @@ print(json.dumps({"before": before, "after": preload.compiled_signatures()}))
 """
 
 
+@pytest.mark.slow
 def test_preload_compiles_every_signature_the_kernels_use(tmp_path):
     """After the preload, running the kernels the way the passes do compiles nothing new."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),

@@ -65,6 +65,7 @@ def site(tmp_path_factory):
 # -- generated references ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_public_name_has_a_generated_api_page(site):
     names = [name for name in daskmeans.__all__ if name != "__version__"]
@@ -72,6 +73,7 @@ def test_every_public_name_has_a_generated_api_page(site):
     assert not missing, f"no API page for {missing}: list them in docs/api.rst"
 
 
+@pytest.mark.slow
 def test_the_cli_reference_lists_every_command(site):
     source = (DOCS / "cli.rst").read_text(encoding="utf-8")
     assert ".. click:: daskmeans.cli:main" in source and ":nested: full" in source
@@ -84,6 +86,7 @@ def test_the_cli_reference_lists_every_command(site):
     assert not missing, f"commands missing from the generated CLI reference: {missing}"
 
 
+@pytest.mark.slow
 def test_the_settings_reference_lists_every_setting(site):
     html = (site / "user" / "configuration.html").read_text(encoding="utf-8")
     settings = [name for name in vars(config) if name.isupper()]
@@ -91,6 +94,7 @@ def test_the_settings_reference_lists_every_setting(site):
     assert settings and not missing, f"settings missing from the generated settings reference: {missing}"
 
 
+@pytest.mark.slow
 def test_the_notebooks_are_rendered(site):
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert (site / "_notebooks" / f"{notebook.stem}.html").is_file(), notebook.name
@@ -115,6 +119,7 @@ def test_every_test_the_pages_cite_exists():
     assert not wrong, "pages cite tests that do not exist:\n" + "\n".join(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_examples_of_the_guide_run(tmp_path):
     examples = []

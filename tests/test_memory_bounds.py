@@ -38,6 +38,8 @@ from daskmeans.memory import (
 )
 from daskmeans.registry import make_estimator
 
+pytestmark = pytest.mark.slow
+
 MiB = 2**20
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from daskmeans.registry import algorithm_names
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: Variables that would send a notebook to an outside cluster instead of its own local one.

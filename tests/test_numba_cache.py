@@ -18,6 +18,8 @@ import pytest
 import daskmeans
 from conftest import permission_bits_apply
 
+pytestmark = pytest.mark.slow
+
 PACKAGE = Path(daskmeans.__file__).resolve().parent
 KERNEL_CALL = (
     "import os, numpy as np, daskmeans\n"

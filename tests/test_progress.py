@@ -34,6 +34,7 @@ def data():
     return X
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, params, unit, label", [
     ("kmeans", {}, "iterations", "k-means iterations"),
     ("nmbatch", {}, "iterations", "nmbatch iterations"),

@@ -123,6 +123,7 @@ def synchronous_scheduler():
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", algorithm_names())
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=inputs(), predict_data=inputs(), n_clusters=st.integers(1, 5), seed=st.integers(0, 1000))

@@ -24,6 +24,8 @@ import zarr
 import daskmeans
 from daskmeans.preload import compiled_signatures
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Environment variables that would point a process at some other cluster.
 OUTSIDE_CLUSTER_VARIABLES = ("DASK_SCHEDULER_ADDRESS", "DASK_GATEWAY__ADDRESS")

@@ -50,6 +50,7 @@ def test_rows_are_source_rows_plus_rounded_clipped_noise(source):
     assert residual[inside].std() == pytest.approx(np.sqrt(std**2 + 1 / 12), rel=0.03)
 
 
+@pytest.mark.slow
 def test_values_depend_on_seed_not_on_chunks_or_scheduler(tmp_path, source):
     make_resampled_zarr(tmp_path / "a.zarr", source, 20_000, random_state=4)
     make_resampled_zarr(tmp_path / "b.zarr", source, 20_000, random_state=4, chunk_rows=1_777)

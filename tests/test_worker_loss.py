@@ -26,8 +26,8 @@ from test_real_cluster import Processes, base_env, dask_command, wait_for_schedu
 
 import daskmeans
 
-#: A hang (a task waiting for a worker that is gone) fails the test instead of the whole run.
-pytestmark = pytest.mark.timeout(300)
+#: Slow; a hang (a task waiting for a worker that is gone) fails the test instead of the whole run.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 N_WORKERS = 3
 CHUNK_ROWS = 1500

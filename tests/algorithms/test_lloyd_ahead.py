@@ -27,6 +27,7 @@ def _same_fits(ahead, one_by_one):
 ALGORITHMS = ["lloyd", "yinyang", "elkan", "hamerly"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("tol, max_iter, stop", [(0.0, 7, "max_iter"), (1e-3, 300, "converged")])
@@ -41,6 +42,7 @@ def test_iterations_ahead_are_lloyds_iterations(cluster_client, algorithm, dtype
     _same_fits(ahead, one_by_one)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
 def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cluster_client, algorithm, n_empty,

@@ -39,6 +39,7 @@ def run(array, centers, bounds, max_iter, client=None):
     return lloyd(array, centers, plan, context), steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bounds", ["yinyang", "elkan", "hamerly"])
 def test_bounds_give_lloyds_iterates_to_the_last_bit_on_real_descriptors(dtype, bounds):
@@ -65,6 +66,7 @@ def test_bounds_give_lloyds_iterates_to_the_last_bit_on_real_descriptors(dtype, 
         assert entry["distances_computed"] + entry["distances_skipped"] == X.shape[0] * centers.shape[0]
 
 
+@pytest.mark.slow
 def test_bounds_on_worker_processes_match_threads(cluster_client):
     X, centers = descriptors(4000, np.float32)
     array = da.from_array(X, chunks=(1000, X.shape[1]))
@@ -104,6 +106,7 @@ def test_estimator_auto_and_lloyd_agree_and_say_what_ran():
     assert fits["auto"].inertia_ == fits["lloyd"].inertia_
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["driver", "threads", "workers ahead"])
 def test_auto_starts_its_bounds_after_plain_iterations_with_lloyds_iterates(cluster_client, where):
     X, centers = descriptors(3000, np.float32)
@@ -125,6 +128,7 @@ def test_auto_starts_its_bounds_after_plain_iterations_with_lloyds_iterates(clus
     assert {r["bounds"] for r in elkan.history_} == {"elkan"}
 
 
+@pytest.mark.slow
 def test_auto_ending_within_its_plain_iterations_is_lloyd():
     X, centers = descriptors(3000, np.float32)
     fit = KMeans(len(centers), init=centers, algorithm="auto", max_iter=1, tol=0).fit(X)
@@ -158,6 +162,7 @@ def _state_row_dtypes(dask_worker):
     return sorted(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bounds", ["yinyang", "elkan"])
 def test_rows_stored_as_uint8_stay_uint8_in_the_states_with_the_same_iterates(cluster_client, bounds):
     from daskmeans.engine.slabs import with_stored_form

@@ -48,6 +48,7 @@ def test_threaded_workers_get_one_blas_thread_during_the_fit(two_blas_threads):
         assert blas_threads() == [2], "and after a fit"
 
 
+@pytest.mark.slow
 def test_worker_processes_and_the_sync_scheduler_leave_blas_alone(two_blas_threads):
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:

@@ -43,6 +43,7 @@ def _malloc_environ():
     return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("MALLOC_MMAP_THRESHOLD_")
 
 
+@pytest.mark.slow
 def test_the_embedded_worker_processes_keep_freed_memory_for_the_next_iteration(monkeypatch):
     import os
 
@@ -86,6 +87,7 @@ def _doubled(pieces, compute, value):
     return value * 2, len(pieces)
 
 
+@pytest.mark.slow
 def test_a_pinned_loop_on_a_cluster_without_workers_runs_on_the_first_worker_to_join():
     # a cluster scaled to zero (or restarting) has nothing to pin to: the task waits for a worker, it does not fail
     from concurrent.futures import ThreadPoolExecutor

@@ -55,6 +55,7 @@ def test_minibatch_is_bitwise_identical_across_chunkings_and_input_forms(X, tmp_
                                       reference.cluster_centers_)
 
 
+@pytest.mark.slow
 def test_nmbatch_is_bitwise_identical_for_one_chunking_whatever_the_input_form(X, tmp_path):
     """The shuffle permutes the row blocks and the rows inside each block: the chunking is part of the seed."""
     params = dict(n_clusters=7, initial_batch_size=1000, max_iter=30, random_state=4)

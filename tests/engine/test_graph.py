@@ -37,6 +37,7 @@ def test_task_graphs_with_futures_nested_containers_and_shared_data():
         assert compute_now(*direct, client=None) == (5.0, 7.0, 9.0), "the local scheduler too"
 
 
+@pytest.mark.slow
 def test_passes_give_every_key_one_task_so_dask_never_warns_of_a_different_run_spec(cluster_client, tmp_path,
                                                                                    caplog):
     """A block key that one pass submits fused one way and the next pass another way (the data read through a
@@ -122,6 +123,7 @@ def next_factor(total, carried, damping):
     return (carried[0] * (1.0 + damping), total)
 
 
+@pytest.mark.slow
 def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(cluster_client):
     """Passes of one task per group of blocks, each reducing the previous pass's block results itself: the values
     are those of per-block tasks and tree_reduce (the same tree, bit for bit) for any partition of the blocks,

@@ -138,6 +138,7 @@ def client():
         yield c
 
 
+@pytest.mark.slow
 def test_on_worker_processes_the_states_reuse_their_arrays_and_give_the_threaded_results(client):
     X, centers = _problem()
     groups = make_groups(centers[0], "yinyang", 4)

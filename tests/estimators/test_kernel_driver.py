@@ -26,6 +26,7 @@ def _assert_same_fit(model, reference):
     assert [r["energy"] for r in model.history_] == [r["energy"] for r in reference.history_]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weighted", [False, True])
 def test_a_fit_on_the_driver_is_the_fit_on_the_workers(driver_store, cluster_client, weighted):
     def fit_and_label(**params):

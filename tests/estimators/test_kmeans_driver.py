@@ -25,6 +25,7 @@ def _assert_same_fit(model, reference):
     assert [r["distances_computed"] for r in model.history_] == [r["distances_computed"] for r in reference.history_]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["auto", "lloyd", "hamerly"])
 def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store,
                                                                                          cluster_client, algorithm):
@@ -44,12 +45,14 @@ def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_s
     assert not any(pass_name in key for key in driver_keys)
 
 
+@pytest.mark.slow
 def test_weighted_restarts_on_the_driver_are_those_on_the_workers(driver_store, cluster_client):
     params = dict(n_init=2, weighted=True)
     _assert_same_fit(_fit(driver_store, cluster_client, **params),
                      _fit(driver_store, cluster_client, driver_rows=0, **params))
 
 
+@pytest.mark.slow
 def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client):
     model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any("daskmeans-bounded-revisit" in key for key in keys)

@@ -87,6 +87,7 @@ with warnings.catch_warnings():
     _checks = parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failures, **_STRICT)
 
 
+@pytest.mark.slow
 @_checks
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)

@@ -28,6 +28,7 @@ def _assert_same_epochs(model, reference):
         assert [r.get(field) for r in model.history_] == [r.get(field) for r in reference.history_]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, weighted", [("vrkm++", False), ("vrkm", True)])
 def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store, cluster_client,
                                                                                      variant, weighted):
@@ -47,12 +48,14 @@ def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_sched
     assert {r["inner_on"] for r in on_driver.history_ if "inner_on" in r} == {"driver"}
 
 
+@pytest.mark.slow
 def test_data_past_driver_rows_stays_on_the_workers(driver_store, cluster_client):
     model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=4999))
     assert any(EPOCH_PASS in key for key in keys)
     _assert_same_epochs(model, _fit(driver_store, cluster_client, driver_rows=5000))
 
 
+@pytest.mark.slow
 def test_data_whose_epoch_sample_exceeds_driver_sample_bytes_stays_on_the_workers(driver_store, cluster_client):
     # every sample comes to the driver when the passes run there: a sample past the budget keeps them on the cluster
     model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, driver_sample_bytes=0))

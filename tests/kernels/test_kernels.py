@@ -90,6 +90,7 @@ def test_exact_distance_is_the_documented_float64_sum_bitwise(dtype, d):
     assert exact_dist2(X[:0], C, labels[:0]).shape == (0,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [3, 8, 16, 67, 128])
 def test_exact_distance_is_the_same_sum_for_bytes_and_strided_vectors(d):
     """Stored descriptors (uint8) and vectors whose elements are not adjacent (a column view) give the documented
@@ -138,6 +139,7 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
     assert counts[4] == 0 and sums.dtype == np.float64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_its_error(dtype):
     from daskmeans.kernels.one_group_assign import _best_and_lowest_other
@@ -169,6 +171,7 @@ def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_it
         np.testing.assert_array_equal(other_low, others.min(axis=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_best_and_second_and_the_lowest_other_where_near_match_numpy(dtype):
     """The unbounded pass's scan: the best score, its column and the smallest other score (NumPy's argmin and

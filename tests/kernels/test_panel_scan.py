@@ -24,6 +24,7 @@ def _reference_summary(X, scaled, column_add, err_sq, err_x):
     return x_sq, scores[np.arange(len(X)), col], col, low.min(axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64])
 @pytest.mark.parametrize("k", [1, 3, panel_scan.TAIL_CENTERS, panel_scan.CENTERS_PER_STEP,
                                panel_scan.CENTERS_PER_STEP + 1, 2 * panel_scan.CENTERS_PER_STEP + 5, 50])

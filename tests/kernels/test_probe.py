@@ -62,6 +62,7 @@ def test_probe_matches_the_numpy_transcription(problem, n_probe):
     assert labels.dtype == np.int32 and dist2.dtype == np.float64
 
 
+@pytest.mark.slow
 def test_probing_every_list_is_the_exact_assignment_and_more_lists_never_farther():
     rng = np.random.default_rng(1)
     centers = rng.integers(0, 256, size=(400, 32)).astype(np.float32)

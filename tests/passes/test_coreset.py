@@ -31,6 +31,7 @@ def test_block_probabilities_are_the_sums_of_q():
     np.testing.assert_allclose(proposal.block_probabilities(masses), expected, rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weighted", [False, True])
 def test_weighted_sums_are_unbiased(weighted):
     """Over many coresets, sum_i w_i f(x_i) averages to sum_x f(x) (within 4 standard errors)."""

@@ -74,6 +74,7 @@ def many_blocks():
     return X, centers
 
 
+@pytest.mark.slow
 def test_a_pool_of_whole_blocks_reads_five_times_fewer_blocks(many_blocks):
     X, _ = many_blocks
     data = open_input(X, chunk_rows=25_000)  # 80 blocks
@@ -86,6 +87,7 @@ def test_a_pool_of_whole_blocks_reads_five_times_fewer_blocks(many_blocks):
     assert read_uniform >= 5 * read_whole, "7.3x fewer bytes read per pool"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["rows", "chunks"])
 def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tmp_path, sampling):
     values = np.random.default_rng(1).integers(0, 256, size=(400_000, 8), dtype=np.uint8)
@@ -115,6 +117,7 @@ def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tm
                    f"pool as stored ({per_step:,.1f} KiB a step)"
 
 
+@pytest.mark.slow
 def test_a_chunk_sampled_fit_is_as_good_and_depends_only_on_seed_and_chunking(many_blocks, cluster_client):
     X, centers = many_blocks
     params = dict(n_clusters=8, random_state=0, max_iter=1, max_no_improvement=None, chunk_rows=50_000)

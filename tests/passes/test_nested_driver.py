@@ -83,6 +83,7 @@ def problem():
     return X, centers, nested_groups.make_groups(centers, "yinyang", 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes, rows_ahead", [
     (SIZES, True),  # nmbatch's doublings: the rows go ahead once the next growth would leave the driver
     ((600, 600, 2800, 2800, 4000), False),  # a jump past the next doubling: the blocks go whole at the move
@@ -113,6 +114,7 @@ def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_sa
     assert batches[1500].block_sizes() == batches[0].block_sizes()
 
 
+@pytest.mark.slow
 def test_weighted_steps_on_the_driver_are_those_of_the_workers(problem, cluster_client):
     """Sample weights are read with the new rows and counted in the sums the same way on the driver."""
     import dask.array as da

@@ -129,6 +129,7 @@ def test_statistics_carried_over_slabs_equal_one_call_on_the_whole_block_bitwise
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_the_assign_pass_on_a_stored_block_gives_the_whole_block_result():
     block = _uint8_block(seed=2)
     floats = block.astype(np.float32)

@@ -199,6 +199,7 @@ def assert_same_fit(model, reference, ignore=TIMING_FIELDS):
 # -- a driver killed with SIGKILL ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, data, workdir, tmp_path):
     _, args, histories_at_kill = killed_checkpoint(name, cluster, data, workdir)
@@ -230,6 +231,7 @@ def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, d
     assert again.history_ == history
 
 
+@pytest.mark.slow
 def test_the_command_line_resumes_a_killed_fit(cluster, client, data, tmp_path):
     checkpoint = str(tmp_path / "cli.ckpt")
     model_path, labels_path = str(tmp_path / "model.zarr"), str(tmp_path / "labels.zarr")
@@ -255,6 +257,7 @@ def test_the_command_line_resumes_a_killed_fit(cluster, client, data, tmp_path):
 # -- a crash in the middle of a save ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_half_written_version_leaves_the_previous_checkpoint_usable(cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
     version = current_version(checkpoint)
@@ -277,6 +280,7 @@ def test_a_half_written_version_leaves_the_previous_checkpoint_usable(cluster, c
     assert os.path.basename(half) not in leftovers and f"{POINTER}.tmp-0badc0de" not in leftovers
 
 
+@pytest.mark.slow
 def test_a_resumed_kmeans_with_several_runs_matches(cluster, client, data, tmp_path):
     """n_init > 1: the best run so far and the run index are part of the state."""
     params = {**ALGORITHMS["kmeans"][1], "max_iter": 8, "n_init": 3}
@@ -291,6 +295,7 @@ def test_a_resumed_kmeans_with_several_runs_matches(cluster, client, data, tmp_p
 # -- refused checkpoints -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_fit_is_refused(cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
     params = dict(ALGORITHMS["kmeans"][1], **COMMON, client=client)
@@ -368,6 +373,7 @@ def _missing_array(checkpoint):
     shutil.rmtree(os.path.join(_version_directory(checkpoint), "arrays", "a0"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, message", [
     (_garbage_pointer, "CURRENT is not readable JSON"),
     (_pointer_to_nothing, "which is missing"),
@@ -383,6 +389,7 @@ def test_a_damaged_checkpoint_is_refused(damage, message, cluster, client, data,
         KMeans(**ALGORITHMS["kmeans"][1], **COMMON, client=client).fit(data, checkpoint=checkpoint)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part", ["labels", "rows"])
 def test_a_damaged_state_block_is_refused_by_the_worker(part, cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("nmbatch", cluster, data, workdir, tmp_path)
@@ -403,6 +410,7 @@ def test_a_damaged_state_block_is_refused_by_the_worker(part, cluster, client, d
             data, checkpoint=checkpoint)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["nmbatch", "nmbatch-reread"])
 def test_a_checkpoint_with_float32_bounds_resumes_to_the_undisturbed_result(name, cluster, client, data, workdir,
                                                                             tmp_path):
@@ -437,6 +445,7 @@ class Payload:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["|O", "<f8"])
 def test_a_checkpoint_carrying_a_pickle_is_never_unpickled(dtype, cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
@@ -456,6 +465,7 @@ def test_a_checkpoint_carrying_a_pickle_is_never_unpickled(dtype, cluster, clien
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_foreign_checkpoint_before_starting_a_cluster(cluster, data, workdir, tmp_path):
     from click.testing import CliRunner
 

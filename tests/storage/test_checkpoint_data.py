@@ -66,6 +66,7 @@ def values_swapped_in_a_column(values):
     return changed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 @pytest.mark.parametrize("change", [rows_permuted_within_blocks, values_swapped_in_a_column])
 def test_a_resume_on_rows_with_the_same_statistics_is_refused(name, change, values, client, tmp_path):

@@ -69,6 +69,7 @@ def test_npy_npz_numpy_dask_and_xarray(tmp_path):
     assert ds.is_xarray and ds.sample_dim == "descriptor" and "descriptor" in ds.sample_coords
 
 
+@pytest.mark.slow
 def test_arrays_daskmeans_chunks_are_cut_from_their_shape_alone(tmp_path):
     """Blocks of about 64 MiB as computed, at least 8 of them (of at least 1,024 rows) for smaller data, so that a
     small array keeps a few workers' threads busy; the same blocks whatever the cluster, for a NumPy array and a
@@ -157,6 +158,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_unreadable_store(tmp_path):
     """A store without read permission, opened by a process that obeys permission bits (for root: one without
     the capabilities that override them), is a PermissionError that says so."""
@@ -219,6 +221,7 @@ def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
     np.testing.assert_array_equal(ds.array.compute(), np.ones((10, 2)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [">f4", ">f8"])
 def test_big_endian_data_is_read_and_gives_the_native_result(tmp_path, dtype):
     X = np.random.default_rng(5).normal(size=(400, 3))
@@ -266,6 +269,7 @@ def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
     np.testing.assert_array_equal(placed.compute(scheduler=cluster_client.get), X.astype(np.float32))
 
 
+@pytest.mark.slow
 def test_an_opened_numpy_input_can_be_fitted_twice_on_a_cluster(cluster_client):
     """Fitting spreads a NumPy input over the workers without changing the caller's :class:`Dataset`: the same
     ``open_input`` result fits again (it failed with "Missing dependency") and predicts, with the same result."""
