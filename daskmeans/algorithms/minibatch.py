@@ -77,7 +77,8 @@ class MiniBatchPlan(FitPlan):
 def minibatch_plan(array, batch_size=1024, sampling="rows", *, max_iter=100, pool_rows=None, **given) -> MiniBatchPlan:
     """The plan of mini-batch k-means over ``array``: the sampling (``"auto"`` resolved by
     :func:`resolve_sampling`), the steps (``max_iter`` epochs) and the pools (``pool_rows`` rows each, None:
-    :data:`~daskmeans.config.POOL_ROWS`); the other fields of :class:`MiniBatchPlan` are taken from ``given``."""
+    :data:`~daskmeans.config.POOL_ROWS`); the other fields of :class:`MiniBatchPlan` are taken from ``given`` (its
+    ``reasons`` join those of the choices made here)."""
     n = int(array.shape[0])
     pool_rows = config.POOL_ROWS if pool_rows is None else pool_rows
     block_rows = array.chunks[0]
@@ -90,8 +91,8 @@ def minibatch_plan(array, batch_size=1024, sampling="rows", *, max_iter=100, poo
         "steps_per_pool": f"POOL_ROWS={pool_rows:,} rows a pool"}
     return MiniBatchPlan(batch_size=batch_size, sampling=resolved, total_steps=max(1, (max_iter * n) // batch_size),
                          steps_per_pool=steps_per_pool,
-                         blocks_per_pool=blocks_per_pool(block_rows, steps_per_pool * batch_size), reasons=reasons,
-                         **given)
+                         blocks_per_pool=blocks_per_pool(block_rows, steps_per_pool * batch_size),
+                         **{**given, "reasons": {**reasons, **given.get("reasons", {})}})
 
 
 @dataclass

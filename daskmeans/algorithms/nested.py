@@ -140,7 +140,8 @@ def nested_plan(array, n_clusters, client=None, *, bounds="auto", batch_rows="ca
     ``bounds`` and ``batch_rows`` are resolved by :func:`choose_batch_rows` (with ``client``'s workers' memory),
     ``driver_rows`` (``"auto"`` or rows) by :func:`~daskmeans.engine.driver.driver_rows` for a cached row and its
     bounds, ``initial_batch_size`` (in ``given``; None: :func:`default_initial_batch_size`) capped at the rows;
-    the other fields of :class:`NestedPlan` are taken from ``given`` as they are.
+    the other fields of :class:`NestedPlan` are taken from ``given`` as they are (``reasons`` joins the reasons
+    of the choices made here).
     """
     n, d = (int(s) for s in array.shape)
     itemsize = array.dtype.itemsize
@@ -160,7 +161,7 @@ def nested_plan(array, n_clusters, client=None, *, bounds="auto", batch_rows="ca
     if size == n:
         reasons["initial_batch_size"] += f", capped at the {n:,} rows"
     return NestedPlan(scheme=scheme, n_groups=n_groups, batch_rows=batch_rows, driver_rows=driver_rows,
-                      initial_batch_size=size, reasons=reasons, **given)
+                      initial_batch_size=size, **{**given, "reasons": {**reasons, **given.get("reasons", {})}})
 
 
 def resumed_plan(plan, resume) -> NestedPlan:

@@ -86,6 +86,11 @@ def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None, 
     return data, weights, summary
 
 
+def tol_reason(tol, summary) -> dict:
+    """The plan's reason for an absolute ``tol`` made from a relative one: ``{"tol": why}``."""
+    return {"tol": f"tol={tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"}
+
+
 class ClusteringEstimator:
     """Shared plumbing: parameters, input handling, prediction, persistence.
 

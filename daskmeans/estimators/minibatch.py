@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..kernels.minibatch import LEARNING_RATES
 from ..kernels.nested_groups import BOUND_SCHEMES
 from ..progress import SnapshotRecorder
 from .._validation import check_driver_rows
-from .base import ClusteringEstimator
+from .base import ClusteringEstimator, tol_reason
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, plan_seeding, seed_centers
 
@@ -124,10 +123,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         ``"converged"`` (an iteration over all samples changed no assignment), ``"tol"``, ``"max_iter"`` or
         ``"max_time"``.
     fit_plan_ : NestedPlan
-        What the fit decided from the data before its iterations, with the reason for each choice
-        (:class:`daskmeans.algorithms.nested.NestedPlan`): the bounds (``scheme``, ``n_groups``), where the batch's
-        rows live (``batch_rows``), the largest batch stepped on the driver (``driver_rows``), the first batch's
-        size, the absolute ``tol`` and the seeding's rows (``seeding``). Shown above the progress bars.
+        The choices made from the data before the iterations, with their reasons (bounds, ``batch_rows``,
+        ``driver_rows``, first batch size, absolute ``tol``, ``seeding``); shown above the progress bars.
 
     See Also
     --------
@@ -229,13 +226,12 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.nested.nested_plan`):
         the bounds and where the batch's rows live (by the cluster's memory), the batch size stepped on the
         driver, the first batch's size, the absolute ``tol``, and the seeding's sample."""
-        plan = nested_plan(data.array, self.n_clusters, client, bounds=self.bounds, batch_rows=self.batch_rows,
+        return nested_plan(data.array, self.n_clusters, client, bounds=self.bounds, batch_rows=self.batch_rows,
                            driver_rows=self.driver_rows, seed=stage_key(start.seed, "nmbatch"),
                            initial_batch_size=self.initial_batch_size, rho=self.rho,
                            doubling_quantile=self.doubling_quantile, max_iter=self.max_iter,
-                           tol=self.tol * summary.mean_variance, seeding=plan_seeding(self, data, client))
-        return replace(plan, reasons={**plan.reasons, "tol": f"tol={self.tol!r} times the mean per-feature "
-                                      f"variance {summary.mean_variance:.6g}"})
+                           tol=self.tol * summary.mean_variance, seeding=plan_seeding(self, data, client),
+                           reasons=tol_reason(self.tol, summary))
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -336,10 +332,8 @@ class MiniBatchKMeans(ClusteringEstimator):
     sampling_ : str
         ``"rows"`` or ``"chunks"``: how the fit drew its rows (what ``"auto"`` chose).
     fit_plan_ : MiniBatchPlan
-        What ``fit`` decided from the data before its steps, with the reason for each choice
-        (:class:`daskmeans.algorithms.minibatch.MiniBatchPlan`): how rows are drawn (``sampling``), the steps at
-        most (``total_steps``), the steps and blocks of a pool, the absolute ``tol`` and the seeding's rows
-        (``seeding``). Shown above the progress bars.
+        The choices ``fit`` made from the data before its steps, with their reasons (``sampling``, steps at most,
+        steps and blocks per pool, absolute ``tol``, ``seeding``); shown above the progress bars.
 
     See Also
     --------
@@ -420,12 +414,11 @@ class MiniBatchKMeans(ClusteringEstimator):
     def _plan(self, data, summary, client, start) -> MiniBatchPlan:
         """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.minibatch.minibatch_plan`):
         how the rows are drawn (``sampling``), the steps and pools, the absolute ``tol`` and the seeding's sample."""
-        plan = minibatch_plan(data.array, self.batch_size, self.sampling, max_iter=self.max_iter,
+        return minibatch_plan(data.array, self.batch_size, self.sampling, max_iter=self.max_iter,
                               seed=stage_key(start.seed, "minibatch"), learning_rate=self.learning_rate,
                               tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
-                              reassignment_ratio=self.reassignment_ratio, seeding=plan_seeding(self, data, client))
-        return replace(plan, reasons={**plan.reasons, "tol": f"tol={self.tol!r} times the mean per-feature "
-                                      f"variance {summary.mean_variance:.6g}"})
+                              reassignment_ratio=self.reassignment_ratio, seeding=plan_seeding(self, data, client),
+                              reasons=tol_reason(self.tol, summary))
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
