@@ -297,8 +297,9 @@ ALLOCATOR_SLACK = 48 * 2**20
 # -- changing settings --------------------------------------------------------------------------------------------
 
 #: Each setting's default: its value when the module was imported.
-_defaults: dict[str, Any] = {name: copy.deepcopy(value) for name, value in globals().items()
-                             if name.isupper() and not name.startswith("_")}
+_defaults: dict[str, Any] = {
+    name: copy.deepcopy(value) for name, value in globals().items() if name.isupper() and not name.startswith("_")
+}
 
 
 def _check_name(name: str) -> None:
@@ -321,8 +322,10 @@ def _checked(name: str, value):
         ok = isinstance(value, type(default))
     value = type(default)(value) if ok else value
     if not ok:
-        raise TypeError(f"daskmeans.config.{name} takes a value of type {type(default).__name__} (its default is "
-                        f"{default!r}), got {value!r} of type {type(value).__name__}.")
+        raise TypeError(
+            f"daskmeans.config.{name} takes a value of type {type(default).__name__} (its default is "
+            f"{default!r}), got {value!r} of type {type(value).__name__}."
+        )
     return value
 
 
@@ -489,4 +492,3 @@ def run_with(settings: tuple | None, function, *args, **kwargs):
     a task whose graph was built with settings changed."""
     with applied(settings):
         return function(*args, **kwargs)
-

@@ -15,8 +15,8 @@ import os
 import numpy as np
 import zarr
 
-from ._validation import check_choice, check_float, check_int
 from . import config
+from ._validation import check_choice, check_float, check_int
 from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .engine.writes import compute_writes
@@ -89,7 +89,7 @@ def _standard_normal_rows(seed: int, stage: str, n_features: int, dtype: str, st
         # as drawing the whole block: the values never depend on where the chunks fall.
         rng = np.random.default_rng(stage_key(seed, stage, block))
         drawn = rng.standard_normal((needed_end - block_start, n_features), dtype=noise_dtype)
-        noise[row - start:needed_end - start] = drawn[row - block_start:]
+        noise[row - start : needed_end - start] = drawn[row - block_start :]
         row = needed_end
     return noise
 
@@ -129,9 +129,21 @@ def _check_blob_params(n_samples, n_features, n_clusters, chunk_rows, dtype, clu
     return n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, (low, high)
 
 
-def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None, dtype="float32",
-                    cluster_std=None, center_box=None, random_state=None, array_name="X", overwrite=False,
-                    client=None) -> str:
+def make_blobs_zarr(
+    path,
+    n_samples,
+    n_features,
+    n_clusters,
+    *,
+    chunk_rows=None,
+    dtype="float32",
+    cluster_std=None,
+    center_box=None,
+    random_state=None,
+    array_name="X",
+    overwrite=False,
+    client=None,
+) -> str:
     """Write isotropic Gaussian blobs to a chunked Zarr group, one chunk at a time.
 
     The group holds the data ``array_name`` ``(n_samples, n_features)``, the true labels ``y``
@@ -185,11 +197,21 @@ def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None,
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
         # dimension names: xarray.open_zarr reads the group (and the labels daskmeans writes beside X)
-        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features), dtype=dtype,
-                           dimension_names=("sample", "feature"))
+        group.create_array(
+            array_name,
+            shape=(n_samples, n_features),
+            chunks=(chunk_rows, n_features),
+            dtype=dtype,
+            dimension_names=("sample", "feature"),
+        )
         group.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype="int32", dimension_names=("sample",))
-        group.create_array("centers", shape=centers.shape, chunks=centers.shape, dtype="float64",
-                           dimension_names=("cluster", "feature"))[...] = centers
+        group.create_array(
+            "centers",
+            shape=centers.shape,
+            chunks=centers.shape,
+            dtype="float64",
+            dimension_names=("cluster", "feature"),
+        )[...] = centers
         group.attrs["daskmeans"] = {
             "kind": "blobs",
             "data": array_name,
@@ -202,8 +224,17 @@ def make_blobs_zarr(path, n_samples, n_features, n_clusters, *, chunk_rows=None,
             "seed": seed,
         }
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
-        writes = map_blocks_delayed(_write_rows, "make-blobs", ranges, tmp, array_name, seed,
-                                    shared(centers, "blob-centers"), cluster_std, dtype)
+        writes = map_blocks_delayed(
+            _write_rows,
+            "make-blobs",
+            ranges,
+            tmp,
+            array_name,
+            seed,
+            shared(centers, "blob-centers"),
+            cluster_std,
+            dtype,
+        )
         compute_writes(writes, client)
     return os.fspath(path)
 
@@ -235,10 +266,17 @@ def resampled_rows(seed: int, source: np.ndarray, noise_std: float, start: int, 
 def resampled_attrs(source, n_samples, noise_std, seed, array_name="X") -> dict:
     """The attributes :func:`make_resampled_zarr` records (under ``"daskmeans"``): equal attributes, equal data."""
     source = np.ascontiguousarray(source)
-    return {"kind": "resampled", "data": array_name, "n_samples": int(n_samples),
-            "n_features": int(source.shape[1]), "source_rows": int(source.shape[0]),
-            "source_sha256": hashlib.sha256(source.data).hexdigest(), "noise_std": float(noise_std),
-            "dtype": str(source.dtype), "seed": int(seed)}
+    return {
+        "kind": "resampled",
+        "data": array_name,
+        "n_samples": int(n_samples),
+        "n_features": int(source.shape[1]),
+        "source_rows": int(source.shape[0]),
+        "source_sha256": hashlib.sha256(source.data).hexdigest(),
+        "noise_std": float(noise_std),
+        "dtype": str(source.dtype),
+        "seed": int(seed),
+    }
 
 
 def _write_resampled(start, stop, path, array_name, seed, source, noise_std):
@@ -246,8 +284,18 @@ def _write_resampled(start, stop, path, array_name, seed, source, noise_std):
     zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
 
 
-def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD, chunk_rows=None,
-                        random_state=None, array_name="X", overwrite=False, client=None) -> str:
+def make_resampled_zarr(
+    path,
+    source,
+    n_samples,
+    *,
+    noise_std=RESAMPLE_NOISE_STD,
+    chunk_rows=None,
+    random_state=None,
+    array_name="X",
+    overwrite=False,
+    client=None,
+) -> str:
     """Write ``n_samples`` rows resampled from real ones, with noise, to a chunked Zarr group, a chunk at a time.
 
     Row ``i`` is a source row drawn uniformly at random (with replacement) plus independent Gaussian noise of
@@ -303,8 +351,13 @@ def make_resampled_zarr(path, source, n_samples, *, noise_std=RESAMPLE_NOISE_STD
 
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
-        group.create_array(array_name, shape=(n_samples, n_features), chunks=(chunk_rows, n_features),
-                           dtype=source.dtype, dimension_names=("sample", "feature"))
+        group.create_array(
+            array_name,
+            shape=(n_samples, n_features),
+            chunks=(chunk_rows, n_features),
+            dtype=source.dtype,
+            dimension_names=("sample", "feature"),
+        )
         group.attrs["daskmeans"] = resampled_attrs(source, n_samples, noise_std, seed, array_name)
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
         # on a cluster, sent to every worker once, not inside the graph

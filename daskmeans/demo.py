@@ -65,8 +65,18 @@ def recovered_centers(true_centers: np.ndarray, found_centers: np.ndarray, radiu
     return matched
 
 
-def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_clusters=20, cluster_std=1.0,
-             random_state=0, client=None, overwrite=False, progress=False) -> dict:
+def run_demo(
+    out_dir=DEFAULT_DEMO_DIR,
+    *,
+    n_samples=200_000,
+    n_features=32,
+    n_clusters=20,
+    cluster_std=1.0,
+    random_state=0,
+    client=None,
+    overwrite=False,
+    progress=False,
+) -> dict:
     """Make blobs in ``out_dir/data.zarr``, fit k-means on ``client``, write labels, model and energy plot.
 
     Parameters
@@ -99,8 +109,16 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
     os.makedirs(paths["out_dir"], exist_ok=True)
 
     start = time.perf_counter()
-    make_blobs_zarr(paths["data"], n_samples, n_features, n_clusters, cluster_std=cluster_std,
-                    random_state=random_state, overwrite=overwrite, client=client)
+    make_blobs_zarr(
+        paths["data"],
+        n_samples,
+        n_features,
+        n_clusters,
+        cluster_std=cluster_std,
+        random_state=random_state,
+        overwrite=overwrite,
+        client=client,
+    )
     data_seconds = time.perf_counter() - start
     group = zarr.open_group(store=paths["data"], mode="r")
     true_centers = np.asarray(group["centers"][...])
@@ -114,7 +132,8 @@ def run_demo(out_dir=DEFAULT_DEMO_DIR, *, n_samples=200_000, n_features=32, n_cl
     model.save(paths["model"], overwrite=overwrite)
     timeline = energy_timeline(model, fit_started=start)
     plot_energy_curves(
-        {"k-means (Lloyd)": timeline["points"]}, paths["plot"],
+        {"k-means (Lloyd)": timeline["points"]},
+        paths["plot"],
         f"daskmeans demo: k-means, k={n_clusters}, {n_samples:,} x {n_features} blobs (std {cluster_std:g})",
         phases=timeline["phases"],
     )

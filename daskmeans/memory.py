@@ -23,8 +23,9 @@ from .engine.slabs import slab_rows
 from .kernels.packed_bounds import LOWER_BYTES
 
 
-def task_memory_bytes(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
-                      compute_itemsize: int = 4) -> int:
+def task_memory_bytes(
+    block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4, compute_itemsize: int = 4
+) -> int:
     """Bytes one pass task allocates for a block of ``block_rows`` rows, whatever the pass.
 
     A task walks its block in slabs (:mod:`daskmeans.engine.slabs`), so only the block as stored grows with the
@@ -78,8 +79,16 @@ def nmbatch_state_bytes(batch_rows: int, n_features: int, n_groups: int, compute
     return int(2 * batch_rows * (n_features * compute_itemsize + 8 + 4 + 8 + LOWER_BYTES * n_groups))
 
 
-def worker_memory_bound(block_rows: int, n_features: int, n_clusters: int, *, source_itemsize: int = 4,
-                        compute_itemsize: int = 4, threads: int = 1, state_bytes: int = 0) -> int:
+def worker_memory_bound(
+    block_rows: int,
+    n_features: int,
+    n_clusters: int,
+    *,
+    source_itemsize: int = 4,
+    compute_itemsize: int = 4,
+    threads: int = 1,
+    state_bytes: int = 0,
+) -> int:
     """Most memory one worker uses above its idle footprint while a fit runs.
 
     Parameters
@@ -100,6 +109,7 @@ def worker_memory_bound(block_rows: int, n_features: int, n_clusters: int, *, so
     int
         ``threads * task + reduction + state + slack``; does not depend on the number of samples.
     """
-    task = task_memory_bytes(block_rows, n_features, n_clusters, source_itemsize=source_itemsize,
-                             compute_itemsize=compute_itemsize)
+    task = task_memory_bytes(
+        block_rows, n_features, n_clusters, source_itemsize=source_itemsize, compute_itemsize=compute_itemsize
+    )
     return int(threads * task + reduction_bytes(n_clusters, n_features) + state_bytes + config.ALLOCATOR_SLACK)

@@ -9,8 +9,13 @@ import uuid
 #: The energy axis is logarithmic when the curves span more than this factor.
 LOG_SCALE_RATIO = 20.0
 #: Shading of each phase of a fit, by name.
-PHASE_COLORS = {"input check": "#bbbbbb", "seeding": "#f4a582", "loading": "#fddbc7", "iterations": "#92c5de",
-                "final pass": "#b8e186"}
+PHASE_COLORS = {
+    "input check": "#bbbbbb",
+    "seeding": "#f4a582",
+    "loading": "#fddbc7",
+    "iterations": "#92c5de",
+    "final pass": "#b8e186",
+}
 
 
 def energy_timeline(model, fit_started=None) -> dict:
@@ -38,8 +43,11 @@ def energy_timeline(model, fit_started=None) -> dict:
     clock = getattr(model, "_fit_clock", None)
     offset = 0.0 if fit_started is None or clock is None else clock.start - fit_started
     spans = [{"phase": "input check", "start": 0.0, "end": offset}] if offset > 0 else []
-    spans += [{"phase": p["phase"], "start": p["start"] + offset, "end": p["end"] + offset}
-              for p in phases if p["end"] is not None]
+    spans += [
+        {"phase": p["phase"], "start": p["start"] + offset, "end": p["end"] + offset}
+        for p in phases
+        if p["end"] is not None
+    ]
     if getattr(model, "_energy_before_update", False) and history:
         first = history[0]["wall_time"]
         seeding_ends = [p["end"] for p in phases if p["phase"] == "seeding" and p["end"] <= first]
@@ -70,8 +78,16 @@ def draw_phases(axes, phases):
         named.add(span["phase"])
         axes.axvspan(span["start"], span["end"], color=color, alpha=0.35, linewidth=0, label=label)
         if span["phase"] != "iterations":
-            axes.text((span["start"] + span["end"]) / 2, 0.98, span["phase"], transform=top, rotation=90,
-                      ha="center", va="top", fontsize="x-small")
+            axes.text(
+                (span["start"] + span["end"]) / 2,
+                0.98,
+                span["phase"],
+                transform=top,
+                rotation=90,
+                ha="center",
+                va="top",
+                fontsize="x-small",
+            )
 
 
 def plot_energy_curves(curves: dict, path, title: str, phases=None) -> str:
@@ -118,8 +134,15 @@ def plot_energy_curves(curves: dict, path, title: str, phases=None) -> str:
         times = [float(record["wall_time"]) for record in records]
         energies = [float(record["energy"]) for record in records]
         lowest, highest = min([lowest, *energies]), max([highest, *energies])
-        axes.plot(times, energies, marker="o", markersize=3, linewidth=1.5, label=f"{name} ({len(records)} points)",
-                  drawstyle="steps-post" if phases else "default")
+        axes.plot(
+            times,
+            energies,
+            marker="o",
+            markersize=3,
+            linewidth=1.5,
+            label=f"{name} ({len(records)} points)",
+            drawstyle="steps-post" if phases else "default",
+        )
     if lowest > 0 and highest / lowest > LOG_SCALE_RATIO:
         from matplotlib.ticker import ScalarFormatter
 

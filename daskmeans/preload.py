@@ -21,8 +21,22 @@ import numpy as np
 
 from .engine import random as engine_random
 from .engine.random import row_uniforms
-from .kernels import (afkmc2, assign, exact_assign, group_scan, kernel_centers, kernel_functions, kernel_minibatch,
-                      one_group_assign, panel_scan, revisit, score_error, settle_scores, stats, truncated_em)
+from .kernels import (
+    afkmc2,
+    assign,
+    exact_assign,
+    group_scan,
+    kernel_centers,
+    kernel_functions,
+    kernel_minibatch,
+    one_group_assign,
+    panel_scan,
+    revisit,
+    score_error,
+    settle_scores,
+    stats,
+    truncated_em,
+)
 from .kernels.afkmc2 import afkmc2_chains
 from .kernels.assign import nearest_direct, nearest_gemm
 from .kernels.kernel_centers import single_point_centers
@@ -121,8 +135,11 @@ def _warm_kernel_kmeans(dtype):
     """Kernel k-means: the kernel matrices (RBF, Laplacian, polynomial), sparse-center distances (what the
     predict pass runs on workers) and the mini-batch step's helpers (run on the driver)."""
     block = _tiny_block(dtype)
-    for kernel in (Kernel("rbf", {"kappa": 1.0}), Kernel("laplacian", {"kappa": 1.0}),
-                   Kernel("polynomial", {"degree": 2, "gamma": 1.0, "coef0": 1.0})):
+    for kernel in (
+        Kernel("rbf", {"kappa": 1.0}),
+        Kernel("laplacian", {"kappa": 1.0}),
+        Kernel("polynomial", {"degree": 2, "gamma": 1.0, "coef0": 1.0}),
+    ):
         centers = single_point_centers(np.ascontiguousarray(block[:2]), kernel, np.arange(2))
         centers.nearest(block, kernel)
         kernel_minibatch_step(centers, np.zeros(2), block, np.arange(block.shape[0]), kernel, 1, tau=2)
@@ -231,8 +248,12 @@ async def dask_setup(dask_object):
     slowest = max(seconds, key=seconds.get)
     logger.info(
         "daskmeans.preload: warmed %d kernels for %s in %.2fs (slowest %s: %.2fs); NUMBA_CACHE_DIR=%s",
-        len(_dispatchers()), "/".join(np.dtype(d).name for d in COMPUTE_DTYPES), total, slowest,
-        seconds[slowest], os.environ.get("NUMBA_CACHE_DIR", "(next to the sources)"),
+        len(_dispatchers()),
+        "/".join(np.dtype(d).name for d in COMPUTE_DTYPES),
+        total,
+        slowest,
+        seconds[slowest],
+        os.environ.get("NUMBA_CACHE_DIR", "(next to the sources)"),
     )
     threads = dask_object.state.nthreads
     settings = thread_settings()
@@ -241,7 +262,9 @@ async def dask_setup(dask_object):
         logger.warning(
             "daskmeans.preload: this worker runs %d threads but %s %s not 1; BLAS/OpenMP may "
             "oversubscribe the cores (set them to 1, as the daskmeans image does)",
-            threads, ", ".join(uncapped), "is" if len(uncapped) == 1 else "are",
+            threads,
+            ", ".join(uncapped),
+            "is" if len(uncapped) == 1 else "are",
         )
     else:
         logger.info("daskmeans.preload: thread settings %s", settings)

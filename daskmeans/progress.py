@@ -121,8 +121,10 @@ class Phase:
 
     def seeding_callback(self):
         """``on_progress(done, total, note)`` for the seeding functions (:mod:`daskmeans.algorithms.init`)."""
+
         def on_progress(done, total, note=None):
             self.advance_to(done, total=total, note=note)
+
         return on_progress
 
     def close(self):
@@ -139,8 +141,16 @@ class Phase:
 
     def span(self) -> dict:
         """The phase as a record of ``fit_phases_``."""
-        return {"phase": self.name, "start": self.start, "end": self.end, "unit": self.unit, "count": self.count,
-                "total": self.total, "total_is_cap": self.cap, "energy": self.energy}
+        return {
+            "phase": self.name,
+            "start": self.start,
+            "end": self.end,
+            "unit": self.unit,
+            "count": self.count,
+            "total": self.total,
+            "total_is_cap": self.cap,
+            "energy": self.energy,
+        }
 
     def __enter__(self):
         return self
@@ -184,8 +194,17 @@ class SnapshotRecorder:
         ``"steps"``, so that the bar advances by the steps each record covers).
     """
 
-    def __init__(self, estimator, clock, *, total=None, desc="daskmeans", centers_of=centers_in_record,
-                 unit="iterations", count_key="iteration"):
+    def __init__(
+        self,
+        estimator,
+        clock,
+        *,
+        total=None,
+        desc="daskmeans",
+        centers_of=centers_in_record,
+        unit="iterations",
+        count_key="iteration",
+    ):
         self.passes_seen = 0
         self.snapshots = [] if estimator.snapshot_centers else None
         self.clock = clock
@@ -207,8 +226,9 @@ class SnapshotRecorder:
         self.end_phase()
         budget = self.clock.max_time if cap else None
         desc = f"{self.desc} {label or name}"
-        self.current = Phase(name, self.clock, show=self.show, desc=desc, unit=unit, total=total, cap=cap,
-                             budget=budget, note=note)
+        self.current = Phase(
+            name, self.clock, show=self.show, desc=desc, unit=unit, total=total, cap=cap, budget=budget, note=note
+        )
         self.phases.append(self.current)
         return self.current
 
@@ -249,7 +269,7 @@ class SnapshotRecorder:
         self._add(0, centers)
 
     def __call__(self, record):
-        passes = self.watch.passes[self.passes_seen:]
+        passes = self.watch.passes[self.passes_seen :]
         self.passes_seen = len(self.watch.passes)
         seconds = sum(p["seconds"] for p in passes)
         if passes and seconds > 0:
@@ -258,8 +278,11 @@ class SnapshotRecorder:
             self.function({key: value for key, value in record.items() if not key.startswith("_")})
         if self.current is None or self.current.name != "iterations":
             self.iterations()
-        self.current.advance_to(record.get(self.count_key, self.current.count + 1), energy=record["energy"],
-                                rows_per_second=record.get("rows_per_second"))
+        self.current.advance_to(
+            record.get(self.count_key, self.current.count + 1),
+            energy=record["energy"],
+            rows_per_second=record.get("rows_per_second"),
+        )
         if self.snapshots is not None:
             centers = self.centers_of(record)
             if centers is not None:
@@ -267,8 +290,14 @@ class SnapshotRecorder:
 
     def _add(self, iteration, centers):
         if self.snapshots is not None:
-            self.snapshots.append({"iteration": iteration, "wall_time": self.clock.elapsed(),
-                                   "perf_counter": time.perf_counter(), "centers": np.array(centers, copy=True)})
+            self.snapshots.append(
+                {
+                    "iteration": iteration,
+                    "wall_time": self.clock.elapsed(),
+                    "perf_counter": time.perf_counter(),
+                    "centers": np.array(centers, copy=True),
+                }
+            )
 
     def keep(self, estimator):
         """Set ``estimator.fit_phases_`` (the phases' spans, on the clock of ``history_``) and, with
@@ -298,8 +327,12 @@ class LazyFinalPass:
         progress = getattr(self.estimator, "progress", False)
         if clock is not None:
             name = type(self.estimator).__name__
-            self.phase = Phase("final pass", clock, show=bool(progress) and not callable(progress),
-                               desc=f"{name} final pass (inertia_ of the final centers)")
+            self.phase = Phase(
+                "final pass",
+                clock,
+                show=bool(progress) and not callable(progress),
+                desc=f"{name} final pass (inertia_ of the final centers)",
+            )
         return self
 
     def __exit__(self, *exc):

@@ -57,9 +57,7 @@ def estimator_class(name: str):
         Unknown algorithm name.
     """
     if name not in ALGORITHMS:
-        raise InvalidParameterError(
-            f"Unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}."
-        )
+        raise InvalidParameterError(f"Unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}.")
     module, cls_name, _ = ALGORITHMS[name]
     return getattr(importlib.import_module(module), cls_name)
 

@@ -17,16 +17,28 @@ TESTS = Path(__file__).resolve().parent
 #: every parametrization included). ``python -m pytest -m "not slow"`` leaves them out, as it leaves out the tests
 #: marked in their files.
 SLOW_TESTS = {
-    "test_bench.py": {"test_every_algorithm_and_peer_on_the_threaded_scheduler", "test_module_entry_point",
-                      "test_out_of_core_zarr_skips_in_memory_peers_with_reason", "test_quick_slice_of_a_shared_dataset",
-                      "test_quick_synthetic_with_peers_and_seeds", "test_sizing_quick", "test_user_npy_file"},
+    "test_bench.py": {
+        "test_every_algorithm_and_peer_on_the_threaded_scheduler",
+        "test_module_entry_point",
+        "test_out_of_core_zarr_skips_in_memory_peers_with_reason",
+        "test_quick_slice_of_a_shared_dataset",
+        "test_quick_synthetic_with_peers_and_seeds",
+        "test_sizing_quick",
+        "test_user_npy_file",
+    },
     "test_bench_vc_gmm.py": {"test_the_study_compares_vc_gmm_with_both_baselines"},
-    "test_readme.py": {"test_the_python_quickstart_runs_as_a_script",
-                       "test_the_command_line_quickstart_runs_in_a_shell"},
-    "estimators/test_kmeans.py": {"test_same_seed_same_centers_on_every_scheduler_and_worker_count",
-                                  "test_scheduler_that_does_not_answer_fails_fast"},
-    "estimators/test_vrkm.py": {"test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop",
-                                "test_vrkm_plus_plus_steps_equal_algorithm_4"},
+    "test_readme.py": {
+        "test_the_python_quickstart_runs_as_a_script",
+        "test_the_command_line_quickstart_runs_in_a_shell",
+    },
+    "estimators/test_kmeans.py": {
+        "test_same_seed_same_centers_on_every_scheduler_and_worker_count",
+        "test_scheduler_that_does_not_answer_fails_fast",
+    },
+    "estimators/test_vrkm.py": {
+        "test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop",
+        "test_vrkm_plus_plus_steps_equal_algorithm_4",
+    },
 }
 
 
@@ -56,8 +68,9 @@ def cluster_client():
     """A LocalCluster with 2 worker processes of 1 thread each, shared by the whole session."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           memory_limit="2GiB")
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="2GiB"
+    )
     client = Client(cluster, set_as_default=False)
     try:
         yield client

@@ -17,19 +17,28 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
+from test_cli import assert_user_error, invoke
 
 import daskmeans
 from daskmeans.exceptions import DaskmeansError, InputDataError, InvalidParameterError
 from daskmeans.registry import ALGORITHMS, FEATURE_SPACE_ALGORITHMS, algorithm_names, make_estimator
-from test_cli import assert_user_error, invoke
 
 NAMES = algorithm_names()
 #: Short runs: enough iterations to touch every code path.
-FAST = {"kmeans": {"max_iter": 5}, "kmeans-lloyd": {"max_iter": 5}, "vrkm": {"max_epochs": 3}, "vrkm++": {"max_epochs": 3},
-        "vrkm++-reference": {"max_epochs": 3}, "nmbatch": {"max_iter": 10}, "minibatch": {"max_iter": 2},
-        "minibatch-rows": {"max_iter": 2},
-        "vc-gmm": {"max_iter": 5}, "kernel-minibatch": {"max_iter": 3, "batch_size": 64},
-        "kernel-minibatch-untruncated": {"max_iter": 3, "batch_size": 64}, "kernel-kmeans": {"max_iter": 5}}
+FAST = {
+    "kmeans": {"max_iter": 5},
+    "kmeans-lloyd": {"max_iter": 5},
+    "vrkm": {"max_epochs": 3},
+    "vrkm++": {"max_epochs": 3},
+    "vrkm++-reference": {"max_epochs": 3},
+    "nmbatch": {"max_iter": 10},
+    "minibatch": {"max_iter": 2},
+    "minibatch-rows": {"max_iter": 2},
+    "vc-gmm": {"max_iter": 5},
+    "kernel-minibatch": {"max_iter": 3, "batch_size": 64},
+    "kernel-minibatch-untruncated": {"max_iter": 3, "batch_size": 64},
+    "kernel-kmeans": {"max_iter": 5},
+}
 
 
 def estimator_class(name):
@@ -131,8 +140,10 @@ def test_bad_common_parameters_fail_before_any_work(name, params, message):
     (parameter,) = params
     accepted = inspect.signature(estimator_class(name)).parameters
     if own_name(name, parameter) not in accepted:
-        pytest.skip(f"{estimator_class(name).__name__} has no parameter {parameter!r} (it does not use the "
-                    "k-means|| seeding or center snapshots); an unknown keyword is Python's TypeError")
+        pytest.skip(
+            f"{estimator_class(name).__name__} has no parameter {parameter!r} (it does not use the "
+            "k-means|| seeding or center snapshots); an unknown keyword is Python's TypeError"
+        )
     message = message.replace("n_clusters", own_name(name, "n_clusters"))
     params = {"n_clusters": 3, **params}
     with pytest.raises(InvalidParameterError, match=message):
@@ -210,16 +221,19 @@ def test_squares_that_overflow_float32_are_refused_and_float64_computes_them(nam
 
 # -- shapes, dtypes, chunkings ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("bad, message", [
-    (np.zeros((0, 3)), "0 samples"),
-    (np.zeros((10, 0)), "0 feature"),
-    (np.ones(10), "2-D array.*1-D.*reshape"),
-    (np.ones((10, 3, 2)), "2-D array.*3-D.*Flatten"),
-    (np.ones((10, 3), dtype=bool), "dtype bool.*Convert"),
-    (np.ones((10, 3), dtype=np.complex64), "Complex data not supported.*real and imaginary"),
-    (np.full((10, 3), "a"), "string.*Convert"),
-    (np.full((10, 3), "x", dtype=object), "dtype object and holds values that are not numbers"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros((0, 3)), "0 samples"),
+        (np.zeros((10, 0)), "0 feature"),
+        (np.ones(10), "2-D array.*1-D.*reshape"),
+        (np.ones((10, 3, 2)), "2-D array.*3-D.*Flatten"),
+        (np.ones((10, 3), dtype=bool), "dtype bool.*Convert"),
+        (np.ones((10, 3), dtype=np.complex64), "Complex data not supported.*real and imaginary"),
+        (np.full((10, 3), "a"), "string.*Convert"),
+        (np.full((10, 3), "x", dtype=object), "dtype object and holds values that are not numbers"),
+    ],
+)
 def test_bad_shapes_and_dtypes_at_fit_and_predict(name, bad, message, fitted_models):
     with pytest.raises(InputDataError, match=message):
         model(name).fit(bad)
@@ -281,19 +295,46 @@ def test_failed_fit_and_predict_leave_outputs_untouched_even_with_overwrite(tmp_
     out = tmp_path / "out"
     out.mkdir()
     address = cluster.scheduler_address
-    fitted = invoke("fit", good, "-k", 3, "--seed", 1, "-q", "--scheduler", address,
-                    "--out", out / "model.zarr", "--labels", out / "labels.zarr")
+    fitted = invoke(
+        "fit",
+        good,
+        "-k",
+        3,
+        "--seed",
+        1,
+        "-q",
+        "--scheduler",
+        address,
+        "--out",
+        out / "model.zarr",
+        "--labels",
+        out / "labels.zarr",
+    )
     assert fitted.exit_code == 0, fitted.output
     before = snapshot(out)
 
-    failed_fit = invoke("fit", bad, "-k", 4, "--seed", 2, "-q", "--scheduler", address, "--overwrite",
-                        "--out", out / "model.zarr", "--labels", out / "labels.zarr")
+    failed_fit = invoke(
+        "fit",
+        bad,
+        "-k",
+        4,
+        "--seed",
+        2,
+        "-q",
+        "--scheduler",
+        address,
+        "--overwrite",
+        "--out",
+        out / "model.zarr",
+        "--labels",
+        out / "labels.zarr",
+    )
     assert_user_error(failed_fit, "non-finite", "row 1990")
-    failed_predict = invoke("predict", out / "model.zarr", bad, "--labels", out / "labels.zarr", "--overwrite",
-                            "--scheduler", address)
+    failed_predict = invoke(
+        "predict", out / "model.zarr", bad, "--labels", out / "labels.zarr", "--overwrite", "--scheduler", address
+    )
     assert_user_error(failed_predict, "non-finite", "row 1990")
-    failed_new = invoke("predict", out / "model.zarr", bad, "--labels", out / "new-labels.zarr",
-                        "--scheduler", address)
+    failed_new = invoke("predict", out / "model.zarr", bad, "--labels", out / "new-labels.zarr", "--scheduler", address)
     assert_user_error(failed_new, "non-finite")
     assert snapshot(out) == before, "a failed command changed or added files"
     assert sorted(os.listdir(out)) == ["labels.zarr", "model.zarr"], "no temporary or partial output is left"

@@ -53,8 +53,22 @@ def load_record(out, name):
 
 def check_record(record, table):
     """Schema-like checks that hold for any workload record."""
-    for key in ("schema", "created", "command", "workload", "machine", "cluster", "gemm", "assign_pass", "seeds",
-                "targets", "evaluation", "runs", "reference", "summary"):
+    for key in (
+        "schema",
+        "created",
+        "command",
+        "workload",
+        "machine",
+        "cluster",
+        "gemm",
+        "assign_pass",
+        "seeds",
+        "targets",
+        "evaluation",
+        "runs",
+        "reference",
+        "summary",
+    ):
         assert key in record, key
     assert record["schema"] == "daskmeans-bench/1"
     assert record["command"].startswith("daskmeans bench")
@@ -73,8 +87,18 @@ def check_record(record, table):
         if run["status"] != "ok":
             assert run["reason"], run
             continue
-        for key in ("fit_seconds", "timed_seconds", "points", "final_energy", "n_iter", "passes", "history",
-                    "stop_reason", "notes", "params"):
+        for key in (
+            "fit_seconds",
+            "timed_seconds",
+            "points",
+            "final_energy",
+            "n_iter",
+            "passes",
+            "history",
+            "stop_reason",
+            "notes",
+            "params",
+        ):
             assert key in run, key
         points = run["points"]
         own_seeding = isinstance(run["params"].get("init"), str)
@@ -91,8 +115,11 @@ def check_record(record, table):
         energies.extend(p["energy"] for p in points)
     # every run of one seed starts from the same centers
     for seed in record["seeds"]:
-        starts = {run["points"][0]["energy"] for run in record["runs"]
-                  if run["status"] == "ok" and run["seed"] == seed and not isinstance(run["params"].get("init"), str)}
+        starts = {
+            run["points"][0]["energy"]
+            for run in record["runs"]
+            if run["status"] == "ok" and run["seed"] == seed and not isinstance(run["params"].get("init"), str)
+        }
         assert len(starts) <= 1
     summary = record["summary"]
     # E*: the lowest energy any run reached, or the converged Lloyd energy of a seed where that is lower
@@ -107,8 +134,7 @@ def check_record(record, table):
             assert f"Converged Lloyd energy (seed {entry['seed']}): {entry['energy']:,.6g}" in table
     lloyd_energies = [entry["energy"] for entry in lloyd.values()]
     assert summary["E_star"] == min(energies + lloyd_energies)
-    assert summary["E_star_source"] == ("lloyd" if lloyd_energies and min(lloyd_energies) <= min(energies)
-                                        else "run")
+    assert summary["E_star_source"] == ("lloyd" if lloyd_energies and min(lloyd_energies) <= min(energies) else "run")
     for entry in summary["runs"]:
         if entry["status"] == "ok":
             assert entry["final_relative"] >= 1.0
@@ -131,21 +157,39 @@ def check_record(record, table):
 
 def test_time_to_the_kmeans_final_energy_and_speedup():
     """The VRKM paper's yardstick: when each run first reached the energy k-means ended with (same seed)."""
-    def run(name, seed, points):
-        return {"name": name, "label": name, "kind": "daskmeans", "seed": seed, "status": "ok", "reason": None,
-                "points": [{"time": t, "energy": e} for t, e in points], "final_energy": points[-1][1],
-                "fit_seconds": points[-1][0], "timed_seconds": points[-1][0], "n_iter": 1, "passes": 1,
-                "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1}, "stop_reason": "max_time"}
 
-    record = {"targets": [0.01], "runs": [
-        run("kmeans", 0, [(0.0, 10.0), (4.0, 2.0), (8.0, 1.5)]),
-        run("vrkm", 0, [(0.0, 10.0), (2.0, 1.6), (3.0, 1.4)]),
-        run("kmeans", 1, [(0.0, 9.0), (6.0, 3.0)]),
-        run("vrkm", 1, [(0.0, 9.0), (5.0, 3.5)]),
-    ]}
+    def run(name, seed, points):
+        return {
+            "name": name,
+            "label": name,
+            "kind": "daskmeans",
+            "seed": seed,
+            "status": "ok",
+            "reason": None,
+            "points": [{"time": t, "energy": e} for t, e in points],
+            "final_energy": points[-1][1],
+            "fit_seconds": points[-1][0],
+            "timed_seconds": points[-1][0],
+            "n_iter": 1,
+            "passes": 1,
+            "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1},
+            "stop_reason": "max_time",
+        }
+
+    record = {
+        "targets": [0.01],
+        "runs": [
+            run("kmeans", 0, [(0.0, 10.0), (4.0, 2.0), (8.0, 1.5)]),
+            run("vrkm", 0, [(0.0, 10.0), (2.0, 1.6), (3.0, 1.4)]),
+            run("kmeans", 1, [(0.0, 9.0), (6.0, 3.0)]),
+            run("vrkm", 1, [(0.0, 9.0), (5.0, 3.5)]),
+        ],
+    }
     summary = report.summarize(record)
-    assert summary["kmeans_reference"] == {"0": {"energy": 1.5, "time": 8.0, "stop_reason": "max_time"},
-                                           "1": {"energy": 3.0, "time": 6.0, "stop_reason": "max_time"}}
+    assert summary["kmeans_reference"] == {
+        "0": {"energy": 1.5, "time": 8.0, "stop_reason": "max_time"},
+        "1": {"energy": 3.0, "time": 6.0, "stop_reason": "max_time"},
+    }
     by_run = {(e["name"], e["seed"]): e for e in summary["runs"]}
     assert by_run[("vrkm", 0)]["time_to_kmeans_final"] == 3.0
     assert by_run[("vrkm", 0)]["speedup_vs_kmeans"] == 8.0 / 3.0
@@ -158,21 +202,36 @@ def test_time_to_the_kmeans_final_energy_and_speedup():
 def test_time_to_a_versus_run_energy_after_an_iteration_or_at_its_end():
     """``--versus faiss-all@2``: when each run first reached the energy faiss had after 2 iterations (same seed);
     a seed where faiss stopped sooner has no reference and says so."""
-    def run(name, seed, points, kind="daskmeans"):
-        return {"name": name, "label": name, "kind": kind, "seed": seed, "status": "ok", "reason": None,
-                "points": [{"time": t, "energy": e, "iteration": i} for i, (t, e) in enumerate(points)],
-                "final_energy": points[-1][1], "fit_seconds": points[-1][0], "timed_seconds": points[-1][0],
-                "n_iter": 1, "passes": 1, "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1},
-                "stop_reason": "max_time"}
 
-    record = {"targets": [0.01], "versus": [{"name": "faiss-all", "iteration": 2},
-                                            {"name": "faiss-all", "iteration": None}], "runs": [
-        run("faiss-all", 0, [(0.0, 10.0), (4.0, 3.0), (8.0, 2.0), (12.0, 1.8)], kind="peer"),
-        run("kmeans", 0, [(0.0, 10.0), (1.0, 2.5), (2.0, 1.9), (3.0, 1.7)]),
-        run("nmbatch", 0, [(0.0, 10.0), (5.0, 4.0)]),
-        run("faiss-all", 1, [(0.0, 9.0), (4.0, 3.0)], kind="peer"),
-        run("kmeans", 1, [(0.0, 9.0), (1.0, 2.0)]),
-    ]}
+    def run(name, seed, points, kind="daskmeans"):
+        return {
+            "name": name,
+            "label": name,
+            "kind": kind,
+            "seed": seed,
+            "status": "ok",
+            "reason": None,
+            "points": [{"time": t, "energy": e, "iteration": i} for i, (t, e) in enumerate(points)],
+            "final_energy": points[-1][1],
+            "fit_seconds": points[-1][0],
+            "timed_seconds": points[-1][0],
+            "n_iter": 1,
+            "passes": 1,
+            "memory": {"driver_peak_rss": 1, "worker_peak_rss": 1},
+            "stop_reason": "max_time",
+        }
+
+    record = {
+        "targets": [0.01],
+        "versus": [{"name": "faiss-all", "iteration": 2}, {"name": "faiss-all", "iteration": None}],
+        "runs": [
+            run("faiss-all", 0, [(0.0, 10.0), (4.0, 3.0), (8.0, 2.0), (12.0, 1.8)], kind="peer"),
+            run("kmeans", 0, [(0.0, 10.0), (1.0, 2.5), (2.0, 1.9), (3.0, 1.7)]),
+            run("nmbatch", 0, [(0.0, 10.0), (5.0, 4.0)]),
+            run("faiss-all", 1, [(0.0, 9.0), (4.0, 3.0)], kind="peer"),
+            run("kmeans", 1, [(0.0, 9.0), (1.0, 2.0)]),
+        ],
+    }
     summary = report.summarize(record)
     at_two = summary["versus"]["faiss-all@2"]["seeds"]
     assert at_two["0"] == {"energy": 2.0, "time": 8.0}
@@ -196,11 +255,28 @@ def test_time_to_a_versus_run_energy_after_an_iteration_or_at_its_end():
 
 
 def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
-    result = invoke("synthetic", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--seeds", 2,
-                    "--time-budget", 0.5, "--peers",
-                    "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml", "--versus",
-                    "faiss-all@2", "--param", "kmeans:tol=0", "--param", "nmbatch:initial_batch_size=500", "--param",
-                    "vrkm:init=two-level")
+    result = invoke(
+        "synthetic",
+        "--quick",
+        "--scheduler",
+        scheduler,
+        "--out",
+        tmp_path,
+        "--seeds",
+        2,
+        "--time-budget",
+        0.5,
+        "--peers",
+        "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,dask-ml",
+        "--versus",
+        "faiss-all@2",
+        "--param",
+        "kmeans:tol=0",
+        "--param",
+        "nmbatch:initial_batch_size=500",
+        "--param",
+        "vrkm:init=two-level",
+    )
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
@@ -225,9 +301,17 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
         assert record["summary"]["algorithms"]["faiss-all"]["versus"]["faiss-all@2"]["speedup"]["median"] == 1.0
     from daskmeans.registry import energy_algorithm_names
 
-    assert sorted({r["name"] for r in runs}) == sorted([*energy_algorithm_names(), "sklearn-lloyd",
-                                                        "sklearn-minibatch", "sklearn-intelex", "faiss",
-                                                        "faiss-all", "dask-ml"])
+    assert sorted({r["name"] for r in runs}) == sorted(
+        [
+            *energy_algorithm_names(),
+            "sklearn-lloyd",
+            "sklearn-minibatch",
+            "sklearn-intelex",
+            "faiss",
+            "faiss-all",
+            "dask-ml",
+        ]
+    )
     assert record["seeds"] == [0, 1] and all(sum(r["name"] == n for r in runs) == 2 for n in {r["name"] for r in runs})
     for run in runs:
         installed = run["name"] not in PEERS or availability(PEERS[run["name"]])[0]
@@ -244,9 +328,28 @@ def test_quick_synthetic_with_peers_and_seeds(scheduler, tmp_path):
 
 
 def test_out_of_core_zarr_skips_in_memory_peers_with_reason(scheduler, tmp_path):
-    result = invoke("out-of-core", "--quick", "--scheduler", scheduler, "--out", tmp_path, "--n-samples", 6000,
-                    "--n-features", 8, "-k", 5, "--time-budget", 0.5, "--algorithms", "kmeans",
-                    "--peers", "sklearn-lloyd,dask-ml", "--driver-memory", "64KB")
+    result = invoke(
+        "out-of-core",
+        "--quick",
+        "--scheduler",
+        scheduler,
+        "--out",
+        tmp_path,
+        "--n-samples",
+        6000,
+        "--n-features",
+        8,
+        "-k",
+        5,
+        "--time-budget",
+        0.5,
+        "--algorithms",
+        "kmeans",
+        "--peers",
+        "sklearn-lloyd,dask-ml",
+        "--driver-memory",
+        "64KB",
+    )
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "out-of-core-quick")
     check_record(record, table)
@@ -265,9 +368,26 @@ def test_user_npy_file(scheduler, tmp_path):
     X = np.random.default_rng(0).normal(size=(3000, 5)).astype(np.float32)
     np.save(tmp_path / "points.npy", X)
     out = tmp_path / "out"
-    result = invoke("--data", tmp_path / "points.npy", "-k", 4, "--quick", "--scheduler", scheduler, "--out", out,
-                    "--time-budget", 0.5, "--algorithms", "kmeans", "--peers", "sklearn-elkan", "--no-refine",
-                    "--reference", "best")
+    result = invoke(
+        "--data",
+        tmp_path / "points.npy",
+        "-k",
+        4,
+        "--quick",
+        "--scheduler",
+        scheduler,
+        "--out",
+        out,
+        "--time-budget",
+        0.5,
+        "--algorithms",
+        "kmeans",
+        "--peers",
+        "sklearn-elkan",
+        "--no-refine",
+        "--reference",
+        "best",
+    )
     assert result.exit_code == 0, result.output
     record, table = load_record(out, "data-points-quick")
     check_record(record, table)
@@ -278,9 +398,26 @@ def test_user_npy_file(scheduler, tmp_path):
 
 @pytest.mark.skipif(not (SHARED_DATA / "kddcup04_bio.npz").exists(), reason="shared datasets not present")
 def test_quick_slice_of_a_shared_dataset(scheduler, tmp_path):
-    result = invoke("kdd", "--quick", "--data-dir", SHARED_DATA, "--n-samples", 2000, "-k", 10, "--scheduler",
-                    scheduler, "--out", tmp_path, "--time-budget", 0.5, "--algorithms", "kmeans",
-                    "--peers", "sklearn-lloyd")
+    result = invoke(
+        "kdd",
+        "--quick",
+        "--data-dir",
+        SHARED_DATA,
+        "--n-samples",
+        2000,
+        "-k",
+        10,
+        "--scheduler",
+        scheduler,
+        "--out",
+        tmp_path,
+        "--time-budget",
+        0.5,
+        "--algorithms",
+        "kmeans",
+        "--peers",
+        "sklearn-lloyd",
+    )
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "kdd-quick")
     check_record(record, table)
@@ -288,8 +425,20 @@ def test_quick_slice_of_a_shared_dataset(scheduler, tmp_path):
 
 
 def test_sizing_quick(scheduler, tmp_path):
-    result = invoke("sizing", "--quick", "--sizes", "4000,8000", "--n-features", 8, "-k", 4, "--scheduler",
-                    scheduler, "--out", tmp_path)
+    result = invoke(
+        "sizing",
+        "--quick",
+        "--sizes",
+        "4000,8000",
+        "--n-features",
+        8,
+        "-k",
+        4,
+        "--scheduler",
+        scheduler,
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 0, result.output
     paths = output_paths(str(tmp_path), sizing.output_name(quick=True), sizing.PLOTS)
     with open(paths["json"]) as f:
@@ -307,38 +456,41 @@ def test_sizing_quick(scheduler, tmp_path):
         assert f.read(8) == PNG_SIGNATURE
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "Name at least one workload"),
-    (["nope"], "Unknown workload"),
-    (["--data", "x.npy"], "-k"),
-    (["--data", "missing.npy", "-k", "3"], "does not exist"),
-    (["synthetic", "--peers", "sklearn,faiss"], "Unknown peer"),
-    (["synthetic", "--algorithms", "nope"], "Unknown algorithm"),
-    (["synthetic", "--seeds", "0"], "--seeds"),
-    (["synthetic", "--time-budget", "-1"], "--time-budget"),
-    (["synthetic", "-k", "0"], "-k"),
-    (["descriptors", "--n-features", "3"], "--n-features"),
-    (["synthetic", "--memory-limit", "lots"], "not a memory size"),
-    (["synthetic", "--sizes", "10,20"], "sizing"),
-    (["synthetic", "--reference", "lowest"], "--reference"),
-    (["synthetic", "--versus", "faiss-every"], "neither a daskmeans algorithm nor a peer"),
-    (["synthetic", "--peers", "faiss", "--versus", "faiss-all@25"], "add it to --peers"),
-    (["synthetic", "--algorithms", "nmbatch", "--versus", "kmeans"], "add it to --algorithms"),
-    (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
-    (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
-    (["synthetic", "--peers", "faiss-two-level", "--versus", "faiss-two-level@2"], "name it without '@'"),
-    (["synthetic", "--param", "tol=0"], "ALGORITHM:NAME=VALUE"),
-    (["synthetic", "--versus-within", "1e-4"], "name one"),
-    (["synthetic", "--versus", "faiss-all", "--versus-within", "-0.1"], "--versus-within must be"),
-    (["synthetic", "--versus", "faiss-all", "--versus-within", "1"], "--versus-within must be"),
-    (["synthetic", "--param", "kmeans:nope=1"], "no parameter 'nope'"),
-    (["synthetic", "--param", "kmeans:random_state=3"], "no parameter 'random_state' that the bench leaves free"),
-    (["synthetic", "--param", "kmeans:init=[[0, 1]]"], "init may name a seeding method"),
-    (["synthetic", "--param", "kmeans:init=nope"], "--param for kmeans: init"),
-    (["synthetic", "--algorithms", "nmbatch", "--param", "kmeans:tol=0"], "add it to --algorithms"),
-    (["synthetic", "--param", "kmeans:tol=-1"], "--param for kmeans: tol"),
-    (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "Name at least one workload"),
+        (["nope"], "Unknown workload"),
+        (["--data", "x.npy"], "-k"),
+        (["--data", "missing.npy", "-k", "3"], "does not exist"),
+        (["synthetic", "--peers", "sklearn,faiss"], "Unknown peer"),
+        (["synthetic", "--algorithms", "nope"], "Unknown algorithm"),
+        (["synthetic", "--seeds", "0"], "--seeds"),
+        (["synthetic", "--time-budget", "-1"], "--time-budget"),
+        (["synthetic", "-k", "0"], "-k"),
+        (["descriptors", "--n-features", "3"], "--n-features"),
+        (["synthetic", "--memory-limit", "lots"], "not a memory size"),
+        (["synthetic", "--sizes", "10,20"], "sizing"),
+        (["synthetic", "--reference", "lowest"], "--reference"),
+        (["synthetic", "--versus", "faiss-every"], "neither a daskmeans algorithm nor a peer"),
+        (["synthetic", "--peers", "faiss", "--versus", "faiss-all@25"], "add it to --peers"),
+        (["synthetic", "--algorithms", "nmbatch", "--versus", "kmeans"], "add it to --algorithms"),
+        (["synthetic", "--versus", "faiss-all@0"], "positive integer"),
+        (["synthetic", "--versus", "faiss-all@x"], "positive integer"),
+        (["synthetic", "--peers", "faiss-two-level", "--versus", "faiss-two-level@2"], "name it without '@'"),
+        (["synthetic", "--param", "tol=0"], "ALGORITHM:NAME=VALUE"),
+        (["synthetic", "--versus-within", "1e-4"], "name one"),
+        (["synthetic", "--versus", "faiss-all", "--versus-within", "-0.1"], "--versus-within must be"),
+        (["synthetic", "--versus", "faiss-all", "--versus-within", "1"], "--versus-within must be"),
+        (["synthetic", "--param", "kmeans:nope=1"], "no parameter 'nope'"),
+        (["synthetic", "--param", "kmeans:random_state=3"], "no parameter 'random_state' that the bench leaves free"),
+        (["synthetic", "--param", "kmeans:init=[[0, 1]]"], "init may name a seeding method"),
+        (["synthetic", "--param", "kmeans:init=nope"], "--param for kmeans: init"),
+        (["synthetic", "--algorithms", "nmbatch", "--param", "kmeans:tol=0"], "add it to --algorithms"),
+        (["synthetic", "--param", "kmeans:tol=-1"], "--param for kmeans: tol"),
+        (["synthetic", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--scheduler"),
+    ],
+)
 def test_bad_input_is_refused_before_any_work(tmp_path, args, message):
     result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)])
     assert result.exit_code != 0
@@ -360,8 +512,9 @@ def test_existing_outputs_are_kept_without_overwrite(tmp_path):
 
 
 def test_memory_storage_larger_than_the_driver_limit_is_refused(scheduler, tmp_path):
-    result = CliRunner().invoke(bench, ["synthetic", "--quick", "--scheduler", scheduler, "--driver-memory", "1KB",
-                                        "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        bench, ["synthetic", "--quick", "--scheduler", scheduler, "--driver-memory", "1KB", "--out", str(tmp_path)]
+    )
     assert result.exit_code != 0 and "--storage zarr" in result.output
     assert not (tmp_path / "synthetic-quick.json").exists()
 
@@ -382,8 +535,9 @@ def test_module_entry_point():
     assert ok.returncode == 0 and "WORKLOAD" in ok.stdout and "--time-budget" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "daskmeans.bench", "nope"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "Unknown workload" in bad.stderr
-    main = subprocess.run([sys.executable, "-m", "daskmeans", "bench", "--help"], capture_output=True, text=True,
-                          env=env)
+    main = subprocess.run(
+        [sys.executable, "-m", "daskmeans", "bench", "--help"], capture_output=True, text=True, env=env
+    )
     assert main.returncode == 0 and "--peers" in main.stdout
 
 
@@ -406,15 +560,25 @@ def test_kmeans_center_snapshots():
         KMeans(4, snapshot_centers="yes").fit(X)
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["synthetic", "--quick"], "daskmeans bench synthetic --quick"),
-    (["synthetic"], "daskmeans bench synthetic"),
-    (["descriptors", "--no-refine", "--seeds", "3", "--peers", "faiss"],
-     "daskmeans bench descriptors --peers faiss --seeds 3 --no-refine"),
-    (["mnist", "--reference", "best", "--peers", "faiss-all,sklearn-intelex"],
-     "daskmeans bench mnist --peers faiss-all,sklearn-intelex --reference best"),
-    (["kdd", "--overwrite", "--scheduler", "tcp://127.0.0.1:8786", "--seeds", "2"], "daskmeans bench kdd --seeds 2"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["synthetic", "--quick"], "daskmeans bench synthetic --quick"),
+        (["synthetic"], "daskmeans bench synthetic"),
+        (
+            ["descriptors", "--no-refine", "--seeds", "3", "--peers", "faiss"],
+            "daskmeans bench descriptors --peers faiss --seeds 3 --no-refine",
+        ),
+        (
+            ["mnist", "--reference", "best", "--peers", "faiss-all,sklearn-intelex"],
+            "daskmeans bench mnist --peers faiss-all,sklearn-intelex --reference best",
+        ),
+        (
+            ["kdd", "--overwrite", "--scheduler", "tcp://127.0.0.1:8786", "--seeds", "2"],
+            "daskmeans bench kdd --seeds 2",
+        ),
+    ],
+)
 def test_the_recorded_command_line_holds_only_what_was_given(args, expected):
     from daskmeans.bench.command import bench, recorded_command_line
 
@@ -427,13 +591,33 @@ def test_the_recorded_command_line_holds_only_what_was_given(args, expected):
 def test_every_algorithm_and_peer_on_the_threaded_scheduler(tmp_path):
     """``--local-workers scheduler``: no cluster at all, the runs and the peers on Dask's threaded scheduler in this
     process (the setting of a fit from Python without a client)."""
-    result = invoke("synthetic", "--quick", "--local-workers", "scheduler", "--workers", 1, "--threads-per-worker", 2,
-                    "--out", tmp_path, "--time-budget", 0.5, "--peers", "sklearn-lloyd,dask-ml")
+    result = invoke(
+        "synthetic",
+        "--quick",
+        "--local-workers",
+        "scheduler",
+        "--workers",
+        1,
+        "--threads-per-worker",
+        2,
+        "--out",
+        tmp_path,
+        "--time-budget",
+        0.5,
+        "--peers",
+        "sklearn-lloyd,dask-ml",
+    )
     assert result.exit_code == 0, result.output
     record, table = load_record(tmp_path, "synthetic-quick")
     check_record(record, table)
-    assert record["cluster"] == {"in_process": True, "scheduler": "threads", "n_workers": 0, "threads": 2,
-                                 "threads_per_worker": [], "memory_limit_per_worker": []}
+    assert record["cluster"] == {
+        "in_process": True,
+        "scheduler": "threads",
+        "n_workers": 0,
+        "threads": 2,
+        "threads_per_worker": [],
+        "memory_limit_per_worker": [],
+    }
     assert "Dask's threaded scheduler in this process (2 threads, no cluster)" in table
     from daskmeans.registry import energy_algorithm_names
 
@@ -447,13 +631,13 @@ def test_every_algorithm_and_peer_on_the_threaded_scheduler(tmp_path):
 def test_a_peer_and_its_refining_rungs_get_every_core_inside_the_fits_blas_limit():
     """The bench's in-process modes hold BLAS at one thread for daskmeans' tasks; a peer's run and the rungs its
     trace adds later run with every pool at one thread per core (:func:`~daskmeans.engine.blas.machine_threads`)."""
+    from dask.system import CPU_COUNT as cores
     from threadpoolctl import threadpool_info
 
     from daskmeans.bench.peers import Peer, run_peer
     from daskmeans.bench.traces import Candidate, Trace
     from daskmeans.engine.blas import one_blas_thread
 
-    from dask.system import CPU_COUNT as cores
     seen = []
 
     def rung(m):

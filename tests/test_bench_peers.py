@@ -121,8 +121,9 @@ def test_faiss_on_every_row_steps_through_the_iterates_of_one_fit_bit_for_bit():
         np.testing.assert_array_equal(trace.candidates[m - 1].centers, one_fit.centroids)
     assert split_any, "the test data must make faiss split empty clusters"
     # faiss's default niter as a limit (--versus faiss-all@25 sets it)
-    limited = PEERS["faiss-all"].run(PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=60,
-                                                 max_iter=2))
+    limited = PEERS["faiss-all"].run(
+        PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=60, max_iter=2)
+    )
     assert [c.iteration for c in limited.candidates] == [1, 2] and limited.stop_reason == "max_iter"
     np.testing.assert_array_equal(limited.candidates[-1].centers, trace.candidates[1].centers)
 
@@ -142,17 +143,27 @@ def test_faiss_sample_trains_on_whole_chunks_of_a_zarr_store_that_fit_the_driver
     array = da.from_zarr(str(tmp_path / "x.zarr"))
     init = X[:N_CLUSTERS].astype(np.float32)
     budget_rows = 2_500
-    ctx = PeerContext(X=None, array=array, client=cluster_client, init=init, k=N_CLUSTERS, seed=1, budget=60,
-                      max_iter=3, driver_memory=budget_rows * 8 * (4 + 1))
+    ctx = PeerContext(
+        X=None,
+        array=array,
+        client=cluster_client,
+        init=init,
+        k=N_CLUSTERS,
+        seed=1,
+        budget=60,
+        max_iter=3,
+        driver_memory=budget_rows * 8 * (4 + 1),
+    )
     assert not PEERS["faiss-sample"].in_memory
     trace = PEERS["faiss-sample"].run(ctx)
     chosen = sample_chunks(array.chunks[0], budget_rows, 1)
     assert sum(rows for _, rows in chosen) == budget_rows and all(rows == 700 for _, rows in chosen[:-1])
     assert len({chunk for chunk, _ in chosen}) == len(chosen) and [c for c, _ in chosen] != sorted(c for c, _ in chosen)
-    sample = np.concatenate([X[700 * chunk:700 * chunk + rows] for chunk, rows in chosen]).astype(np.float32)
+    sample = np.concatenate([X[700 * chunk : 700 * chunk + rows] for chunk, rows in chosen]).astype(np.float32)
     assert trace.params["sample_rows"] == budget_rows and trace.params["training_rows"] == budget_rows
-    every_row = PEERS["faiss-all"].run(PeerContext(X=sample, array=None, client=None, init=init, k=N_CLUSTERS,
-                                                   seed=1, budget=60, max_iter=3))
+    every_row = PEERS["faiss-all"].run(
+        PeerContext(X=sample, array=None, client=None, init=init, k=N_CLUSTERS, seed=1, budget=60, max_iter=3)
+    )
     for ours, reference in zip(trace.candidates, every_row.candidates):
         np.testing.assert_array_equal(ours.centers, reference.centers)
         assert ours.passes == pytest.approx(reference.iteration * budget_rows / 10_000)
@@ -173,8 +184,7 @@ def test_faiss_two_level_finds_known_centers_of_well_separated_blobs_and_seeds_i
     k, d = 64, 16
     truth = rng.uniform(-100, 100, size=(k, d))
     X = (np.repeat(truth, 100, axis=0) + 0.1 * rng.normal(size=(100 * k, d))).astype(np.float32)
-    trace = PEERS["faiss-two-level"].run(PeerContext(X=X, array=None, client=None, init=None, k=k, seed=0,
-                                                     budget=60))
+    trace = PEERS["faiss-two-level"].run(PeerContext(X=X, array=None, client=None, init=None, k=k, seed=0, budget=60))
     [final] = trace.candidates
     assert final.kind == "final" and final.centers.shape == (k, d) and final.time == trace.fit_seconds > 0
     assert isinstance(trace.params["init"], str) and trace.params["coarse_centroids"] == 8
@@ -207,45 +217,82 @@ def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, 
     assert not other["from_cache"] and len(read_cache(cache)) == 2
     # data the driver does not hold: the same on the cluster
     on_cluster = BenchData(X=None, array=array, fit_input=array, location=None, source_dtype="float32")
-    remote = lloyd_reference("blobs-remote", on_cluster, init, 0, cluster_client, DaskEnergy(array, cluster_client),
-                             cache)
+    remote = lloyd_reference(
+        "blobs-remote", on_cluster, init, 0, cluster_client, DaskEnergy(array, cluster_client), cache
+    )
     assert "daskmeans" in remote["implementation"] and remote["converged"]
     assert remote["energy"] == pytest.approx(first["energy"], rel=1e-6)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "cannot be read as JSON"),
-    ('{"entries": {}}', "not a cache of converged Lloyd energies"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "cannot be read as JSON"),
+        ('{"entries": {}}', "not a cache of converged Lloyd energies"),
+    ],
+)
 def test_a_broken_cache_is_refused_before_any_work(tmp_path, content, message):
     cache = tmp_path / "reference.json"
     cache.write_text(content)
     with pytest.raises(InvalidParameterError, match=message):
         read_cache(str(cache))
-    result = CliRunner().invoke(bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache",
-                                        str(cache)])
+    result = CliRunner().invoke(
+        bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache", str(cache)]
+    )
     assert result.exit_code != 0 and message in result.output and "delete it" in result.output
     assert not (tmp_path / "out").exists()
-    folder = CliRunner().invoke(bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache",
-                                        str(tmp_path)])
+    folder = CliRunner().invoke(
+        bench, ["synthetic", "--quick", "--out", str(tmp_path / "out"), "--reference-cache", str(tmp_path)]
+    )
     assert folder.exit_code != 0 and not (tmp_path / "out").exists()
 
 
 def _record(method, lloyd, runs):
     """A record as the runner writes it: runs with their evaluated points and the seeds' Lloyd references."""
+
     def run(name, seed, energies):
         points = [{"time": float(t), "energy": e} for t, e in enumerate(energies)]
-        return {"name": name, "label": name, "kind": "peer", "seed": seed, "status": "ok", "reason": None,
-                "points": points, "final_energy": energies[-1], "fit_seconds": 1.0, "timed_seconds": 1.0,
-                "n_iter": 1, "passes": 1, "memory": {"driver_peak_rss": 1}, "uses_cluster": False}
+        return {
+            "name": name,
+            "label": name,
+            "kind": "peer",
+            "seed": seed,
+            "status": "ok",
+            "reason": None,
+            "points": points,
+            "final_energy": energies[-1],
+            "fit_seconds": 1.0,
+            "timed_seconds": 1.0,
+            "n_iter": 1,
+            "passes": 1,
+            "memory": {"driver_peak_rss": 1},
+            "uses_cluster": False,
+        }
 
-    seeds = {str(seed): {"seed": seed, "energy": energy, "implementation": "scikit-learn KMeans(...)",
-                         "version": "1", "n_iter": 40, "max_iter": 300, "converged": True, "seconds": 2.0,
-                         "cache": "c.json", "from_cache": seed == 1} if energy is not None
-             else {"seed": seed, "error": "MemoryError: too big"} for seed, energy in lloyd.items()}
-    return {"targets": [0.01], "seeds": sorted(lloyd) or [0], "evaluation": {"method": "driver"},
-            "reference": {"method": method, "cache": "c.json" if method == "lloyd" else None, "seeds": seeds},
-            "runs": [run(name, seed, energies) for name, seed, energies in runs]}
+    seeds = {
+        str(seed): {
+            "seed": seed,
+            "energy": energy,
+            "implementation": "scikit-learn KMeans(...)",
+            "version": "1",
+            "n_iter": 40,
+            "max_iter": 300,
+            "converged": True,
+            "seconds": 2.0,
+            "cache": "c.json",
+            "from_cache": seed == 1,
+        }
+        if energy is not None
+        else {"seed": seed, "error": "MemoryError: too big"}
+        for seed, energy in lloyd.items()
+    }
+    return {
+        "targets": [0.01],
+        "seeds": sorted(lloyd) or [0],
+        "evaluation": {"method": "driver"},
+        "reference": {"method": method, "cache": "c.json" if method == "lloyd" else None, "seeds": seeds},
+        "runs": [run(name, seed, energies) for name, seed, energies in runs],
+    }
 
 
 def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
@@ -274,5 +321,6 @@ def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
     best = _record("best", {}, runs)
     best["summary"] = report.summarize(best)
     assert best["summary"]["E_star"] == 4.05 and best["summary"]["E_star_lloyd"] is None
-    assert report.e_star_lines(best)[0].startswith("E* = 4.05, the lowest energy any run reached (sklearn-lloyd, "
-                                                   "seed 0): the older yardstick (--reference best)")
+    assert report.e_star_lines(best)[0].startswith(
+        "E* = 4.05, the lowest energy any run reached (sklearn-lloyd, seed 0): the older yardstick (--reference best)"
+    )

@@ -32,8 +32,9 @@ def read_record(folder, name):
 @pytest.mark.slow
 def test_a_quick_suite_writes_each_entrys_records_into_its_folder_and_the_page(scheduler, tmp_path):
     out = tmp_path / "bench"
-    result = run_suite("--quick", "--only", "sizing", "--scheduler", scheduler, "--out", out, "--work-dir",
-                       tmp_path / "data")
+    result = run_suite(
+        "--quick", "--only", "sizing", "--scheduler", scheduler, "--out", out, "--work-dir", tmp_path / "data"
+    )
     assert result.exit_code == 0, result.output
     record, report = read_record(out / "sizing", "sizing-quick")
     assert record["command"].startswith("daskmeans bench sizing")
@@ -54,8 +55,7 @@ def test_a_quick_suite_writes_each_entrys_records_into_its_folder_and_the_page(s
 @pytest.mark.skipif(not (SHARED_DATA / "pendigits.npz").exists(), reason="shared datasets not present")
 def test_a_quick_suite_entry_on_a_shared_dataset(scheduler, tmp_path):
     out = tmp_path / "bench"
-    result = run_suite("--quick", "--only", "kernel", "--data-dir", SHARED_DATA, "--scheduler", scheduler,
-                       "--out", out)
+    result = run_suite("--quick", "--only", "kernel", "--data-dir", SHARED_DATA, "--scheduler", scheduler, "--out", out)
     assert result.exit_code == 0, result.output
     for name in entry_named("kernel").record_names(quick=True):
         record, _ = read_record(out / "kernel", name)
@@ -64,12 +64,15 @@ def test_a_quick_suite_entry_on_a_shared_dataset(scheduler, tmp_path):
     assert "Jourdan & Schwartzman" in (out / PAGE_NAME).read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seeds", "3"], "does not apply to 'daskmeans bench suite'"),
-    (["--workers", "2"], "does not apply to 'daskmeans bench suite'"),
-    (["--only", "nope"], "no entry 'nope'"),
-    (["descriptors"], "name no workload beside it"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "3"], "does not apply to 'daskmeans bench suite'"),
+        (["--workers", "2"], "does not apply to 'daskmeans bench suite'"),
+        (["--only", "nope"], "no entry 'nope'"),
+        (["descriptors"], "name no workload beside it"),
+    ],
+)
 def test_the_suite_refuses_what_belongs_to_an_entry(tmp_path, args, message):
     result = CliRunner().invoke(bench, ["suite", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code != 0
@@ -83,7 +86,8 @@ def test_only_belongs_to_the_suite(tmp_path):
 
 
 def test_a_missing_dataset_is_named_before_any_entry_runs(tmp_path):
-    result = CliRunner().invoke(bench, ["suite", "--only", "sizing,descriptors", "--data-dir", str(tmp_path),
-                                        "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        bench, ["suite", "--only", "sizing,descriptors", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out")]
+    )
     assert result.exit_code != 0 and "cifar_dsift.npz" in result.output and "--data-dir" in result.output
     assert not (tmp_path / "out").exists()

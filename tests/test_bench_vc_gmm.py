@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 from click.testing import CliRunner
-
 from conftest import make_blobs
+
 from daskmeans.bench import coreset_tradeoff
 from daskmeans.bench.command import bench
 
@@ -18,9 +18,25 @@ def test_the_study_compares_vc_gmm_with_both_baselines(cluster_client, tmp_path)
     X, _, _ = make_blobs(n=6000, d=4, k=10, spread=1.0, seed=3)
     np.save(tmp_path / "points.npy", X.astype(np.float32))
     out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [
-        "--data", str(tmp_path / "points.npy"), "-k", "10", "--quick", "--algorithms", "vc-gmm", "--peers", "none",
-        "--scheduler", cluster_client.scheduler.address, "--out", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        bench,
+        [
+            "--data",
+            str(tmp_path / "points.npy"),
+            "-k",
+            "10",
+            "--quick",
+            "--algorithms",
+            "vc-gmm",
+            "--peers",
+            "none",
+            "--scheduler",
+            cluster_client.scheduler.address,
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     (json_path,) = out.glob("*-vc-gmm.json")
     record = json.loads(json_path.read_text())

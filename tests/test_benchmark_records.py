@@ -28,8 +28,12 @@ HEADLINE_END = "<!-- headline-table:end -->"
 DOCS_LIMIT_BYTES = 15 * 2**20
 #: Folders of docs/ that a build or the notebooks' copy make (ignored by git).
 BUILT = {"_build", "_notebooks", "generated"}
-RENDERERS = {"energy": report.markdown_table, "quality": kernel_quality.markdown_table,
-             "vc-gmm": coreset_tradeoff.markdown_table, "sizing": sizing.markdown_table}
+RENDERERS = {
+    "energy": report.markdown_table,
+    "quality": kernel_quality.markdown_table,
+    "vc-gmm": coreset_tradeoff.markdown_table,
+    "sizing": sizing.markdown_table,
+}
 
 
 @pytest.mark.parametrize("entry", SUITE, ids=[entry.name for entry in SUITE])
@@ -63,7 +67,8 @@ def test_each_report_and_its_plots_are_rebuilt_from_the_json_alone(entry):
 def test_the_committed_page_is_what_the_records_render():
     assert (RECORDS / PAGE_NAME).read_text() == render_page(str(RECORDS), out=ROOT), (
         "docs/benchmarks/index.md is out of date: rebuild it with "
-        "python -c \"from daskmeans.bench.page import write_page; write_page('docs/benchmarks')\"")
+        "python -c \"from daskmeans.bench.page import write_page; write_page('docs/benchmarks')\""
+    )
 
 
 def test_the_readme_headline_table_is_read_from_the_descriptors_record(monkeypatch):

@@ -53,8 +53,14 @@ def environment():
 
 def run_module(*args, cwd=None, timeout=240):
     """``python -m daskmeans ARGS`` in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
-                          env=environment(), cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "daskmeans", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def invoke(*args, env=None):
@@ -81,8 +87,13 @@ def test_help_through_python_dash_m_and_dask():
     assert result.returncode == 0, result.stderr
     for command in ("make-data", "fit", "predict", "info", "demo"):
         assert command in result.stdout
-    through_dask = subprocess.run([sys.executable, "-m", "dask", "daskmeans", "fit", "--help"],
-                                  capture_output=True, text=True, env=environment(), timeout=120)
+    through_dask = subprocess.run(
+        [sys.executable, "-m", "dask", "daskmeans", "fit", "--help"],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=120,
+    )
     assert through_dask.returncode == 0, through_dask.stderr
     assert "dask daskmeans fit [OPTIONS] INPUT" in through_dask.stdout
 
@@ -90,16 +101,48 @@ def test_help_through_python_dash_m_and_dask():
 @pytest.mark.slow
 def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     """make-data -> fit -> predict -> info, each a separate process; fit and predict start their own cluster."""
-    made = run_module("make-data", "blobs.zarr", "--samples", 30_000, "--features", 6, "--clusters", 4,
-                      "--chunk-rows", 5000, "--seed", 2, "--json", cwd=tmp_path)
+    made = run_module(
+        "make-data",
+        "blobs.zarr",
+        "--samples",
+        30_000,
+        "--features",
+        6,
+        "--clusters",
+        4,
+        "--chunk-rows",
+        5000,
+        "--seed",
+        2,
+        "--json",
+        cwd=tmp_path,
+    )
     assert made.returncode == 0, made.stderr
     made = json.loads(made.stdout)
     assert made["n_samples"] == 30_000 and made["chunks"] == [5000, 6] and made["seed"] == 2
 
-    fitted = run_module("fit", "blobs.zarr", "--array", "X", "-k", 4, "--seed", SEED, "--out", "model.zarr",
-                        "--labels", "blobs.zarr/labels", "--workers", 2, "--threads-per-worker", 1,
-                        "--memory-limit", "1GiB", "--json",
-                        cwd=tmp_path)
+    fitted = run_module(
+        "fit",
+        "blobs.zarr",
+        "--array",
+        "X",
+        "-k",
+        4,
+        "--seed",
+        SEED,
+        "--out",
+        "model.zarr",
+        "--labels",
+        "blobs.zarr/labels",
+        "--workers",
+        2,
+        "--threads-per-worker",
+        1,
+        "--memory-limit",
+        "1GiB",
+        "--json",
+        cwd=tmp_path,
+    )
     assert fitted.returncode == 0, fitted.stderr
     assert "k-means" in fitted.stderr  # the progress bar
     summary = json.loads(fitted.stdout)  # stdout is one JSON object and nothing else
@@ -111,7 +154,8 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     # The CLI's model is the in-process estimator's model for the same seed (here on another cluster).
     model = daskmeans.load(tmp_path / "model.zarr")
     reference = daskmeans.KMeans(n_clusters=4, random_state=SEED, client=client).fit(
-        daskmeans.open_input(str(tmp_path / "blobs.zarr"), array="X"))
+        daskmeans.open_input(str(tmp_path / "blobs.zarr"), array="X")
+    )
     np.testing.assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-5, atol=1e-5)
     assert summary["inertia"] == pytest.approx(reference.inertia_, rel=1e-6)
     assert summary["n_iter"] == reference.n_iter_
@@ -120,12 +164,23 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
     fit_labels = group["labels"][...]
     np.testing.assert_array_equal(fit_labels, reference.labels_.compute())
 
-    predicted = run_module("predict", "model.zarr", "blobs.zarr", "--array", "X", "--labels", "predicted.zarr",
-                           "--workers", 2, "--threads-per-worker", 1, cwd=tmp_path)
+    predicted = run_module(
+        "predict",
+        "model.zarr",
+        "blobs.zarr",
+        "--array",
+        "X",
+        "--labels",
+        "predicted.zarr",
+        "--workers",
+        2,
+        "--threads-per-worker",
+        1,
+        cwd=tmp_path,
+    )
     assert predicted.returncode == 0, predicted.stderr
     assert "Labelled 30,000 rows" in predicted.stdout
-    np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "predicted.zarr"), mode="r")[...],
-                                  fit_labels)
+    np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "predicted.zarr"), mode="r")[...], fit_labels)
 
     model_info = run_module("info", "model.zarr", "--json", cwd=tmp_path)
     assert model_info.returncode == 0, model_info.stderr
@@ -144,8 +199,22 @@ def test_end_to_end_on_an_embedded_cluster(tmp_path, client):
 
 @pytest.mark.slow
 def test_fit_on_a_running_scheduler_prints_a_summary(tmp_path, cluster, data):
-    result = invoke("fit", data, "--array", "X", "-k", N_CLUSTERS, "--seed", SEED, "--max-iter", 50,
-                    "--scheduler", cluster.scheduler_address, "--out", tmp_path / "m.zarr")
+    result = invoke(
+        "fit",
+        data,
+        "--array",
+        "X",
+        "-k",
+        N_CLUSTERS,
+        "--seed",
+        SEED,
+        "--max-iter",
+        50,
+        "--scheduler",
+        cluster.scheduler_address,
+        "--out",
+        tmp_path / "m.zarr",
+    )
     assert result.exit_code == 0, result.output
     assert f"kmeans: k={N_CLUSTERS} on {data}/X (20,000 x 8 float32), 2 Dask workers" in result.stdout
     for field in ("energy", "inertia", "iterations", "time", "model"):
@@ -157,9 +226,28 @@ def test_fit_on_a_running_scheduler_prints_a_summary(tmp_path, cluster, data):
 
 @pytest.mark.slow
 def test_fit_json_quiet_and_options_reach_the_estimator(tmp_path, cluster, data):
-    result = invoke("fit", data, "--array", "X", "-k", 3, "--seed", 9, "--init", "random", "--max-iter", 2,
-                    "--max-time", 100, "--scheduler", cluster.scheduler_address, "--quiet", "--json",
-                    "--out", tmp_path / "m.zarr")
+    result = invoke(
+        "fit",
+        data,
+        "--array",
+        "X",
+        "-k",
+        3,
+        "--seed",
+        9,
+        "--init",
+        "random",
+        "--max-iter",
+        2,
+        "--max-time",
+        100,
+        "--scheduler",
+        cluster.scheduler_address,
+        "--quiet",
+        "--json",
+        "--out",
+        tmp_path / "m.zarr",
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == ""  # --quiet: no bar
     summary = json.loads(result.stdout)
@@ -171,19 +259,48 @@ def test_fit_json_quiet_and_options_reach_the_estimator(tmp_path, cluster, data)
 @pytest.mark.slow
 def test_existing_outputs_are_replaced_only_with_overwrite(tmp_path, cluster, data):
     model_path = tmp_path / "m.zarr"
-    first = invoke("fit", data, "--array", "X", "-k", 2, "--seed", 1, "--quiet",
-                   "--scheduler", cluster.scheduler_address, "--out", model_path)
+    first = invoke(
+        "fit",
+        data,
+        "--array",
+        "X",
+        "-k",
+        2,
+        "--seed",
+        1,
+        "--quiet",
+        "--scheduler",
+        cluster.scheduler_address,
+        "--out",
+        model_path,
+    )
     assert first.exit_code == 0, first.output
     # An unreachable scheduler proves the check comes first: the message is about the output, not the scheduler.
-    again = invoke("fit", data, "--array", "X", "-k", 3, "--quiet", "--scheduler", "tcp://127.0.0.1:1",
-                   "--out", model_path)
+    again = invoke(
+        "fit", data, "--array", "X", "-k", 3, "--quiet", "--scheduler", "tcp://127.0.0.1:1", "--out", model_path
+    )
     assert_user_error(again, "exists already", "--overwrite")
     assert daskmeans.load(model_path).n_clusters == 2
-    labels_exist = invoke("fit", data, "--array", "X", "-k", 3, "--quiet", "--scheduler", "tcp://127.0.0.1:1",
-                          "--labels", model_path)
+    labels_exist = invoke(
+        "fit", data, "--array", "X", "-k", 3, "--quiet", "--scheduler", "tcp://127.0.0.1:1", "--labels", model_path
+    )
     assert_user_error(labels_exist, "exists already")
-    replaced = invoke("fit", data, "--array", "X", "-k", 3, "--seed", 1, "--quiet", "--overwrite",
-                      "--scheduler", cluster.scheduler_address, "--out", model_path)
+    replaced = invoke(
+        "fit",
+        data,
+        "--array",
+        "X",
+        "-k",
+        3,
+        "--seed",
+        1,
+        "--quiet",
+        "--overwrite",
+        "--scheduler",
+        cluster.scheduler_address,
+        "--out",
+        model_path,
+    )
     assert replaced.exit_code == 0, replaced.output
     assert daskmeans.load(model_path).n_clusters == 3
     assert sorted(os.listdir(tmp_path)) == ["m.zarr"]
@@ -192,18 +309,39 @@ def test_existing_outputs_are_replaced_only_with_overwrite(tmp_path, cluster, da
 @pytest.mark.slow
 def test_predict_on_the_scheduler_named_by_the_environment(tmp_path, cluster, client, data):
     model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
-        daskmeans.open_input(data, array="X"))
+        daskmeans.open_input(data, array="X")
+    )
     model.save(tmp_path / "m.zarr")
-    result = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l.zarr",
-                    "--json", env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})
+    result = invoke(
+        "predict",
+        tmp_path / "m.zarr",
+        data,
+        "--array",
+        "X",
+        "--labels",
+        tmp_path / "l.zarr",
+        "--json",
+        env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address},
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["n_samples"] == N_SAMPLES
     # The address came from the environment, as if given with --scheduler:
-    sized = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l2.zarr",
-                   "--workers", 2, env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})
+    sized = invoke(
+        "predict",
+        tmp_path / "m.zarr",
+        data,
+        "--array",
+        "X",
+        "--labels",
+        tmp_path / "l2.zarr",
+        "--workers",
+        2,
+        env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address},
+    )
     assert_user_error(sized, "--workers", "cannot be used with --scheduler")
-    np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "l.zarr"), mode="r")[...],
-                                  model.labels_.compute())
+    np.testing.assert_array_equal(
+        zarr.open_array(store=str(tmp_path / "l.zarr"), mode="r")[...], model.labels_.compute()
+    )
 
 
 def test_info_of_a_single_array_and_of_npy(tmp_path, data):
@@ -211,8 +349,13 @@ def test_info_of_a_single_array_and_of_npy(tmp_path, data):
     assert result.exit_code == 0, result.output
     details = json.loads(result.stdout)
     assert [a["name"] for a in details["arrays"]] == ["X"]
-    assert details["arrays"][0] == {"name": "X", "shape": [N_SAMPLES, N_FEATURES], "dtype": "float32",
-                                    "chunks": [4000, N_FEATURES], "nbytes": N_SAMPLES * N_FEATURES * 4}
+    assert details["arrays"][0] == {
+        "name": "X",
+        "shape": [N_SAMPLES, N_FEATURES],
+        "dtype": "float32",
+        "chunks": [4000, N_FEATURES],
+        "nbytes": N_SAMPLES * N_FEATURES * 4,
+    }
     np.save(tmp_path / "d.npy", np.zeros((10, 3), dtype=np.uint8))
     result = invoke("info", tmp_path / "d.npy", "--json")
     assert result.exit_code == 0, result.output
@@ -242,14 +385,14 @@ def test_k_larger_than_the_data(tmp_path, data):
 
 
 def test_bad_init_and_options_foreign_to_the_algorithm(data):
-    result = invoke("fit", data, "--array", "X", "-k", 2, "--init", "kmeans-plus", "--scheduler",
-                    "tcp://127.0.0.1:1")
+    result = invoke("fit", data, "--array", "X", "-k", 2, "--init", "kmeans-plus", "--scheduler", "tcp://127.0.0.1:1")
     assert_user_error(result, "init", "k-means||")
 
 
 def test_unreachable_scheduler_fails_after_the_timeout(data):
-    result = invoke("fit", data, "--array", "X", "-k", 2, "--quiet", "--scheduler", "tcp://127.0.0.1:1",
-                    "--connect-timeout", 1)
+    result = invoke(
+        "fit", data, "--array", "X", "-k", 2, "--quiet", "--scheduler", "tcp://127.0.0.1:1", "--connect-timeout", 1
+    )
     assert_user_error(result, "Could not connect", "tcp://127.0.0.1:1")
 
 
@@ -286,23 +429,63 @@ def test_outputs_must_differ_from_each_other_and_from_the_input(tmp_path, data):
 @pytest.mark.slow
 def test_predict_with_n_probe_writes_the_approximate_labels(tmp_path, cluster, client, data):
     model = daskmeans.KMeans(n_clusters=N_CLUSTERS, random_state=0, client=client).fit(
-        daskmeans.open_input(data, array="X"))
+        daskmeans.open_input(data, array="X")
+    )
     model.save(tmp_path / "m.zarr")
-    result = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l.zarr",
-                    "--n-probe", 1, "--json", "--scheduler", cluster.scheduler_address)
+    result = invoke(
+        "predict",
+        tmp_path / "m.zarr",
+        data,
+        "--array",
+        "X",
+        "--labels",
+        tmp_path / "l.zarr",
+        "--n-probe",
+        1,
+        "--json",
+        "--scheduler",
+        cluster.scheduler_address,
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["n_probe"] == 1
     expected = model.predict(daskmeans.open_input(data, array="X"), n_probe=1).compute()
     np.testing.assert_array_equal(zarr.open_array(store=str(tmp_path / "l.zarr"), mode="r")[...], expected)
-    refused = invoke("predict", tmp_path / "m.zarr", data, "--array", "X", "--labels", tmp_path / "l2.zarr",
-                     "--n-probe", 0, "--scheduler", cluster.scheduler_address)
+    refused = invoke(
+        "predict",
+        tmp_path / "m.zarr",
+        data,
+        "--array",
+        "X",
+        "--labels",
+        tmp_path / "l2.zarr",
+        "--n-probe",
+        0,
+        "--scheduler",
+        cluster.scheduler_address,
+    )
     assert_user_error(refused, "--n-probe")
     kernel = daskmeans.MiniBatchKernelKMeans(n_clusters=2, max_iter=2, random_state=0, client=client).fit(
-        daskmeans.open_input(data, array="X"))
+        daskmeans.open_input(data, array="X")
+    )
     kernel.save(tmp_path / "kernel.zarr")
-    assert_user_error(invoke("predict", tmp_path / "kernel.zarr", data, "--array", "X", "--labels",
-                             tmp_path / "l3.zarr", "--n-probe", 2, "--scheduler", cluster.scheduler_address),
-                      "--n-probe", "MiniBatchKernelKMeans", "leave --n-probe out")
+    assert_user_error(
+        invoke(
+            "predict",
+            tmp_path / "kernel.zarr",
+            data,
+            "--array",
+            "X",
+            "--labels",
+            tmp_path / "l3.zarr",
+            "--n-probe",
+            2,
+            "--scheduler",
+            cluster.scheduler_address,
+        ),
+        "--n-probe",
+        "MiniBatchKernelKMeans",
+        "leave --n-probe out",
+    )
     assert not (tmp_path / "l2.zarr").exists() and not (tmp_path / "l3.zarr").exists()
 
 
@@ -316,8 +499,9 @@ def test_plain_file_as_input_model_or_info(tmp_path, data):
     text.write_text("not data")
     assert_user_error(invoke("fit", text, "-k", 2), "is a file, not a Zarr store")
     assert_user_error(invoke("info", text), "is a file")
-    assert_user_error(invoke("predict", text, data, "--array", "X", "--labels", tmp_path / "l.zarr"),
-                      "not a daskmeans model")
+    assert_user_error(
+        invoke("predict", text, data, "--array", "X", "--labels", tmp_path / "l.zarr"), "not a daskmeans model"
+    )
 
 
 def test_data_given_as_a_model(tmp_path, data):
@@ -349,8 +533,19 @@ def test_failed_fit_leaves_nothing_behind(tmp_path, cluster):
     values = np.ones((100, 2), dtype=np.float32)
     values[37, 1] = np.nan
     zarr.create_array(store=str(tmp_path / "nan.zarr"), data=values, chunks=(50, 2))
-    result = invoke("fit", tmp_path / "nan.zarr", "-k", 2, "--quiet", "--scheduler", cluster.scheduler_address,
-                    "--out", tmp_path / "m.zarr", "--labels", tmp_path / "l.zarr")
+    result = invoke(
+        "fit",
+        tmp_path / "nan.zarr",
+        "-k",
+        2,
+        "--quiet",
+        "--scheduler",
+        cluster.scheduler_address,
+        "--out",
+        tmp_path / "m.zarr",
+        "--labels",
+        tmp_path / "l.zarr",
+    )
     assert_user_error(result, "NaN")
     assert sorted(os.listdir(tmp_path)) == ["nan.zarr"]
 
@@ -368,13 +563,17 @@ def test_make_data_refuses_to_overwrite(tmp_path):
 
 @pytest.mark.slow
 def test_demo_makes_data_fits_and_plots(tmp_path):
-    result = run_module("demo", "--samples", 20_000, "--workers", 2, "--threads-per-worker", 1, "--quiet",
-                        "--json", cwd=tmp_path)
+    result = run_module(
+        "demo", "--samples", 20_000, "--workers", 2, "--threads-per-worker", 1, "--quiet", "--json", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     out = tmp_path / "daskmeans-demo"
-    assert summary["out_dir"] == "daskmeans-demo" and sorted(os.listdir(out)) == ["data.zarr", "energy.png",
-                                                                                   "model.zarr"]
+    assert summary["out_dir"] == "daskmeans-demo" and sorted(os.listdir(out)) == [
+        "data.zarr",
+        "energy.png",
+        "model.zarr",
+    ]
     plot = (out / "energy.png").read_bytes()
     assert plot.startswith(PNG_SIGNATURE) and len(plot) > 1024
     labels = zarr.open_array(store=str(out / "data.zarr" / "labels"), mode="r")
@@ -419,8 +618,12 @@ def test_plot_shades_and_labels_each_phase(tmp_path):
 
     from daskmeans.plots import draw_phases
 
-    phases = [{"phase": "input check", "start": 0.0, "end": 0.5}, {"phase": "seeding", "start": 0.5, "end": 2.0},
-              {"phase": "iterations", "start": 2.0, "end": 5.0}, {"phase": "final pass", "start": 5.0, "end": 5.5}]
+    phases = [
+        {"phase": "input check", "start": 0.0, "end": 0.5},
+        {"phase": "seeding", "start": 0.5, "end": 2.0},
+        {"phase": "iterations", "start": 2.0, "end": 5.0},
+        {"phase": "final pass", "start": 5.0, "end": 5.5},
+    ]
     axes = Figure().add_subplot()
     draw_phases(axes, phases)
     assert [text.get_text() for text in axes.texts] == ["input check", "seeding", "final pass"]
@@ -454,13 +657,15 @@ def test_lazy_command_is_listed_and_loaded_on_demand(tmp_path, monkeypatch):
     package = tmp_path / "extra_cli_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "command.py").write_text(textwrap.dedent("""
+    (package / "command.py").write_text(
+        textwrap.dedent("""
         import click
 
         @click.command("hello")
         def hello():
             click.echo("hello from a lazy command")
-    """))
+    """)
+    )
     (package / "broken.py").write_text("import a_module_that_is_not_installed_anywhere\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(cli.LAZY_COMMANDS, "hello", ("extra_cli_pkg.command", "hello"))

@@ -11,17 +11,23 @@ import sys
 
 import numpy as np
 import pytest
+from test_cli import environment
 
 from daskmeans import KMeans
 from daskmeans.datasets import make_blobs_zarr
-from test_cli import environment
 
 pytestmark = pytest.mark.slow
 
 
 def daskmeans_command(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
-                          env=environment(), cwd=cwd, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "daskmeans", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        cwd=cwd,
+        timeout=240,
+    )
 
 
 def assert_one_line(done, *fragments):
@@ -75,8 +81,7 @@ def mounted_tmpfs(folder, options, what):
     """A tmpfs mounted on ``folder`` with mount ``options`` for the test and unmounted after it, or a skip (saying
     why) where mounting is not allowed (not root, no CAP_SYS_ADMIN, a container without mount)."""
     folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
-                          text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount {what} here ({done.stderr.strip() or done.returncode})")
     try:
@@ -104,8 +109,9 @@ FULL_ROWS = 200_000
 @pytest.fixture(params=list(FULL_DISKS))
 def full_disk(request, tmp_path):
     """A small writable tmpfs that an output fills up (too few bytes, or too few inodes), or a skip."""
-    with mounted_tmpfs(tmp_path / "full-disk", FULL_DISKS[request.param],
-                       f"a tmpfs with {FULL_DISKS[request.param]}") as folder:
+    with mounted_tmpfs(
+        tmp_path / "full-disk", FULL_DISKS[request.param], f"a tmpfs with {FULL_DISKS[request.param]}"
+    ) as folder:
         yield folder
 
 
@@ -135,8 +141,9 @@ def big_store(tmp_path):
 def test_an_unwritable_output_is_refused_before_the_fit(tmp_path, read_only_folder):
     store = tmp_path / "data.zarr"
     make_blobs_zarr(store, 2000, 4, 3, chunk_rows=500, random_state=0)
-    done = daskmeans_command("fit", store, "--array", "X", "-k", 3, "--out", read_only_folder / "model.zarr",
-                             "--labels", store / "labels")
+    done = daskmeans_command(
+        "fit", store, "--array", "X", "-k", 3, "--out", read_only_folder / "model.zarr", "--labels", store / "labels"
+    )
     assert_one_line(done, "--out", "cannot write")
     assert "iterations" not in done.stderr and not (store / "labels").exists()
 
@@ -144,8 +151,20 @@ def test_an_unwritable_output_is_refused_before_the_fit(tmp_path, read_only_fold
 def labels_on_a_full_disk(store, disk, *cluster):
     """``daskmeans fit --labels`` onto a disk the labels do not fit on: one line, nothing left, the input as it was."""
     before = snapshot(store)
-    done = daskmeans_command("fit", store, "--array", "X", "-k", 16, "--random-state", 0, "--quiet",
-                             "--labels", disk / "labels.zarr", *cluster)
+    done = daskmeans_command(
+        "fit",
+        store,
+        "--array",
+        "X",
+        "-k",
+        16,
+        "--random-state",
+        0,
+        "--quiet",
+        "--labels",
+        disk / "labels.zarr",
+        *cluster,
+    )
     assert_one_line(done, f"--labels {str(disk / 'labels.zarr')!r} could not be written", "No space left on device")
     assert "--debug" not in done.stderr  # the user's disk, not a fault of daskmeans: nothing to debug
     assert os.listdir(disk) == []  # no labels, no temporary folder, no write-check file
@@ -161,8 +180,9 @@ def test_a_disk_full_while_workers_write_labels_is_one_line_and_leaves_nothing(b
 
 
 def test_labels_larger_than_the_free_space_are_announced_before_the_fit(big_store, small_disk):
-    done = daskmeans_command("fit", big_store, "--array", "X", "-k", 16, "--random-state", 0,
-                             "--labels", small_disk / "labels.zarr")
+    done = daskmeans_command(
+        "fit", big_store, "--array", "X", "-k", 16, "--random-state", 0, "--labels", small_disk / "labels.zarr"
+    )
     warning = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
     assert len(warning) == 1 and "--labels" in warning[0] and "may not fit" in warning[0], done.stderr
     assert "781.2 KiB uncompressed" in warning[0] and "64.0 KiB free" in warning[0], warning[0]
@@ -189,8 +209,9 @@ FILLED_DISKS = {"bytes": "size=64k", "inodes": "size=1m,nr_inodes=8"}
 @pytest.fixture(params=list(FILLED_DISKS))
 def filled_disk(request, tmp_path):
     """A small tmpfs with no free byte (or no free inode) left, or a skip where mounting is not allowed."""
-    with mounted_tmpfs(tmp_path / "filled-disk", FILLED_DISKS[request.param],
-                       f"a tmpfs with {FILLED_DISKS[request.param]}") as folder:
+    with mounted_tmpfs(
+        tmp_path / "filled-disk", FILLED_DISKS[request.param], f"a tmpfs with {FILLED_DISKS[request.param]}"
+    ) as folder:
         fill_up(folder, request.param)
         yield folder
 
@@ -217,9 +238,25 @@ def test_a_model_that_does_not_fit_on_the_disk_leaves_no_labels(tmp_path, small_
     make_blobs_zarr(store, 1000, 128, 8, random_state=0)
     before = snapshot(store)
     # 200 x 128 float32 centers: about 100 KiB, compressed or not; the labels (beside X) fit, and are written first
-    done = daskmeans_command("fit", store, "--array", "X", "-k", 200, "--init", "random", "--max-iter", 1,
-                             "--random-state", 0, "--quiet", "--labels", store / "labels", "--out",
-                             small_disk / "model.zarr")
+    done = daskmeans_command(
+        "fit",
+        store,
+        "--array",
+        "X",
+        "-k",
+        200,
+        "--init",
+        "random",
+        "--max-iter",
+        1,
+        "--random-state",
+        0,
+        "--quiet",
+        "--labels",
+        store / "labels",
+        "--out",
+        small_disk / "model.zarr",
+    )
     assert_one_line(done, "--out", "could not be written", "No space left on device")
     assert os.listdir(small_disk) == []
     assert snapshot(store) == before  # no labels, no temporary labels folder beside X, X untouched
@@ -236,7 +273,8 @@ def test_a_disk_full_while_predict_writes_labels_is_one_line_and_leaves_nothing(
 
 
 def test_a_disk_full_while_making_data_is_one_line_and_leaves_nothing(full_disk):
-    done = daskmeans_command("make-data", full_disk / "data.zarr", "--n-samples", FULL_ROWS, "--n-features", 2, "-k",
-                             16, "--seed", 0)
+    done = daskmeans_command(
+        "make-data", full_disk / "data.zarr", "--n-samples", FULL_ROWS, "--n-features", 2, "-k", 16, "--seed", 0
+    )
     assert_one_line(done, "OUT", "could not be written", "No space left on device")
     assert os.listdir(full_disk) == []

@@ -15,21 +15,38 @@ import time
 
 import psutil
 import pytest
+from test_real_cluster import Processes, base_env, dask_command, wait_for_scheduler_file, wait_for_workers
 
 from daskmeans.datasets import make_blobs_zarr
-from test_real_cluster import Processes, base_env, dask_command, wait_for_scheduler_file, wait_for_workers
 
 pytestmark = pytest.mark.slow
 
 #: A fit that runs for many seconds on two workers of one thread (400,000 x 16 float32, k = 200, up to 1000 plain
 #: Lloyd iterations with no tolerance): killed long before it could end.
-LONG_FIT = ("--array", "X", "-k", "200", "--seed", "0", "--max-iter", "1000", "--param", "tol=0", "--param",
-            "algorithm=lloyd")
+LONG_FIT = (
+    "--array",
+    "X",
+    "-k",
+    "200",
+    "--seed",
+    "0",
+    "--max-iter",
+    "1000",
+    "--param",
+    "tol=0",
+    "--param",
+    "algorithm=lloyd",
+)
 
 
 def daskmeans_command(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
-                          env=base_env(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "daskmeans", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=timeout,
+    )
 
 
 def assert_one_line(returncode, stderr, *fragments, status=1):
@@ -62,8 +79,9 @@ def small_npy(tmp_path_factory):
 
 def test_a_tls_address_without_tls_settings_says_what_is_needed(small_npy):
     done = daskmeans_command("fit", small_npy, "-k", 2, "--quiet", "--scheduler", "tls://127.0.0.1:9")
-    assert_one_line(done.returncode, done.stderr, "tls://127.0.0.1:9", "no TLS settings",
-                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE")
+    assert_one_line(
+        done.returncode, done.stderr, "tls://127.0.0.1:9", "no TLS settings", "DASK_DISTRIBUTED__COMM__TLS__CA_FILE"
+    )
 
 
 def test_a_tls_address_without_tls_settings_is_json_with_json(small_npy):
@@ -124,8 +142,9 @@ def test_a_silent_port_gives_up_after_the_connect_timeout(small_npy, silent_port
     """The command's own 3 s timeout ends the wait (the message names it), not the default one: the command
     ends by itself, well within the run's deadline."""
     port, accepted = silent_port
-    done = daskmeans_command("fit", small_npy, "-k", 2, "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}",
-                             "--connect-timeout", 3)
+    done = daskmeans_command(
+        "fit", small_npy, "-k", 2, "--quiet", "--scheduler", f"tcp://127.0.0.1:{port}", "--connect-timeout", 3
+    )
     assert_one_line(done.returncode, done.stderr, f"127.0.0.1:{port}", "did not answer within 3 s")
     assert accepted, "the command reached the server"
 
@@ -155,8 +174,9 @@ def test_the_api_connect_honours_its_timeout_on_a_silent_port(silent_port):
 def start_and_wait_for(command: list[str], marker: str, timeout: float = 180):
     """Start ``command`` in a process group of its own; return it once ``marker`` appeared on its stderr, with
     a function that returns all of its stderr once it has ended."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env(),
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env(), start_new_session=True
+    )
     chunks = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stderr.read(64), "")), daemon=True)
     reader.start()
@@ -179,20 +199,56 @@ def test_the_scheduler_killed_during_a_fit_is_one_line(tmp_path, long_data):
     processes = Processes(tmp_path)
     try:
         scheduler_file = tmp_path / "scheduler.json"
-        scheduler = processes.start("scheduler", dask_command("scheduler", "--host", "127.0.0.1", "--port", "0",
-                                                              "--no-dashboard", "--scheduler-file",
-                                                              str(scheduler_file)), base_env())
+        scheduler = processes.start(
+            "scheduler",
+            dask_command(
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ),
+            base_env(),
+        )
         address = wait_for_scheduler_file(scheduler_file, processes)
-        processes.start("worker", dask_command("worker", address, "--nworkers", "2", "--nthreads", "1",
-                                               "--no-dashboard", "--local-directory", str(tmp_path / "worker")),
-                        base_env())
+        processes.start(
+            "worker",
+            dask_command(
+                "worker",
+                address,
+                "--nworkers",
+                "2",
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--local-directory",
+                str(tmp_path / "worker"),
+            ),
+            base_env(),
+        )
         wait_for_workers(address, 2, processes)
         outputs = tmp_path / "outputs"
         outputs.mkdir()
         fit, stderr = start_and_wait_for(
-            [sys.executable, "-m", "daskmeans", "fit", str(long_data), *LONG_FIT, "--scheduler", address,
-             "--out", str(outputs / "model.zarr"), "--labels", str(outputs / "labels.zarr")],
-            "k-means iterations")
+            [
+                sys.executable,
+                "-m",
+                "daskmeans",
+                "fit",
+                str(long_data),
+                *LONG_FIT,
+                "--scheduler",
+                address,
+                "--out",
+                str(outputs / "model.zarr"),
+                "--labels",
+                str(outputs / "labels.zarr"),
+            ],
+            "k-means iterations",
+        )
         os.killpg(scheduler.pid, signal.SIGKILL)
         fit.wait(120)
         assert_one_line(fit.returncode, stderr(), "Lost the Dask scheduler", address)
@@ -205,10 +261,24 @@ def test_ctrl_c_during_a_fit_on_local_worker_processes(tmp_path, long_data):
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     fit, stderr = start_and_wait_for(
-        [sys.executable, "-m", "daskmeans", "fit", str(long_data), *LONG_FIT, "--workers", "2",
-         "--threads-per-worker", "1", "--out", str(outputs / "model.zarr"), "--labels",
-         str(outputs / "labels.zarr")],
-        "k-means iterations")
+        [
+            sys.executable,
+            "-m",
+            "daskmeans",
+            "fit",
+            str(long_data),
+            *LONG_FIT,
+            "--workers",
+            "2",
+            "--threads-per-worker",
+            "1",
+            "--out",
+            str(outputs / "model.zarr"),
+            "--labels",
+            str(outputs / "labels.zarr"),
+        ],
+        "k-means iterations",
+    )
     os.killpg(fit.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground process group
     try:
         fit.wait(120)
@@ -258,9 +328,14 @@ with interrupts_with_deadline(command.report_interrupted, grace_seconds=2):
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_a_command_stuck_after_ctrl_c_stops_at_its_deadline_and_takes_its_workers_with_it(as_json):
-    process = subprocess.Popen([sys.executable, "-c", STUCK_AFTER_CTRL_C, *(["--json"] if as_json else [])],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env(),
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", STUCK_AFTER_CTRL_C, *(["--json"] if as_json else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(),
+        start_new_session=True,
+    )
     child = int(process.stdout.readline())
     os.killpg(process.pid, signal.SIGINT)
     start = time.monotonic()
@@ -269,8 +344,11 @@ def test_a_command_stuck_after_ctrl_c_stops_at_its_deadline_and_takes_its_worker
     except subprocess.TimeoutExpired:
         ended = process.poll()
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError("the deadline did not end the command" if ended is None else
-                             f"the command exited ({ended}) but left its child holding its output") from None
+        raise AssertionError(
+            "the deadline did not end the command"
+            if ended is None
+            else f"the command exited ({ended}) but left its child holding its output"
+        ) from None
     assert time.monotonic() - start > 1.5, "the command ended before its 2 s grace"  # only the deadline ends it
     assert process.returncode == 130, stderr
     if as_json:

@@ -31,9 +31,13 @@ SETTINGS = sorted(config.defaults())
 
 # -- no copies made at import, no defaults frozen --------------------------------------------------------------
 
+
 def _config_names_in(node) -> list[str]:
-    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
-            if (isinstance(n, ast.Name) and n.id in SETTINGS) or (isinstance(n, ast.Attribute) and n.attr in SETTINGS)]
+    return [
+        n.id if isinstance(n, ast.Name) else n.attr
+        for n in ast.walk(node)
+        if (isinstance(n, ast.Name) and n.id in SETTINGS) or (isinstance(n, ast.Attribute) and n.attr in SETTINGS)
+    ]
 
 
 def _frozen_settings(path: Path) -> list[str]:
@@ -41,34 +45,50 @@ def _frozen_settings(path: Path) -> list[str]:
     or a class attribute's default (read once, when the module is imported)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1] == "config" \
-                and (node.level or node.module.startswith("daskmeans")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[-1] == "config"
+            and (node.level or node.module.startswith("daskmeans"))
+        ):
             found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.isupper()]
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             defaults = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
             found += [f"line {node.lineno}: default {name}" for d in defaults for name in _config_names_in(d)]
         elif isinstance(node, ast.ClassDef):
-            found += [f"line {st.lineno}: class attribute {name}" for st in node.body
-                      if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None
-                      for name in _config_names_in(st.value)]
+            found += [
+                f"line {st.lineno}: class attribute {name}"
+                for st in node.body
+                if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None
+                for name in _config_names_in(st.value)
+            ]
     return found
 
 
 def test_no_module_copies_a_setting_at_import_or_freezes_one_as_a_default():
-    frozen = {str(path.relative_to(PACKAGE.parent)): found for path in sorted(PACKAGE.rglob("*.py"))
-              if path.name != "config.py" and (found := _frozen_settings(path))}
+    frozen = {
+        str(path.relative_to(PACKAGE.parent)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "config.py" and (found := _frozen_settings(path))
+    }
     assert not frozen, f"read config.NAME where it is used (None defaults read at call time): {frozen}"
 
 
 def test_the_check_finds_a_copy_and_a_frozen_default(tmp_path):
     module = tmp_path / "module.py"
-    module.write_text("from ..config import SLAB_BYTES, config\n"
-                      "def f(x, slab_bytes=SLAB_BYTES, split=config.SPLIT_EVERY, other=None):\n    pass\n")
-    assert _frozen_settings(module) == ["line 1: imports SLAB_BYTES", "line 2: default SLAB_BYTES",
-                                        "line 2: default SPLIT_EVERY"]
+    module.write_text(
+        "from ..config import SLAB_BYTES, config\n"
+        "def f(x, slab_bytes=SLAB_BYTES, split=config.SPLIT_EVERY, other=None):\n    pass\n"
+    )
+    assert _frozen_settings(module) == [
+        "line 1: imports SLAB_BYTES",
+        "line 2: default SLAB_BYTES",
+        "line 2: default SPLIT_EVERY",
+    ]
 
 
 # -- set, reset, get ---------------------------------------------------------------------------------------------
+
 
 def test_set_as_a_context_manager_restores_the_values_on_leaving_the_block_even_on_an_error():
     with config.set(SLAB_BYTES=2**20, WRITES_SETTLE_SECONDS=3):
@@ -103,8 +123,15 @@ def test_unknown_names_and_wrong_types_are_refused_before_anything_changes():
         config.get("slab_bytes")
     with pytest.raises(InvalidParameterError):
         config.reset("NOT_A_SETTING")
-    for bad in ({"SLAB_BYTES": 1.5}, {"SLAB_BYTES": True}, {"SLAB_BYTES": "8MiB"}, {"WRITES_SETTLE_SECONDS": "1"},
-                {"LOCAL_WORKERS": "threads"}, {"WORKER_MALLOC_ENVIRON": 1}, {"POOL_ROWS": None}):
+    for bad in (
+        {"SLAB_BYTES": 1.5},
+        {"SLAB_BYTES": True},
+        {"SLAB_BYTES": "8MiB"},
+        {"WRITES_SETTLE_SECONDS": "1"},
+        {"LOCAL_WORKERS": "threads"},
+        {"WORKER_MALLOC_ENVIRON": 1},
+        {"POOL_ROWS": None},
+    ):
         with pytest.raises(TypeError, match="takes a value of type"):
             config.set(**bad)
     assert config.POOL_ROWS == config.defaults()["POOL_ROWS"]
@@ -119,9 +146,14 @@ def test_defaults_are_a_copy_and_every_setting_is_documented_in_config_py():
     assert config.defaults()["WORKER_MALLOC_ENVIRON"]["MALLOC_TRIM_THRESHOLD_"] != 0
     assert SETTINGS == sorted(name for name in vars(config) if name.isupper() and not name.startswith("_"))
     text = (PACKAGE / "config.py").read_text().splitlines()
-    undocumented = [name for name in SETTINGS
-                    if not any(line.startswith("#:") for line in text[:next(i for i, line in enumerate(text)
-                                                                          if line.startswith(f"{name} = "))][-1:])]
+    undocumented = [
+        name
+        for name in SETTINGS
+        if not any(
+            line.startswith("#:")
+            for line in text[: next(i for i, line in enumerate(text) if line.startswith(f"{name} = "))][-1:]
+        )
+    ]
     assert len(undocumented) <= 3, undocumented  # settings set one after another share the comment of the first
 
 
@@ -170,6 +202,7 @@ def test_a_progress_watch_finds_its_block_tasks_when_they_carry_settings():
 
 # -- settings reach the tasks in worker processes ---------------------------------------------------------------
 
+
 def _slab_rows_here(rows, offset):
     return np.full(rows.shape[0], rows.shape[0], dtype=np.int64)
 
@@ -193,8 +226,13 @@ def test_a_setting_changed_on_the_driver_reaches_the_tasks_in_worker_processes(c
         slabs = map_rows(X, _slab_rows_here, dtype=np.int64, name="daskmeans-slab-rows")
         values = compute_now(*reads, combined, client=cluster_client)
         (slab_rows,) = compute_now(slabs, client=cluster_client)
-        (pinned, pid), _ = run_pinned(cluster_client, _setting_where_pinned, [], "SLAB_BYTES",
-                                 key=f"daskmeans-pinned-{len(X.chunks[0])}-{config.SLAB_BYTES}")
+        (pinned, pid), _ = run_pinned(
+            cluster_client,
+            _setting_where_pinned,
+            [],
+            "SLAB_BYTES",
+            key=f"daskmeans-pinned-{len(X.chunks[0])}-{config.SLAB_BYTES}",
+        )
         assert os.getpid() not in (pid, *pids), "the tasks ran in worker processes"
         return set(values), int(slab_rows.max()), pinned
 
@@ -205,6 +243,7 @@ def test_a_setting_changed_on_the_driver_reaches_the_tasks_in_worker_processes(c
 
 
 # -- every setting, changed at run time, takes effect -------------------------------------------------------------
+
 
 def _counting(monkeypatch, module, name):
     """Replace ``module.name`` by a wrapper that records each call's arguments (returned list)."""
@@ -225,6 +264,7 @@ def _data(n=2000, d=4, seed=0, dtype=np.float64):
 
 
 # engine ------------------------------------------------------------------------------------------------------
+
 
 def _tree_shape(mp):
     from daskmeans.engine.graph import reduce_in_tree
@@ -314,7 +354,7 @@ def _handshake_wait(mp):
         if getattr(awaitable, "__qualname__", "").endswith("handshake"):
             waits.append(timeout)
             awaitable.close()
-            raise asyncio.TimeoutError
+            raise TimeoutError
         return await real(awaitable, timeout)
 
     mp.setattr(asyncio, "wait_for", wait_for)
@@ -379,6 +419,7 @@ def _late_report_wait(mp):
 
 # storage, datasets, memory --------------------------------------------------------------------------------------
 
+
 def _chosen_rows(n, d):
     def observe(mp):
         from daskmeans.storage.io import chosen_block_rows
@@ -425,6 +466,7 @@ def _minibatch_state(mp):
 
 
 # kernels ---------------------------------------------------------------------------------------------------------
+
 
 def _gemm_calls(mp):
     from daskmeans.kernels import assign
@@ -588,6 +630,7 @@ def _chain_blocks(mp):
 
 # passes ----------------------------------------------------------------------------------------------------------
 
+
 def _far_rows(mp):
     from daskmeans.passes.assign import far_rows
 
@@ -642,6 +685,7 @@ def _row_sample_blocks(mp):
 
 # algorithms and estimators, through the public API ---------------------------------------------------------------
 
+
 def _kmeans_bounds(mp):
     from daskmeans import KMeans
 
@@ -691,8 +735,10 @@ def _merge_batches(mp):
     from daskmeans import KMeans
 
     names = set()
-    with Callback(pretask=lambda key, dsk, state: names.add(key[0] if isinstance(key, tuple) else key)), \
-            dask.config.set(scheduler="threads"):
+    with (
+        Callback(pretask=lambda key, dsk, state: names.add(key[0] if isinstance(key, tuple) else key)),
+        dask.config.set(scheduler="threads"),
+    ):
         KMeans(10, init="two-level", max_iter=1, random_state=0).fit(_data(3000))
     first_level = re.compile(r"daskmeans-two-level-merge-[0-9a-f]+-[0-9]+$")  # one name per batch
     return len({name for name in names if first_level.match(name)})
@@ -749,8 +795,9 @@ def _gmm(attribute, client=False):
         from daskmeans import CoresetGaussianMixture
 
         kw = {"client": cluster} if client else {}
-        model = CoresetGaussianMixture(20, n_truncated=3, search_size=5, max_iter=2, random_state=0,
-                                       **kw).fit(_data(12_000))
+        model = CoresetGaussianMixture(20, n_truncated=3, search_size=5, max_iter=2, random_state=0, **kw).fit(
+            _data(12_000)
+        )
         if attribute == "history":
             return [(r["initial_esteps"], r["passes"]) for r in model.history_], model.means_.tobytes()
         return getattr(model, attribute)

@@ -85,81 +85,138 @@ def dask_chart_objects(values: dict) -> dict[str, dict]:
     def deployment(component, replicas, pod_spec):
         labels = {"app": "dask", "component": component}
         return {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{fullname}-{component}"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"{fullname}-{component}"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            },
         }
 
     def pod_spec(part, containers, volumes=None):
-        return _drop_empty({
-            "containers": containers, "volumes": volumes, "nodeSelector": part.get("nodeSelector"),
-            "securityContext": part.get("securityContext"), "affinity": part.get("affinity"),
-            "tolerations": part.get("tolerations"), "serviceAccountName": part.get("serviceAccountName"),
-            "imagePullSecrets": part.get("image", {}).get("pullSecrets"),
-        })
+        return _drop_empty(
+            {
+                "containers": containers,
+                "volumes": volumes,
+                "nodeSelector": part.get("nodeSelector"),
+                "securityContext": part.get("securityContext"),
+                "affinity": part.get("affinity"),
+                "tolerations": part.get("tolerations"),
+                "serviceAccountName": part.get("serviceAccountName"),
+                "imagePullSecrets": part.get("image", {}).get("pullSecrets"),
+            }
+        )
 
-    scheduler_container = _drop_empty({
-        "name": f"{fullname}-scheduler", "image": _image(scheduler["image"]),
-        "imagePullPolicy": scheduler["image"].get("pullPolicy"),
-        "args": ["dask-scheduler", f"--port={scheduler['servicePort']}", "--dashboard-address=:8787",
-                 *(scheduler.get("extraArgs") or [])],
-        "ports": [{"containerPort": 8786}, {"containerPort": 8787}],
-        "resources": scheduler.get("resources"), "env": scheduler.get("env"),
-        "livenessProbe": scheduler.get("livenessProbe"), "readinessProbe": scheduler.get("readinessProbe"),
-    })
+    scheduler_container = _drop_empty(
+        {
+            "name": f"{fullname}-scheduler",
+            "image": _image(scheduler["image"]),
+            "imagePullPolicy": scheduler["image"].get("pullPolicy"),
+            "args": [
+                "dask-scheduler",
+                f"--port={scheduler['servicePort']}",
+                "--dashboard-address=:8787",
+                *(scheduler.get("extraArgs") or []),
+            ],
+            "ports": [{"containerPort": 8786}, {"containerPort": 8787}],
+            "resources": scheduler.get("resources"),
+            "env": scheduler.get("env"),
+            "livenessProbe": scheduler.get("livenessProbe"),
+            "readinessProbe": scheduler.get("readinessProbe"),
+        }
+    )
     limits = (worker.get("resources") or {}).get("limits") or {}
     sizing = []
     if limits:
         defaults = worker.get("default_resources", {})
         threads = worker.get("threads_per_worker") or limits.get("cpu") or defaults.get("cpu")
         sizing = ["--nthreads", str(threads), "--memory-limit", str(limits.get("memory") or defaults.get("memory"))]
-    worker_args = [worker["image"].get("dask_worker", "dask-worker"), scheduler_address, *sizing,
-                   "--no-dashboard", "--dashboard-address", str(worker.get("portDashboard", 8790))]
+    worker_args = [
+        worker["image"].get("dask_worker", "dask-worker"),
+        scheduler_address,
+        *sizing,
+        "--no-dashboard",
+        "--dashboard-address",
+        str(worker.get("portDashboard", 8790)),
+    ]
     if worker.get("port"):
         worker_args += ["--worker-port", str(worker["port"])]
-    worker_container = _drop_empty({
-        "name": f"{fullname}-worker", "image": _image(worker["image"]),
-        "imagePullPolicy": worker["image"].get("pullPolicy"),
-        "args": worker_args + list(worker.get("extraArgs") or []),
-        "ports": [{"containerPort": worker.get("portDashboard", 8790), "name": "dashboard"}],
-        "resources": worker.get("resources"), "env": worker.get("env"),
-        "volumeMounts": (worker.get("mounts") or {}).get("volumeMounts"),
-        "livenessProbe": worker.get("livenessProbe"), "readinessProbe": worker.get("readinessProbe"),
-    })
+    worker_container = _drop_empty(
+        {
+            "name": f"{fullname}-worker",
+            "image": _image(worker["image"]),
+            "imagePullPolicy": worker["image"].get("pullPolicy"),
+            "args": worker_args + list(worker.get("extraArgs") or []),
+            "ports": [{"containerPort": worker.get("portDashboard", 8790), "name": "dashboard"}],
+            "resources": worker.get("resources"),
+            "env": worker.get("env"),
+            "volumeMounts": (worker.get("mounts") or {}).get("volumeMounts"),
+            "livenessProbe": worker.get("livenessProbe"),
+            "readinessProbe": worker.get("readinessProbe"),
+        }
+    )
     objects = {
         "scheduler": deployment("scheduler", scheduler.get("replicas", 1), pod_spec(scheduler, [scheduler_container])),
-        "worker": deployment("worker", worker["replicas"], pod_spec(
-            worker, [worker_container], (worker.get("mounts") or {}).get("volumes"))),
+        "worker": deployment(
+            "worker",
+            worker["replicas"],
+            pod_spec(worker, [worker_container], (worker.get("mounts") or {}).get("volumes")),
+        ),
         "scheduler-service": {
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{fullname}-scheduler"},
-            "spec": _drop_empty({
-                "type": scheduler.get("serviceType", "ClusterIP"),
-                "selector": {"app": "dask", "component": "scheduler"},
-                "ports": [{"name": f"{fullname}-scheduler", "port": scheduler["servicePort"], "targetPort": 8786},
-                          {"name": f"{fullname}-webui", "port": webui.get("servicePort", 80), "targetPort": 8787}],
-                "loadBalancerIP": scheduler.get("loadBalancerIP"),
-            }),
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{fullname}-scheduler"},
+            "spec": _drop_empty(
+                {
+                    "type": scheduler.get("serviceType", "ClusterIP"),
+                    "selector": {"app": "dask", "component": "scheduler"},
+                    "ports": [
+                        {"name": f"{fullname}-scheduler", "port": scheduler["servicePort"], "targetPort": 8786},
+                        {"name": f"{fullname}-webui", "port": webui.get("servicePort", 80), "targetPort": 8787},
+                    ],
+                    "loadBalancerIP": scheduler.get("loadBalancerIP"),
+                }
+            ),
         },
     }
     jupyter = values.get("jupyter", {})
     if jupyter.get("enabled", True):
-        env = [{"name": "DASK_SCHEDULER_ADDRESS", "value": f"{fullname}-scheduler:{scheduler['servicePort']}"},
-               *(jupyter.get("env") or [])]
-        container = _drop_empty({
-            "name": f"{fullname}-jupyter", "image": _image(jupyter["image"]),
-            "imagePullPolicy": jupyter["image"].get("pullPolicy"), "command": jupyter.get("command"),
-            "args": jupyter.get("args"), "ports": [{"containerPort": 8888}],
-            "resources": jupyter.get("resources") or {}, "env": env,
-            "volumeMounts": [{"name": "config-volume", "mountPath": "/usr/local/etc/jupyter"},
-                             *((jupyter.get("mounts") or {}).get("volumeMounts") or [])],
-        })
-        volumes = [*((jupyter.get("mounts") or {}).get("volumes") or []),
-                   {"name": "config-volume", "configMap": {"name": f"{fullname}-jupyter-config"}}]
+        env = [
+            {"name": "DASK_SCHEDULER_ADDRESS", "value": f"{fullname}-scheduler:{scheduler['servicePort']}"},
+            *(jupyter.get("env") or []),
+        ]
+        container = _drop_empty(
+            {
+                "name": f"{fullname}-jupyter",
+                "image": _image(jupyter["image"]),
+                "imagePullPolicy": jupyter["image"].get("pullPolicy"),
+                "command": jupyter.get("command"),
+                "args": jupyter.get("args"),
+                "ports": [{"containerPort": 8888}],
+                "resources": jupyter.get("resources") or {},
+                "env": env,
+                "volumeMounts": [
+                    {"name": "config-volume", "mountPath": "/usr/local/etc/jupyter"},
+                    *((jupyter.get("mounts") or {}).get("volumeMounts") or []),
+                ],
+            }
+        )
+        volumes = [
+            *((jupyter.get("mounts") or {}).get("volumes") or []),
+            {"name": "config-volume", "configMap": {"name": f"{fullname}-jupyter-config"}},
+        ]
         objects["jupyter"] = deployment("jupyter", 1, pod_spec(jupyter, [container], volumes))
         objects["jupyter-service"] = {
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{fullname}-jupyter"},
-            "spec": {"type": jupyter.get("serviceType", "ClusterIP"), "selector": {"component": "jupyter"},
-                     "ports": [{"port": jupyter.get("servicePort", 80), "targetPort": 8888}]},
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{fullname}-jupyter"},
+            "spec": {
+                "type": jupyter.get("serviceType", "ClusterIP"),
+                "selector": {"component": "jupyter"},
+                "ports": [{"port": jupyter.get("servicePort", 80), "targetPort": 8888}],
+            },
         }
     return objects
 
@@ -173,7 +230,9 @@ def gateway_pod(backend: dict, role: str, command: list[str]) -> dict:
     """
     part = backend[role]
     container = {
-        "name": f"dask-{role}", "image": f"{backend['image']['name']}:{backend['image']['tag']}", "args": command,
+        "name": f"dask-{role}",
+        "image": f"{backend['image']['name']}:{backend['image']['tag']}",
+        "args": command,
         "env": [{"name": name, "value": value} for name, value in (backend.get("environment") or {}).items()],
         "resources": {
             "requests": {"cpu": str(part["cores"]["request"]), "memory": str(part["memory"]["request"])},
@@ -182,9 +241,12 @@ def gateway_pod(backend: dict, role: str, command: list[str]) -> dict:
         "volumeMounts": [{"name": "dask-credentials", "mountPath": "/etc/dask-credentials/", "readOnly": True}],
     }
     container = merge_values(container, part.get("extraContainerConfig") or {})
-    spec = {"containers": [container], "restartPolicy": "OnFailure" if role == "worker" else "Never",
-            "volumes": [{"name": "dask-credentials", "secret": {"secretName": "dask-credentials"}}],
-            "automountServiceAccountToken": False}
+    spec = {
+        "containers": [container],
+        "restartPolicy": "OnFailure" if role == "worker" else "Never",
+        "volumes": [{"name": "dask-credentials", "secret": {"secretName": "dask-credentials"}}],
+        "automountServiceAccountToken": False,
+    }
     spec = merge_values(spec, part.get("extraPodConfig") or {})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"dask-{role}"}, "spec": spec}
 
@@ -201,24 +263,45 @@ def gateway_worker_command(extra_config: dict) -> list[str]:
 
 def singleuser_pod(singleuser: dict) -> dict:
     """The user Pod KubeSpawner makes from the jupyterhub chart's ``singleuser`` values (the fields they feed)."""
-    env = [{"name": name, "value": value} if isinstance(value, str) else {"name": name, **value}
-           for name, value in (singleuser.get("extraEnv") or {}).items()]
-    resources = {"limits": _drop_empty({"cpu": singleuser.get("cpu", {}).get("limit"),
-                                        "memory": singleuser.get("memory", {}).get("limit")}),
-                 "requests": _drop_empty({"cpu": singleuser.get("cpu", {}).get("guarantee"),
-                                          "memory": singleuser.get("memory", {}).get("guarantee")})}
-    container = _drop_empty({
-        "name": "notebook", "image": f"{singleuser['image']['name']}:{singleuser['image']['tag']}",
-        "args": [singleuser.get("cmd", "jupyterhub-singleuser")], "env": env, "resources": resources,
-        "lifecycle": singleuser.get("lifecycleHooks"),
-        "volumeMounts": [{"name": "home", "mountPath": singleuser.get("storage", {}).get("homeMountPath",
-                                                                                         "/home/jovyan")}],
-        "securityContext": {"runAsUser": singleuser.get("uid", 1000),
-                            "allowPrivilegeEscalation": singleuser.get("allowPrivilegeEscalation", False)},
-    })
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "jupyter-user"},
-            "spec": {"containers": [container], "securityContext": {"fsGroup": singleuser.get("fsGid", 100)},
-                     "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-user"}}]}}
+    env = [
+        {"name": name, "value": value} if isinstance(value, str) else {"name": name, **value}
+        for name, value in (singleuser.get("extraEnv") or {}).items()
+    ]
+    resources = {
+        "limits": _drop_empty(
+            {"cpu": singleuser.get("cpu", {}).get("limit"), "memory": singleuser.get("memory", {}).get("limit")}
+        ),
+        "requests": _drop_empty(
+            {"cpu": singleuser.get("cpu", {}).get("guarantee"), "memory": singleuser.get("memory", {}).get("guarantee")}
+        ),
+    }
+    container = _drop_empty(
+        {
+            "name": "notebook",
+            "image": f"{singleuser['image']['name']}:{singleuser['image']['tag']}",
+            "args": [singleuser.get("cmd", "jupyterhub-singleuser")],
+            "env": env,
+            "resources": resources,
+            "lifecycle": singleuser.get("lifecycleHooks"),
+            "volumeMounts": [
+                {"name": "home", "mountPath": singleuser.get("storage", {}).get("homeMountPath", "/home/jovyan")}
+            ],
+            "securityContext": {
+                "runAsUser": singleuser.get("uid", 1000),
+                "allowPrivilegeEscalation": singleuser.get("allowPrivilegeEscalation", False),
+            },
+        }
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "jupyter-user"},
+        "spec": {
+            "containers": [container],
+            "securityContext": {"fsGroup": singleuser.get("fsGid", 100)},
+            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-user"}}],
+        },
+    }
 
 
 def env_names(env) -> set[str]:
@@ -251,8 +334,10 @@ def test_yaml_lint():
     config = YamlLintConfig(file=str(ROOT / ".yamllint.yaml"))
     problems = []
     for path in yaml_files():
-        problems += [f"{path.relative_to(ROOT)}:{p.line}:{p.column} {p.level} {p.desc} ({p.rule})"
-                     for p in linter.run(path.read_text(), config, str(path))]
+        problems += [
+            f"{path.relative_to(ROOT)}:{p.line}:{p.column} {p.level} {p.desc} ({p.rule})"
+            for p in linter.run(path.read_text(), config, str(path))
+        ]
     assert not problems, "\n".join(problems)
 
 
@@ -304,8 +389,11 @@ def unknown_keys(values: dict, known: set[str], prefix: str = "") -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("path, chart", [(DASK_VALUES, "dask"), (DASK_TLS_VALUES, "dask"),
-                                         (DASKHUB_VALUES, "daskhub")], ids=lambda p: getattr(p, "name", p))
+@pytest.mark.parametrize(
+    "path, chart",
+    [(DASK_VALUES, "dask"), (DASK_TLS_VALUES, "dask"), (DASKHUB_VALUES, "daskhub")],
+    ids=lambda p: getattr(p, "name", p),
+)
 def test_values_use_only_keys_the_chart_knows(path, chart, chart_keys):
     assert unknown_keys(load(path), chart_keys[chart]) == []
 
@@ -315,8 +403,10 @@ def test_unknown_keys_are_reported(chart_keys):
     values["worker"]["replica"] = 3
     values["scheduler"]["servicePort"] = {"port": 8786}
     values["worker"]["resources"]["anything"] = {"goes": "here"}  # free-form: Kubernetes checks it
-    assert unknown_keys(values, chart_keys["dask"]) == ["scheduler.servicePort (takes a value, not a mapping)",
-                                                        "worker.replica"]
+    assert unknown_keys(values, chart_keys["dask"]) == [
+        "scheduler.servicePort (takes a value, not a mapping)",
+        "worker.replica",
+    ]
     hub = load(DASKHUB_VALUES)
     hub["dask-gateway"]["gateway"]["backend"]["workers"] = {}
     assert unknown_keys(hub, chart_keys["daskhub"]) == ["dask-gateway.gateway.backend.workers"]
@@ -338,26 +428,40 @@ def kubernetes_objects() -> dict[str, dict]:
     backend = hub["dask-gateway"]["gateway"]["backend"]
     objects["daskhub/gateway-scheduler"] = gateway_pod(backend, "scheduler", ["dask-scheduler"])
     objects["daskhub/gateway-worker"] = gateway_pod(
-        backend, "worker", gateway_worker_command(hub["dask-gateway"]["gateway"].get("extraConfig", {})))
-    for name, service in (("proxy", hub["jupyterhub"]["proxy"]["service"]),
-                          ("traefik", hub["dask-gateway"]["traefik"]["service"])):
+        backend, "worker", gateway_worker_command(hub["dask-gateway"]["gateway"].get("extraConfig", {}))
+    )
+    for name, service in (
+        ("proxy", hub["jupyterhub"]["proxy"]["service"]),
+        ("traefik", hub["dask-gateway"]["traefik"]["service"]),
+    ):
         objects[f"daskhub/{name}-service"] = {
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"type": service["type"], "ports": [{"port": 80, "targetPort": 8000}]}}
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"type": service["type"], "ports": [{"port": 80, "targetPort": 8000}]},
+        }
     cluster = load(DASKCLUSTER)
     for role in ("scheduler", "worker"):
-        objects[f"daskcluster/{role}-pod"] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role},
-                                              "spec": cluster["spec"][role]["spec"]}
-    objects["daskcluster/scheduler-service"] = {"apiVersion": "v1", "kind": "Service",
-                                                "metadata": {"name": "daskmeans-scheduler"},
-                                                "spec": cluster["spec"]["scheduler"]["service"]}
+        objects[f"daskcluster/{role}-pod"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": role},
+            "spec": cluster["spec"][role]["spec"],
+        }
+    objects["daskcluster/scheduler-service"] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "daskmeans-scheduler"},
+        "spec": cluster["spec"]["scheduler"]["service"],
+    }
     return objects
 
 
 @pytest.fixture(scope="module")
 def kubernetes_validate():
-    return pytest.importorskip("kubernetes_validate",
-                               reason="kubernetes-validate is not installed (pip install kubernetes-validate)")
+    return pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate is not installed (pip install kubernetes-validate)"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(kubernetes_objects()))
@@ -389,14 +493,18 @@ def daskcluster_crd():
     try:
         distribution = importlib.metadata.distribution("dask-kubernetes")
     except importlib.metadata.PackageNotFoundError:
-        pytest.fail("dask-kubernetes is not installed: pip install -e \".[test]\" installs it (the DaskCluster "
-                    "manifest is checked against its CRD)")
+        pytest.fail(
+            'dask-kubernetes is not installed: pip install -e ".[test]" installs it (the DaskCluster '
+            "manifest is checked against its CRD)"
+        )
     assert distribution.version == DASK_KUBERNETES_VERSION, "the test extra pins the operator the manifest is for"
     for file in distribution.files or []:
         if str(file) == CRD_IN_WHEEL:
             return yaml.safe_load(Path(distribution.locate_file(file)).read_text())
-    pytest.fail(f"dask-kubernetes {distribution.version} has no {CRD_IN_WHEEL}; the test extra pins a version "
-                "that ships the operator's CRD")
+    pytest.fail(
+        f"dask-kubernetes {distribution.version} has no {CRD_IN_WHEEL}; the test extra pins a version "
+        "that ships the operator's CRD"
+    )
 
 
 def crd_schema(crd: dict, api_version: str) -> dict:
@@ -425,8 +533,9 @@ def unknown_fields(schema: dict, value, path: str = "") -> list[str]:
                 problems.append(f"{path}.{key}".lstrip("."))
         return problems
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [problem for i, item in enumerate(value) for problem in unknown_fields(schema["items"], item,
-                                                                                       f"{path}[{i}]")]
+        return [
+            problem for i, item in enumerate(value) for problem in unknown_fields(schema["items"], item, f"{path}[{i}]")
+        ]
     return []
 
 
@@ -525,7 +634,7 @@ def worker_containers() -> dict[str, tuple[list[str], dict]]:
 @pytest.mark.parametrize("name", sorted(worker_containers()))
 def test_workers_preload_daskmeans_and_pin_threads(name):
     command, env = worker_containers()[name]
-    assert any(command[i:i + 2] == PRELOAD for i in range(len(command))), command
+    assert any(command[i : i + 2] == PRELOAD for i in range(len(command))), command
     values = env_values(env)
     for variable in THREAD_VARIABLES:
         assert values.get(variable) == "1", f"{variable} is not pinned to 1 in {name}"
@@ -595,8 +704,9 @@ def test_dockerfile_environment():
     cache = env.get("NUMBA_CACHE_DIR")
     assert cache and cache.startswith("/")
     # the workers' allocator settings are daskmeans' own (the nanny keeps what the environment sets)
-    assert {name: env.get(name) for name in WORKER_MALLOC_ENVIRON} == \
-        {name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()}
+    assert {name: env.get(name) for name in WORKER_MALLOC_ENVIRON} == {
+        name: str(value) for name, value in WORKER_MALLOC_ENVIRON.items()
+    }
     runs = " ".join(args for instruction, args in dockerfile_instructions() if instruction == "RUN")
     assert re.search(r'mkdir -p [^&]*"\$\{NUMBA_CACHE_DIR\}"', runs), "NUMBA_CACHE_DIR is not created"
     assert re.search(r'chmod 1?777 [^&]*"\$\{NUMBA_CACHE_DIR\}"', runs), "NUMBA_CACHE_DIR is not writable by all"
@@ -686,10 +796,14 @@ print(json.dumps({"before": before, "after": preload.compiled_signatures()}))
 @pytest.mark.slow
 def test_preload_compiles_every_signature_the_kernels_use(tmp_path):
     """After the preload, running the kernels the way the passes do compiles nothing new."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", PRELOAD_COVERAGE], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_COVERAGE], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["after"] == result["before"]

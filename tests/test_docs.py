@@ -54,9 +54,26 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("html")
     doctrees = tmp_path_factory.mktemp("doctrees")
     built = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html", "-d", str(doctrees),
-         str(DOCS), str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-E",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(doctrees),
+            str(DOCS),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        check=False,
     )
     assert built.returncode == 0, f"the documentation does not build without warnings:\n{built.stderr}"
     return out
@@ -113,8 +130,9 @@ def test_every_test_the_pages_cite_exists():
     for reference, where in cited.items():
         file, _, name = reference.partition("::")
         test_file = ROOT / file
-        if not test_file.is_file() or (name and not re.search(rf"^\s*def {name}\(", test_file.read_text(),
-                                                              flags=re.MULTILINE)):
+        if not test_file.is_file() or (
+            name and not re.search(rf"^\s*def {name}\(", test_file.read_text(), flags=re.MULTILINE)
+        ):
             wrong.append(f"{where}: {reference}")
     assert not wrong, "pages cite tests that do not exist:\n" + "\n".join(wrong)
 
@@ -129,16 +147,19 @@ def test_the_examples_of_the_guide_run(tmp_path):
             examples.extend((relative, code) for code in python_examples(path))
     assert len(examples) >= 10
     script = tmp_path / "examples.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         for where, code in {examples!r}:
             try:
                 exec(compile(code, where, "exec"), {{"__name__": "__main__"}})
             except Exception as error:
                 sys.exit(f"the example of {{where}} failed: {{type(error).__name__}}: {{error}}")
-    """))
-    ran = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                         check=False)
+    """)
+    )
+    ran = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
 
 

@@ -15,8 +15,16 @@ import daskmeans
 PUBLIC = [name for name in daskmeans.__all__ if name != "__version__"]
 
 #: Names that implement a paper: each must cite one by DOI or arXiv id.
-IMPLEMENTS_A_PAPER = ("KMeans", "MiniBatchKMeans", "NestedMiniBatchKMeans", "VRKMeans", "CoresetGaussianMixture",
-                      "MiniBatchKernelKMeans", "KernelKMeans", "lightweight_coreset")
+IMPLEMENTS_A_PAPER = (
+    "KMeans",
+    "MiniBatchKMeans",
+    "NestedMiniBatchKMeans",
+    "VRKMeans",
+    "CoresetGaussianMixture",
+    "MiniBatchKernelKMeans",
+    "KernelKMeans",
+    "lightweight_coreset",
+)
 
 #: Siblings each name's See Also section must name (at least these).
 SIBLINGS = {
@@ -71,8 +79,9 @@ def test_the_examples_run(name):
 @pytest.mark.parametrize("name", IMPLEMENTS_A_PAPER)
 def test_the_paper_is_cited(name):
     references = sections(getattr(daskmeans, name)).get("References", "")
-    assert re.search(r"doi:10\.\d{4,}/\S+|arXiv:\d{4}\.\d{4,5}", references), \
+    assert re.search(r"doi:10\.\d{4,}/\S+|arXiv:\d{4}\.\d{4,5}", references), (
         f"daskmeans.{name}: its References section must cite its paper with a DOI or an arXiv id."
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SIBLINGS))

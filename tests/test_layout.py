@@ -8,7 +8,7 @@
 - the layers point one way: kernels/ import only kernels/, exceptions and config; passes/ never import
   algorithms/ or estimators/; algorithms/ never import estimators/; storage/ never imports estimators/ (models are
   loaded through the registry); nothing outside bench/ imports bench/;
-- no module over about 500 lines;
+- no module over 600 lines as ruff formats them (about 500 lines of code wrapped by hand);
 - no function of algorithms/ or estimators/ over :data:`MAX_PARAMETERS` parameters (estimators' ``__init__`` and
   Numba kernels exempt): what a fit decided travels as one plan, what its iterations carry as one state object;
 - every Numba kernel of more than :data:`MAX_UNMARKED_KERNEL_ARGUMENTS` arguments marks each one IN, OUT or IN-OUT.
@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "daskmeans"
-MAX_LINES = 500
+MAX_LINES = 600
 
 #: (importing folder, imported folder or module) pairs that must not occur
 FORBIDDEN = [
-    ("passes", "algorithms"), ("passes", "estimators"),
+    ("passes", "algorithms"),
+    ("passes", "estimators"),
     ("algorithms", "estimators"),
     ("storage", "estimators"),
 ]
@@ -77,8 +78,11 @@ def imports_of(module: str, path: Path):
             if isinstance(child, ast.ImportFrom):
                 found.extend((target, child.lineno, in_function) for target in resolve(module, path, child))
             elif isinstance(child, ast.Import):
-                found.extend((alias.name, child.lineno, in_function) for alias in child.names
-                             if alias.name.startswith("daskmeans"))
+                found.extend(
+                    (alias.name, child.lineno, in_function)
+                    for alias in child.names
+                    if alias.name.startswith("daskmeans")
+                )
             visit(child, nested)
 
     visit(tree, False)
@@ -153,28 +157,47 @@ def test_no_import_circle():
 
 
 def test_no_daskmeans_import_inside_a_function():
-    hidden = [f"{module}:{line} imports {target}" for module, found in IMPORTS.items()
-              if not module.startswith(LAZY_IMPORTS_ALLOWED)
-              for target, line, in_function in found if in_function]
+    hidden = [
+        f"{module}:{line} imports {target}"
+        for module, found in IMPORTS.items()
+        if not module.startswith(LAZY_IMPORTS_ALLOWED)
+        for target, line, in_function in found
+        if in_function
+    ]
     assert not hidden, "imports inside functions: " + "; ".join(hidden)
 
 
 @pytest.mark.parametrize("importer, imported", FORBIDDEN)
 def test_layers_point_one_way(importer, imported):
-    wrong = [f"{module} imports {target}" for module, found in IMPORTS.items() if folder(module) == importer
-             for target, _, _ in found if folder(target) == imported]
+    wrong = [
+        f"{module} imports {target}"
+        for module, found in IMPORTS.items()
+        if folder(module) == importer
+        for target, _, _ in found
+        if folder(target) == imported
+    ]
     assert not wrong, wrong
 
 
 def test_kernels_import_only_kernels_exceptions_and_config():
-    wrong = [f"{module} imports {target}" for module, found in IMPORTS.items() if folder(module) == "kernels"
-             for target, _, _ in found if folder(target) != "kernels" and target not in KERNEL_MAY_IMPORT]
+    wrong = [
+        f"{module} imports {target}"
+        for module, found in IMPORTS.items()
+        if folder(module) == "kernels"
+        for target, _, _ in found
+        if folder(target) != "kernels" and target not in KERNEL_MAY_IMPORT
+    ]
     assert not wrong, wrong
 
 
 def test_only_bench_imports_bench():
-    wrong = [f"{module} imports {target}" for module, found in IMPORTS.items() if folder(module) != "bench"
-             for target, _, _ in found if folder(target) == "bench"]
+    wrong = [
+        f"{module} imports {target}"
+        for module, found in IMPORTS.items()
+        if folder(module) != "bench"
+        for target, _, _ in found
+        if folder(target) == "bench"
+    ]
     assert not wrong, wrong
 
 
@@ -200,11 +223,16 @@ def parameter_counts() -> dict[str, int]:
         if folder(module) not in ("algorithms", "estimators"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == "__init__" and \
-                    folder(module) == "estimators":
+            if (
+                not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                or node.name == "__init__"
+                and folder(module) == "estimators"
+            ):
                 continue
-            if any("njit" in ast.unparse(d) or "jit" == ast.unparse(d).split("(")[0].split(".")[-1]
-                   for d in node.decorator_list):
+            if any(
+                "njit" in ast.unparse(d) or "jit" == ast.unparse(d).split("(")[0].split(".")[-1]
+                for d in node.decorator_list
+            ):
                 continue
             args = node.args
             names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
@@ -224,7 +252,6 @@ def test_functions_take_few_parameters():
     assert not fixed, f"now within the limit, take them off OVER_THE_LIMIT: {sorted(fixed)}"
 
 
-
 # -- kernels say what they read and write ---------------------------------------------------------------------------
 
 #: Numba kernels with more arguments than this mark each one IN, OUT or IN-OUT in their docstring's Parameters
@@ -242,8 +269,9 @@ def unmarked_kernel_arguments() -> dict[str, list[str]]:
         if folder(module) != "kernels":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.FunctionDef) or \
-                    not any("jit" in ast.unparse(d).split("(")[0] for d in node.decorator_list):
+            if not isinstance(node, ast.FunctionDef) or not any(
+                "jit" in ast.unparse(d).split("(")[0] for d in node.decorator_list
+            ):
                 continue
             names = [a.arg for a in node.args.args]
             if len(names) <= MAX_UNMARKED_KERNEL_ARGUMENTS:
@@ -251,8 +279,9 @@ def unmarked_kernel_arguments() -> dict[str, list[str]]:
             doc = ast.get_docstring(node) or ""
             parameters = doc.partition("Parameters\n----------\n")[2]
             parameters = re.split(r"\n\n\w[\w ]*\n-+\n", parameters)[0]  # up to the next section
-            marked = {name for match in MARKED_ARGUMENTS.finditer(parameters)
-                      for name in match.group("names").split(", ")}
+            marked = {
+                name for match in MARKED_ARGUMENTS.finditer(parameters) for name in match.group("names").split(", ")
+            }
             missing = [name for name in names if name not in marked]
             if missing:
                 unmarked[f"{module.removeprefix('daskmeans.')}.{node.name}"] = missing

@@ -69,7 +69,8 @@ def large_k():
 def test_bound_is_linear_in_k_and_free_of_n():
     small = worker_memory_bound(2048, 16, 1000)
     assert worker_memory_bound(2048, 16, 2000) - small == pytest.approx(
-        worker_memory_bound(2048, 16, 3000) - worker_memory_bound(2048, 16, 2000), rel=1e-9)
+        worker_memory_bound(2048, 16, 3000) - worker_memory_bound(2048, 16, 2000), rel=1e-9
+    )
     big = worker_memory_bound(2048, 16, K_LARGE)
     assert big < 400 * MiB, "k = 100,000 of 16 features fits a small worker"
     assert big < BLOCK_ROWS * K_LARGE * 4, "the bound is below one block-by-k distance matrix"
@@ -155,12 +156,13 @@ def big_store(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("out-of-core") / "descriptors.zarr")
     rng = np.random.default_rng(3)
     means = rng.integers(30, 225, size=(N_CLUSTERS, N_FEATURES)).astype(np.int16)
-    store = zarr.create_array(path, shape=(N_SAMPLES, N_FEATURES), chunks=(CHUNK_ROWS, N_FEATURES), dtype="u1",
-                              compressors=None)
+    store = zarr.create_array(
+        path, shape=(N_SAMPLES, N_FEATURES), chunks=(CHUNK_ROWS, N_FEATURES), dtype="u1", compressors=None
+    )
     for start in range(0, N_SAMPLES, CHUNK_ROWS):
         noise = rng.integers(-25, 26, size=(CHUNK_ROWS, N_FEATURES), dtype=np.int16)
         noise += means[rng.integers(0, N_CLUSTERS, CHUNK_ROWS)]
-        store[start:start + CHUNK_ROWS] = noise.astype("u1")
+        store[start : start + CHUNK_ROWS] = noise.astype("u1")
     init = (means + rng.uniform(-3, 3, size=means.shape)).astype(np.float32)
     return path, init
 
@@ -183,13 +185,16 @@ CASES = {
     "vrkm++": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
     # driver_rows=0: the batch's state on the workers from the first step ("auto" would step batches this small on
     # the driver)
-    "nmbatch": ({"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0, "batch_rows": "cached", "driver_rows": 0},
-                lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES,
-                                                  N_CLUSTERS)),
+    "nmbatch": (
+        {"max_iter": 2, "initial_batch_size": 50_000, "tol": 0.0, "batch_rows": "cached", "driver_rows": 0},
+        lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES, N_CLUSTERS),
+    ),
     # a batch of 1,000,000 rows: cached as floats with its bounds it would take about 1.1 GB (the worker has
     # 768 MiB), so "auto" re-reads its rows from the store and keeps Hamerly's bound alone
-    "nmbatch-reread": ({"max_iter": 2, "initial_batch_size": 1_000_000, "tol": 0.0},
-                       lambda model: 1_000_000 * state_bytes_per_row(N_FEATURES, 1, 4, cached=False)),
+    "nmbatch-reread": (
+        {"max_iter": 2, "initial_batch_size": 1_000_000, "tol": 0.0},
+        lambda model: 1_000_000 * state_bytes_per_row(N_FEATURES, 1, 4, cached=False),
+    ),
     "minibatch": ({"max_time": 0.5, "max_no_improvement": None}, lambda model: minibatch_state_bytes(N_FEATURES)),
     # the coreset (10,000 rows) is drawn by two passes and iterated on the driver
     "vc-gmm": ({"max_iter": 2}, lambda model: 0),
@@ -197,8 +202,11 @@ CASES = {
 
 
 #: Warm-up fits on 4096 rows need smaller epochs and batches.
-WARM_UP = {"vrkm++": {"epoch_size": 1000}, "nmbatch": {"initial_batch_size": 1000},
-           "nmbatch-reread": {"initial_batch_size": 1000, "batch_rows": "reread"}}
+WARM_UP = {
+    "vrkm++": {"epoch_size": 1000},
+    "nmbatch": {"initial_batch_size": 1000},
+    "nmbatch-reread": {"initial_batch_size": 1000, "batch_rows": "reread"},
+}
 #: The registered algorithm of each case.
 ALGORITHM = {"nmbatch-reread": "nmbatch"}
 
@@ -209,25 +217,48 @@ def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(bi
 
     path, init = big_store
     assert N_SAMPLES * N_FEATURES > MEMORY_LIMIT, "the data must not fit in the worker's memory"
-    config = {"distributed.worker.memory.target": 0.6, "distributed.worker.memory.spill": 0.7,
-              "distributed.worker.memory.pause": 0.8, "distributed.worker.memory.terminate": 0.95}
-    with dask.config.set(config), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                         memory_limit=MEMORY_LIMIT) as cluster, Client(cluster, set_as_default=False) as client:
+    config = {
+        "distributed.worker.memory.target": 0.6,
+        "distributed.worker.memory.spill": 0.7,
+        "distributed.worker.memory.pause": 0.8,
+        "distributed.worker.memory.terminate": 0.95,
+    }
+    with (
+        dask.config.set(config),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=MEMORY_LIMIT
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         (address,) = client.scheduler_info(n_workers=-1)["workers"]
         pid = client.run(_pid)[address]
         # the idle footprint is that of a worker that has run every algorithm once (kernels compiled, modules
         # imported), on a small store of the same dtype
         small = str(tmp_path / "small.zarr")
-        zarr.create_array(small, shape=(4096, N_FEATURES), chunks=(1024, N_FEATURES), dtype="u1")[:] = \
-            zarr.open_array(path, mode="r")[:4096]
+        zarr.create_array(small, shape=(4096, N_FEATURES), chunks=(1024, N_FEATURES), dtype="u1")[:] = zarr.open_array(
+            path, mode="r"
+        )[:4096]
         for name, (params, _) in CASES.items():
-            make_estimator(ALGORITHM.get(name, name), n_clusters=N_CLUSTERS, init=init, random_state=0,
-                           client=client, chunk_rows=1024, **{**params, **WARM_UP.get(name, {})}).fit(small)
+            make_estimator(
+                ALGORITHM.get(name, name),
+                n_clusters=N_CLUSTERS,
+                init=init,
+                random_state=0,
+                client=client,
+                chunk_rows=1024,
+                **{**params, **WARM_UP.get(name, {})},
+            ).fit(small)
         measured = {}
         for name, (params, state_of) in CASES.items():
-            model = make_estimator(ALGORITHM.get(name, name), n_clusters=N_CLUSTERS, init=init, random_state=0,
-                                   client=client, chunk_rows=CHUNK_ROWS, **params)
+            model = make_estimator(
+                ALGORITHM.get(name, name),
+                n_clusters=N_CLUSTERS,
+                init=init,
+                random_state=0,
+                client=client,
+                chunk_rows=CHUNK_ROWS,
+                **params,
+            )
             spilled_before = client.run(_bytes_spilled)[address]
             with MemoryMonitor(client, interval=0.05) as monitor:
                 model.fit(path)
@@ -235,11 +266,15 @@ def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(bi
             if name == "nmbatch-reread":
                 assert (model.batch_rows_, model.bounds_) == ("reread", "hamerly")
                 assert model.history_[-1]["batch_size"] >= 1_000_000
-            bound = worker_memory_bound(CHUNK_ROWS, N_FEATURES, N_CLUSTERS, source_itemsize=1,
-                                        state_bytes=state_of(model))
-            measured[name] = {"baseline": monitor.result["workers_baseline_rss"][address],
-                              "peak": monitor.result["workers_peak_rss"][address], "bound": bound,
-                              "spilled": client.run(_bytes_spilled)[address] - spilled_before}
+            bound = worker_memory_bound(
+                CHUNK_ROWS, N_FEATURES, N_CLUSTERS, source_itemsize=1, state_bytes=state_of(model)
+            )
+            measured[name] = {
+                "baseline": monitor.result["workers_baseline_rss"][address],
+                "peak": monitor.result["workers_peak_rss"][address],
+                "bound": bound,
+                "spilled": client.run(_bytes_spilled)[address] - spilled_before,
+            }
         pid_after = client.run(_pid)
     report = {name: {key: round(value / MiB) for key, value in values.items()} for name, values in measured.items()}
     print("worker memory in MiB:", report)

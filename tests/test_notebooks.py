@@ -44,8 +44,9 @@ def parameters(notebook) -> dict:
     return values
 
 
-def execute_notebook(path: Path, cwd: Path, *, env: dict | None = None, parameters: dict | None = None,
-                     timeout: int = 240):
+def execute_notebook(
+    path: Path, cwd: Path, *, env: dict | None = None, parameters: dict | None = None, timeout: int = 240
+):
     """Run a notebook in a fresh kernel in ``cwd``; return it with its outputs.
 
     Parameters
@@ -71,25 +72,39 @@ def execute_notebook(path: Path, cwd: Path, *, env: dict | None = None, paramete
             kernel_env.pop(name, None)
         else:
             kernel_env[name] = value
-    client = nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(cwd)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    )
     client.execute(env=kernel_env)  # keyword arguments go to the kernel's start: its environment
     return notebook
 
 
 def text_output(notebook) -> str:
-    return "\n".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
-                     for output in cell.outputs if output.output_type == "stream")
+    return "\n".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "stream"
+    )
 
 
 def images(notebook) -> int:
-    return sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
-               for output in cell.outputs)
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
 
 
 def test_the_notebooks_are_there():
-    assert [path.name for path in NOTEBOOKS] == ["01-quickstart.ipynb", "02-out-of-core-on-a-cluster.ipynb",
-                                                 "03-coreset-gmm.ipynb", "04-kernel-kmeans.ipynb"]
+    assert [path.name for path in NOTEBOOKS] == [
+        "01-quickstart.ipynb",
+        "02-out-of-core-on-a-cluster.ipynb",
+        "03-coreset-gmm.ipynb",
+        "04-kernel-kmeans.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -117,8 +132,9 @@ def test_notebook_defaults_are_small_and_name_registered_algorithms(path):
 
 
 def test_quickstart_runs(tmp_path):
-    notebook = execute_notebook(ROOT / "notebooks" / "01-quickstart.ipynb", tmp_path,
-                                env={name: None for name in CLUSTER_VARIABLES})
+    notebook = execute_notebook(
+        ROOT / "notebooks" / "01-quickstart.ipynb", tmp_path, env={name: None for name in CLUSTER_VARIABLES}
+    )
     output = text_output(notebook)
     assert "purity against the true blobs" in output
     assert "dashboard: http://" in output
@@ -128,17 +144,22 @@ def test_quickstart_runs(tmp_path):
 
 
 def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
-    notebook = execute_notebook(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb", tmp_path,
-                                env={name: None for name in CLUSTER_VARIABLES},
-                                parameters={"MAX_TIME": 5.0, "N_SAMPLES": 200_000, "N_FEATURES": 32,
-                                            "WORKER_MEMORY": "1GiB"})
+    notebook = execute_notebook(
+        ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb",
+        tmp_path,
+        env={name: None for name in CLUSTER_VARIABLES},
+        parameters={"MAX_TIME": 5.0, "N_SAMPLES": 200_000, "N_FEATURES": 32, "WORKER_MEMORY": "1GiB"},
+    )
     output = text_output(notebook)
     assert "connected to a local cluster: 2 workers" in output
     assert "the memory of one worker" in output and "best: " in output
     assert re.search(r"and ([0-9.]+)x the memory of all workers", output)
     for run in ("kmeans, k-means|| seeding", "kmeans, random seeding", "nested mini-batch (nmbatch)", "VRKM++"):
         assert f"{run}: " in output
-    assert "when this daskmeans has them" not in read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb").cells[1].source
+    assert (
+        "when this daskmeans has them"
+        not in read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb").cells[1].source
+    )
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
 
@@ -153,21 +174,28 @@ def test_out_of_core_defaults_do_not_fit_in_the_workers_memory():
 
 
 def test_coreset_gmm_runs(tmp_path):
-    notebook = execute_notebook(ROOT / "notebooks" / "03-coreset-gmm.ipynb", tmp_path,
-                                env={name: None for name in CLUSTER_VARIABLES})
+    notebook = execute_notebook(
+        ROOT / "notebooks" / "03-coreset-gmm.ipynb", tmp_path, env={name: None for name in CLUSTER_VARIABLES}
+    )
     output = text_output(notebook)
     assert "local cluster: 2 workers" in output
     assert "sum of weights" in output and "distances per coreset point and iteration" in output
     assert "saved and loaded: CoresetGaussianMixture" in output
     assert images(notebook) == 1
     assert (tmp_path / "daskmeans-coreset-gmm" / "model.zarr").is_dir()
+
+
 def test_kernel_kmeans_separates_the_circles(tmp_path):
     pytest.importorskip("sklearn", reason="the notebook scores with scikit-learn's ARI")
-    notebook = execute_notebook(ROOT / "notebooks" / "04-kernel-kmeans.ipynb", tmp_path,
-                                env={name: None for name in CLUSTER_VARIABLES})
+    notebook = execute_notebook(
+        ROOT / "notebooks" / "04-kernel-kmeans.ipynb", tmp_path, env={name: None for name in CLUSTER_VARIABLES}
+    )
     output = text_output(notebook)
-    scores = {line.split(" ARI ")[0].strip(): float(line.split(" ARI ")[1].split()[0])
-              for line in output.splitlines() if " ARI " in line and "iterations" in line}
+    scores = {
+        line.split(" ARI ")[0].strip(): float(line.split(" ARI ")[1].split()[0])
+        for line in output.splitlines()
+        if " ARI " in line and "iterations" in line
+    }
     assert scores["linear k-means"] < 0.1
     assert scores["mini-batch kernel k-means"] > 0.95 and scores["full-batch kernel k-means"] > 0.95
     assert "the loaded model labels all 4,000 rows as the fitted one" in output

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import permission_bits_apply
 
 import daskmeans
-from conftest import permission_bits_apply
 
 pytestmark = pytest.mark.slow
 
@@ -57,21 +57,33 @@ def read_only_install(tmp_path):
     make_read_only(install)
     make_read_only(home)
     preexec = permission_bits_apply()
-    base_env = {key: value for key, value in os.environ.items()
-                if not key.startswith(("NUMBA_", "XDG_", "DASK_")) and key not in ("PYTHONPATH", "HOME", "TMPDIR")}
+    base_env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("NUMBA_", "XDG_", "DASK_")) and key not in ("PYTHONPATH", "HOME", "TMPDIR")
+    }
     base_env.update(HOME=str(home), TMPDIR=str(temporary), PYTHONPATH=str(install), PYTHONDONTWRITEBYTECODE="1")
 
     def run(code, timeout=300, **env):
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                              cwd=str(tmp_path), env={**base_env, **env}, preexec_fn=preexec)
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(tmp_path),
+            env={**base_env, **env},
+            preexec_fn=preexec,
+        )
 
     try:
         probe = run(f"open({str(home / 'probe')!r}, 'w')")
     except (subprocess.SubprocessError, OSError) as error:
         pytest.skip(f"cannot start a process without the capabilities that override permissions: {error}")
     if probe.returncode == 0:
-        pytest.skip("a read-only folder is writable for the test's subprocess here (root whose capabilities "
-                    "cannot be dropped): this environment cannot express a read-only install")
+        pytest.skip(
+            "a read-only folder is writable for the test's subprocess here (root whose capabilities "
+            "cannot be dropped): this environment cannot express a read-only install"
+        )
     try:
         yield run, {"install": install, "home": home, "tmp": temporary}
     finally:

@@ -35,11 +35,14 @@ def data():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, params, unit, label", [
-    ("kmeans", {}, "iterations", "k-means iterations"),
-    ("nmbatch", {}, "iterations", "nmbatch iterations"),
-    ("vrkm++", {}, "epochs", "vrkm++ epochs"),
-])
+@pytest.mark.parametrize(
+    "name, params, unit, label",
+    [
+        ("kmeans", {}, "iterations", "k-means iterations"),
+        ("nmbatch", {}, "iterations", "nmbatch iterations"),
+        ("vrkm++", {}, "epochs", "vrkm++ epochs"),
+    ],
+)
 def test_iteration_bar_counts_the_history_against_a_cap(data, capsys, name, params, unit, label):
     model = make_estimator(name, n_clusters=5, random_state=0, progress=True, **params).fit(data)
     err = capsys.readouterr().err
@@ -111,14 +114,20 @@ def test_results_do_not_depend_on_progress(data):
     np.testing.assert_array_equal(quiet.cluster_centers_, shown.cluster_centers_)
 
 
-@pytest.mark.parametrize("init, expected", [("k-means||", 12), ("k-means++", 1), ("random", 1), ("afk-mc2", 4),
-                                             ("two-level", 3)])
+@pytest.mark.parametrize(
+    "init, expected", [("k-means||", 12), ("k-means++", 1), ("random", 1), ("afk-mc2", 4), ("two-level", 3)]
+)
 def test_seeding_reports_its_passes(data, init, expected):
     import dask.array as da
 
     calls = []
-    _, passes = initial_centers(da.from_array(data, chunks=1000), 5, init, 7,
-                                on_progress=lambda done, total, note=None: calls.append((done, total)))
+    _, passes = initial_centers(
+        da.from_array(data, chunks=1000),
+        5,
+        init,
+        7,
+        on_progress=lambda done, total, note=None: calls.append((done, total)),
+    )
     assert passes == expected
     assert calls[-1] == (passes, passes)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)

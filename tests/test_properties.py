@@ -140,5 +140,7 @@ def test_fit_and_predict_give_a_documented_error_or_a_valid_result(name, data, p
     if check_outcome(lambda: model.fit(X), check_fit) is None:
         return
     for Y, _ in (data, predict_data):
-        check_outcome(lambda Y=Y: np.asarray(model.predict(Y)),
-                      lambda labels, Y=Y: assert_valid_labels(labels, Y.shape[0], n_clusters))
+        check_outcome(
+            lambda Y=Y: np.asarray(model.predict(Y)),
+            lambda labels, Y=Y: assert_valid_labels(labels, Y.shape[0], n_clusters),
+        )

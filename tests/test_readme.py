@@ -44,8 +44,9 @@ def test_the_command_line_quickstart_runs_in_a_shell(tmp_path):
     lines = [line for line in code_block("Quickstart (command line)", "bash").splitlines() if line.strip()]
     assert lines and all(shlex.split(line, comments=True)[0] == "daskmeans" for line in lines)
     for line in lines:
-        done = subprocess.run(line, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            line, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
     for output in ("blobs.zarr/labels", "model.zarr", "nmbatch.zarr", "blobs.zarr/predicted"):
         assert (tmp_path / output).is_dir(), output

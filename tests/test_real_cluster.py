@@ -49,8 +49,9 @@ class Processes:
 
     def start(self, name: str, command: list[str], env: dict) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "w")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder, start_new_session=True
+        )
         log.close()
         self.started.append((name, process))
         return process
@@ -127,14 +128,42 @@ def loopback_cluster(tmp_path_factory):
     env = base_env()
     try:
         scheduler_file = folder / "scheduler.json"
-        processes.start("scheduler", dask_command("scheduler", "--host", "127.0.0.1", "--port", "0",
-                                                  "--no-dashboard", "--scheduler-file", str(scheduler_file)), env)
+        processes.start(
+            "scheduler",
+            dask_command(
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ),
+            env,
+        )
         address = wait_for_scheduler_file(scheduler_file, processes)
         workers = ("worker-0", "worker-1")
         for name in workers:
-            processes.start(name, dask_command("worker", address, "--name", name, "--nthreads", "1",
-                                               "--preload", "daskmeans.preload", "--memory-limit", "2GiB",
-                                               "--no-dashboard", "--local-directory", str(folder / name)), env)
+            processes.start(
+                name,
+                dask_command(
+                    "worker",
+                    address,
+                    "--name",
+                    name,
+                    "--nthreads",
+                    "1",
+                    "--preload",
+                    "daskmeans.preload",
+                    "--memory-limit",
+                    "2GiB",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(folder / name),
+                ),
+                env,
+            )
         wait_for_workers(address, len(workers), processes)
         yield LoopbackCluster(address, processes, folder, workers)
     finally:
@@ -143,8 +172,14 @@ def loopback_cluster(tmp_path_factory):
 
 def run_cli(*args, cwd: Path, env: dict | None = None) -> dict:
     """``python -m daskmeans ARGS --json``; its JSON answer."""
-    done = subprocess.run([sys.executable, "-m", "daskmeans", *args, "--json"], capture_output=True, text=True,
-                          cwd=cwd, env=env or base_env(), timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "daskmeans", *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or base_env(),
+        timeout=300,
+    )
     assert done.returncode == 0, f"daskmeans {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout)
 
@@ -159,15 +194,48 @@ def test_cli_fit_and_predict_on_the_cluster_equal_the_in_process_result(loopback
         signatures_before = client.run(compiled_signatures)
 
     # Absolute paths, as on a shared volume: the workers' working directory is not this one.
-    data, model, labels, predicted_labels = (str(tmp_path / name) for name in
-                                             ("blobs.zarr", "model.zarr", "labels.zarr", "predicted.zarr"))
-    made = run_cli("make-data", data, "--samples", "24000", "--features", "16", "--clusters", "20",
-                   "--cluster-std", "3.0", "--chunk-rows", "2000", "--seed", "1", cwd=tmp_path)
+    data, model, labels, predicted_labels = (
+        str(tmp_path / name) for name in ("blobs.zarr", "model.zarr", "labels.zarr", "predicted.zarr")
+    )
+    made = run_cli(
+        "make-data",
+        data,
+        "--samples",
+        "24000",
+        "--features",
+        "16",
+        "--clusters",
+        "20",
+        "--cluster-std",
+        "3.0",
+        "--chunk-rows",
+        "2000",
+        "--seed",
+        "1",
+        cwd=tmp_path,
+    )
     assert made["n_samples"] == 24000
-    fitted = run_cli("fit", data, "--array", "X", "-k", "20", "--seed", "7", "--scheduler", address,
-                     "--out", model, "--labels", labels, "-q", cwd=tmp_path)
-    predicted = run_cli("predict", model, data, "--array", "X", "--labels", predicted_labels,
-                        "--scheduler", address, cwd=tmp_path)
+    fitted = run_cli(
+        "fit",
+        data,
+        "--array",
+        "X",
+        "-k",
+        "20",
+        "--seed",
+        "7",
+        "--scheduler",
+        address,
+        "--out",
+        model,
+        "--labels",
+        labels,
+        "-q",
+        cwd=tmp_path,
+    )
+    predicted = run_cli(
+        "predict", model, data, "--array", "X", "--labels", predicted_labels, "--scheduler", address, cwd=tmp_path
+    )
     assert fitted["workers"] == 2 and predicted["labels"] == predicted_labels
 
     # The same fit in this process, on the local threaded scheduler.
@@ -203,14 +271,16 @@ def test_dask_daskmeans_is_the_daskmeans_cli(tmp_path):
 
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, env=base_env(), timeout=120)
     assert done.returncode == 0, f"{' '.join(command)} --help:\n{done.stderr}"
+
     def command_names(help_text):
         # dask's CLI wraps help at its own width: compare the commands, not the wrapped summaries
         lines = help_text.split("Commands:")[1].splitlines()
         return [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")]
 
     assert command_names(done.stdout) == command_names(own_help.output)
-    info = subprocess.run([*command, "info", store, "--json"], capture_output=True, text=True, env=base_env(),
-                          timeout=120)
+    info = subprocess.run(
+        [*command, "info", store, "--json"], capture_output=True, text=True, env=base_env(), timeout=120
+    )
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout) == json.loads(own_info.output)
 
@@ -220,9 +290,11 @@ def test_out_of_core_notebook_uses_the_configured_cluster(loopback_cluster, tmp_
     from test_notebooks import execute_notebook, text_output
 
     notebook = execute_notebook(
-        ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb", tmp_path,
+        ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb",
+        tmp_path,
         env={"DASK_SCHEDULER_ADDRESS": loopback_cluster.address, "DASK_GATEWAY__ADDRESS": None},
-        parameters={"N_SAMPLES": 40_000, "MAX_TIME": 5.0})
+        parameters={"N_SAMPLES": 40_000, "MAX_TIME": 5.0},
+    )
     output = text_output(notebook)
     assert f"connected to the cluster at {loopback_cluster.address}: 2 workers" in output
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
@@ -250,7 +322,7 @@ def resolve_env(entries: list[dict], secrets: dict[str, dict[str, str]]) -> dict
 def replace_option(args: list[str], option: str, value: str) -> list[str]:
     """Set ``option``'s value in an argument list (``--opt value`` or ``--opt=value``)."""
     out, skip = [], False
-    for i, arg in enumerate(args):
+    for arg in args:
         if skip:
             skip = False
             continue
@@ -272,15 +344,25 @@ def test_helm_tls_values_secure_a_real_cluster(tmp_path):
     from test_deploy import DASK_TLS_VALUES, DASK_VALUES, dask_chart_objects, load, merge_values
 
     objects = dask_chart_objects(merge_values(load(DASK_VALUES), load(DASK_TLS_VALUES)))
-    containers = {part: objects[part]["spec"]["template"]["spec"]["containers"][0]
-                  for part in ("scheduler", "worker", "jupyter")}
+    containers = {
+        part: objects[part]["spec"]["template"]["spec"]["containers"][0] for part in ("scheduler", "worker", "jupyter")
+    }
     certificate = Security.temporary()  # one self-signed certificate, as the README's openssl command makes
-    secrets = {"daskmeans-tls": {"ca.crt": certificate.tls_ca_file, "tls.crt": certificate.tls_scheduler_cert,
-                                 "tls.key": certificate.tls_scheduler_key}}
-    local_paths = {"NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(tmp_path / "numba")),
-                   "DASK_TEMPORARY_DIRECTORY": str(tmp_path / "scratch")}  # the image's and the volume's paths
-    envs = {part: base_env(**{**resolve_env(container["env"], secrets), **local_paths})
-            for part, container in containers.items()}
+    secrets = {
+        "daskmeans-tls": {
+            "ca.crt": certificate.tls_ca_file,
+            "tls.crt": certificate.tls_scheduler_cert,
+            "tls.key": certificate.tls_scheduler_key,
+        }
+    }
+    local_paths = {
+        "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(tmp_path / "numba")),
+        "DASK_TEMPORARY_DIRECTORY": str(tmp_path / "scratch"),
+    }  # the image's and the volume's paths
+    envs = {
+        part: base_env(**{**resolve_env(container["env"], secrets), **local_paths})
+        for part, container in containers.items()
+    }
 
     scheduler_args = containers["scheduler"]["args"]
     assert scheduler_args[0] == "dask-scheduler"
@@ -292,14 +374,21 @@ def test_helm_tls_values_secure_a_real_cluster(tmp_path):
     processes = Processes(tmp_path)
     try:
         scheduler_file = tmp_path / "scheduler.json"
-        processes.start("scheduler", dask_command("scheduler", *scheduler_args, "--host", "127.0.0.1",
-                                                  "--scheduler-file", str(scheduler_file)), envs["scheduler"])
+        processes.start(
+            "scheduler",
+            dask_command("scheduler", *scheduler_args, "--host", "127.0.0.1", "--scheduler-file", str(scheduler_file)),
+            envs["scheduler"],
+        )
         address = wait_for_scheduler_file(scheduler_file, processes)
         assert address.startswith("tls://127.0.0.1:")
         host_port = address.removeprefix("tls://")  # the chart gives the worker the address without a scheme
         processes.start("worker", dask_command("worker", host_port, *worker_args), envs["worker"])
-        client_security = Security(tls_ca_file=certificate.tls_ca_file, tls_client_cert=certificate.tls_client_cert,
-                                   tls_client_key=certificate.tls_client_key, require_encryption=True)
+        client_security = Security(
+            tls_ca_file=certificate.tls_ca_file,
+            tls_client_cert=certificate.tls_client_cert,
+            tls_client_key=certificate.tls_client_key,
+            require_encryption=True,
+        )
         wait_for_workers(address, 1, processes, security=client_security)
         assert "daskmeans.preload: warmed" in processes.log("worker")
 
@@ -313,14 +402,19 @@ def test_helm_tls_values_secure_a_real_cluster(tmp_path):
             "print(client.scheduler.address, sorted(np.bincount(model.labels_).tolist()))\n"
         )
         notebook_env = dict(envs["jupyter"], DASK_SCHEDULER_ADDRESS=host_port)
-        done = subprocess.run([sys.executable, "-c", notebook_code], capture_output=True, text=True,
-                              env=notebook_env, timeout=180)
+        done = subprocess.run(
+            [sys.executable, "-c", notebook_code], capture_output=True, text=True, env=notebook_env, timeout=180
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split() == [address, "[500,", "500,", "500,", "500]"]
 
-        plain = subprocess.run([sys.executable, "-c", f"from distributed import Client; Client('tcp://{host_port}', "
-                                                      "timeout=5)"], capture_output=True, text=True,
-                               env=base_env(), timeout=120)
+        plain = subprocess.run(
+            [sys.executable, "-c", f"from distributed import Client; Client('tcp://{host_port}', timeout=5)"],
+            capture_output=True,
+            text=True,
+            env=base_env(),
+            timeout=120,
+        )
         assert plain.returncode != 0, "a plain TCP client must be refused"
         processes.check_alive()
     finally:

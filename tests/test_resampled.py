@@ -36,9 +36,15 @@ def test_rows_are_source_rows_plus_rounded_clipped_noise(source):
     values, picks = resampled_rows(seed, source, std, start, stop)
     block_rows = generation_block_rows(source.shape[1])
     first, last = start // block_rows, (stop - 1) // block_rows
-    noise = np.concatenate([np.random.default_rng(stage_key(seed, "resample-noise", b)).standard_normal(
-        (block_rows, source.shape[1]), dtype=np.float32) for b in range(first, last + 1)])
-    noise = noise[start - first * block_rows:stop - first * block_rows]
+    noise = np.concatenate(
+        [
+            np.random.default_rng(stage_key(seed, "resample-noise", b)).standard_normal(
+                (block_rows, source.shape[1]), dtype=np.float32
+            )
+            for b in range(first, last + 1)
+        ]
+    )
+    noise = noise[start - first * block_rows : stop - first * block_rows]
     expected = np.clip(np.rint(source[picks].astype(np.float32) + noise * np.float32(std)), 0, 255).astype(np.uint8)
     assert values.dtype == np.uint8 and values.shape == (stop - start, 16)
     np.testing.assert_array_equal(values, expected)
@@ -55,10 +61,11 @@ def test_values_depend_on_seed_not_on_chunks_or_scheduler(tmp_path, source):
     make_resampled_zarr(tmp_path / "a.zarr", source, 20_000, random_state=4)
     make_resampled_zarr(tmp_path / "b.zarr", source, 20_000, random_state=4, chunk_rows=1_777)
     make_resampled_zarr(tmp_path / "c.zarr", source, 20_000, random_state=5, chunk_rows=1_777)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        make_resampled_zarr(tmp_path / "d.zarr", source, 20_000, random_state=4, chunk_rows=3_000,
-                            client=client)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        make_resampled_zarr(tmp_path / "d.zarr", source, 20_000, random_state=4, chunk_rows=3_000, client=client)
     (a, attrs), (b, _), (c, _), (d, _) = (read(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr", "d.zarr"))
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, d)
@@ -89,16 +96,19 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, source):
     assert not np.array_equal(read(path)[0], before)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"source": np.zeros((0, 4), np.uint8)}, "non-empty 2-D"),
-    ({"source": np.zeros(10, np.uint8)}, "non-empty 2-D"),
-    ({"source": np.zeros((10, 4), np.int16)}, "source dtype"),
-    ({"source": np.array([[1.0, np.nan], [0.0, 1.0]])}, "NaN or infinite"),
-    ({"n_samples": 0}, "n_samples"),
-    ({"noise_std": -1.0}, "noise_std"),
-    ({"chunk_rows": 0}, "chunk_rows"),
-    ({"array_name": "a/b"}, "array_name"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"source": np.zeros((0, 4), np.uint8)}, "non-empty 2-D"),
+        ({"source": np.zeros(10, np.uint8)}, "non-empty 2-D"),
+        ({"source": np.zeros((10, 4), np.int16)}, "source dtype"),
+        ({"source": np.array([[1.0, np.nan], [0.0, 1.0]])}, "NaN or infinite"),
+        ({"n_samples": 0}, "n_samples"),
+        ({"noise_std": -1.0}, "noise_std"),
+        ({"chunk_rows": 0}, "chunk_rows"),
+        ({"array_name": "a/b"}, "array_name"),
+    ],
+)
 def test_bad_parameters_fail_before_writing(tmp_path, source, kwargs, message):
     arguments = {"source": source, "n_samples": 100, **kwargs}
     with pytest.raises(InvalidParameterError, match=message):

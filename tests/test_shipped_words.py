@@ -21,14 +21,34 @@ SHIPPED = ("README.md", "CHANGELOG.md", "docs", "daskmeans", "notebooks", "deplo
 SKIPPED_FOLDERS = {"_build", "__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 
 #: Text files by suffix (everything else, such as images, is not read); files named ``Dockerfile*`` too.
-TEXT_SUFFIXES = {".md", ".rst", ".py", ".txt", ".json", ".jsonl", ".cff", ".ipynb", ".yaml", ".yml", ".toml", ".cfg",
-                 ".csv", ".ini", ".sh", ".dockerignore", ".html", ".css", ".js"}
+TEXT_SUFFIXES = {
+    ".md",
+    ".rst",
+    ".py",
+    ".txt",
+    ".json",
+    ".jsonl",
+    ".cff",
+    ".ipynb",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".csv",
+    ".ini",
+    ".sh",
+    ".dockerignore",
+    ".html",
+    ".css",
+    ".js",
+}
 
 #: Development-history words in text: what each pattern catches.
 HISTORY_WORDS = {
     "a numbered development session": re.compile(r"\bsessions?[ -]?\d+", re.IGNORECASE),
-    "a development session": re.compile(r"\b(this|that|previous|earlier|later|last|next|same) sessions?\b",
-                                        re.IGNORECASE),
+    "a development session": re.compile(
+        r"\b(this|that|previous|earlier|later|last|next|same) sessions?\b", re.IGNORECASE
+    ),
     "an -sNN name": re.compile(r"-s\d{2}\b"),
     "an (sNN) mark": re.compile(r"\(s\d{2}\)"),
     "ad hoc": re.compile(r"\bad[- ]hoc\b", re.IGNORECASE),
@@ -93,21 +113,24 @@ def test_no_development_history_in_shipped_path_names():
     assert not found, f"{len(found)} path(s) are named after development history:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("line, flagged", [
-    ("measured in session 15", True),
-    ("sessions 36-38 rewrote it", True),
-    ("as the previous session found", True),
-    ("see kmeans-s12/report.md", True),
-    ("an ad hoc script", True),
-    ("an ad-hoc run", True),
-    ("the issue asks for it", True),
-    ("issue 55 says so", True),
-    ("fixed in (s32)", True),
-    ("a Dask session starts", False),
-    ("k-means|| runs 5 rounds", False),
-    ("round(x, 2) and round 3 of k-means||", False),
-    ("dask-gateway issues certificates", False),
-    ("float32 values, -s for short", False),
-])
+@pytest.mark.parametrize(
+    "line, flagged",
+    [
+        ("measured in session 15", True),
+        ("sessions 36-38 rewrote it", True),
+        ("as the previous session found", True),
+        ("see kmeans-s12/report.md", True),
+        ("an ad hoc script", True),
+        ("an ad-hoc run", True),
+        ("the issue asks for it", True),
+        ("issue 55 says so", True),
+        ("fixed in (s32)", True),
+        ("a Dask session starts", False),
+        ("k-means|| runs 5 rounds", False),
+        ("round(x, 2) and round 3 of k-means||", False),
+        ("dask-gateway issues certificates", False),
+        ("float32 values, -s for short", False),
+    ],
+)
 def test_the_patterns_flag_history_and_nothing_else(line, flagged):
     assert any(pattern.search(line) for pattern in HISTORY_WORDS.values()) is flagged

@@ -48,9 +48,24 @@ class KillableCluster:
     def start_worker(self):
         name = f"worker-{self.started}"
         self.started += 1
-        self.processes.start(name, dask_command("worker", self.address, "--name", name, "--nthreads", "1",
-                                                "--no-nanny", "--memory-limit", "1GiB", "--no-dashboard",
-                                                "--local-directory", str(self.folder / name)), base_env())
+        self.processes.start(
+            name,
+            dask_command(
+                "worker",
+                self.address,
+                "--name",
+                name,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--memory-limit",
+                "1GiB",
+                "--no-dashboard",
+                "--local-directory",
+                str(self.folder / name),
+            ),
+            base_env(),
+        )
 
     def fill(self):
         """Start workers until there are ``N_WORKERS`` again, and wait for them."""
@@ -81,9 +96,20 @@ def killable_cluster(tmp_path_factory):
     client = None
     try:
         scheduler_file = folder / "scheduler.json"
-        processes.start("scheduler", dask_command("scheduler", "--host", "127.0.0.1", "--port", "0",
-                                                  "--no-dashboard", "--scheduler-file", str(scheduler_file)),
-                        base_env())
+        processes.start(
+            "scheduler",
+            dask_command(
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ),
+            base_env(),
+        )
         address = wait_for_scheduler_file(scheduler_file, processes)
         client = Client(address, timeout=30, set_as_default=False)
         cluster = KillableCluster(address, processes, client, folder)
@@ -116,8 +142,11 @@ def undisturbed(make, store):
 
 def holders_of(client, prefix: str) -> list[str]:
     """Workers that hold at least one result whose key starts with ``prefix``."""
-    return sorted(address for address, keys in client.has_what().items()
-                  if any(str(key).startswith(f"('{prefix}") or str(key).startswith(prefix) for key in keys))
+    return sorted(
+        address
+        for address, keys in client.has_what().items()
+        if any(str(key).startswith(f"('{prefix}") or str(key).startswith(prefix) for key in keys)
+    )
 
 
 def fit_killing_at(cluster, make, store, iteration, victim_of):
@@ -162,8 +191,9 @@ def test_kmeans_survives_a_killed_worker(killable_cluster, store):
 def test_minibatch_survives_a_killed_worker(killable_cluster, store):
     def make(**kw):
         # a pool of steps draws 2**17 rows: 60 epochs of 12,000 rows are six pools
-        return daskmeans.MiniBatchKMeans(n_clusters=30, batch_size=500, max_iter=60, max_no_improvement=None,
-                                         random_state=3, **kw)
+        return daskmeans.MiniBatchKMeans(
+            n_clusters=30, batch_size=500, max_iter=60, max_no_improvement=None, random_state=3, **kw
+        )
 
     model = fit_killing_at(killable_cluster, make, store, 2, any_worker)
     assert_same_fit(model, undisturbed(make, store))
@@ -174,9 +204,18 @@ def test_nested_minibatch_recomputes_lost_state_blocks(killable_cluster, store, 
     """The worker killed holds state blocks of the active batch: they are rebuilt from their lineage, also when
     the batch was stepped on the driver before it grew past ``driver_rows`` (its blocks then came from the
     driver, inside tasks of their own)."""
+
     def make(**kw):
-        return daskmeans.NestedMiniBatchKMeans(n_clusters=30, initial_batch_size=1000, rho=1e9, max_iter=25,
-                                               tol=0.0, random_state=3, driver_rows=driver_rows, **kw)
+        return daskmeans.NestedMiniBatchKMeans(
+            n_clusters=30,
+            initial_batch_size=1000,
+            rho=1e9,
+            max_iter=25,
+            tol=0.0,
+            random_state=3,
+            driver_rows=driver_rows,
+            **kw,
+        )
 
     def holder_of_state(client):
         holders = holders_of(client, "daskmeans-nmbatch-step")
@@ -200,8 +239,17 @@ def test_vrkm_pinned_inner_loop_moves_when_its_worker_dies(killable_cluster, sto
     client = cluster.client
 
     def make(**kw):
-        return daskmeans.VRKMeans(n_clusters=30, variant=variant, epoch_size=60_000, max_epochs=6, tol=0.0,
-                                  driver_sample_bytes=0, driver_rows=0, random_state=3, **kw)
+        return daskmeans.VRKMeans(
+            n_clusters=30,
+            variant=variant,
+            epoch_size=60_000,
+            max_epochs=6,
+            tol=0.0,
+            driver_sample_bytes=0,
+            driver_rows=0,
+            random_state=3,
+            **kw,
+        )
 
     reference = undisturbed(make, store)
     killed = {}
@@ -242,8 +290,17 @@ def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
     from daskmeans.estimators.mixture import CoresetGaussianMixture
 
     def make(**kw):
-        return CoresetGaussianMixture(30, coreset_size=4000, n_truncated=3, search_size=3, max_iter=8, tol=0.0,
-                                      estep_on="workers", random_state=3, **kw)
+        return CoresetGaussianMixture(
+            30,
+            coreset_size=4000,
+            n_truncated=3,
+            search_size=3,
+            max_iter=8,
+            tol=0.0,
+            estep_on="workers",
+            random_state=3,
+            **kw,
+        )
 
     def holder_of_estep(client):
         holders = holders_of(client, "daskmeans-vc-gmm-estep")
@@ -260,14 +317,15 @@ def test_vc_gmm_recomputes_lost_estep_blocks(killable_cluster, store):
 
 def test_kernel_minibatch_survives_a_killed_worker(killable_cluster, store, monkeypatch):
     """The steps run on the driver; the workers read each pool's batch rows (here 3 steps per pool)."""
-    from daskmeans.estimators.kernel import MiniBatchKernelKMeans
     from daskmeans import config
+    from daskmeans.estimators.kernel import MiniBatchKernelKMeans
 
     monkeypatch.setattr(config, "POOL_BYTES", 3 * 200 * 6 * 4)
 
     def make(**kw):  # driver_rows=0: the data stays on the workers (small data is otherwise copied to the driver)
-        return MiniBatchKernelKMeans(30, batch_size=200, max_iter=12, init_sample_size=1000, random_state=3,
-                                     driver_rows=0, **kw)
+        return MiniBatchKernelKMeans(
+            30, batch_size=200, max_iter=12, init_sample_size=1000, random_state=3, driver_rows=0, **kw
+        )
 
     reference = undisturbed(make, store)
     model = fit_killing_at(killable_cluster, make, store, 4, any_worker)

@@ -16,8 +16,17 @@ from .suite import DEFAULT_WORK_DIR, SUITE_NAME, check_suite, chosen_entries, en
 from .workloads import STORAGES
 
 #: Options ``daskmeans bench suite`` takes; every other one belongs to an entry's own command.
-SUITE_OPTIONS = ("workloads", "quick", "out_dir", "data_dir", "work_dir", "overwrite", "only", "scheduler",
-                 "connect_timeout")
+SUITE_OPTIONS = (
+    "workloads",
+    "quick",
+    "out_dir",
+    "data_dir",
+    "work_dir",
+    "overwrite",
+    "only",
+    "scheduler",
+    "connect_timeout",
+)
 #: Options a record's command line leaves out: where the run happened and whether old outputs were replaced are
 #: not part of the recipe.
 NOT_RECORDED = ("workloads", "scheduler", "overwrite", "only")
@@ -49,63 +58,152 @@ class BenchCommand(click.Command):
 @click.command("bench", cls=BenchCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("workloads", nargs=-1, metavar="WORKLOAD...")
 @click.option("--quick", is_flag=True, help="Small variant of each workload (each under a minute), for smoke tests.")
-@click.option("--out", "out_dir", default="bench-results", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for NAME.json, NAME.md and NAME.png of each workload.")
-@click.option("--algorithms", help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
-                                   "algorithm; kernel k-means with --quality; 'none').")
-@click.option("--peers", help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
-                              "sklearn-intelex, faiss (its default subsample), faiss-all (every row), "
-                              "faiss-two-level (faiss's large-k clustering), dask-ml (default: the workload's; "
-                              "'none').")
+@click.option(
+    "--out",
+    "out_dir",
+    default="bench-results",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for NAME.json, NAME.md and NAME.png of each workload.",
+)
+@click.option(
+    "--algorithms",
+    help="daskmeans algorithms to run, comma-separated (default: every registered k-means "
+    "algorithm; kernel k-means with --quality; 'none').",
+)
+@click.option(
+    "--peers",
+    help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
+    "sklearn-intelex, faiss (its default subsample), faiss-all (every row), "
+    "faiss-two-level (faiss's large-k clustering), dask-ml (default: the workload's; "
+    "'none').",
+)
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")
 @click.option("-k", "--n-clusters", "k", type=int, help="Number of clusters (with --data; overrides the workloads' k).")
-@click.option("--seeds", default=1, show_default=True, type=int,
-              help="Seeds 0..N-1; each draws its own initial centers, shared by every algorithm.")
+@click.option(
+    "--seeds",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Seeds 0..N-1; each draws its own initial centers, shared by every algorithm.",
+)
 @click.option("--time-budget", type=float, help="Seconds each run may take (default: the workload's).")
-@click.option("--data-dir", type=click.Path(file_okay=False),
-              help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, pendigits.npz, "
-                   "kddcup04_bio.npz); default ./data.")
-@click.option("--work-dir", type=click.Path(file_okay=False),
-              help=f"Where Zarr stores are written (default OUT/data; with 'suite', {DEFAULT_WORK_DIR}).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="Folder holding the built-in datasets (cifar_dsift.npz, mnist.npz, pendigits.npz, "
+    "kddcup04_bio.npz); default ./data.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    help=f"Where Zarr stores are written (default OUT/data; with 'suite', {DEFAULT_WORK_DIR}).",
+)
 @click.option("--n-samples", type=int, help="Rows: size of synthetic data, or a subsample of a dataset.")
 @click.option("--n-features", type=int, help="Columns of synthetic data (synthetic, out-of-core, sizing).")
-@click.option("--storage", type=click.Choice(STORAGES),
-              help="memory: data persisted on the workers; zarr: read from a Zarr store at every pass.")
+@click.option(
+    "--storage",
+    type=click.Choice(STORAGES),
+    help="memory: data persisted on the workers; zarr: read from a Zarr store at every pass.",
+)
 @click.option("--batch-size", type=int, help="Batch size of the MiniBatchKMeans peer (default 1024).")
 @click.option("--sizes", help="Row counts of the sizing workload, comma-separated (e.g. 250000,1e6,2e6).")
-@click.option("--max-points", default=10, show_default=True, type=int,
-              help="Energies evaluated per run before refinement around the 1% and 2% targets.")
-@click.option("--refine/--no-refine", default=True, show_default=True,
-              help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).")
-@click.option("--reference", type=click.Choice(REFERENCES), default="lloyd", show_default=True,
-              help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (daskmeans KMeans, "
-                   f"tol=0, at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached "
-                   "if lower; 'best' is the lowest energy any run reached.")
-@click.option("--reference-cache", type=click.Path(dir_okay=False),
-              help=f"JSON file keeping the converged Lloyd energies between runs (default OUT/{DEFAULT_CACHE_NAME}).")
-@click.option("--param", "params", multiple=True, metavar="ALGORITHM:NAME=VALUE",
-              help="A parameter of a daskmeans algorithm's estimator, e.g. --param kmeans:tol=0 (repeatable; the "
-                   "bench sets n_clusters, init, max_time and random_state itself).")
-@click.option("--versus", help="Runs every run is also timed against, comma-separated: NAME (its final energy) or "
-                               "NAME@ITERATION (its energy after that many iterations, e.g. faiss-all@25 for faiss's "
-                               "default); the table gets a column 'time to NAME's energy (speedup)' for each.")
-@click.option("--versus-within", type=float, default=0.0, show_default=True, metavar="REL",
-              help="Count a run as having reached a --versus energy once within this relative distance of it "
-                   "(e.g. 1e-4: 0.01%).")
+@click.option(
+    "--max-points",
+    default=10,
+    show_default=True,
+    type=int,
+    help="Energies evaluated per run before refinement around the 1% and 2% targets.",
+)
+@click.option(
+    "--refine/--no-refine",
+    default=True,
+    show_default=True,
+    help="Resolve the times to 1% and 2% of E* by bisection (ladder peers run extra rungs).",
+)
+@click.option(
+    "--reference",
+    type=click.Choice(REFERENCES),
+    default="lloyd",
+    show_default=True,
+    help="E*: 'lloyd' is the converged Lloyd energy from each seed's initial centers (daskmeans KMeans, "
+    f"tol=0, at most {REFERENCE_MAX_ITER} iterations; cached), or the lowest energy any run reached "
+    "if lower; 'best' is the lowest energy any run reached.",
+)
+@click.option(
+    "--reference-cache",
+    type=click.Path(dir_okay=False),
+    help=f"JSON file keeping the converged Lloyd energies between runs (default OUT/{DEFAULT_CACHE_NAME}).",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="ALGORITHM:NAME=VALUE",
+    help="A parameter of a daskmeans algorithm's estimator, e.g. --param kmeans:tol=0 (repeatable; the "
+    "bench sets n_clusters, init, max_time and random_state itself).",
+)
+@click.option(
+    "--versus",
+    help="Runs every run is also timed against, comma-separated: NAME (its final energy) or "
+    "NAME@ITERATION (its energy after that many iterations, e.g. faiss-all@25 for faiss's "
+    "default); the table gets a column 'time to NAME's energy (speedup)' for each.",
+)
+@click.option(
+    "--versus-within",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="REL",
+    help="Count a run as having reached a --versus energy once within this relative distance of it (e.g. 1e-4: 0.01%).",
+)
 @click.option("--driver-memory", help="Memory the driver may use for the data (default half of what is free).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --out.")
-@click.option("--only", metavar="NAME[,NAME]",
-              help="With 'suite': run only these entries of the suite, comma-separated (e.g. descriptors,sizing).")
-@click.option("--quality", is_flag=True,
-              help="Score clusterings against the true labels (ARI, NMI) and time them, for labelled workloads "
-                   "(pendigits, mnist): kernel k-means (truncated at the defaults and at the paper's settings, "
-                   "'kernel-minibatch-paper'; untruncated; full batch) and linear k-means by default, each "
-                   "mini-batch run also stopped after 1/6, 1/3 and 2/3 of its steps. Writes OUT/NAME-quality.json "
-                   "and .md.")
+@click.option(
+    "--only",
+    metavar="NAME[,NAME]",
+    help="With 'suite': run only these entries of the suite, comma-separated (e.g. descriptors,sizing).",
+)
+@click.option(
+    "--quality",
+    is_flag=True,
+    help="Score clusterings against the true labels (ARI, NMI) and time them, for labelled workloads "
+    "(pendigits, mnist): kernel k-means (truncated at the defaults and at the paper's settings, "
+    "'kernel-minibatch-paper'; untruncated; full batch) and linear k-means by default, each "
+    "mini-batch run also stopped after 1/6, 1/3 and 2/3 of its steps. Writes OUT/NAME-quality.json "
+    "and .md.",
+)
 @cluster_options
-def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, time_budget, data_dir, work_dir,
-          n_samples, n_features, storage, batch_size, sizes, max_points, refine, reference, reference_cache,
-          params, versus, versus_within, driver_memory, overwrite, only, quality, cluster):
+def bench(
+    workloads,
+    quick,
+    out_dir,
+    algorithms,
+    peers,
+    data_path,
+    k,
+    seeds,
+    time_budget,
+    data_dir,
+    work_dir,
+    n_samples,
+    n_features,
+    storage,
+    batch_size,
+    sizes,
+    max_points,
+    refine,
+    reference,
+    reference_cache,
+    params,
+    versus,
+    versus_within,
+    driver_memory,
+    overwrite,
+    only,
+    quality,
+    cluster,
+):
     """Benchmark the daskmeans algorithms against scikit-learn, scikit-learn-intelex, faiss and dask-ml.
 
     WORKLOAD is any of: descriptors (cifar_dsift, k=1000), mnist (k=50), pendigits (k=10), kdd (k=200),
@@ -134,13 +232,33 @@ def bench(workloads, quick, out_dir, algorithms, peers, data_path, k, seeds, tim
     if only is not None:
         raise InvalidParameterError("--only picks entries of the suite: 'daskmeans bench suite --only NAME'.")
     options = BenchOptions(
-        workloads=tuple(workloads), quick=quick, out_dir=out_dir, algorithms=_names(algorithms), peers=_names(peers),
-        data_path=data_path, k=k, seeds=seeds, time_budget=time_budget, data_dir=data_dir, work_dir=work_dir,
-        cluster=cluster, n_samples=n_samples, n_features=n_features, storage=storage, batch_size=batch_size,
+        workloads=tuple(workloads),
+        quick=quick,
+        out_dir=out_dir,
+        algorithms=_names(algorithms),
+        peers=_names(peers),
+        data_path=data_path,
+        k=k,
+        seeds=seeds,
+        time_budget=time_budget,
+        data_dir=data_dir,
+        work_dir=work_dir,
+        cluster=cluster,
+        n_samples=n_samples,
+        n_features=n_features,
+        storage=storage,
+        batch_size=batch_size,
         sizes=_sizes(sizes),
-        max_points=max_points, refine=refine, reference=reference, reference_cache=reference_cache,
-        params=tuple(params), versus=_names(versus), versus_within=versus_within, driver_memory=driver_memory,
-        overwrite=overwrite, quality=quality,
+        max_points=max_points,
+        refine=refine,
+        reference=reference,
+        reference_cache=reference_cache,
+        params=tuple(params),
+        versus=_names(versus),
+        versus_within=versus_within,
+        driver_memory=driver_memory,
+        overwrite=overwrite,
+        quality=quality,
         command_line=recorded_command_line(ctx),
     )
     written = run_benchmark(options, echo=click.echo)
@@ -157,8 +275,10 @@ def recorded_command_line(ctx) -> str:
             continue
         value = ctx.params.get(param.name)
         # only what was given: a default (click 8.2+ marks an unset flag's default as UNSET) is not recorded
-        if value is None or ctx.get_parameter_source(param.name) in (click.core.ParameterSource.DEFAULT,
-                                                                     click.core.ParameterSource.DEFAULT_MAP):
+        if value is None or ctx.get_parameter_source(param.name) in (
+            click.core.ParameterSource.DEFAULT,
+            click.core.ParameterSource.DEFAULT_MAP,
+        ):
             continue
         if param.name == "refine":
             words.append("--no-refine")
@@ -173,8 +293,9 @@ def recorded_command_line(ctx) -> str:
 
 
 # -- the suite --------------------------------------------------------------------------------------------------------
-def suite_command(entry, out="docs/benchmarks", *, data_dir="../shared/data", work_dir=DEFAULT_WORK_DIR,
-                  quick=False) -> str:
+def suite_command(
+    entry, out="docs/benchmarks", *, data_dir="../shared/data", work_dir=DEFAULT_WORK_DIR, quick=False
+) -> str:
     """The command line the records of a suite entry print (:func:`recorded_command_line` of its arguments)."""
     args = entry_arguments(entry, out, quick=quick, data_dir=data_dir, work_dir=work_dir)
     with bench.make_context("bench", args) as ctx:
@@ -185,22 +306,43 @@ def _suite_from_command_line(ctx, cluster) -> list:
     """``daskmeans bench suite ...``: check that only the suite's options were given, then run it."""
     if ctx.params["workloads"] != (SUITE_NAME,):
         raise InvalidParameterError(f"'{SUITE_NAME}' runs every entry of the suite; name no workload beside it.")
-    given = [param for param in ctx.command.params if param.name not in SUITE_OPTIONS
-             and ctx.get_parameter_source(param.name) not in (click.core.ParameterSource.DEFAULT,
-                                                              click.core.ParameterSource.DEFAULT_MAP)]
+    given = [
+        param
+        for param in ctx.command.params
+        if param.name not in SUITE_OPTIONS
+        and ctx.get_parameter_source(param.name)
+        not in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    ]
     if given:
         raise InvalidParameterError(
             f"{given[0].opts[-1]} does not apply to 'daskmeans bench {SUITE_NAME}': each entry sets its own "
-            "options; the suite takes --out, --data-dir, --work-dir, --quick, --only, --overwrite and --scheduler.")
-    written = run_suite(ctx.params["out_dir"], quick=ctx.params["quick"], only=ctx.params["only"],
-                        data_dir=ctx.params["data_dir"], work_dir=ctx.params["work_dir"] or DEFAULT_WORK_DIR,
-                        scheduler=cluster.scheduler, overwrite=ctx.params["overwrite"], echo=click.echo)
+            "options; the suite takes --out, --data-dir, --work-dir, --quick, --only, --overwrite and --scheduler."
+        )
+    written = run_suite(
+        ctx.params["out_dir"],
+        quick=ctx.params["quick"],
+        only=ctx.params["only"],
+        data_dir=ctx.params["data_dir"],
+        work_dir=ctx.params["work_dir"] or DEFAULT_WORK_DIR,
+        scheduler=cluster.scheduler,
+        overwrite=ctx.params["overwrite"],
+        echo=click.echo,
+    )
     click.echo("wrote " + ", ".join(written))
     return written
 
 
-def run_suite(out, *, quick=False, only=None, data_dir=None, work_dir=DEFAULT_WORK_DIR, scheduler=None,
-              overwrite=False, echo=print) -> list:
+def run_suite(
+    out,
+    *,
+    quick=False,
+    only=None,
+    data_dir=None,
+    work_dir=DEFAULT_WORK_DIR,
+    scheduler=None,
+    overwrite=False,
+    echo=print,
+) -> list:
     """Run the chosen entries of the suite, each into ``OUT/NAME``, then write the benchmarks page
     ``OUT/index.md`` from every record present.
 
@@ -224,8 +366,9 @@ def run_suite(out, *, quick=False, only=None, data_dir=None, work_dir=DEFAULT_WO
     check_suite(entries, out, data_dir=data_dir, overwrite=overwrite, quick=quick)
     written, failed = [], []
     for entry in entries:
-        args = entry_arguments(entry, out, quick=quick, data_dir=data_dir, work_dir=work_dir, scheduler=scheduler,
-                               overwrite=overwrite)
+        args = entry_arguments(
+            entry, out, quick=quick, data_dir=data_dir, work_dir=work_dir, scheduler=scheduler, overwrite=overwrite
+        )
         echo(f"suite entry {entry.name}: daskmeans bench {shlex.join(args)}")
         try:
             with bench.make_context("bench", args) as entry_ctx:

@@ -19,9 +19,9 @@ import subprocess
 
 import dask
 import dask.array as da
-from dask.system import CPU_COUNT
 import numpy as np
 import psutil
+from dask.system import CPU_COUNT
 
 from .._version import __version__
 from ..engine.blas import tasks_run_in_this_process
@@ -75,8 +75,7 @@ def refuse_existing(paths):
     existing = [path for path in paths if os.path.exists(path)]
     if existing:
         raise OutputExistsError(
-            f"{existing[0]!r} exists already (results of an earlier run); choose another --out or pass "
-            "--overwrite."
+            f"{existing[0]!r} exists already (results of an earlier run); choose another --out or pass --overwrite."
         )
 
 
@@ -118,8 +117,20 @@ def machine_info() -> dict:
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "versions": {name: _version(name) for name in ("numpy", "dask", "distributed", "zarr", "numba", "sklearn",
-                                                        "faiss", "dask_ml", "threadpoolctl")}
+        "versions": {
+            name: _version(name)
+            for name in (
+                "numpy",
+                "dask",
+                "distributed",
+                "zarr",
+                "numba",
+                "sklearn",
+                "faiss",
+                "dask_ml",
+                "threadpoolctl",
+            )
+        }
         | {"daskmeans": __version__, "scikit-learn-intelex": _distribution_version("scikit-learn-intelex")},
     }
 
@@ -137,8 +148,7 @@ def code_commit() -> dict:
 
     def git(*args):
         try:
-            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=30,
-                                  check=False)
+            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=30, check=False)
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -160,8 +170,9 @@ def provenance_lines(record) -> list:
     again (writing where the record lives)."""
     commit = record.get("commit")
     if commit:
-        code = f"Made at the code of `{commit}`" + (" with uncommitted changes"
-                                                    if record.get("uncommitted_changes") else "")
+        code = f"Made at the code of `{commit}`" + (
+            " with uncommitted changes" if record.get("uncommitted_changes") else ""
+        )
     else:
         code = "Made at a code version without a git commit"
     when = record["created"].replace("T", " ").replace("+00:00", " UTC")
@@ -182,8 +193,14 @@ def cluster_info(client) -> dict:
     (``"scheduler": "threads"``, ``threads`` its pool's size)."""
     if client is None:
         threads = dask.config.get("num_workers", None) or CPU_COUNT
-        return {"in_process": True, "scheduler": "threads", "n_workers": 0, "threads": int(threads),
-                "threads_per_worker": [], "memory_limit_per_worker": []}
+        return {
+            "in_process": True,
+            "scheduler": "threads",
+            "n_workers": 0,
+            "threads": int(threads),
+            "threads_per_worker": [],
+            "memory_limit_per_worker": [],
+        }
     info = client.scheduler_info()
     workers = info.get("workers", {})
     return {
@@ -216,8 +233,15 @@ def warm_up(client, algorithms, n_features, dtype=np.float32, n_clusters=32):
         nearest_centers(X[:100, :d].astype(np.float32), X[:k, :d].astype(np.float32))
         for name in algorithms:
             try:
-                estimator = make_estimator(name, n_clusters=k, init=X[:k, :d].astype(np.float32), max_time=0.2,
-                                           random_state=0, client=client, progress=False)
+                estimator = make_estimator(
+                    name,
+                    n_clusters=k,
+                    init=X[:k, :d].astype(np.float32),
+                    max_time=0.2,
+                    random_state=0,
+                    client=client,
+                    progress=False,
+                )
                 estimator.fit(da.from_array(np.ascontiguousarray(X[:, :d]), chunks=(n_rows // 4, d)))
             except Exception:  # noqa: BLE001 - a failing algorithm is recorded by its real run
                 pass
@@ -226,7 +250,7 @@ def warm_up(client, algorithms, n_features, dtype=np.float32, n_clusters=32):
 # -- outputs -----------------------------------------------------------------------------------------------------------
 def created() -> str:
     """The time a record is made: UTC, ISO 8601, to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def output_paths(out_dir, name, plots=()) -> dict:

@@ -81,10 +81,16 @@ def run_vc_gmm(array, k, m, seed, client, **params):
     model.fit(array)
     seconds = time.perf_counter() - start
     em_distances = sum(r["distances"] + r["initial_distances"] for r in model.history_)
-    return {"centers": model.means_, "seconds": seconds, "inertia": float(model.inertia_),
-            "n_iter": int(model.n_iter_), "stop_reason": model.stop_reason_,
-            "distances": int(array.shape[0] + model.seeding_distances_ + em_distances),
-            "em_distances_per_iteration": em_distances / max(1, model.n_iter_), "sigma2": float(model.covariance_)}
+    return {
+        "centers": model.means_,
+        "seconds": seconds,
+        "inertia": float(model.inertia_),
+        "n_iter": int(model.n_iter_),
+        "stop_reason": model.stop_reason_,
+        "distances": int(array.shape[0] + model.seeding_distances_ + em_distances),
+        "em_distances_per_iteration": em_distances / max(1, model.n_iter_),
+        "sigma2": float(model.covariance_),
+    }
 
 
 def run_baseline(kind, array, k, m, seed, client):
@@ -105,8 +111,13 @@ def run_baseline(kind, array, k, m, seed, client):
     centers = model.cluster_centers_.astype(array.dtype)
     inertia = final_inertia(array, centers, None, client)
     seconds = time.perf_counter() - start
-    return {"centers": centers, "seconds": seconds, "inertia": float(inertia), "n_iter": int(model.n_iter_),
-            "distances": int(extra_distances + kmeanspp_distances(m, k, int(model.n_iter_)))}
+    return {
+        "centers": centers,
+        "seconds": seconds,
+        "inertia": float(inertia),
+        "n_iter": int(model.n_iter_),
+        "distances": int(extra_distances + kmeanspp_distances(m, k, int(model.n_iter_))),
+    }
 
 
 def at_time(points, seconds):
@@ -128,13 +139,21 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
         "schema": "daskmeans-bench-vc-gmm/1",
         "created": created(),
         **code_commit(),
-        "workload": {"name": workload.output_name, "description": workload.description, "k": k, "n_samples": n,
-                     "n_features": data.n_features},
-        "machine": machine, "daskmeans_version": __version__, "runs": [],
+        "workload": {
+            "name": workload.output_name,
+            "description": workload.description,
+            "k": k,
+            "n_samples": n,
+            "n_features": data.n_features,
+        },
+        "machine": machine,
+        "daskmeans_version": __version__,
+        "runs": [],
     }
     if data.X is None:
-        record["skipped"] = f"the reference (scikit-learn on all rows) needs the data in the driver: " \
-                            f"{data.in_driver_reason}"
+        record["skipped"] = (
+            f"the reference (scikit-learn on all rows) needs the data in the driver: {data.in_driver_reason}"
+        )
         return record
     sizes = sizes or coreset_sizes(n, k)
     ladder = baseline_sizes(n, k)
@@ -146,19 +165,36 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
         centers, ref_seconds, ref_iter = run_reference(data.X, k, seed)
         ref_inertia = final_inertia(data.array, centers.astype(data.array.dtype), None, client)
         ref_distances = kmeanspp_distances(n, k, ref_iter)
-        record["runs"].append({"method": "k-means++", "seed": seed, "size": n, "seconds": ref_seconds,
-                               "load_average_after": load_average(),
-                               "inertia": ref_inertia, "error": 0.0, "speedup": 1.0, "n_iter": ref_iter,
-                               "distances": ref_distances, "distance_speedup": 1.0})
+        record["runs"].append(
+            {
+                "method": "k-means++",
+                "seed": seed,
+                "size": n,
+                "seconds": ref_seconds,
+                "load_average_after": load_average(),
+                "inertia": ref_inertia,
+                "error": 0.0,
+                "speedup": 1.0,
+                "n_iter": ref_iter,
+                "distances": ref_distances,
+                "distance_speedup": 1.0,
+            }
+        )
         say(f"k-means++ on all rows (seed {seed}): {ref_seconds:.1f} s, {ref_iter} iterations")
 
         def add(method, size, result):
             result.pop("centers")
             result["load_average_after"] = load_average()
-            result.update({"method": method, "seed": seed, "size": size,
-                           "error": result["inertia"] / ref_inertia - 1.0,
-                           "speedup": ref_seconds / result["seconds"],
-                           "distance_speedup": ref_distances / max(1, result["distances"])})
+            result.update(
+                {
+                    "method": method,
+                    "seed": seed,
+                    "size": size,
+                    "error": result["inertia"] / ref_inertia - 1.0,
+                    "speedup": ref_seconds / result["seconds"],
+                    "distance_speedup": ref_distances / max(1, result["distances"]),
+                }
+            )
             record["runs"].append(result)
             say(f"{method} size {size}: {result['seconds']:.2f} s, error {100 * result['error']:.2f}%")
 
@@ -177,9 +213,13 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
 
 
 # -- outputs -----------------------------------------------------------------------------------------------------------
-LABELS = {"k-means++": "k-means++ (all rows)", "vc-gmm": "vc-GMM",
-          "vc-gmm-previous": "vc-GMM, previous defaults (G = 5, plain AFK-MC2)", "lwcs": "LWCS + k-means++",
-          "uniform": "uniform sample + k-means++"}
+LABELS = {
+    "k-means++": "k-means++ (all rows)",
+    "vc-gmm": "vc-GMM",
+    "vc-gmm-previous": "vc-GMM, previous defaults (G = 5, plain AFK-MC2)",
+    "lwcs": "LWCS + k-means++",
+    "uniform": "uniform sample + k-means++",
+}
 
 
 def output_name(workload_name) -> str:
@@ -194,17 +234,42 @@ def _percent(value):
 def markdown_table(record) -> str:
     """The study as a Markdown table (one row per run) with a verdict line per vc-GMM run."""
     workload = record["workload"]
-    lines = [f"# vc-GMM on {workload['name']}: {workload['description']}, k={workload['k']}", "",
-             f"Machine: {machine_text(record['machine'])}.", *provenance_lines(record), ""]
+    lines = [
+        f"# vc-GMM on {workload['name']}: {workload['description']}, k={workload['k']}",
+        "",
+        f"Machine: {machine_text(record['machine'])}.",
+        *provenance_lines(record),
+        "",
+    ]
     if record.get("skipped"):
         return "\n".join(lines + [f"Skipped: {record['skipped']}", ""])
-    columns = ["method", "size", "time (s)", "speedup", "rel. error", "EM/Lloyd iterations", "distance evals",
-               "distance speedup", "LWCS error at same time", "uniform error at same time"]
-    rows = [[LABELS[run["method"]], f"{run['size']:,}", f"{run['seconds']:.2f}", f"{run['speedup']:.1f}x",
-             _percent(run["error"]), f"{run['n_iter']}", f"{run['distances']:.3g}", f"{run['distance_speedup']:.1f}x",
-             _percent(run.get("lwcs_error_at_same_time")) if run["method"] == "vc-gmm" else "",
-             _percent(run.get("uniform_error_at_same_time")) if run["method"] == "vc-gmm" else ""]
-            for run in record["runs"]]
+    columns = [
+        "method",
+        "size",
+        "time (s)",
+        "speedup",
+        "rel. error",
+        "EM/Lloyd iterations",
+        "distance evals",
+        "distance speedup",
+        "LWCS error at same time",
+        "uniform error at same time",
+    ]
+    rows = [
+        [
+            LABELS[run["method"]],
+            f"{run['size']:,}",
+            f"{run['seconds']:.2f}",
+            f"{run['speedup']:.1f}x",
+            _percent(run["error"]),
+            f"{run['n_iter']}",
+            f"{run['distances']:.3g}",
+            f"{run['distance_speedup']:.1f}x",
+            _percent(run.get("lwcs_error_at_same_time")) if run["method"] == "vc-gmm" else "",
+            _percent(run.get("uniform_error_at_same_time")) if run["method"] == "vc-gmm" else "",
+        ]
+        for run in record["runs"]
+    ]
     lines += table_lines(columns, rows, right=range(1, len(columns)))
     lines.append("")
     for run in record["runs"]:
@@ -217,8 +282,9 @@ def markdown_table(record) -> str:
                 verdict += " (a baseline has no run that fast)"
         else:
             verdict = "NOT below both baselines at the same time"
-        lines.append(f"- vc-GMM, coreset {run['size']:,}: {_percent(run['error'])} at {run['speedup']:.1f}x: "
-                     f"{verdict}.")
+        lines.append(
+            f"- vc-GMM, coreset {run['size']:,}: {_percent(run['error'])} at {run['speedup']:.1f}x: {verdict}."
+        )
     lines += previous_defaults_verdicts(record["runs"])
     return "\n".join(lines) + "\n"
 
@@ -245,9 +311,11 @@ def previous_defaults_verdicts(runs) -> list:
         if not same:
             continue
         at_same_time = at_time([r for r in previous if r["seed"] == run["seed"]], run["seconds"])
-        lines.append(f"- defaults vs previous defaults, coreset {run['size']:,}: {_percent(run['error'])} in "
-                     f"{run['seconds']:.2f} s against {_percent(same[0]['error'])} in {same[0]['seconds']:.2f} s; "
-                     f"previous defaults' best error in that time: {_percent(at_same_time)}.")
+        lines.append(
+            f"- defaults vs previous defaults, coreset {run['size']:,}: {_percent(run['error'])} in "
+            f"{run['seconds']:.2f} s against {_percent(same[0]['error'])} in {same[0]['seconds']:.2f} s; "
+            f"previous defaults' best error in that time: {_percent(at_same_time)}."
+        )
     return lines
 
 
@@ -264,8 +332,13 @@ def plot(record, path):
         if runs:
             axes.plot([r["speedup"] for r in runs], [100 * r["error"] for r in runs], style, label=LABELS[method])
             for r in runs:
-                axes.annotate(f"{r['size']:,}", (r["speedup"], 100 * r["error"]), fontsize=7,
-                              textcoords="offset points", xytext=(3, 3))
+                axes.annotate(
+                    f"{r['size']:,}",
+                    (r["speedup"], 100 * r["error"]),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                )
     axes.set_xscale("log")
     axes.set_xlabel("wall-clock speedup over k-means++ on all rows (scikit-learn)")
     axes.set_ylabel("relative quantization error (%)")
@@ -284,5 +357,10 @@ PLOTS = {"png": plot}
 
 def write_outputs(record, out_dir) -> list:
     """Write the JSON record, the Markdown table and (unless the study was skipped) the plot."""
-    return write_report(out_dir, output_name(record["workload"]["name"]), record, markdown_table(record),
-                        None if record.get("skipped") else PLOTS)
+    return write_report(
+        out_dir,
+        output_name(record["workload"]["name"]),
+        record,
+        markdown_table(record),
+        None if record.get("skipped") else PLOTS,
+    )

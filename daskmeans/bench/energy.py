@@ -51,7 +51,7 @@ class InMemoryEnergy:
         self.calls = 0
 
     def _block_sum(self, centers, start):
-        return float(nearest_centers(self.X[start:start + EVAL_BLOCK_ROWS], centers)[1].sum())
+        return float(nearest_centers(self.X[start : start + EVAL_BLOCK_ROWS], centers)[1].sum())
 
     def __call__(self, centers) -> float:
         start_time = time.perf_counter()
@@ -108,8 +108,9 @@ def measure_sgemm(size=2048, repeats=3) -> dict:
     try:
         from threadpoolctl import threadpool_info
 
-        threads = max((info.get("num_threads", 0) for info in threadpool_info() if info.get("user_api") == "blas"),
-                      default=None)
+        threads = max(
+            (info.get("num_threads", 0) for info in threadpool_info() if info.get("user_api") == "blas"), default=None
+        )
     except ImportError:
         pass
     return {"size": size, "one_thread_gflops": one_thread, "all_threads_gflops": all_threads, "threads": threads}

@@ -23,14 +23,31 @@ from ..engine.client import compute_now
 from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.kernel_functions import auto_kappa
 from ..registry import ALGORITHMS, make_estimator
-from .common import (check_out_dir, check_seeds, code_commit, created, machine_info, machine_text, output_paths,
-                     provenance_lines, refuse_existing, split_names, table_lines, write_report)
+from .common import (
+    check_out_dir,
+    check_seeds,
+    code_commit,
+    created,
+    machine_info,
+    machine_text,
+    output_paths,
+    provenance_lines,
+    refuse_existing,
+    split_names,
+    table_lines,
+    write_report,
+)
 from .workloads import block_rows, resolve_workloads, scatter_rows, subsample_index
 
 SCHEMA = "daskmeans-bench-quality/1"
 #: Algorithms compared when ``--algorithms`` is not given.
-DEFAULT_ALGORITHMS = ("kernel-minibatch", "kernel-minibatch-paper", "kernel-minibatch-untruncated", "kernel-kmeans",
-                      "kmeans")
+DEFAULT_ALGORITHMS = (
+    "kernel-minibatch",
+    "kernel-minibatch-paper",
+    "kernel-minibatch-untruncated",
+    "kernel-kmeans",
+    "kmeans",
+)
 #: The exact baseline the speed-ups are measured against.
 BASELINE = "kernel-kmeans"
 #: Runs ``--quality`` knows beside the registry's algorithms: name -> (algorithm, the parameters the name fixes).
@@ -89,8 +106,9 @@ def check_quality_options(options):
     InvalidParameterError, FileNotFoundError, OutputExistsError
     """
     if options.data_path is not None:
-        raise InvalidParameterError("--quality needs true labels: name a labelled workload (pendigits, mnist), "
-                                    "not --data.")
+        raise InvalidParameterError(
+            "--quality needs true labels: name a labelled workload (pendigits, mnist), not --data."
+        )
     if not options.workloads:
         raise InvalidParameterError("--quality needs a labelled workload: e.g. 'daskmeans bench pendigits --quality'.")
     unlabelled = [name for name in options.workloads if name not in SETTINGS]
@@ -104,13 +122,21 @@ def check_quality_options(options):
     if not options.algorithms:
         raise InvalidParameterError("--quality needs at least one algorithm.")
     check_seeds(options.seeds)
-    options.resolved = resolve_workloads(options.workloads, quick=options.quick, k=options.k,
-                                         data_dir=options.data_dir, n_samples=options.n_samples,
-                                         time_budget=options.time_budget)
+    options.resolved = resolve_workloads(
+        options.workloads,
+        quick=options.quick,
+        k=options.k,
+        data_dir=options.data_dir,
+        n_samples=options.n_samples,
+        time_budget=options.time_budget,
+    )
     check_out_dir(options.out_dir)
     if not options.overwrite:
-        refuse_existing(path for workload in options.resolved
-                        for path in output_paths(options.out_dir, output_name(workload.output_name)).values())
+        refuse_existing(
+            path
+            for workload in options.resolved
+            for path in output_paths(options.out_dir, output_name(workload.output_name)).values()
+        )
     return options
 
 
@@ -119,12 +145,14 @@ def load_labelled(workload, settings: QualitySettings, n_samples_override=None):
     ``n_samples_override`` rows, else ``settings.max_rows``, else the workload's own cap (quick variants)."""
     with np.load(workload.file, allow_pickle=False) as archive:
         if workload.labels not in archive.files:
-            raise InputDataError(f"{workload.file!r} has no label array {workload.labels!r}; it holds "
-                                 f"{sorted(archive.files)}.")
+            raise InputDataError(
+                f"{workload.file!r} has no label array {workload.labels!r}; it holds {sorted(archive.files)}."
+            )
         X, y = archive["X"], archive[workload.labels]
     n_total = X.shape[0]
-    cap = next((value for value in (n_samples_override, settings.max_rows, workload.n_samples) if value is not None),
-               None)
+    cap = next(
+        (value for value in (n_samples_override, settings.max_rows, workload.n_samples) if value is not None), None
+    )
     if cap is not None and cap < X.shape[0]:
         index = subsample_index(X.shape[0], cap)
         X, y = X[index], y[index]
@@ -138,8 +166,17 @@ def estimator_params(name, settings: QualitySettings, kappa, k, seed, budget, cl
     if name.startswith("kernel-"):
         params["kernel_params"] = {"kappa": kappa}
     if name.startswith("kernel-minibatch"):
-        params.update({key: value for key, value in (("batch_size", settings.batch_size), ("tau", settings.tau),
-                                                     ("max_iter", settings.max_iter)) if value is not None})
+        params.update(
+            {
+                key: value
+                for key, value in (
+                    ("batch_size", settings.batch_size),
+                    ("tau", settings.tau),
+                    ("max_iter", settings.max_iter),
+                )
+                if value is not None
+            }
+        )
     params.update(VARIANTS.get(name, (name, {}))[1])
     return params
 
@@ -172,8 +209,12 @@ def _spread(values):
     values = [v for v in values if v is not None]
     if not values:
         return None
-    return {"median": float(np.median(values)), "min": float(min(values)), "max": float(max(values)),
-            "values": [float(v) for v in values]}
+    return {
+        "median": float(np.median(values)),
+        "min": float(min(values)),
+        "max": float(max(values)),
+        "values": [float(v) for v in values],
+    }
 
 
 def run_quality_workload(workload, options, client, machine, echo=print) -> dict:
@@ -196,9 +237,10 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
     # warm-up (untimed): compile the kernels in the driver and on the workers
     warm = array[: min(2000, X.shape[0])]
     for name in options.algorithms:
-        params = estimator_params(name, QualitySettings(batch_size=64, tau=20, max_iter=2), kappa, min(k, 4), 0,
-                                  WARM_UP_SECONDS, client)
-        make_run_estimator(name, params).fit(warm).labels_
+        params = estimator_params(
+            name, QualitySettings(batch_size=64, tau=20, max_iter=2), kappa, min(k, 4), 0, WARM_UP_SECONDS, client
+        )
+        make_run_estimator(name, params).fit(warm).labels_  # noqa: B018 - the labels pass compiles its kernels too
     say("warmed up")
     runs = []
     for seed in range(options.seeds):
@@ -212,32 +254,55 @@ def run_quality_workload(workload, options, client, machine, echo=print) -> dict
                 runs.append(run)
                 say(f"{name} seed {seed}: failed: {run['reason']}")
                 continue
-            run.update({
-                "ari": float(adjusted_rand_score(y, labels)), "nmi": float(normalized_mutual_info_score(y, labels)),
-                "fit_seconds": fit_seconds, "seconds": seconds, "n_iter": int(estimator.n_iter_),
-                "stop_reason": estimator.stop_reason_,
-                "support_rows": int(getattr(estimator, "support_rows_", np.empty(0)).shape[0]) or None,
-                "gamma": getattr(estimator, "gamma_", None),
-            })
-            say(f"{name} seed {seed}: ARI {run['ari']:.3f}, NMI {run['nmi']:.3f}, {seconds:.2f} s "
-                f"({run['n_iter']} iterations, {run['stop_reason']})")
+            run.update(
+                {
+                    "ari": float(adjusted_rand_score(y, labels)),
+                    "nmi": float(normalized_mutual_info_score(y, labels)),
+                    "fit_seconds": fit_seconds,
+                    "seconds": seconds,
+                    "n_iter": int(estimator.n_iter_),
+                    "stop_reason": estimator.stop_reason_,
+                    "support_rows": int(getattr(estimator, "support_rows_", np.empty(0)).shape[0]) or None,
+                    "gamma": getattr(estimator, "gamma_", None),
+                }
+            )
+            say(
+                f"{name} seed {seed}: ARI {run['ari']:.3f}, NMI {run['nmi']:.3f}, {seconds:.2f} s "
+                f"({run['n_iter']} iterations, {run['stop_reason']})"
+            )
             if name.startswith("kernel-minibatch"):
                 run["curve"] = []
                 for steps in curve_steps(estimator.max_iter):
                     _, labels, _, seconds = _run_one(name, {**params, "max_iter": steps}, array)
-                    run["curve"].append({"steps": steps, "seconds": seconds,
-                                         "ari": float(adjusted_rand_score(y, labels)),
-                                         "nmi": float(normalized_mutual_info_score(y, labels))})
-                say(f"{name} seed {seed}: " + ", ".join(f"{point['steps']} steps ARI {point['ari']:.3f} in "
-                                                        f"{point['seconds']:.2f} s" for point in run["curve"]))
+                    run["curve"].append(
+                        {
+                            "steps": steps,
+                            "seconds": seconds,
+                            "ari": float(adjusted_rand_score(y, labels)),
+                            "nmi": float(normalized_mutual_info_score(y, labels)),
+                        }
+                    )
+                say(
+                    f"{name} seed {seed}: "
+                    + ", ".join(
+                        f"{point['steps']} steps ARI {point['ari']:.3f} in {point['seconds']:.2f} s"
+                        for point in run["curve"]
+                    )
+                )
             runs.append(run)
     record = {
         "schema": SCHEMA,
         "created": created(),
         **code_commit(),
         "command": options.command_line,
-        "workload": {**asdict(workload), "output_name": workload.output_name, "n_samples": int(X.shape[0]),
-                     "n_features": int(X.shape[1]), "k": k, "n_total": int(n_total)},
+        "workload": {
+            **asdict(workload),
+            "output_name": workload.output_name,
+            "n_samples": int(X.shape[0]),
+            "n_features": int(X.shape[1]),
+            "k": k,
+            "n_total": int(n_total),
+        },
         "settings": asdict(settings),
         "kernel": {"name": "rbf", "kappa": kappa, "kappa_default": kappa_default},
         "machine": machine,
@@ -259,8 +324,10 @@ def summarize(record) -> dict:
 
     def entry(runs, ok):
         return {
-            "runs": len(runs), "ok": len(ok),
-            "ari": _spread([r["ari"] for r in ok]), "nmi": _spread([r["nmi"] for r in ok]),
+            "runs": len(runs),
+            "ok": len(ok),
+            "ari": _spread([r["ari"] for r in ok]),
+            "nmi": _spread([r["nmi"] for r in ok]),
             "seconds": _spread([r["seconds"] for r in ok]),
             "speedup": _spread([baseline[r["seed"]] / r["seconds"] for r in ok if r["seed"] in baseline]),
         }
@@ -269,18 +336,23 @@ def summarize(record) -> dict:
     for name in dict.fromkeys(r["name"] for r in record["runs"]):
         mine = [r for r in record["runs"] if r["name"] == name]
         ok = [r for r in mine if r["status"] == "ok"]
-        out[name] = {**entry(mine, ok),
-                     "support_rows": _spread([r["support_rows"] for r in ok if r.get("support_rows")])}
+        out[name] = {
+            **entry(mine, ok),
+            "support_rows": _spread([r["support_rows"] for r in ok if r.get("support_rows")]),
+        }
         for steps in dict.fromkeys(point["steps"] for r in ok for point in r.get("curve", ())):
             points = [{**point, "seed": r["seed"]} for r in ok for point in r["curve"] if point["steps"] == steps]
             out[f"{name}@{steps}"] = entry(points, points)
     return out
 
 
-LABELS = {"kernel-minibatch": "truncated mini-batch kernel k-means",
-          "kernel-minibatch-paper": "truncated mini-batch kernel k-means, the paper's b = 1024, tau = 200, 200 steps",
-          "kernel-minibatch-untruncated": "untruncated mini-batch kernel k-means",
-          "kernel-kmeans": "full-batch kernel k-means", "kmeans": "linear k-means (Lloyd)"}
+LABELS = {
+    "kernel-minibatch": "truncated mini-batch kernel k-means",
+    "kernel-minibatch-paper": "truncated mini-batch kernel k-means, the paper's b = 1024, tau = 200, 200 steps",
+    "kernel-minibatch-untruncated": "untruncated mini-batch kernel k-means",
+    "kernel-kmeans": "full-batch kernel k-means",
+    "kmeans": "linear k-means (Lloyd)",
+}
 
 
 def _cell(spread, fmt):
@@ -291,10 +363,14 @@ def _cell(spread, fmt):
 
 def _minibatch_settings(settings) -> str:
     if settings["batch_size"] is None and settings["tau"] is None and settings["max_iter"] is None:
-        return ("the estimator's defaults (b = 128, tau = 25, 150 steps, tol = 0); the paper's settings (b = 1024, "
-                "tau = 200, 200 steps) where named")
-    return (f"b = {settings['batch_size'] or 'default'}, tau = {settings['tau'] or 'default'}, at most "
-            f"{settings['max_iter'] or 'the default'} steps")
+        return (
+            "the estimator's defaults (b = 128, tau = 25, 150 steps, tol = 0); the paper's settings (b = 1024, "
+            "tau = 200, 200 steps) where named"
+        )
+    return (
+        f"b = {settings['batch_size'] or 'default'}, tau = {settings['tau'] or 'default'}, at most "
+        f"{settings['max_iter'] or 'the default'} steps"
+    )
 
 
 def markdown_table(record) -> str:
@@ -306,14 +382,20 @@ def markdown_table(record) -> str:
         f"Machine: {machine_text(record['machine'])}.",
         *provenance_lines(record),
         "",
-        *([f"A seeded uniform sample of {workload['n_samples']:,} of the {workload['n_total']:,} rows (full-batch "
-           "kernel k-means holds the n x n kernel matrix, 4 n^2 bytes).", ""]
-          if workload.get("n_total", workload["n_samples"]) > workload["n_samples"] else []),
+        *(
+            [
+                f"A seeded uniform sample of {workload['n_samples']:,} of the {workload['n_total']:,} rows (full-batch "
+                "kernel k-means holds the n x n kernel matrix, 4 n^2 bytes).",
+                "",
+            ]
+            if workload.get("n_total", workload["n_samples"]) > workload["n_samples"]
+            else []
+        ),
         f"n = {workload['n_samples']:,}, d = {workload['n_features']}, k = {workload['k']}, {len(record['seeds'])} "
         f"seed(s); Gaussian kernel exp(-||x-y||^2 / kappa), kappa = {kernel['kappa']:.4g} ({settings['kappa_scale']} "
         f"x the default {kernel['kappa_default']:.4g}); mini-batch: {_minibatch_settings(settings)}. "
         f"Time: fit + labels of every row, {record['cluster']['workers']} workers. Median [min, max] over seeds; "
-        "speed-up = full-batch time / time, seed by seed. \"Stopped after N steps\": the same seeds run with "
+        'speed-up = full-batch time / time, seed by seed. "Stopped after N steps": the same seeds run with '
         "max_iter = N (the start of the full run: quality against time).",
         "",
     ]
@@ -332,9 +414,15 @@ def quality_rows(record) -> list:
         name, _, steps = key.partition("@")
         label = LABELS.get(name, name) + (f", stopped after {steps} steps" if steps else "")
         failed = "" if entry["ok"] == entry["runs"] else f" ({entry['runs'] - entry['ok']} failed)"
-        rows.append([f"{label}{failed}", _cell(entry["ari"], lambda v: f"{v:.3f}"),
-                     _cell(entry["nmi"], lambda v: f"{v:.3f}"), _cell(entry["seconds"], lambda v: f"{v:.2f}"),
-                     _cell(entry["speedup"], lambda v: f"{v:.2f}x")])
+        rows.append(
+            [
+                f"{label}{failed}",
+                _cell(entry["ari"], lambda v: f"{v:.3f}"),
+                _cell(entry["nmi"], lambda v: f"{v:.3f}"),
+                _cell(entry["seconds"], lambda v: f"{v:.2f}"),
+                _cell(entry["speedup"], lambda v: f"{v:.2f}x"),
+            ]
+        )
     return rows
 
 
@@ -349,8 +437,9 @@ def run_quality(options, echo=print) -> list:
     try:
         import sklearn.metrics  # noqa: F401
     except ImportError as error:
-        raise InvalidParameterError("--quality needs scikit-learn for ARI and NMI: pip install -e '.[bench]'.") \
-            from error
+        raise InvalidParameterError(
+            "--quality needs scikit-learn for ARI and NMI: pip install -e '.[bench]'."
+        ) from error
     os.makedirs(options.out_dir, exist_ok=True)
     machine = machine_info()
     written = []

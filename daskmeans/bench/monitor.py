@@ -69,8 +69,11 @@ class MemoryMonitor:
                     pass
             return sizes
         if self.source == "scheduler":
-            info = self.client.scheduler_info(n_workers=-1) if _takes_n_workers(self.client) \
+            info = (
+                self.client.scheduler_info(n_workers=-1)
+                if _takes_n_workers(self.client)
                 else self.client.scheduler_info()
+            )
             return {address: w.get("metrics", {}).get("memory", 0) for address, w in info.get("workers", {}).items()}
         return {}
 

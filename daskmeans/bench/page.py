@@ -70,9 +70,13 @@ def _made(record) -> str:
 
 def _yardstick(entry) -> str:
     """What an entry's figures are measured against."""
-    return {"lloyd": "E*: converged Lloyd", "best": "E*: lowest energy reached (older)",
-            None: {"quality": "true labels (ARI, NMI)", "vc-gmm": "k-means++ on all rows",
-                   "sizing": "time and memory"}.get(entry.kind, "")}[entry.yardstick]
+    return {
+        "lloyd": "E*: converged Lloyd",
+        "best": "E*: lowest energy reached (older)",
+        None: {"quality": "true labels (ARI, NMI)", "vc-gmm": "k-means++ on all rows", "sizing": "time and memory"}.get(
+            entry.kind, ""
+        ),
+    }[entry.yardstick]
 
 
 def index_table(found) -> list:
@@ -81,8 +85,14 @@ def index_table(found) -> list:
     for entry, records in found:
         for name, record in records:
             machine = machine_text(record["machine"]) if record.get("machine") else ""
-            rows.append([f"[{entry.name}/{name}]({rec.record_link('', entry, name)})", machine, _made(record),
-                         _yardstick(entry)])
+            rows.append(
+                [
+                    f"[{entry.name}/{name}]({rec.record_link('', entry, name)})",
+                    machine,
+                    _made(record),
+                    _yardstick(entry),
+                ]
+            )
     return table_lines(["record", "machine", "made at (commit, date)", "measured against"], rows)
 
 
@@ -101,8 +111,7 @@ def entry_section(entry, records) -> list:
     for name, record in records:
         if len(records) > 1:
             lines += [f"### {name}", ""]
-        lines += [f"{_record_caption(entry, record)} Full report: [{name}]({rec.record_link('', entry, name)}).",
-                  ""]
+        lines += [f"{_record_caption(entry, record)} Full report: [{name}]({rec.record_link('', entry, name)}).", ""]
         lines += rec.TABLES[entry.kind](record) + [""]
     return lines
 
@@ -114,13 +123,18 @@ def _records_of(found, name) -> list:
 
 def _links(found, *entry_names) -> str:
     """Links to the records of the named entries."""
-    return ", ".join(f"[{entry.name}/{name}]({rec.record_link('', entry, name)})"
-                     for entry, records in found if entry.name in entry_names for name, _ in records)
+    return ", ".join(
+        f"[{entry.name}/{name}]({rec.record_link('', entry, name)})"
+        for entry, records in found
+        if entry.name in entry_names
+        for name, _ in records
+    )
 
 
 def _pretty(name) -> str:
     return {"mnist": "MNIST", "kdd": "KDD", "descriptors": "descriptors", "pendigits": "PenDigits"}.get(
-        name.split("-")[0], name)
+        name.split("-")[0], name
+    )
 
 
 def vrkm_claim(found) -> list | None:
@@ -140,9 +154,11 @@ def vrkm_claim(found) -> list | None:
     return [
         "Zhao et al., VRKM / VRKM++",
         "about 2x (VRKM) and 4x (VRKM++) sooner than batch k-means to the loss batch k-means ends with",
-        (f"time to within {within:.1%} of `KMeans`' final energy, `KMeans`' time over VRKM++'s, seed by seed: "
-         f"{parts['kmeans'][1]}. Against Lloyd without bounds (`kmeans-lloyd`, the paper's batch k-means): "
-         f"{parts['kmeans-lloyd'][1]}"),
+        (
+            f"time to within {within:.1%} of `KMeans`' final energy, `KMeans`' time over VRKM++'s, seed by seed: "
+            f"{parts['kmeans'][1]}. Against Lloyd without bounds (`kmeans-lloyd`, the paper's batch k-means): "
+            f"{parts['kmeans-lloyd'][1]}"
+        ),
         _links(found, "vrkm", "vrkm-descriptors"),
     ]
 
@@ -151,8 +167,11 @@ def _seed_ratio(record, numerator, denominator, target) -> float | None:
     """The median over seeds of ``numerator``'s time to ``target`` over ``denominator``'s (seeds where both got
     there)."""
     times = {(e["name"], e["seed"]): (e.get("time_to") or {}).get(str(target)) for e in record["summary"]["runs"]}
-    ratios = [times[(numerator, s)] / times[(denominator, s)] for s in record["seeds"]
-              if times.get((numerator, s)) and times.get((denominator, s))]
+    ratios = [
+        times[(numerator, s)] / times[(denominator, s)]
+        for s in record["seeds"]
+        if times.get((numerator, s)) and times.get((denominator, s))
+    ]
     return statistics.median(ratios) if ratios else None
 
 
@@ -167,16 +186,25 @@ def nmbatch_claim(found) -> list | None:
                 ratio = _seed_ratio(record, other, "nmbatch", 0.02)
                 if other in record["summary"]["algorithms"] and ratio is not None:
                     label = record["summary"]["algorithms"][other]["label"]
-                    texts.append(f"{_pretty(name)}, {label}: {ratio:.2f}x"
-                                 + (f", median of {seeds} seeds" if seeds > 1 else "") + f" ({entry_name})")
+                    texts.append(
+                        f"{_pretty(name)}, {label}: {ratio:.2f}x"
+                        + (f", median of {seeds} seeds" if seeds > 1 else "")
+                        + f" ({entry_name})"
+                    )
     if not texts:
         return None
-    return ["Newling & Fleuret, nested mini-batch k-means",
-            "within 2% of E* 10x to 100x sooner than mini-batch k-means (three dense datasets)",
-            "time to 2% of E*, mini-batch's over nmbatch's: " + "; ".join(texts)
-            + (". The nmbatch-* records use the older yardstick and nmbatch's former rho = 1"
-               if _records_of(found, "nmbatch-descriptors") or _records_of(found, "nmbatch-mnist") else ""),
-            _links(found, *entry_names)]
+    return [
+        "Newling & Fleuret, nested mini-batch k-means",
+        "within 2% of E* 10x to 100x sooner than mini-batch k-means (three dense datasets)",
+        "time to 2% of E*, mini-batch's over nmbatch's: "
+        + "; ".join(texts)
+        + (
+            ". The nmbatch-* records use the older yardstick and nmbatch's former rho = 1"
+            if _records_of(found, "nmbatch-descriptors") or _records_of(found, "nmbatch-mnist")
+            else ""
+        ),
+        _links(found, *entry_names),
+    ]
 
 
 def vc_gmm_claim(found) -> list | None:
@@ -186,16 +214,18 @@ def vc_gmm_claim(found) -> list | None:
         for name, record in _records_of(found, entry_name):
             runs = sorted((r for r in record["runs"] if r["method"] == "vc-gmm"), key=lambda r: r["size"])
             if runs:
-                texts.append(f"{_pretty(name)} (k = {record['workload']['k']}): " + ", ".join(
-                    f"{100 * r['error']:.1f}% at {r['speedup']:.1f}x" for r in runs))
+                texts.append(
+                    f"{_pretty(name)} (k = {record['workload']['k']}): "
+                    + ", ".join(f"{100 * r['error']:.1f}% at {r['speedup']:.1f}x" for r in runs)
+                )
     if not texts:
         return None
-    return ["Hirschberger, Forster & Lücke, vc-GMM",
-            ("relative quantization error of 7% to 11% at 33x to 1300x the speed of k-means++ (KDD: 10.8% at "
-             "91.5x)"),
-            "relative error at the speedup over scikit-learn's k-means++ on all rows, by coreset size: "
-            + "; ".join(texts),
-            _links(found, "vc-gmm-kdd", "vc-gmm-descriptors")]
+    return [
+        "Hirschberger, Forster & Lücke, vc-GMM",
+        ("relative quantization error of 7% to 11% at 33x to 1300x the speed of k-means++ (KDD: 10.8% at 91.5x)"),
+        "relative error at the speedup over scikit-learn's k-means++ on all rows, by coreset size: " + "; ".join(texts),
+        _links(found, "vc-gmm-kdd", "vc-gmm-descriptors"),
+    ]
 
 
 def kernel_claim(found) -> list | None:
@@ -208,17 +238,20 @@ def kernel_claim(found) -> list | None:
             if not ours or not ours["speedup"] or not full or not full["ari"]:
                 continue
             setting = "at the defaults" if algorithm == "kernel-minibatch" else "at the paper's b = 1024, tau = 200"
-            texts.append(f"{_pretty(name)} ({record['workload']['n_samples']:,} rows) {setting}: "
-                         f"{ours['speedup']['median']:.2f}x ({ours['speedup']['min']:.2f}x to "
-                         f"{ours['speedup']['max']:.2f}x), ARI {ours['ari']['median']:.3f} against the full "
-                         f"batch's {full['ari']['median']:.3f}")
+            texts.append(
+                f"{_pretty(name)} ({record['workload']['n_samples']:,} rows) {setting}: "
+                f"{ours['speedup']['median']:.2f}x ({ours['speedup']['min']:.2f}x to "
+                f"{ours['speedup']['max']:.2f}x), ARI {ours['ari']['median']:.3f} against the full "
+                f"batch's {full['ari']['median']:.3f}"
+            )
     if not texts:
         return None
-    return ["Jourdan & Schwartzman, truncated mini-batch kernel k-means",
-            "10x to 100x faster than full-batch kernel k-means at similar quality",
-            "speed-up over the full batch, seed by seed in the same run (median, range over 3 seeds): "
-            + "; ".join(texts),
-            _links(found, "kernel", "kernel-paper-settings")]
+    return [
+        "Jourdan & Schwartzman, truncated mini-batch kernel k-means",
+        "10x to 100x faster than full-batch kernel k-means at similar quality",
+        "speed-up over the full batch, seed by seed in the same run (median, range over 3 seeds): " + "; ".join(texts),
+        _links(found, "kernel", "kernel-paper-settings"),
+    ]
 
 
 CLAIMS = (vrkm_claim, nmbatch_claim, vc_gmm_claim, kernel_claim)
@@ -246,8 +279,22 @@ def render_page(root, quick=False, out=None) -> str:
         The folder the page's commands name (default ``root``).
     """
     found = rec.all_records(root, quick)
-    lines = ["# Benchmarks", "", INTRO, "", "## How the figures are obtained", "", METHOD, "",
-             "## Regenerate them", "", regenerate_text(out or root), "", "## The records", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        INTRO,
+        "",
+        "## How the figures are obtained",
+        "",
+        METHOD,
+        "",
+        "## Regenerate them",
+        "",
+        regenerate_text(out or root),
+        "",
+        "## The records",
+        "",
+    ]
     lines += index_table(found) if found else ["No record is present."]
     lines += ["", "## The papers' claims against our figures", ""] + claims_table(found) + [""]
     for entry, records in found:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -141,19 +141,26 @@ def _sklearn_kmeans(algorithm):
         from sklearn.cluster import KMeans
 
         def fit_rung(m):
-            model = KMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm=algorithm,
-                           random_state=ctx.seed)
+            model = KMeans(
+                n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm=algorithm, random_state=ctx.seed
+            )
             _, seconds = _timed_fit(lambda: model.fit(ctx.X))
             n_iter = int(model.n_iter_)
-            return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m,
-                    float(n_iter + 1))
+            return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1))
 
         candidates, total, stop = run_ladder(fit_rung, ctx.budget)
         last = candidates[-1]
-        return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
-                     extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes,
-                     stop_reason=stop, params={"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
-                     notes=["passes = iterations + the final labelling pass"])
+        return Trace(
+            candidates=candidates,
+            fit_seconds=last.time,
+            timed_seconds=total,
+            extend=ladder_extender(fit_rung),
+            n_iter=last.iteration,
+            passes=last.passes,
+            stop_reason=stop,
+            params={"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
+            notes=["passes = iterations + the final labelling pass"],
+        )
 
     return run
 
@@ -162,8 +169,7 @@ def _sklearn_kmeans(algorithm):
 def _sklearn_minibatch(ctx: PeerContext) -> Trace:
     from sklearn.cluster import MiniBatchKMeans
 
-    model = MiniBatchKMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, batch_size=ctx.batch_size,
-                            random_state=ctx.seed)
+    model = MiniBatchKMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, batch_size=ctx.batch_size, random_state=ctx.seed)
     rng = np.random.default_rng(ctx.seed)
     n = ctx.X.shape[0]
     marks = np.geomspace(min(0.02, ctx.budget / 100), ctx.budget, STREAM_SNAPSHOTS)
@@ -177,15 +183,29 @@ def _sklearn_minibatch(ctx: PeerContext) -> Trace:
         elapsed += time.perf_counter() - start
         steps += 1
         if elapsed >= marks[mark] or elapsed >= ctx.budget:
-            candidates.append(Candidate(step=steps, time=elapsed, centers=model.cluster_centers_.astype(np.float32),
-                                        iteration=steps, passes=steps * ctx.batch_size / n, kind="snapshot"))
+            candidates.append(
+                Candidate(
+                    step=steps,
+                    time=elapsed,
+                    centers=model.cluster_centers_.astype(np.float32),
+                    iteration=steps,
+                    passes=steps * ctx.batch_size / n,
+                    kind="snapshot",
+                )
+            )
             while mark < len(marks) - 1 and marks[mark] <= elapsed:
                 mark += 1
     candidates[-1].kind = "final"
-    return Trace(candidates=candidates, fit_seconds=elapsed, timed_seconds=elapsed, n_iter=steps,
-                 passes=steps * ctx.batch_size / n, stop_reason="time_budget",
-                 params={"batch_size": ctx.batch_size, "method": "partial_fit on uniform random batches"},
-                 notes=[f"batch {ctx.batch_size}; passes = rows seen / n"])
+    return Trace(
+        candidates=candidates,
+        fit_seconds=elapsed,
+        timed_seconds=elapsed,
+        n_iter=steps,
+        passes=steps * ctx.batch_size / n,
+        stop_reason="time_budget",
+        params={"batch_size": ctx.batch_size, "method": "partial_fit on uniform random batches"},
+        notes=[f"batch {ctx.batch_size}; passes = rows seen / n"],
+    )
 
 
 # -- scikit-learn-intelex KMeans (oneDAL): ladder -----------------------------------------------------------------
@@ -195,8 +215,7 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
     from sklearnex.cluster import KMeans
 
     def fit_rung(m):
-        model = KMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm="lloyd",
-                       random_state=ctx.seed)
+        model = KMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, max_iter=m, algorithm="lloyd", random_state=ctx.seed)
         _, seconds = _timed_fit(lambda: model.fit(ctx.X))
         if not hasattr(model, "_onedal_estimator"):
             raise RuntimeError(
@@ -204,16 +223,24 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
                 "the 'sklearnex' logger at INFO level to see why); the sklearn-lloyd peer already measures that."
             )
         n_iter = int(model.n_iter_)
-        return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m,
-                float(n_iter + 1))
+        return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1))
 
     candidates, total, stop = run_ladder(fit_rung, ctx.budget)
     last = candidates[-1]
-    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
-                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
-                 params={"algorithm": "lloyd", "tol": 1e-4, "n_init": 1, "backend": "oneDAL"},
-                 notes=["sklearnex.cluster.KMeans (oneDAL), scikit-learn left unpatched; passes = iterations + the "
-                        "final labelling pass"])
+    return Trace(
+        candidates=candidates,
+        fit_seconds=last.time,
+        timed_seconds=total,
+        extend=ladder_extender(fit_rung),
+        n_iter=last.iteration,
+        passes=last.passes,
+        stop_reason=stop,
+        params={"algorithm": "lloyd", "tol": 1e-4, "n_init": 1, "backend": "oneDAL"},
+        notes=[
+            "sklearnex.cluster.KMeans (oneDAL), scikit-learn left unpatched; passes = iterations + the "
+            "final labelling pass"
+        ],
+    )
 
 
 # -- faiss Kmeans: ladder over niter on faiss's default subsample; iteration by iteration on every row --------------
@@ -243,12 +270,22 @@ def _faiss_default_subsample(ctx: PeerContext) -> Trace:
     # draws it again, so the rungs cannot be chained
     probe = faiss.Kmeans(d, ctx.k)
     n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
-    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
-                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
-                 params={"niter": last.iteration, "max_points_per_centroid": probe.cp.max_points_per_centroid,
-                         "training_rows": n_train, "threads": faiss.omp_get_max_threads()},
-                 notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x "
-                        "that fraction"])
+    return Trace(
+        candidates=candidates,
+        fit_seconds=last.time,
+        timed_seconds=total,
+        extend=ladder_extender(fit_rung),
+        n_iter=last.iteration,
+        passes=last.passes,
+        stop_reason=stop,
+        params={
+            "niter": last.iteration,
+            "max_points_per_centroid": probe.cp.max_points_per_centroid,
+            "training_rows": n_train,
+            "threads": faiss.omp_get_max_threads(),
+        },
+        notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x that fraction"],
+    )
 
 
 def _faiss_every_row(ctx: PeerContext) -> Trace:
@@ -260,8 +297,13 @@ def _faiss_every_row(ctx: PeerContext) -> Trace:
     up to it (what ``niter=m`` takes, plus one call's set-up per iteration).
     """
     n = ctx.X.shape[0]
-    return _faiss_chained(ctx, ctx.X, 0.0, 1.0, [
-        f"trains on all {n:,} rows, one iteration per train call (the same iterates as niter=m); passes = iterations"])
+    return _faiss_chained(
+        ctx,
+        ctx.X,
+        0.0,
+        1.0,
+        [f"trains on all {n:,} rows, one iteration per train call (the same iterates as niter=m); passes = iterations"],
+    )
 
 
 def _faiss_chained(ctx: PeerContext, X, elapsed, fraction, notes) -> Trace:
@@ -283,8 +325,16 @@ def _faiss_chained(ctx: PeerContext, X, elapsed, fraction, notes) -> Trace:
         if candidates and candidates[-1].kind == "passing":
             candidates.pop()
         kept = len(candidates) * centers.nbytes < FAISS_SNAPSHOT_BYTES or iteration in LADDER
-        candidates.append(Candidate(step=iteration, time=elapsed, centers=centers, iteration=iteration,
-                                    passes=iteration * fraction, kind="snapshot" if kept else "passing"))
+        candidates.append(
+            Candidate(
+                step=iteration,
+                time=elapsed,
+                centers=centers,
+                iteration=iteration,
+                passes=iteration * fraction,
+                kind="snapshot" if kept else "passing",
+            )
+        )
         if np.array_equal(previous, centers):
             stop = "converged"
             break
@@ -292,12 +342,22 @@ def _faiss_chained(ctx: PeerContext, X, elapsed, fraction, notes) -> Trace:
             stop = "time_budget"
             break
     candidates[-1].kind = "final"
-    return Trace(candidates=candidates, fit_seconds=elapsed, timed_seconds=elapsed, n_iter=len(candidates),
-                 passes=len(candidates) * fraction, stop_reason=stop,
-                 params={"niter": len(candidates), "max_points_per_centroid": options["max_points_per_centroid"],
-                         "training_rows": n, "threads": faiss.omp_get_max_threads(),
-                         "method": "train(niter=1) chained from the last centroids"},
-                 notes=notes)
+    return Trace(
+        candidates=candidates,
+        fit_seconds=elapsed,
+        timed_seconds=elapsed,
+        n_iter=len(candidates),
+        passes=len(candidates) * fraction,
+        stop_reason=stop,
+        params={
+            "niter": len(candidates),
+            "max_points_per_centroid": options["max_points_per_centroid"],
+            "training_rows": n,
+            "threads": faiss.omp_get_max_threads(),
+            "method": "train(niter=1) chained from the last centroids",
+        },
+        notes=notes,
+    )
 
 
 def sample_chunks(chunk_rows, rows_wanted, seed) -> list:
@@ -331,16 +391,24 @@ def _faiss_sample(ctx: PeerContext) -> Trace:
     X = np.empty((rows_wanted, d), dtype=np.float32)
     position = 0
     for part in parts:
-        X[position:position + part.shape[0]] = part
+        X[position : position + part.shape[0]] = part
         position += part.shape[0]
     del parts
     read_seconds = time.perf_counter() - start
-    trace = _faiss_chained(ctx, X, read_seconds, rows_wanted / n, [
-        f"trains on a sample of {rows_wanted:,} of {n:,} rows ({len(chosen)} whole chunks in a seeded random order, "
-        f"the most the driver memory budget holds), read in {read_seconds:.1f} s inside the timed region; one "
-        "iteration per train call; passes = iterations x the sample's fraction"])
-    trace.params.update({"sample_rows": rows_wanted, "sample_chunks": len(chosen),
-                         "read_seconds": round(read_seconds, 3)})
+    trace = _faiss_chained(
+        ctx,
+        X,
+        read_seconds,
+        rows_wanted / n,
+        [
+            f"trains on a sample of {rows_wanted:,} of {n:,} rows ({len(chosen)} whole chunks in a seeded random "
+            f"order, the most the driver memory budget holds), read in {read_seconds:.1f} s inside the timed "
+            "region; one iteration per train call; passes = iterations x the sample's fraction"
+        ],
+    )
+    trace.params.update(
+        {"sample_rows": rows_wanted, "sample_chunks": len(chosen), "read_seconds": round(read_seconds, 3)}
+    )
     return trace
 
 
@@ -358,19 +426,32 @@ def _faiss_two_level(ctx: PeerContext) -> Trace:
     n, d = ctx.X.shape
     n_coarse = default_coarse_clusters(ctx.k)
     (centroids, _), seconds = _timed_fit(
-        lambda: two_level_clustering(ctx.X, n_coarse, ctx.k, rebalance=True, clustering_niter=FAISS_DEFAULT_NITER,
-                                     seed=ctx.seed, verbose=False))
+        lambda: two_level_clustering(
+            ctx.X, n_coarse, ctx.k, rebalance=True, clustering_niter=FAISS_DEFAULT_NITER, seed=ctx.seed, verbose=False
+        )
+    )
     centroids = np.ascontiguousarray(centroids, dtype=np.float32)
     if centroids.shape != (ctx.k, d):
         raise RuntimeError(f"faiss two-level clustering returned {centroids.shape[0]} centroids, not {ctx.k}")
     final = Candidate(step=1, time=seconds, centers=centroids, iteration=None, passes=None, kind="final")
-    return Trace(candidates=[final], fit_seconds=seconds, timed_seconds=seconds, stop_reason="max_iter",
-                 params={"init": "two-level (faiss.contrib.clustering)", "coarse_centroids": n_coarse,
-                         "niter_per_level": FAISS_DEFAULT_NITER, "training_rows": n,
-                         "threads": faiss.omp_get_max_threads()},
-                 notes=[f"faiss.contrib.clustering.two_level_clustering: {n_coarse} coarse centroids (max 2000 "
-                        "training rows each), then every coarse cluster's rows into centroids in proportion to its "
-                        f"size; {FAISS_DEFAULT_NITER} iterations per level; seeds itself"])
+    return Trace(
+        candidates=[final],
+        fit_seconds=seconds,
+        timed_seconds=seconds,
+        stop_reason="max_iter",
+        params={
+            "init": "two-level (faiss.contrib.clustering)",
+            "coarse_centroids": n_coarse,
+            "niter_per_level": FAISS_DEFAULT_NITER,
+            "training_rows": n,
+            "threads": faiss.omp_get_max_threads(),
+        },
+        notes=[
+            f"faiss.contrib.clustering.two_level_clustering: {n_coarse} coarse centroids (max 2000 "
+            "training rows each), then every coarse cluster's rows into centroids in proportion to its "
+            f"size; {FAISS_DEFAULT_NITER} iterations per level; seeds itself"
+        ],
+    )
 
 
 # -- dask-ml KMeans: ladder on the cluster -----------------------------------------------------------------------------
@@ -385,23 +466,38 @@ def _dask_ml(ctx: PeerContext) -> Trace:
 
     candidates, total, stop = run_ladder(fit_rung, ctx.budget)
     last = candidates[-1]
-    return Trace(candidates=candidates, fit_seconds=last.time, timed_seconds=total,
-                 extend=ladder_extender(fit_rung), n_iter=last.iteration, passes=last.passes, stop_reason=stop,
-                 params={"tol": 1e-4}, notes=["on the same cluster and dask array as daskmeans"])
+    return Trace(
+        candidates=candidates,
+        fit_seconds=last.time,
+        timed_seconds=total,
+        extend=ladder_extender(fit_rung),
+        n_iter=last.iteration,
+        passes=last.passes,
+        stop_reason=stop,
+        params={"tol": 1e-4},
+        notes=["on the same cluster and dask array as daskmeans"],
+    )
 
 
 PEERS: dict[str, Peer] = {
     "sklearn-lloyd": Peer("sklearn-lloyd", "scikit-learn KMeans (lloyd)", "sklearn", True, _sklearn_kmeans("lloyd")),
     "sklearn-elkan": Peer("sklearn-elkan", "scikit-learn KMeans (elkan)", "sklearn", True, _sklearn_kmeans("elkan")),
-    "sklearn-minibatch": Peer("sklearn-minibatch", "scikit-learn MiniBatchKMeans", "sklearn", True,
-                              _sklearn_minibatch),
-    "sklearn-intelex": Peer("sklearn-intelex", "scikit-learn-intelex KMeans (oneDAL)", "sklearnex", True,
-                            _sklearnex_kmeans, distribution="scikit-learn-intelex"),
+    "sklearn-minibatch": Peer("sklearn-minibatch", "scikit-learn MiniBatchKMeans", "sklearn", True, _sklearn_minibatch),
+    "sklearn-intelex": Peer(
+        "sklearn-intelex",
+        "scikit-learn-intelex KMeans (oneDAL)",
+        "sklearnex",
+        True,
+        _sklearnex_kmeans,
+        distribution="scikit-learn-intelex",
+    ),
     "faiss": Peer("faiss", "faiss Kmeans (default subsample)", "faiss", True, _faiss_default_subsample),
     "faiss-all": Peer("faiss-all", "faiss Kmeans (all rows)", "faiss", True, _faiss_every_row),
-    "faiss-sample": Peer("faiss-sample", "faiss Kmeans (largest sample the driver holds)", "faiss", False,
-                         _faiss_sample),
-    "faiss-two-level": Peer("faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level,
-                            iterates=False),
+    "faiss-sample": Peer(
+        "faiss-sample", "faiss Kmeans (largest sample the driver holds)", "faiss", False, _faiss_sample
+    ),
+    "faiss-two-level": Peer(
+        "faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level, iterates=False
+    ),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }

@@ -65,26 +65,37 @@ def e_star_text(record) -> str:
     if s.get("E_star_source") == "lloyd":
         entry = report.lloyd_references(record).get(str(s["E_star_lloyd"]["seed"]), {})
         if entry.get("converged") is False:
-            return (f"E* = {s['E_star']:,.6g}, Lloyd's energy from the same initial centers after its cap of "
-                    f"{entry['n_iter']} iterations")
+            return (
+                f"E* = {s['E_star']:,.6g}, Lloyd's energy from the same initial centers after its cap of "
+                f"{entry['n_iter']} iterations"
+            )
         return f"E* = {s['E_star']:,.6g}, the converged Lloyd energy"
     run = s.get("E_star_run") or {}
     if report.lloyd_references(record):
-        return (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run.get('name')}), below the "
-                "converged Lloyd energy")
-    return (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run.get('name')}): the older "
-            "yardstick, `--reference best`")
+        return (
+            f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run.get('name')}), below the "
+            "converged Lloyd energy"
+        )
+    return (
+        f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run.get('name')}): the older "
+        "yardstick, `--reference best`"
+    )
 
 
 def energy_caption(record) -> str:
     """Data, machine and E* of an energy record, in a sentence."""
     w = record["workload"]
     seeds = len(record["seeds"])
-    refined = ("" if "--no-refine" not in (record.get("command") or "") else
-               " Times are those of the first evaluated point past each target (`--no-refine`): upper bounds.")
-    return (f"{w['n_samples']:,} x {w['n_features']}, k = {w['k']:,}, {w['time_budget']:g} s per run, "
-            f"{seeds} seed{'s' if seeds > 1 else ''}; {machine_text(record['machine'])}; daskmeans on "
-            f"{cluster_text(record)}; {e_star_text(record)}.{refined}")
+    refined = (
+        ""
+        if "--no-refine" not in (record.get("command") or "")
+        else " Times are those of the first evaluated point past each target (`--no-refine`): upper bounds."
+    )
+    return (
+        f"{w['n_samples']:,} x {w['n_features']}, k = {w['k']:,}, {w['time_budget']:g} s per run, "
+        f"{seeds} seed{'s' if seeds > 1 else ''}; {machine_text(record['machine'])}; daskmeans on "
+        f"{cluster_text(record)}; {e_star_text(record)}.{refined}"
+    )
 
 
 # -- the page's table of each kind -----------------------------------------------------------------------------------
@@ -94,22 +105,28 @@ def energy_table(record) -> list:
     many = len(record["seeds"]) > 1
     versus = summary.get("versus") or {}
     with_kmeans = bool(summary.get("kmeans_reference")) and not versus
-    columns = (["algorithm", "time to 2% of E*", "time to 1% of E*"]
-               + (["time to k-means' final energy (speedup)"] if with_kmeans else [])
-               + [report.versus_column(v) for v in versus.values()] + ["final energy / E*", "iterations"])
+    columns = (
+        ["algorithm", "time to 2% of E*", "time to 1% of E*"]
+        + (["time to k-means' final energy (speedup)"] if with_kmeans else [])
+        + [report.versus_column(v) for v in versus.values()]
+        + ["final energy / E*", "iterations"]
+    )
     rows = []
     for a in summary["algorithms"].values():
         if not a["ok"]:
             reason = "; ".join(a["reasons"]).replace("|", "/").replace("\n", " ")
             rows.append([a["label"], f"{'/'.join(a['statuses'])}: {reason}"] + [""] * (len(columns) - 2))
             continue
-        cells = [a["label"]] + [report.spread_text(a["time_to"][str(t)], report.seconds_text, many)
-                                for t in (0.02, 0.01)]
+        cells = [a["label"]] + [
+            report.spread_text(a["time_to"][str(t)], report.seconds_text, many) for t in (0.02, 0.01)
+        ]
         if with_kmeans:
             cells.append(report.kmeans_reference_cell(a, many))
         cells += [report.versus_cell(a, key, many) for key in versus]
-        cells += [report.spread_text(a["final_relative"], report.ratio_text, many),
-                  report.number_text(a["n_iter"]["median"])]
+        cells += [
+            report.spread_text(a["final_relative"], report.ratio_text, many),
+            report.number_text(a["n_iter"]["median"]),
+        ]
         rows.append(cells)
     return table_lines(columns, rows)
 
@@ -123,11 +140,23 @@ def tradeoff_table(record) -> list:
     """vc-GMM's relative error against its speedup, with both baselines' error in the same time."""
     if record.get("skipped"):
         return [f"Skipped: {record['skipped']}"]
-    rows = [[coreset_tradeoff.LABELS[run["method"]], f"{run['size']:,}", f"{run['seconds']:.2f} s",
-             f"{run['speedup']:.1f}x", f"{100 * run['error']:.1f}%", coreset_tradeoff.baselines_at_time(run)]
-            for run in record["runs"] if run["method"] in ("k-means++", "vc-gmm")]
-    return table_lines(["method", "rows", "time", "speedup", "relative error",
-                        "LWCS / uniform-sample error in that time"], rows, right=(1, 2, 3, 4))
+    rows = [
+        [
+            coreset_tradeoff.LABELS[run["method"]],
+            f"{run['size']:,}",
+            f"{run['seconds']:.2f} s",
+            f"{run['speedup']:.1f}x",
+            f"{100 * run['error']:.1f}%",
+            coreset_tradeoff.baselines_at_time(run),
+        ]
+        for run in record["runs"]
+        if run["method"] in ("k-means++", "vc-gmm")
+    ]
+    return table_lines(
+        ["method", "rows", "time", "speedup", "relative error", "LWCS / uniform-sample error in that time"],
+        rows,
+        right=(1, 2, 3, 4),
+    )
 
 
 def sizing_table(record) -> list:
@@ -141,8 +170,11 @@ TABLES = {"energy": energy_table, "quality": quality_table, "vc-gmm": tradeoff_t
 # -- the README's headline -------------------------------------------------------------------------------------------
 def _fastest(entries, target):
     """The entry of ``entries`` (summary algorithms) that reached ``target`` first (None when none did)."""
-    reached = [(a["time_to"][str(target)]["median"], name) for name, a in entries.items()
-               if a.get("ok") and a["time_to"][str(target)]["median"] is not None]
+    reached = [
+        (a["time_to"][str(target)]["median"], name)
+        for name, a in entries.items()
+        if a.get("ok") and a["time_to"][str(target)]["median"] is not None
+    ]
     return min(reached)[1] if reached else None
 
 
@@ -185,18 +217,24 @@ def headline_table(root="docs/benchmarks", entry_name=HEADLINE_ENTRY) -> str:
     columns = ["algorithm or peer", "time to 2% of E*", "time to 1% of E*", f"final energy / E* ({budget:g} s)"]
     lines = table_lines(columns, rows)
     w, seeds = record["workload"], len(record["seeds"])
-    lines += ["", (f"{w['description']}, k = {w['k']:,}, {seeds} seed{'s' if seeds > 1 else ''}; "
-                   f"{machine_text(record['machine'])}; daskmeans on "
-                   f"{cluster_text(record)}, the peers in the driver on every core; {e_star_text(record)}. Record: "
-                   f"[{entry.name}]({record_link(root, entry, name)}).")]
+    lines += [
+        "",
+        (
+            f"{w['description']}, k = {w['k']:,}, {seeds} seed{'s' if seeds > 1 else ''}; "
+            f"{machine_text(record['machine'])}; daskmeans on "
+            f"{cluster_text(record)}, the peers in the driver on every core; {e_star_text(record)}. Record: "
+            f"[{entry.name}]({record_link(root, entry, name)})."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
 # -- ratios for the papers' claims -----------------------------------------------------------------------------------
 def time_within(run, energy, within) -> float | None:
     """When ``run`` first had an evaluated energy within ``within`` (relative) of ``energy``."""
-    times = [p["time"] for p in run.get("points") or () if p["energy"] is not None
-             and p["energy"] <= energy * (1 + within)]
+    times = [
+        p["time"] for p in run.get("points") or () if p["energy"] is not None and p["energy"] <= energy * (1 + within)
+    ]
     return min(times) if times else None
 
 

@@ -71,8 +71,7 @@ def read_cache(path) -> dict:
             f"--reference-cache {path!r} cannot be read as JSON ({error}); delete it (it is rebuilt) or name "
             "another file."
         ) from error
-    if not isinstance(cache, dict) or cache.get("schema") != CACHE_SCHEMA or not isinstance(cache.get("entries"),
-                                                                                            dict):
+    if not isinstance(cache, dict) or cache.get("schema") != CACHE_SCHEMA or not isinstance(cache.get("entries"), dict):
         raise InvalidParameterError(
             f"--reference-cache {path!r} is not a cache of converged Lloyd energies (schema {CACHE_SCHEMA!r}); "
             "delete it (it is rebuilt) or name another file."
@@ -96,19 +95,33 @@ def converged_lloyd(data, init, seed, client, max_iter=REFERENCE_MAX_ITER) -> di
     """
     k = init.shape[0]
     start = time.perf_counter()
-    model = make_estimator("kmeans", n_clusters=k, init=init, algorithm="auto", max_iter=max_iter, tol=0.0,
-                           random_state=seed, client=client, progress=False).fit(data.fit_input)
+    model = make_estimator(
+        "kmeans",
+        n_clusters=k,
+        init=init,
+        algorithm="auto",
+        max_iter=max_iter,
+        tol=0.0,
+        random_state=seed,
+        client=client,
+        progress=False,
+    ).fit(data.fit_input)
     n_iter = int(model.n_iter_)
     converged = model.stop_reason_ == "converged"
     implementation = f"daskmeans KMeans(algorithm='auto' -> {model.algorithm_!r}, tol=0) on the cluster"
     version = __version__
-    return {"centers": np.asarray(model.cluster_centers_, dtype=np.float32), "implementation": implementation,
-            "version": version, "n_iter": n_iter, "max_iter": max_iter, "converged": bool(converged),
-            "seconds": time.perf_counter() - start}
+    return {
+        "centers": np.asarray(model.cluster_centers_, dtype=np.float32),
+        "implementation": implementation,
+        "version": version,
+        "n_iter": n_iter,
+        "max_iter": max_iter,
+        "converged": bool(converged),
+        "seconds": time.perf_counter() - start,
+    }
 
 
-def lloyd_reference(workload_name, data, init, seed, client, energy, cache_path,
-                    max_iter=REFERENCE_MAX_ITER) -> dict:
+def lloyd_reference(workload_name, data, init, seed, client, energy, cache_path, max_iter=REFERENCE_MAX_ITER) -> dict:
     """The converged Lloyd energy of one seed: from the cache, or computed (and added to the cache).
 
     Parameters
@@ -163,8 +176,14 @@ def describe(entry) -> str:
     """One seed's reference in words, e.g. ``40,991 (scikit-learn ..., converged after 57 iterations, cached)``."""
     if entry.get("error"):
         return f"failed ({entry['error']})"
-    ending = (f"converged after {entry['n_iter']} iterations" if entry["converged"]
-              else f"not converged: stopped at the cap of {entry['max_iter']} iterations")
-    source = (f"read from the cache {entry['cache']}" if entry["from_cache"]
-              else f"computed in {entry['seconds']:.3g} s and cached in {entry['cache']}")
+    ending = (
+        f"converged after {entry['n_iter']} iterations"
+        if entry["converged"]
+        else f"not converged: stopped at the cap of {entry['max_iter']} iterations"
+    )
+    source = (
+        f"read from the cache {entry['cache']}"
+        if entry["from_cache"]
+        else f"computed in {entry['seconds']:.3g} s and cached in {entry['cache']}"
+    )
     return f"{entry['energy']:,.6g} ({entry['implementation']} {entry['version']}, {ending}; {source})"

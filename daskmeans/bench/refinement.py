@@ -19,8 +19,7 @@ def refine_all(runs, energy, budget, targets, lloyd_energies=(), versus=()):
             for target in targets:
                 ladder = run.trace.extend is not None
                 try:
-                    refine(run.trace, best * (1 + target), energy, max_steps=3 if ladder else 6,
-                           ladder_budget=budget)
+                    refine(run.trace, best * (1 + target), energy, max_steps=3 if ladder else 6, ladder_budget=budget)
                 except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
                     run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
                     run.trace.extend = None
@@ -36,16 +35,24 @@ def refine_to_reference(runs, energy, budget, spec):
     reference = {}
     for run in runs:
         if run.name == spec["name"] and run.trace is not None:
-            energies = [c.energy for c in run.trace.candidates if c.energy is not None
-                        and (spec["iteration"] is None or c.iteration == spec["iteration"])]
+            energies = [
+                c.energy
+                for c in run.trace.candidates
+                if c.energy is not None and (spec["iteration"] is None or c.iteration == spec["iteration"])
+            ]
             if energies:
                 reference[run.seed] = min(energies)
     for run in runs:
         if run.trace is None or run.seed not in reference:
             continue
         try:
-            refine(run.trace, report.reach_threshold(reference[run.seed], spec.get("within", 0.0)), energy,
-                   max_steps=3 if run.trace.extend is not None else 6, ladder_budget=budget)
+            refine(
+                run.trace,
+                report.reach_threshold(reference[run.seed], spec.get("within", 0.0)),
+                energy,
+                max_steps=3 if run.trace.extend is not None else 6,
+                ladder_budget=budget,
+            )
         except Exception as exc:  # noqa: BLE001 - a rung failing during refinement ends refinement
             run.trace.notes.append(f"refinement stopped: {type(exc).__name__}: {exc}")
             run.trace.extend = None
@@ -53,6 +60,7 @@ def refine_to_reference(runs, energy, budget, spec):
 
 def best_energy(runs, lloyd_energies=()):
     """E*: the lowest energy any run reached, or a converged Lloyd energy if lower."""
-    energies = [c.energy for run in runs if run.trace is not None for c in run.trace.candidates
-                if c.energy is not None] + list(lloyd_energies)
+    energies = [
+        c.energy for run in runs if run.trace is not None for c in run.trace.candidates if c.energy is not None
+    ] + list(lloyd_energies)
     return min(energies) if energies else None

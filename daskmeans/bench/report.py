@@ -10,8 +10,17 @@ import os
 import numpy as np
 
 from ..plots import plot_energy_curves
-from .common import (gib, machine_text, output_paths, provenance_lines, record_json, table_lines, write_plots,
-                     write_report, write_text)
+from .common import (
+    gib,
+    machine_text,
+    output_paths,
+    provenance_lines,
+    record_json,
+    table_lines,
+    write_plots,
+    write_report,
+    write_text,
+)
 from .reference import describe
 
 
@@ -30,9 +39,17 @@ def _spread(values):
     if not ordered:
         return {"median": None, "min": None, "max": None, "values": values, "not_reached": 0}
     median = float(np.median(ordered))
-    as_value = (lambda v: None if v is None or not math.isfinite(v) else v)
-    return {"median": as_value(median), "min": as_value(ordered[0]), "max": as_value(ordered[-1]),
-            "values": values, "not_reached": infinite}
+
+    def as_value(v):
+        return None if v is None or not math.isfinite(v) else v
+
+    return {
+        "median": as_value(median),
+        "min": as_value(ordered[0]),
+        "max": as_value(ordered[-1]),
+        "values": values,
+        "not_reached": infinite,
+    }
 
 
 #: The run whose final energy is the "batch k-means' final loss" other runs are timed against.
@@ -49,8 +66,11 @@ def kmeans_reference(record) -> dict:
     for run in record["runs"]:
         if run["name"] == KMEANS_REFERENCE and run["status"] == "ok" and run["points"]:
             final = min(p["energy"] for p in run["points"] if p["energy"] is not None)
-            reference[run["seed"]] = {"energy": final, "time": time_to_reach(run["points"], final),
-                                      "stop_reason": run.get("stop_reason")}
+            reference[run["seed"]] = {
+                "energy": final,
+                "time": time_to_reach(run["points"], final),
+                "stop_reason": run.get("stop_reason"),
+            }
     return reference
 
 
@@ -74,12 +94,18 @@ def versus_reference(record, spec) -> dict:
         if spec["iteration"] is None:
             energy = min(p["energy"] for p in run["points"] if p["energy"] is not None)
         else:
-            at = [p["energy"] for p in run["points"]
-                  if p.get("iteration") == spec["iteration"] and p["energy"] is not None]
+            at = [
+                p["energy"]
+                for p in run["points"]
+                if p.get("iteration") == spec["iteration"] and p["energy"] is not None
+            ]
             if not at:
                 reached = max((p.get("iteration") or 0) for p in run["points"])
-                reference[run["seed"]] = {"energy": None, "time": None,
-                                          "missing": f"the run stopped at iteration {reached}"}
+                reference[run["seed"]] = {
+                    "energy": None,
+                    "time": None,
+                    "missing": f"the run stopped at iteration {reached}",
+                }
                 continue
             energy = at[0]
         reference[run["seed"]] = {"energy": energy, "time": time_to_reach(run["points"], energy)}
@@ -121,11 +147,20 @@ def summarize(record) -> dict:
         for point in run["points"]:
             if best is None or point["energy"] < best[0]:
                 best = (point["energy"], run["name"], run["seed"])
-    lloyd = [(entry["energy"], int(seed)) for seed, entry in lloyd_references(record).items()
-             if entry.get("energy") is not None]
+    lloyd = [
+        (entry["energy"], int(seed))
+        for seed, entry in lloyd_references(record).items()
+        if entry.get("energy") is not None
+    ]
     lowest_lloyd = min(lloyd) if lloyd else None
-    summary = {"E_star": None, "E_star_source": None, "E_star_run": None, "E_star_lloyd": None, "runs": [],
-               "algorithms": {}}
+    summary = {
+        "E_star": None,
+        "E_star_source": None,
+        "E_star_run": None,
+        "E_star_lloyd": None,
+        "runs": [],
+        "algorithms": {},
+    }
     if best is not None:
         summary["E_star_run"] = {"name": best[1], "seed": best[2], "energy": best[0]}
     if lowest_lloyd is not None:
@@ -141,8 +176,9 @@ def summarize(record) -> dict:
     reference = kmeans_reference(record)
     summary["kmeans_reference"] = {str(seed): ref for seed, ref in reference.items()}
     versus = {versus_key(spec): (spec, versus_reference(record, spec)) for spec in record.get("versus", [])}
-    summary["versus"] = {key: {**spec, "seeds": {str(seed): ref for seed, ref in refs.items()}}
-                         for key, (spec, refs) in versus.items()}
+    summary["versus"] = {
+        key: {**spec, "seeds": {str(seed): ref for seed, ref in refs.items()}} for key, (spec, refs) in versus.items()
+    }
     by_name = {}
     for run in record["runs"]:
         entry = {"name": run["name"], "seed": run["seed"], "status": run["status"]}
@@ -164,9 +200,14 @@ def summarize(record) -> dict:
     for name, pairs in by_name.items():
         ok_pairs = [(r, e) for r, e in pairs if r["status"] == "ok"]
         first = pairs[0][0]
-        algorithm = {"label": first["label"], "kind": first["kind"], "runs": len(pairs), "ok": len(ok_pairs),
-                     "statuses": sorted({r["status"] for r, _ in pairs}),
-                     "reasons": sorted({r["reason"] for r, _ in pairs if r["reason"]})}
+        algorithm = {
+            "label": first["label"],
+            "kind": first["kind"],
+            "runs": len(pairs),
+            "ok": len(ok_pairs),
+            "statuses": sorted({r["status"] for r, _ in pairs}),
+            "reasons": sorted({r["reason"] for r, _ in pairs if r["reason"]}),
+        }
         if ok_pairs:
             runs = [r for r, _ in ok_pairs]
             entries = [e for _, e in ok_pairs]
@@ -175,9 +216,13 @@ def summarize(record) -> dict:
                 algorithm["time_to_kmeans_final"] = _spread([e.get("time_to_kmeans_final") for e in entries])
                 algorithm["speedup_vs_kmeans"] = _spread([e.get("speedup_vs_kmeans") for e in entries])
             algorithm["versus"] = {
-                key: {"time": _spread([e["versus"][key]["time"] for e in entries if key in e["versus"]]),
-                      "speedup": _spread([e["versus"][key]["speedup"] for e in entries if key in e["versus"]])}
-                for key in versus if any(key in e["versus"] for e in entries)}
+                key: {
+                    "time": _spread([e["versus"][key]["time"] for e in entries if key in e["versus"]]),
+                    "speedup": _spread([e["versus"][key]["speedup"] for e in entries if key in e["versus"]]),
+                }
+                for key in versus
+                if any(key in e["versus"] for e in entries)
+            }
             algorithm["final_relative"] = _spread([e["final_relative"] for e in entries])
             algorithm["best_relative"] = _spread([e["best_relative"] for e in entries])
             algorithm["fit_seconds"] = _spread([r["fit_seconds"] for r in runs])
@@ -185,8 +230,11 @@ def summarize(record) -> dict:
             algorithm["n_iter"] = _spread([r["n_iter"] for r in runs])
             algorithm["passes"] = _spread([r["passes"] for r in runs])
             algorithm["driver_peak_rss"] = max(r["memory"]["driver_peak_rss"] for r in runs)
-            workers = [r["memory"]["worker_peak_rss"] for r in runs
-                       if r.get("uses_cluster", True) and r["memory"].get("worker_peak_rss")]
+            workers = [
+                r["memory"]["worker_peak_rss"]
+                for r in runs
+                if r.get("uses_cluster", True) and r["memory"].get("worker_peak_rss")
+            ]
             algorithm["worker_peak_rss"] = max(workers) if workers else None
             algorithm["notes"] = sorted({note for r in runs for note in r.get("notes", [])})
         summary["algorithms"][name] = algorithm
@@ -285,10 +333,12 @@ def header_lines(record) -> list:
         f"Machine: {machine_text(m)}"
         + (f", load average {m['load_average'][0]:.1f} at the start" if m.get("load_average") else "")
         + _load_range(record)
-        + (f"; Dask's threaded scheduler in this process ({c['threads']} threads, no cluster)"
-           if c.get("scheduler") == "threads" else
-           f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
-           + (" in this process (threaded workers)" if c.get("in_process") else ""))
+        + (
+            f"; Dask's threaded scheduler in this process ({c['threads']} threads, no cluster)"
+            if c.get("scheduler") == "threads"
+            else f"; cluster: {c['n_workers']} workers x {'/'.join(map(str, c['threads_per_worker']))} thread(s)"
+            + (" in this process (threaded workers)" if c.get("in_process") else "")
+        )
         + (f", {c['memory_limit_per_worker'][0] / 2**30:.1f} GiB each" if c.get("memory_limit_per_worker") else "")
         + ".",
     ]
@@ -315,7 +365,7 @@ def header_lines(record) -> list:
             "that "
             "time over the time each algorithm first reached the same energy, from the same initial centers."
         )
-    for key, versus in (s.get("versus") or {}).items():
+    for versus in (s.get("versus") or {}).values():
         for seed, ref in versus["seeds"].items():
             if ref["energy"] is None:
                 lines.append(f"{_versus_title(versus)} (seed {seed}): none, {ref['missing']}.")
@@ -323,7 +373,8 @@ def header_lines(record) -> list:
                 lines.append(
                     f"{_versus_title(versus)} (seed {seed}): {ref['energy']:,.6g}, after {seconds_text(ref['time'])}; "
                     f"the column '{versus_column(versus)}' is that time over the time each algorithm first reached "
-                    "the same energy, from the same initial centers.")
+                    "the same energy, from the same initial centers."
+                )
     return lines
 
 
@@ -347,22 +398,32 @@ def e_star_lines(record) -> list:
     run = s.get("E_star_run")
     run_text = f"{run['name']}, seed {run['seed']}" if run else ""
     if s.get("E_star_source") == "lloyd":
-        text = (f"E* = {s['E_star']:,.6g}, the converged Lloyd energy from the initial centers of seed "
-                f"{s['E_star_lloyd']['seed']} (--reference lloyd)")
+        text = (
+            f"E* = {s['E_star']:,.6g}, the converged Lloyd energy from the initial centers of seed "
+            f"{s['E_star_lloyd']['seed']} (--reference lloyd)"
+        )
         if run:
             text += f"; the lowest energy any run reached is {run['energy'] / s['E_star']:.4f} x E* ({run_text})"
     elif lloyd_references(record):
-        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}), below the converged "
-                "Lloyd energy (--reference lloyd)")
+        text = (
+            f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}), below the converged "
+            "Lloyd energy (--reference lloyd)"
+        )
         if s.get("E_star_lloyd"):
-            text += (f"; the lowest converged Lloyd energy (seed {s['E_star_lloyd']['seed']}) is "
-                     f"{s['E_star_lloyd']['energy'] / s['E_star']:.4f} x E*")
+            text += (
+                f"; the lowest converged Lloyd energy (seed {s['E_star_lloyd']['seed']}) is "
+                f"{s['E_star_lloyd']['energy'] / s['E_star']:.4f} x E*"
+            )
     else:
-        text = (f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}): the older yardstick "
-                "(--reference best), easier to come within 1% or 2% of than the converged Lloyd energy "
-                "(--reference lloyd)")
-    lines = [text + f". Energies are exact on all rows, evaluated outside the timed region "
-                    f"({record['evaluation']['method']})."]
+        text = (
+            f"E* = {s['E_star']:,.6g}, the lowest energy any run reached ({run_text}): the older yardstick "
+            "(--reference best), easier to come within 1% or 2% of than the converged Lloyd energy "
+            "(--reference lloyd)"
+        )
+    lines = [
+        text + f". Energies are exact on all rows, evaluated outside the timed region "
+        f"({record['evaluation']['method']})."
+    ]
     for seed, entry in lloyd_references(record).items():
         lines.append(f"Converged Lloyd energy (seed {seed}): {describe(entry)}.")
     return lines
@@ -376,12 +437,15 @@ def markdown_table(record) -> str:
     order = sorted(targets, reverse=True)
     with_reference = bool(summary.get("kmeans_reference"))
     versus = summary.get("versus") or {}
-    columns = ["algorithm", "status"] + [f"time to {t:.0%} of E*" for t in order] + (
-        ["time to k-means' final energy (speedup)"] if with_reference else []) + [
-        versus_column(v) for v in versus.values()] + [
-        "final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
+    columns = (
+        ["algorithm", "status"]
+        + [f"time to {t:.0%} of E*" for t in order]
+        + (["time to k-means' final energy (speedup)"] if with_reference else [])
+        + [versus_column(v) for v in versus.values()]
+        + ["final energy / E*", "time used", "iterations", "passes", "driver peak RSS", "worker peak RSS", "notes"]
+    )
     rows = []
-    for name, a in summary["algorithms"].items():
+    for a in summary["algorithms"].values():
         if not a["ok"]:
             status = "/".join(a["statuses"])
             reason = "; ".join(a["reasons"]).replace("|", "/").replace("\n", " ")
@@ -393,18 +457,25 @@ def markdown_table(record) -> str:
             if with_reference:
                 cells.append(kmeans_reference_cell(a, many))
             cells += [versus_cell(a, key, many) for key in versus]
-            cells += [spread_text(a["final_relative"], ratio_text, many),
-                      spread_text(a["fit_seconds"], seconds_text, many),
-                      number_text(a["n_iter"]["median"]), number_text(a["passes"]["median"]),
-                      gib(a["driver_peak_rss"]), gib(a["worker_peak_rss"]),
-                      "; ".join(a["notes"] + a["reasons"]).replace("|", "/")]
+            cells += [
+                spread_text(a["final_relative"], ratio_text, many),
+                spread_text(a["fit_seconds"], seconds_text, many),
+                number_text(a["n_iter"]["median"]),
+                number_text(a["passes"]["median"]),
+                gib(a["driver_peak_rss"]),
+                gib(a["worker_peak_rss"]),
+                "; ".join(a["notes"] + a["reasons"]).replace("|", "/"),
+            ]
         rows.append(cells)
     lines = header_lines(record) + [""] + table_lines(columns, rows)
-    lines += ["", "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
-              "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, "
-              "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a "
-              "MiniBatchKMeans point is the time spent in "
-              "partial_fit so far. Time used: the timed seconds of the result each run ended with."]
+    lines += [
+        "",
+        "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
+        "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, "
+        "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a "
+        "MiniBatchKMeans point is the time spent in "
+        "partial_fit so far. Time used: the timed seconds of the result each run ended with.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -419,9 +490,11 @@ def plot_energy(record, path):
     The shared initial centers (time 0) are left out so that the scale shows the runs.
     """
     curves = {
-        _run_curve_name(run, record): [{"energy": p["energy"], "wall_time": p["time"]} for p in run["points"]
-                                       if p["kind"] != "init"]
-        for run in record["runs"] if run["status"] == "ok" and len(run["points"]) > 1
+        _run_curve_name(run, record): [
+            {"energy": p["energy"], "wall_time": p["time"]} for p in run["points"] if p["kind"] != "init"
+        ]
+        for run in record["runs"]
+        if run["status"] == "ok" and len(run["points"]) > 1
     }
     w = record["workload"]
     title = f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}"
@@ -453,12 +526,20 @@ def plot_excess(record, path):
             names.append(run["name"])
         times = [max(p["time"], floor) for p in run["points"]]
         excess = [max(p["energy"] / e_star - 1, 1e-6) for p in run["points"]]
-        axes.step(times, excess, where="post", color=colors(names.index(run["name"]) % 10), marker="o",
-                  markersize=3, label=run["label"] if run["seed"] == record["seeds"][0] else None)
+        axes.step(
+            times,
+            excess,
+            where="post",
+            color=colors(names.index(run["name"]) % 10),
+            marker="o",
+            markersize=3,
+            label=run["label"] if run["seed"] == record["seeds"][0] else None,
+        )
     for target in record.get("targets", []):
         axes.axhline(target, color="grey", linewidth=0.8, linestyle="--")
-        axes.annotate(f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right",
-                      va="bottom", color="grey")
+        axes.annotate(
+            f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right", va="bottom", color="grey"
+        )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("wall time since the start of the fit (s)")

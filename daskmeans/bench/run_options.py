@@ -30,11 +30,13 @@ def check_versus(versus, algorithms, peers, within=0.0) -> tuple:
     """``--versus`` as specs (:func:`parse_versus`), each naming a run this bench makes (``algorithms`` and
     ``peers``: the names asked for, None for the defaults), reached once within ``within`` (``--versus-within``)."""
     if isinstance(within, bool) or not isinstance(within, (int, float)) or not 0 <= within < 1:
-        raise InvalidParameterError(f"--versus-within must be a relative distance from 0 to below 1 (e.g. 1e-4), "
-                                    f"got {within!r}.")
+        raise InvalidParameterError(
+            f"--versus-within must be a relative distance from 0 to below 1 (e.g. 1e-4), got {within!r}."
+        )
     if within and not versus:
-        raise InvalidParameterError("--versus-within applies to the runs named by --versus; name one (e.g. "
-                                    "--versus faiss-all@25).")
+        raise InvalidParameterError(
+            "--versus-within applies to the runs named by --versus; name one (e.g. --versus faiss-all@25)."
+        )
     specs = []
     for text in versus or ():
         try:
@@ -45,16 +47,19 @@ def check_versus(versus, algorithms, peers, within=0.0) -> tuple:
         if spec["name"] not in known:
             raise InvalidParameterError(
                 f"--versus names {spec['name']!r}, which is neither a daskmeans algorithm nor a peer; choose from "
-                f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25).")
+                f"{', '.join(known)}, optionally with '@ITERATION' (e.g. faiss-all@25)."
+            )
         if spec["iteration"] is not None and spec["name"] in PEERS and not PEERS[spec["name"]].iterates:
             raise InvalidParameterError(
                 f"--versus {text}: {spec['name']} returns only its final centers, not numbered iterations; name it "
-                f"without '@' (its final energy).")
+                f"without '@' (its final energy)."
+            )
         asked = algorithms if spec["name"] in ALGORITHMS else peers
         if asked is not None and spec["name"] not in asked:
             option = "--algorithms" if spec["name"] in ALGORITHMS else "--peers"
             raise InvalidParameterError(
-                f"--versus names {spec['name']!r}, which this bench does not run; add it to {option}.")
+                f"--versus names {spec['name']!r}, which this bench does not run; add it to {option}."
+            )
         specs.append(spec)
     return tuple(specs)
 
@@ -73,19 +78,24 @@ def check_params(params, algorithms) -> dict:
         if not sep or algorithm not in ALGORITHMS:
             raise InvalidParameterError(
                 f"--param {text!r} is not ALGORITHM:NAME=VALUE with a daskmeans algorithm (e.g. --param kmeans:tol=0); "
-                f"the algorithms are {', '.join(ALGORITHMS)}.")
+                f"the algorithms are {', '.join(ALGORITHMS)}."
+            )
         if algorithms is not None and algorithm not in algorithms:
-            raise InvalidParameterError(f"--param {text!r}: this bench does not run {algorithm}; add it to "
-                                        "--algorithms.")
+            raise InvalidParameterError(
+                f"--param {text!r}: this bench does not run {algorithm}; add it to --algorithms."
+            )
         name, value = parse_param(assignment)
         accepted = estimator_class(algorithm)._get_param_names()
         if name in BENCH_SETS or name not in accepted:
             raise InvalidParameterError(
                 f"--param {text!r}: {algorithm} has no parameter {name!r} that the bench leaves free; choose from "
-                f"{', '.join(n for n in sorted(accepted) if n not in BENCH_SETS)}.")
+                f"{', '.join(n for n in sorted(accepted) if n not in BENCH_SETS)}."
+            )
         if name == "init" and not isinstance(value, str):
-            raise InvalidParameterError(f"--param {text!r}: init may name a seeding method (e.g. two-level); the "
-                                        "shared initial centers are the default.")
+            raise InvalidParameterError(
+                f"--param {text!r}: init may name a seeding method (e.g. two-level); the "
+                "shared initial centers are the default."
+            )
         chosen.setdefault(algorithm, {})[name] = value
     for algorithm, values in chosen.items():
         try:

@@ -14,12 +14,23 @@ import psutil
 from .._version import __version__
 from ..engine.cluster import ClusterSpec
 from ..exceptions import InvalidParameterError
-from ..registry import ALGORITHMS, energy_algorithm_names, make_estimator
-from ..storage.zarr_safe import to_jsonable
+from ..registry import ALGORITHMS, energy_algorithm_names
 from . import coreset_tradeoff, report, sizing
-from .common import (check_out_dir, check_seeds, cluster_info, code_commit, created, load_average, machine_info,
-                     output_paths, refuse_existing, split_names, warm_up)
+from .common import (
+    check_out_dir,
+    check_seeds,
+    cluster_info,
+    code_commit,
+    created,
+    load_average,
+    machine_info,
+    output_paths,
+    refuse_existing,
+    split_names,
+    warm_up,
+)
 from .energy import DaskEnergy, InMemoryEnergy, measure_assign_pass, measure_sgemm
+from .estimator_runs import run_daskmeans, warning_texts
 from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability, run_peer
@@ -104,9 +115,16 @@ def check_options(options: BenchOptions) -> BenchOptions:
         if not options.sizes or any(not isinstance(s, int) or s < 2 for s in options.sizes):
             raise InvalidParameterError(f"--sizes must be row counts >= 2, e.g. 250000,1000000; got {options.sizes!r}.")
     options.resolved = resolve_workloads(
-        options.workloads, quick=options.quick, data_path=options.data_path, k=options.k,
-        data_dir=options.data_dir, n_samples=options.n_samples, n_features=options.n_features,
-        time_budget=options.time_budget, storage=options.storage, batch_size=options.batch_size,
+        options.workloads,
+        quick=options.quick,
+        data_path=options.data_path,
+        k=options.k,
+        data_dir=options.data_dir,
+        n_samples=options.n_samples,
+        n_features=options.n_features,
+        time_budget=options.time_budget,
+        storage=options.storage,
+        batch_size=options.batch_size,
     )
     check_out_dir(options.out_dir)
     if options.reference_cache is None:
@@ -164,8 +182,9 @@ def warm_up_peers(peers, client):
     array = scatter_rows(X, 150, client)
     for peer in peers:
         if availability(peer)[0]:
-            context = PeerContext(X=X, array=array, client=client, init=X[:3].copy(), k=3, seed=0, budget=0.05,
-                                  batch_size=64)
+            context = PeerContext(
+                X=X, array=array, client=client, init=X[:3].copy(), k=3, seed=0, budget=0.05, batch_size=64
+            )
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -175,74 +194,6 @@ def warm_up_peers(peers, client):
 
 
 # -- runs --------------------------------------------------------------------------------------------------------------
-def _warning_texts(caught) -> list:
-    texts = []
-    for w in caught:
-        text = f"{w.category.__name__}: {w.message}"
-        if text not in texts:
-            texts.append(text)
-    return texts[:5]
-
-
-def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Trace:
-    """Fit a daskmeans algorithm from ``init`` (with the estimator parameters ``params`` besides its defaults);
-    its center snapshots become the candidates."""
-    params = {"init": init, **(params or {})}
-    estimator = make_estimator(name, n_clusters=k, max_time=budget, random_state=seed, client=client, progress=False,
-                               **params)
-    snapshots_supported = "snapshot_centers" in estimator.get_params()
-    if snapshots_supported:
-        estimator.set_params(snapshot_centers=True)
-    start = time.perf_counter()
-    estimator.fit(data.fit_input)
-    fit_seconds = time.perf_counter() - start
-    history = getattr(estimator, "history_", [])
-    candidates = [
-        Candidate(step=0, time=snap["perf_counter"] - start, centers=snap["centers"], iteration=snap["iteration"],
-                  kind="snapshot")
-        for snap in getattr(estimator, "center_snapshots_", None) or []
-    ]
-    # A fit that stops after some iteration still runs its closing work (the final statistics pass) before
-    # it returns: a snapshot counts as delivered that much later, as the ladder peers' rungs include theirs.
-    tail = fit_seconds - max((c.time for c in candidates), default=fit_seconds)
-    for candidate in candidates:
-        candidate.available_time = candidate.time
-        candidate.time += tail
-    candidates.append(Candidate(step=0, time=fit_seconds, centers=np.asarray(estimator.cluster_centers_),
-                                iteration=getattr(estimator, "n_iter_", None), kind="final"))
-    passes = [r.get("passes") for r in history if r.get("passes") is not None]
-    by_iteration = {r.get("iteration"): r.get("passes") for r in history}
-    for candidate in candidates:
-        candidate.passes = by_iteration.get(candidate.iteration)
-    notes = [] if snapshots_supported else [
-        "no center snapshots: exact energy known at the end only (history energies are in the record)"
-    ]
-    if passes:
-        notes.append("passes as counted by the algorithm; fit adds one summary pass and one final statistics pass")
-    notes += reads_notes(history)
-    if candidates[:-1]:
-        notes.append(f"snapshot times include the {tail:.3g} s the fit spent after its last iteration")
-    if isinstance(params["init"], str):
-        notes.append(f"seeded by itself (init={params['init']!r}), not from the shared initial centers; its times "
-                     "include the seeding")
-    return Trace(candidates=candidates, fit_seconds=fit_seconds, timed_seconds=fit_seconds,
-                 n_iter=getattr(estimator, "n_iter_", None), passes=max(passes) if passes else None,
-                 stop_reason=getattr(estimator, "stop_reason_", None), history=to_jsonable(list(history)),
-                 notes=notes, params={key: value for key, value in estimator.get_params().items()
-                                      if isinstance(value, (int, float, str, bool)) or value is None})
-
-
-def reads_notes(history) -> list:
-    """What a mini-batch fit read, from its pools' ``blocks_read`` and ``bytes_read`` (none for other fits)."""
-    pools = [r for r in history if r.get("bytes_read") is not None]
-    if not pools:
-        return []
-    total = sum(r["bytes_read"] for r in pools)
-    steps = max(1, int(pools[-1]["steps"]))
-    return [f"read {len(pools)} pools of {np.mean([r['blocks_read'] for r in pools]):.3g} blocks, "
-            f"{total / len(pools) / 2**20:,.1f} MiB a pool as stored ({total / steps / 2**10:,.1f} KiB a step)"]
-
-
 def _guarded(function, monitor_args):
     """Run ``function()`` under a memory monitor, catching its warnings and failures."""
     with warnings.catch_warnings(record=True) as caught:
@@ -254,7 +205,7 @@ def _guarded(function, monitor_args):
             error = None
         except Exception as exc:  # noqa: BLE001 - a failing run (out of memory too) is a result, not a crash
             trace, error = None, f"{type(exc).__name__}: {exc}"
-    return trace, error, monitor.result, _warning_texts(caught)
+    return trace, error, monitor.result, warning_texts(caught)
 
 
 @dataclass
@@ -275,21 +226,40 @@ class Run:
     load_average: float | None = None
 
     def as_record(self) -> dict:
-        record = {"name": self.name, "label": self.label, "kind": self.kind, "seed": self.seed,
-                  "status": self.status, "reason": self.reason, "version": self.version, "memory": self.memory,
-                  "uses_cluster": self.uses_cluster, "load_average_at_start": self.load_average,
-                  "warnings": self.warnings}
+        record = {
+            "name": self.name,
+            "label": self.label,
+            "kind": self.kind,
+            "seed": self.seed,
+            "status": self.status,
+            "reason": self.reason,
+            "version": self.version,
+            "memory": self.memory,
+            "uses_cluster": self.uses_cluster,
+            "load_average_at_start": self.load_average,
+            "warnings": self.warnings,
+        }
         trace = self.trace
         if trace is not None:
-            points = sorted((c.as_record() for c in trace.candidates if c.energy is not None),
-                            key=lambda p: (p["time"], p["step"]))
-            record.update({
-                "fit_seconds": trace.fit_seconds, "timed_seconds": trace.timed_seconds, "n_iter": trace.n_iter,
-                "passes": trace.passes, "stop_reason": trace.stop_reason, "params": trace.params,
-                "notes": trace.notes, "points": points, "final_energy": trace.final().energy,
-                "final_time": trace.final().time, "candidates_total": len(trace.candidates),
-                "history": trace.history,
-            })
+            points = sorted(
+                (c.as_record() for c in trace.candidates if c.energy is not None), key=lambda p: (p["time"], p["step"])
+            )
+            record.update(
+                {
+                    "fit_seconds": trace.fit_seconds,
+                    "timed_seconds": trace.timed_seconds,
+                    "n_iter": trace.n_iter,
+                    "passes": trace.passes,
+                    "stop_reason": trace.stop_reason,
+                    "params": trace.params,
+                    "notes": trace.notes,
+                    "points": points,
+                    "final_energy": trace.final().energy,
+                    "final_time": trace.final().time,
+                    "candidates_total": len(trace.candidates),
+                    "history": trace.history,
+                }
+            )
         return record
 
 
@@ -329,17 +299,31 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         init = init0 if seed == 0 else data.rows(index, client)
         init_energy = float(energy(init))
         if options.reference == "lloyd":
-            references[seed] = reference_or_failure(workload.output_name, data, init, seed, client, energy,
-                                                     options.reference_cache)
+            references[seed] = reference_or_failure(
+                workload.output_name, data, init, seed, client, energy, options.reference_cache
+            )
             say(f"converged Lloyd energy (seed {seed}): {describe(references[seed])}")
         for name in algorithms:
             load = load_average()
             trace, error, memory, caught = _guarded(
-                lambda: run_daskmeans(name, data, init, k, seed, workload.time_budget, client,
-                                      options.params.get(name)), (client, 0.05, processes))
-            run = Run(name=name, label=f"daskmeans {name}", kind="daskmeans", seed=seed,
-                      status="ok" if trace else "failed", reason=error, version=__version__, trace=trace,
-                      memory=memory, warnings=caught, load_average=load)
+                lambda: run_daskmeans(
+                    name, data, init, k, seed, workload.time_budget, client, options.params.get(name)
+                ),
+                (client, 0.05, processes),
+            )
+            run = Run(
+                name=name,
+                label=f"daskmeans {name}",
+                kind="daskmeans",
+                seed=seed,
+                status="ok" if trace else "failed",
+                reason=error,
+                version=__version__,
+                trace=trace,
+                memory=memory,
+                warnings=caught,
+                load_average=load,
+            )
             _finish_trace(run, init, init_energy, energy, options.max_points, options.versus)
             runs.append(run)
             say(_progress_line(run))
@@ -347,21 +331,42 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         for name in peer_names:
             peer = PEERS[name]
             ok, version = availability(peer)
-            run = Run(name=name, label=peer.label, kind="peer", seed=seed, status="skipped",
-                      version=version if ok else None, uses_cluster=not peer.in_memory, load_average=load_average())
+            run = Run(
+                name=name,
+                label=peer.label,
+                kind="peer",
+                seed=seed,
+                status="skipped",
+                version=version if ok else None,
+                uses_cluster=not peer.in_memory,
+                load_average=load_average(),
+            )
             if not ok:
                 run.reason = version
             elif peer.in_memory and data.X is None:
                 run.reason = f"in-memory peer: {data.in_driver_reason}"
             else:
                 named = [spec["iteration"] for spec in options.versus if spec["name"] == name]
-                context = PeerContext(X=data.X, array=data.array, client=client, init=init, k=k, seed=seed,
-                                      budget=workload.time_budget, batch_size=workload.minibatch_batch_size,
-                                      max_iter=max(named) if named and None not in named else None,
-                                      driver_memory=_driver_memory(options))
+                context = PeerContext(
+                    X=data.X,
+                    array=data.array,
+                    client=client,
+                    init=init,
+                    k=k,
+                    seed=seed,
+                    budget=workload.time_budget,
+                    batch_size=workload.minibatch_batch_size,
+                    max_iter=max(named) if named and None not in named else None,
+                    driver_memory=_driver_memory(options),
+                )
                 trace, error, memory, caught = _guarded(lambda: run_peer(peer, context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
-                    "ok" if trace else "failed", error, trace, memory, caught)
+                    "ok" if trace else "failed",
+                    error,
+                    trace,
+                    memory,
+                    caught,
+                )
                 _finish_trace(run, init, init_energy, energy, options.max_points, options.versus)
             runs.append(run)
             say(_progress_line(run))
@@ -383,8 +388,11 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         "workload": {
             **asdict(workload),
             "output_name": workload.output_name,
-            "n_samples": data.n_samples, "n_features": data.n_features, "source_dtype": data.source_dtype,
-            "location": data.location, "in_driver": data.X is not None,
+            "n_samples": data.n_samples,
+            "n_features": data.n_features,
+            "source_dtype": data.source_dtype,
+            "location": data.location,
+            "in_driver": data.X is not None,
         },
         "machine": machine,
         "cluster": cluster,
@@ -393,13 +401,18 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         "seeds": seeds,
         "targets": list(TARGETS),
         "versus": list(options.versus),
-        "evaluation": {"method": "driver, blocked GEMM" if data.X is not None else "cluster pass",
-                       "seconds": energy.seconds, "calls": energy.calls,
-                       "note": "exact energy on all rows, outside every timed region"},
+        "evaluation": {
+            "method": "driver, blocked GEMM" if data.X is not None else "cluster pass",
+            "seconds": energy.seconds,
+            "calls": energy.calls,
+            "note": "exact energy on all rows, outside every timed region",
+        },
         "runs": [run.as_record() for run in runs],
-        "reference": {"method": options.reference,
-                      "cache": options.reference_cache if options.reference == "lloyd" else None,
-                      "seeds": {str(seed): entry for seed, entry in references.items()}},
+        "reference": {
+            "method": options.reference,
+            "cache": options.reference_cache if options.reference == "lloyd" else None,
+            "seeds": {str(seed): entry for seed, entry in references.items()},
+        },
     }
     record["summary"] = report.summarize(record)
     return record
@@ -407,22 +420,29 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
 
 def _driver_memory(options: BenchOptions) -> int:
     """Bytes of data the driver may hold: ``--driver-memory``, default half of what is free now."""
-    return (_parse_memory(options.driver_memory) if options.driver_memory
-            else int(psutil.virtual_memory().available * 0.5))
+    return (
+        _parse_memory(options.driver_memory) if options.driver_memory else int(psutil.virtual_memory().available * 0.5)
+    )
 
 
 def _load_data(workload, options: BenchOptions, client):
     """The workload's data, loaded with the driver memory of ``--driver-memory`` (default: half of what is free)."""
-    return load_data(workload, client=client, work_dir=options.work_dir or os.path.join(options.out_dir, "data"),
-                     driver_memory=_driver_memory(options))
+    return load_data(
+        workload,
+        client=client,
+        work_dir=options.work_dir or os.path.join(options.out_dir, "data"),
+        driver_memory=_driver_memory(options),
+    )
 
 
 def _progress_line(run) -> str:
     if run.trace is None:
         return f"{run.label} (seed {run.seed}): {run.status}: {run.reason}"
     final = run.trace.final()
-    return (f"{run.label} (seed {run.seed}): {run.trace.fit_seconds:.3g} s, final energy {final.energy:.6g}, "
-            f"{run.trace.timed_seconds:.3g} s timed in all")
+    return (
+        f"{run.label} (seed {run.seed}): {run.trace.fit_seconds:.3g} s, final energy {final.energy:.6g}, "
+        f"{run.trace.timed_seconds:.3g} s timed in all"
+    )
 
 
 def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
@@ -432,9 +452,22 @@ def _finish_trace(run: Run, init, init_energy, energy, max_points, versus=()):
     if trace is None:
         return
     # a run seeded by itself never held the shared centers
-    starts = [] if isinstance(trace.params.get("init"), str) else [
-        Candidate(step=0, time=0.0, centers=init, iteration=0, passes=0.0, kind="init", energy=init_energy,
-                  eval_seconds=0.0)]
+    starts = (
+        []
+        if isinstance(trace.params.get("init"), str)
+        else [
+            Candidate(
+                step=0,
+                time=0.0,
+                centers=init,
+                iteration=0,
+                passes=0.0,
+                kind="init",
+                energy=init_energy,
+                eval_seconds=0.0,
+            )
+        ]
+    )
     if trace.extend is None:
         trace.candidates = drop_repeats([*starts, *trace.candidates])
     else:
@@ -455,8 +488,9 @@ def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
     with cluster_for(options, workload.worker_memory).client() as client:
         cluster = cluster_info(client)
         data = _load_data(workload, options, client)
-        record = coreset_tradeoff.run_tradeoff(workload, data, client, machine, seeds=tuple(range(options.seeds)),
-                                               echo=echo)
+        record = coreset_tradeoff.run_tradeoff(
+            workload, data, client, machine, seeds=tuple(range(options.seeds)), echo=echo
+        )
     record["command"] = options.command_line
     record["cluster"] = cluster
     echo(coreset_tradeoff.markdown_table(record))
@@ -481,8 +515,10 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
     sgemm = measure_sgemm(size=1024 if options.quick else 2048)
     written = []
     for workload in options.resolved:
-        echo(f"workload {workload.output_name}: {workload.description}, k={workload.k}, "
-             f"{workload.time_budget:g} s per run")
+        echo(
+            f"workload {workload.output_name}: {workload.description}, k={workload.k}, "
+            f"{workload.time_budget:g} s per run"
+        )
         if _tradeoff_asked(options):
             written.extend(_run_tradeoff(workload, options, machine, echo))
         if not _regular_runs(options, workload):

@@ -19,8 +19,17 @@ from ..engine.client import compute_now
 from ..estimators.kmeans import KMeans
 from ..storage.io import open_input
 from ..storage.sources import stored_bytes
-from .common import (cluster_info, code_commit, created, gib, machine_text, provenance_lines, table_lines, warm_up,
-                     write_report)
+from .common import (
+    cluster_info,
+    code_commit,
+    created,
+    gib,
+    machine_text,
+    provenance_lines,
+    table_lines,
+    warm_up,
+    write_report,
+)
 from .energy import measure_assign_pass
 from .monitor import MemoryMonitor, worker_processes
 from .stores import ensure_blobs
@@ -63,8 +72,11 @@ def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
 def run_sizing(options, client, machine, sgemm) -> dict:
     """Run the sizing workload and return its JSON record (tables and plot come from it)."""
     quick = options.quick
-    sizes = list(options.sizes) if options.sizes else ([20_000, 40_000, 80_000] if quick
-                                                        else [250_000, 1_000_000, 2_000_000])
+    sizes = (
+        list(options.sizes)
+        if options.sizes
+        else ([20_000, 40_000, 80_000] if quick else [250_000, 1_000_000, 2_000_000])
+    )
     d = options.n_features or (32 if quick else 128)
     k = options.k or (20 if quick else 1000)
     iterations = 2 if quick else 3
@@ -79,8 +91,15 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     measured = []
     for n in sizes:
         start = time.perf_counter()
-        written = ensure_blobs(os.path.join(work_dir, f"sizing-uint8-n{n}-d{d}-c{k}-r{chunk_rows}.zarr"), n, d, k,
-                               "uint8", chunk_rows=chunk_rows, client=client)
+        written = ensure_blobs(
+            os.path.join(work_dir, f"sizing-uint8-n{n}-d{d}-c{k}-r{chunk_rows}.zarr"),
+            n,
+            d,
+            k,
+            "uint8",
+            chunk_rows=chunk_rows,
+            client=client,
+        )
         write_seconds = time.perf_counter() - start
         path = written["array"]
         array = open_input(path, chunk_rows=chunk_rows).array
@@ -89,28 +108,42 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         init = np.ascontiguousarray(init, dtype=np.float32)
         with MemoryMonitor(client, 0.05, processes) as pass_memory:
             assign = measure_assign_pass(array, init, client, repeats=2)
-        model = KMeans(n_clusters=k, init=init, max_iter=iterations, tol=0.0, random_state=0, client=client,
-                       chunk_rows=chunk_rows)
+        model = KMeans(
+            n_clusters=k, init=init, max_iter=iterations, tol=0.0, random_state=0, client=client, chunk_rows=chunk_rows
+        )
         with MemoryMonitor(client, 0.05, processes) as fit_memory:
             start = time.perf_counter()
             model.fit(path)
             fit_seconds = time.perf_counter() - start
         walls = [0.0] + [r["wall_time"] for r in model.history_]
         iteration_seconds = float(np.median(np.diff(walls)))
-        measured.append({
-            "n_samples": n, "path": path, "bytes": written["bytes"], "stored_bytes": stored_bytes(path),
-            "reused_store": written["reused"],
-            "write_seconds": write_seconds, "assign_seconds": assign["median_seconds"],
-            "assign_all_seconds": assign["seconds"], "gflops": assign["gflops"],
-            "rows_per_second_per_thread": n / assign["median_seconds"] / threads,
-            "iteration_seconds": iteration_seconds, "fit_seconds": fit_seconds, "n_iter": model.n_iter_,
-            "history": [{key: value for key, value in r.items() if isinstance(value, (int, float, str))}
-                        for r in model.history_],
-            "worker_peak_rss": max(filter(None, [pass_memory.result["worker_peak_rss"],
-                                                 fit_memory.result["worker_peak_rss"]]), default=None),
-            "driver_peak_rss": max(pass_memory.result["driver_peak_rss"], fit_memory.result["driver_peak_rss"]),
-            "memory": {"assign": pass_memory.result, "fit": fit_memory.result},
-        })
+        measured.append(
+            {
+                "n_samples": n,
+                "path": path,
+                "bytes": written["bytes"],
+                "stored_bytes": stored_bytes(path),
+                "reused_store": written["reused"],
+                "write_seconds": write_seconds,
+                "assign_seconds": assign["median_seconds"],
+                "assign_all_seconds": assign["seconds"],
+                "gflops": assign["gflops"],
+                "rows_per_second_per_thread": n / assign["median_seconds"] / threads,
+                "iteration_seconds": iteration_seconds,
+                "fit_seconds": fit_seconds,
+                "n_iter": model.n_iter_,
+                "history": [
+                    {key: value for key, value in r.items() if isinstance(value, (int, float, str))}
+                    for r in model.history_
+                ],
+                "worker_peak_rss": max(
+                    filter(None, [pass_memory.result["worker_peak_rss"], fit_memory.result["worker_peak_rss"]]),
+                    default=None,
+                ),
+                "driver_peak_rss": max(pass_memory.result["driver_peak_rss"], fit_memory.result["driver_peak_rss"]),
+                "memory": {"assign": pass_memory.result, "fit": fit_memory.result},
+            }
+        )
     rows = [m["n_samples"] for m in measured]
     model = fit_pass_model(rows, [m["assign_seconds"] for m in measured], chunk_rows, threads, tau)
     iteration_model = fit_pass_model(rows, [m["iteration_seconds"] for m in measured], chunk_rows, threads, tau)
@@ -118,29 +151,45 @@ def run_sizing(options, client, machine, sgemm) -> dict:
     model.update({"tau_tasks": 500, "threads_per_worker": per_worker})
 
     def extrapolate(fitted, workers):
-        return (fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker)
-                + TARGET_ROWS / chunk_rows * tau)
+        return (
+            fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker) + TARGET_ROWS / chunk_rows * tau
+        )
 
     extrapolation = []
     for workers in EXTRAPOLATE_WORKERS:
         pass_seconds = extrapolate(model, workers)
         iteration_seconds = extrapolate(iteration_model, workers)
-        extrapolation.append({"workers": workers, "pass_seconds": pass_seconds, "iteration_seconds": iteration_seconds,
-                              "kmeans_seconds": 2 * pass_seconds + TARGET_ITERATIONS * iteration_seconds})
+        extrapolation.append(
+            {
+                "workers": workers,
+                "pass_seconds": pass_seconds,
+                "iteration_seconds": iteration_seconds,
+                "kmeans_seconds": 2 * pass_seconds + TARGET_ITERATIONS * iteration_seconds,
+            }
+        )
     return {
         "schema": "daskmeans-bench-sizing/1",
         "name": output_name(quick),
         "created": created(),
         **code_commit(),
         "command": options.command_line,
-        "machine": machine, "cluster": cluster, "gemm": sgemm,
-        "n_features": d, "k": k, "dtype": "uint8", "chunk_rows": chunk_rows, "kmeans_iterations": iterations,
-        "sizes": measured, "model": model, "iteration_model": iteration_model, "target_rows": TARGET_ROWS,
+        "machine": machine,
+        "cluster": cluster,
+        "gemm": sgemm,
+        "n_features": d,
+        "k": k,
+        "dtype": "uint8",
+        "chunk_rows": chunk_rows,
+        "kmeans_iterations": iterations,
+        "sizes": measured,
+        "model": model,
+        "iteration_model": iteration_model,
+        "target_rows": TARGET_ROWS,
         "target_iterations": TARGET_ITERATIONS,
         "extrapolation": extrapolation,
         "assumptions": "t(n, W) = a + n b / (W T) + (n / rows_per_block) tau, fitted separately for the assign "
-                       "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
-                       "worker memory independent of n; storage bandwidth scales with W.",
+        "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
+        "worker memory independent of n; storage bandwidth scales with W.",
     }
 
 
@@ -154,9 +203,11 @@ def markdown_table(record) -> str:
         "",
         *provenance_lines(record),
         "",
-        (f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, "
-         f"{record['chunk_rows']:,} rows per block; machine: {machine_text(m)}; cluster: {c['n_workers']} workers x "
-         f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads)."),
+        (
+            f"{record['n_features']} features stored as {record['dtype']}, k = {record['k']}, "
+            f"{record['chunk_rows']:,} rows per block; machine: {machine_text(m)}; cluster: {c['n_workers']} workers x "
+            f"{'/'.join(map(str, c['threads_per_worker']))} thread(s) ({c['threads']} threads)."
+        ),
         "",
     ]
     lines += sizes_lines(record)
@@ -179,26 +230,56 @@ def markdown_table(record) -> str:
 
 def sizes_lines(record) -> list:
     """The table of the measured sizes: bytes, pass and iteration times, rates and memory."""
-    columns = ["rows", "on disk", "assign pass", "rows/s per thread", "GFLOP/s", "k-means iteration",
-               "k-means fit (iterations)", "worker peak RSS", "driver peak RSS"]
-    return table_lines(columns, [
-        [f"{size['n_samples']:,}", gib(size.get("stored_bytes", size["bytes"])), f"{size['assign_seconds']:.2f} s",
-         f"{size['rows_per_second_per_thread']:,.0f}", f"{size['gflops']:.0f}", f"{size['iteration_seconds']:.2f} s",
-         f"{size['fit_seconds']:.1f} s ({size['n_iter']})", gib(size["worker_peak_rss"]),
-         gib(size["driver_peak_rss"])]
-        for size in record["sizes"]
-    ])
+    columns = [
+        "rows",
+        "on disk",
+        "assign pass",
+        "rows/s per thread",
+        "GFLOP/s",
+        "k-means iteration",
+        "k-means fit (iterations)",
+        "worker peak RSS",
+        "driver peak RSS",
+    ]
+    return table_lines(
+        columns,
+        [
+            [
+                f"{size['n_samples']:,}",
+                gib(size.get("stored_bytes", size["bytes"])),
+                f"{size['assign_seconds']:.2f} s",
+                f"{size['rows_per_second_per_thread']:,.0f}",
+                f"{size['gflops']:.0f}",
+                f"{size['iteration_seconds']:.2f} s",
+                f"{size['fit_seconds']:.1f} s ({size['n_iter']})",
+                gib(size["worker_peak_rss"]),
+                gib(size["driver_peak_rss"]),
+            ]
+            for size in record["sizes"]
+        ],
+    )
 
 
 def extrapolation_lines(record) -> list:
     """The table of the model's times at :data:`TARGET_ROWS` rows on 1 to 256 workers."""
-    columns = ["workers W", f"assign pass at {record['target_rows']:,.0f} rows", "k-means iteration",
-               f"k-means, {record['target_iterations']} iterations"]
-    return table_lines(columns, [
-        [f"{row['workers']}", _duration(row["pass_seconds"]), _duration(row["iteration_seconds"]),
-         _duration(row["kmeans_seconds"])]
-        for row in record["extrapolation"]
-    ])
+    columns = [
+        "workers W",
+        f"assign pass at {record['target_rows']:,.0f} rows",
+        "k-means iteration",
+        f"k-means, {record['target_iterations']} iterations",
+    ]
+    return table_lines(
+        columns,
+        [
+            [
+                f"{row['workers']}",
+                _duration(row["pass_seconds"]),
+                _duration(row["iteration_seconds"]),
+                _duration(row["kmeans_seconds"]),
+            ]
+            for row in record["extrapolation"]
+        ],
+    )
 
 
 def _duration(seconds):
@@ -224,8 +305,13 @@ def plot_sizing(record, path):
     model = record["model"]
     grid = np.linspace(0, max(n), 50)
     threads = record["cluster"]["threads"]
-    axis.plot(grid, model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
-              linestyle="--", color="grey", label="model")
+    axis.plot(
+        grid,
+        model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
+        linestyle="--",
+        color="grey",
+        label="model",
+    )
     axis.set_xlabel("rows")
     axis.set_ylabel("seconds")
     axis.grid(True, alpha=0.3)

@@ -8,8 +8,14 @@ import os
 import numpy as np
 import zarr
 
-from ..datasets import (_DEFAULT_BOX, _DEFAULT_STD, RESAMPLE_NOISE_STD, make_blobs_zarr, make_resampled_zarr,
-                        resampled_attrs)
+from ..datasets import (
+    _DEFAULT_BOX,
+    _DEFAULT_STD,
+    RESAMPLE_NOISE_STD,
+    make_blobs_zarr,
+    make_resampled_zarr,
+    resampled_attrs,
+)
 from ..storage.zarr_safe import atomic_output
 
 
@@ -31,16 +37,37 @@ def ensure_blobs(path, n_samples, n_features, n_blobs, dtype, *, chunk_rows, cli
         ``{"path", "array", "reused", "bytes"}``; ``array`` is the path of the data array in the group.
     """
     dtype = str(np.dtype(dtype))
-    attrs = {"kind": "blobs", "data": "X", "n_samples": int(n_samples), "n_features": int(n_features),
-             "n_clusters": int(n_blobs), "cluster_std": _DEFAULT_STD[dtype], "center_box": list(_DEFAULT_BOX[dtype]),
-             "dtype": dtype, "seed": 0}
+    attrs = {
+        "kind": "blobs",
+        "data": "X",
+        "n_samples": int(n_samples),
+        "n_features": int(n_features),
+        "n_clusters": int(n_blobs),
+        "cluster_std": _DEFAULT_STD[dtype],
+        "center_box": list(_DEFAULT_BOX[dtype]),
+        "dtype": dtype,
+        "seed": 0,
+    }
     reused = _zarr_matches(path, "daskmeans", attrs)
     if not reused:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        make_blobs_zarr(path, n_samples, n_features, n_blobs, chunk_rows=chunk_rows, dtype=dtype, random_state=0,
-                        overwrite=True, client=client)
-    return {"path": path, "array": os.path.join(path, "X"), "reused": reused,
-            "bytes": int(n_samples) * int(n_features) * np.dtype(dtype).itemsize}
+        make_blobs_zarr(
+            path,
+            n_samples,
+            n_features,
+            n_blobs,
+            chunk_rows=chunk_rows,
+            dtype=dtype,
+            random_state=0,
+            overwrite=True,
+            client=client,
+        )
+    return {
+        "path": path,
+        "array": os.path.join(path, "X"),
+        "reused": reused,
+        "bytes": int(n_samples) * int(n_features) * np.dtype(dtype).itemsize,
+    }
 
 
 def ensure_resampled(path, source_rows, n_samples, *, chunk_rows, client=None) -> dict:
@@ -56,10 +83,15 @@ def ensure_resampled(path, source_rows, n_samples, *, chunk_rows, client=None) -
     reused = _zarr_matches(path, "daskmeans", attrs)
     if not reused:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        make_resampled_zarr(path, source_rows, n_samples, chunk_rows=chunk_rows, random_state=0, overwrite=True,
-                            client=client)
-    return {"path": path, "array": os.path.join(path, "X"), "reused": reused,
-            "bytes": int(n_samples) * int(source_rows.shape[1]) * source_rows.dtype.itemsize}
+        make_resampled_zarr(
+            path, source_rows, n_samples, chunk_rows=chunk_rows, random_state=0, overwrite=True, client=client
+        )
+    return {
+        "path": path,
+        "array": os.path.join(path, "X"),
+        "reused": reused,
+        "bytes": int(n_samples) * int(source_rows.shape[1]) * source_rows.dtype.itemsize,
+    }
 
 
 def write_array_zarr(path, X, chunk_rows, attrs):
@@ -71,5 +103,5 @@ def write_array_zarr(path, X, chunk_rows, attrs):
         target = zarr.open_array(store=tmp, mode="w", shape=X.shape, chunks=(chunk_rows, X.shape[1]), dtype=X.dtype)
         target.attrs["daskmeans_bench"] = attrs
         for start in range(0, X.shape[0], chunk_rows):
-            target[start:start + chunk_rows] = X[start:start + chunk_rows]
+            target[start : start + chunk_rows] = X[start : start + chunk_rows]
     return path

@@ -112,93 +112,266 @@ def _option_value(words, option):
 _PROCESSES = ("--workers", "2", "--threads-per-worker", "1", "--local-workers", "processes")
 _THREADED = ("--workers", "2", "--threads-per-worker", "1", "--local-workers", "scheduler")
 _TWO_WORKERS = ("--workers", "2", "--threads-per-worker", "1")
-_SPEED = ("--algorithms", "kmeans,kmeans-lloyd,nmbatch", "--time-budget", "30", "--max-points", "8",
-          "--versus", "kmeans-lloyd")
-_SMALL = ("--algorithms", "kmeans,kmeans-lloyd", "--peers", "sklearn-lloyd,faiss", "--seeds", "3",
-          "--time-budget", "15", "--max-points", "8")
-_VRKM = ("--algorithms", "kmeans,kmeans-lloyd,vrkm++", "--peers", "none", "--max-points", "8",
-         "--versus", "kmeans,kmeans-lloyd", "--versus-within", "1e-3")
+_SPEED = (
+    "--algorithms",
+    "kmeans,kmeans-lloyd,nmbatch",
+    "--time-budget",
+    "30",
+    "--max-points",
+    "8",
+    "--versus",
+    "kmeans-lloyd",
+)
+_SMALL = (
+    "--algorithms",
+    "kmeans,kmeans-lloyd",
+    "--peers",
+    "sklearn-lloyd,faiss",
+    "--seeds",
+    "3",
+    "--time-budget",
+    "15",
+    "--max-points",
+    "8",
+)
+_VRKM = (
+    "--algorithms",
+    "kmeans,kmeans-lloyd,vrkm++",
+    "--peers",
+    "none",
+    "--max-points",
+    "8",
+    "--versus",
+    "kmeans,kmeans-lloyd",
+    "--versus-within",
+    "1e-3",
+)
 _KERNEL = ("--quality", "--seeds", "3")
-_NMBATCH = ("--algorithms", "nmbatch,minibatch,kmeans", "--peers", "sklearn-lloyd,sklearn-minibatch,faiss",
-            "--reference", "best")
-_LARGE_K = ("--n-clusters", "16384", "--n-samples", "300000", "--algorithms", "kmeans", "--peers", "faiss-all",
-            "--time-budget", "1300", "--max-points", "8", "--reference", "best")
-_AT_SCALE = ("--n-samples", "100000000", "--max-points", "2", "--no-refine", "--reference", "best",
-             "--memory-limit", "4GiB")
+_NMBATCH = (
+    "--algorithms",
+    "nmbatch,minibatch,kmeans",
+    "--peers",
+    "sklearn-lloyd,sklearn-minibatch,faiss",
+    "--reference",
+    "best",
+)
+_LARGE_K = (
+    "--n-clusters",
+    "16384",
+    "--n-samples",
+    "300000",
+    "--algorithms",
+    "kmeans",
+    "--peers",
+    "faiss-all",
+    "--time-budget",
+    "1300",
+    "--max-points",
+    "8",
+    "--reference",
+    "best",
+)
+_AT_SCALE = (
+    "--n-samples",
+    "100000000",
+    "--max-points",
+    "2",
+    "--no-refine",
+    "--reference",
+    "best",
+    "--memory-limit",
+    "4GiB",
+)
 
 #: Every record of the benchmarks page, in the page's order.
 SUITE = (
-    Entry("descriptors", "Descriptors, k = 1000: time to a good clustering, peers in the same run", ("descriptors",),
-          (*_SPEED, "--peers", "sklearn-lloyd,faiss,faiss-all", *_PROCESSES),
-          "The library's main case: 960,000 real SIFT descriptors held by 2 worker processes; the peers run in the "
-          "driver on every core."),
-    Entry("descriptors-threaded", "Descriptors, k = 1000, on Dask's threaded scheduler, with every peer",
-          ("descriptors",),
-          (*_SPEED, "--peers", "sklearn-lloyd,sklearn-intelex,sklearn-minibatch,faiss,faiss-all", *_THREADED),
-          "The same workload without a cluster (a fit from Python without a client), with every in-memory peer."),
-    Entry("small-data", "MNIST and KDD, three seeds: small data on worker processes", ("mnist", "kdd"),
-          (*_SMALL, *_PROCESSES),
-          "Data of 70,000 and 146,000 rows, where a pass's scheduling weighs most; medians and ranges over 3 seeds."),
-    Entry("small-data-threaded", "MNIST and KDD, three seeds, on Dask's threaded scheduler", ("mnist", "kdd"),
-          (*_SMALL, *_THREADED), "The same runs without a cluster."),
-    Entry("vrkm", "VRKM++ against KMeans and Lloyd: MNIST and KDD, three seeds", ("mnist", "kdd"),
-          (*_VRKM, "--seeds", "3", "--time-budget", "15", *_PROCESSES),
-          "Time to within 0.1% of the final energy of KMeans and of Lloyd without bounds (kmeans-lloyd), the VRKM "
-          "paper's yardstick. A column's speedup is the reference run's time to its own final energy over the time "
-          "each run came within 0.1% of it; the papers' claims above hold both runs to the same 0.1%."),
-    Entry("vrkm-descriptors", "VRKM++ against KMeans and Lloyd: descriptors", ("descriptors",),
-          (*_VRKM, "--time-budget", "40", *_PROCESSES), "The same comparison on the descriptors, one seed."),
-    Entry("kernel", "Kernel k-means: quality against time, at the defaults", ("pendigits", "mnist"),
-          (*_KERNEL, "--algorithms", "kernel-minibatch,kernel-kmeans,kmeans", *_TWO_WORKERS),
-          "Truncated mini-batch kernel k-means at its defaults against the full batch and linear k-means: ARI and "
-          "NMI against the true labels, speed-up over the full batch seed by seed."),
-    Entry("kernel-paper-settings", "Kernel k-means at the paper's settings (b = 1024, tau = 200)",
-          ("pendigits", "mnist"),
-          (*_KERNEL, "--algorithms", "kernel-minibatch,kernel-minibatch-paper,kernel-kmeans,kmeans", *_TWO_WORKERS),
-          "The same, with the mini-batch paper's experimental settings beside the defaults."),
-    Entry("vc-gmm-kdd", "vc-GMM: error against speedup on KDD", ("kdd",),
-          ("--algorithms", "vc-gmm", "--peers", "none"),
-          "vc-GMM at several coreset sizes against k-means++ on all rows, with k-means++ on a lightweight coreset "
-          "and on a uniform sample as baselines."),
-    Entry("vc-gmm-descriptors", "vc-GMM: error against speedup on the descriptors", ("descriptors",),
-          ("--algorithms", "vc-gmm", "--peers", "none", *_PROCESSES), "The same study at k = 1000."),
-    Entry("nmbatch-descriptors", "nmbatch against mini-batch k-means: descriptors", ("descriptors",),
-          (*_NMBATCH, "--time-budget", "40", *_TWO_WORKERS),
-          "Nested mini-batch k-means against mini-batch k-means, the nmbatch paper's comparison, on the older "
-          "yardstick; made when nmbatch's doubling threshold rho defaulted to 1 (it is 2 now)."),
-    Entry("nmbatch-mnist", "nmbatch against mini-batch k-means: MNIST, three seeds", ("mnist",),
-          (*_NMBATCH, "--seeds", "3", "--time-budget", "15", "--max-points", "8", *_TWO_WORKERS),
-          "The same on MNIST, on the older yardstick, with rho = 1 then."),
-    Entry("large-k-16384", "k = 16,384 against faiss's 25 iterations, same initial centers", ("descriptors",),
-          (*_LARGE_K, "--param", "kmeans:tol=0", "--versus", "faiss-all@25", *_TWO_WORKERS),
-          "300,000 descriptors, KMeans run to convergence against faiss on every row for its default 25 "
-          "iterations, both from the same random rows."),
-    Entry("large-k-16384-two-level", "k = 16,384 with two-level seeding against faiss's 25 iterations",
-          ("descriptors",),
-          (*_LARGE_K, "--param", "kmeans:init=two-level", "--param", "kmeans:tol=0", "--versus", "faiss-all@25",
-           *_TWO_WORKERS),
-          "The same, KMeans seeding itself with init=\"two-level\" (its times include the seeding)."),
-    Entry("large-k-65536", "k = 65,536 on all descriptors against faiss's two-level clustering", ("descriptors",),
-          ("--n-clusters", "65536", "--algorithms", "kmeans", "--peers", "faiss-two-level,faiss-all",
-           "--time-budget", "900", "--max-points", "4", "--no-refine", "--reference", "best",
-           "--param", "kmeans:init=two-level", "--param", "kmeans:tol=0", "--versus", "faiss-two-level,faiss-all@2",
-           *_TWO_WORKERS),
-          "All 960,000 descriptors at k = 65,536: KMeans(init=\"two-level\") against faiss's two-level clustering "
-          "and one iteration of flat faiss on every row."),
-    Entry("descriptors-at-scale-100m", "100 million descriptors out of core", ("descriptors-at-scale",),
-          (*_AT_SCALE, "--algorithms", "nmbatch,minibatch,kmeans", "--peers", "faiss-sample", "--time-budget", "240",
-           "--driver-memory", "4GiB", *_TWO_WORKERS),
-          "100,000,000 resampled descriptors (8.7 GB of uint8 in Zarr, 51 GB as float32) read from the store at "
-          "every pass by 2 workers of 4 GiB; faiss trains on the sample the driver holds."),
-    Entry("minibatch-reads-100m", "Mini-batch reads at 100 million rows", ("descriptors-at-scale",),
-          (*_AT_SCALE, "--algorithms", "minibatch,minibatch-rows", "--peers", "none", "--time-budget", "120",
-           *_TWO_WORKERS),
-          "What each mini-batch step reads from the store: pools of whole blocks (the default) against rows drawn "
-          "uniformly from all blocks."),
-    Entry("sizing", "Sizing: a pass against n, and a billion rows", ("sizing",),
-          ("--sizes", "1048576,4194304", *_TWO_WORKERS),
-          "The assign pass and a KMeans iteration on synthetic descriptors read from Zarr, and their extrapolation "
-          "to 1,000,000,000 rows."),
+    Entry(
+        "descriptors",
+        "Descriptors, k = 1000: time to a good clustering, peers in the same run",
+        ("descriptors",),
+        (*_SPEED, "--peers", "sklearn-lloyd,faiss,faiss-all", *_PROCESSES),
+        "The library's main case: 960,000 real SIFT descriptors held by 2 worker processes; the peers run in the "
+        "driver on every core.",
+    ),
+    Entry(
+        "descriptors-threaded",
+        "Descriptors, k = 1000, on Dask's threaded scheduler, with every peer",
+        ("descriptors",),
+        (*_SPEED, "--peers", "sklearn-lloyd,sklearn-intelex,sklearn-minibatch,faiss,faiss-all", *_THREADED),
+        "The same workload without a cluster (a fit from Python without a client), with every in-memory peer.",
+    ),
+    Entry(
+        "small-data",
+        "MNIST and KDD, three seeds: small data on worker processes",
+        ("mnist", "kdd"),
+        (*_SMALL, *_PROCESSES),
+        "Data of 70,000 and 146,000 rows, where a pass's scheduling weighs most; medians and ranges over 3 seeds.",
+    ),
+    Entry(
+        "small-data-threaded",
+        "MNIST and KDD, three seeds, on Dask's threaded scheduler",
+        ("mnist", "kdd"),
+        (*_SMALL, *_THREADED),
+        "The same runs without a cluster.",
+    ),
+    Entry(
+        "vrkm",
+        "VRKM++ against KMeans and Lloyd: MNIST and KDD, three seeds",
+        ("mnist", "kdd"),
+        (*_VRKM, "--seeds", "3", "--time-budget", "15", *_PROCESSES),
+        "Time to within 0.1% of the final energy of KMeans and of Lloyd without bounds (kmeans-lloyd), the VRKM "
+        "paper's yardstick. A column's speedup is the reference run's time to its own final energy over the time "
+        "each run came within 0.1% of it; the papers' claims above hold both runs to the same 0.1%.",
+    ),
+    Entry(
+        "vrkm-descriptors",
+        "VRKM++ against KMeans and Lloyd: descriptors",
+        ("descriptors",),
+        (*_VRKM, "--time-budget", "40", *_PROCESSES),
+        "The same comparison on the descriptors, one seed.",
+    ),
+    Entry(
+        "kernel",
+        "Kernel k-means: quality against time, at the defaults",
+        ("pendigits", "mnist"),
+        (*_KERNEL, "--algorithms", "kernel-minibatch,kernel-kmeans,kmeans", *_TWO_WORKERS),
+        "Truncated mini-batch kernel k-means at its defaults against the full batch and linear k-means: ARI and "
+        "NMI against the true labels, speed-up over the full batch seed by seed.",
+    ),
+    Entry(
+        "kernel-paper-settings",
+        "Kernel k-means at the paper's settings (b = 1024, tau = 200)",
+        ("pendigits", "mnist"),
+        (*_KERNEL, "--algorithms", "kernel-minibatch,kernel-minibatch-paper,kernel-kmeans,kmeans", *_TWO_WORKERS),
+        "The same, with the mini-batch paper's experimental settings beside the defaults.",
+    ),
+    Entry(
+        "vc-gmm-kdd",
+        "vc-GMM: error against speedup on KDD",
+        ("kdd",),
+        ("--algorithms", "vc-gmm", "--peers", "none"),
+        "vc-GMM at several coreset sizes against k-means++ on all rows, with k-means++ on a lightweight coreset "
+        "and on a uniform sample as baselines.",
+    ),
+    Entry(
+        "vc-gmm-descriptors",
+        "vc-GMM: error against speedup on the descriptors",
+        ("descriptors",),
+        ("--algorithms", "vc-gmm", "--peers", "none", *_PROCESSES),
+        "The same study at k = 1000.",
+    ),
+    Entry(
+        "nmbatch-descriptors",
+        "nmbatch against mini-batch k-means: descriptors",
+        ("descriptors",),
+        (*_NMBATCH, "--time-budget", "40", *_TWO_WORKERS),
+        "Nested mini-batch k-means against mini-batch k-means, the nmbatch paper's comparison, on the older "
+        "yardstick; made when nmbatch's doubling threshold rho defaulted to 1 (it is 2 now).",
+    ),
+    Entry(
+        "nmbatch-mnist",
+        "nmbatch against mini-batch k-means: MNIST, three seeds",
+        ("mnist",),
+        (*_NMBATCH, "--seeds", "3", "--time-budget", "15", "--max-points", "8", *_TWO_WORKERS),
+        "The same on MNIST, on the older yardstick, with rho = 1 then.",
+    ),
+    Entry(
+        "large-k-16384",
+        "k = 16,384 against faiss's 25 iterations, same initial centers",
+        ("descriptors",),
+        (*_LARGE_K, "--param", "kmeans:tol=0", "--versus", "faiss-all@25", *_TWO_WORKERS),
+        "300,000 descriptors, KMeans run to convergence against faiss on every row for its default 25 "
+        "iterations, both from the same random rows.",
+    ),
+    Entry(
+        "large-k-16384-two-level",
+        "k = 16,384 with two-level seeding against faiss's 25 iterations",
+        ("descriptors",),
+        (
+            *_LARGE_K,
+            "--param",
+            "kmeans:init=two-level",
+            "--param",
+            "kmeans:tol=0",
+            "--versus",
+            "faiss-all@25",
+            *_TWO_WORKERS,
+        ),
+        'The same, KMeans seeding itself with init="two-level" (its times include the seeding).',
+    ),
+    Entry(
+        "large-k-65536",
+        "k = 65,536 on all descriptors against faiss's two-level clustering",
+        ("descriptors",),
+        (
+            "--n-clusters",
+            "65536",
+            "--algorithms",
+            "kmeans",
+            "--peers",
+            "faiss-two-level,faiss-all",
+            "--time-budget",
+            "900",
+            "--max-points",
+            "4",
+            "--no-refine",
+            "--reference",
+            "best",
+            "--param",
+            "kmeans:init=two-level",
+            "--param",
+            "kmeans:tol=0",
+            "--versus",
+            "faiss-two-level,faiss-all@2",
+            *_TWO_WORKERS,
+        ),
+        'All 960,000 descriptors at k = 65,536: KMeans(init="two-level") against faiss\'s two-level clustering '
+        "and one iteration of flat faiss on every row.",
+    ),
+    Entry(
+        "descriptors-at-scale-100m",
+        "100 million descriptors out of core",
+        ("descriptors-at-scale",),
+        (
+            *_AT_SCALE,
+            "--algorithms",
+            "nmbatch,minibatch,kmeans",
+            "--peers",
+            "faiss-sample",
+            "--time-budget",
+            "240",
+            "--driver-memory",
+            "4GiB",
+            *_TWO_WORKERS,
+        ),
+        "100,000,000 resampled descriptors (8.7 GB of uint8 in Zarr, 51 GB as float32) read from the store at "
+        "every pass by 2 workers of 4 GiB; faiss trains on the sample the driver holds.",
+    ),
+    Entry(
+        "minibatch-reads-100m",
+        "Mini-batch reads at 100 million rows",
+        ("descriptors-at-scale",),
+        (
+            *_AT_SCALE,
+            "--algorithms",
+            "minibatch,minibatch-rows",
+            "--peers",
+            "none",
+            "--time-budget",
+            "120",
+            *_TWO_WORKERS,
+        ),
+        "What each mini-batch step reads from the store: pools of whole blocks (the default) against rows drawn "
+        "uniformly from all blocks.",
+    ),
+    Entry(
+        "sizing",
+        "Sizing: a pass against n, and a billion rows",
+        ("sizing",),
+        ("--sizes", "1048576,4194304", *_TWO_WORKERS),
+        "The assign pass and a KMeans iteration on synthetic descriptors read from Zarr, and their extrapolation "
+        "to 1,000,000,000 rows.",
+    ),
 )
 
 
@@ -219,8 +392,9 @@ def chosen_entries(only=None) -> list:
     return [entry for entry in SUITE if entry.name in wanted]
 
 
-def entry_arguments(entry, out, *, quick=False, data_dir=None, work_dir=DEFAULT_WORK_DIR, scheduler=None,
-                    overwrite=False) -> list:
+def entry_arguments(
+    entry, out, *, quick=False, data_dir=None, work_dir=DEFAULT_WORK_DIR, scheduler=None, overwrite=False
+) -> list:
     """The ``daskmeans bench`` arguments of an entry writing into ``OUT/NAME``.
 
     Parameters
@@ -286,6 +460,7 @@ def check_suite(entries, out, *, data_dir, overwrite, quick=False) -> None:
             if file and not os.path.exists(os.path.join(folder, file)):
                 raise FileNotFoundError(
                     f"The suite's entry {entry.name!r} needs {os.path.join(folder, file)!r}; give the folder that "
-                    "holds the datasets with --data-dir (or leave the entry out with --only).")
+                    "holds the datasets with --data-dir (or leave the entry out with --only)."
+                )
     if not overwrite:
         refuse_existing(expected_outputs(entries, out, quick))

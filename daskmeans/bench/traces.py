@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -60,9 +60,16 @@ class Candidate:
     available_time: float | None = None
 
     def as_record(self) -> dict:
-        return {"step": self.step, "time": self.time, "energy": self.energy, "iteration": self.iteration,
-                "passes": self.passes, "kind": self.kind, "eval_seconds": self.eval_seconds,
-                "available_time": self.time if self.available_time is None else self.available_time}
+        return {
+            "step": self.step,
+            "time": self.time,
+            "energy": self.energy,
+            "iteration": self.iteration,
+            "passes": self.passes,
+            "kind": self.kind,
+            "eval_seconds": self.eval_seconds,
+            "available_time": self.time if self.available_time is None else self.available_time,
+        }
 
 
 @dataclass
@@ -107,8 +114,12 @@ def drop_repeats(candidates) -> list:
     """Keep the earliest of consecutive candidates holding identical centers."""
     kept = []
     for candidate in candidates:
-        if kept and kept[-1].centers is not None and candidate.centers is not None \
-                and np.array_equal(kept[-1].centers, candidate.centers):
+        if (
+            kept
+            and kept[-1].centers is not None
+            and candidate.centers is not None
+            and np.array_equal(kept[-1].centers, candidate.centers)
+        ):
             if candidate.kind == "final":
                 kept[-1].kind = "final"
             continue
@@ -168,8 +179,14 @@ def refine(trace: Trace, threshold: float, energy, *, max_steps=6, ladder_budget
         below = [c for c in evaluated if c.step < upper.step]
         lower_step = below[-1].step if below else None
         if trace.extend is None:
-            between = [c for c in trace.candidates if c.energy is None and c.centers is not None
-                       and (lower_step is None or c.step > lower_step) and c.step < upper.step]
+            between = [
+                c
+                for c in trace.candidates
+                if c.energy is None
+                and c.centers is not None
+                and (lower_step is None or c.step > lower_step)
+                and c.step < upper.step
+            ]
             if not between:
                 return done
             middle = between[len(between) // 2]
@@ -212,8 +229,9 @@ def run_ladder(fit_rung, budget, *, max_iter=300, total_factor=2.5):
     for position, m in enumerate(steps):
         centers, n_iter, seconds, converged, passes = fit_rung(m)
         total += seconds
-        candidates.append(Candidate(step=m, time=seconds, centers=centers, iteration=n_iter, passes=passes,
-                                    kind="rung"))
+        candidates.append(
+            Candidate(step=m, time=seconds, centers=centers, iteration=n_iter, passes=passes, kind="rung")
+        )
         if converged:
             stop_reason = "converged"
             break

@@ -77,8 +77,15 @@ class Workload:
     storage: str = "memory"
     synthetic_dtype: str = "float32"
     n_blobs: int | None = None
-    peers: tuple = ("sklearn-lloyd", "sklearn-elkan", "sklearn-minibatch", "sklearn-intelex", "faiss", "faiss-all",
-                    "dask-ml")
+    peers: tuple = (
+        "sklearn-lloyd",
+        "sklearn-elkan",
+        "sklearn-minibatch",
+        "sklearn-intelex",
+        "faiss",
+        "faiss-all",
+        "dask-ml",
+    )
     worker_memory: str | None = None
     minibatch_batch_size: int = 1024
     quick: bool = False
@@ -92,50 +99,154 @@ class Workload:
 #: name -> (full workload, quick workload). ``sizing`` is a workload of its own kind (see sizing.py).
 WORKLOADS: dict[str, tuple[Workload, Workload]] = {
     "descriptors": (
-        Workload("descriptors", "cifar_dsift: 960,000 x 128 dense SIFT descriptors", k=1000, time_budget=60.0,
-                 source="file", file="cifar_dsift.npz"),
-        Workload("descriptors", "cifar_dsift, 30,000 rows sampled", k=100, time_budget=2.0, source="file",
-                 file="cifar_dsift.npz", n_samples=30_000, quick=True),
+        Workload(
+            "descriptors",
+            "cifar_dsift: 960,000 x 128 dense SIFT descriptors",
+            k=1000,
+            time_budget=60.0,
+            source="file",
+            file="cifar_dsift.npz",
+        ),
+        Workload(
+            "descriptors",
+            "cifar_dsift, 30,000 rows sampled",
+            k=100,
+            time_budget=2.0,
+            source="file",
+            file="cifar_dsift.npz",
+            n_samples=30_000,
+            quick=True,
+        ),
     ),
     "mnist": (
-        Workload("mnist", "MNIST: 70,000 x 784 digits", k=50, time_budget=30.0, source="file", file="mnist.npz",
-                 labels="y"),
-        Workload("mnist", "MNIST, 10,000 rows sampled", k=50, time_budget=2.0, source="file", file="mnist.npz",
-                 n_samples=10_000, quick=True, labels="y"),
+        Workload(
+            "mnist", "MNIST: 70,000 x 784 digits", k=50, time_budget=30.0, source="file", file="mnist.npz", labels="y"
+        ),
+        Workload(
+            "mnist",
+            "MNIST, 10,000 rows sampled",
+            k=50,
+            time_budget=2.0,
+            source="file",
+            file="mnist.npz",
+            n_samples=10_000,
+            quick=True,
+            labels="y",
+        ),
     ),
     "pendigits": (
-        Workload("pendigits", "PenDigits: 10,992 x 16 pen trajectories of 10 digits", k=10, time_budget=10.0,
-                 source="file", file="pendigits.npz", labels="y"),
-        Workload("pendigits", "PenDigits, 3,000 rows sampled", k=10, time_budget=1.0, source="file",
-                 file="pendigits.npz", n_samples=3_000, quick=True, labels="y"),
+        Workload(
+            "pendigits",
+            "PenDigits: 10,992 x 16 pen trajectories of 10 digits",
+            k=10,
+            time_budget=10.0,
+            source="file",
+            file="pendigits.npz",
+            labels="y",
+        ),
+        Workload(
+            "pendigits",
+            "PenDigits, 3,000 rows sampled",
+            k=10,
+            time_budget=1.0,
+            source="file",
+            file="pendigits.npz",
+            n_samples=3_000,
+            quick=True,
+            labels="y",
+        ),
     ),
     "kdd": (
-        Workload("kdd", "KDD Cup 2004 bio: 145,751 x 74", k=200, time_budget=30.0, source="file",
-                 file="kddcup04_bio.npz"),
-        Workload("kdd", "KDD Cup 2004 bio, 20,000 rows sampled", k=50, time_budget=2.0, source="file",
-                 file="kddcup04_bio.npz", n_samples=20_000, quick=True),
+        Workload(
+            "kdd", "KDD Cup 2004 bio: 145,751 x 74", k=200, time_budget=30.0, source="file", file="kddcup04_bio.npz"
+        ),
+        Workload(
+            "kdd",
+            "KDD Cup 2004 bio, 20,000 rows sampled",
+            k=50,
+            time_budget=2.0,
+            source="file",
+            file="kddcup04_bio.npz",
+            n_samples=20_000,
+            quick=True,
+        ),
     ),
     "out-of-core": (
-        Workload("out-of-core", "synthetic uint8 descriptors in Zarr, larger than the workers' memory", k=1000,
-                 time_budget=300.0, source="synthetic", n_samples=20_000_000, n_features=128, storage="zarr",
-                 synthetic_dtype="uint8", worker_memory="2GiB"),
-        Workload("out-of-core", "synthetic uint8 descriptors in Zarr (small)", k=20, time_budget=2.0,
-                 source="synthetic", n_samples=60_000, n_features=32, storage="zarr", synthetic_dtype="uint8",
-                 worker_memory="2GiB", quick=True),
+        Workload(
+            "out-of-core",
+            "synthetic uint8 descriptors in Zarr, larger than the workers' memory",
+            k=1000,
+            time_budget=300.0,
+            source="synthetic",
+            n_samples=20_000_000,
+            n_features=128,
+            storage="zarr",
+            synthetic_dtype="uint8",
+            worker_memory="2GiB",
+        ),
+        Workload(
+            "out-of-core",
+            "synthetic uint8 descriptors in Zarr (small)",
+            k=20,
+            time_budget=2.0,
+            source="synthetic",
+            n_samples=60_000,
+            n_features=32,
+            storage="zarr",
+            synthetic_dtype="uint8",
+            worker_memory="2GiB",
+            quick=True,
+        ),
     ),
     "descriptors-at-scale": (
-        Workload("descriptors-at-scale", "cifar_dsift rows resampled with N(0, 2^2) noise per value, uint8 in Zarr",
-                 k=1000, time_budget=600.0, source="resampled", file="cifar_dsift.npz", n_samples=20_000_000,
-                 storage="zarr", synthetic_dtype="uint8", worker_memory="4GiB", peers=("faiss-sample",)),
-        Workload("descriptors-at-scale", "cifar_dsift rows resampled with noise, uint8 in Zarr (small)", k=20,
-                 time_budget=2.0, source="resampled", file="cifar_dsift.npz", n_samples=60_000, storage="zarr",
-                 synthetic_dtype="uint8", worker_memory="2GiB", quick=True, peers=("faiss-sample",)),
+        Workload(
+            "descriptors-at-scale",
+            "cifar_dsift rows resampled with N(0, 2^2) noise per value, uint8 in Zarr",
+            k=1000,
+            time_budget=600.0,
+            source="resampled",
+            file="cifar_dsift.npz",
+            n_samples=20_000_000,
+            storage="zarr",
+            synthetic_dtype="uint8",
+            worker_memory="4GiB",
+            peers=("faiss-sample",),
+        ),
+        Workload(
+            "descriptors-at-scale",
+            "cifar_dsift rows resampled with noise, uint8 in Zarr (small)",
+            k=20,
+            time_budget=2.0,
+            source="resampled",
+            file="cifar_dsift.npz",
+            n_samples=60_000,
+            storage="zarr",
+            synthetic_dtype="uint8",
+            worker_memory="2GiB",
+            quick=True,
+            peers=("faiss-sample",),
+        ),
     ),
     "synthetic": (
-        Workload("synthetic", "Gaussian blobs in memory", k=100, time_budget=20.0, source="synthetic",
-                 n_samples=200_000, n_features=32),
-        Workload("synthetic", "Gaussian blobs in memory (tiny)", k=8, time_budget=1.5, source="synthetic",
-                 n_samples=4_000, n_features=8, quick=True),
+        Workload(
+            "synthetic",
+            "Gaussian blobs in memory",
+            k=100,
+            time_budget=20.0,
+            source="synthetic",
+            n_samples=200_000,
+            n_features=32,
+        ),
+        Workload(
+            "synthetic",
+            "Gaussian blobs in memory (tiny)",
+            k=8,
+            time_budget=1.5,
+            source="synthetic",
+            n_samples=4_000,
+            n_features=8,
+            quick=True,
+        ),
     ),
 }
 
@@ -151,12 +262,24 @@ def _parse_memory(text) -> int:
     try:
         return int(parse_bytes(text))
     except (ValueError, TypeError) as error:
-        raise InvalidParameterError(f"Cannot read {text!r} as an amount of memory; write e.g. '2GiB' or "
-                                    "'500MB'.") from error
+        raise InvalidParameterError(
+            f"Cannot read {text!r} as an amount of memory; write e.g. '2GiB' or '500MB'."
+        ) from error
 
 
-def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=None, n_samples=None,
-                      n_features=None, time_budget=None, storage=None, batch_size=None):
+def resolve_workloads(
+    names,
+    *,
+    quick=False,
+    data_path=None,
+    k=None,
+    data_dir=None,
+    n_samples=None,
+    n_features=None,
+    time_budget=None,
+    storage=None,
+    batch_size=None,
+):
     """The workloads to run, with the command line's overrides applied, checked before any work starts.
 
     Parameters
@@ -196,8 +319,9 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
     for value, label in ((n_samples, "--n-samples"), (n_features, "--n-features"), (batch_size, "--batch-size")):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise InvalidParameterError(f"{label} must be a positive integer, got {value!r}.")
-    if time_budget is not None and not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget)
-                                        and time_budget > 0):
+    if time_budget is not None and not (
+        isinstance(time_budget, (int, float)) and math.isfinite(time_budget) and time_budget > 0
+    ):
         raise InvalidParameterError(f"--time-budget must be a positive number of seconds, got {time_budget!r}.")
     if storage is not None and storage not in STORAGES:
         raise InvalidParameterError(f"--storage must be one of {', '.join(STORAGES)}; got {storage!r}.")
@@ -243,13 +367,20 @@ def resolve_workloads(names, *, quick=False, data_path=None, k=None, data_dir=No
             raise FileNotFoundError(f"--data {path!r} does not exist; give a .npy/.npz file or a Zarr store.")
         is_zarr = not path.lower().rstrip("/").endswith((".npy", ".npz"))
         stem = os.path.splitext(os.path.basename(path.rstrip("/")))[0] or "data"
-        chosen.append(Workload(
-            name=f"data-{stem}", description=f"user data {path}", k=k,
-            time_budget=float(time_budget) if time_budget is not None else (3.0 if quick else 60.0),
-            source="user", file=path, n_samples=n_samples,
-            storage=storage or ("zarr" if is_zarr else "memory"),
-            minibatch_batch_size=batch_size or 1024, quick=quick,
-        ))
+        chosen.append(
+            Workload(
+                name=f"data-{stem}",
+                description=f"user data {path}",
+                k=k,
+                time_budget=float(time_budget) if time_budget is not None else (3.0 if quick else 60.0),
+                source="user",
+                file=path,
+                n_samples=n_samples,
+                storage=storage or ("zarr" if is_zarr else "memory"),
+                minibatch_batch_size=batch_size or 1024,
+                quick=quick,
+            )
+        )
     return chosen
 
 
@@ -355,8 +486,10 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
     def check_fits(n, d):
         need = 2 * n * d * 4
         if need > driver_memory:
-            return (f"the data needs {need / 2**30:.1f} GiB in the driver (float32, twice: the peers copy it); "
-                    f"the limit is {driver_memory / 2**30:.1f} GiB (--driver-memory)")
+            return (
+                f"the data needs {need / 2**30:.1f} GiB in the driver (float32, twice: the peers copy it); "
+                f"the limit is {driver_memory / 2**30:.1f} GiB (--driver-memory)"
+            )
         return None
 
     source_dtype = None
@@ -369,22 +502,27 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
     if from_file:
         raw = _load_file(workload.file)
         if raw.ndim != 2 or raw.shape[0] == 0 or raw.shape[1] == 0:
-            raise InputDataError(f"{workload.file!r} holds an array of shape {raw.shape}; a 2-D (n, d) array "
-                                 "with rows and columns is needed.")
+            raise InputDataError(
+                f"{workload.file!r} holds an array of shape {raw.shape}; a 2-D (n, d) array "
+                "with rows and columns is needed."
+            )
         open_input(raw[:1])  # dtype check with daskmeans's own message
         source_dtype = str(raw.dtype)
         if workload.n_samples is not None and workload.n_samples < raw.shape[0]:
             raw = raw[subsample_index(raw.shape[0], workload.n_samples)]
         fits = check_fits(*raw.shape)
         if fits is not None and workload.storage == "memory":
-            raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr (data read from disk at each pass) "
-                                 "or raise --driver-memory.")
+            raise InputDataError(
+                f"{workload.name}: {fits}. Use --storage zarr (data read from disk at each pass) "
+                "or raise --driver-memory."
+            )
         n, d = raw.shape
         rows = block_rows(n, d)
         if workload.storage == "zarr":
             location = os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr")
-            write_array_zarr(location, np.asarray(raw), rows,
-                             {"source": os.path.abspath(workload.file), "n_samples": int(n)})
+            write_array_zarr(
+                location, np.asarray(raw), rows, {"source": os.path.abspath(workload.file), "n_samples": int(n)}
+            )
         if fits is None:
             X = np.ascontiguousarray(raw, dtype=np.float32)
             stored = raw
@@ -396,8 +534,13 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
         fits = check_fits(n, d)
         if fits is not None and workload.storage == "memory":
             raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
-        store = ensure_resampled(os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr"), source_rows, n,
-                                 chunk_rows=block_rows(n, d), client=client)
+        store = ensure_resampled(
+            os.path.join(work_dir, f"{workload.output_name}-n{n}.zarr"),
+            source_rows,
+            n,
+            chunk_rows=block_rows(n, d),
+            client=client,
+        )
         if workload.storage == "zarr":
             location = store["array"]
         if fits is None:
@@ -426,8 +569,15 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
         fits = check_fits(n, d)
         if fits is not None and workload.storage == "memory":
             raise InputDataError(f"{workload.name}: {fits}. Use --storage zarr or fewer --n-samples.")
-        store = ensure_blobs(os.path.join(work_dir, f"blobs-{dtype}-n{n}-d{d}-c{blobs}.zarr"), n, d, blobs, dtype,
-                             chunk_rows=rows, client=client)
+        store = ensure_blobs(
+            os.path.join(work_dir, f"blobs-{dtype}-n{n}-d{d}-c{blobs}.zarr"),
+            n,
+            d,
+            blobs,
+            dtype,
+            chunk_rows=rows,
+            client=client,
+        )
         if workload.storage == "zarr":
             location = store["array"]
         if fits is None:
@@ -443,5 +593,6 @@ def load_data(workload: Workload, *, client, work_dir, driver_memory) -> BenchDa
     else:
         array = scatter_rows(X if stored is None else stored, rows, client)
         fit_input = array
-    return BenchData(X=X, array=array, fit_input=fit_input, location=location, source_dtype=source_dtype,
-                     in_driver_reason=fits)
+    return BenchData(
+        X=X, array=array, fit_input=fit_input, location=location, source_dtype=source_dtype, in_driver_reason=fits
+    )

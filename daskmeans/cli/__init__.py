@@ -46,7 +46,6 @@ def _module_exists(module: str) -> bool:
     return spec is not None
 
 
-
 def quiet_dask_failure_logs():
     """Keep Dask in this process from logging tracebacks the command reports itself in one line: a worker's
     failed task, the client's attempts to reconnect to a lost scheduler (worker processes are told by
@@ -143,8 +142,11 @@ class DaskmeansGroup(click.Group):
         except Exception as error:
             if ctx.params.get("debug"):
                 raise
-            raise CommandError(f"{type(error).__name__}: {one_line(error)} (run 'daskmeans --debug ...' to see where)",
-                               type(error).__name__, self.wants_json) from error
+            raise CommandError(
+                f"{type(error).__name__}: {one_line(error)} (run 'daskmeans --debug ...' to see where)",
+                type(error).__name__,
+                self.wants_json,
+            ) from error
 
 
 @click.group(name="daskmeans", cls=DaskmeansGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -27,8 +27,14 @@ if TYPE_CHECKING:  # for type checkers only: the commands import these when they
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 #: Errors a user causes; they end the command with a one-line message instead of a traceback.
-USER_ERRORS = (DaskmeansError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
-               IsADirectoryError)
+USER_ERRORS = (
+    DaskmeansError,
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    NotADirectoryError,
+    IsADirectoryError,
+)
 
 
 def one_line(error: BaseException) -> str:
@@ -77,34 +83,54 @@ def cluster_options(command: _Command) -> _Command:
     the command receives them checked, as ``cluster=ClusterSpec(...)``."""
 
     @functools.wraps(command)
-    def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
-                **kwargs):
+    def wrapper(*args, scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers, **kwargs):
         from ..engine.cluster import ClusterSpec
 
         debug = click.get_current_context().find_root().params.get("debug", False)
-        spec = ClusterSpec(scheduler, connect_timeout, workers, threads_per_worker, memory_limit, local_workers,
-                           worker_log_level=logging.WARNING if debug else logging.CRITICAL)
+        spec = ClusterSpec(
+            scheduler,
+            connect_timeout,
+            workers,
+            threads_per_worker,
+            memory_limit,
+            local_workers,
+            worker_log_level=logging.WARNING if debug else logging.CRITICAL,
+        )
         return command(*args, cluster=spec.validate(), **kwargs)
 
     options = [
-        click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", metavar="ADDRESS",
-                     help="Run on this Dask scheduler (tcp://host:port; default $DASK_SCHEDULER_ADDRESS). "
-                          "Without it, a local cluster is started for the command: threads in this process for "
-                          "inputs up to 1 GiB, else worker processes."),
-        click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
-                     default=lambda: config.CONNECT_TIMEOUT_SECONDS,
-                     show_default="the setting CONNECT_TIMEOUT_SECONDS",
-                     help="Seconds to wait for --scheduler before giving up."),
+        click.option(
+            "--scheduler",
+            envvar="DASK_SCHEDULER_ADDRESS",
+            metavar="ADDRESS",
+            help="Run on this Dask scheduler (tcp://host:port; default $DASK_SCHEDULER_ADDRESS). "
+            "Without it, a local cluster is started for the command: threads in this process for "
+            "inputs up to 1 GiB, else worker processes.",
+        ),
+        click.option(
+            "--connect-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=lambda: config.CONNECT_TIMEOUT_SECONDS,
+            show_default="the setting CONNECT_TIMEOUT_SECONDS",
+            help="Seconds to wait for --scheduler before giving up.",
+        ),
         click.option("--workers", type=click.IntRange(min=1), help="Worker processes of the local cluster."),
         click.option("--threads-per-worker", type=click.IntRange(min=1), help="Threads per local worker."),
-        click.option("--memory-limit", metavar="SIZE",
-                     help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default)."),
-        click.option("--local-workers", type=SettingChoice("LOCAL_WORKERS"), default="auto",
-                     show_default=True,
-                     help="Workers of the local cluster: threads in this process (one worker with --workers x "
-                          "--threads-per-worker threads), worker processes, auto (threads for inputs up to "
-                          "1 GiB unless the cluster is sized, else processes), or scheduler: no cluster, Dask's "
-                          "threaded scheduler in this process (least overhead per pass, no dashboard)."),
+        click.option(
+            "--memory-limit",
+            metavar="SIZE",
+            help="Memory limit per local worker: 4GiB, 0.5 (of the machine), or auto (default).",
+        ),
+        click.option(
+            "--local-workers",
+            type=SettingChoice("LOCAL_WORKERS"),
+            default="auto",
+            show_default=True,
+            help="Workers of the local cluster: threads in this process (one worker with --workers x "
+            "--threads-per-worker threads), worker processes, auto (threads for inputs up to "
+            "1 GiB unless the cluster is sized, else processes), or scheduler: no cluster, Dask's "
+            "threaded scheduler in this process (least overhead per pass, no dashboard).",
+        ),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)
@@ -123,8 +149,7 @@ def open_data(path: str, array: str | None) -> Dataset:
         local = local_path(path)
         if os.path.isfile(local) and not local.lower().endswith((".npy", ".npz")):
             raise InputDataError(
-                f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories), .npy and "
-                ".npz files."
+                f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories), .npy and .npz files."
             )
     return open_input(path, array=array)
 
@@ -152,8 +177,9 @@ def overlap(path: str, other: str) -> str | None:
     return None
 
 
-def check_outputs(outputs: dict[str, str | None], overwrite: bool, inputs: dict[str, str | None],
-                  sizes: dict[str, int] | None = None) -> None:
+def check_outputs(
+    outputs: dict[str, str | None], overwrite: bool, inputs: dict[str, str | None], sizes: dict[str, int] | None = None
+) -> None:
     """Check every output of a command before any work: writable, apart from the others and from every input,
     and room for it on its disk.
 
@@ -168,23 +194,27 @@ def check_outputs(outputs: dict[str, str | None], overwrite: bool, inputs: dict[
     given = {option: os.fspath(path) for option, path in outputs.items() if path is not None}
     options = list(given)
     for i, first in enumerate(options):
-        for second in options[i + 1:]:
+        for second in options[i + 1 :]:
             relation = overlap(given[first], given[second])
             if relation is not None:
-                raise InvalidParameterError(f"{first} {given[first]!r} {relation} {second} {given[second]!r}; "
-                                            "give them separate paths.")
+                raise InvalidParameterError(
+                    f"{first} {given[first]!r} {relation} {second} {given[second]!r}; give them separate paths."
+                )
     for option, path in given.items():
         for name, source in inputs.items():
             relation = None if source is None else overlap(path, os.fspath(source))
             if relation is not None:
-                raise InvalidParameterError(f"{option} {path!r} {relation} the {name} {os.fspath(source)!r}; "
-                                            "writing it would destroy what this command reads. Write it "
-                                            "somewhere else.")
+                raise InvalidParameterError(
+                    f"{option} {path!r} {relation} the {name} {os.fspath(source)!r}; "
+                    "writing it would destroy what this command reads. Write it "
+                    "somewhere else."
+                )
         try:
             prepare_output(path, overwrite)
         except OutputExistsError as error:
-            raise OutputExistsError(f"{option} {path!r} exists already; choose another path or add --overwrite "
-                                    "to replace it.") from error
+            raise OutputExistsError(
+                f"{option} {path!r} exists already; choose another path or add --overwrite to replace it."
+            ) from error
         warning = check_free_space(option, path, (sizes or {}).get(option, 0))
         check_writable(option, path)
         if warning:
@@ -205,8 +235,9 @@ def check_writable(option: str, path: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".daskmeans-write-check-"):
             pass
     except OSError as error:
-        raise PermissionError(f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); "
-                              "choose a writable place.") from error
+        raise PermissionError(
+            f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); choose a writable place."
+        ) from error
 
 
 #: Bytes and file-system entries that any Zarr output takes whatever its compression: its folder and its
@@ -247,11 +278,15 @@ def check_free_space(option: str, path: str, uncompressed_bytes: int) -> str | N
     inodes_short = stats.f_files > 0 and stats.f_favail < OUTPUT_MINIMUM_ENTRIES
     if free < OUTPUT_MINIMUM_BYTES or inodes_short:
         room = f"{stats.f_favail} free inodes" if inodes_short else f"{free:,} bytes free"
-        raise DiskFullError(f"{option} {os.fspath(path)!r} cannot be written: the disk of {folder!r} is full "
-                            f"({room}). Free some space or choose another place; nothing was computed.")
+        raise DiskFullError(
+            f"{option} {os.fspath(path)!r} cannot be written: the disk of {folder!r} is full "
+            f"({room}). Free some space or choose another place; nothing was computed."
+        )
     if free < uncompressed_bytes:
-        return (f"{option} {os.fspath(path)!r} may not fit: it takes up to {_size(uncompressed_bytes)} "
-                f"uncompressed and {folder!r} has {_size(free)} free (if it fills up, nothing of it is kept).")
+        return (
+            f"{option} {os.fspath(path)!r} may not fit: it takes up to {_size(uncompressed_bytes)} "
+            f"uncompressed and {folder!r} has {_size(free)} free (if it fills up, nothing of it is kept)."
+        )
     return None
 
 
@@ -290,9 +325,10 @@ def writing(option: str, path: str | os.PathLike[str]) -> Iterator[None]:
     except OSError as error:
         if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             raise
-        raise DiskFullError(f"{option} {os.fspath(path)!r} could not be written: {error.strerror}; nothing of it was "
-                            "left behind (an existing one is kept). Free some space or choose another place.") \
-            from error
+        raise DiskFullError(
+            f"{option} {os.fspath(path)!r} could not be written: {error.strerror}; nothing of it was "
+            "left behind (an existing one is kept). Free some space or choose another place."
+        ) from error
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -311,8 +347,13 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 
 #: Estimator parameters the fit command sets from options of its own.
-OWN_OPTIONS = {"n_clusters": "-k/--n-clusters", "n_components": "-k/--n-clusters", "random_state": "--random-state",
-               "client": "--scheduler", "progress": "--quiet"}
+OWN_OPTIONS = {
+    "n_clusters": "-k/--n-clusters",
+    "n_components": "-k/--n-clusters",
+    "random_state": "--random-state",
+    "client": "--scheduler",
+    "progress": "--quiet",
+}
 
 
 def algorithm_params(algorithm: str, options: dict[str, Any], params: tuple[str, ...]) -> dict[str, Any]:
@@ -320,8 +361,10 @@ def algorithm_params(algorithm: str, options: dict[str, Any], params: tuple[str,
     accepted = sorted(estimator_class(algorithm)._get_param_names())
     chosen = {}
     if options.get("max_iter") is not None and "max_iter" not in accepted and "max_epochs" in accepted:
-        options = {("max_epochs" if name == "max_iter" else name): value  # VRKM counts epochs
-                   for name, value in options.items()}
+        options = {
+            ("max_epochs" if name == "max_iter" else name): value  # VRKM counts epochs
+            for name, value in options.items()
+        }
     for name, value in options.items():
         if value is not None:
             if name not in accepted:
@@ -367,5 +410,3 @@ def shape_text(dataset: Dataset) -> str:
 
 def where(dataset: Dataset, path: str) -> str:
     return dataset.location or path
-
-

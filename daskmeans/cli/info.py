@@ -10,7 +10,6 @@ from ..exceptions import InputDataError, InvalidParameterError
 from ..registry import ALGORITHMS
 from .common import emit, format_bytes
 
-
 # -- info -------------------------------------------------------------------------------------------------------------
 
 
@@ -50,8 +49,13 @@ def _array_info(name: str, array) -> dict:
     dtype = np.dtype(array.dtype)
     chunks = getattr(array, "chunks", shape)  # a .npy or .npz array is one chunk
     chunks = [int(c) for c in chunks]
-    return {"name": name, "shape": list(shape), "dtype": str(dtype), "chunks": chunks,
-            "nbytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
+    return {
+        "name": name,
+        "shape": list(shape),
+        "dtype": str(dtype),
+        "chunks": chunks,
+        "nbytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+    }
 
 
 def _data_info(path: str, node, array: str | None) -> dict:
@@ -99,10 +103,20 @@ def info(path, array, as_json):
         if array is not None:
             raise InvalidParameterError(f"{path!r} is a model; --array applies to data only.")
         details = _model_info(path, node)
-        lines = [f"{path}: daskmeans model ({details['estimator']}, format {details['format_version']}, "
-                 f"written by daskmeans {details['daskmeans_version']})"]
-        for key in ("algorithm", "n_clusters", "n_features", "centers_dtype", "inertia", "n_iter", "stop_reason",
-                    "fit_seconds"):
+        lines = [
+            f"{path}: daskmeans model ({details['estimator']}, format {details['format_version']}, "
+            f"written by daskmeans {details['daskmeans_version']})"
+        ]
+        for key in (
+            "algorithm",
+            "n_clusters",
+            "n_features",
+            "centers_dtype",
+            "inertia",
+            "n_iter",
+            "stop_reason",
+            "fit_seconds",
+        ):
             value = details[key]
             lines.append(f"  {key:<14}{value:.6g}" if isinstance(value, float) else f"  {key:<14}{value}")
         shown = {k: v for k, v in details["params"].items() if v is not None}
@@ -113,12 +127,14 @@ def info(path, array, as_json):
         lines = [f"{path}: data" + (f" ({format_bytes(stored)} on disk)" if stored is not None else "")]
         for item in details["arrays"]:
             shape = " x ".join(f"{s:,}" for s in item["shape"])
-            lines.append(f"  {item['name']:<10}{shape} {item['dtype']}, chunks {tuple(item['chunks'])}, "
-                         f"{format_bytes(item['nbytes'])} uncompressed")
+            lines.append(
+                f"  {item['name']:<10}{shape} {item['dtype']}, chunks {tuple(item['chunks'])}, "
+                f"{format_bytes(item['nbytes'])} uncompressed"
+            )
         if "generator" in details:
             gen = details["generator"]
-            lines.append(f"  made by daskmeans make-data: {gen.get('n_clusters')} blobs, seed {gen.get('seed')}, "
-                         f"cluster_std {gen.get('cluster_std')}")
+            lines.append(
+                f"  made by daskmeans make-data: {gen.get('n_clusters')} blobs, seed {gen.get('seed')}, "
+                f"cluster_std {gen.get('cluster_std')}"
+            )
     emit(details, as_json, lines)
-
-

@@ -16,4 +16,3 @@ def cluster_memory_bytes(client=None) -> int:
     unlimited = sum(1 for limit in limits if limit <= 0)
     share = psutil.virtual_memory().total // max(1, unlimited) if unlimited else 0
     return int(sum(limit if limit > 0 else share for limit in limits))
-

@@ -131,7 +131,7 @@ def await_handshake(address: str, seconds: float, connection_args: dict):
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskmeans-handshake") as pool:
         try:
             pool.submit(asyncio.run, within_time()).result()
-        except (TimeoutError, asyncio.TimeoutError) as error:
+        except TimeoutError as error:
             raise SchedulerConnectionError(
                 f"The Dask scheduler at {address!r} did not answer within {seconds:g} s: something accepts "
                 "connections there but does not speak Dask's protocol (or is stuck). Check the address and port "
@@ -160,8 +160,10 @@ def scheduler_lost(client, error: BaseException) -> bool:
 
     if isinstance(error, FutureCancelledError) and error.reason == "scheduler-connection-lost":
         return True
-    return isinstance(error, (OSError, TimeoutError, FutureCancelledError, ClosedClientError)) and \
-        client.status != "running"
+    return (
+        isinstance(error, (OSError, TimeoutError, FutureCancelledError, ClosedClientError))
+        and client.status != "running"
+    )
 
 
 def one_line(error: BaseException) -> str:
@@ -310,8 +312,9 @@ def run_pinned(client, function, keys, *args, key):
     # asked of the scheduler now: Client.scheduler_info() may answer from a cache that lists no workers
     workers = sorted(client.nthreads())
     placement = {"workers": workers[:1], "allow_other_workers": True} if workers else {}
-    future = client.submit(_run_with_worker_client, config.carried(), function, keys, *args, pure=False, key=key,
-                           **placement)
+    future = client.submit(
+        _run_with_worker_client, config.carried(), function, keys, *args, pure=False, key=key, **placement
+    )
     return future.result()
 
 

@@ -69,9 +69,12 @@ class ClusterSpec:
         InvalidParameterError
             Embedded-cluster options given with ``--scheduler``, or a memory limit that is not a size.
         """
-        local_options = {"--workers": self.workers, "--threads-per-worker": self.threads_per_worker,
-                         "--memory-limit": self.memory_limit,
-                         "--local-workers": None if self.local_workers == "auto" else self.local_workers}
+        local_options = {
+            "--workers": self.workers,
+            "--threads-per-worker": self.threads_per_worker,
+            "--memory-limit": self.memory_limit,
+            "--local-workers": None if self.local_workers == "auto" else self.local_workers,
+        }
         given = [name for name, value in local_options.items() if value is not None]
         if self.scheduler and given:
             raise InvalidParameterError(
@@ -151,10 +154,14 @@ class ClusterSpec:
             return
         processes = self.local_processes(input_bytes)
         with interrupts_held(), worker_malloc_settings():  # a Ctrl-C reaches this process, not the cluster's
-            cluster = LocalCluster(n_workers=self.workers if processes else 1,
-                                   threads_per_worker=self.threads_per_worker if processes else self.local_threads(),
-                                   memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
-                                   processes=processes, dashboard_address=":0", silence_logs=self.worker_log_level)
+            cluster = LocalCluster(
+                n_workers=self.workers if processes else 1,
+                threads_per_worker=self.threads_per_worker if processes else self.local_threads(),
+                memory_limit=self.memory_limit if self.memory_limit is not None else "auto",
+                processes=processes,
+                dashboard_address=":0",
+                silence_logs=self.worker_log_level,
+            )
         with cluster, Client(cluster, set_as_default=True) as client, one_blas_thread_for(client):
             if announce:
                 announce_dashboard(client)

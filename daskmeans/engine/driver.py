@@ -92,12 +92,14 @@ class DriverCopy:
         data_blocks = stored_blocks(array)
         weight_blocks = [] if weights is None else blocks_of(weights)  # chunked like the data, as every pass takes them
         gathered = compute_now(*data_blocks, *weight_blocks, client=client)
-        blocks, weight_values = list(gathered[:len(data_blocks)]), list(gathered[len(data_blocks):])
+        blocks, weight_values = list(gathered[: len(data_blocks)]), list(gathered[len(data_blocks) :])
         local_stored = _from_blocks(blocks, stored.dtype)
         local = local_stored if stored is array else with_stored_form(local_stored.astype(array.dtype), local_stored)
         local_weights = _from_blocks(weight_values, weights.dtype) if weight_blocks else None
-        args = [[block, int(start), weight_values[i] if weight_blocks else None]
-                for i, (block, start) in enumerate(zip(blocks, block_offsets(array)))]
+        args = [
+            [block, int(start), weight_values[i] if weight_blocks else None]
+            for i, (block, start) in enumerate(zip(blocks, block_offsets(array)))
+        ]
         return cls(local, local_weights, args)
 
     @contextmanager

@@ -87,8 +87,9 @@ def shared(value, name: str):
     return Delayed(key, HighLevelGraph.from_collections(key, {key: DataNode(key, value)}), layer=key)
 
 
-def map_blocks_delayed(function, name: str, block_args: list[list], *common_args, reads_data=False,
-                       energy_of=None) -> list[Delayed]:
+def map_blocks_delayed(
+    function, name: str, block_args: list[list], *common_args, reads_data=False, energy_of=None
+) -> list[Delayed]:
     """Apply ``function(*per_block_args, *common_args)`` to every block.
 
     Parameters
@@ -109,16 +110,25 @@ def map_blocks_delayed(function, name: str, block_args: list[list], *common_args
     """
     watch = active_watch() if reads_data else None
     settings = config.carried()
-    token = tokenize(function, name, block_args, common_args, watch is not None, energy_of,
-                     *([] if settings is None else [settings[1]]))
+    token = tokenize(
+        function,
+        name,
+        block_args,
+        common_args,
+        watch is not None,
+        energy_of,
+        *([] if settings is None else [settings[1]]),
+    )
     key = f"daskmeans-{name}-{token}"
     if watch is None:
         return [task((key, i), function, *args, *common_args, settings=settings) for i, args in enumerate(block_args)]
     watch.register(key)
     # the watch finds its tasks by their function, report_block: the settings are applied inside it
     inner = function if settings is None else functools.partial(config.run_with, settings, function)
-    return [task((key, i), report_block, inner, key, energy_of, *args, *common_args, settings=None)
-            for i, args in enumerate(block_args)]
+    return [
+        task((key, i), report_block, inner, key, energy_of, *args, *common_args, settings=None)
+        for i, args in enumerate(block_args)
+    ]
 
 
 @dataclass(frozen=True)
@@ -155,8 +165,10 @@ def unfold_driver_combines(objects):
             flat.append(o)
 
     def finish(values):
-        return tuple(values[start] if count is None else o.combine(list(values[start:start + count]))
-                     for o, (start, count) in zip(objects, spans))
+        return tuple(
+            values[start] if count is None else o.combine(list(values[start : start + count]))
+            for o, (start, count) in zip(objects, spans)
+        )
 
     return flat, finish
 
@@ -188,11 +200,16 @@ def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int | Non
     level = 0
     while len(parts) > 1 or level == 0:
         key = f"daskmeans-{name}-combine-{token}-{level}"
-        if 1 < len(parts) <= split_every and part_bytes is not None and \
-                len(parts) * part_bytes <= config.DRIVER_COMBINE_BYTES:
+        if (
+            1 < len(parts) <= split_every
+            and part_bytes is not None
+            and len(parts) * part_bytes <= config.DRIVER_COMBINE_BYTES
+        ):
             return DriverCombine(tuple(parts), combine)
-        parts = [task((key, i // split_every), combine, parts[i : i + split_every], settings=settings)
-                 for i in range(0, len(parts), split_every)]
+        parts = [
+            task((key, i // split_every), combine, parts[i : i + split_every], settings=settings)
+            for i in range(0, len(parts), split_every)
+        ]
         level += 1
     return parts[0]
 
@@ -226,13 +243,23 @@ class GroupPass:
 
     def submitted(self, futures) -> GroupPass:
         n = len(self.groups)
-        return GroupPass(list(futures[1 : 1 + n]), None if self.shares is None else list(futures[1 + n :]),
-                         futures[0])
+        return GroupPass(list(futures[1 : 1 + n]), None if self.shares is None else list(futures[1 + n :]), futures[0])
 
 
-def chained_group_pass(function, name: str, block_args, *common_args, groups: list[list[int]], combine, finish,
-                       finish_args=(), previous: GroupPass | None = None, start=None, keeps_state=False,
-                       split_every: int | None = None) -> GroupPass:
+def chained_group_pass(
+    function,
+    name: str,
+    block_args,
+    *common_args,
+    groups: list[list[int]],
+    combine,
+    finish,
+    finish_args=(),
+    previous: GroupPass | None = None,
+    start=None,
+    keeps_state=False,
+    split_every: int | None = None,
+) -> GroupPass:
     """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
     blocks one worker holds), chained to the pass before it without a round trip through one task.
 
@@ -284,13 +311,28 @@ def chained_group_pass(function, name: str, block_args, *common_args, groups: li
     for g, group in enumerate(groups):
         args = None if block_args is None else [block_args[i] for i in group]
         own = None if block_args is not None else previous.groups[g]
-        tasks.append(task((f"{key}-group", g), _group_pass, function, list(group), args, own,
-                          from_previous if start is None else None, start, reduction, keeps_state, *common_args,
-                          settings=settings))
-    shares = [task((f"{key}-share", g), _share, t, settings=settings) for g, t in enumerate(tasks)] \
-        if keeps_state else None
-    return GroupPass(tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction,
-                                         settings=settings))
+        tasks.append(
+            task(
+                (f"{key}-group", g),
+                _group_pass,
+                function,
+                list(group),
+                args,
+                own,
+                from_previous if start is None else None,
+                start,
+                reduction,
+                keeps_state,
+                *common_args,
+                settings=settings,
+            )
+        )
+    shares = (
+        [task((f"{key}-share", g), _share, t, settings=settings) for g, t in enumerate(tasks)] if keeps_state else None
+    )
+    return GroupPass(
+        tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction, settings=settings)
+    )
 
 
 def _share(output):
@@ -299,8 +341,9 @@ def _share(output):
 
 def _reduce_groups(outputs, reduction):
     combine, split_every, finish, finish_args = reduction
-    parts = [result for _, result in sorted((pair for output in outputs for pair in output[1]),
-                                            key=lambda pair: pair[0])]
+    parts = [
+        result for _, result in sorted((pair for output in outputs for pair in output[1]), key=lambda pair: pair[0])
+    ]
     return finish(reduce_in_tree(parts, combine, split_every), outputs[0][0], *finish_args)
 
 
@@ -337,6 +380,19 @@ def block_args(array, weights=None, *states) -> list[list]:
     ]
 
 
-__all__ = ["blocks_of", "stored_blocks", "shared", "task", "map_blocks_delayed", "tree_reduce", "DriverCombine",
-           "reduce_in_tree", "chained_group_pass", "GroupPass",
-           "unfold_driver_combines", "block_offsets", "block_args", "dask"]
+__all__ = [
+    "blocks_of",
+    "stored_blocks",
+    "shared",
+    "task",
+    "map_blocks_delayed",
+    "tree_reduce",
+    "DriverCombine",
+    "reduce_in_tree",
+    "chained_group_pass",
+    "GroupPass",
+    "unfold_driver_combines",
+    "block_offsets",
+    "block_args",
+    "dask",
+]

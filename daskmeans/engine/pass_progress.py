@@ -199,8 +199,11 @@ class PassWatch:
     def submitted(self, graph, client=None):
         """The reporting block tasks of ``graph`` (a submitted graph before fusion: keys to tasks) join the pass
         under way (or start one); results already computed (futures) do not count."""
-        mine = [key for key, value in graph.items()
-                if getattr(value, "func", None) is report_block and isinstance(key, tuple) and key[0] in self._names]
+        mine = [
+            key
+            for key, value in graph.items()
+            if getattr(value, "func", None) is report_block and isinstance(key, tuple) and key[0] in self._names
+        ]
         if not mine:
             return
         if client is not None and self._client is None:
@@ -230,10 +233,16 @@ class PassWatch:
             if self._client is not None:
                 self._lock.wait_for(lambda: self.done >= self.total, timeout=config.LATE_REPORT_SECONDS)
             seconds = time.perf_counter() - self.started
-            self.passes.append({"names": [self._short(name) for name in self.current_names], "chunks": self.total,
-                                "rows": self.rows, "seconds": seconds,
-                                "rows_per_second": self.rows / seconds if seconds > 0 else None,
-                                "energy": self._energy()})
+            self.passes.append(
+                {
+                    "names": [self._short(name) for name in self.current_names],
+                    "chunks": self.total,
+                    "rows": self.rows,
+                    "seconds": seconds,
+                    "rows_per_second": self.rows / seconds if seconds > 0 else None,
+                    "energy": self._energy(),
+                }
+            )
             if self.bar is not None:
                 self.bar.close()
             self._reset()
@@ -270,8 +279,14 @@ class PassWatch:
             if elapsed < self.delay:
                 return
             names = ", ".join(self._short(name) for name in self.current_names)
-            self.bar = tqdm(total=self.total, desc=f"{self.desc} pass ({names})", unit="chunks", leave=False,
-                            bar_format=KNOWN_TOTAL_FORMAT, smoothing=0)
+            self.bar = tqdm(
+                total=self.total,
+                desc=f"{self.desc} pass ({names})",
+                unit="chunks",
+                leave=False,
+                bar_format=KNOWN_TOTAL_FORMAT,
+                smoothing=0,
+            )
             self.bar.start_t -= elapsed  # elapsed time, rate and time left: the average since the pass started
         elapsed = time.perf_counter() - self.started
         postfix = {"rows/s": f"{self.rows / elapsed:.3g}"}

@@ -74,8 +74,12 @@ class Recycler:
                 del self._held[kind]
         kept = 0
         for array, count in zip(arrays, _reference_counts(arrays)):
-            if not isinstance(array, np.ndarray) or array.base is not None or not array.flags.owndata \
-                    or count > _ONLY_THE_STATE:
+            if (
+                not isinstance(array, np.ndarray)
+                or array.base is not None
+                or not array.flags.owndata
+                or count > _ONLY_THE_STATE
+            ):
                 continue
             kind = (array.shape, array.dtype.str)
             with self._lock:
@@ -119,5 +123,8 @@ class RecycledState(SizedSlots):
     def empty_like_state(self):
         """``(labels, dist2, lower)`` for the next state: arrays of a freed state of the chain, or new ones."""
         m, n_groups = self.lower.shape
-        return (self.recycler.empty(m, np.int32), self.recycler.empty(m, np.float64),
-                self.recycler.empty((m, n_groups), self.lower.dtype))
+        return (
+            self.recycler.empty(m, np.int32),
+            self.recycler.empty(m, np.float64),
+            self.recycler.empty((m, n_groups), self.lower.dtype),
+        )

@@ -24,5 +24,6 @@ class SizedSlots:
     UNSIZED: tuple = ()
 
     def __sizeof__(self):
-        return object.__sizeof__(self) + sum(sizeof(getattr(self, name)) for name in self.__slots__
-                                             if name not in self.UNSIZED and hasattr(self, name))
+        return object.__sizeof__(self) + sum(
+            sizeof(getattr(self, name)) for name in self.__slots__ if name not in self.UNSIZED and hasattr(self, name)
+        )

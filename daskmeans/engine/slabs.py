@@ -62,8 +62,15 @@ def compute_dtype(dtype, name: str = "X") -> np.dtype:
             f"Complex data not supported: {name} has dtype {dtype}. Cluster the real and imaginary parts as "
             "separate features, e.g. numpy.hstack([X.real, X.imag])."
         )
-    kinds = {"b": "boolean", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
-             "m": "timedelta", "V": "structured"}
+    kinds = {
+        "b": "boolean",
+        "O": "object",
+        "U": "string",
+        "S": "bytes",
+        "M": "datetime",
+        "m": "timedelta",
+        "V": "structured",
+    }
     kind = kinds.get(dtype.kind, str(dtype))
     raise InputDataError(
         f"{name} has dtype {dtype} ({kind}); daskmeans clusters real numbers only. "
@@ -162,8 +169,11 @@ def slabs(block, weights=None, slab_bytes: int | None = None, reuse=False):
     raw = _take_thread_buffer(min(step, block.shape[0]) * block.shape[1] * dtype.itemsize)
     try:
         for start, stop in row_slabs(block.shape[0], step):
-            rows = raw[: (stop - start) * block.shape[1] * dtype.itemsize].view(dtype).reshape(stop - start,
-                                                                                             block.shape[1])
+            rows = (
+                raw[: (stop - start) * block.shape[1] * dtype.itemsize]
+                .view(dtype)
+                .reshape(stop - start, block.shape[1])
+            )
             rows[...] = block[start:stop]
             yield start, rows, (None if weights is None else weights[start:stop])
     finally:
@@ -226,11 +236,31 @@ def map_rows(array: da.Array, function, *args, dtype, name: str, trailing: int |
     settings = config.carried()
     carry = {} if settings is None else {"settings": settings}  # the same keys as ever with the defaults
     if trailing is None:
-        return stored.map_blocks(map_slabs, function, *args, drop_axis=1, dtype=dtype, token=name,
-                                 meta=np.empty(0, dtype), **carry)
-    return stored.map_blocks(map_slabs, function, *args, chunks=(stored.chunks[0], (int(trailing),)), dtype=dtype,
-                             token=name, meta=np.empty((0, 0), dtype), **carry)
+        return stored.map_blocks(
+            map_slabs, function, *args, drop_axis=1, dtype=dtype, token=name, meta=np.empty(0, dtype), **carry
+        )
+    return stored.map_blocks(
+        map_slabs,
+        function,
+        *args,
+        chunks=(stored.chunks[0], (int(trailing),)),
+        dtype=dtype,
+        token=name,
+        meta=np.empty((0, 0), dtype),
+        **carry,
+    )
 
 
-__all__ = ["ROW_ALIGNMENT", "is_aligned", "compute_dtype", "slab_rows", "row_slabs", "slabs", "converted_rows",
-           "map_slabs", "with_stored_form", "stored_form", "map_rows"]
+__all__ = [
+    "ROW_ALIGNMENT",
+    "is_aligned",
+    "compute_dtype",
+    "slab_rows",
+    "row_slabs",
+    "slabs",
+    "converted_rows",
+    "map_slabs",
+    "with_stored_form",
+    "stored_form",
+    "map_rows",
+]

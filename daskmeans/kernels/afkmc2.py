@@ -24,7 +24,6 @@ from .assign import all_dist2, nearest_centers
 from .distance import pair_dist2
 from .score_error import score_error_allowance
 
-
 #: Chains per block: each proposal is measured pair by pair against the centers chosen earlier in its block (on
 #: average half this many), and by the block's GEMM against all the centers chosen before it.
 CHAINS_PER_BLOCK = 32
@@ -55,8 +54,18 @@ def _nearest_by_scores(rows, centers, scores, allowance, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
-                known_d2, centers, chosen):
+def _run_chains(
+    candidates,
+    candidate_weights,
+    candidate_q,
+    uniforms,
+    chain_length,
+    first_chain,
+    stop_chain,
+    known_d2,
+    centers,
+    chosen,
+):
     """Run the chains ``first_chain .. stop_chain - 1`` (chain ``c`` picks center ``c``).
 
     ``known_d2[p]`` is the exact squared distance from the block's ``p``-th proposal to its nearest center among
@@ -99,8 +108,9 @@ def _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_leng
             centers[c, f] = np.float64(candidates[x, f])
 
 
-def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_clusters, chain_length, uniforms,
-                  block_bytes=None):
+def afkmc2_chains(
+    candidates, candidate_weights, candidate_q, first_center, n_clusters, chain_length, uniforms, block_bytes=None
+):
     """Run the ``n_clusters - 1`` Markov chains of AFK-MC2 over pre-drawn proposals.
 
     Chain ``c`` needs the distance from each of its proposals to the nearest of the ``c`` centers chosen before
@@ -149,8 +159,9 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
     while first_chain < n_clusters:
         rows_fit = max(chain_length, int(block_bytes) // (8 * first_chain))
         stop_chain = min(n_clusters, first_chain + max(1, min(CHAINS_PER_BLOCK, rows_fit // chain_length)))
-        block = np.ascontiguousarray(candidates[(first_chain - 1) * chain_length:(stop_chain - 1) * chain_length],
-                                     dtype=np.float64)
+        block = np.ascontiguousarray(
+            candidates[(first_chain - 1) * chain_length : (stop_chain - 1) * chain_length], dtype=np.float64
+        )
         known = centers[:first_chain]
         scores = block @ known.T
         scores *= -2.0
@@ -159,10 +170,21 @@ def afkmc2_chains(candidates, candidate_weights, candidate_q, first_center, n_cl
         allowance = score_error_allowance(block_sq, math.sqrt(float(center_sq[:first_chain].max())), d, np.float64)
         known_d2 = np.empty(block.shape[0], dtype=np.float64)
         _nearest_by_scores(block, known, scores, allowance, known_d2)
-        _run_chains(candidates, candidate_weights, candidate_q, uniforms, chain_length, first_chain, stop_chain,
-                    known_d2, centers, chosen)
-        center_sq[first_chain:stop_chain] = np.einsum("ij,ij->i", centers[first_chain:stop_chain],
-                                                      centers[first_chain:stop_chain])
+        _run_chains(
+            candidates,
+            candidate_weights,
+            candidate_q,
+            uniforms,
+            chain_length,
+            first_chain,
+            stop_chain,
+            known_d2,
+            centers,
+            chosen,
+        )
+        center_sq[first_chain:stop_chain] = np.einsum(
+            "ij,ij->i", centers[first_chain:stop_chain], centers[first_chain:stop_chain]
+        )
         first_chain = stop_chain
     n_distances = chain_length * (n_clusters - 1) * n_clusters // 2
     return centers, chosen, n_distances
@@ -224,8 +246,7 @@ def reduce_candidates(candidates, rows, row_weights, row_q, n_clusters, rng):
     return centers, n_distances
 
 
-def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials,
-                                     matrix_bytes=None):
+def greedy_kmeans_plusplus_with_mode(points, weights, n_clusters, rng, n_trials, matrix_bytes=None):
     """Greedy k-means++ on a few weighted points whose trials always include the point of largest ``w d^2``.
 
     With only ``n_trials`` random trials, the last uncovered clusters (small ``w d^2`` mass next to that of the

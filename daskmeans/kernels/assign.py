@@ -72,8 +72,15 @@ def nearest_gemm(X, centers, slab_bytes=None, stats=None, weights=None):
     labels : int32 array (n,)
     dist2 : float64 array (n,)
     """
-    labels, dist2, _, _ = assign_with_bounds(X, centers, make_groups(centers, "none", 1), slab_bytes=slab_bytes,
-                                             with_bounds=False, stats=stats, weights=weights)
+    labels, dist2, _, _ = assign_with_bounds(
+        X,
+        centers,
+        make_groups(centers, "none", 1),
+        slab_bytes=slab_bytes,
+        with_bounds=False,
+        stats=stats,
+        weights=weights,
+    )
     return labels, dist2
 
 
@@ -115,8 +122,9 @@ def nearest_centers(X, centers, stats=None, weights=None):
     step = max(1, config.ASSIGN_SLAB_BYTES // (X.shape[1] * dtype.itemsize))
     for start in range(0, X.shape[0], step):
         part = slice(start, start + step)
-        labels[part], dist2[part] = nearest_centers(X[part].astype(dtype), centers, stats,
-                                                    None if weights is None else weights[part])
+        labels[part], dist2[part] = nearest_centers(
+            X[part].astype(dtype), centers, stats, None if weights is None else weights[part]
+        )
     return labels, dist2
 
 

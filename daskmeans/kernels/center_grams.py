@@ -36,8 +36,7 @@ def center_grams(centers, kernel) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def truncated_center_grams(old_gram, old_owner, batch_to_support, batch_kernel, source, owner, coef, keep,
-                           n_clusters):
+def truncated_center_grams(old_gram, old_owner, batch_to_support, batch_kernel, source, owner, coef, keep, n_clusters):
     """The Gram blocks after a step, and what the dropped rows take from each center's squared norm.
 
     Parameters

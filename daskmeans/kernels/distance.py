@@ -27,7 +27,6 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-
 LANES = 8
 
 

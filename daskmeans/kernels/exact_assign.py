@@ -22,7 +22,6 @@ from .score_error import _gamma, row_sq_norms, score_error_allowance
 from .settle_scores import _finish_best_of_groups, _finish_slab
 from .stats import _cluster_stats, cluster_stats
 
-
 # -- full assignment (new samples, and revisited samples whose bounds fail widely) --------------------------
 
 
@@ -59,7 +58,7 @@ def _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch
             second = np.where(better, np.minimum(best, block_second), np.minimum(second, block_best))
         else:
             for t0 in range(0, c1 - c0, n_groups):  # one slot: one center of every group
-                slot_scores = scores[:, t0:t0 + n_groups]
+                slot_scores = scores[:, t0 : t0 + n_groups]
                 np.maximum(group_min, slot_scores, out=larger)
                 np.minimum(group_second, larger, out=group_second)
                 np.minimum(group_min, slot_scores, out=group_min)
@@ -94,8 +93,9 @@ def score_rows(n_rows, columns, itemsize, slab_bytes=None, tile_bytes=None, min_
     return max(1, min(n_rows, cap, max(int(tile_bytes) // row_bytes, int(min_rows))))
 
 
-def assign_with_bounds(X, centers, groups, slab_bytes=None, with_bounds=True, column_blocks=True,
-                       stats=None, weights=None, out=None):
+def assign_with_bounds(
+    X, centers, groups, slab_bytes=None, with_bounds=True, column_blocks=True, stats=None, weights=None, out=None
+):
     """Exact nearest center of every row, and fresh group lower bounds.
 
     The scores ``||c||^2 - 2 x.c`` come from one GEMM per tile of rows against the centers laid out slot by
@@ -156,8 +156,11 @@ def assign_with_bounds(X, centers, groups, slab_bytes=None, with_bounds=True, co
     n_groups = groups.n_groups
     slab_bytes = config.ASSIGN_SLAB_BYTES if slab_bytes is None else slab_bytes
     if out is None:
-        out = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float64),
-               np.empty((n, n_groups if with_bounds else 0), dtype=LOWER_DTYPE))
+        out = (
+            np.empty(n, dtype=np.int32),
+            np.empty(n, dtype=np.float64),
+            np.empty((n, n_groups if with_bounds else 0), dtype=LOWER_DTYPE),
+        )
     labels, dist2, lower = out
     if lower.dtype != LOWER_DTYPE:
         raise TypeError(f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not {lower.dtype}")
@@ -184,21 +187,36 @@ def assign_with_bounds(X, centers, groups, slab_bytes=None, with_bounds=True, co
     slots = np.empty((d + 1, columns), dtype=dtype)
     step = max(1, slab_bytes // max(1, d * dtype.itemsize))  # a slab of centers at a time: no k x d temporaries
     for c0 in range(0, columns, step):
-        part = centers[np.maximum(slot_center[c0:c0 + step], 0)]
+        part = centers[np.maximum(slot_center[c0 : c0 + step], 0)]
         part *= -2
-        part[padding[c0:c0 + step]] = 0
-        slots[:d, c0:c0 + step] = part.T
+        part[padding[c0 : c0 + step]] = 0
+        slots[:d, c0 : c0 + step] = part.T
     slots[d] = np.where(padding, 0, slot_sq)
     if by_column_blocks:
         x_sq = row_sq_norms(X)
         allowance = score_error_allowance(x_sq, slot_norms(centers, slot_center, n_groups)[2], d, X.dtype)
-        rechecked = _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2,
-                                             lower)
+        rechecked = _assign_by_column_blocks(
+            X, centers, groups, slots, x_sq, allowance, slab_bytes, labels, dist2, lower
+        )
         if stats is not None:
             cluster_stats(X, labels, dist2, centers.shape[0], weights, out=stats)
         return labels, dist2, lower, rechecked
-    rechecked = _assign_tiles(X, centers, slots, slot_center, n_groups, np.empty(n), np.empty(n), slab_bytes, labels,
-                              dist2, lower, norms_here=True, stats=stats, weights=weights)
+    rechecked = _assign_tiles(
+        X,
+        centers,
+        slots,
+        slot_center,
+        n_groups,
+        np.empty(n),
+        np.empty(n),
+        slab_bytes,
+        labels,
+        dist2,
+        lower,
+        norms_here=True,
+        stats=stats,
+        weights=weights,
+    )
     return labels, dist2, lower, rechecked
 
 
@@ -222,9 +240,17 @@ def _assign_stored_rows(X, centers, groups, slab_bytes, with_bounds, column_bloc
         stop = min(n, start + step)
         rows = buffer[: stop - start]
         rows[...] = X[start:stop]
-        rechecked += assign_with_bounds(rows, centers, groups, slab_bytes, with_bounds, column_blocks, stats,
-                                        None if weights is None else weights[start:stop],
-                                        out=(labels[start:stop], dist2[start:stop], lower[start:stop]))[3]
+        rechecked += assign_with_bounds(
+            rows,
+            centers,
+            groups,
+            slab_bytes,
+            with_bounds,
+            column_blocks,
+            stats,
+            None if weights is None else weights[start:stop],
+            out=(labels[start:stop], dist2[start:stop], lower[start:stop]),
+        )[3]
     return labels, dist2, lower, rechecked
 
 
@@ -243,8 +269,23 @@ def slot_norms(centers, slot_center, n_groups):
     return column_norm, group_norm, float(column_norm.max())
 
 
-def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2, lower,
-                  norms_here=False, stats=None, weights=None, panels=True):
+def _assign_tiles(
+    X,
+    centers,
+    slots,
+    slot_center,
+    n_groups,
+    x_sq,
+    allowance,
+    slab_bytes,
+    labels,
+    dist2,
+    lower,
+    norms_here=False,
+    stats=None,
+    weights=None,
+    panels=True,
+):
     """The body of :func:`assign_with_bounds`: each tile of rows scored against all the slots at once; fills
     ``labels``, ``dist2`` and ``lower`` and returns the rows settled by exact distances.
 
@@ -255,12 +296,41 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
     sums, counts, sse = stats if stats is not None else (np.empty((0, d)), np.empty(0), np.empty(0))
     weights = np.empty(0) if weights is None else np.asarray(weights, dtype=np.float64)
     if n_groups == 1:
-        return _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here,
-                                 weights, sums, counts, sse)
+        return _assign_one_group(
+            X,
+            centers,
+            slots,
+            slot_center,
+            x_sq,
+            slab_bytes,
+            labels,
+            dist2,
+            lower,
+            norms_here,
+            weights,
+            sums,
+            counts,
+            sse,
+        )
     dtype = slots.dtype
     if panels and dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
-        return _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes,
-                                        labels, dist2, lower, weights, sums, counts, sse)
+        return _assign_groups_by_panels(
+            X,
+            centers,
+            slots,
+            slot_center,
+            n_groups,
+            x_sq,
+            allowance,
+            slab_bytes,
+            labels,
+            dist2,
+            lower,
+            weights,
+            sums,
+            counts,
+            sse,
+        )
     gamma = _gamma(d, dtype)
     column_norm, group_norm, center_norm = slot_norms(centers, slot_center, n_groups)
     columns = slots.shape[1]
@@ -285,17 +355,63 @@ def _assign_tiles(X, centers, slots, slot_center, n_groups, x_sq, allowance, sla
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
         np.matmul(scaled_centers, rows.T, out=scores_t)
         tile_min = group_min[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0)
-        scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, tile_min,
-                    group_second[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0), own_second, other_second)
-        rechecked += _finish_slab(rows, centers, scores_t, best_col, tile_min.T.copy(), own_second,
-                                  other_second, slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], labels[r0:r1],
-                                  dist2[r0:r1], lower[r0:r1], norms_here, gamma, center_norm, column_norm, group_norm,
-                                  weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
+        scan_groups(
+            scores_t,
+            column_add,
+            n_groups,
+            best,
+            best_col,
+            best_group,
+            tile_min,
+            group_second[: n_groups * (r1 - r0)].reshape(n_groups, r1 - r0),
+            own_second,
+            other_second,
+        )
+        rechecked += _finish_slab(
+            rows,
+            centers,
+            scores_t,
+            best_col,
+            tile_min.T.copy(),
+            own_second,
+            other_second,
+            slot_center,
+            n_groups,
+            x_sq[r0:r1],
+            allowance[r0:r1],
+            labels[r0:r1],
+            dist2[r0:r1],
+            lower[r0:r1],
+            norms_here,
+            gamma,
+            center_norm,
+            column_norm,
+            group_norm,
+            weights[r0:r1] if weights.shape[0] else weights,
+            sums,
+            counts,
+            sse,
+        )
     return rechecked
 
 
-def _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, allowance, slab_bytes, labels, dist2,
-                             lower, weights, sums, counts, sse):
+def _assign_groups_by_panels(
+    X,
+    centers,
+    slots,
+    slot_center,
+    n_groups,
+    x_sq,
+    allowance,
+    slab_bytes,
+    labels,
+    dist2,
+    lower,
+    weights,
+    sums,
+    counts,
+    sse,
+):
     """:func:`_assign_tiles` for groups, a tile of ``PANEL_TILE_BYTES`` of rows at a time: the summary of every
     row's scores without storing them (:func:`~daskmeans.kernels.panel_scan.best_of_groups_by_panels`), the rows it
     decides settled at once (:func:`_finish_best_of_groups`), the near ties by the GEMM tiles (all their scores),
@@ -312,21 +428,72 @@ def _assign_groups_by_panels(X, centers, slots, slot_center, n_groups, x_sq, all
     for r0 in range(0, n, tile):
         r1 = min(n, r0 + tile)
         rows = X[r0:r1]
-        best_of_groups_by_panels(rows, scaled, column_add, n_groups, center_norm, gamma, x_sq[r0:r1],
-                                 allowance[r0:r1], best, best_col, group_min, own_second, other_second)
-        n_ties = _finish_best_of_groups(rows, centers, best_col[:r1 - r0], best, group_min, own_second, other_second,
-                                        slot_center, n_groups, x_sq[r0:r1], allowance[r0:r1], gamma, column_norm,
-                                        group_norm, labels[r0:r1], dist2[r0:r1], lower[r0:r1], near_ties)
+        best_of_groups_by_panels(
+            rows,
+            scaled,
+            column_add,
+            n_groups,
+            center_norm,
+            gamma,
+            x_sq[r0:r1],
+            allowance[r0:r1],
+            best,
+            best_col,
+            group_min,
+            own_second,
+            other_second,
+        )
+        n_ties = _finish_best_of_groups(
+            rows,
+            centers,
+            best_col[: r1 - r0],
+            best,
+            group_min,
+            own_second,
+            other_second,
+            slot_center,
+            n_groups,
+            x_sq[r0:r1],
+            allowance[r0:r1],
+            gamma,
+            column_norm,
+            group_norm,
+            labels[r0:r1],
+            dist2[r0:r1],
+            lower[r0:r1],
+            near_ties,
+        )
         if n_ties:
             at = r0 + near_ties[:n_ties]
-            out = (np.empty(n_ties, dtype=labels.dtype), np.empty(n_ties), np.empty((n_ties, lower.shape[1]),
-                                                                                   dtype=lower.dtype))
-            rechecked += _assign_tiles(np.ascontiguousarray(X[at]), centers, slots, slot_center, n_groups, x_sq[at],
-                                       allowance[at], slab_bytes, *out, panels=False)
+            out = (
+                np.empty(n_ties, dtype=labels.dtype),
+                np.empty(n_ties),
+                np.empty((n_ties, lower.shape[1]), dtype=lower.dtype),
+            )
+            rechecked += _assign_tiles(
+                np.ascontiguousarray(X[at]),
+                centers,
+                slots,
+                slot_center,
+                n_groups,
+                x_sq[at],
+                allowance[at],
+                slab_bytes,
+                *out,
+                panels=False,
+            )
             labels[at], dist2[at], lower[at] = out
         if sums.shape[0] > 0:
-            _cluster_stats(rows, labels[r0:r1], dist2[r0:r1], weights[r0:r1] if weights.shape[0] else weights,
-                           weights.shape[0] > 0, sums, counts, sse)
+            _cluster_stats(
+                rows,
+                labels[r0:r1],
+                dist2[r0:r1],
+                weights[r0:r1] if weights.shape[0] else weights,
+                weights.shape[0] > 0,
+                sums,
+                counts,
+                sse,
+            )
     return rechecked
 
 
@@ -357,9 +524,22 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
         tile = augmented[: r1 - r0]
         tile[:, :d] = X[r0:r1]
         summary = _best_by_slot_blocks(tile, slots, padding_columns, n_groups, buffer, scratch)
-        n_ties = _finish_best_of_groups(X[r0:r1], centers, *summary, groups.slot_center, n_groups, x_sq[r0:r1],
-                                        allowance[r0:r1], gamma, column_norm, group_norm, labels[r0:r1],
-                                        dist2[r0:r1], lower[r0:r1], near_ties)
+        n_ties = _finish_best_of_groups(
+            X[r0:r1],
+            centers,
+            *summary,
+            groups.slot_center,
+            n_groups,
+            x_sq[r0:r1],
+            allowance[r0:r1],
+            gamma,
+            column_norm,
+            group_norm,
+            labels[r0:r1],
+            dist2[r0:r1],
+            lower[r0:r1],
+            near_ties,
+        )
         tied.append(r0 + near_ties[:n_ties])
     del buffer, scratch, augmented
     tied = np.concatenate(tied)
@@ -368,7 +548,18 @@ def _assign_by_column_blocks(X, centers, groups, slots, x_sq, allowance, slab_by
     tie_labels = np.empty(tied.shape[0], dtype=labels.dtype)
     tie_dist2 = np.empty(tied.shape[0], dtype=dist2.dtype)
     tie_lower = np.empty((tied.shape[0], lower.shape[1]), dtype=lower.dtype)
-    rechecked = _assign_tiles(X[tied], centers, slots, groups.slot_center, n_groups, x_sq[tied], allowance[tied],
-                              slab_bytes, tie_labels, tie_dist2, tie_lower)
+    rechecked = _assign_tiles(
+        X[tied],
+        centers,
+        slots,
+        groups.slot_center,
+        n_groups,
+        x_sq[tied],
+        allowance[tied],
+        slab_bytes,
+        tie_labels,
+        tie_dist2,
+        tie_lower,
+    )
     labels[tied], dist2[tied], lower[tied] = tie_labels, tie_dist2, tie_lower
     return rechecked

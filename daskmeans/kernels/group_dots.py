@@ -43,10 +43,12 @@ def _rows_dots_intrinsic(rows_per_step, accumulators):
         def codegen(context, builder, signature, args):
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             floats = ir.VectorType(f32, LANES)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(floats, [floats] * 3),
-                                                 f"llvm.fma.v{LANES}f32")
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(floats, [floats] * 3), f"llvm.fma.v{LANES}f32"
+            )
             rows_array, pairs_array, chunks_array, out_array = (
-                context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 1, 4, 6))
+                context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 1, 4, 6)
+            )
             n_features = builder.extract_value(rows_array.shape, 1)
 
             def as_i64(value):
@@ -59,8 +61,9 @@ def _rows_dots_intrinsic(rows_per_step, accumulators):
 
             def splat(scalar):
                 one = builder.insert_element(ir.Constant(floats, ir.Undefined), scalar, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(floats, ir.Undefined),
-                                              ir.Constant(ir.VectorType(i32, LANES), [0] * LANES))
+                return builder.shuffle_vector(
+                    one, ir.Constant(floats, ir.Undefined), ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+                )
 
             def vector_at(pointer, index):
                 return builder.bitcast(builder.gep(pointer, [index]), floats.as_pointer())
@@ -146,7 +149,7 @@ def transposed_groups(centers, groups):
     chunks_per_group = max(1, int(-(-sizes.max() // LANES)))
     slot_center = np.full((groups.n_groups, chunks_per_group * LANES), -1, dtype=np.int32)
     for g in range(groups.n_groups):
-        slot_center[g, :sizes[g]] = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
+        slot_center[g, : sizes[g]] = groups.members[groups.ptr[g] : groups.ptr[g + 1]]
     slot_center = slot_center.ravel()
     padded = np.zeros((slot_center.size, centers.shape[1]), dtype=np.float32)
     real = slot_center >= 0

@@ -17,8 +17,9 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, group_min, group_second, own_second,
-                other_min):
+def scan_groups(
+    scores_t, column_add, n_groups, best, best_col, best_group, group_min, group_second, own_second, other_min
+):
     """Add ``column_add[c]`` to every score of column ``c`` (in place: the centers' squared norms, ``inf`` for
     padding slots) and summarize each row ``i`` of the scores.
 

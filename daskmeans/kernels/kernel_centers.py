@@ -126,9 +126,15 @@ class SparseCenters:
 
     def take(self, keep) -> SparseCenters:
         """The support rows ``keep`` (a boolean mask or indices), norms unchanged (the Gram blocks are not kept)."""
-        return SparseCenters(self.rows[keep], self.coef[keep], self.owner[keep], self.segment[keep],
-                             self.row_index[keep], self.norms.copy(),
-                             None if self.row_norms is None else self.row_norms[keep])
+        return SparseCenters(
+            self.rows[keep],
+            self.coef[keep],
+            self.owner[keep],
+            self.segment[keep],
+            self.row_index[keep],
+            self.norms.copy(),
+            None if self.row_norms is None else self.row_norms[keep],
+        )
 
     def inner_products(self, X, kernel) -> np.ndarray:
         """``<phi(x), C_j>`` for every row of ``X``, float64 ``(len(X), k)``."""
@@ -149,9 +155,10 @@ class SparseCenters:
         slab_bytes = config.KERNEL_CENTERS_SLAB_BYTES if slab_bytes is None else slab_bytes
         step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
         for start in range(0, n, step):
-            block = X[start:start + step]
-            labels[start:start + step], dist2[start:start + step] = nearest_from_inner(
-                kernel.diag(block), self.inner_products(block, kernel), self.norms)
+            block = X[start : start + step]
+            labels[start : start + step], dist2[start : start + step] = nearest_from_inner(
+                kernel.diag(block), self.inner_products(block, kernel), self.norms
+            )
         return labels, dist2
 
     def distances(self, X, kernel, slab_bytes=None) -> np.ndarray:
@@ -162,9 +169,9 @@ class SparseCenters:
         slab_bytes = config.KERNEL_CENTERS_SLAB_BYTES if slab_bytes is None else slab_bytes
         step = max(1, slab_bytes // (8 * max(1, self.rows.shape[0])))
         for start in range(0, n, step):
-            block = X[start:start + step]
+            block = X[start : start + step]
             value = kernel.diag(block)[:, None] - 2.0 * self.inner_products(block, kernel) + self.norms[None, :]
-            out[start:start + step] = np.maximum(value, 0.0)
+            out[start : start + step] = np.maximum(value, 0.0)
         return out
 
     def input_space_means(self, n_features, dtype) -> np.ndarray:
@@ -185,9 +192,10 @@ def single_point_centers(points, kernel, row_index=None) -> SparseCenters:
     """Centers ``C_j = phi(points[j])`` (coefficient 1), as k-means++ or given initial centers make them."""
     k = points.shape[0]
     return SparseCenters(
-        rows=np.ascontiguousarray(points), coef=np.ones(k), owner=np.arange(k, dtype=np.int64),
+        rows=np.ascontiguousarray(points),
+        coef=np.ones(k),
+        owner=np.arange(k, dtype=np.int64),
         segment=np.zeros(k, dtype=np.int64),
         row_index=np.full(k, -1, dtype=np.int64) if row_index is None else np.asarray(row_index, dtype=np.int64),
         norms=kernel.diag(points),
     )
-

@@ -142,8 +142,12 @@ def _as_float64(X):
 def _check_kappa(value, name):
     if isinstance(value, str) and value == "auto":
         return value
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
-            or value <= 0:
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Real)
+        or not np.isfinite(value)
+        or value <= 0
+    ):
         raise InvalidParameterError(
             f"kernel_params['kappa'] of the {name} kernel must be a finite number > 0 or 'auto' (the mean "
             f"pairwise distance of a sample); got {value!r}."
@@ -194,8 +198,9 @@ class Kernel:
             return np.zeros((X.shape[0], Y.shape[0]), dtype=out_dtype)
         if self.name == "laplacian":
             dtype = np.float32 if single else np.float64
-            return laplacian_matrix(np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(Y, dtype=dtype),
-                                    1.0 / self.params["kappa"])
+            return laplacian_matrix(
+                np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(Y, dtype=dtype), 1.0 / self.params["kappa"]
+            )
         if single:
             X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
         else:
@@ -204,10 +209,15 @@ class Kernel:
             Y = Y.copy()  # the general product
         gram = X @ Y.T
         if self.name == "rbf":
-            return rbf_from_gram(gram, squared_norms(X) if x_sq is None else x_sq,
-                                 squared_norms(Y) if y_sq is None else y_sq, 1.0 / self.params["kappa"])
-        return polynomial_from_gram(gram.astype(np.float64, copy=False), self.params["gamma"], self.params["coef0"],
-                                    self.params["degree"])
+            return rbf_from_gram(
+                gram,
+                squared_norms(X) if x_sq is None else x_sq,
+                squared_norms(Y) if y_sq is None else y_sq,
+                1.0 / self.params["kappa"],
+            )
+        return polynomial_from_gram(
+            gram.astype(np.float64, copy=False), self.params["gamma"], self.params["coef0"], self.params["degree"]
+        )
 
     def diag(self, X) -> np.ndarray:
         """``K(x, x)`` for every row, float64 ``(len(X),)``."""
@@ -215,12 +225,13 @@ class Kernel:
             return np.ones(X.shape[0])
         if self.name == "polynomial":
             X64 = _as_float64(X)
-            return (self.params["gamma"] * np.einsum("ij,ij->i", X64, X64) + self.params["coef0"]) \
-                ** self.params["degree"]
+            return (self.params["gamma"] * np.einsum("ij,ij->i", X64, X64) + self.params["coef0"]) ** self.params[
+                "degree"
+            ]
         out = np.empty(X.shape[0])
         for start in range(0, X.shape[0], 256):
-            block = X[start:start + 256]
-            out[start:start + 256] = np.diagonal(self._call(block, block))
+            block = X[start : start + 256]
+            out[start : start + 256] = np.diagonal(self._call(block, block))
         return out
 
     def _call(self, X, Y):
@@ -265,12 +276,20 @@ def check_kernel(kernel, kernel_params):
         if isinstance(degree, (bool, np.bool_)) or not isinstance(degree, numbers.Integral) or degree < 1:
             raise InvalidParameterError(f"kernel_params['degree'] must be an integer >= 1, got {degree!r}.")
         gamma = params.get("gamma")
-        if gamma is not None and (isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real)
-                                  or not np.isfinite(gamma) or gamma <= 0):
+        if gamma is not None and (
+            isinstance(gamma, (bool, np.bool_))
+            or not isinstance(gamma, numbers.Real)
+            or not np.isfinite(gamma)
+            or gamma <= 0
+        ):
             raise InvalidParameterError(f"kernel_params['gamma'] must be a number > 0 (or None), got {gamma!r}.")
         coef0 = params.get("coef0", 1.0)
-        if isinstance(coef0, (bool, np.bool_)) or not isinstance(coef0, numbers.Real) or not np.isfinite(coef0) \
-                or coef0 < 0:
+        if (
+            isinstance(coef0, (bool, np.bool_))
+            or not isinstance(coef0, numbers.Real)
+            or not np.isfinite(coef0)
+            or coef0 < 0
+        ):
             raise InvalidParameterError(f"kernel_params['coef0'] must be a number >= 0, got {coef0!r}.")
 
 
@@ -320,6 +339,11 @@ def resolve_kernel(kernel, kernel_params, n_features, sample=None, rng=None) -> 
             kappa = auto_kappa(kernel, sample, rng if rng is not None else np.random.default_rng(0))
         return Kernel(kernel, {"kappa": float(kappa)})
     gamma = params.get("gamma")
-    return Kernel("polynomial", {"degree": int(params.get("degree", 3)),
-                                 "gamma": float(gamma) if gamma is not None else 1.0 / max(1, n_features),
-                                 "coef0": float(params.get("coef0", 1.0))})
+    return Kernel(
+        "polynomial",
+        {
+            "degree": int(params.get("degree", 3)),
+            "gamma": float(gamma) if gamma is not None else 1.0 / max(1, n_features),
+            "coef0": float(params.get("coef0", 1.0)),
+        },
+    )

@@ -139,8 +139,10 @@ def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norm
     """
     b, n_support = rows.shape[0], support.shape[0]
     if b * (n_support + b) * rows.shape[1] < config.KERNEL_STEP_SPLIT_WORK or n_support < 2:
-        return (kernel.matrix(rows, support, x_sq=batch_row_norms, y_sq=support_row_norms),
-                kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms))
+        return (
+            kernel.matrix(rows, support, x_sq=batch_row_norms, y_sq=support_row_norms),
+            kernel.matrix(rows, rows, x_sq=batch_row_norms, y_sq=batch_row_norms),
+        )
     # the batch against itself costs half its values when NumPy makes a symmetric update of it
     own = b // 2 if symmetric_product_pays(b, rows.shape[1]) else b
     cut = min(n_support - 1, (n_support + own) // 2)
@@ -156,8 +158,20 @@ def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norm
     return np.concatenate([first, rest], axis=1), batch_kernel
 
 
-def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel, step, *, learning_rate="beta",
-                          tau=200, truncate=True, weights=None, pool=None):
+def kernel_minibatch_step(
+    centers: SparseCenters,
+    seen,
+    rows,
+    row_index,
+    kernel,
+    step,
+    *,
+    learning_rate="beta",
+    tau=200,
+    truncate=True,
+    weights=None,
+    pool=None,
+):
     """One step of (truncated) mini-batch kernel k-means.
 
     Parameters
@@ -202,10 +216,16 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
     diag = kernel.diag(rows)
     # the kernel between the batch and the support, and within the batch (two GEMMs, no stacked copy of the rows)
     batch_row_norms = kernel.row_norms(rows)
-    support_row_norms = None if batch_row_norms is None else \
-        kernel.row_norms(centers.rows) if centers.row_norms is None else centers.row_norms
-    batch_to_support, batch_kernel = batch_kernel_blocks(rows, centers.rows, kernel, batch_row_norms,
-                                                         support_row_norms, pool)
+    support_row_norms = (
+        None
+        if batch_row_norms is None
+        else kernel.row_norms(centers.rows)
+        if centers.row_norms is None
+        else centers.row_norms
+    )
+    batch_to_support, batch_kernel = batch_kernel_blocks(
+        rows, centers.rows, kernel, batch_row_norms, support_row_norms, pool
+    )
     inner = center_inner_products(batch_to_support, centers.coef, centers.owner, k)
     labels, dist2 = nearest_from_inner(diag, inner, centers.norms)
     weighted = weights is not None
@@ -224,8 +244,12 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
 
     # the grown support, sorted by owner (a center's old rows before its batch rows): ``order`` indexes
     # [old support | batch]
-    coef = np.concatenate([centers.coef * keep_rate[centers.owner],
-                           np.divide(alpha[labels] * weights, counts[labels], out=np.zeros(b), where=weights > 0)])
+    coef = np.concatenate(
+        [
+            centers.coef * keep_rate[centers.owner],
+            np.divide(alpha[labels] * weights, counts[labels], out=np.zeros(b), where=weights > 0),
+        ]
+    )
     owner = np.concatenate([centers.owner, labels.astype(np.int64)])
     order = np.argsort(owner, kind="stable")
     coef, owner = coef[order], owner[order]
@@ -238,7 +262,8 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
         keep = truncation_mask(owner, segment, int(tau))
         old_gram = centers.gram if centers.gram is not None else center_grams(centers, kernel)
         gram, center_dot_dropped, dropped_dot_dropped = truncated_center_grams(
-            old_gram, centers.owner, batch_to_support, batch_kernel, order, owner, coef, keep, k)
+            old_gram, centers.owner, batch_to_support, batch_kernel, order, owner, coef, keep, k
+        )
         dropped = np.flatnonzero(~keep)
         n_dropped = len(dropped)
         if n_dropped:
@@ -247,15 +272,29 @@ def kernel_minibatch_step(centers: SparseCenters, seen, rows, row_index, kernel,
             norms = norms - 2.0 * center_dot_dropped + dropped_dot_dropped
             order, coef, owner, segment, row_index = (a[keep] for a in (order, coef, owner, segment, row_index))
             row_norms = None if row_norms is None else row_norms[keep]
-    combined = SparseCenters(rows=gather_support_rows(centers.rows, rows, order), coef=coef, owner=owner,
-                             segment=segment, row_index=row_index, norms=norms, row_norms=row_norms, gram=gram)
+    combined = SparseCenters(
+        rows=gather_support_rows(centers.rows, rows, order),
+        coef=coef,
+        owner=owner,
+        segment=segment,
+        row_index=row_index,
+        norms=norms,
+        row_norms=row_norms,
+        gram=gram,
+    )
     if not truncate:
         combined = merge_duplicates(combined)
     _, after_dist2 = nearest_from_inner(diag, new_inner, combined.norms)
     after = float(weights @ after_dist2) / total if weighted else float(after_dist2.mean())
-    record = {"batch_energy": before, "batch_energy_after": after, "improvement": before - after,
-              "support": int(combined.rows.shape[0]), "dropped": n_dropped, "labels": labels,
-              "new_support": n_old + b - n_dropped}
+    record = {
+        "batch_energy": before,
+        "batch_energy_after": after,
+        "improvement": before - after,
+        "support": int(combined.rows.shape[0]),
+        "dropped": n_dropped,
+        "labels": labels,
+        "new_support": n_old + b - n_dropped,
+    }
     return combined, np.asarray(seen, dtype=np.float64) + counts, record
 
 
@@ -277,8 +316,22 @@ def auto_tol(gamma, n_clusters, batch_size) -> float:
     return float(max(gamma**2, gamma) * np.sqrt(n_clusters / batch_size))
 
 
-def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, *, learning_rate="beta", tau=200,
-                     truncate=True, tol=0.0, time_left=None, batch_weights=None, pool=None):
+def run_kernel_steps(
+    centers,
+    seen,
+    batches,
+    batch_indices,
+    kernel,
+    first_step,
+    *,
+    learning_rate="beta",
+    tau=200,
+    truncate=True,
+    tol=0.0,
+    time_left=None,
+    batch_weights=None,
+    pool=None,
+):
     """Mini-batch kernel k-means steps, one per batch, in order, with the paper's early stopping.
 
     Parameters
@@ -316,8 +369,18 @@ def run_kernel_steps(centers, seen, batches, batch_indices, kernel, first_step, 
     stop_reason = None
     for t, (rows, index) in enumerate(zip(batches, batch_indices)):
         centers, seen, record = kernel_minibatch_step(
-            centers, seen, rows, index, kernel, first_step + t, learning_rate=learning_rate, tau=tau,
-            truncate=truncate, weights=None if batch_weights is None else batch_weights[t], pool=pool)
+            centers,
+            seen,
+            rows,
+            index,
+            kernel,
+            first_step + t,
+            learning_rate=learning_rate,
+            tau=tau,
+            truncate=truncate,
+            weights=None if batch_weights is None else batch_weights[t],
+            pool=pool,
+        )
         record.pop("labels")
         record["seconds"] = time.perf_counter() - start
         records.append(record)

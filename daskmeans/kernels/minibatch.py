@@ -137,7 +137,7 @@ class Reassignment:
         self.samples_since = 0
         starved = seen_counts < self.ratio * seen_counts.max()
         if starved.sum() > 0.5 * rows.shape[0]:
-            starved[np.argsort(seen_counts, kind="stable")[int(0.5 * rows.shape[0]):]] = False
+            starved[np.argsort(seen_counts, kind="stable")[int(0.5 * rows.shape[0]) :]] = False
         n_moved = int(starved.sum())
         if n_moved == 0:
             return 0
@@ -149,8 +149,17 @@ class Reassignment:
         return n_moved
 
 
-def run_steps(batches, centers, seen_counts, learning_rate, stopping=None, time_left=None, batch_weights=None,
-              reassignment=None, first_step=0):
+def run_steps(
+    batches,
+    centers,
+    seen_counts,
+    learning_rate,
+    stopping=None,
+    time_left=None,
+    batch_weights=None,
+    reassignment=None,
+    first_step=0,
+):
     """Mini-batch steps, one per batch, in order; stops early when ``stopping`` or the time budget says so.
 
     Parameters

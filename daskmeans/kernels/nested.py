@@ -80,5 +80,13 @@ def batch_deltas(X, old_labels, old_dist2, new_labels, new_dist2, k, weights=Non
     old_labels = np.asarray(old_labels, dtype=np.int32)
     old_dist2 = np.asarray(old_dist2, dtype=np.float64)
     weights = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    return _batch_deltas(np.ascontiguousarray(X), old_labels, old_dist2, np.asarray(new_labels, dtype=np.int32),
-                         np.asarray(new_dist2, dtype=np.float64), weights, old_labels.shape[0], int(k))
+    return _batch_deltas(
+        np.ascontiguousarray(X),
+        old_labels,
+        old_dist2,
+        np.asarray(new_labels, dtype=np.int32),
+        np.asarray(new_dist2, dtype=np.float64),
+        weights,
+        old_labels.shape[0],
+        int(k),
+    )

@@ -44,7 +44,7 @@ class CenterGroups:
         width = int(sizes.max())
         slots = np.full((width, self.n_groups), -1, dtype=np.int32)
         for g in range(self.n_groups):
-            slots[: sizes[g], g] = self.members[self.ptr[g]:self.ptr[g + 1]]
+            slots[: sizes[g], g] = self.members[self.ptr[g] : self.ptr[g + 1]]
         self.slot_center = slots.ravel()
 
     def group_shift(self, shift):

@@ -92,8 +92,9 @@ def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, be
             value = scores_t[c + 2, i] + add2
             top, top_col, top_low, low = _take_score(value, value - sq2 - norm * x2, col2, top, top_col, top_low, low)
             value = scores_t[c + 3, i] + add3
-            best[i], best_col[i], best_low[i], other_low[i] = _take_score(value, value - sq3 - norm * x3, col3, top,
-                                                                          top_col, top_low, low)
+            best[i], best_col[i], best_low[i], other_low[i] = _take_score(
+                value, value - sq3 - norm * x3, col3, top, top_col, top_low, low
+            )
     for c in range(swept, columns):
         add = column_add[c]
         sq_part = err_sq[c]
@@ -101,8 +102,14 @@ def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, be
         for i in range(rows):
             value = scores_t[c, i] + add
             best[i], best_col[i], best_low[i], other_low[i] = _take_score(
-                value, value - sq_part - x_norm[i] * x_part, np.int32(c), best[i], best_col[i], best_low[i],
-                other_low[i])
+                value,
+                value - sq_part - x_norm[i] * x_part,
+                np.int32(c),
+                best[i],
+                best_col[i],
+                best_low[i],
+                other_low[i],
+            )
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -141,13 +148,15 @@ def _best_and_second(scores_t, column_add, best, best_col, second):
     for c in range(swept, columns):
         add = column_add[c]
         for i in range(rows):
-            best[i], best_col[i], second[i] = _take_plain_score(scores_t[c, i] + add, np.int32(c), best[i],
-                                                                best_col[i], second[i])
+            best[i], best_col[i], second[i] = _take_plain_score(
+                scores_t[c, i] + add, np.int32(c), best[i], best_col[i], second[i]
+            )
 
 
 @numba.njit(cache=True, nogil=True)
-def _lowest_other_where_near(scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col,
-                             second, other_low):
+def _lowest_other_where_near(
+    scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col, second, other_low
+):
     """``other_low`` of :func:`_best_and_lowest_other` (the other scores less their own errors, in the data's
     precision), computed exactly only for the rows it could make near ties in :func:`_settle_one_group`.
 
@@ -185,9 +194,30 @@ def _lowest_other_where_near(scores_t, column_add, err_sq, err_x, x_norm, x_norm
 
 
 @numba.njit(cache=True, nogil=True)
-def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_x, best, best_col, best_low,
-                      other_low, x_sq, x_norm, x_norm_scan, labels, dist2, lower, norms_here, weights, sums, counts,
-                      sse):
+def _settle_one_group(
+    X,
+    centers,
+    scores_t,
+    column_sq,
+    slot_center,
+    err_sq,
+    err_x,
+    best,
+    best_col,
+    best_low,
+    other_low,
+    x_sq,
+    x_norm,
+    x_norm_scan,
+    labels,
+    dist2,
+    lower,
+    norms_here,
+    weights,
+    sums,
+    counts,
+    sse,
+):
     """Settle every row of a tile from the raw GEMM products ``scores_t[c, i] = -2 x_i.c`` (center by center, the
     center of column ``c`` being ``slot_center[c]``; ``column_sq[c]`` its squared norm is added here, in the data's
     precision): each row's norm (``norms_here``; else ``x_sq`` is given; ``x_norm`` float64 and ``x_norm_scan`` in
@@ -230,8 +260,9 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_
         _best_and_lowest_other(scores_t, column_sq, err_sq, err_x, x_norm_scan, best, best_col, best_low, other_low)
     else:
         _best_and_second(scores_t, column_sq, best, best_col, best_low)
-        _lowest_other_where_near(scores_t, column_sq, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col,
-                                 best_low, other_low)
+        _lowest_other_where_near(
+            scores_t, column_sq, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col, best_low, other_low
+        )
     with_stats = sums.shape[0] > 0
     rechecked = 0
     for i in range(rows):
@@ -246,8 +277,7 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_
             best_exact = np.inf
             label_col = col
             for c in range(columns):
-                low = (np.float64(scores_t[c, i]) + column_sq[c] - err_sq[c] - x_norm[i] * np.float64(err_x[c])
-                       - row_err)
+                low = np.float64(scores_t[c, i]) + column_sq[c] - err_sq[c] - x_norm[i] * np.float64(err_x[c]) - row_err
                 if low > limit:
                     continue
                 j = slot_center[c]
@@ -261,8 +291,14 @@ def _settle_one_group(X, centers, scores_t, column_sq, slot_center, err_sq, err_
                 others = np.inf
                 for c in range(columns):
                     if c != label_col:
-                        others = min(others, np.float64(scores_t[c, i]) + column_sq[c] - err_sq[c]
-                                     - x_norm[i] * np.float64(err_x[c]) - row_err)
+                        others = min(
+                            others,
+                            np.float64(scores_t[c, i])
+                            + column_sq[c]
+                            - err_sq[c]
+                            - x_norm[i] * np.float64(err_x[c])
+                            - row_err,
+                        )
         else:
             dist2[i] = pair_dist2(X[i], centers[label])
         labels[i] = label
@@ -307,8 +343,9 @@ class RowTiles:
         return rows
 
 
-def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here, weights,
-                      sums, counts, sse):
+def _assign_one_group(
+    X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here, weights, sums, counts, sse
+):
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
     tile's rows, laid out center by center, then :func:`_settle_one_group`. Rows of another dtype than the slots'
@@ -321,8 +358,23 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
     column_sq = np.ascontiguousarray(slots[d])
     err_sq, err_x = center_errors(column_sq, d, dtype)
     if dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
-        return _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, x_sq, labels,
-                                 dist2, lower, weights, sums, counts, sse)
+        return _assign_by_panels(
+            X,
+            centers,
+            scaled_centers,
+            column_sq,
+            slot_center,
+            err_sq,
+            err_x,
+            x_sq,
+            labels,
+            dist2,
+            lower,
+            weights,
+            sums,
+            counts,
+            sse,
+        )
     row_step = max(1, min(n, config.ONE_GROUP_TILE_ROWS, int(slab_bytes) // max(1, columns * dtype.itemsize)))
     buffer = np.empty(columns * row_step, dtype=dtype)
     best, best_low, other_low = (np.empty(row_step, dtype=dtype) for _ in range(3))
@@ -336,16 +388,37 @@ def _assign_one_group(X, centers, slots, slot_center, x_sq, slab_bytes, labels, 
         rows = tiles.rows(r0, r1)
         scores_t = buffer[: columns * (r1 - r0)].reshape(columns, r1 - r0)
         np.matmul(scaled_centers, rows.T, out=scores_t)
-        rechecked += _settle_one_group(rows, centers, scores_t, column_sq, slot_center, err_sq, err_x, best,
-                                       best_col, best_low, other_low, x_sq[r0:r1], x_norm, x_norm_scan, labels[r0:r1],
-                                       dist2[r0:r1], lower[r0:r1], norms_here,
-                                       weights[r0:r1] if weights.shape[0] else weights, sums, counts, sse)
+        rechecked += _settle_one_group(
+            rows,
+            centers,
+            scores_t,
+            column_sq,
+            slot_center,
+            err_sq,
+            err_x,
+            best,
+            best_col,
+            best_low,
+            other_low,
+            x_sq[r0:r1],
+            x_norm,
+            x_norm_scan,
+            labels[r0:r1],
+            dist2[r0:r1],
+            lower[r0:r1],
+            norms_here,
+            weights[r0:r1] if weights.shape[0] else weights,
+            sums,
+            counts,
+            sse,
+        )
     return rechecked
 
 
 @numba.njit(cache=True, nogil=True)
-def _settle_clear_rows(X, centers, slot_center, err_sq, err_x, best, best_col, other_low, x_sq, labels, dist2, lower,
-                       near):
+def _settle_clear_rows(
+    X, centers, slot_center, err_sq, err_x, best, best_col, other_low, x_sq, labels, dist2, lower, near
+):
     """Settle the rows of a tile that are not near ties, from the summary of their float32 scores
     (:func:`~daskmeans.kernels.panel_scan.best_and_lowest_other_by_panels`): the label, the exact distance and
     (``lower`` not ``(n, 0)``) the lower bound on the distance to every other center, as
@@ -382,8 +455,23 @@ def _settle_clear_rows(X, centers, slot_center, err_sq, err_x, best, best_col, o
     return n_near
 
 
-def _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq, err_x, x_sq, labels, dist2, lower,
-                      weights, sums, counts, sse):
+def _assign_by_panels(
+    X,
+    centers,
+    scaled_centers,
+    column_sq,
+    slot_center,
+    err_sq,
+    err_x,
+    x_sq,
+    labels,
+    dist2,
+    lower,
+    weights,
+    sums,
+    counts,
+    sse,
+):
     """:func:`_assign_one_group` in float32, a tile of ``PANEL_TILE_BYTES`` of rows at a time: the summary of
     every row's scores without writing them
     (:func:`~daskmeans.kernels.panel_scan.best_and_lowest_other_by_panels`, rows of any dtype converted a panel at
@@ -401,14 +489,46 @@ def _assign_by_panels(X, centers, scaled_centers, column_sq, slot_center, err_sq
         r1 = min(n, r0 + tile)
         rows = X[r0:r1]
         best_and_lowest_other_by_panels(rows, *padded_centers, x_sq[r0:r1], best, best_col, other_low)
-        n_near = _settle_clear_rows(rows, centers, slot_center, err_sq, err_x, best, best_col, other_low, x_sq[r0:r1],
-                                    labels[r0:r1], dist2[r0:r1], lower[r0:r1], near)
+        n_near = _settle_clear_rows(
+            rows,
+            centers,
+            slot_center,
+            err_sq,
+            err_x,
+            best,
+            best_col,
+            other_low,
+            x_sq[r0:r1],
+            labels[r0:r1],
+            dist2[r0:r1],
+            lower[r0:r1],
+            near,
+        )
         if n_near:
-            rechecked += _settle_near_ties(X, r0 + near[:n_near], centers, scaled_centers, column_sq, slot_center,
-                                           err_sq, err_x, labels, dist2, lower)
+            rechecked += _settle_near_ties(
+                X,
+                r0 + near[:n_near],
+                centers,
+                scaled_centers,
+                column_sq,
+                slot_center,
+                err_sq,
+                err_x,
+                labels,
+                dist2,
+                lower,
+            )
         if sums.shape[0] > 0:
-            _cluster_stats(rows, labels[r0:r1], dist2[r0:r1], weights[r0:r1] if weights.shape[0] else weights,
-                           weights.shape[0] > 0, sums, counts, sse)
+            _cluster_stats(
+                rows,
+                labels[r0:r1],
+                dist2[r0:r1],
+                weights[r0:r1] if weights.shape[0] else weights,
+                weights.shape[0] > 0,
+                sums,
+                counts,
+                sse,
+            )
     return rechecked
 
 
@@ -422,9 +542,28 @@ def _settle_near_ties(X, at, centers, scaled_centers, column_sq, slot_center, er
     row_lower = np.empty((m, lower.shape[1]), dtype=lower.dtype)
     scratch = [np.empty(m, dtype=np.float32) for _ in range(4)]
     no_stats = (np.empty((0, X.shape[1])), np.empty(0), np.empty(0))
-    rechecked = _settle_one_group(rows, centers, scores_t, column_sq, slot_center, err_sq, err_x, scratch[0],
-                                  np.empty(m, dtype=np.int32), scratch[1], scratch[2], np.empty(m), np.empty(m),
-                                  scratch[3], row_labels, row_dist2, row_lower, True, np.empty(0), *no_stats)
+    rechecked = _settle_one_group(
+        rows,
+        centers,
+        scores_t,
+        column_sq,
+        slot_center,
+        err_sq,
+        err_x,
+        scratch[0],
+        np.empty(m, dtype=np.int32),
+        scratch[1],
+        scratch[2],
+        np.empty(m),
+        np.empty(m),
+        scratch[3],
+        row_labels,
+        row_dist2,
+        row_lower,
+        True,
+        np.empty(0),
+        *no_stats,
+    )
     labels[at] = row_labels
     dist2[at] = row_dist2
     lower[at] = row_lower

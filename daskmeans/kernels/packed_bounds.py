@@ -41,16 +41,20 @@ INFINITE_CODE = 0xFFFF
 @intrinsic
 def _float64_bits(typingctx, value):
     """The IEEE bit pattern of a float64, as int64."""
+
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(types.int64))
+
     return types.int64(types.float64), codegen
 
 
 @intrinsic
 def _float64_from_bits(typingctx, bits):
     """The float64 whose IEEE bit pattern is the int64 ``bits``."""
+
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(types.float64))
+
     return types.float64(types.int64), codegen
 
 

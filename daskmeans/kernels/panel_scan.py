@@ -35,6 +35,7 @@ from numba.extending import intrinsic
 from .distance import pair_dist2
 from .score_error import norm_and_allowance
 
+
 def _has_wide_vectors() -> bool:
     """Whether LLVM reports AVX-512 on this machine (False where it cannot read the host's features: LLVM raises
     there, and ``import daskmeans`` must not)."""
@@ -78,16 +79,48 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
     as :func:`daskmeans.kernels.group_scan.scan_groups` folds them."""
 
     @intrinsic
-    def scan(typingctx, panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low, start,
-             stop, n_groups, group_min, group_second):
-        signature = types.void(panel, scaled, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low,
-                               start, stop, n_groups, group_min, group_second)
+    def scan(
+        typingctx,
+        panel,
+        scaled,
+        column_add,
+        err_sq,
+        err_x,
+        x_norm,
+        best,
+        best_col,
+        best_low,
+        other_low,
+        start,
+        stop,
+        n_groups,
+        group_min,
+        group_second,
+    ):
+        signature = types.void(
+            panel,
+            scaled,
+            column_add,
+            err_sq,
+            err_x,
+            x_norm,
+            best,
+            best_col,
+            best_low,
+            other_low,
+            start,
+            stop,
+            n_groups,
+            group_min,
+            group_second,
+        )
 
         def codegen(context, builder, signature, args):
             f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
             floats, ints = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(floats, [floats] * 3),
-                                                 f"llvm.fma.v{LANES}f32")
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(floats, [floats] * 3), f"llvm.fma.v{LANES}f32"
+            )
             arrays = [context.make_array(signature.args[i])(context, builder, args[i]) for i in (*range(10), 13, 14)]
             p_panel, p_scaled, p_add, p_err_sq, p_err_x, p_norm = (array.data for array in arrays[:6])
             p_group_min, p_group_second = arrays[10].data, arrays[11].data
@@ -101,8 +134,9 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
 
             def splat(vector_type, scalar):
                 one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), scalar, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
-                                              ir.Constant(ir.VectorType(i32, LANES), [0] * LANES))
+                return builder.shuffle_vector(
+                    one, ir.Constant(vector_type, ir.Undefined), ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+                )
 
             def vector_at(pointer, index, vector_type):
                 return builder.bitcast(builder.gep(pointer, [index]), vector_type.as_pointer())
@@ -119,12 +153,17 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                 builder.store(minimum(least_now, value), least, align=4)
 
             # per vector of rows: best, best_col, best_low, other_low
-            summary = [[cgutils.alloca_once(builder, vector_type) for _, vector_type in summary_pointers]
-                       for _ in range(VECTORS_PER_PANEL)]
-            norms = [builder.load(vector_at(p_norm, constant(h * LANES), floats), align=4)
-                     for h in range(VECTORS_PER_PANEL)]
-            acc = [[cgutils.alloca_once(builder, floats) for _ in range(VECTORS_PER_PANEL)]
-                   for _ in range(centers_per_step)]
+            summary = [
+                [cgutils.alloca_once(builder, vector_type) for _, vector_type in summary_pointers]
+                for _ in range(VECTORS_PER_PANEL)
+            ]
+            norms = [
+                builder.load(vector_at(p_norm, constant(h * LANES), floats), align=4) for h in range(VECTORS_PER_PANEL)
+            ]
+            acc = [
+                [cgutils.alloca_once(builder, floats) for _ in range(VECTORS_PER_PANEL)]
+                for _ in range(centers_per_step)
+            ]
             for h in range(VECTORS_PER_PANEL):
                 for slot, (pointer, vector_type) in zip(summary[h], summary_pointers):
                     builder.store(builder.load(vector_at(pointer, constant(h * LANES), vector_type), align=4), slot)
@@ -132,21 +171,26 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                 for row in acc:
                     for slot in row:
                         builder.store(ir.Constant(floats, None), slot)
-                center_rows = [builder.gep(p_scaled, [builder.mul(builder.add(c0, constant(j)), n_features)])
-                               for j in range(centers_per_step)]
+                center_rows = [
+                    builder.gep(p_scaled, [builder.mul(builder.add(c0, constant(j)), n_features)])
+                    for j in range(centers_per_step)
+                ]
                 with cgutils.for_range(builder, n_features) as loop:
                     base = builder.mul(loop.index, constant(PANEL_ROWS))
-                    xs = [builder.load(vector_at(p_panel, builder.add(base, constant(h * LANES)), floats), align=4)
-                          for h in range(VECTORS_PER_PANEL)]
+                    xs = [
+                        builder.load(vector_at(p_panel, builder.add(base, constant(h * LANES)), floats), align=4)
+                        for h in range(VECTORS_PER_PANEL)
+                    ]
                     for j in range(centers_per_step):
                         coefficient = splat(floats, builder.load(builder.gep(center_rows[j], [loop.index])))
                         for h in range(VECTORS_PER_PANEL):
-                            builder.store(builder.call(fma, [xs[h], coefficient, builder.load(acc[j][h])]),
-                                          acc[j][h])
+                            builder.store(builder.call(fma, [xs[h], coefficient, builder.load(acc[j][h])]), acc[j][h])
                 for j in range(centers_per_step):
                     column = builder.add(c0, constant(j))
-                    add, sq_part, x_part = (splat(floats, builder.load(builder.gep(pointer, [column])))
-                                            for pointer in (p_add, p_err_sq, p_err_x))
+                    add, sq_part, x_part = (
+                        splat(floats, builder.load(builder.gep(pointer, [column])))
+                        for pointer in (p_add, p_err_sq, p_err_x)
+                    )
                     column_v = splat(ints, builder.trunc(column, i32))
                     for h, (best_v, col_v, best_low_v, other_low_v) in enumerate(summary):
                         value = builder.fadd(builder.load(acc[j][h]), add)
@@ -157,8 +201,9 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                         else:
                             low = builder.fsub(builder.fsub(value, sq_part), builder.fmul(norms[h], x_part))
                             best_low_now = builder.load(best_low_v)
-                            builder.store(minimum(builder.load(other_low_v), builder.select(new, best_low_now, low)),
-                                          other_low_v)
+                            builder.store(
+                                minimum(builder.load(other_low_v), builder.select(new, best_low_now, low)), other_low_v
+                            )
                             builder.store(builder.select(new, low, best_low_now), best_low_v)
                         builder.store(builder.select(new, column_v, builder.load(col_v)), col_v)
                         builder.store(builder.select(new, value, best_now), best_v)
@@ -248,19 +293,62 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
         run_other_low[:] = np.inf
         run_col[:] = 0
         if steps_end > 0:
-            _scan_steps(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
-                        run_other_low, 0, steps_end, 1, no_groups, no_groups)
+            _scan_steps(
+                panel,
+                scaled,
+                column_add,
+                err_sq,
+                err_x,
+                x_norm,
+                run_best,
+                run_col,
+                run_best_low,
+                run_other_low,
+                0,
+                steps_end,
+                1,
+                no_groups,
+                no_groups,
+            )
         if columns > steps_end:
-            _scan_tail(panel, scaled, column_add, err_sq, err_x, x_norm, run_best, run_col, run_best_low,
-                       run_other_low, steps_end, columns, 1, no_groups, no_groups)
-        best[r0:r0 + rows] = run_best[:rows]
-        best_col[r0:r0 + rows] = run_col[:rows]
-        other_low[r0:r0 + rows] = run_other_low[:rows]
+            _scan_tail(
+                panel,
+                scaled,
+                column_add,
+                err_sq,
+                err_x,
+                x_norm,
+                run_best,
+                run_col,
+                run_best_low,
+                run_other_low,
+                steps_end,
+                columns,
+                1,
+                no_groups,
+                no_groups,
+            )
+        best[r0 : r0 + rows] = run_best[:rows]
+        best_col[r0 : r0 + rows] = run_col[:rows]
+        other_low[r0 : r0 + rows] = run_other_low[:rows]
 
 
 @numba.njit(cache=True, nogil=True)
-def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma, x_sq, allowance, best, best_col,
-                             group_min, own_second, other_second):
+def best_of_groups_by_panels(
+    X,
+    scaled,
+    column_add,
+    n_groups,
+    center_norm,
+    gamma,
+    x_sq,
+    allowance,
+    best,
+    best_col,
+    group_min,
+    own_second,
+    other_second,
+):
     """Yinyang's summary of every row's scores against centers in ``n_groups`` groups, the scores never stored:
     for every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time) its squared norm and
     score allowance (:func:`~daskmeans.kernels.score_error.norm_and_allowance` for the largest center norm
@@ -299,11 +387,41 @@ def best_of_groups_by_panels(X, scaled, column_add, n_groups, center_norm, gamma
         run_min[:] = np.inf
         run_second[:] = np.inf
         if steps_end > 0:
-            _scan_groups_steps(panel, scaled, column_add, column_add, column_add, unused, run_best, run_col, unused,
-                               unused, 0, steps_end, n_groups, run_min, run_second)
+            _scan_groups_steps(
+                panel,
+                scaled,
+                column_add,
+                column_add,
+                column_add,
+                unused,
+                run_best,
+                run_col,
+                unused,
+                unused,
+                0,
+                steps_end,
+                n_groups,
+                run_min,
+                run_second,
+            )
         if columns > steps_end:
-            _scan_groups_tail(panel, scaled, column_add, column_add, column_add, unused, run_best, run_col, unused,
-                              unused, steps_end, columns, n_groups, run_min, run_second)
+            _scan_groups_tail(
+                panel,
+                scaled,
+                column_add,
+                column_add,
+                column_add,
+                unused,
+                run_best,
+                run_col,
+                unused,
+                unused,
+                steps_end,
+                columns,
+                n_groups,
+                run_min,
+                run_second,
+            )
         for r in range(rows):
             i = r0 + r
             best[i] = run_best[r]

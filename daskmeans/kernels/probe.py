@@ -38,7 +38,7 @@ class CoarseIndex:
         return int(self.coarse_centers.shape[0])
 
     def members_of(self, j) -> np.ndarray:
-        return self.members[self.offsets[j]:self.offsets[j + 1]]
+        return self.members[self.offsets[j] : self.offsets[j + 1]]
 
 
 def probed_lists(rows, coarse_centers, n_probe) -> np.ndarray:
@@ -86,7 +86,7 @@ def probe_nearest(rows, centers, index: CoarseIndex, n_probe):
         members = index.members_of(j)
         if bounds[j] == bounds[j + 1]:
             continue
-        who = by_list[bounds[j]:bounds[j + 1]] // n_probe
+        who = by_list[bounds[j] : bounds[j + 1]] // n_probe
         local, found = nearest_gemm(rows[who], np.ascontiguousarray(centers[members]))
         found_labels = members[local]
         better = (found < dist2[who]) | ((found == dist2[who]) & (found_labels < labels[who]))

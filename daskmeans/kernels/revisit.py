@@ -51,8 +51,27 @@ from .score_error import TEST_MARGIN, _gamma, row_sq_norms, score_error
 
 
 @numba.njit(cache=True, nogil=True)
-def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of, scalar_limit,
-             centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full, row):
+def _revisit(
+    X,
+    centers,
+    labels,
+    old_dist2,
+    lower,
+    shift,
+    group_shift,
+    group_ptr,
+    members,
+    group_of,
+    scalar_limit,
+    centers_sq,
+    gamma,
+    center_norms,
+    new_labels,
+    new_dist2,
+    new_lower,
+    needs_full,
+    row,
+):
     """The revisit one row at a time, each candidate scored by one dot product (where :func:`scores_by_groups` is
     False).
 
@@ -132,9 +151,26 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
             allowance = score_error(x_norm, x_sq, center_norms[j], gamma)  # this center's own error
             low[c] = value - allowance
             high[c] = value + allowance
-        best, best_d2, exact = _settle(row, centers, a, d2, dist, candidates, n_candidates, low, high, values, low_of,
-                                       failing, n_failing, group_ptr, members, new_lower[i], own_group,
-                                       own_group_holds)
+        best, best_d2, exact = _settle(
+            row,
+            centers,
+            a,
+            d2,
+            dist,
+            candidates,
+            n_candidates,
+            low,
+            high,
+            values,
+            low_of,
+            failing,
+            n_failing,
+            group_ptr,
+            members,
+            new_lower[i],
+            own_group,
+            own_group_holds,
+        )
         computed += n_candidates + exact
         new_labels[i] = best
         new_dist2[i] = best_d2
@@ -142,9 +178,30 @@ def _revisit(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr
 
 
 @numba.njit(cache=True, nogil=True)
-def _revisit_by_groups(X, centers, labels, old_dist2, lower, shift, group_shift, group_ptr, members, group_of,
-                       scalar_limit, centers_sq, gamma, center_norms, new_labels, new_dist2, new_lower, needs_full,
-                       transposed, slot_center, chunks_per_group, block_rows):
+def _revisit_by_groups(
+    X,
+    centers,
+    labels,
+    old_dist2,
+    lower,
+    shift,
+    group_shift,
+    group_ptr,
+    members,
+    group_of,
+    scalar_limit,
+    centers_sq,
+    gamma,
+    center_norms,
+    new_labels,
+    new_dist2,
+    new_lower,
+    needs_full,
+    transposed,
+    slot_center,
+    chunks_per_group,
+    block_rows,
+):
     """The revisit ``block_rows`` rows at a time, in float32 with groups: the rows' failing (row, group) pairs are
     sorted by group and each group's candidates scored for all its rows at once
     (:func:`~daskmeans.kernels.group_dots.rows_dots`); then each row is settled as by :func:`_revisit`, its
@@ -282,10 +339,26 @@ def _revisit_by_groups(X, centers, labels, old_dist2, lower, shift, group_shift,
                 new_dist2[i] = d2
                 continue
             own_group = group_of[a]
-            best, best_d2, exact = _settle(rows[r], centers, a, d2, dist, candidates, n_candidates, low, high, values,
-                                           low_of, failing[failing_end[r]:], failing_end[r + 1] - failing_end[r],
-                                           group_ptr, members, new_lower[i], own_group,
-                                           new_lower[i, own_group] > store_lower(dist * (1.0 + TEST_MARGIN)))
+            best, best_d2, exact = _settle(
+                rows[r],
+                centers,
+                a,
+                d2,
+                dist,
+                candidates,
+                n_candidates,
+                low,
+                high,
+                values,
+                low_of,
+                failing[failing_end[r] :],
+                failing_end[r + 1] - failing_end[r],
+                group_ptr,
+                members,
+                new_lower[i],
+                own_group,
+                new_lower[i, own_group] > store_lower(dist * (1.0 + TEST_MARGIN)),
+            )
             computed += n_candidates + exact
             new_labels[i] = best
             new_dist2[i] = best_d2
@@ -297,12 +370,14 @@ def scores_by_groups(dtype, groups) -> bool:
     float32 with groups that fill at least half of a vector's lanes on average (yinyang's groups of about 10; not
     Elkan's single centers, which would score ``LANES`` lanes for one); else one dot product at a time
     (:func:`_revisit`)."""
-    return np.dtype(dtype) == np.float32 and groups.n_groups > 1 and \
-        len(groups.group_of) >= groups.n_groups * LANES // 2
+    return (
+        np.dtype(dtype) == np.float32 and groups.n_groups > 1 and len(groups.group_of) >= groups.n_groups * LANES // 2
+    )
 
 
-def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None,
-                        probe_rows=None, give_up=None, out=None):
+def revisit_with_bounds(
+    X, centers, labels, lower, shift, groups, scalar_limit=None, dist2=None, probe_rows=None, give_up=None, out=None
+):
     """Reassign samples already in the batch after the centers moved, skipping centers the bounds rule out.
 
     The first ``probe_rows`` rows are revisited first: when they needed more than ``give_up`` of all their
@@ -362,8 +437,10 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
         out = (np.empty(m, dtype=np.int32), np.empty(m, dtype=np.float64), np.empty_like(lower))
     new_labels, new_dist2, new_lower = out
     if lower.dtype != LOWER_DTYPE or new_lower.dtype != LOWER_DTYPE:
-        raise TypeError(f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not "
-                        f"{lower.dtype} and {new_lower.dtype}")
+        raise TypeError(
+            f"bounds are stored as {LOWER_DTYPE} (daskmeans.kernels.packed_bounds), not "
+            f"{lower.dtype} and {new_lower.dtype}"
+        )
     needs_full = np.zeros(m, dtype=np.bool_)
     group_shift = groups.group_shift(shift)
     centers_sq = row_sq_norms(centers)
@@ -379,16 +456,31 @@ def revisit_with_bounds(X, centers, labels, lower, shift, groups, scalar_limit=N
     while start < m:
         stop = m if start else min(m, int(probe_rows))
         part = slice(start, stop)
-        args = (X[part], centers, labels[part], old_dist2[part] if old_dist2.size else old_dist2, lower[part], shift,
-                group_shift, groups.ptr, groups.members, groups.group_of, int(scalar_limit), centers_sq,
-                _gamma(X.shape[1], dtype), np.sqrt(centers_sq), new_labels[part], new_dist2[part], new_lower[part],
-                needs_full[part])
+        args = (
+            X[part],
+            centers,
+            labels[part],
+            old_dist2[part] if old_dist2.size else old_dist2,
+            lower[part],
+            shift,
+            group_shift,
+            groups.ptr,
+            groups.members,
+            groups.group_of,
+            int(scalar_limit),
+            centers_sq,
+            _gamma(X.shape[1], dtype),
+            np.sqrt(centers_sq),
+            new_labels[part],
+            new_dist2[part],
+            new_lower[part],
+            needs_full[part],
+        )
         if by_groups:
             computed += _revisit_by_groups(*args, transposed, slot_center, chunks_per_group, block_rows)
         else:
             computed += _revisit(*args, np.empty(X.shape[1], dtype=dtype))
-        if not start and stop < m and \
-                computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
+        if not start and stop < m and computed + np.count_nonzero(needs_full[:stop]) * k > give_up * stop * k:
             tail = stop
             break
         start = stop

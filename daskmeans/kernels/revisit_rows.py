@@ -60,8 +60,26 @@ def _list_failing(new_lower_i, threshold_code, group_ptr, failing):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _settle(row, centers, a, d2, dist, candidates, n_candidates, low, high, values, low_of, failing, n_failing,
-            group_ptr, members, new_lower_i, own_group, own_group_holds):
+def _settle(
+    row,
+    centers,
+    a,
+    d2,
+    dist,
+    candidates,
+    n_candidates,
+    low,
+    high,
+    values,
+    low_of,
+    failing,
+    n_failing,
+    group_ptr,
+    members,
+    new_lower_i,
+    own_group,
+    own_group_holds,
+):
     """The row's nearest center from its candidates' scores (``low`` and ``high``, within their errors) and exact
     distances only where the scores cannot decide; the failing groups bounded anew in ``new_lower_i`` (which holds
     the dropped bounds). ``values`` holds the exact distance of each center of the failing groups that is no

@@ -49,9 +49,31 @@ def _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq, co
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_slab(X, centers, scores_t, best_col, group_min, own_second, other_second, slot_center, n_groups, x_sq,
-                 allowance, labels, dist2, lower, norms_here, gamma, center_norm, column_norm, group_norm, weights,
-                 sums, counts, sse):
+def _finish_slab(
+    X,
+    centers,
+    scores_t,
+    best_col,
+    group_min,
+    own_second,
+    other_second,
+    slot_center,
+    n_groups,
+    x_sq,
+    allowance,
+    labels,
+    dist2,
+    lower,
+    norms_here,
+    gamma,
+    center_norm,
+    column_norm,
+    group_norm,
+    weights,
+    sums,
+    counts,
+    sse,
+):
     """Settle each row's exact nearest center from its scores and turn the group minima into lower bounds.
 
     ``scores_t[col, i]`` is ``||c||^2 - 2 x.c`` of row ``i`` for the center in slot ``col // n_groups`` of group
@@ -109,8 +131,9 @@ def _finish_slab(X, centers, scores_t, best_col, group_min, own_second, other_se
         label_group = best_group
         near, limit = False, 0.0
         if second - best <= 2.0 * allowance[i]:
-            near, limit = _is_near_tie(i, best, col, second_own, group_min, n_groups, x_norm, x_sq[i],
-                                       column_norm, group_norm, gamma)
+            near, limit = _is_near_tie(
+                i, best, col, second_own, group_min, n_groups, x_norm, x_sq[i], column_norm, group_norm, gamma
+            )
         if near:
             # only exact distances decide, among the centers whose score less its error is within the limit
             rechecked += 1
@@ -163,8 +186,26 @@ def _group_bounds(lower, i, group_min, second_own, label_group, n_groups, x_norm
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, other_second, slot_center, n_groups,
-                           x_sq, allowance, gamma, column_norm, group_norm, labels, dist2, lower, near_ties):
+def _finish_best_of_groups(
+    X,
+    centers,
+    best_col,
+    best,
+    group_min,
+    own_second,
+    other_second,
+    slot_center,
+    n_groups,
+    x_sq,
+    allowance,
+    gamma,
+    column_norm,
+    group_norm,
+    labels,
+    dist2,
+    lower,
+    near_ties,
+):
     """:func:`_finish_slab` from each row's best score and its column, the minimum score per group, the second
     smallest score of the best group (``own_second``) and the smallest score outside it (``other_second``).
 
@@ -187,9 +228,12 @@ def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, ot
     for i in range(best_col.shape[0]):
         col = best_col[i]
         x_norm = math.sqrt(x_sq[i])
-        if min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i] and \
-                _is_near_tie(i, best[i], col, own_second[i], group_min, n_groups, x_norm, x_sq[i],
-                             column_norm, group_norm, gamma)[0]:
+        if (
+            min(own_second[i], other_second[i]) - best[i] <= 2.0 * allowance[i]
+            and _is_near_tie(
+                i, best[i], col, own_second[i], group_min, n_groups, x_norm, x_sq[i], column_norm, group_norm, gamma
+            )[0]
+        ):
             near_ties[n_ties] = i
             n_ties += 1
             continue
@@ -197,6 +241,7 @@ def _finish_best_of_groups(X, centers, best_col, best, group_min, own_second, ot
         labels[i] = label
         dist2[i] = pair_dist2(X[i], centers[label])
         if with_bounds:
-            _group_bounds(lower, i, group_min, own_second[i], col % n_groups, n_groups, x_norm, x_sq[i], group_norm,
-                          gamma)
+            _group_bounds(
+                lower, i, group_min, own_second[i], col % n_groups, n_groups, x_norm, x_sq[i], group_norm, gamma
+            )
     return n_ties

@@ -71,8 +71,11 @@ def cluster_stats(X, labels, dist2, k, weights=None, out=None):
     use_weights = weights is not None
     w = np.asarray(weights, dtype=np.float64) if use_weights else np.empty(0, dtype=np.float64)
     if out is None:
-        out = (np.zeros((int(k), X.shape[1]), dtype=np.float64), np.zeros(int(k), dtype=np.float64),
-               np.zeros(int(k), dtype=np.float64))
+        out = (
+            np.zeros((int(k), X.shape[1]), dtype=np.float64),
+            np.zeros(int(k), dtype=np.float64),
+            np.zeros(int(k), dtype=np.float64),
+        )
     sums, counts, sse = out
     _cluster_stats(np.ascontiguousarray(X), labels, dist2, w, use_weights, sums, counts, sse)
     return sums, counts, sse

@@ -140,8 +140,14 @@ def truncated_estep(X, means, truncation, neighbours, extra):
                 pair_candidate[n_pairs] = space[s]
                 pair_d2[n_pairs] = space_d2[s]
                 n_pairs += 1
-    return (new_truncation, new_dist2, pair_best[:n_pairs].copy(), pair_candidate[:n_pairs].copy(),
-            pair_d2[:n_pairs].copy(), n_distances)
+    return (
+        new_truncation,
+        new_dist2,
+        pair_best[:n_pairs].copy(),
+        pair_candidate[:n_pairs].copy(),
+        pair_d2[:n_pairs].copy(),
+        n_distances,
+    )
 
 
 def aggregate_pairs(pair_best, pair_candidate, pair_dist2, n_clusters):

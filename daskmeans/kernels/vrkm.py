@@ -214,9 +214,31 @@ def _moved(j, base, reference, drift, order, where):
 
 
 @numba.njit(cache=True, nogil=True)
-def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference_steps, shift, shift_norm, eta,
-           steps_taken, agree_reference, rho, drift, order, where, seen, contenders, contender_dist, counters,
-           max_cost, cost_window):
+def _steps(
+    rows,
+    labels,
+    candidates,
+    lower,
+    base,
+    snapshot,
+    reference,
+    reference_steps,
+    shift,
+    shift_norm,
+    eta,
+    steps_taken,
+    agree_reference,
+    rho,
+    drift,
+    order,
+    where,
+    seen,
+    contenders,
+    contender_dist,
+    counters,
+    max_cost,
+    cost_window,
+):
     """Run one step per row, in order; see the module docstring.
 
     ``counters``: steps, changing steps, steps moving a center under the reference agree rule, distances computed
@@ -312,8 +334,9 @@ def _steps(rows, labels, candidates, lower, base, snapshot, reference, reference
                 best = value
                 best_j = j
 
-        steps_taken, moved = take_step(x, a, best_j, base, snapshot, shift, eta, steps_taken, agree_reference,
-                                       step_count, counters)
+        steps_taken, moved = take_step(
+            x, a, best_j, base, snapshot, shift, eta, steps_taken, agree_reference, step_count, counters
+        )
         if moved == MOVED_BOTH:
             _moved(best_j, base, reference, drift, order, where)
         if moved != MOVED_NONE:
@@ -352,7 +375,8 @@ class InnerLoop(InnerLoopState):
 
     def __init__(self, snapshot_centers, eta, *, batch_gradient=None, agree_rule="paper", reference_centers=None):
         self.snapshot, self.shift, self.eta, self.agree_reference = check_inner_loop_inputs(
-            snapshot_centers, eta, batch_gradient, agree_rule)
+            snapshot_centers, eta, batch_gradient, agree_rule
+        )
         k, d = self.snapshot.shape
         dtype = self.dtype = self.snapshot.dtype
         self.base = self.snapshot.copy()
@@ -416,18 +440,44 @@ class InnerLoop(InnerLoopState):
         lower = np.ascontiguousarray(lower, dtype=np.float64)
         k, d = self.base.shape
         t = rows.shape[0]
-        if rows.ndim != 2 or rows.shape[1] != d or labels.shape != (t,) or lower.shape != (t,) \
-                or candidates.ndim != 2 or candidates.shape[0] != t:
-            raise ValueError(f"run() needs rows (t, {d}), labels (t,), candidates (t, m) and lower (t,); got "
-                             f"{rows.shape}, {labels.shape}, {candidates.shape} and {lower.shape}.")
+        if (
+            rows.ndim != 2
+            or rows.shape[1] != d
+            or labels.shape != (t,)
+            or lower.shape != (t,)
+            or candidates.ndim != 2
+            or candidates.shape[0] != t
+        ):
+            raise ValueError(
+                f"run() needs rows (t, {d}), labels (t,), candidates (t, m) and lower (t,); got "
+                f"{rows.shape}, {labels.shape}, {candidates.shape} and {lower.shape}."
+            )
         for name, values in (("labels", labels), ("candidates", candidates)):
             if values.size and (values.min() < 0 or values.max() >= k):
                 raise ValueError(f"{name} must lie in [0, {k}).")
         processed, self.steps_taken = _steps(
-            rows, labels, candidates, lower, self.base, self.snapshot, self.reference, self.reference_steps,
-            self.shift, self.shift_norm, self.eta, self.steps_taken, self.agree_reference, self.rho, self.drift,
-            self.order, self.where, self.seen, self.contenders, self.contender_dist, self.counters,
-            0.0 if max_cost is None else float(max_cost), max(1, int(config.VRKM_COST_WINDOW)),
+            rows,
+            labels,
+            candidates,
+            lower,
+            self.base,
+            self.snapshot,
+            self.reference,
+            self.reference_steps,
+            self.shift,
+            self.shift_norm,
+            self.eta,
+            self.steps_taken,
+            self.agree_reference,
+            self.rho,
+            self.drift,
+            self.order,
+            self.where,
+            self.seen,
+            self.contenders,
+            self.contender_dist,
+            self.counters,
+            0.0 if max_cost is None else float(max_cost),
+            max(1, int(config.VRKM_COST_WINDOW)),
         )
         return processed
-

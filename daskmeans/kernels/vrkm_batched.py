@@ -46,8 +46,19 @@ def batch_steps(rows, labels, nearest, base, snapshot, shift, eta, steps_taken, 
     """
     step_count = np.empty(1, dtype=base.dtype)
     for i in range(rows.shape[0]):
-        steps_taken, _ = take_step(rows[i], np.int64(labels[i]), np.int64(nearest[i]), base, snapshot, shift, eta,
-                                   steps_taken, agree_reference, step_count, counters)
+        steps_taken, _ = take_step(
+            rows[i],
+            np.int64(labels[i]),
+            np.int64(nearest[i]),
+            base,
+            snapshot,
+            shift,
+            eta,
+            steps_taken,
+            agree_reference,
+            step_count,
+            counters,
+        )
     return steps_taken
 
 
@@ -72,7 +83,8 @@ class BatchedInnerLoop(InnerLoopState):
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         self.snapshot, self.shift, self.eta, self.agree_reference = check_inner_loop_inputs(
-            snapshot_centers, eta, batch_gradient, agree_rule)
+            snapshot_centers, eta, batch_gradient, agree_rule
+        )
         self.base = self.snapshot.copy()
         self.batch_size = int(batch_size)
         self.steps_taken = 0
@@ -117,9 +129,18 @@ class BatchedInnerLoop(InnerLoopState):
             batch = np.ascontiguousarray(rows[start:stop], dtype=self.snapshot.dtype)
             nearest, _ = nearest_centers(batch, self._batch_centers)
             self.counters[3] += (stop - start) * k
-            self.steps_taken = batch_steps(batch, labels[start:stop], nearest, self.base, self.snapshot,
-                                           self.shift, self.eta, self.steps_taken, self.agree_reference,
-                                           self.counters)
+            self.steps_taken = batch_steps(
+                batch,
+                labels[start:stop],
+                nearest,
+                self.base,
+                self.snapshot,
+                self.shift,
+                self.eta,
+                self.steps_taken,
+                self.agree_reference,
+                self.counters,
+            )
             self._rows_done += stop - start
             start = stop
         return t

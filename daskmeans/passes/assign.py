@@ -76,8 +76,10 @@ def _merge_farthest(parts, keep):
 def _assign_stats_block(block, offset, weights, centers, n_far, check_finite):
     k, d = centers.shape
     stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
-    far = [farthest_of_slab(dist2, rows, labels, w, n_far, centers.dtype)
-           for _, rows, labels, dist2, w in assigned_slabs(block, offset, weights, centers, stats, check_finite)]
+    far = [
+        farthest_of_slab(dist2, rows, labels, w, n_far, centers.dtype)
+        for _, rows, labels, dist2, w in assigned_slabs(block, offset, weights, centers, stats, check_finite)
+    ]
     return (*stats, _merge_farthest(far, n_far))
 
 
@@ -111,8 +113,13 @@ def assigned_slabs(block, offset, weights, centers, stats, check_finite=False):
             check_finite_block(block[start:stop], offset + start)
     labels, dist2 = nearest_centers(block, centers, stats=stats, weights=weights)
     for start, stop in parts:
-        yield (start, block[start:stop], labels[start:stop], dist2[start:stop],
-               None if weights is None else weights[start:stop])
+        yield (
+            start,
+            block[start:stop],
+            labels[start:stop],
+            dist2[start:stop],
+            None if weights is None else weights[start:stop],
+        )
 
 
 def farthest_of_slab(dist2, rows, labels, weights, keep, dtype):
@@ -166,11 +173,18 @@ def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=Fa
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
     parts = map_blocks_delayed(
-        _assign_stats_block, "assign", block_args(array, weights), shared(centers, "centers"), n_far,
-        bool(check_finite), reads_data=True, energy_of=block_energy,
+        _assign_stats_block,
+        "assign",
+        block_args(array, weights),
+        shared(centers, "centers"),
+        n_far,
+        bool(check_finite),
+        reads_data=True,
+        energy_of=block_energy,
     )
-    return tree_reduce(parts, partial(_combine_stats, n_far=int(n_far)), "assign",
-                       part_bytes=stats_part_bytes(*centers.shape, n_far))
+    return tree_reduce(
+        parts, partial(_combine_stats, n_far=int(n_far)), "assign", part_bytes=stats_part_bytes(*centers.shape, n_far)
+    )
 
 
 def assign_stats_on_driver(driver, centers, n_far=None):
@@ -183,8 +197,7 @@ def assign_stats_on_driver(driver, centers, n_far=None):
     return reduce_in_tree(parts, partial(_combine_stats, n_far=n_far))
 
 
-def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None,
-                         start=None):
+def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None, start=None):
     """:func:`assign_stats_graph` as one task per group of blocks, each pass chained to the one before on the
     cluster (:func:`~daskmeans.engine.graph.chained_group_pass`), without progress reports: the passes of
     iterations submitted ahead of the driver on blocks held by the workers
@@ -201,9 +214,19 @@ def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weig
         Its ``result`` is ``finish`` of this pass's statistics, for the driver.
     """
     n_far = far_rows(n_clusters)
-    return chained_group_pass(_assign_stats_block_of_first, "assign", block_args(array, weights), n_far, False,
-                              groups=groups, combine=partial(_combine_stats, n_far=n_far), finish=finish,
-                              finish_args=finish_args, previous=previous, start=start)
+    return chained_group_pass(
+        _assign_stats_block_of_first,
+        "assign",
+        block_args(array, weights),
+        n_far,
+        False,
+        groups=groups,
+        combine=partial(_combine_stats, n_far=n_far),
+        finish=finish,
+        finish_args=finish_args,
+        previous=previous,
+        start=start,
+    )
 
 
 def _assign_stats_block_of_first(block, offset, weights, carried, n_far, check_finite):
@@ -258,8 +281,9 @@ def lazy_probe_labels(array, centers, index, n_probe) -> da.Array:
     """Approximate labels of every row (:func:`daskmeans.kernels.probe.probe_nearest`: the nearest center among
     the ``n_probe`` lists of ``index`` nearest to the row), lazy and chunk-aligned with ``array``."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    return map_rows(array, _probe_labels_rows, centers, index, int(n_probe), dtype=np.int32,
-                    name="daskmeans-probe-labels")
+    return map_rows(
+        array, _probe_labels_rows, centers, index, int(n_probe), dtype=np.int32, name="daskmeans-probe-labels"
+    )
 
 
 def lazy_min_dist2(array, centers) -> da.Array:
@@ -276,5 +300,6 @@ def _transform_rows(rows, offset, centers):
 def lazy_transform(array, centers) -> da.Array:
     """Euclidean distance of every row to every center, ``(n, k)``, lazy (one block at a time)."""
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
-    return map_rows(array, _transform_rows, centers, dtype=array.dtype, name="daskmeans-transform",
-                    trailing=centers.shape[0])
+    return map_rows(
+        array, _transform_rows, centers, dtype=array.dtype, name="daskmeans-transform", trailing=centers.shape[0]
+    )

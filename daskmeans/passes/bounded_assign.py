@@ -66,8 +66,9 @@ class BoundedBlock(RecycledState):
 def _report(state, k, n_far, computed):
     """The block's statistics in the form of the assign pass, plus the distances computed."""
     sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
-    far_dist2, far_rows, far_labels, far_weights = _farthest_eligible(state.dist2, state.rows, state.labels,
-                                                                      state.weights, n_far)
+    far_dist2, far_rows, far_labels, far_weights = _farthest_eligible(
+        state.dist2, state.rows, state.labels, state.weights, n_far
+    )
     far_rows = far_rows.astype(compute_dtype(far_rows.dtype), copy=False)  # as the plain pass reports them
     return (sums, counts, sse, (far_dist2, far_rows, far_labels, far_weights)), computed
 
@@ -101,8 +102,9 @@ def _revisit_block(previous, centers, shift, groups, n_far):
 
 
 def _revisit_state(state, centers, shift, groups, n_far):
-    labels, dist2, lower, computed = revisit_with_bounds(state.rows, centers, state.labels, state.lower, shift, groups,
-                                                         dist2=state.dist2, out=state.empty_like_state())
+    labels, dist2, lower, computed = revisit_with_bounds(
+        state.rows, centers, state.labels, state.lower, shift, groups, dist2=state.dist2, out=state.empty_like_state()
+    )
     state = BoundedBlock(state.rows, state.weights, labels, dist2, lower, state.recycler)
     return state, _report(state, centers.shape[0], n_far, computed)
 
@@ -165,8 +167,10 @@ class BoundedAssignment:
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in outputs])
         part_bytes = stats_part_bytes(len(self.groups.group_of), self.array.shape[1], self.n_far)
-        (reduced,) = compute_now(tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats",
-                                             part_bytes=part_bytes), client=self.client)
+        (reduced,) = compute_now(
+            tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats", part_bytes=part_bytes),
+            client=self.client,
+        )
         self.outputs = list(outputs)
         stats, computed = reduced
         return finish_stats(stats), int(computed)
@@ -191,23 +195,42 @@ class BoundedAssignment:
         if self.driver is not None:
             return self._step_on_driver(centers, shift)
         if self.outputs is None:
-            parts = map_blocks_delayed(_start_block, "bounded-start", block_args(self.array, self.weights),
-                                       shared(centers, "bounded-centers"), shared(self.groups, "bounded-groups"),
-                                       self.n_far, reads_data=True, energy_of=_output_energy)
+            parts = map_blocks_delayed(
+                _start_block,
+                "bounded-start",
+                block_args(self.array, self.weights),
+                shared(centers, "bounded-centers"),
+                shared(self.groups, "bounded-groups"),
+                self.n_far,
+                reads_data=True,
+                energy_of=_output_energy,
+            )
         else:
-            parts = map_blocks_delayed(_revisit_block, "bounded-revisit", [[o] for o in self.outputs],
-                                       shared(centers, "bounded-centers"),
-                                       shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
-                                       shared(self.groups, "bounded-groups"), self.n_far, reads_data=True,
-                                       energy_of=_output_energy)
+            parts = map_blocks_delayed(
+                _revisit_block,
+                "bounded-revisit",
+                [[o] for o in self.outputs],
+                shared(centers, "bounded-centers"),
+                shared(np.asarray(shift, dtype=np.float64), "bounded-shift"),
+                shared(self.groups, "bounded-groups"),
+                self.n_far,
+                reads_data=True,
+                energy_of=_output_energy,
+            )
         return self._run(parts)
 
     def _step_on_driver(self, centers, shift):
         if self.outputs is None:
             outputs = self.driver.map(_start_block, self.driver.block_args, centers, self.groups, self.n_far)
         else:
-            outputs = self.driver.map(_revisit_block, [[o] for o in self.outputs], centers,
-                                      np.asarray(shift, dtype=np.float64), self.groups, self.n_far)
+            outputs = self.driver.map(
+                _revisit_block,
+                [[o] for o in self.outputs],
+                centers,
+                np.asarray(shift, dtype=np.float64),
+                self.groups,
+                self.n_far,
+            )
         self.outputs = outputs
         stats, computed = reduce_in_tree([_report_of(o) for o in outputs], partial(_combine_reports, n_far=self.n_far))
         return finish_stats(stats), int(computed)
@@ -238,13 +261,34 @@ class BoundedAssignment:
         """
         combine = partial(_combine_reports, n_far=self.n_far)
         if previous is None:
-            chained = chained_group_pass(_start_block_carried, "bounded-start", block_args(self.array, self.weights),
-                                         self.groups, self.n_far, groups=blocks, combine=combine, finish=finish,
-                                         finish_args=finish_args, start=start, keeps_state=True)
+            chained = chained_group_pass(
+                _start_block_carried,
+                "bounded-start",
+                block_args(self.array, self.weights),
+                self.groups,
+                self.n_far,
+                groups=blocks,
+                combine=combine,
+                finish=finish,
+                finish_args=finish_args,
+                start=start,
+                keeps_state=True,
+            )
         else:
-            chained = chained_group_pass(_revisit_state_carried, "bounded-revisit", None, self.groups, self.n_far,
-                                         groups=blocks, combine=combine, finish=finish, finish_args=finish_args,
-                                         previous=previous, start=start, keeps_state=True)
+            chained = chained_group_pass(
+                _revisit_state_carried,
+                "bounded-revisit",
+                None,
+                self.groups,
+                self.n_far,
+                groups=blocks,
+                combine=combine,
+                finish=finish,
+                finish_args=finish_args,
+                previous=previous,
+                start=start,
+                keeps_state=True,
+            )
         return chained.submitted(submit_now(*chained.objects(), client=self.client))
 
     def release(self):

@@ -37,8 +37,12 @@ def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
 def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weight, m, seed):
     block = np.asarray(block)  # as stored: q is computed a slab at a time, only the drawn rows are converted
     w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
-    q = np.concatenate([row_probabilities(rows, slab_weights, mean, total_spread, total_weight)
-                        for _, rows, slab_weights in slabs(block, weights)])
+    q = np.concatenate(
+        [
+            row_probabilities(rows, slab_weights, mean, total_spread, total_weight)
+            for _, rows, slab_weights in slabs(block, weights)
+        ]
+    )
     # inside the block, rows are drawn proportionally to q (the block's share of the draws is fixed already)
     cumulative = np.cumsum(q)
     rng = np.random.default_rng(stage_key(seed, "lwcs", "block", int(offset), int(block.shape[0])))
@@ -60,6 +64,15 @@ def draw_graph(array, masses, mean, m: int, seed: int, weights=None):
     total_spread, total_weight = float(masses[:, 0].sum()), float(masses[:, 1].sum())
     args = block_args(array, weights)
     wanted = [args[i] + [int(counts[i])] for i in np.flatnonzero(counts)]
-    parts = map_blocks_delayed(_draw_block, "lwcs-draw", wanted, shared(np.asarray(mean, np.float64), "mean"),
-                               total_spread, total_weight, int(m), int(seed), reads_data=True)
+    parts = map_blocks_delayed(
+        _draw_block,
+        "lwcs-draw",
+        wanted,
+        shared(np.asarray(mean, np.float64), "mean"),
+        total_spread,
+        total_weight,
+        int(m),
+        int(seed),
+        reads_data=True,
+    )
     return tree_reduce(parts, _concatenate, "lwcs-draw")

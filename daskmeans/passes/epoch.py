@@ -160,15 +160,24 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
     """
     centers, draws, starts, n_far = _pass_inputs(array.dtype, centers, draws, segment_rows, n_far)
     parts = map_blocks_delayed(
-        _epoch_block, "vrkm-epoch", block_args(array, weights), shared(centers, "centers"),
-        shared(draws, "draws"), starts, int(n_candidates), n_far, reads_data=True
+        _epoch_block,
+        "vrkm-epoch",
+        block_args(array, weights),
+        shared(centers, "centers"),
+        shared(draws, "draws"),
+        starts,
+        int(n_candidates),
+        n_far,
+        reads_data=True,
     )
     stats = tree_reduce(
         map_blocks_delayed(_stats_of, "vrkm-epoch-stats", [[p] for p in parts]),
-        partial(_combine_stats, n_far=n_far), "vrkm-epoch-stats",
+        partial(_combine_stats, n_far=n_far),
+        "vrkm-epoch-stats",
     )
-    segments = [map_blocks_delayed(_piece_of, "vrkm-epoch-segment", [[p] for p in parts], s)
-                for s in range(len(starts))]
+    segments = [
+        map_blocks_delayed(_piece_of, "vrkm-epoch-segment", [[p] for p in parts], s) for s in range(len(starts))
+    ]
     return stats, segments
 
 
@@ -221,8 +230,9 @@ def segment_graph(pieces, centers=None, n_candidates=16):
     if centers is None:
         return tree_reduce(list(pieces), _merge_pieces, "vrkm-segment")
     centers = np.ascontiguousarray(centers)
-    parts = map_blocks_delayed(_candidates_of_piece, "vrkm-candidates", [[p] for p in pieces],
-                               shared(centers, "centers"), int(n_candidates))
+    parts = map_blocks_delayed(
+        _candidates_of_piece, "vrkm-candidates", [[p] for p in pieces], shared(centers, "centers"), int(n_candidates)
+    )
     return tree_reduce(parts, _merge_pieces, "vrkm-candidates")
 
 
@@ -230,8 +240,9 @@ def ordered_segment(parts, first_draw: int, n_draws: int) -> EpochSample:
     """The parts of one segment (``(positions, rows, labels, candidates, lower)`` each, e.g. one per block) as one
     sample in draw order, each row copied once."""
     if sum(part[0].size for part in parts) != n_draws:
-        raise RuntimeError(f"a segment of the VRKM sample has {sum(part[0].size for part in parts)} rows, expected "
-                           f"{n_draws}")
+        raise RuntimeError(
+            f"a segment of the VRKM sample has {sum(part[0].size for part in parts)} rows, expected {n_draws}"
+        )
     first = parts[0]
     out = [np.empty((n_draws,) + values.shape[1:], dtype=values.dtype) for values in first[1:]]
     for positions, *values in parts:

@@ -13,8 +13,8 @@ from functools import partial
 import numpy as np
 
 from ..engine.graph import block_args, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
-from ..engine.slabs import converted_rows, map_rows, slabs
 from ..engine.random import row_uniforms, stage_key
+from ..engine.slabs import converted_rows, map_rows, slabs
 from ..kernels import truncated_em as kernels
 from .assign import check_finite_block
 
@@ -38,9 +38,12 @@ def _estep_block(block, offset, weights, state, means, neighbours, explore_key, 
         extra = np.full(rows, -1, dtype=np.int32)
     else:
         extra = np.minimum(row_uniforms(explore_key, offset, rows) * n_clusters, n_clusters - 1).astype(np.int32)
-    parts = [kernels.truncated_estep(slab, means, truncation[start:start + len(slab)], neighbours,
-                                     extra[start:start + len(slab)])
-             for start, slab, _ in slabs(block)]
+    parts = [
+        kernels.truncated_estep(
+            slab, means, truncation[start : start + len(slab)], neighbours, extra[start : start + len(slab)]
+        )
+        for start, slab, _ in slabs(block)
+    ]
     new_truncation, new_dist2, best, candidate, pair_dist2 = (np.concatenate([p[i] for p in parts]) for i in range(5))
     n_distances = sum(int(p[5]) for p in parts)
     w = np.ones(rows) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -81,8 +84,15 @@ def _combine_stats(parts):
 
 def initial_truncations(array, weights, key, n_clusters, n_truncated):
     """Delayed random ``K_n`` of every block (all clusters when ``n_truncated == n_clusters``)."""
-    return map_blocks_delayed(_initial_truncation_block, "vc-gmm-init-truncation", block_args(array, weights),
-                              key, n_clusters, n_truncated, reads_data=True)
+    return map_blocks_delayed(
+        _initial_truncation_block,
+        "vc-gmm-init-truncation",
+        block_args(array, weights),
+        key,
+        n_clusters,
+        n_truncated,
+        reads_data=True,
+    )
 
 
 def estep_parts(array, weights, truncations, means, neighbours, explore_key, n_clusters, name="vc-gmm-estep"):
@@ -90,8 +100,16 @@ def estep_parts(array, weights, truncations, means, neighbours, explore_key, n_c
 
     ``explore_key`` (None: no random exploration) keys the one random cluster each point searches more.
     """
-    return map_blocks_delayed(_estep_block, name, block_args(array, weights, truncations), shared(means, "means"),
-                              shared(neighbours, "neighbours"), explore_key, n_clusters, reads_data=True)
+    return map_blocks_delayed(
+        _estep_block,
+        name,
+        block_args(array, weights, truncations),
+        shared(means, "means"),
+        shared(neighbours, "neighbours"),
+        explore_key,
+        n_clusters,
+        reads_data=True,
+    )
 
 
 def estep_summary_graph(parts, n_clusters):
@@ -110,9 +128,12 @@ def posterior_stats_graph(array, weights, parts, sigma2, n_clusters):
     data_blocks = stored_blocks(array)
     weight_blocks = blocks_of(weights) if weights is not None else [None] * len(data_blocks)
     stats = map_blocks_delayed(
-        _stats_block, "vc-gmm-posteriors",
+        _stats_block,
+        "vc-gmm-posteriors",
         [[data_blocks[i], weight_blocks[i], parts[i]] for i in range(len(data_blocks))],
-        float(sigma2), n_clusters, reads_data=True
+        float(sigma2),
+        n_clusters,
+        reads_data=True,
     )
     return tree_reduce(stats, _combine_stats, "vc-gmm-posteriors")
 
@@ -125,8 +146,10 @@ def _posterior_rows(rows, offset, means, sigma2, n_truncated, check_finite):
 
 
 def _posterior_block(block, offset, weights, means, sigma2, n_truncated, check_finite):
-    parts = [_posterior_rows(rows, offset + start, means, sigma2, n_truncated, check_finite)
-             for start, rows, _ in slabs(block)]
+    parts = [
+        _posterior_rows(rows, offset + start, means, sigma2, n_truncated, check_finite)
+        for start, rows, _ in slabs(block)
+    ]
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
@@ -152,18 +175,41 @@ def _sum_parts(parts):
 
 def lazy_dense_posterior(array, means, sigma2, n_truncated):
     """Lazy ``(n, k)`` truncated posteriors: zeros outside each row's ``n_truncated`` nearest components."""
-    return map_rows(array, _dense_posterior_rows, means, sigma2, int(n_truncated), dtype=np.float64,
-                    name="daskmeans-vc-gmm-posterior", trailing=means.shape[0])
+    return map_rows(
+        array,
+        _dense_posterior_rows,
+        means,
+        sigma2,
+        int(n_truncated),
+        dtype=np.float64,
+        name="daskmeans-vc-gmm-posterior",
+        trailing=means.shape[0],
+    )
 
 
 def sparse_posterior_parts(array, means, sigma2, n_truncated):
     """Delayed ``(indices, probabilities, log-likelihoods)`` of every block (non-finite values refused)."""
-    return map_blocks_delayed(_posterior_block, "vc-gmm-posterior", block_args(array), shared(means, "means"),
-                              sigma2, int(n_truncated), True, reads_data=True)
+    return map_blocks_delayed(
+        _posterior_block,
+        "vc-gmm-posterior",
+        block_args(array),
+        shared(means, "means"),
+        sigma2,
+        int(n_truncated),
+        True,
+        reads_data=True,
+    )
 
 
 def log_likelihood_graph(array, weights, means, sigma2, n_truncated):
     """Delayed ``[weighted sum of truncated log-likelihoods, total weight]`` over the blocks."""
-    parts = map_blocks_delayed(_log_likelihood_block, "vc-gmm-score", block_args(array, weights),
-                               shared(means, "means"), sigma2, int(n_truncated), reads_data=True)
+    parts = map_blocks_delayed(
+        _log_likelihood_block,
+        "vc-gmm-score",
+        block_args(array, weights),
+        shared(means, "means"),
+        sigma2,
+        int(n_truncated),
+        reads_data=True,
+    )
     return tree_reduce(parts, _sum_parts, "vc-gmm-score")

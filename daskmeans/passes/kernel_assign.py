@@ -42,14 +42,19 @@ def _transform_rows(rows, offset, model):
 
 def lazy_kernel_labels(array, centers, kernel) -> da.Array:
     """Label of the nearest feature-space center for every row, lazy and chunk-aligned with ``array``."""
-    return map_rows(array, _labels_rows, _model_node(centers, kernel), dtype=np.int32,
-                    name="daskmeans-kernel-labels")
+    return map_rows(array, _labels_rows, _model_node(centers, kernel), dtype=np.int32, name="daskmeans-kernel-labels")
 
 
 def lazy_kernel_transform(array, centers, kernel) -> da.Array:
     """Feature-space distance of every row to every center, ``(n, k)`` float64, lazy."""
-    return map_rows(array, _transform_rows, _model_node(centers, kernel), dtype=np.float64,
-                    name="daskmeans-kernel-transform", trailing=centers.n_clusters)
+    return map_rows(
+        array,
+        _transform_rows,
+        _model_node(centers, kernel),
+        dtype=np.float64,
+        name="daskmeans-kernel-transform",
+        trailing=centers.n_clusters,
+    )
 
 
 def _energy_block(block, offset, weights, model, check_finite):
@@ -71,6 +76,12 @@ def _combine(parts):
 def kernel_energy_graph(array, centers, kernel, check_finite=False, weights=None):
     """Delayed ``(counts, sse)`` per center: rows (or their weight) and summed (weighted) squared feature-space
     distances, over all rows."""
-    parts = map_blocks_delayed(_energy_block, "kernel-assign", block_args(array, weights),
-                               _model_node(centers, kernel), bool(check_finite), reads_data=True)
+    parts = map_blocks_delayed(
+        _energy_block,
+        "kernel-assign",
+        block_args(array, weights),
+        _model_node(centers, kernel),
+        bool(check_finite),
+        reads_data=True,
+    )
     return tree_reduce(parts, _combine, "kernel-assign")

@@ -97,8 +97,9 @@ class StepPools:
 
                 pieces = (piece for _, piece in as_completed(fetch, loop=self.client.loop, with_results=True))
             n_rows = int(position.max()) + 1
-            self._arrived[step] = assemble_pieces(pieces, n_rows, self.array.shape[1], self.array.dtype,
-                                                  self.weights is not None)
+            self._arrived[step] = assemble_pieces(
+                pieces, n_rows, self.array.shape[1], self.array.dtype, self.weights is not None
+            )
         return self._arrived[step]
 
     def take(self, step: int):

@@ -31,10 +31,12 @@ from ..kernels.minibatch import run_steps
 
 def step_indices(n_samples: int, batch_size: int, seed: int, first_step: int, n_steps: int) -> np.ndarray:
     """Row indices of steps ``first_step .. first_step + n_steps - 1``, shape ``(n_steps, batch_size)``."""
-    return np.stack([
-        stage_generator(seed, "minibatch", first_step + t).integers(0, n_samples, size=batch_size)
-        for t in range(n_steps)
-    ])
+    return np.stack(
+        [
+            stage_generator(seed, "minibatch", first_step + t).integers(0, n_samples, size=batch_size)
+            for t in range(n_steps)
+        ]
+    )
 
 
 def blocks_per_pool(block_rows, pool_rows: int) -> int:
@@ -52,8 +54,11 @@ def choose_sampling(sampling: str, block_rows, pool_rows: int) -> str:
     if sampling != "auto":
         return sampling
     uniform_blocks = min(len(block_rows), pool_rows)
-    return "chunks" if uniform_blocks >= config.CHUNK_SAMPLING_MIN_SAVING * blocks_per_pool(block_rows, pool_rows) \
+    return (
+        "chunks"
+        if uniform_blocks >= config.CHUNK_SAMPLING_MIN_SAVING * blocks_per_pool(block_rows, pool_rows)
         else "rows"
+    )
 
 
 def pool_blocks(n_blocks: int, per_pool: int, seed: int, pool: int) -> np.ndarray:
@@ -64,12 +69,13 @@ def pool_blocks(n_blocks: int, per_pool: int, seed: int, pool: int) -> np.ndarra
     while len(taken) < per_pool:
         sweep, position = divmod(first + len(taken), n_blocks)
         order = stage_generator(seed, "minibatch-blocks", sweep).permutation(n_blocks)
-        taken.extend(order[position:position + per_pool - len(taken)])
+        taken.extend(order[position : position + per_pool - len(taken)])
     return np.unique(np.asarray(taken, dtype=np.int64))
 
 
-def chunk_step_indices(block_rows, batch_size: int, seed: int, first_step: int, n_steps: int,
-                       steps_per_pool: int, per_pool: int) -> np.ndarray:
+def chunk_step_indices(
+    block_rows, batch_size: int, seed: int, first_step: int, n_steps: int, steps_per_pool: int, per_pool: int
+) -> np.ndarray:
     """Row indices of steps ``first_step ..`` (one pool: ``first_step`` is a multiple of ``steps_per_pool``) with
     ``sampling="chunks"``: each drawn uniformly, with replacement, from the rows of the pool's blocks."""
     block_rows = np.asarray(block_rows, dtype=np.int64)
@@ -87,8 +93,21 @@ def _take_rows(block, offset, weights, positions, local):
     return positions, converted_rows(block, local), taken_weights
 
 
-def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_counts, learning_rate, stopping,
-              time_left, weighted, reassignment, first_step):
+def _run_pool(
+    pieces,
+    n_steps,
+    batch_size,
+    n_features,
+    dtype,
+    centers,
+    seen_counts,
+    learning_rate,
+    stopping,
+    time_left,
+    weighted,
+    reassignment,
+    first_step,
+):
     rows = np.empty((n_steps * batch_size, n_features), dtype=dtype)
     weights = np.empty(n_steps * batch_size) if weighted else None
     for positions, taken, taken_weights in pieces:
@@ -100,8 +119,9 @@ def _run_pool(pieces, n_steps, batch_size, n_features, dtype, centers, seen_coun
     batch_weights = [weights[s] for s in steps] if weighted else None
     stopping = copy.deepcopy(stopping)
     reassignment = copy.deepcopy(reassignment)
-    centers, seen_counts, records, stop_reason = run_steps(batches, centers, seen_counts, learning_rate, stopping,
-                                                           time_left, batch_weights, reassignment, first_step)
+    centers, seen_counts, records, stop_reason = run_steps(
+        batches, centers, seen_counts, learning_rate, stopping, time_left, batch_weights, reassignment, first_step
+    )
     return centers, seen_counts, records, stop_reason, stopping, reassignment
 
 
@@ -148,8 +168,18 @@ def assemble_pieces(pieces, n_rows, n_features, dtype, weighted):
     return rows, weights
 
 
-def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=None, time_left=None, weights=None,
-               reassignment=None, first_step=0):
+def pool_graph(
+    array,
+    indices,
+    centers,
+    seen_counts,
+    learning_rate,
+    stopping=None,
+    time_left=None,
+    weights=None,
+    reassignment=None,
+    first_step=0,
+):
     """Delayed run of the mini-batch steps whose rows are ``indices`` (one row of it per step).
 
     Returns (when computed) ``(centers, seen_counts, records, stop_reason, stopping, reassignment)`` as
@@ -158,8 +188,20 @@ def pool_graph(array, indices, centers, seen_counts, learning_rate, stopping=Non
     n_steps, batch_size = indices.shape
     pieces = draw_pieces(array, indices, weights)
     (run,) = map_blocks_delayed(
-        _run_pool, "minibatch-steps", [[pieces]], n_steps, batch_size, array.shape[1], array.dtype,
-        shared(np.asarray(centers), "minibatch-centers"), np.asarray(seen_counts, dtype=np.float64), learning_rate,
-        stopping, time_left, weights is not None, reassignment, int(first_step),
+        _run_pool,
+        "minibatch-steps",
+        [[pieces]],
+        n_steps,
+        batch_size,
+        array.shape[1],
+        array.dtype,
+        shared(np.asarray(centers), "minibatch-centers"),
+        np.asarray(seen_counts, dtype=np.float64),
+        learning_rate,
+        stopping,
+        time_left,
+        weights is not None,
+        reassignment,
+        int(first_step),
     )
     return run

@@ -56,8 +56,14 @@ def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:
     ``"auto"`` rule. Distributed's warning about a large graph is not shown for it: the size is meant.
     """
     key = f"daskmeans-nmbatch-{name}-{uuid.uuid4().hex}"
-    sent = [Delayed((key, i), HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), value)}),
-                    layer=f"{key}-{i}") for i, value in enumerate(values)]
+    sent = [
+        Delayed(
+            (key, i),
+            HighLevelGraph.from_collections(f"{key}-{i}", {(key, i): DataNode((key, i), value)}),
+            layer=f"{key}-{i}",
+        )
+        for i, value in enumerate(values)
+    ]
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": f"{2 * config.DRIVER_BYTES}B"}):
         return list(persist_now(*sent, client=client))
 

@@ -56,9 +56,16 @@ class GrowthReads:
         """``(extent, {chunk: delayed read})``, ``extent`` giving each chunk's range of its own order."""
         extent = {chunk: (a, b) for chunk, a, b in self.pieces(lo, hi)}
         chunks = sorted(extent)
-        read_args = [[self.data_blocks[c], int(self.offsets[c]),
-                      None if self.weight_blocks is None else self.weight_blocks[c], self.row_key, *extent[c]]
-                     for c in chunks]
+        read_args = [
+            [
+                self.data_blocks[c],
+                int(self.offsets[c]),
+                None if self.weight_blocks is None else self.weight_blocks[c],
+                self.row_key,
+                *extent[c],
+            ]
+            for c in chunks
+        ]
         return extent, dict(zip(chunks, map_blocks_delayed(_read_new_rows, "nmbatch-read", read_args)))
 
     def read_ahead(self, lo, hi):

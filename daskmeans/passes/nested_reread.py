@@ -98,7 +98,8 @@ def _chunk_step(block, offset, weights, previous, key, m_new, centers, shift, gr
             old_labels, old_dist2 = state.labels[a:b], state.dist2[a:b]
             if use_bounds:
                 labels[a:b], dist2[a:b], lower[a:b], computed = revisit_with_bounds(
-                    rows, centers, old_labels, state.lower[a:b], shift, groups, dist2=old_dist2)
+                    rows, centers, old_labels, state.lower[a:b], shift, groups, dist2=old_dist2
+                )
             else:
                 labels[a:b], dist2[a:b], _, _ = assign_with_bounds(rows, centers, groups, with_bounds=False)
                 computed = (b - a) * k
@@ -107,8 +108,7 @@ def _chunk_step(block, offset, weights, previous, key, m_new, centers, shift, gr
         else:
             labels[a:b], dist2[a:b], new_lower, _ = assign_with_bounds(rows, centers, groups, with_bounds=use_bounds)
             lower[a:b] = new_lower
-            *deltas, _ = batch_deltas(rows, np.empty(0, dtype=np.int32), np.empty(0), labels[a:b], dist2[a:b], k,
-                                      w)
+            *deltas, _ = batch_deltas(rows, np.empty(0, dtype=np.int32), np.empty(0), labels[a:b], dist2[a:b], k, w)
             counters += (0, b - a, 0, (b - a) * k, 0)
         for total, delta in zip(totals, deltas):
             total += delta
@@ -117,7 +117,7 @@ def _chunk_step(block, offset, weights, previous, key, m_new, centers, shift, gr
 
 def _chunk_content(output, offset, size, key):
     state = output.block
-    index = offset + chunk_order(key, offset, size)[:len(state)].astype(np.int64)
+    index = offset + chunk_order(key, offset, size)[: len(state)].astype(np.int64)
     return index, state.labels, state.dist2, state.lower
 
 
@@ -137,9 +137,11 @@ def _read_chunk(path, n_rows, n_lower):
     for name, dtype in STATE_ARRAYS.items():
         shape = (n_rows, n_lower) if name == "lower" else (n_rows,)
         if arrays[name].dtype != np.dtype(dtype) or arrays[name].shape != shape:
-            raise CheckpointError(f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
-                                  f"expected {np.dtype(dtype)} {shape}. Delete the checkpoint to start the fit "
-                                  "afresh.")
+            raise CheckpointError(
+                f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
+                f"expected {np.dtype(dtype)} {shape}. Delete the checkpoint to start the fit "
+                "afresh."
+            )
     return StepOutput(ChunkState(*(np.ascontiguousarray(arrays[name]) for name in STATE_ARRAYS)), None)
 
 
@@ -178,17 +180,33 @@ class RereadBatch(NestedBatch):
         previous = dict(zip(self.chunks_in_batch.tolist(), self.outputs))
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
         weight_blocks = self.weight_blocks if self.weight_blocks is not None else [None] * len(self.data_blocks)
-        args = [[self.data_blocks[c], int(self.offsets[c]), weight_blocks[c], previous.get(int(c)), self.row_key,
-                 int(counts[c])] for c in chunks]
+        args = [
+            [
+                self.data_blocks[c],
+                int(self.offsets[c]),
+                weight_blocks[c],
+                previous.get(int(c)),
+                self.row_key,
+                int(counts[c]),
+            ]
+            for c in chunks
+        ]
         outputs = map_blocks_delayed(
-            _chunk_step, "nmbatch-reread-step", args, shared(centers, "nmbatch-centers"),
-            shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"), shared(self.groups, "nmbatch-groups"),
-            self.use_bounds, reads_data=True
+            _chunk_step,
+            "nmbatch-reread-step",
+            args,
+            shared(centers, "nmbatch-centers"),
+            shared(np.asarray(shift, dtype=np.float64), "nmbatch-shift"),
+            shared(self.groups, "nmbatch-groups"),
+            self.use_bounds,
+            reads_data=True,
         )
         outputs = persist_now(*outputs, client=self.client)
         reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
-                                            part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
+        (report,) = compute_now(
+            tree_reduce(reports, _combine_reports, "nmbatch-deltas", part_bytes=stats_part_bytes(*centers.shape, 0)),
+            client=self.client,
+        )
         self.outputs = list(outputs)
         self.chunks_in_batch = chunks
         self.rows_read += int(self.chunk_sizes[chunks].sum())
@@ -199,9 +217,13 @@ class RereadBatch(NestedBatch):
     def content(self):
         """Row indices, labels, squared distances and bounds of the whole batch (for tests and checks)."""
         parts = map_blocks_delayed(
-            _chunk_content, "nmbatch-content",
-            [[o, int(self.offsets[c]), int(self.chunk_sizes[c]), self.row_key]
-             for o, c in zip(self.outputs, self.chunks_in_batch)])
+            _chunk_content,
+            "nmbatch-content",
+            [
+                [o, int(self.offsets[c]), int(self.chunk_sizes[c]), self.row_key]
+                for o, c in zip(self.outputs, self.chunks_in_batch)
+            ],
+        )
         values = compute_now(*parts, client=self.client)
         return tuple(np.concatenate([v[i] for v in values]) for i in range(4))
 
@@ -218,9 +240,11 @@ class RereadBatch(NestedBatch):
         dict
             JSON metadata for :meth:`restore_checkpoint`: the chunks in the batch and their rows in it.
         """
-        parts = map_blocks_delayed(_write_chunk, "nmbatch-checkpoint",
-                                   [[o, os.path.join(directory, f"{int(c):06d}")]
-                                    for o, c in zip(self.outputs, self.chunks_in_batch)])
+        parts = map_blocks_delayed(
+            _write_chunk,
+            "nmbatch-checkpoint",
+            [[o, os.path.join(directory, f"{int(c):06d}")] for o, c in zip(self.outputs, self.chunks_in_batch)],
+        )
         sizes = compute_now(*parts, client=self.client)
         return {"chunks": [int(c) for c in self.chunks_in_batch], "chunk_rows": [int(s) for s in sizes]}
 
@@ -235,14 +259,23 @@ class RereadBatch(NestedBatch):
         chunks = metadata.get("chunks") if isinstance(metadata, dict) else None
         rows = metadata.get("chunk_rows") if isinstance(metadata, dict) else None
         expected = self.chunk_counts(int(size))
-        if not isinstance(chunks, list) or not isinstance(rows, list) or \
-                chunks != np.flatnonzero(expected).tolist() or rows != expected[expected > 0].tolist():
-            raise CheckpointError(f"The checkpoint's chunk states in {directory!r} do not match a batch of {size} "
-                                  "rows of this data: the checkpoint is damaged. Delete it to start afresh.")
+        if (
+            not isinstance(chunks, list)
+            or not isinstance(rows, list)
+            or chunks != np.flatnonzero(expected).tolist()
+            or rows != expected[expected > 0].tolist()
+        ):
+            raise CheckpointError(
+                f"The checkpoint's chunk states in {directory!r} do not match a batch of {size} "
+                "rows of this data: the checkpoint is damaged. Delete it to start afresh."
+            )
         n_lower = self.groups.n_groups if self.use_bounds else 0
-        parts = map_blocks_delayed(_read_chunk, "nmbatch-restore",
-                                   [[os.path.join(directory, f"{c:06d}"), int(r)] for c, r in zip(chunks, rows)],
-                                   n_lower)
+        parts = map_blocks_delayed(
+            _read_chunk,
+            "nmbatch-restore",
+            [[os.path.join(directory, f"{c:06d}"), int(r)] for c, r in zip(chunks, rows)],
+            n_lower,
+        )
         outputs = list(persist_now(*parts, client=self.client))
         compute_now(*map_blocks_delayed(_chunk_size, "nmbatch-sizes", [[o] for o in outputs]), client=self.client)
         self.outputs = outputs

@@ -86,8 +86,10 @@ def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtypes):
         if name == "lower" and n_rows == 0:  # an empty block's bounds may have no columns
             shape = (0, found[1] if len(found) == 2 else n_lower)
         if arrays[name].dtype not in allowed or found != shape:
-            raise CheckpointError(f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
-                                  f"expected {expected} {shape}. Delete the checkpoint to start the fit afresh.")
+            raise CheckpointError(
+                f"{what} is damaged: {name} is {arrays[name].dtype} {arrays[name].shape}, "
+                f"expected {expected} {shape}. Delete the checkpoint to start the fit afresh."
+            )
     return StepOutput(BatchBlock(*(np.ascontiguousarray(arrays[name]) for name in BatchBlock.FIELDS)), None)
 
 
@@ -116,8 +118,19 @@ class NestedBatch:
         with a ``client`` only); 0: every step on the workers.
     """
 
-    def __init__(self, array, seed, groups, *, client=None, max_blocks=None, min_block_rows=None,
-                 max_lanes=None, weights=None, driver_rows=0):
+    def __init__(
+        self,
+        array,
+        seed,
+        groups,
+        *,
+        client=None,
+        max_blocks=None,
+        min_block_rows=None,
+        max_lanes=None,
+        weights=None,
+        driver_rows=0,
+    ):
         self.array = array
         self.weight_blocks = None if weights is None else blocks_of(weights)
         self.n_samples, self.n_features = (int(s) for s in array.shape)
@@ -128,15 +141,16 @@ class NestedBatch:
         self.offsets = block_offsets(array)
         order_of_chunks = stage_generator(seed, "nmbatch", "chunk-order").permutation(len(self.chunk_sizes))
         self.n_lanes = min(len(self.chunk_sizes), config.MAX_LANES if max_lanes is None else int(max_lanes))
-        self.lane_chunks = [order_of_chunks[lane:: self.n_lanes] for lane in range(self.n_lanes)]
+        self.lane_chunks = [order_of_chunks[lane :: self.n_lanes] for lane in range(self.n_lanes)]
         self.lane_ends = [np.cumsum(self.chunk_sizes[chunks]) for chunks in self.lane_chunks]
         self.lane_lengths = np.array([ends[-1] for ends in self.lane_ends], dtype=np.int64)
         self.row_key = stage_key(seed, "nmbatch", "row-order")
         self.max_blocks = int(max_blocks or len(self.chunk_sizes))
         self.min_block_rows = int(config.MIN_BLOCK_ROWS if min_block_rows is None else min_block_rows)
         self.data_blocks = stored_blocks(array)
-        self.reads = GrowthReads(self.data_blocks, self.weight_blocks, self.offsets, self.row_key, self._pieces,
-                                 self.client)
+        self.reads = GrowthReads(
+            self.data_blocks, self.weight_blocks, self.offsets, self.row_key, self._pieces, self.client
+        )
         #: The dtype of the rows the blocks keep: as stored for integers of up to 16 bits, else as computed.
         self.rows_dtype = kept_dtype(stored_form(array).dtype)
         self.size = 0
@@ -235,21 +249,33 @@ class NestedBatch:
         shares = np.linspace(lo, hi, n_blocks + 1).round().astype(np.int64)
         share_pieces = [self._pieces(int(shares[s]), int(shares[s + 1])) for s in range(n_blocks)]
         extent, reads = self.reads.take(lo, hi, here)
-        block_pieces = [[(reads[c], a - extent[c][0], b - extent[c][0]) for c, a, b in pieces]
-                        for pieces in share_pieces]
+        block_pieces = [
+            [(reads[c], a - extent[c][0], b - extent[c][0]) for c, a, b in pieces] for pieces in share_pieces
+        ]
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
         block_args = [[parent, half, pieces] for (parent, half), pieces in zip(parents, block_pieces)]
         common = (np.asarray(shift, dtype=np.float64), self.groups, self.use_bounds, self.n_features)
         if here:
             outputs, report = step_on_driver(_step_block, block_args, (centers, *common), _combine_reports)
         else:
-            outputs = map_blocks_delayed(_step_block, "nmbatch-step", block_args, shared(centers, "nmbatch-centers"),
-                                         shared(common[0], "nmbatch-shift"), shared(self.groups, "nmbatch-groups"),
-                                         *common[2:], reads_data=True)
+            outputs = map_blocks_delayed(
+                _step_block,
+                "nmbatch-step",
+                block_args,
+                shared(centers, "nmbatch-centers"),
+                shared(common[0], "nmbatch-shift"),
+                shared(self.groups, "nmbatch-groups"),
+                *common[2:],
+                reads_data=True,
+            )
             outputs = persist_now(*outputs, client=self.client)
             reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-            (report,) = compute_now(tree_reduce(reports, _combine_reports, "nmbatch-deltas",
-                                                part_bytes=stats_part_bytes(*centers.shape, 0)), client=self.client)
+            (report,) = compute_now(
+                tree_reduce(
+                    reports, _combine_reports, "nmbatch-deltas", part_bytes=stats_part_bytes(*centers.shape, 0)
+                ),
+                client=self.client,
+            )
         self.outputs = list(outputs)
         self.on_driver = here
         self.rows_read += hi - lo
@@ -263,8 +289,10 @@ class NestedBatch:
                 # the next growth leaves the driver: the blocks' rows (they change only when the batch grows or
                 # splits) go to the workers now, while the driver steps, and only their labels, distances and
                 # bounds at the move
-                self._rows_ahead = (self.layout_id, to_workers([o.block.rows for o in self.outputs], self.client,
-                                                               "rows-from-driver"))
+                self._rows_ahead = (
+                    self.layout_id,
+                    to_workers([o.block.rows for o in self.outputs], self.client, "rows-from-driver"),
+                )
         sums, counts, sse, members, counters = report
         return sums, counts, sse, members, dict(zip(COUNTERS, (int(c) for c in counters)))
 
@@ -272,9 +300,12 @@ class NestedBatch:
         """Move the state blocks from the driver to the workers (with the rows sent ahead when they still fit)."""
         layout, rows = self._rows_ahead
         if layout == self.layout_id:
-            self.outputs = joined_on_workers(_block_with_rows, rows, [[getattr(o.block, name) for name in
-                                                                       BatchBlock.FIELDS[1:]] for o in self.outputs],
-                                             self.client)
+            self.outputs = joined_on_workers(
+                _block_with_rows,
+                rows,
+                [[getattr(o.block, name) for name in BatchBlock.FIELDS[1:]] for o in self.outputs],
+                self.client,
+            )
         else:
             self.outputs = to_workers(self.outputs, self.client)
         self.on_driver, self._rows_ahead = False, (None, None)
@@ -296,9 +327,14 @@ class NestedBatch:
         dict
             JSON metadata for :meth:`restore_checkpoint`: the sizes of the blocks.
         """
-        args = [[o, os.path.join(directory, f"{i:05d}"),
-                 None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}")]
-                for i, o in enumerate(self.outputs)]
+        args = [
+            [
+                o,
+                os.path.join(directory, f"{i:05d}"),
+                None if layout_directory is None else os.path.join(layout_directory, f"{i:05d}"),
+            ]
+            for i, o in enumerate(self.outputs)
+        ]
         if self.on_driver:
             sizes = [_write_block(*a) for a in args]
         else:
@@ -315,14 +351,21 @@ class NestedBatch:
         """
         sizes = metadata.get("block_sizes") if isinstance(metadata, dict) else None
         if not isinstance(sizes, list) or sum(sizes) != size:
-            raise CheckpointError(f"The checkpoint's state blocks in {directory!r} do not add up to the batch of "
-                                  f"{size} rows it records: the checkpoint is damaged. Delete it to start afresh.")
+            raise CheckpointError(
+                f"The checkpoint's state blocks in {directory!r} do not add up to the batch of "
+                f"{size} rows it records: the checkpoint is damaged. Delete it to start afresh."
+            )
         n_lower = self.groups.n_groups if self.use_bounds else 0
         parts = map_blocks_delayed(
-            _read_block, "nmbatch-restore",
-            [[os.path.join(directory, f"{i:05d}"), os.path.join(layout_directory, f"{i:05d}"), int(rows)]
-             for i, rows in enumerate(sizes)],
-            self.n_features, n_lower, (self.rows_dtype.str, self.array.dtype.str),
+            _read_block,
+            "nmbatch-restore",
+            [
+                [os.path.join(directory, f"{i:05d}"), os.path.join(layout_directory, f"{i:05d}"), int(rows)]
+                for i, rows in enumerate(sizes)
+            ],
+            self.n_features,
+            n_lower,
+            (self.rows_dtype.str, self.array.dtype.str),
         )
         outputs = list(persist_now(*parts, client=self.client))
         self.on_driver, self.reads.pending, self._rows_ahead = False, {}, (None, None)
@@ -337,8 +380,9 @@ class NestedBatch:
         if self.on_driver:
             values = [_block_content(o) for o in self.outputs]
         else:
-            values = compute_now(*map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs]),
-                                 client=self.client)
+            values = compute_now(
+                *map_blocks_delayed(_block_content, "nmbatch-content", [[o] for o in self.outputs]), client=self.client
+            )
         return tuple(np.concatenate([v[i] for v in values]) for i in range(4))
 
     def block_sizes(self):

@@ -53,8 +53,14 @@ class BatchBlock(RecycledState):
     def half(self, which):
         """Every other sample, starting at ``which`` (0 or 1)."""
         part = slice(which, None, 2)
-        return BatchBlock(np.ascontiguousarray(self.rows[part]), self.index[part].copy(), self.labels[part].copy(),
-                          self.dist2[part].copy(), np.ascontiguousarray(self.lower[part]), self.weights[part].copy())
+        return BatchBlock(
+            np.ascontiguousarray(self.rows[part]),
+            self.index[part].copy(),
+            self.labels[part].copy(),
+            self.dist2[part].copy(),
+            np.ascontiguousarray(self.lower[part]),
+            self.weights[part].copy(),
+        )
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -99,36 +105,60 @@ def _step_block(previous, half, pieces, centers, shift, groups, use_bounds, n_fe
     n_new = sum(b - a for _, a, b in pieces) if pieces else 0
     n_lower = groups.n_groups if use_bounds else 0
     # the changes of S, v, SSE and the members, and the counters, summed over the old and the new rows
-    report = (np.zeros((k, n_features)), np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64),
-              np.zeros(len(COUNTERS), dtype=np.int64))
+    report = (
+        np.zeros((k, n_features)),
+        np.zeros(k),
+        np.zeros(k),
+        np.zeros(k, dtype=np.int64),
+        np.zeros(len(COUNTERS), dtype=np.int64),
+    )
     if n_old + n_new == 0:
-        return StepOutput(BatchBlock(np.empty((0, n_features), dtype=centers.dtype), np.empty(0, dtype=np.int64),
-                                     np.empty(0, dtype=np.int32), np.empty(0), np.empty((0, 0), dtype=LOWER_DTYPE),
-                                     np.empty(0)), report)
+        return StepOutput(
+            BatchBlock(
+                np.empty((0, n_features), dtype=centers.dtype),
+                np.empty(0, dtype=np.int64),
+                np.empty(0, dtype=np.int32),
+                np.empty(0),
+                np.empty((0, 0), dtype=LOWER_DTYPE),
+                np.empty(0),
+            ),
+            report,
+        )
     if n_new:
         rows_dtype = block.rows.dtype if block is not None else pieces[0][0][1].dtype
-        grown = BatchBlock(np.empty((n_old + n_new, n_features), dtype=rows_dtype),
-                           np.empty(n_old + n_new, dtype=np.int64), np.empty(n_old + n_new, dtype=np.int32),
-                           np.empty(n_old + n_new), np.empty((n_old + n_new, n_lower), dtype=LOWER_DTYPE),
-                           np.empty(n_old + n_new), block.recycler if block is not None else None)
+        grown = BatchBlock(
+            np.empty((n_old + n_new, n_features), dtype=rows_dtype),
+            np.empty(n_old + n_new, dtype=np.int64),
+            np.empty(n_old + n_new, dtype=np.int32),
+            np.empty(n_old + n_new),
+            np.empty((n_old + n_new, n_lower), dtype=LOWER_DTYPE),
+            np.empty(n_old + n_new),
+            block.recycler if block is not None else None,
+        )
         _copy_rows(grown, block, pieces, n_old)
     if block is not None:
-        out = (grown.labels[:n_old], grown.dist2[:n_old], grown.lower[:n_old]) if n_new else \
-            block.empty_like_state()
+        out = (grown.labels[:n_old], grown.dist2[:n_old], grown.lower[:n_old]) if n_new else block.empty_like_state()
         if use_bounds:
-            labels, dist2, lower, computed = revisit_with_bounds(block.rows, centers, block.labels, block.lower,
-                                                                 shift, groups, dist2=block.dist2, out=out)
+            labels, dist2, lower, computed = revisit_with_bounds(
+                block.rows, centers, block.labels, block.lower, shift, groups, dist2=block.dist2, out=out
+            )
         else:
             labels, dist2, lower, _ = assign_with_bounds(block.rows, centers, groups, with_bounds=False, out=out)
             computed = n_old * k
         *deltas, changed = batch_deltas(block.rows, block.labels, block.dist2, labels, dist2, k, block.weights)
         _add(report, deltas, (n_old, 0, changed, computed, max(0, n_old * k - computed)))
         if not n_new:
-            return StepOutput(BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights,
-                                         block.recycler), report)
+            return StepOutput(
+                BatchBlock(block.rows, block.index, labels, dist2, lower, block.weights, block.recycler), report
+            )
     new = slice(n_old, None)
-    labels, dist2, _, _ = assign_with_bounds(grown.rows[new], centers, groups, with_bounds=use_bounds,
-                                             out=(grown.labels[new], grown.dist2[new], grown.lower[new]))
+    labels, dist2, _, _ = assign_with_bounds(
+        grown.rows[new],
+        centers,
+        groups,
+        with_bounds=use_bounds,
+        out=(grown.labels[new], grown.dist2[new], grown.lower[new]),
+    )
     empty = np.empty(0, dtype=np.int32)
     *deltas, _ = batch_deltas(grown.rows[new], empty, np.empty(0), labels, dist2, k, grown.weights[new])
     _add(report, deltas, (0, n_new, 0, n_new * k, 0))

@@ -35,8 +35,12 @@ def update_state_graph(array, weights, states, candidates, first_index):
     candidates = np.ascontiguousarray(candidates, dtype=array.dtype)
     states = states if states is not None else [None] * array.numblocks[0]
     return map_blocks_delayed(
-        _update_state_block, "kmeans-parallel-distances", block_args(array, weights, states),
-        shared(candidates, "candidates"), int(first_index), reads_data=True
+        _update_state_block,
+        "kmeans-parallel-distances",
+        block_args(array, weights, states),
+        shared(candidates, "candidates"),
+        int(first_index),
+        reads_data=True,
     )
 
 
@@ -67,7 +71,11 @@ def _merge_oversample(parts):
 def oversample_graph(array, weights, states, key, scale):
     """Delayed rows chosen independently with probability ``min(1, scale * w * d^2)``."""
     parts = map_blocks_delayed(
-        _oversample_block, "kmeans-parallel-oversample", block_args(array, weights, states), key, float(scale),
+        _oversample_block,
+        "kmeans-parallel-oversample",
+        block_args(array, weights, states),
+        key,
+        float(scale),
         reads_data=True,
     )
     return tree_reduce(parts, _merge_oversample, "kmeans-parallel-oversample")
@@ -82,7 +90,9 @@ def candidate_weights_graph(array, weights, states, n_candidates):
     """Delayed total weight of the rows nearest to each candidate."""
     weight_blocks = [a[2] for a in block_args(array, weights)]
     parts = map_blocks_delayed(
-        _candidate_weights_block, "kmeans-parallel-weights",
-        [[s, w] for s, w in zip(states, weight_blocks)], int(n_candidates),
+        _candidate_weights_block,
+        "kmeans-parallel-weights",
+        [[s, w] for s, w in zip(states, weight_blocks)],
+        int(n_candidates),
     )
     return tree_reduce(parts, sum, "kmeans-parallel-weights")

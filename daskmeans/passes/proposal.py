@@ -72,8 +72,9 @@ def row_probabilities(block, weights, point, total_d2, total_w) -> np.ndarray:
 def _proposal_block(block, weights, point, total_d2, total_w, settings=None):
     weights = np.asarray(weights, dtype=np.float64).ravel()
     with config.applied(settings):  # the settings the task carries (the slabs' size)
-        return np.concatenate([row_probabilities(rows, w, point, total_d2, total_w)
-                               for _, rows, w in slabs(block, weights)])
+        return np.concatenate(
+            [row_probabilities(rows, w, point, total_d2, total_w) for _, rows, w in slabs(block, weights)]
+        )
 
 
 def lazy_proposal(array, point, masses, weights=None):
@@ -83,6 +84,16 @@ def lazy_proposal(array, point, masses, weights=None):
     if weights is None:
         weights = da.ones(array.shape[0], chunks=(array.chunks[0],), dtype=np.float64)
     settings = config.carried()
-    return da.map_blocks(_proposal_block, stored_form(array), weights[:, None], point, total_d2, total_w,
-                         drop_axis=1, dtype=np.float64, token="daskmeans-afkmc2-proposal",
-                         meta=np.empty(0, np.float64), **({} if settings is None else {"settings": settings}))
+    return da.map_blocks(
+        _proposal_block,
+        stored_form(array),
+        weights[:, None],
+        point,
+        total_d2,
+        total_w,
+        drop_axis=1,
+        dtype=np.float64,
+        token="daskmeans-afkmc2-proposal",
+        meta=np.empty(0, np.float64),
+        **({} if settings is None else {"settings": settings}),
+    )

@@ -62,30 +62,41 @@ def sampled_rows(array, weights, probability: float, key: int, client=None):
         blocks persisted.
     sample_weights : dask.array.Array (m,) or None
     """
-    parts = persist_now(*map_blocks_delayed(_keep_rows, "row-sample", block_args(array, weights), int(key),
-                                            float(probability), reads_data=True), client=client)
-    sizes = compute_now(*[task(_key_beside("size", part.key), _rows_kept, part) for part in parts],
-                        client=client)
+    parts = persist_now(
+        *map_blocks_delayed(
+            _keep_rows, "row-sample", block_args(array, weights), int(key), float(probability), reads_data=True
+        ),
+        client=client,
+    )
+    sizes = compute_now(*[task(_key_beside("size", part.key), _rows_kept, part) for part in parts], client=client)
     stored = stored_form(array)
     kept = [(part, int(size)) for part, size in zip(parts, sizes) if size]
     if not kept:
         empty = da.zeros((0, array.shape[1]), dtype=stored.dtype)
         return with_stored_form(empty.astype(array.dtype), empty), (None if weights is None else da.zeros(0))
-    rows = da.concatenate([
-        da.from_delayed(task(_key_beside("rows", part.key), _part_item, part, 0),
-                        shape=(size, array.shape[1]), dtype=stored.dtype)
-        for part, size in kept
-    ])
+    rows = da.concatenate(
+        [
+            da.from_delayed(
+                task(_key_beside("rows", part.key), _part_item, part, 0),
+                shape=(size, array.shape[1]),
+                dtype=stored.dtype,
+            )
+            for part, size in kept
+        ]
+    )
     total = rows.shape[0]
     block = max(1, min(total, config.ROW_SAMPLE_BLOCK_ROWS))
     rows = rows.rechunk({0: block, 1: -1})
     sample_weights = None
     if weights is not None:
-        sample_weights = da.concatenate([
-            da.from_delayed(task(_key_beside("weights", part.key), _part_item, part, 1),
-                            shape=(size,), dtype=np.float64)
-            for part, size in kept
-        ]).rechunk({0: block})
+        sample_weights = da.concatenate(
+            [
+                da.from_delayed(
+                    task(_key_beside("weights", part.key), _part_item, part, 1), shape=(size,), dtype=np.float64
+                )
+                for part, size in kept
+            ]
+        ).rechunk({0: block})
         rows, sample_weights = persist_now(rows, sample_weights, client=client)
     else:
         (rows,) = persist_now(rows, client=client)

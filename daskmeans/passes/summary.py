@@ -104,7 +104,7 @@ def row_hash(block, offset, weights=None) -> int:
     for start in range(0, n, _HASH_ROWS):
         stop = min(n, start + _HASH_ROWS)
         values = np.empty((stop - start, d), dtype=np.float64)
-        values[:, :block.shape[1]] = block[start:stop]
+        values[:, : block.shape[1]] = block[start:stop]
         if weights is not None:
             values[:, -1] = np.asarray(weights)[start:stop]
         words = values.view(np.uint64)
@@ -131,8 +131,12 @@ def _summarize_slab(rows, offset, weights, with_row_hash):
 
 
 def _summarize_block(block, offset, weights, with_row_hash=True):
-    return _combine([_summarize_slab(rows, offset + start, w, with_row_hash)
-                     for start, rows, w in slabs(block, weights, reuse=True)])
+    return _combine(
+        [
+            _summarize_slab(rows, offset + start, w, with_row_hash)
+            for start, rows, w in slabs(block, weights, reuse=True)
+        ]
+    )
 
 
 def _first(a, b):
@@ -169,8 +173,9 @@ def summary_graph(array, weights=None, with_row_hash=True):
     ``with_row_hash=False`` leaves :attr:`Summary.row_hash` at 0: the hash is a third of the pass's work and only
     checkpoints use it.
     """
-    parts = map_blocks_delayed(_summarize_block, "summary", block_args(array, weights), bool(with_row_hash),
-                               reads_data=True)
+    parts = map_blocks_delayed(
+        _summarize_block, "summary", block_args(array, weights), bool(with_row_hash), reads_data=True
+    )
     return tree_reduce(parts, _combine, "summary")
 
 

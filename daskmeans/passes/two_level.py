@@ -50,8 +50,13 @@ def coarse_counts_graph(array, coarse, weights=None):
         Without weights the mass is the number of rows.
     """
     coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
-    parts = map_blocks_delayed(_coarse_counts_block, "two-level-counts", block_args(array, weights),
-                               shared(coarse, "coarse-centers"), reads_data=True)
+    parts = map_blocks_delayed(
+        _coarse_counts_block,
+        "two-level-counts",
+        block_args(array, weights),
+        shared(coarse, "coarse-centers"),
+        reads_data=True,
+    )
     return tree_reduce(parts, _sum_counts, "two-level-counts")
 
 
@@ -152,17 +157,33 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
     batch_of = np.asarray(batch_of, dtype=np.int64)
     n_batches = int(batch_of.max()) + 1 if len(batch_of) else 0
     caps_node = shared(caps, "two-level-caps")
-    block_parts = map_blocks_delayed(_cluster_sample_block, "two-level-sample", block_args(array, weights),
-                                     shared(coarse, "coarse-centers"), caps_node,
-                                     shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"), int(key),
-                                     shared(batch_of, "two-level-batches"), n_batches, reads_data=True)
+    block_parts = map_blocks_delayed(
+        _cluster_sample_block,
+        "two-level-sample",
+        block_args(array, weights),
+        shared(coarse, "coarse-centers"),
+        caps_node,
+        shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"),
+        int(key),
+        shared(batch_of, "two-level-batches"),
+        n_batches,
+        reads_data=True,
+    )
     token = tokenize(block_parts, caps, thresholds, batch_of)
     split_every, settings = config.SPLIT_EVERY, config.carried()
     batches = []
     for b in range(n_batches):
         name = f"daskmeans-two-level-merge-{token}-{b}"
-        first = [task((name, j // split_every), _merge_first, block_parts[j:j + split_every], b, caps_node,
-                      settings=settings)
-                 for j in range(0, len(block_parts), split_every)]
+        first = [
+            task(
+                (name, j // split_every),
+                _merge_first,
+                block_parts[j : j + split_every],
+                b,
+                caps_node,
+                settings=settings,
+            )
+            for j in range(0, len(block_parts), split_every)
+        ]
         batches.append(first[0] if len(first) == 1 else tree_reduce(first, _merge_next, f"two-level-merge-{b}"))
     return batches

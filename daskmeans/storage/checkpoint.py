@@ -130,12 +130,15 @@ def _encode(value, arrays, where):
         out = {}
         for key, item in value.items():
             if not isinstance(key, str) or key in ("__array__", "__scalar__"):
-                raise CheckpointError(f"checkpoint state key {key!r} at {where} must be a string (not '__array__' "
-                                      "or '__scalar__').")
+                raise CheckpointError(
+                    f"checkpoint state key {key!r} at {where} must be a string (not '__array__' or '__scalar__')."
+                )
             out[key] = _encode(item, arrays, f"{where}.{key}")
         return out
-    raise CheckpointError(f"checkpoint state {where} holds a {type(value).__name__}, which a checkpoint cannot "
-                          "store without pickle; save arrays, numbers, strings, lists and dicts.")
+    raise CheckpointError(
+        f"checkpoint state {where} holds a {type(value).__name__}, which a checkpoint cannot "
+        "store without pickle; save arrays, numbers, strings, lists and dicts."
+    )
 
 
 class SavedState(dict):
@@ -144,8 +147,9 @@ class SavedState(dict):
     what = "The checkpoint"
 
     def __missing__(self, key):
-        raise CheckpointError(f"{self.what} is damaged: its state has no {key!r}. Delete the checkpoint to start the "
-                              "fit afresh.")
+        raise CheckpointError(
+            f"{self.what} is damaged: its state has no {key!r}. Delete the checkpoint to start the fit afresh."
+        )
 
 
 def _decode(value, arrays, what):
@@ -246,8 +250,10 @@ class Checkpoint:
 
     def _check_directory(self):
         if os.path.isfile(self.path):
-            raise CheckpointError(f"checkpoint path {self.path!r} is a file; give a directory path (it is made "
-                                  "when missing), or delete the file.")
+            raise CheckpointError(
+                f"checkpoint path {self.path!r} is a file; give a directory path (it is made "
+                "when missing), or delete the file."
+            )
         if not os.path.isdir(self.path):
             return
         if os.path.exists(os.path.join(self.path, MARKER)):
@@ -265,11 +271,15 @@ class Checkpoint:
         try:
             content = json.loads(read_plain_file(pointer, max_bytes=1 << 16))
         except (OSError, ValueError) as error:
-            raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not readable JSON ({error}). "
-                                  f"Delete {self.path!r} to start the fit afresh.") from error
+            raise CheckpointError(
+                f"{self._describe()} is damaged: {POINTER} is not readable JSON ({error}). "
+                f"Delete {self.path!r} to start the fit afresh."
+            ) from error
         if not isinstance(content, dict) or content.get("format") != FORMAT:
-            raise CheckpointError(f"{self._describe()} is damaged: {POINTER} is not a daskmeans checkpoint pointer. "
-                                  f"Delete {self.path!r} to start the fit afresh.")
+            raise CheckpointError(
+                f"{self._describe()} is damaged: {POINTER} is not a daskmeans checkpoint pointer. "
+                f"Delete {self.path!r} to start the fit afresh."
+            )
         version = content.get("version")
         directory = content.get("directory")
         written = content.get("format_version")
@@ -279,8 +289,13 @@ class Checkpoint:
                 f"version {FORMAT_VERSION}, whose data fingerprint also tells permuted rows apart) and cannot be "
                 f"resumed; delete {self.path!r} to start afresh."
             )
-        if written != FORMAT_VERSION or not isinstance(version, int) or version < 1 or \
-                not isinstance(directory, str) or not _VERSION_NAME.match(directory):
+        if (
+            written != FORMAT_VERSION
+            or not isinstance(version, int)
+            or version < 1
+            or not isinstance(directory, str)
+            or not _VERSION_NAME.match(directory)
+        ):
             raise CheckpointError(
                 f"{self._describe()} has format version {content.get('format_version')!r} (pointer {content!r}); "
                 f"this daskmeans reads version {FORMAT_VERSION}. Delete {self.path!r} or use the daskmeans that "
@@ -296,22 +311,33 @@ class Checkpoint:
         what = f"{self._describe()} (version {version})"
         directory = os.path.join(self.path, name)
         if not os.path.isdir(directory):
-            raise CheckpointError(f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
-                                  f"missing. Delete {self.path!r} to start the fit afresh.")
+            raise CheckpointError(
+                f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
+                f"missing. Delete {self.path!r} to start the fit afresh."
+            )
         if os.path.islink(directory):
-            raise CheckpointError(f"{what} is damaged or tampered with: {os.path.basename(directory)} is a symbolic "
-                                  f"link, which daskmeans never writes nor follows. Delete {self.path!r} to start "
-                                  "afresh.")
+            raise CheckpointError(
+                f"{what} is damaged or tampered with: {os.path.basename(directory)} is a symbolic "
+                f"link, which daskmeans never writes nor follows. Delete {self.path!r} to start "
+                "afresh."
+            )
         group = open_group(directory, what)
         attrs = dict(group.attrs)
         if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
-            raise CheckpointError(f"{what} is damaged or foreign: its group has format {attrs.get('format')!r} "
-                                  f"version {attrs.get('format_version')!r}. Delete {self.path!r} to start afresh.")
+            raise CheckpointError(
+                f"{what} is damaged or foreign: its group has format {attrs.get('format')!r} "
+                f"version {attrs.get('format_version')!r}. Delete {self.path!r} to start afresh."
+            )
         saved = attrs.get("fingerprint")
-        if not isinstance(saved, dict) or not isinstance(attrs.get("state"), str) or \
-                not isinstance(attrs.get("arrays"), list):
-            raise CheckpointError(f"{what} is damaged: its fingerprint, state or array list is missing. "
-                                  f"Delete {self.path!r} to start the fit afresh.")
+        if (
+            not isinstance(saved, dict)
+            or not isinstance(attrs.get("state"), str)
+            or not isinstance(attrs.get("arrays"), list)
+        ):
+            raise CheckpointError(
+                f"{what} is damaged: its fingerprint, state or array list is missing. "
+                f"Delete {self.path!r} to start the fit afresh."
+            )
         static = {key: value for key, value in saved.items() if key != "content"}
         found = differences(static, self.fingerprint)
         if found:
@@ -402,15 +428,19 @@ class Checkpoint:
         tree = _encode(state, arrays, "state")
         if arrays:
             write_group(os.path.join(directory, "arrays"), arrays)
-        zarr.create_group(store=directory, zarr_format=3, attributes={
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "fingerprint": self.fingerprint,
-            "saved_at": time.time(),
-            "state": json.dumps(tree, allow_nan=True),
-            "arrays": sorted(arrays),
-            "shared": sorted(keep_shared),
-        })
+        zarr.create_group(
+            store=directory,
+            zarr_format=3,
+            attributes={
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "fingerprint": self.fingerprint,
+                "saved_at": time.time(),
+                "state": json.dumps(tree, allow_nan=True),
+                "arrays": sorted(arrays),
+                "shared": sorted(keep_shared),
+            },
+        )
         fsync_files(directory, "zarr.json")
         fsync_dir(directory)
         fsync_dir(self.path)
@@ -423,8 +453,9 @@ class Checkpoint:
         pointer = os.path.join(self.path, POINTER)
         temporary = f"{pointer}.tmp-{uuid.uuid4().hex}"
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump({"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name},
-                      handle)
+            json.dump(
+                {"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name}, handle
+            )
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, pointer)
@@ -433,12 +464,17 @@ class Checkpoint:
     def _remove_other_versions(self, keep, keep_shared):
         """Delete every version but ``keep``, the shared folders it does not use and stray pointer files, in a
         thread, while the fit goes on."""
-        stale = [os.path.join(self.path, name) for name in os.listdir(self.path)
-                 if (_VERSION_NAME.match(name) and name != keep) or name.startswith(f"{POINTER}.tmp-")
-                 or (name.startswith("shared-") and name not in keep_shared)]
+        stale = [
+            os.path.join(self.path, name)
+            for name in os.listdir(self.path)
+            if (_VERSION_NAME.match(name) and name != keep)
+            or name.startswith(f"{POINTER}.tmp-")
+            or (name.startswith("shared-") and name not in keep_shared)
+        ]
         if stale:
-            self._cleanup = threading.Thread(target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup",
-                                             daemon=True)
+            self._cleanup = threading.Thread(
+                target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup", daemon=True
+            )
             self._cleanup.start()
 
     def close(self):
@@ -476,5 +512,3 @@ def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
     """
     check_supported(estimator)
     return Checkpoint(path, fit_fingerprint(estimator, data, weights))
-
-

@@ -52,8 +52,11 @@ def fit_fingerprint(estimator, data, weights) -> dict:
     dict
     """
     chunks = tuple(int(c) for c in data.array.chunks[0])
-    params = {name: to_jsonable(value, convert=_param_object) for name, value in sorted(estimator.get_params().items())
-              if name not in UNTRACKED_PARAMS}
+    params = {
+        name: to_jsonable(value, convert=_param_object)
+        for name, value in sorted(estimator.get_params().items())
+        if name not in UNTRACKED_PARAMS
+    }
     return {
         "estimator": type(estimator).__name__,
         "params": params,
@@ -77,9 +80,13 @@ def content_digest(summary) -> dict:
     dict
     """
     return {
-        "statistics": digest(np.asarray(summary.mean, dtype=np.float64),
-                             np.asarray(summary.variance, dtype=np.float64), float(summary.max_abs),
-                             float(summary.total_weight), int(summary.n_samples)),
+        "statistics": digest(
+            np.asarray(summary.mean, dtype=np.float64),
+            np.asarray(summary.variance, dtype=np.float64),
+            float(summary.max_abs),
+            float(summary.total_weight),
+            int(summary.n_samples),
+        ),
         "rows": f"{int(summary.row_hash):016x}",
     }
 
@@ -89,12 +96,16 @@ def content_differences(saved, current: dict) -> str:
     if not isinstance(saved, dict):
         return "its data fingerprint is of an older format"
     if saved.get("statistics") != current["statistics"]:
-        return ("its values or their order differ (statistics digest "
-                f"{saved.get('statistics')!r} in the checkpoint, {current['statistics']!r} now; row hash "
-                f"{saved.get('rows')!r} in the checkpoint, {current['rows']!r} now)")
-    return ("the rows differ with the same mean, variance, extremes and weight: rows permuted, values moved within "
-            f"a column or weights reordered (row hash {saved.get('rows')!r} in the checkpoint, {current['rows']!r} "
-            "now)")
+        return (
+            "its values or their order differ (statistics digest "
+            f"{saved.get('statistics')!r} in the checkpoint, {current['statistics']!r} now; row hash "
+            f"{saved.get('rows')!r} in the checkpoint, {current['rows']!r} now)"
+        )
+    return (
+        "the rows differ with the same mean, variance, extremes and weight: rows permuted, values moved within "
+        f"a column or weights reordered (row hash {saved.get('rows')!r} in the checkpoint, {current['rows']!r} "
+        "now)"
+    )
 
 
 def differences(saved: dict, current: dict) -> list[str]:
@@ -104,8 +115,9 @@ def differences(saved: dict, current: dict) -> list[str]:
         if key == "params" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
             for name in sorted(set(saved[key]) | set(current[key])):
                 if saved[key].get(name) != current[key].get(name):
-                    found.append(f"parameter {name}: {saved[key].get(name)!r} in the checkpoint, "
-                                 f"{current[key].get(name)!r} now")
+                    found.append(
+                        f"parameter {name}: {saved[key].get(name)!r} in the checkpoint, {current[key].get(name)!r} now"
+                    )
         elif saved.get(key) != current.get(key):
             found.append(f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now")
     return found

@@ -97,9 +97,7 @@ def _check_shape(shape, name: str):
     if shape[0] == 0:
         raise InputDataError(f"{name} has 0 samples (shape {tuple(shape)}); at least one row is required.")
     if shape[1] == 0:
-        raise InputDataError(
-            f"{name} has 0 feature(s) (shape={tuple(shape)}) while a minimum of 1 is required."
-        )
+        raise InputDataError(f"{name} has 0 feature(s) (shape={tuple(shape)}) while a minimum of 1 is required.")
 
 
 def _default_rows(n_features: int, itemsize: int) -> int:
@@ -110,8 +108,10 @@ def chosen_block_rows(n_samples: int, n_features: int, itemsize: int) -> int:
     """Rows per block where daskmeans chooses the chunking, from the shape alone (so that results do not depend on
     the cluster): about ``TARGET_BLOCK_BYTES`` of rows as computed, and at least ``MIN_CHOSEN_BLOCKS`` blocks of at
     least ``MIN_CHOSEN_BLOCK_ROWS`` rows when the data is smaller."""
-    rows = min(_default_rows(n_features, itemsize),
-               max(config.MIN_CHOSEN_BLOCK_ROWS, -(-int(n_samples) // config.MIN_CHOSEN_BLOCKS)))
+    rows = min(
+        _default_rows(n_features, itemsize),
+        max(config.MIN_CHOSEN_BLOCK_ROWS, -(-int(n_samples) // config.MIN_CHOSEN_BLOCKS)),
+    )
     return int(max(1, min(rows, n_samples)))
 
 
@@ -193,8 +193,9 @@ def sample_dimension(dims, sample_dim: str | None = None, name: str = "X") -> in
     dims = list(dims)
     if sample_dim is not None:
         if sample_dim not in dims:
-            raise InputDataError(f"sample_dim={sample_dim!r} is not a dimension of {name}; its dimensions are "
-                                 f"{dims}. Pass one of them.")
+            raise InputDataError(
+                f"sample_dim={sample_dim!r} is not a dimension of {name}; its dimensions are {dims}. Pass one of them."
+            )
         return dims.index(sample_dim)
     if SAMPLE_DIM in dims:
         return dims.index(SAMPLE_DIM)
@@ -211,9 +212,14 @@ def _zarr_dimension_names(source) -> tuple | None:
     return tuple(n if isinstance(n, str) else None for n in names)
 
 
-def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.DataArray | zarr.Array | Dataset, *,
-               array: str | None = None, chunk_rows: int | None = None, name: str = "X",
-               sample_dim: str | None = None) -> Dataset:
+def open_input(
+    source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.DataArray | zarr.Array | Dataset,
+    *,
+    array: str | None = None,
+    chunk_rows: int | None = None,
+    name: str = "X",
+    sample_dim: str | None = None,
+) -> Dataset:
     """Open any supported input as a :class:`Dataset` without reading its values.
 
     Parameters
@@ -291,9 +297,7 @@ def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.Da
             _check_shape(source.shape, name)
         sample_dim = source.dims[sample_dimension(source.dims, dims_given, name)]
         source = source.transpose(sample_dim, ...)  # lazy for dask, a view for NumPy
-        sample_coords = {
-            key: coord.variable for key, coord in source.coords.items() if coord.dims == (sample_dim,)
-        }
+        sample_coords = {key: coord.variable for key, coord in source.coords.items() if coord.dims == (sample_dim,)}
         is_xarray = True
         source = source.data
         dims_given = None
@@ -301,9 +305,11 @@ def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.Da
     from_store = isinstance(source, zarr.Array)
     stored_dims = _zarr_dimension_names(source) if from_store else None
     if dims_given is not None and stored_dims is None:
-        raise InputDataError(f"sample_dim={dims_given!r} names a dimension, but {name} has no dimension names "
-                             "(a NumPy, dask, .npy or Zarr array without them: rows are samples). Drop sample_dim, "
-                             "or transpose the data so that rows are samples.")
+        raise InputDataError(
+            f"sample_dim={dims_given!r} names a dimension, but {name} has no dimension names "
+            "(a NumPy, dask, .npy or Zarr array without them: rows are samples). Drop sample_dim, "
+            "or transpose the data so that rows are samples."
+        )
     if isinstance(source, da.Array):
         raw = source
     elif from_store:
@@ -327,10 +333,12 @@ def open_input(source: str | os.PathLike[str] | ArrayLike | da.Array | xarray.Da
         if source.dtype == object:
             source = _numeric_from_object(source, name)
         _check_shape(source.shape, name)
-        rows = chunk_rows or chosen_block_rows(source.shape[0], source.shape[1],
-                                               compute_dtype(source.dtype, name).itemsize)
-        raw = da.from_array(source, chunks=(min(rows, source.shape[0]), source.shape[1]),
-                            name=None if location is None else False)
+        rows = chunk_rows or chosen_block_rows(
+            source.shape[0], source.shape[1], compute_dtype(source.dtype, name).itemsize
+        )
+        raw = da.from_array(
+            source, chunks=(min(rows, source.shape[0]), source.shape[1]), name=None if location is None else False
+        )
 
     _check_shape(raw.shape, name)
     if any(np.isnan(c) for c in raw.chunks[0]):
@@ -383,15 +391,20 @@ def spread_on_workers(array: da.Array, client) -> da.Array:
     stored = stored_form(array)
     values = dask.compute(*(stored.blocks[i] for i in range(stored.numblocks[0])), scheduler="sync")
     futures = client.scatter(list(values))
-    placed = da.concatenate([da.from_delayed(future, shape=value.shape, dtype=value.dtype)
-                             for future, value in zip(futures, values)])
-    (placed,) = persist_now(placed.map_blocks(_aligned, dtype=placed.dtype, token="daskmeans-aligned"),
-                            client=client)
+    placed = da.concatenate(
+        [da.from_delayed(future, shape=value.shape, dtype=value.dtype) for future, value in zip(futures, values)]
+    )
+    (placed,) = persist_now(placed.map_blocks(_aligned, dtype=placed.dtype, token="daskmeans-aligned"), client=client)
     return placed if placed.dtype == array.dtype else with_stored_form(placed.astype(array.dtype), placed)
 
 
-def write_labels(labels: ArrayLike | da.Array | xarray.DataArray, path: str | os.PathLike[str], *,
-                 overwrite: bool = False, client: Client | None = None) -> str:
+def write_labels(
+    labels: ArrayLike | da.Array | xarray.DataArray,
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    client: Client | None = None,
+) -> str:
     """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
 
     The array is written under a temporary name and moved into place when complete, so a failure leaves no
@@ -447,16 +460,25 @@ def write_labels(labels: ArrayLike | da.Array | xarray.DataArray, path: str | os
     labels = labels.rechunk(chunk)
     with atomic_output(path, overwrite) as tmp:
         # dimension_names lets xarray.open_zarr read the labels beside data written the same way
-        target = zarr.open_array(store=tmp, mode="w", shape=labels.shape, chunks=(chunk,), dtype=labels.dtype,
-                                 zarr_format=3, dimension_names=(dims[0] if dims else "sample",))
+        target = zarr.open_array(
+            store=tmp,
+            mode="w",
+            shape=labels.shape,
+            chunks=(chunk,),
+            dtype=labels.dtype,
+            zarr_format=3,
+            dimension_names=(dims[0] if dims else "sample",),
+        )
         target.attrs["daskmeans"] = {"kind": "labels"}
         starts = np.cumsum((0,) + labels.chunks[0][:-1])
-        writes = [dask.delayed(_store_rows, pure=False)(block, target, int(start))
-                  for block, start in zip(labels.to_delayed().ravel(), starts)]
+        writes = [
+            dask.delayed(_store_rows, pure=False)(block, target, int(start))
+            for block, start in zip(labels.to_delayed().ravel(), starts)
+        ]
         compute_writes(writes, resolve_client(client))
     return os.fspath(path)
 
 
 def _store_rows(values, target, start):
     """Write ``values`` to rows ``start ..`` of the Zarr array ``target`` (one chunk of it)."""
-    target[start:start + len(values)] = values
+    target[start : start + len(values)] = values

@@ -55,28 +55,33 @@ def save_model(estimator, path, *, overwrite=False) -> str:
             if stored is None and value is not None:
                 stored = {"unstored": type(value).__name__}
             params[name] = stored
-    scalars = {name: to_jsonable(getattr(estimator, name)) for name in estimator._model_scalars
-               if hasattr(estimator, name)}
+    scalars = {
+        name: to_jsonable(getattr(estimator, name)) for name in estimator._model_scalars if hasattr(estimator, name)
+    }
     history = to_jsonable(getattr(estimator, "history_", []))
     with atomic_output(path, overwrite) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
         arrays = {name: np.asarray(getattr(estimator, name)) for name in estimator._model_arrays}
-        arrays.update({f"param_{k}": np.asarray(v) for k, v in estimator.get_params().items()
-                       if isinstance(v, np.ndarray)})
+        arrays.update(
+            {f"param_{k}": np.asarray(v) for k, v in estimator.get_params().items() if isinstance(v, np.ndarray)}
+        )
         for name, value in arrays.items():
-            array = group.create_array(name.rstrip("_"), shape=value.shape, dtype=value.dtype,
-                                       chunks=value.shape or None)
+            array = group.create_array(
+                name.rstrip("_"), shape=value.shape, dtype=value.dtype, chunks=value.shape or None
+            )
             array[...] = value
-        group.attrs.update({
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "daskmeans_version": __version__,
-            "estimator": type(estimator).__name__,
-            "params": params,
-            "scalars": scalars,
-            "arrays": sorted(arrays),
-            "history": json.loads(json.dumps(history, allow_nan=True)),
-        })
+        group.attrs.update(
+            {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "daskmeans_version": __version__,
+                "estimator": type(estimator).__name__,
+                "params": params,
+                "scalars": scalars,
+                "arrays": sorted(arrays),
+                "history": json.loads(json.dumps(history, allow_nan=True)),
+            }
+        )
     return os.fspath(path)
 
 
@@ -95,8 +100,9 @@ def _count(value):
 
 
 def _kernel_params(value):
-    return isinstance(value, dict) and all(isinstance(key, str) and (item is None or _real(item))
-                                           for key, item in value.items())
+    return isinstance(value, dict) and all(
+        isinstance(key, str) and (item is None or _real(item)) for key, item in value.items()
+    )
 
 
 #: Every fitted scalar a model may hold: ``(check, what it must be, needed to predict)``. A name an estimator lists
@@ -187,8 +193,9 @@ def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
         raise ModelFileError(f"{path!r} is damaged: its 'params' or 'scalars' attribute is missing.")
     history = attrs.get("history", [])
     if not isinstance(history, list):
-        raise ModelFileError(f"{path!r} is damaged: its 'history' attribute is {type(history).__name__}, expected "
-                             "a list.")
+        raise ModelFileError(
+            f"{path!r} is damaged: its 'history' attribute is {type(history).__name__}, expected a list."
+        )
     estimator, array_params = _estimator_from_params(cls, params, path)
     for name, value in _checked_scalars(cls, scalars, path).items():
         setattr(estimator, name, value)
@@ -196,8 +203,10 @@ def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
     bound = {}
     for name in array_params:
         if f"param_{name}" not in shapes:
-            raise ModelFileError(f"{path!r} is damaged: parameter {name!r} is stored as an array, which "
-                                 f"{cls.__name__} never takes for it.")
+            raise ModelFileError(
+                f"{path!r} is damaged: parameter {name!r} is stored as an array, which "
+                f"{cls.__name__} never takes for it."
+            )
         value = _read_shaped(group, f"param_{name}", shapes[f"param_{name}"], bound, what)
         setattr(estimator, name, value)
     _validate_loaded_params(estimator, path)
@@ -235,16 +244,22 @@ def _estimator_from_params(cls, params, path):
     kwargs, array_params = {}, []
     for name, value in params.items():
         if name in RUNTIME_PARAMS:
-            raise ModelFileError(f"{path!r} is damaged: it holds the parameter {name!r}, which says where a fit runs "
-                                 "and is never stored in a model file; it was not loaded. Pass it after loading "
-                                 f"(model.set_params({name}=...)).")
+            raise ModelFileError(
+                f"{path!r} is damaged: it holds the parameter {name!r}, which says where a fit runs "
+                "and is never stored in a model file; it was not loaded. Pass it after loading "
+                f"(model.set_params({name}=...))."
+            )
         if name not in valid:
-            raise ModelFileError(f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}; it takes "
-                                 f"{sorted(valid - set(RUNTIME_PARAMS))}.")
+            raise ModelFileError(
+                f"{path!r} is damaged: unknown parameter {name!r} for {cls.__name__}; it takes "
+                f"{sorted(valid - set(RUNTIME_PARAMS))}."
+            )
         if isinstance(value, dict) and set(value) == {"array"}:
             if value["array"] != f"param_{name}":
-                raise ModelFileError(f"{path!r} is damaged: parameter {name!r} names the array {value['array']!r}, "
-                                     f"expected 'param_{name}'.")
+                raise ModelFileError(
+                    f"{path!r} is damaged: parameter {name!r} names the array {value['array']!r}, "
+                    f"expected 'param_{name}'."
+                )
             array_params.append(name)
             continue
         if isinstance(value, dict) and set(value) == {"unstored"}:
@@ -270,22 +285,27 @@ def _checked_scalars(cls, scalars, path):
     known = cls._model_scalars
     unknown = sorted(set(scalars) - set(known))
     if unknown:
-        raise ModelFileError(f"{path!r} is damaged: unknown fitted attribute(s) {unknown} for {cls.__name__}; it "
-                             f"stores {list(known)}. Nothing was loaded.")
+        raise ModelFileError(
+            f"{path!r} is damaged: unknown fitted attribute(s) {unknown} for {cls.__name__}; it "
+            f"stores {list(known)}. Nothing was loaded."
+        )
     checked = {}
     for name in known:
         check, expected, needed = SCALAR_KINDS.get(name, (None, None, False))
         if check is None:
-            raise ModelFileError(f"internal: {cls.__name__}._model_scalars lists {name!r}, which "
-                                 "daskmeans.storage.model.SCALAR_KINDS does not describe.")
+            raise ModelFileError(
+                f"internal: {cls.__name__}._model_scalars lists {name!r}, which "
+                "daskmeans.storage.model.SCALAR_KINDS does not describe."
+            )
         if name not in scalars:
             if needed:
                 raise ModelFileError(f"{path!r} is damaged: the fitted attribute {name!r} is missing.")
             continue
         value = scalars[name]
         if not check(value):
-            raise ModelFileError(f"{path!r} is damaged: the fitted attribute {name!r} is {value!r}, expected "
-                                 f"{expected}.")
+            raise ModelFileError(
+                f"{path!r} is damaged: the fitted attribute {name!r} is {value!r}, expected {expected}."
+            )
         checked[name] = value
     return checked
 
@@ -302,8 +322,10 @@ def _open_shaped(group, name, spec, bound, what):
         array = open_safe_array(group, name, what)
         declared = tuple(int(s) for s in array.shape)
         if len(declared) != len(shape):
-            raise ModelFileError(f"{what} is damaged: {name} has {len(declared)} dimension(s), expected "
-                                 f"{len(shape)} ({because}); it was not read.")
+            raise ModelFileError(
+                f"{what} is damaged: {name} has {len(declared)} dimension(s), expected "
+                f"{len(shape)} ({because}); it was not read."
+            )
         for dim, size in zip(spec[0], declared):
             if isinstance(dim, str):
                 bound.setdefault(dim, size)

@@ -82,8 +82,10 @@ def open_source(source, array_name: str | None) -> tuple[object, str]:
             array_name = candidates[0]
         array_name = _array_path(array_name, path)
         if array_name not in names:
-            raise InputDataError(f"The Zarr group {path!r} has no array {array_name!r}; it holds {names} "
-                                 "(arrays in subgroups by their path).")
+            raise InputDataError(
+                f"The Zarr group {path!r} has no array {array_name!r}; it holds {names} "
+                "(arrays in subgroups by their path)."
+            )
         return node[array_name], f"{path.rstrip('/')}/{array_name}"
     if array_name is not None:
         raise InputDataError(f"{path!r} is a Zarr array, not a group; drop array={array_name!r}.")
@@ -99,8 +101,10 @@ def _array_path(array_name: str, path: str) -> str:
     """``array_name`` as a path inside the group: no leading or trailing ``/``, no empty, ``.`` or ``..`` part."""
     parts = str(array_name).strip("/").split("/")
     if any(part in ("", ".", "..") for part in parts):
-        raise InputDataError(f"array={array_name!r} is not a path inside the Zarr group {path!r}: name the array "
-                             "by its path from the group, e.g. 'X' or 'sub/X', without '.' or '..'.")
+        raise InputDataError(
+            f"array={array_name!r} is not a path inside the Zarr group {path!r}: name the array "
+            "by its path from the group, e.g. 'X' or 'sub/X', without '.' or '..'."
+        )
     return "/".join(parts)
 
 

@@ -134,9 +134,14 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
         value = np.ascontiguousarray(value)
         if value.dtype.kind not in "fiub":
             raise CheckpointError(f"checkpoint array {name!r} has dtype {value.dtype}; only numbers can be saved.")
-        array = group.create_array(name, shape=value.shape, dtype=value.dtype,
-                                   chunks=tuple(max(1, s) for s in value.shape) or None,
-                                   chunk_key_encoding={"name": "v2", "separator": "."}, compressors=None)
+        array = group.create_array(
+            name,
+            shape=value.shape,
+            dtype=value.dtype,
+            chunks=tuple(max(1, s) for s in value.shape) or None,
+            chunk_key_encoding={"name": "v2", "separator": "."},
+            compressors=None,
+        )
         if value.size:
             array[...] = value
     fsync_tree(directory)
@@ -201,19 +206,24 @@ def check_tree(directory, what, error=CheckpointError, max_entries=None):
         for entry in entries:
             count += 1
             if max_entries is not None and count > max_entries:
-                raise error(f"{what} holds more than {max_entries} files, far more than daskmeans writes; it is "
-                            "foreign or was tampered with, and was not read.")
+                raise error(
+                    f"{what} holds more than {max_entries} files, far more than daskmeans writes; it is "
+                    "foreign or was tampered with, and was not read."
+                )
             mode = entry.stat(follow_symlinks=False).st_mode
             relative = os.path.relpath(entry.path, root)
             if stat.S_ISLNK(mode):
-                raise error(f"{what} holds a symbolic link {relative!r} (to {os.readlink(entry.path)!r}); daskmeans "
-                            "never writes links and does not follow them out of the folder. It was not read: "
-                            "replace the link by a copy of the file if the file is trusted.")
+                raise error(
+                    f"{what} holds a symbolic link {relative!r} (to {os.readlink(entry.path)!r}); daskmeans "
+                    "never writes links and does not follow them out of the folder. It was not read: "
+                    "replace the link by a copy of the file if the file is trusted."
+                )
             if stat.S_ISDIR(mode):
                 pending.append(entry.path)
             elif not stat.S_ISREG(mode):
-                raise error(f"{what} holds {relative!r}, which is not a plain file (a FIFO, socket or device); it "
-                            "was not read.")
+                raise error(
+                    f"{what} holds {relative!r}, which is not a plain file (a FIFO, socket or device); it was not read."
+                )
 
 
 def read_plain_file(path, max_bytes):
@@ -231,8 +241,9 @@ def read_plain_file(path, max_bytes):
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"{os.path.basename(path)} is not a plain file")
         if info.st_size > max_bytes:
-            raise OSError(f"{os.path.basename(path)} holds {info.st_size:,} bytes, more than the {max_bytes:,} "
-                          "daskmeans writes")
+            raise OSError(
+                f"{os.path.basename(path)} holds {info.st_size:,} bytes, more than the {max_bytes:,} daskmeans writes"
+            )
         return os.read(fd, max_bytes + 1).decode("utf-8")
     finally:
         os.close(fd)
@@ -243,7 +254,17 @@ def read_plain_file(path, max_bytes):
 
 #: Codecs a model array may use; anything else (pickle, vlen object codecs, ...) is refused before reading.
 SAFE_CODECS = {
-    "bytes", "blosc", "zstd", "gzip", "zlib", "crc32c", "transpose", "lz4", "bz2", "lzma", "shuffle",
+    "bytes",
+    "blosc",
+    "zstd",
+    "gzip",
+    "zlib",
+    "crc32c",
+    "transpose",
+    "lz4",
+    "bz2",
+    "lzma",
+    "shuffle",
 }
 
 
@@ -273,8 +294,17 @@ MAX_CHUNKS = 4096
 MAX_ARRAY_BYTES = 16 * 2**30
 
 
-def open_safe_array(group, name, what, error=ModelFileError, *, shape=None, expected=None,
-                    max_chunks=MAX_CHUNKS, max_bytes=MAX_ARRAY_BYTES):
+def open_safe_array(
+    group,
+    name,
+    what,
+    error=ModelFileError,
+    *,
+    shape=None,
+    expected=None,
+    max_chunks=MAX_CHUNKS,
+    max_bytes=MAX_ARRAY_BYTES,
+):
     """One array of a daskmeans Zarr group, its metadata checked and nothing of its chunks read.
 
     Checked: a numeric dtype (no object or string arrays), codecs from :data:`SAFE_CODECS` only (no pickle or
@@ -304,31 +334,39 @@ def open_safe_array(group, name, what, error=ModelFileError, *, shape=None, expe
     except KeyError:
         raise error(f"{what} is damaged: the array {name!r} is missing.") from None
     except Exception as exc:  # metadata zarr cannot even parse (e.g. an object dtype): nothing was decoded
-        raise error(f"{what} is damaged or foreign: array {name!r} cannot be opened ({exc}); it was not read.") \
-            from exc
+        raise error(f"{what} is damaged or foreign: array {name!r} cannot be opened ({exc}); it was not read.") from exc
     if not isinstance(array, zarr.Array):
         raise error(f"{what} is damaged: {name!r} is not an array.")
     if array.dtype.kind not in "fiub":
-        raise error(f"{what}: array {name!r} has dtype {array.dtype}; daskmeans writes numeric arrays only. It is "
-                    "foreign or was tampered with; it was not read.")
+        raise error(
+            f"{what}: array {name!r} has dtype {array.dtype}; daskmeans writes numeric arrays only. It is "
+            "foreign or was tampered with; it was not read."
+        )
     unsafe = _codec_names(array) - SAFE_CODECS
     if unsafe:
-        raise error(f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never writes (they "
-                    "could run code when decoding); it was not read.")
+        raise error(
+            f"{what}: array {name!r} uses codec(s) {sorted(unsafe)}, which daskmeans never writes (they "
+            "could run code when decoding); it was not read."
+        )
     declared = tuple(int(s) for s in array.shape)
     if shape is not None and declared != tuple(shape):
         because = f" ({expected})" if expected else ""
-        raise error(f"{what} is damaged: {name} has shape {declared}, expected {tuple(shape)}{because}; it was not "
-                    "read.")
+        raise error(
+            f"{what} is damaged: {name} has shape {declared}, expected {tuple(shape)}{because}; it was not read."
+        )
     n_bytes = math.prod(declared) * array.dtype.itemsize
     if n_bytes > max_bytes:
-        raise error(f"{what} is damaged or foreign: array {name!r} declares shape {declared} ({n_bytes:,} bytes), "
-                    f"over the limit of {max_bytes:,} bytes; it was not read.")
+        raise error(
+            f"{what} is damaged or foreign: array {name!r} declares shape {declared} ({n_bytes:,} bytes), "
+            f"over the limit of {max_bytes:,} bytes; it was not read."
+        )
     n_chunks = math.prod(math.ceil(s / max(1, int(c))) for s, c in zip(declared, array.chunks))
     if n_chunks > max_chunks:
-        raise error(f"{what} is damaged or foreign: array {name!r} declares {n_chunks:,} chunks of shape "
-                    f"{tuple(array.chunks)}, over the limit of {max_chunks:,} (daskmeans writes one per array); "
-                    "it was not read.")
+        raise error(
+            f"{what} is damaged or foreign: array {name!r} declares {n_chunks:,} chunks of shape "
+            f"{tuple(array.chunks)}, over the limit of {max_chunks:,} (daskmeans writes one per array); "
+            "it was not read."
+        )
     return array
 
 
@@ -425,7 +463,7 @@ def is_local(path: str) -> bool:
 
 def local_path(path: str) -> str:
     """``path`` without its ``file://`` scheme."""
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def prepare_output(path, overwrite: bool) -> str:

@@ -32,6 +32,7 @@ _BINARY_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 
 # -- values as they read in prose --------------------------------------------------------------------------------
 
+
 def format_bytes(value: int) -> str:
     """``8388608`` -> ``"8 MiB"``: a byte count in the largest binary unit that divides it evenly."""
     for unit, name in _BINARY_UNITS:
@@ -75,6 +76,7 @@ def estimator_defaults(class_name: str) -> dict:
 
 # -- roles ---------------------------------------------------------------------------------------------------
 
+
 def config_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``{config}`NAME```: the setting's value, linked to the settings reference."""
     try:
@@ -82,8 +84,14 @@ def config_role(name, rawtext, text, lineno, inliner, options=None, content=None
     except KeyError:
         message = inliner.reporter.error(f"daskmeans.config has no setting {text!r}", line=lineno)
         return [inliner.problematic(rawtext, rawtext, message)], [message]
-    reference = addnodes.pending_xref("", refdomain="std", reftype="ref", reftarget=CONFIG_DOC_LABEL.format(
-        name=text.strip().lower()), refexplicit=True, refwarn=True)
+    reference = addnodes.pending_xref(
+        "",
+        refdomain="std",
+        reftype="ref",
+        reftarget=CONFIG_DOC_LABEL.format(name=text.strip().lower()),
+        refexplicit=True,
+        refwarn=True,
+    )
     reference += nodes.Text(format_value(text.strip(), value))
     return [reference], []
 
@@ -94,8 +102,9 @@ def default_role(name, rawtext, text, lineno, inliner, options=None, content=Non
     try:
         value = estimator_defaults(class_name)[parameter]
     except KeyError:
-        message = inliner.reporter.error(f"daskmeans has no {text!r} (public class or function, and parameter)",
-                                         line=lineno)
+        message = inliner.reporter.error(
+            f"daskmeans has no {text!r} (public class or function, and parameter)", line=lineno
+        )
         return [inliner.problematic(rawtext, rawtext, message)], [message]
     if value is inspect.Parameter.empty:
         message = inliner.reporter.error(f"{text!r} has no default", line=lineno)
@@ -104,6 +113,7 @@ def default_role(name, rawtext, text, lineno, inliner, options=None, content=Non
 
 
 # -- tables ----------------------------------------------------------------------------------------------------
+
 
 def _table(header, rows, widths):
     """A docutils table: ``rows`` of cells, each a list of nodes."""
@@ -167,15 +177,21 @@ class ParametersDirective(SphinxDirective):
             default = defaults[name]
             shown = "required" if default is inspect.Parameter.empty else format_value(name, default)
             description = nodes.container()
-            self.state.nested_parse(StringList([text], source=self.get_source_info()[0]), self.content_offset,
-                                    description)
-            rows.append([[nodes.paragraph("", "", nodes.literal(text=name))],
-                         [nodes.paragraph("", "", nodes.literal(text=shown))],
-                         description.children])
+            self.state.nested_parse(
+                StringList([text], source=self.get_source_info()[0]), self.content_offset, description
+            )
+            rows.append(
+                [
+                    [nodes.paragraph("", "", nodes.literal(text=name))],
+                    [nodes.paragraph("", "", nodes.literal(text=shown))],
+                    description.children,
+                ]
+            )
         return [_table(("parameter", "default", "what it does"), rows, (18, 14, 68))]
 
 
 # -- the settings reference ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class Setting:
@@ -205,8 +221,11 @@ def read_config(path: Path) -> list[Section]:
         if isinstance(statement, ast.Assign) and all(isinstance(t, ast.Name) for t in statement.targets):
             names = [t.id for t in statement.targets if t.id.isupper()]
             if names:
-                assignments[statement.lineno] = (names, ast.get_source_segment(text, statement.value),
-                                                 statement.end_lineno)
+                assignments[statement.lineno] = (
+                    names,
+                    ast.get_source_segment(text, statement.value),
+                    statement.end_lineno,
+                )
     sections = [Section("General")]
     comment, previous_end = [], None
     for number, line in enumerate(lines, start=1):
@@ -266,8 +285,11 @@ class ConfigReferenceDirective(SphinxDirective):
         definition = nodes.definition()
         if setting.comment:
             self.state.nested_parse(StringList(setting.comment, source="daskmeans/config.py"), 0, definition)
-        expressions = [(name, source) for name, source in zip(setting.names, setting.sources)
-                       if source not in (repr(getattr(config, name)), str(getattr(config, name)))]
+        expressions = [
+            (name, source)
+            for name, source in zip(setting.names, setting.sources)
+            if source not in (repr(getattr(config, name)), str(getattr(config, name)))
+        ]
         if expressions:
             written = "; ".join(f"{name} = {source}" for name, source in expressions)
             definition += nodes.paragraph("", "", nodes.Text("In the source: "), nodes.literal(text=written))

@@ -30,18 +30,20 @@ def two_blas_threads():
 def fit_seeing_blas_threads(client, **params):
     seen = []
     X = np.random.default_rng(0).standard_normal((4000, 16)).astype(np.float32)
-    KMeans(8, max_iter=3, random_state=0, client=client, progress=lambda record: seen.append(blas_threads()),
-           **params).fit(X)
+    KMeans(
+        8, max_iter=3, random_state=0, client=client, progress=lambda record: seen.append(blas_threads()), **params
+    ).fit(X)
     return seen
 
 
 def test_threaded_workers_get_one_blas_thread_during_the_fit(two_blas_threads):
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         assert tasks_run_in_this_process(client)
         with one_blas_thread_for(client):
-            seen = compute_now(*map_blocks_delayed(blas_threads, "blas-check", [[i] for i in range(4)]),
-                               client=client)
+            seen = compute_now(*map_blocks_delayed(blas_threads, "blas-check", [[i] for i in range(4)]), client=client)
             assert all(threads == [1] for threads in seen), seen
         assert blas_threads() == [2], "the driver's limit is restored after the block"
         assert fit_seeing_blas_threads(client) and all(t == [1] for t in fit_seeing_blas_threads(client))
@@ -50,8 +52,10 @@ def test_threaded_workers_get_one_blas_thread_during_the_fit(two_blas_threads):
 
 @pytest.mark.slow
 def test_worker_processes_and_the_sync_scheduler_leave_blas_alone(two_blas_threads):
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         assert not tasks_run_in_this_process(client)
         assert all(t == [2] for t in fit_seeing_blas_threads(client, driver_rows=0))
         # iterations on the driver (small data, driver_rows="auto") run there on threads of one BLAS thread each
@@ -73,6 +77,7 @@ def test_machine_threads_give_code_beside_a_fit_every_core_back():
 
     pytest.importorskip("sklearn")  # brings an OpenMP runtime
     from dask.system import CPU_COUNT as cores
+
     with one_blas_thread():
         assert blas_threads() == [1]
         with machine_threads():
@@ -94,7 +99,8 @@ def test_a_blas_loaded_after_the_first_limit_is_limited_too(tmp_path):
         "import scipy.linalg\n"
         "with threadpool_limits(limits=2, user_api='blas'):\n"
         "    with one_blas_thread():\n"
-        "        print(sorted((i['filepath'], i['num_threads']) for i in threadpool_info() if i['user_api'] == 'blas'))\n"
+        "        blas = [i for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "        print(sorted((i['filepath'], i['num_threads']) for i in blas))\n"
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -7,8 +7,18 @@ from daskmeans.engine.cluster import ClusterSpec, announce_dashboard, parse_memo
 from daskmeans.exceptions import InvalidParameterError
 
 
-@pytest.mark.parametrize("text, limit", [("auto", "auto"), (" AUTO ", "auto"), ("0.5", 0.5), ("1", 1.0),
-                                         ("4GiB", 4 * 2**30), ("500MB", 500 * 10**6), ("2000", 2000)])
+@pytest.mark.parametrize(
+    "text, limit",
+    [
+        ("auto", "auto"),
+        (" AUTO ", "auto"),
+        ("0.5", 0.5),
+        ("1", 1.0),
+        ("4GiB", 4 * 2**30),
+        ("500MB", 500 * 10**6),
+        ("2000", 2000),
+    ],
+)
 def test_memory_limits(text, limit):
     assert parse_memory_limit(text) == limit
 
@@ -96,8 +106,11 @@ def test_a_pinned_loop_on_a_cluster_without_workers_runs_on_the_first_worker_to_
 
     from daskmeans.engine.client import run_pinned
 
-    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client, ThreadPoolExecutor(1) as pool:
+    with (
+        LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        ThreadPoolExecutor(1) as pool,
+    ):
         running = pool.submit(run_pinned, client, _doubled, [], 21, key="daskmeans-test-pinned-empty")
         assert not running.done()
         cluster.scale(1)

@@ -37,8 +37,10 @@ def threads():
 @pytest.mark.parametrize("variant", ["vrkm", "vrkm++"])
 def test_vrkm_across_chunkings_agrees_to_float64_rounding(X, variant):
     """The draws are per row (chunking-free); only the order of the float64 sums of the epoch pass changes."""
-    fits = [VRKMeans(7, variant=variant, max_epochs=4, tol=0.0, random_state=2).fit(da.from_array(X, chunks=(c, 5)))
-            for c in CHUNKINGS]
+    fits = [
+        VRKMeans(7, variant=variant, max_epochs=4, tol=0.0, random_state=2).fit(da.from_array(X, chunks=(c, 5)))
+        for c in CHUNKINGS
+    ]
     for other in fits[1:]:
         np.testing.assert_allclose(other.cluster_centers_, fits[0].cluster_centers_, rtol=1e-10, atol=1e-10)
         assert [r["inner_steps"] for r in other.history_] == [r["inner_steps"] for r in fits[0].history_]
@@ -51,8 +53,7 @@ def test_minibatch_is_bitwise_identical_across_chunkings_and_input_forms(X, tmp_
     zarr.create_array(store, shape=X.shape, chunks=(500, 5), dtype=X.dtype)[:] = X
     reference = MiniBatchKMeans(**params).fit(X)
     for data in [da.from_array(X, chunks=(c, 5)) for c in CHUNKINGS] + [store]:
-        np.testing.assert_array_equal(MiniBatchKMeans(**params).fit(data).cluster_centers_,
-                                      reference.cluster_centers_)
+        np.testing.assert_array_equal(MiniBatchKMeans(**params).fit(data).cluster_centers_, reference.cluster_centers_)
 
 
 @pytest.mark.slow
@@ -98,8 +99,10 @@ def test_kernel_kmeans_is_bitwise_identical_across_chunkings_and_input_forms(X, 
     params = dict(n_clusters=7, batch_size=100, max_iter=10, init_sample_size=500, random_state=3)
     fits = [MiniBatchKernelKMeans(**params).fit(data) for data in forms]
     small = X[:1500]  # exact kernel k-means holds the n x n kernel matrix: fewer rows
-    full = [KernelKMeans(7, max_iter=10, init_sample_size=500, random_state=3).fit(data)
-            for data in (small, da.from_array(small, chunks=(777, 5)), da.from_array(small, chunks=(100, 5)))]
+    full = [
+        KernelKMeans(7, max_iter=10, init_sample_size=500, random_state=3).fit(data)
+        for data in (small, da.from_array(small, chunks=(777, 5)), da.from_array(small, chunks=(100, 5)))
+    ]
     for same in (fits, full):
         for other in same[1:]:
             for name in ("support_rows_", "support_coef_", "support_owner_", "support_index_", "center_norms_"):

@@ -19,16 +19,19 @@ def scaled(value, factor, extra):
 
 
 def graph_of(futures):
-    parts = map_blocks_delayed(scaled, "scaled", [[v] for v in futures], shared(np.float64(2.0), "factor"),
-                               {"more": [1, 2]})
+    parts = map_blocks_delayed(
+        scaled, "scaled", [[v] for v in futures], shared(np.float64(2.0), "factor"), {"more": [1, 2]}
+    )
     nested = task("daskmeans-nested-test", add_pair, (parts[0], [parts[1]]), 0)  # delayed inside a tuple and a list
     return tree_reduce(parts + [nested], lambda values: sum(values), "sum")
 
 
 def test_task_graphs_with_futures_nested_containers_and_shared_data():
     expected = sum(2 * v + 3 for v in (1, 2, 3)) + (2 * 1 + 3) + (2 * 2 + 3)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         futures = client.scatter([1, 2, 3])
         (total,) = compute_now(graph_of(futures), client=client)
         assert total == expected
@@ -38,8 +41,7 @@ def test_task_graphs_with_futures_nested_containers_and_shared_data():
 
 
 @pytest.mark.slow
-def test_passes_give_every_key_one_task_so_dask_never_warns_of_a_different_run_spec(cluster_client, tmp_path,
-                                                                                   caplog):
+def test_passes_give_every_key_one_task_so_dask_never_warns_of_a_different_run_spec(cluster_client, tmp_path, caplog):
     """A block key that one pass submits fused one way and the next pass another way (the data read through a
     slice of a Zarr array, k-means|| persisting its rounds) made the scheduler warn "Detected different
     `run_spec`" and keep the old task; every submission now builds its graph the same way."""
@@ -55,8 +57,12 @@ def test_passes_give_every_key_one_task_so_dask_never_warns_of_a_different_run_s
     X = (rng.normal(size=(20, 6))[rng.integers(0, 20, 40_000)] + rng.normal(size=(40_000, 6))).astype(np.float32)
     zarr.create_array(str(tmp_path / "X.zarr"), shape=X.shape, chunks=(10_000, 6), dtype=X.dtype)[:] = X
     stored = open_input(str(tmp_path / "X.zarr")).array
-    scattered = da.concatenate([da.from_delayed(f, shape=(10_000, 6), dtype=X.dtype)
-                                for f in cluster_client.scatter([X[s:s + 10_000] for s in range(0, 40_000, 10_000)])])
+    scattered = da.concatenate(
+        [
+            da.from_delayed(f, shape=(10_000, 6), dtype=X.dtype)
+            for f in cluster_client.scatter([X[s : s + 10_000] for s in range(0, 40_000, 10_000)])
+        ]
+    )
     with caplog.at_level(logging.WARNING, logger="distributed.scheduler"):
         for data in (stored[:30_000], scattered):
             model = KMeans(20, random_state=0, max_iter=5, client=cluster_client).fit(data)
@@ -134,10 +140,16 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
     rng = np.random.default_rng(5)
     for n_blocks in (1, 8, 19):
         values = [rng.normal(size=5) * 10.0 ** rng.integers(-8, 8, size=5) for _ in range(n_blocks)]
-        np.testing.assert_array_equal(reduce_in_tree([partial_sums(v) for v in values], combine_sums),
-                                      compute_now(tree_reduce([task(("daskmeans-leaf", i), partial_sums, v)
-                                                               for i, v in enumerate(values)], combine_sums,
-                                                              f"ref-{n_blocks}"))[0])
+        np.testing.assert_array_equal(
+            reduce_in_tree([partial_sums(v) for v in values], combine_sums),
+            compute_now(
+                tree_reduce(
+                    [task(("daskmeans-leaf", i), partial_sums, v) for i, v in enumerate(values)],
+                    combine_sums,
+                    f"ref-{n_blocks}",
+                )
+            )[0],
+        )
         held = cluster_client.scatter(values)
         expected, carried = [], (1.0, None)
         for _ in range(3):  # the per-block graph, one pass at a time through the driver
@@ -149,25 +161,46 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
         by_worker = blocks_by_worker(placed, cluster_client)
         assert sorted(i for g in by_worker for i in g) == list(range(n_blocks))
         shuffled = list(rng.permutation(n_blocks))
-        for groups in (by_worker, [list(range(n_blocks))], [[int(i)] for i in shuffled],
-                       [sorted(int(i) for i in shuffled[::2]), sorted(int(i) for i in shuffled[1::2])]):
+        for groups in (
+            by_worker,
+            [list(range(n_blocks))],
+            [[int(i)] for i in shuffled],
+            [sorted(int(i) for i in shuffled[::2]), sorted(int(i) for i in shuffled[1::2])],
+        ):
             previous, got = None, []
             for _ in range(3):
-                chained = chained_group_pass(scaled_sums, f"chain-{n_blocks}", [[v] for v in held], 0.5,
-                                             groups=[g for g in groups if g], combine=combine_sums,
-                                             finish=next_factor, finish_args=(1e-7,), previous=previous,
-                                             start=(1.0, None) if previous is None else None)
+                chained = chained_group_pass(
+                    scaled_sums,
+                    f"chain-{n_blocks}",
+                    [[v] for v in held],
+                    0.5,
+                    groups=[g for g in groups if g],
+                    combine=combine_sums,
+                    finish=next_factor,
+                    finish_args=(1e-7,),
+                    previous=previous,
+                    start=(1.0, None) if previous is None else None,
+                )
                 previous = chained.submitted(submit_now(*chained.objects(), client=cluster_client))
                 got.append(previous.result.result())
             for g, e in zip(got, expected):
                 assert g[0] == e[0]
                 np.testing.assert_array_equal(g[1], e[1])
     with pytest.raises(ValueError, match="partition"):
-        chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [0]], combine=combine_sums,
-                           finish=next_factor, start=(1.0, None))
+        chained_group_pass(
+            scaled_sums,
+            "bad",
+            [[1.0], [2.0]],
+            0.5,
+            groups=[[0], [0]],
+            combine=combine_sums,
+            finish=next_factor,
+            start=(1.0, None),
+        )
     with pytest.raises(ValueError, match="needs start"):
-        chained_group_pass(scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [1]], combine=combine_sums,
-                           finish=next_factor)
+        chained_group_pass(
+            scaled_sums, "bad", [[1.0], [2.0]], 0.5, groups=[[0], [1]], combine=combine_sums, finish=next_factor
+        )
 
 
 def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
@@ -177,8 +210,10 @@ def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
 
     from daskmeans.engine.placement import blocks_by_worker
 
-    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         for n_blocks, expected in ((8, [[0, 1, 2], [3, 4], [5, 6, 7]]), (2, [[0], [1]])):
             placed = client.persist(da.from_array(np.arange(n_blocks * 8.0).reshape(-1, 2), chunks=(4, 2)))
             wait(futures_of(placed))

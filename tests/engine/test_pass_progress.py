@@ -51,8 +51,11 @@ def test_a_pass_counts_every_block_and_its_rows(array, cluster_client, where):
 def _plugin_state():
     from daskmeans.engine import pass_progress
 
-    return pass_progress._REPORTS_BY_PLUGIN.is_set(), len(pass_progress._PENDING_REPORTS), \
-        pass_progress.BlockReports.sent
+    return (
+        pass_progress._REPORTS_BY_PLUGIN.is_set(),
+        len(pass_progress._PENDING_REPORTS),
+        pass_progress.BlockReports.sent,
+    )
 
 
 def test_worker_processes_send_the_reports_from_their_event_loop(array, cluster_client):
@@ -122,13 +125,18 @@ def test_a_long_pass_gets_a_bar_with_chunks_rows_per_second_and_time_left(array,
     from daskmeans.engine.graph import block_args
 
     with PassWatch("test", show=True, delay=0.0) as watch:
-        parts = map_blocks_delayed(_slow_block, "slow-bar", block_args(array), reads_data=True,
-                                   energy_of=_two_per_row)
+        parts = map_blocks_delayed(_slow_block, "slow-bar", block_args(array), reads_data=True, energy_of=_two_per_row)
         (total,) = compute_now(tree_reduce(parts, sum, "slow-bar-total"), client=client)
     assert total == N_ROWS and watch.passes[0]["rows"] == N_ROWS and watch.passes[0]["energy"] == 2.0
     lines = _bar_states(capsys.readouterr().err, "test pass (slow-bar)")
-    assert any(re.search(rf": +\d+%\|.*\| \d+/{N_CHUNKS} chunks \[\d\d:\d\d<\d\d:\d\d, rows/s=\d.*, "
-                         r"energy=2\]", line) for line in lines), lines
+    assert any(
+        re.search(
+            rf": +\d+%\|.*\| \d+/{N_CHUNKS} chunks \[\d\d:\d\d<\d\d:\d\d, rows/s=\d.*, "
+            r"energy=2\]",
+            line,
+        )
+        for line in lines
+    ), lines
 
 
 @pytest.mark.slow

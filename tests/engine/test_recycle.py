@@ -15,8 +15,14 @@ from daskmeans.passes.bounded_assign import BoundedAssignment, BoundedBlock
 
 
 def _block(recycler, n=10, n_groups=4):
-    return BoundedBlock(np.zeros((n, 3), np.float32), None, np.zeros(n, np.int32), np.zeros(n),
-                        np.zeros((n, n_groups), np.float32), recycler)
+    return BoundedBlock(
+        np.zeros((n, 3), np.float32),
+        None,
+        np.zeros(n, np.int32),
+        np.zeros(n),
+        np.zeros((n, n_groups), np.float32),
+        recycler,
+    )
 
 
 def test_a_freed_state_leaves_its_arrays_for_the_next_and_each_is_handed_out_once():
@@ -62,11 +68,19 @@ def test_nested_batch_blocks_share_their_recycler_and_travel_without_it():
     from daskmeans.passes.nested_step import BatchBlock
 
     recycler = Recycler()
-    block = BatchBlock(np.zeros((6, 3), np.float32), np.arange(6), np.zeros(6, np.int32), np.zeros(6),
-                       np.zeros((6, 2), np.float32), np.ones(6), recycler)
+    block = BatchBlock(
+        np.zeros((6, 3), np.float32),
+        np.arange(6),
+        np.zeros(6, np.int32),
+        np.zeros(6),
+        np.zeros((6, 2), np.float32),
+        np.ones(6),
+        recycler,
+    )
     moved = pickle.loads(pickle.dumps(block))
     assert moved.recycler is not recycler and all(
-        np.array_equal(getattr(moved, name), getattr(block, name)) for name in BatchBlock.FIELDS)
+        np.array_equal(getattr(moved, name), getattr(block, name)) for name in BatchBlock.FIELDS
+    )
     del block
     assert recycler.held_bytes() == 6 * 4 + 6 * 8 + 6 * 2 * 4
 
@@ -84,7 +98,7 @@ def _problem(n=3000, d=8, k=40, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)).astype(np.float32)
     centers = [X[rng.choice(n, k, replace=False)]]
-    for step in range(4):
+    for _ in range(4):
         centers.append((centers[-1] + 0.05 * rng.standard_normal((k, d))).astype(np.float32))
     return X, centers
 
@@ -114,8 +128,12 @@ def test_a_chain_of_revisits_fills_the_arrays_of_the_state_two_passes_back_with_
     for C, (sums, counts, _) in zip(centers, first + rest):
         labels = ka.assign_with_bounds(X, C, groups)[0]
         np.testing.assert_array_equal(counts, np.bincount(labels, minlength=C.shape[0]))
-        np.testing.assert_allclose(sums, np.stack([X[labels == j].sum(axis=0, dtype=np.float64)
-                                                   for j in range(C.shape[0])]), rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(
+            sums,
+            np.stack([X[labels == j].sum(axis=0, dtype=np.float64) for j in range(C.shape[0])]),
+            rtol=1e-12,
+            atol=1e-9,
+        )
 
 
 def _addresses(state):
@@ -133,8 +151,10 @@ def _steps_from(assignment, centers):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as c:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
         yield c
 
 
@@ -155,9 +175,13 @@ def test_on_worker_processes_the_states_reuse_their_arrays_and_give_the_threaded
         import gc
 
         from daskmeans.passes.bounded_assign import BoundedBlock
+
         states = [o for o in gc.get_objects() if isinstance(o, BoundedBlock)]
-        return (len(states), sum(state.recycler.held_bytes() for state in states),
-                sum(state.recycler.handed_out for state in states))
+        return (
+            len(states),
+            sum(state.recycler.held_bytes() for state in states),
+            sum(state.recycler.handed_out for state in states),
+        )
 
     deadline = time.monotonic() + 30
     while True:  # the workers free the states of the passes before the last one when the scheduler says so

@@ -14,8 +14,14 @@ from daskmeans.passes.nested_step import BatchBlock, StepOutput
 
 def _arrays(m=500, d=16, n_groups=4):
     rng = np.random.default_rng(0)
-    return (rng.integers(0, 255, (m, d), dtype=np.uint8), np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int32),
-            rng.random(m), rng.random((m, n_groups)).astype(np.float32), np.ones(m))
+    return (
+        rng.integers(0, 255, (m, d), dtype=np.uint8),
+        np.arange(m, dtype=np.int64),
+        np.zeros(m, dtype=np.int32),
+        rng.random(m),
+        rng.random((m, n_groups)).astype(np.float32),
+        np.ones(m),
+    )
 
 
 def test_each_state_counts_the_bytes_of_its_arrays_and_not_its_shared_recycler():
@@ -38,6 +44,7 @@ def test_each_state_counts_the_bytes_of_its_arrays_and_not_its_shared_recycler()
 def _scheduler_nbytes(client, keys):
     def nbytes(dask_scheduler, keys):
         return [dask_scheduler.tasks[key].nbytes for key in keys]
+
     return client.run_on_scheduler(nbytes, keys=list(keys))
 
 

@@ -23,8 +23,10 @@ def _write_late(folder, seconds):
 def test_a_failed_write_returns_after_every_write_has_ended(tmp_path, where, request):
     """The first error is raised only once the writes still running have ended: a folder removed then stays gone."""
     client = request.getfixturevalue("cluster_client") if where == "cluster" else None
-    writes = [dask.delayed(_write_late, pure=False)(str(tmp_path), 1.5),
-              dask.delayed(_fail_now, pure=False)(str(tmp_path))]
+    writes = [
+        dask.delayed(_write_late, pure=False)(str(tmp_path), 1.5),
+        dask.delayed(_fail_now, pure=False)(str(tmp_path)),
+    ]
     with pytest.raises(OSError, match="No space left"):
         compute_writes(writes, client)
     assert (tmp_path / "late").read_text() == "written after the first error"

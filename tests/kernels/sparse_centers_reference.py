@@ -21,8 +21,11 @@ def cluster_mean_centers(X, labels, n_clusters, kernel) -> SparseCenters:
     counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
     order = np.argsort(labels, kind="stable")
     centers = SparseCenters(
-        rows=np.ascontiguousarray(X[order]), coef=1.0 / counts[labels[order]], owner=labels[order],
-        segment=np.zeros(len(order), np.int64), row_index=np.arange(len(X), dtype=np.int64)[order],
+        rows=np.ascontiguousarray(X[order]),
+        coef=1.0 / counts[labels[order]],
+        owner=labels[order],
+        segment=np.zeros(len(order), np.int64),
+        row_index=np.arange(len(X), dtype=np.int64)[order],
         norms=np.zeros(n_clusters),
     )
     centers.norms = direct_norms(centers, kernel)

@@ -55,7 +55,8 @@ def test_chains_match_numpy(dtype, k, chain_length, block_bytes):
     np.testing.assert_allclose(q, reference_proposal(points, weights, first), rtol=1e-12)
     assert q.sum() == pytest.approx(1.0)
     (centers, chosen, n_distances), (ref_centers, ref_chosen) = chains_against_reference(
-        points, weights, first, k, chain_length, rng, block_bytes)
+        points, weights, first, k, chain_length, rng, block_bytes
+    )
     np.testing.assert_array_equal(chosen, ref_chosen)
     np.testing.assert_allclose(centers, ref_centers)
     # every proposal is measured against every center chosen before it
@@ -69,7 +70,8 @@ def test_chains_on_integer_data_with_repeated_rows_match_numpy(block_bytes):
     rng = np.random.default_rng(5)
     points = rng.integers(0, 4, size=(300, 16)).astype(np.float32)
     (centers, chosen, _), (ref_centers, ref_chosen) = chains_against_reference(
-        points, np.ones(300), points[0].astype(np.float64), 40, 10, rng, block_bytes)
+        points, np.ones(300), points[0].astype(np.float64), 40, 10, rng, block_bytes
+    )
     np.testing.assert_array_equal(chosen, ref_chosen)
     np.testing.assert_array_equal(centers, ref_centers)
 
@@ -86,6 +88,7 @@ def test_a_chain_never_moves_to_a_proposal_of_zero_weight_times_distance():
 
 def reference_greedy_with_mode(points, weights, k, rng, n_trials):
     """Weighted greedy k-means++ whose trials are n_trials D^2 draws plus the point of largest w d^2, plainly."""
+
     def d2(a, b):
         return float(((a - b) ** 2).sum())
 
@@ -95,8 +98,10 @@ def reference_greedy_with_mode(points, weights, k, rng, n_trials):
     for _ in range(1, k):
         mass = weights * closest
         cumulative = np.cumsum(mass)
-        trials = [min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(points) - 1)
-                  for u in rng.random(n_trials)]
+        trials = [
+            min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(points) - 1)
+            for u in rng.random(n_trials)
+        ]
         trials.append(int(np.argmax(mass)))
         after = [np.minimum(closest, [d2(p, points[t]) for p in points]) for t in trials]
         best = int(np.argmin([(weights * a).sum() for a in after]))
@@ -111,10 +116,12 @@ def test_greedy_kmeans_plusplus_with_mode_matches_numpy(k, n_trials, matrix_byte
     rng = np.random.default_rng(k)
     points = rng.normal(size=(120, 5)) * rng.uniform(0.5, 4.0, size=(120, 1))
     weights = rng.uniform(0.1, 3.0, size=120)
-    centers = greedy_kmeans_plusplus_with_mode(points, weights, k, np.random.default_rng(7), n_trials,
-                                               matrix_bytes=matrix_bytes)
-    np.testing.assert_array_equal(centers, reference_greedy_with_mode(points, weights, k,
-                                                                      np.random.default_rng(7), n_trials))
+    centers = greedy_kmeans_plusplus_with_mode(
+        points, weights, k, np.random.default_rng(7), n_trials, matrix_bytes=matrix_bytes
+    )
+    np.testing.assert_array_equal(
+        centers, reference_greedy_with_mode(points, weights, k, np.random.default_rng(7), n_trials)
+    )
 
 
 def test_greedy_with_mode_takes_a_lone_far_point_the_random_trials_miss():
@@ -122,8 +129,9 @@ def test_greedy_with_mode_takes_a_lone_far_point_the_random_trials_miss():
     points = np.concatenate([np.random.default_rng(0).normal(size=(200, 2)) * 0.01, [[0.0, 100.0]]])
     weights = np.concatenate([np.full(200, 1.0), [0.0005]])
     for matrix_bytes in (0, 2**27):
-        centers = greedy_kmeans_plusplus_with_mode(points, weights, 2, np.random.default_rng(1), 1,
-                                                   matrix_bytes=matrix_bytes)
+        centers = greedy_kmeans_plusplus_with_mode(
+            points, weights, 2, np.random.default_rng(1), 1, matrix_bytes=matrix_bytes
+        )
         assert any(c[1] == 100.0 for c in centers)
 
 
@@ -142,8 +150,9 @@ def test_in_memory_seeding_is_reproducible_and_spreads_the_centers(dtype):
     assert a.dtype == dtype and n_distances == 2000 + chains + 15 * 50 * 16 + 16 * (1 + 5 * 7)
     nearest_blob = ((a[:, None, :] - blob_centers[None]) ** 2).sum(-1).argmin(1)
     assert len(set(nearest_blob)) == 8
-    plain, plain_distances = afkmc2_in_memory(points, weights, 8, np.random.default_rng(1), chain_length=50,
-                                              oversampling=1.0)
+    plain, plain_distances = afkmc2_in_memory(
+        points, weights, 8, np.random.default_rng(1), chain_length=50, oversampling=1.0
+    )
     assert plain_distances == 2000 + sum(c * 50 for c in range(1, 8))
 
 
@@ -160,13 +169,19 @@ def blobs_with_a_center(seeds, centers):
 def test_oversampling_gives_every_well_separated_blob_a_center():
     points, centers = hundred_blobs(10_000, 16)
     weights = np.ones(len(points))
-    covered = [blobs_with_a_center(afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed))[0], centers)
-               for seed in range(3)]
+    covered = [
+        blobs_with_a_center(afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed))[0], centers)
+        for seed in range(3)
+    ]
     assert covered == [100, 100, 100]
     # D^2 sampling alone, which the chains approximate however long, leaves about 10 of them without one
-    plain = [blobs_with_a_center(afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed),
-                                                  chain_length=50, oversampling=1.0)[0], centers)
-             for seed in range(3)]
+    plain = [
+        blobs_with_a_center(
+            afkmc2_in_memory(points, weights, 100, np.random.default_rng(seed), chain_length=50, oversampling=1.0)[0],
+            centers,
+        )
+        for seed in range(3)
+    ]
     assert max(plain) < 97
 
 

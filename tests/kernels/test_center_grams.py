@@ -3,13 +3,13 @@ blocks against steps that recompute them from the support every time."""
 
 import numpy as np
 import pytest
+from sparse_centers_reference import direct_norms
 
 from daskmeans.kernels.center_grams import center_grams, gather_support_rows, truncated_center_grams
 from daskmeans.kernels.kernel_centers import single_point_centers
 from daskmeans.kernels.kernel_functions import Kernel
 from daskmeans.kernels.kernel_minibatch import kernel_minibatch_step, truncation_mask
 from daskmeans.passes.kernel_pools import PoolBatches
-from sparse_centers_reference import direct_norms
 
 DTYPES = [np.float32, np.float64]
 
@@ -45,8 +45,16 @@ def test_truncated_center_grams_match_numpy(dtype, seed):
     assert not keep.all() and keep[source >= n_old].all()
     coef = rng.random(n_old + b)
     gram, center_dot, dropped_dot = truncated_center_grams(
-        old_gram, old_owner, np.ascontiguousarray(all_kernel[n_old:, :n_old]),
-        np.ascontiguousarray(all_kernel[n_old:, n_old:]), source, owner, coef, keep, k)
+        old_gram,
+        old_owner,
+        np.ascontiguousarray(all_kernel[n_old:, :n_old]),
+        np.ascontiguousarray(all_kernel[n_old:, n_old:]),
+        source,
+        owner,
+        coef,
+        keep,
+        k,
+    )
     expected = ref_truncated_center_grams(all_kernel, n_old, source, owner, coef, keep, k)
     assert gram.dtype == all_kernel.dtype
     np.testing.assert_array_equal(gram, expected[0].astype(all_kernel.dtype))
@@ -67,14 +75,14 @@ def test_center_grams_are_each_centers_kernel_among_its_rows():
     X = rng.normal(size=(9, 3))
     centers = single_point_centers(X[:3], kernel)
     centers.rows, centers.owner = X, np.array([0, 0, 0, 0, 1, 1, 2, 2, 2])
-    expected = np.concatenate([kernel.matrix(X[centers.owner == j], X[centers.owner == j]).ravel()
-                               for j in range(3)])
+    expected = np.concatenate([kernel.matrix(X[centers.owner == j], X[centers.owner == j]).ravel() for j in range(3)])
     np.testing.assert_allclose(center_grams(centers, kernel), expected, rtol=1e-14)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kernel", [Kernel("rbf", {"kappa": 4.0}),
-                                    Kernel("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1.0})])
+@pytest.mark.parametrize(
+    "kernel", [Kernel("rbf", {"kappa": 4.0}), Kernel("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1.0})]
+)
 def test_kept_gram_blocks_equal_blocks_recomputed_every_step(dtype, kernel):
     """A step grows the Gram blocks from its kernel block; forgetting them before every step (so that each step
     recomputes them from the support) gives the same support and, to rounding, the same norms."""
@@ -88,10 +96,10 @@ def test_kept_gram_blocks_equal_blocks_recomputed_every_step(dtype, kernel):
         kept, seen_kept, record = kernel_minibatch_step(kept, seen_kept, X[index], index, kernel, step, tau=40)
         dropped += record["dropped"]
         forgotten.gram = None
-        forgotten, seen_forgotten, _ = kernel_minibatch_step(forgotten, seen_forgotten, X[index], index, kernel,
-                                                             step, tau=40)
-        np.testing.assert_allclose(kept.gram, center_grams(kept, kernel), rtol=1e-5 if dtype == np.float32
-                                   else 1e-12)
+        forgotten, seen_forgotten, _ = kernel_minibatch_step(
+            forgotten, seen_forgotten, X[index], index, kernel, step, tau=40
+        )
+        np.testing.assert_allclose(kept.gram, center_grams(kept, kernel), rtol=1e-5 if dtype == np.float32 else 1e-12)
     assert dropped > 0
     for field in ("rows", "owner", "segment", "row_index"):
         np.testing.assert_array_equal(getattr(kept, field), getattr(forgotten, field))

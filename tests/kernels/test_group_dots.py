@@ -17,7 +17,7 @@ def reference_rows_dots(rows, pair_row, start, stop, centers, slot_center, chunk
     """``rows_dots`` in NumPy, float64: the dot product of each pair's row with each center of the chunk (0 for an
     empty lane)."""
     out = np.zeros((stop - start, LANES))
-    lanes = slot_center[chunk * LANES:(chunk + 1) * LANES]
+    lanes = slot_center[chunk * LANES : (chunk + 1) * LANES]
     for q in range(start, stop):
         for lane, j in enumerate(lanes):
             if j >= 0:
@@ -44,8 +44,7 @@ def test_rows_dots_are_the_dot_products_of_each_row_with_the_chunks_centers(d, g
             got = out.reshape(30, LANES)[start:stop]
             expected = reference_rows_dots(rows, pair_row, start, stop, centers, slot_center, chunk)
             # float32 products in some order: within gamma_d sum |x_f c_f|
-            scale = np.abs(rows[pair_row[start:stop]]).astype(np.float64) @ np.abs(
-                transposed[chunk].astype(np.float64))
+            scale = np.abs(rows[pair_row[start:stop]]).astype(np.float64) @ np.abs(transposed[chunk].astype(np.float64))
             np.testing.assert_array_less(np.abs(got - expected), (d + 2) * 2.0**-24 * scale + 1e-30)
             assert np.all(np.isnan(out.reshape(30, LANES)[:start])) and np.all(np.isnan(out.reshape(30, LANES)[stop:]))
 
@@ -57,13 +56,13 @@ def test_transposed_groups_put_each_groups_centers_side_by_side_in_member_order(
     transposed, slot_center, chunks_per_group = transposed_groups(centers, groups)
     assert chunks_per_group == 2 and transposed.shape == (4, 6, LANES)
     for g in range(2):
-        members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
-        lanes = slot_center[g * 2 * LANES:(g + 1) * 2 * LANES]
-        np.testing.assert_array_equal(lanes[:members.size], members)
-        assert np.all(lanes[members.size:] == -1)
+        members = groups.members[groups.ptr[g] : groups.ptr[g + 1]]
+        lanes = slot_center[g * 2 * LANES : (g + 1) * 2 * LANES]
+        np.testing.assert_array_equal(lanes[: members.size], members)
+        assert np.all(lanes[members.size :] == -1)
         block = np.concatenate([transposed[g * 2], transposed[g * 2 + 1]], axis=1).T
-        np.testing.assert_array_equal(block[:members.size], centers[members])
-        assert np.all(block[members.size:] == 0)
+        np.testing.assert_array_equal(block[: members.size], centers[members])
+        assert np.all(block[members.size :] == 0)
 
 
 def moved_problem(rows_as, k, n_groups, move, seed):
@@ -84,8 +83,9 @@ def moved_problem(rows_as, k, n_groups, move, seed):
 @pytest.mark.parametrize("k, n_groups", [(40, 5), (60, 2)])  # groups of 8; groups of 30 (two chunks)
 @pytest.mark.parametrize("move", [0.5, 4.0, 30.0])  # most bounds hold; many rows move; most groups fail
 @pytest.mark.parametrize("block_rows", [None, 32, 100])
-def test_revisit_by_groups_gives_the_labels_of_one_dot_product_at_a_time(rows_as, k, n_groups, move, block_rows,
-                                                                        monkeypatch):
+def test_revisit_by_groups_gives_the_labels_of_one_dot_product_at_a_time(
+    rows_as, k, n_groups, move, block_rows, monkeypatch
+):
     """The same labels and exact distances as the revisit that scores one candidate at a time; bounds valid (their
     rounding may differ, as the dot products' order does), blocks of rows of any size."""
     X, X32, C2, groups, labels, dist2, lower, shift = moved_problem(rows_as, k, n_groups, move, seed=k + int(move))
@@ -93,11 +93,13 @@ def test_revisit_by_groups_gives_the_labels_of_one_dot_product_at_a_time(rows_as
     if block_rows is not None:
         monkeypatch.setattr(config, "REVISIT_BLOCK_ROWS", block_rows)
     # every row scored from the groups (none reassigned against all centers): small k would send most rows there
-    by_groups = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
-                                       scalar_limit=10**6, give_up=1.0)
+    by_groups = kr.revisit_with_bounds(
+        X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, scalar_limit=10**6, give_up=1.0
+    )
     monkeypatch.setattr(kr, "scores_by_groups", lambda dtype, groups: False)
-    one_by_one = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
-                                        scalar_limit=10**6, give_up=1.0)
+    one_by_one = kr.revisit_with_bounds(
+        X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, scalar_limit=10**6, give_up=1.0
+    )
     np.testing.assert_array_equal(by_groups[0], one_by_one[0])
     np.testing.assert_array_equal(by_groups[1], one_by_one[1])
     d2 = ((X32[:, None, :].astype(np.float64) - C2[None].astype(np.float64)) ** 2).sum(-1)

@@ -40,8 +40,9 @@ def test_scan_groups_matches_numpy(dtype, n_groups, width):
     best, other_min, own_second = (np.empty(rows, dtype=dtype) for _ in range(3))
     best_col, best_group = np.empty(rows, dtype=np.int32), np.empty(rows, dtype=np.int32)
     group_min, group_second = np.empty((n_groups, rows), dtype=dtype), np.empty((n_groups, rows), dtype=dtype)
-    scan_groups(scores_t, column_add, n_groups, best, best_col, best_group, group_min, group_second, own_second,
-                other_min)
+    scan_groups(
+        scores_t, column_add, n_groups, best, best_col, best_group, group_min, group_second, own_second, other_min
+    )
 
     np.testing.assert_array_equal(scores_t, raw + column_add[:, None])
     np.testing.assert_array_equal(best_col, expected[0])

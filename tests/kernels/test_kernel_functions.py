@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from sparse_centers_reference import cluster_mean_centers, direct_norms
 
 from daskmeans.exceptions import InvalidParameterError
 from daskmeans.kernels.kernel_centers import (
@@ -21,7 +22,6 @@ from daskmeans.kernels.kernel_functions import (
     squared_norms,
     symmetric_product_pays,
 )
-from sparse_centers_reference import cluster_mean_centers, direct_norms
 
 DTYPES = [np.float32, np.float64]
 
@@ -42,8 +42,10 @@ def data(dtype, seed=0, m=40, n=30, d=5):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 2.5}), ("laplacian", {"kappa": 3.0}),
-                                         ("polynomial", {"degree": 3, "gamma": 0.2, "coef0": 1.0})])
+@pytest.mark.parametrize(
+    "name,params",
+    [("rbf", {"kappa": 2.5}), ("laplacian", {"kappa": 3.0}), ("polynomial", {"degree": 3, "gamma": 0.2, "coef0": 1.0})],
+)
 def test_kernel_matrix_and_diag_match_numpy(dtype, name, params):
     X, Y = data(dtype)
     kernel = Kernel(name, params)
@@ -63,14 +65,19 @@ def test_numba_elementwise_kernels_match_numpy(dtype):
     X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
     gram = X64 @ Y64.T
     sq = (X64**2).sum(1), (Y64**2).sum(1)
-    np.testing.assert_allclose(rbf_from_gram(gram.copy(), sq[0], sq[1], 1 / 4.0), ref_kernel("rbf", X, Y, kappa=4.0),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        rbf_from_gram(gram.copy(), sq[0], sq[1], 1 / 4.0), ref_kernel("rbf", X, Y, kappa=4.0), rtol=1e-10
+    )
     laplacian = laplacian_matrix(X, Y, 1 / 4.0)  # accumulated in float64, stored in the rows' dtype
     assert laplacian.dtype == dtype
-    np.testing.assert_allclose(laplacian, ref_kernel("laplacian", X, Y, kappa=4.0),
-                               rtol=1e-6 if dtype == np.float32 else 1e-10)
-    np.testing.assert_allclose(polynomial_from_gram(gram.copy(), 0.5, 2.0, 2),
-                               ref_kernel("polynomial", X, Y, gamma=0.5, coef0=2.0, degree=2), rtol=1e-10)
+    np.testing.assert_allclose(
+        laplacian, ref_kernel("laplacian", X, Y, kappa=4.0), rtol=1e-6 if dtype == np.float32 else 1e-10
+    )
+    np.testing.assert_allclose(
+        polynomial_from_gram(gram.copy(), 0.5, 2.0, 2),
+        ref_kernel("polynomial", X, Y, gamma=0.5, coef0=2.0, degree=2),
+        rtol=1e-10,
+    )
     # identical rows: the expanded squared distance can come out slightly negative; it is clipped at 0
     same = rbf_from_gram(X64 @ X64.T, sq[0], sq[0], 1.0)
     assert np.all(same <= 1.0) and np.allclose(np.diagonal(same), 1.0)
@@ -90,8 +97,10 @@ def pairwise_reference(name, X, Y, params):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}), ("rbf", {"kappa": 0.5}),
-                                         ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})])
+@pytest.mark.parametrize(
+    "name,params",
+    [("rbf", {"kappa": 40.0}), ("rbf", {"kappa": 0.5}), ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})],
+)
 def test_gemm_kernel_blocks_equal_a_pairwise_numpy_reference(dtype, name, params):
     # data far from the origin (|x|^2 about 400, like pixel data): the expansion |x|^2 + |y|^2 - 2 x.y cancels the
     # most there; identical rows (the batch meets itself in a step) must give distance 0, i.e. K = 1 for RBF
@@ -117,18 +126,21 @@ def test_gemm_kernel_blocks_equal_a_pairwise_numpy_reference(dtype, name, params
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(40, 6), (6, 40), (30, 30)])
-@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}),
-                                         ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})])
-def test_a_block_against_itself_matches_numpy_as_a_symmetric_update_or_a_general_product(dtype, shape, name,
-                                                                                         params):
+@pytest.mark.parametrize(
+    "name,params", [("rbf", {"kappa": 40.0}), ("polynomial", {"degree": 2, "gamma": 0.05, "coef0": 1.0})]
+)
+def test_a_block_against_itself_matches_numpy_as_a_symmetric_update_or_a_general_product(dtype, shape, name, params):
     """``matrix(X, X)``: NumPy's symmetric update where the rows are at least as long as they are many, a general
     product of ``X`` and a copy otherwise; either way the values of the pairwise reference, symmetric."""
     assert symmetric_product_pays(*shape) == (shape[1] >= shape[0])
     X = (10.0 + np.random.default_rng(2).normal(size=shape)).astype(dtype)
     block = Kernel(name, params).matrix(X, X)
     sq = 2 * (X.astype(np.float64) ** 2).sum(1).max()
-    tolerance = dict(rtol=1e-9, atol=1e-12) if dtype == np.float64 else \
-        dict(rtol=2e-5, atol=8 * np.finfo(np.float32).eps * sq / params.get("kappa", 1.0))  # as for any block
+    tolerance = (
+        dict(rtol=1e-9, atol=1e-12)
+        if dtype == np.float64
+        else dict(rtol=2e-5, atol=8 * np.finfo(np.float32).eps * sq / params.get("kappa", 1.0))
+    )  # as for any block
     np.testing.assert_allclose(block, pairwise_reference(name, X, X, params), **tolerance)
     np.testing.assert_allclose(block, block.T, **tolerance)
 
@@ -172,18 +184,21 @@ def test_auto_kappa_is_the_mean_pairwise_distance():
     assert lap == pytest.approx(4 * 2 * 3.0 / np.sqrt(np.pi), rel=0.03)  # E|x - y| = 2 sigma / sqrt(pi)
 
 
-@pytest.mark.parametrize("kernel,params,match", [
-    ("sigmoid", None, "kernel must be one of"),
-    ("rbf", {"kappa": 0.0}, "kappa"),
-    ("rbf", {"kappa": -1.0}, "kappa"),
-    ("laplacian", {"kappa": float("nan")}, "kappa"),
-    ("rbf", {"kappa": "big"}, "kappa"),
-    ("rbf", {"gamma": 1.0}, "do not apply to the rbf kernel"),
-    ("polynomial", {"degree": 0}, "degree"),
-    ("polynomial", {"gamma": -1.0}, "gamma"),
-    ("polynomial", {"coef0": -1.0}, "coef0"),
-    ("rbf", [1.0], "kernel_params must be a dict"),
-])
+@pytest.mark.parametrize(
+    "kernel,params,match",
+    [
+        ("sigmoid", None, "kernel must be one of"),
+        ("rbf", {"kappa": 0.0}, "kappa"),
+        ("rbf", {"kappa": -1.0}, "kappa"),
+        ("laplacian", {"kappa": float("nan")}, "kappa"),
+        ("rbf", {"kappa": "big"}, "kappa"),
+        ("rbf", {"gamma": 1.0}, "do not apply to the rbf kernel"),
+        ("polynomial", {"degree": 0}, "degree"),
+        ("polynomial", {"gamma": -1.0}, "gamma"),
+        ("polynomial", {"coef0": -1.0}, "coef0"),
+        ("rbf", [1.0], "kernel_params must be a dict"),
+    ],
+)
 def test_bad_kernels_are_refused(kernel, params, match):
     with pytest.raises(InvalidParameterError, match=match):
         check_kernel(kernel, params)
@@ -206,8 +221,9 @@ def test_center_inner_products_and_nearest_match_numpy(dtype):
     K = kernel.matrix(X, S)
     inner = center_inner_products(K, coef, owner, 4)
     np.testing.assert_allclose(inner, ref_inner(K, coef, owner, 4), rtol=1e-12)
-    norms = np.array([coef[owner == j] @ kernel.matrix(S[owner == j], S[owner == j]) @ coef[owner == j]
-                      for j in range(4)])
+    norms = np.array(
+        [coef[owner == j] @ kernel.matrix(S[owner == j], S[owner == j]) @ coef[owner == j] for j in range(4)]
+    )
     labels, dist2 = nearest_from_inner(kernel.diag(X), inner, norms)
     full = 1.0 - 2.0 * inner + norms[None, :]
     np.testing.assert_array_equal(labels, full.argmin(1))
@@ -237,11 +253,13 @@ def test_single_point_and_cluster_mean_centers(dtype):
         mine = labels == j
         expected = 1.0 - 2.0 * K[:, mine].mean(1) + K[np.ix_(mine, mine)].mean()
         # float32 rows: Laplacian kernel values are stored in float32 (rounding about 6e-8)
-        np.testing.assert_allclose(means.distances(X, kernel)[:, j], expected,
-                                   rtol=1e-6 if dtype == np.float32 else 1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            means.distances(X, kernel)[:, j], expected, rtol=1e-6 if dtype == np.float32 else 1e-10, atol=1e-12
+        )
     # the input-space mean of a cluster's support is the cluster's mean row
-    np.testing.assert_allclose(means.input_space_means(5, np.float64)[1], X[labels == 1].astype(np.float64).mean(0),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        means.input_space_means(5, np.float64)[1], X[labels == 1].astype(np.float64).mean(0), rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -259,9 +277,20 @@ def test_given_row_norms_give_the_same_kernel_matrix(dtype):
 
 def test_taking_support_rows_takes_their_kept_norms():
     rows = np.arange(12.0).reshape(4, 3)
-    centers = SparseCenters(rows, np.ones(4), np.array([0, 0, 1, 1]), np.zeros(4, dtype=np.int64),
-                            np.arange(4), np.ones(2), row_norms=(rows**2).sum(axis=1))
+    centers = SparseCenters(
+        rows,
+        np.ones(4),
+        np.array([0, 0, 1, 1]),
+        np.zeros(4, dtype=np.int64),
+        np.arange(4),
+        np.ones(2),
+        row_norms=(rows**2).sum(axis=1),
+    )
     taken = centers.take(np.array([True, False, False, True]))
     np.testing.assert_array_equal(taken.row_norms, (rows[[0, 3]] ** 2).sum(axis=1))
-    assert SparseCenters(rows, np.ones(4), centers.owner, centers.segment, centers.row_index,
-                         np.ones(2)).take([1]).row_norms is None
+    assert (
+        SparseCenters(rows, np.ones(4), centers.owner, centers.segment, centers.row_index, np.ones(2))
+        .take([1])
+        .row_norms
+        is None
+    )

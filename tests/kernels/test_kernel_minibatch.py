@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from sparse_centers_reference import direct_norms
 
 from daskmeans import config
 from daskmeans.kernels.kernel_centers import single_point_centers
@@ -20,7 +21,6 @@ from daskmeans.kernels.kernel_minibatch import (
     truncation_mask,
 )
 from daskmeans.kernels.minibatch import learning_rates
-from sparse_centers_reference import direct_norms
 
 DTYPES = [np.float32, np.float64]
 
@@ -56,8 +56,11 @@ def test_batch_cluster_means_matches_numpy():
     labels = rng.integers(0, 3, 30).astype(np.int32)  # center 3 gets nothing
     for weights in (np.ones(30), rng.random(30) * 3):
         counts = np.bincount(labels, weights=weights, minlength=4)
-        np.testing.assert_allclose(batch_cluster_means(K, labels, counts, weights),
-                                   ref_batch_cluster_means(K, labels, counts, weights), rtol=1e-12)
+        np.testing.assert_allclose(
+            batch_cluster_means(K, labels, counts, weights),
+            ref_batch_cluster_means(K, labels, counts, weights),
+            rtol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("tau", [1, 5, 12, 40])
@@ -71,7 +74,7 @@ def test_truncation_mask_matches_numpy(tau):
 def test_truncation_keeps_the_initial_center_until_tau_rows_arrived():
     owner = np.zeros(6, dtype=np.int64)
     segment = np.array([0, 1, 1, 2, 3, 3])
-    assert truncation_mask(owner, segment, 6).all()           # 5 batch rows < tau: nothing forgotten
+    assert truncation_mask(owner, segment, 6).all()  # 5 batch rows < tau: nothing forgotten
     np.testing.assert_array_equal(truncation_mask(owner, segment, 3), [0, 0, 0, 1, 1, 1])
     np.testing.assert_array_equal(truncation_mask(owner, segment, 2), [0, 0, 0, 0, 1, 1])
 
@@ -85,8 +88,9 @@ def run(dtype, *, truncate, learning_rate, steps=25, b=48, tau=40, kernel=None, 
     records = []
     for step in range(1, steps + 1):
         index = rng.integers(0, len(X), b)
-        centers, seen, record = kernel_minibatch_step(centers, seen, X[index], index, kernel, step,
-                                                      learning_rate=learning_rate, tau=tau, truncate=truncate)
+        centers, seen, record = kernel_minibatch_step(
+            centers, seen, X[index], index, kernel, step, learning_rate=learning_rate, tau=tau, truncate=truncate
+        )
         records.append((index, record))
         # the incremental <C, C> equals coef^T K coef, and the batch energy after the step (from the incremental
         # <phi(x), C>) equals the one from distances recomputed directly
@@ -107,9 +111,12 @@ def test_incremental_inner_products_equal_a_direct_recomputation(dtype, truncate
     assert sum(r["dropped"] for _, r in records) > 0 if truncate else all(r["dropped"] == 0 for _, r in records)
     # the batch energy before a step is the mean distance to the centers the step started from
     assert records[0][1]["batch_energy"] == pytest.approx(
-        single_point_centers(X[:4], Kernel("rbf", {"kappa": 2.0})).distances(X[records[0][0]],
-                                                                              Kernel("rbf", {"kappa": 2.0}))
-        .min(1).mean(), rel=1e-12)
+        single_point_centers(X[:4], Kernel("rbf", {"kappa": 2.0}))
+        .distances(X[records[0][0]], Kernel("rbf", {"kappa": 2.0}))
+        .min(1)
+        .mean(),
+        rel=1e-12,
+    )
     if not truncate:  # without truncation every center stays a convex combination of rows
         totals = np.bincount(centers.owner, weights=centers.coef, minlength=4)
         np.testing.assert_allclose(totals, 1.0, rtol=1e-12)
@@ -118,8 +125,13 @@ def test_incremental_inner_products_equal_a_direct_recomputation(dtype, truncate
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_polynomial_kernel_keeps_exact_inner_products(dtype):
-    run(dtype, truncate=True, learning_rate="beta", steps=10, kernel=Kernel("polynomial",
-                                                                           {"degree": 2, "gamma": 0.5, "coef0": 1.0}))
+    run(
+        dtype,
+        truncate=True,
+        learning_rate="beta",
+        steps=10,
+        kernel=Kernel("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1.0}),
+    )
 
 
 def test_the_update_follows_the_papers_recursion():
@@ -162,9 +174,14 @@ def untruncated_reference(X, records, kernel, k, learning_rate="beta"):
 
 
 def feature_distance(kernel, rows_a, coef_a, rows_b, coef_b):
-    return math.sqrt(max(0.0, coef_a @ kernel.matrix(rows_a, rows_a) @ coef_a
-                         - 2 * coef_a @ kernel.matrix(rows_a, rows_b) @ coef_b
-                         + coef_b @ kernel.matrix(rows_b, rows_b) @ coef_b))
+    return math.sqrt(
+        max(
+            0.0,
+            coef_a @ kernel.matrix(rows_a, rows_a) @ coef_a
+            - 2 * coef_a @ kernel.matrix(rows_a, rows_b) @ coef_b
+            + coef_b @ kernel.matrix(rows_b, rows_b) @ coef_b,
+        )
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -219,8 +236,7 @@ def test_run_kernel_steps_stops_when_the_batch_improvement_falls_below_tol():
     kernel = Kernel("rbf", {"kappa": 1.0})
     batches = [rng.integers(0, 200, 32) for _ in range(40)]
     start = single_point_centers(X[:3], kernel, np.arange(3))
-    _, _, records, reason = run_kernel_steps(start, np.zeros(3), [X[i] for i in batches], batches, kernel, 1,
-                                             tol=0.04)
+    _, _, records, reason = run_kernel_steps(start, np.zeros(3), [X[i] for i in batches], batches, kernel, 1, tol=0.04)
     # the constant "beta" rate leaves a noise floor of improvement (about 0.06 here, with b = 32)
     assert reason == "converged" and records[-1]["improvement"] < 0.04
     assert 1 < len(records) < 40 and all(r["improvement"] >= 0.04 for r in records[:-1])
@@ -240,15 +256,23 @@ def test_integer_weights_step_like_repeated_rows(learning_rate):
     for step in range(1, 8):
         index = rng.integers(0, 200, 24)
         copies = np.repeat(index, weights[index].astype(int))
-        weighted, seen_w, rec_w = kernel_minibatch_step(weighted, seen_w, X[index], index, kernel, step,
-                                                        learning_rate=learning_rate, truncate=False,
-                                                        weights=weights[index])
-        repeated, seen_r, rec_r = kernel_minibatch_step(repeated, seen_r, X[copies], copies, kernel, step,
-                                                        learning_rate=learning_rate, truncate=False)
+        weighted, seen_w, rec_w = kernel_minibatch_step(
+            weighted,
+            seen_w,
+            X[index],
+            index,
+            kernel,
+            step,
+            learning_rate=learning_rate,
+            truncate=False,
+            weights=weights[index],
+        )
+        repeated, seen_r, rec_r = kernel_minibatch_step(
+            repeated, seen_r, X[copies], copies, kernel, step, learning_rate=learning_rate, truncate=False
+        )
         np.testing.assert_allclose(seen_w, seen_r)
         np.testing.assert_allclose(weighted.norms, repeated.norms, rtol=1e-9)
-        np.testing.assert_allclose(weighted.distances(X, kernel), repeated.distances(X, kernel), rtol=1e-9,
-                                   atol=1e-12)
+        np.testing.assert_allclose(weighted.distances(X, kernel), repeated.distances(X, kernel), rtol=1e-9, atol=1e-12)
         assert rec_w["batch_energy"] == pytest.approx(rec_r["batch_energy"], rel=1e-9)
         assert rec_w["batch_energy_after"] == pytest.approx(rec_r["batch_energy_after"], rel=1e-9)
 
@@ -261,12 +285,12 @@ def test_zero_weight_rows_do_not_move_the_centers():
     index = np.arange(2, 34)
     weights = np.ones(32)
     weights[::2] = 0.0
-    with_zeros, _, _ = kernel_minibatch_step(centers, np.zeros(2), X[index], index, kernel, 1, tau=1000,
-                                             weights=weights)
+    with_zeros, _, _ = kernel_minibatch_step(
+        centers, np.zeros(2), X[index], index, kernel, 1, tau=1000, weights=weights
+    )
     kept = index[1::2]
     without, _, _ = kernel_minibatch_step(centers, np.zeros(2), X[kept], kept, kernel, 1, tau=1000)
-    np.testing.assert_allclose(with_zeros.distances(X, kernel), without.distances(X, kernel), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(with_zeros.distances(X, kernel), without.distances(X, kernel), rtol=1e-10, atol=1e-12)
 
 
 def test_early_stopping_follows_the_papers_rule_exactly():
@@ -316,18 +340,26 @@ def test_kept_row_norms_change_no_step(dtype, truncate):
     seen_kept = seen_forgotten = np.zeros(3)
     for step in range(1, 9):
         index = rng.integers(0, 300, 64)
-        kept, seen_kept, _ = kernel_minibatch_step(kept, seen_kept, X[index], index, kernel, step, tau=40,
-                                                   truncate=truncate)
+        kept, seen_kept, _ = kernel_minibatch_step(
+            kept, seen_kept, X[index], index, kernel, step, tau=40, truncate=truncate
+        )
         forgotten.row_norms = None
-        forgotten, seen_forgotten, _ = kernel_minibatch_step(forgotten, seen_forgotten, X[index], index, kernel,
-                                                             step, tau=40, truncate=truncate)
+        forgotten, seen_forgotten, _ = kernel_minibatch_step(
+            forgotten, seen_forgotten, X[index], index, kernel, step, tau=40, truncate=truncate
+        )
     for field in ("rows", "coef", "owner", "segment", "row_index", "norms", "row_norms"):
         np.testing.assert_array_equal(getattr(kept, field), getattr(forgotten, field))
     np.testing.assert_allclose(kept.row_norms, (kept.rows.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
 
 
-@pytest.mark.parametrize("name,params", [("rbf", {"kappa": 40.0}), ("laplacian", {"kappa": 30.0}),
-                                         ("polynomial", {"degree": 2, "gamma": 0.1, "coef0": 1.0})])
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("rbf", {"kappa": 40.0}),
+        ("laplacian", {"kappa": 30.0}),
+        ("polynomial", {"degree": 2, "gamma": 0.1, "coef0": 1.0}),
+    ],
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_batch_kernel_blocks_split_match_numpy_and_do_not_depend_on_the_thread(name, params, dtype, monkeypatch):
     """Both blocks against NumPy, computed whole and cut in two; the cut gives the same bits with the first part on

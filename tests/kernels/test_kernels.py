@@ -101,8 +101,10 @@ def test_exact_distance_is_the_same_sum_for_bytes_and_strided_vectors(d):
     labels = rng.integers(0, 3, size=30)
     expected = np.array([reference_pair_dist2(X[i], C[labels[i]]) for i in range(30)])
     np.testing.assert_array_equal(exact_dist2(X, C, labels), expected)
-    np.testing.assert_array_equal(exact_dist2(X, C.astype(np.float32), labels),
-                                  [reference_pair_dist2(X[i], C.astype(np.float32)[labels[i]]) for i in range(30)])
+    np.testing.assert_array_equal(
+        exact_dist2(X, C.astype(np.float32), labels),
+        [reference_pair_dist2(X[i], C.astype(np.float32)[labels[i]]) for i in range(30)],
+    )
     strided_X, strided_C = np.asfortranarray(X), np.asfortranarray(C)
     assert pair_dist2(strided_X[4], strided_C[1]) == reference_pair_dist2(X[4], C[1])
     assert pair_dist2(X[4], strided_C[1]) == pair_dist2(X[4], C[1])
@@ -132,8 +134,9 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
     ww = w if weighted else np.ones(300)
     for j in range(5):
         mask = labels == j
-        np.testing.assert_allclose(sums[j], (ww[mask, None] * X[mask].astype(np.float64)).sum(0), rtol=1e-12,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            sums[j], (ww[mask, None] * X[mask].astype(np.float64)).sum(0), rtol=1e-12, atol=1e-12
+        )
         np.testing.assert_allclose(counts[j], ww[mask].sum())
         np.testing.assert_allclose(sse[j], (ww[mask] * dist2[mask]).sum())
     assert counts[4] == 0 and sums.dtype == np.float64
@@ -161,8 +164,9 @@ def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_it
         lows = expected_scores - err_sq - x_norm[:, None] * err_x
         best, best_low, other_low = (np.empty(n, dtype=dtype) for _ in range(3))
         best_col = np.empty(n, dtype=np.int64)
-        _best_and_lowest_other(np.ascontiguousarray(values.T), column_add, err_sq, err_x, x_norm, best, best_col,
-                               best_low, other_low)
+        _best_and_lowest_other(
+            np.ascontiguousarray(values.T), column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low
+        )
         expected_col = expected_scores.argmin(axis=1)
         np.testing.assert_array_equal(best_col, expected_col)
         np.testing.assert_array_equal(best, expected_scores[np.arange(n), expected_col])
@@ -177,8 +181,7 @@ def test_best_and_second_and_the_lowest_other_where_near_match_numpy(dtype):
     """The unbounded pass's scan: the best score, its column and the smallest other score (NumPy's argmin and
     min); then ``other_low`` is exact wherever the near-tie test could pass with it, and elsewhere a lower bound
     that keeps the test failing, so every row is decided as with the exact value."""
-    from daskmeans.kernels.one_group_assign import (_best_and_lowest_other, _best_and_second,
-                                                    _lowest_other_where_near)
+    from daskmeans.kernels.one_group_assign import _best_and_lowest_other, _best_and_second, _lowest_other_where_near
 
     rng = np.random.default_rng(9)
     for n, columns, spread in ((600, 7, 6), (500, 9, 3), (10, 1, 6)):
@@ -205,10 +208,12 @@ def test_best_and_second_and_the_lowest_other_where_near_match_numpy(dtype):
         np.testing.assert_array_equal(second, others.min(axis=1))
 
         reference_best = np.empty(n, dtype=dtype)
-        _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm_scan, reference_best, reference_col,
-                               best_low, other_low)
-        _lowest_other_where_near(scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col,
-                                 second, low_near)
+        _best_and_lowest_other(
+            scores_t, column_add, err_sq, err_x, x_norm_scan, reference_best, reference_col, best_low, other_low
+        )
+        _lowest_other_where_near(
+            scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col, second, low_near
+        )
         row_err = 1e-12 * x_sq
         limit = best.astype(np.float64) + err_sq[best_col] + x_norm * err_x[best_col] + row_err
         near = other_low.astype(np.float64) - row_err <= limit

@@ -56,11 +56,16 @@ def hard_values():
     table = reference_values()
     finite = table[np.isfinite(table)]
     rng = np.random.default_rng(0)
-    return np.concatenate([
-        finite, np.nextafter(finite, np.inf), np.nextafter(finite, -np.inf),  # every code, and just around it
-        [-1.0, -0.0, 2.0**LOWEST_EXPONENT, 2.0**-40, 2.0**34, 1e30, np.finfo(np.float64).max, np.inf],
-        rng.random(10_000) * 1000, np.exp(rng.uniform(-25, 25, 10_000)),
-    ])
+    return np.concatenate(
+        [
+            finite,
+            np.nextafter(finite, np.inf),
+            np.nextafter(finite, -np.inf),  # every code, and just around it
+            [-1.0, -0.0, 2.0**LOWEST_EXPONENT, 2.0**-40, 2.0**34, 1e30, np.finfo(np.float64).max, np.inf],
+            rng.random(10_000) * 1000,
+            np.exp(rng.uniform(-25, 25, 10_000)),
+        ]
+    )
 
 
 def test_every_code_has_its_reference_value_in_numba_and_numpy():

@@ -26,8 +26,18 @@ def _reference_summary(X, scaled, column_add, err_sq, err_x):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64])
-@pytest.mark.parametrize("k", [1, 3, panel_scan.TAIL_CENTERS, panel_scan.CENTERS_PER_STEP,
-                               panel_scan.CENTERS_PER_STEP + 1, 2 * panel_scan.CENTERS_PER_STEP + 5, 50])
+@pytest.mark.parametrize(
+    "k",
+    [
+        1,
+        3,
+        panel_scan.TAIL_CENTERS,
+        panel_scan.CENTERS_PER_STEP,
+        panel_scan.CENTERS_PER_STEP + 1,
+        2 * panel_scan.CENTERS_PER_STEP + 5,
+        50,
+    ],
+)
 def test_best_and_lowest_other_by_panels_match_numpy(dtype, k):
     """Every row's squared norm, best score, its column (the first among equals: the data has many ties) and the
     smallest other score less its error, as NumPy computes them, for any number of centers (whole steps, the
@@ -43,8 +53,9 @@ def test_best_and_lowest_other_by_panels_match_numpy(dtype, k):
     err_x = (rng.integers(0, 3, size=k) / 8).astype(np.float32)
     x_sq, best, other_low = np.empty(n), np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
     best_col = np.empty(n, dtype=np.int32)
-    panel_scan.best_and_lowest_other_by_panels(X, *panel_scan.padded(scaled, column_add, err_sq, err_x), x_sq, best,
-                                               best_col, other_low)
+    panel_scan.best_and_lowest_other_by_panels(
+        X, *panel_scan.padded(scaled, column_add, err_sq, err_x), x_sq, best, best_col, other_low
+    )
     expected = _reference_summary(X, scaled, column_add, err_sq, err_x)
     np.testing.assert_array_equal(x_sq, expected[0])
     np.testing.assert_array_equal(best, expected[1])
@@ -54,8 +65,9 @@ def test_best_and_lowest_other_by_panels_match_numpy(dtype, k):
 
 def test_padding_centers_never_win_nor_lower_a_bound():
     centers = np.ones((5, 3), dtype=np.float32)
-    scaled, column_add, err_sq, err_x = panel_scan.padded(-2 * centers, np.full(5, 3, np.float32),
-                                                          np.ones(5, np.float32), np.ones(5, np.float32))
+    scaled, column_add, err_sq, err_x = panel_scan.padded(
+        -2 * centers, np.full(5, 3, np.float32), np.ones(5, np.float32), np.ones(5, np.float32)
+    )
     assert len(scaled) % panel_scan.TAIL_CENTERS == 0 and len(scaled) >= 5
     assert (scaled[5:] == 0).all() and np.isinf(column_add[5:]).all()
     assert (err_sq[5:] == 0).all() and (err_x[5:] == 0).all()
@@ -133,11 +145,27 @@ def test_best_of_groups_by_panels_match_numpy(dtype, n_groups, columns):
     column_add[-1] = np.inf  # a padding slot
     gamma, center_norm = _gamma(d, np.float32), 6.0
     scaled, padded_add, _, _ = panel_scan.padded(-2 * slots, column_add)
-    x_sq, allowance, best, own_second, other_second = (np.empty(n), np.empty(n), *(np.empty(n, np.float32)
-                                                                                  for _ in range(3)))
+    x_sq, allowance, best, own_second, other_second = (
+        np.empty(n),
+        np.empty(n),
+        *(np.empty(n, np.float32) for _ in range(3)),
+    )
     best_col, group_min = np.empty(n, dtype=np.int32), np.empty((n, n_groups), dtype=np.float32)
-    panel_scan.best_of_groups_by_panels(X, scaled, padded_add, n_groups, center_norm, gamma, x_sq, allowance, best,
-                                        best_col, group_min, own_second, other_second)
+    panel_scan.best_of_groups_by_panels(
+        X,
+        scaled,
+        padded_add,
+        n_groups,
+        center_norm,
+        gamma,
+        x_sq,
+        allowance,
+        best,
+        best_col,
+        group_min,
+        own_second,
+        other_second,
+    )
     scores = (X.astype(np.float64) @ (-2 * slots.astype(np.float64)).T).astype(np.float32) + column_add
     expected_col = scores.argmin(axis=1)
     rows = np.arange(n)
@@ -150,8 +178,9 @@ def test_best_of_groups_by_panels_match_numpy(dtype, n_groups, columns):
     others = np.where(group_of[None, :] == own[:, None], scores, np.inf)
     others[rows, expected_col] = np.inf
     np.testing.assert_array_equal(own_second, others.min(axis=1))
-    np.testing.assert_array_equal(other_second, np.where(np.arange(n_groups)[None] == own[:, None], np.inf,
-                                                         expected_min).min(axis=1))
+    np.testing.assert_array_equal(
+        other_second, np.where(np.arange(n_groups)[None] == own[:, None], np.inf, expected_min).min(axis=1)
+    )
     expected_sq = (X.astype(np.float64) ** 2).sum(axis=1)
     np.testing.assert_array_equal(x_sq, expected_sq)
     np.testing.assert_array_equal(allowance, [score_error(np.sqrt(v), v, center_norm, gamma) for v in expected_sq])
@@ -171,8 +200,9 @@ def test_grouped_panel_assignment_equals_the_gemm_tiles(k, n_groups, monkeypatch
     def assign(panels):
         tiles = exact_assign._assign_tiles
         if not panels:
-            monkeypatch.setattr(exact_assign, "_assign_tiles",
-                                lambda *args, **kwargs: tiles(*args, **{**kwargs, "panels": False}))
+            monkeypatch.setattr(
+                exact_assign, "_assign_tiles", lambda *args, **kwargs: tiles(*args, **{**kwargs, "panels": False})
+            )
         stats = (np.zeros((k, X.shape[1])), np.zeros(k), np.zeros(k))
         result = assign_with_bounds(X, centers, groups, slab_bytes=2**20, stats=stats, weights=weights)
         monkeypatch.setattr(exact_assign, "_assign_tiles", tiles)

@@ -30,8 +30,9 @@ def reference_estep(X, means, truncation, neighbours, extra):
     c_trunc = truncation.shape[1]
     new_truncation, new_dist2, pairs, n_distances = [], [], {}, 0
     for i in range(X.shape[0]):
-        space = sorted({int(g) for c in truncation[i] for g in neighbours[c]} | ({int(extra[i])} if extra[i] >= 0
-                                                                               else set()))
+        space = sorted(
+            {int(g) for c in truncation[i] for g in neighbours[c]} | ({int(extra[i])} if extra[i] >= 0 else set())
+        )
         n_distances += len(space)
         best = sorted(space, key=lambda c: D[i, c])[:c_trunc]
         new_truncation.append(best)
@@ -116,8 +117,7 @@ def reference_update_neighbours(neighbours, pairs):
 @pytest.mark.parametrize("g", [1, 3, 8])
 def test_update_neighbours_matches_numpy(g):
     X, means, truncation, neighbours, extra = random_state(n=200, k=25, c_trunc=2, g=g)
-    new_truncation, _, best, candidate, pair_dist2, _ = kernels.truncated_estep(X, means, truncation, neighbours,
-                                                                                extra)
+    new_truncation, _, best, candidate, pair_dist2, _ = kernels.truncated_estep(X, means, truncation, neighbours, extra)
     keys, sums, counts = kernels.aggregate_pairs(best, candidate, pair_dist2, 25)
     updated = kernels.update_neighbours(neighbours, keys, sums, counts)
     _, _, ref_pairs, _ = reference_estep(X, means, truncation, neighbours, extra)
@@ -129,8 +129,10 @@ def test_update_neighbours_matches_numpy(g):
 def test_merged_pairs_equal_pairs_of_the_whole():
     X, means, truncation, neighbours, extra = random_state(n=300, k=30)
     whole = kernels.aggregate_pairs(*kernels.truncated_estep(X, means, truncation, neighbours, extra)[2:5], 30)
-    parts = [kernels.aggregate_pairs(*kernels.truncated_estep(X[s], means, truncation[s], neighbours, extra[s])[2:5],
-                                     30) for s in (slice(0, 100), slice(100, 300))]
+    parts = [
+        kernels.aggregate_pairs(*kernels.truncated_estep(X[s], means, truncation[s], neighbours, extra[s])[2:5], 30)
+        for s in (slice(0, 100), slice(100, 300))
+    ]
     merged = kernels.merge_pairs(parts, 30)
     np.testing.assert_array_equal(merged[0], whole[0])
     np.testing.assert_allclose(merged[1], whole[1], rtol=1e-12)

@@ -95,6 +95,14 @@ def test_weighted_seeding_keeps_its_weighted_sample():
     weights[::3] = 1.0
     pools = StepPools(array, da.from_array(weights, chunks=70), None, batch_size=50, max_iter=10, seed=7)
     for seed in range(5):
-        _, centers, _ = kernel_seeding(array, 6, RBF, "k-means++", seed, sample_size=80,
-                                       context=RunContext(weights=da.from_array(weights, chunks=70)), pools=pools)
+        _, centers, _ = kernel_seeding(
+            array,
+            6,
+            RBF,
+            "k-means++",
+            seed,
+            sample_size=80,
+            context=RunContext(weights=da.from_array(weights, chunks=70)),
+            pools=pools,
+        )
         assert np.all(weights[centers.row_index] > 0)

@@ -9,9 +9,9 @@ import pytest
 import zarr
 
 from daskmeans import InvalidParameterError, MiniBatchKMeans, open_input
-from daskmeans.bench.runner import reads_notes
-from daskmeans.engine.random import seed_from_random_state, stage_key
+from daskmeans.bench.estimator_runs import reads_notes
 from daskmeans.config import MIN_POOL_BLOCKS, POOL_ROWS
+from daskmeans.engine.random import seed_from_random_state, stage_key
 from daskmeans.passes.minibatch_pool import (
     blocks_per_pool,
     choose_sampling,
@@ -92,8 +92,9 @@ def test_a_pool_of_whole_blocks_reads_five_times_fewer_blocks(many_blocks):
 def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tmp_path, sampling):
     values = np.random.default_rng(1).integers(0, 256, size=(400_000, 8), dtype=np.uint8)
     zarr.create_array(store=str(tmp_path / "u8.zarr"), data=values, chunks=(10_000, 8))
-    model = MiniBatchKMeans(4, sampling=sampling, random_state=0, max_iter=1, max_no_improvement=None,
-                            batch_size=1024, chunk_rows=10_000).fit(str(tmp_path / "u8.zarr"))
+    model = MiniBatchKMeans(
+        4, sampling=sampling, random_state=0, max_iter=1, max_no_improvement=None, batch_size=1024, chunk_rows=10_000
+    ).fit(str(tmp_path / "u8.zarr"))
     data = open_input(str(tmp_path / "u8.zarr"), chunk_rows=10_000)
     block_rows = data.array.chunks[0]
     assert len(block_rows) == 40 and data.array.dtype == np.float32
@@ -101,9 +102,13 @@ def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tm
     for pool, record in enumerate(model.history_):
         first = pool * steps
         n_steps = min(steps, record["steps"] - first)
-        indices = (step_indices(400_000, 1024, seed, first, n_steps) if sampling == "rows" else
-                   chunk_step_indices(block_rows, 1024, seed, first, n_steps, steps,
-                                      blocks_per_pool(block_rows, POOL_ROWS)))
+        indices = (
+            step_indices(400_000, 1024, seed, first, n_steps)
+            if sampling == "rows"
+            else chunk_step_indices(
+                block_rows, 1024, seed, first, n_steps, steps, blocks_per_pool(block_rows, POOL_ROWS)
+            )
+        )
         assert record["blocks_read"] == len(draw_pieces(data.array, indices))
         assert record["bytes_read"] == record["blocks_read"] * 10_000 * 8, "one byte a uint8 value, not four"
     blocks = [r["blocks_read"] for r in model.history_]
@@ -113,8 +118,10 @@ def test_each_pool_records_the_whole_blocks_it_read_and_their_bytes_as_stored(tm
         assert blocks[0] == max(blocks) == blocks_per_pool(block_rows, POOL_ROWS) == 27
     (note,) = reads_notes(model.history_)
     per_step = sum(r["bytes_read"] for r in model.history_) / model.n_steps_ / 2**10
-    assert note == f"read 4 pools of {np.mean(blocks):.3g} blocks, {np.mean(blocks) * 80_000 / 2**20:,.1f} MiB a " \
-                   f"pool as stored ({per_step:,.1f} KiB a step)"
+    assert (
+        note == f"read 4 pools of {np.mean(blocks):.3g} blocks, {np.mean(blocks) * 80_000 / 2**20:,.1f} MiB a "
+        f"pool as stored ({per_step:,.1f} KiB a step)"
+    )
 
 
 @pytest.mark.slow

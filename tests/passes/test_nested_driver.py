@@ -11,9 +11,9 @@ from distributed import Client, LocalCluster
 
 from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.config import DRIVER_BYTES, DRIVER_WORK, DRIVER_WORK_FEW_THREADS
-from daskmeans.kernels import nested_groups
 from daskmeans.engine.client import compute_now
 from daskmeans.engine.driver import driver_rows, driver_work
+from daskmeans.kernels import nested_groups
 from daskmeans.passes.nested_driver import to_workers
 from daskmeans.passes.nested_state import NestedBatch
 from daskmeans.storage.io import open_input
@@ -33,8 +33,10 @@ def test_the_driver_takes_on_more_work_when_the_workers_run_no_more_threads_than
         pytest.skip("the session's cluster runs 2 threads: more than this machine's cores")
     assert driver_work(None) == DRIVER_WORK
     assert driver_work(cluster_client) == DRIVER_WORK_FEW_THREADS  # 2 worker processes of one thread
-    with LocalCluster(n_workers=1, threads_per_worker=CPU_COUNT + 1, processes=False, dashboard_address=None) as many, \
-            Client(many, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=CPU_COUNT + 1, processes=False, dashboard_address=None) as many,
+        Client(many, set_as_default=False) as client,
+    ):
         assert driver_work(client) == DRIVER_WORK
     # descriptors, k = 1000: a batch of 320,000 rows (not 640,000) stays on the driver of a local cluster
     rows = driver_rows("auto", 1000, 128, 356, DRIVER_WORK_FEW_THREADS)
@@ -84,18 +86,24 @@ def problem():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sizes, rows_ahead", [
-    (SIZES, True),  # nmbatch's doublings: the rows go ahead once the next growth would leave the driver
-    ((600, 600, 2800, 2800, 4000), False),  # a jump past the next doubling: the blocks go whole at the move
-])
-def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_same_steps(problem, cluster_client,
-                                                                                         sizes, rows_ahead):
+@pytest.mark.parametrize(
+    "sizes, rows_ahead",
+    [
+        (SIZES, True),  # nmbatch's doublings: the rows go ahead once the next growth would leave the driver
+        ((600, 600, 2800, 2800, 4000), False),  # a jump past the next doubling: the blocks go whole at the move
+    ],
+)
+def test_a_small_batch_steps_on_the_driver_then_moves_to_the_workers_with_the_same_steps(
+    problem, cluster_client, sizes, rows_ahead
+):
     """Below ``driver_rows`` the blocks are values in this process; past it they live on the workers. Every step's
     sums, counts, SSE, members and counters are those of a batch stepped on the workers from the start, and the
     content of the batch is the same, whether the rows went to the workers ahead of the move or with it."""
     X, centers, groups = problem
-    batches = {rows: NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client,
-                                 driver_rows=rows) for rows in (0, 1500)}
+    batches = {
+        rows: NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=rows)
+        for rows in (0, 1500)
+    }
     moves = []
     original = batches[1500]._blocks_to_workers
 
@@ -123,8 +131,9 @@ def test_weighted_steps_on_the_driver_are_those_of_the_workers(problem, cluster_
     weights = da.from_array(np.random.default_rng(2).random(4000) * 3, chunks=500)
     steps = {}
     for rows in (0, 1500):
-        batch = NestedBatch(open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=rows,
-                            weights=weights)
+        batch = NestedBatch(
+            open_input(X, chunk_rows=500).array, 3, groups, client=cluster_client, driver_rows=rows, weights=weights
+        )
         steps[rows] = _step_through(batch, centers, SIZES)
     assert steps[1500][1][:3] == [True] * 3
     _assert_same_steps(steps[1500][0], steps[0][0])
@@ -152,8 +161,9 @@ def test_a_checkpoint_of_a_batch_on_the_driver_restores_on_the_workers(problem, 
     assert all(on_driver)
     written = batch.write_checkpoint(str(tmp_path / "blocks"), str(tmp_path / "layout"))
     restored = NestedBatch(array, 3, groups, client=cluster_client, driver_rows=4000)
-    restored.restore_checkpoint(written, str(tmp_path / "blocks"), str(tmp_path / "layout"), batch.layout_id,
-                                batch.size, batch.rows_read)
+    restored.restore_checkpoint(
+        written, str(tmp_path / "blocks"), str(tmp_path / "layout"), batch.layout_id, batch.size, batch.rows_read
+    )
     assert not restored.on_driver
     expected = _step_through(batch, last, SIZES[4:])
     again = _step_through(restored, last, SIZES[4:])
@@ -178,7 +188,11 @@ def test_driver_steps_run_blas_on_one_thread_per_step_thread():
     with threadpool_limits(limits=2, user_api="blas"):
         if blas_threads() != [2]:
             pytest.skip(f"BLAS here cannot run two threads ({blas_threads()})")
-        outputs, seen = step_on_driver(lambda i: _Seen(blas_threads()), [[i] for i in range(4)], (),
-                                       lambda parts: [s for part in parts for s in part])
+        outputs, seen = step_on_driver(
+            lambda i: _Seen(blas_threads()),
+            [[i] for i in range(4)],
+            (),
+            lambda parts: [s for part in parts for s in part],
+        )
         assert seen == [[1]] * 4
         assert blas_threads() == [2]  # the caller's limit is back

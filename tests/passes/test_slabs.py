@@ -11,8 +11,16 @@ import zarr
 from daskmeans import open_input
 from daskmeans.config import SLAB_BYTES
 from daskmeans.engine.graph import block_args
-from daskmeans.engine.slabs import (ROW_ALIGNMENT, converted_rows, is_aligned, map_rows, row_slabs, slab_rows,
-                                    slabs, stored_form)
+from daskmeans.engine.slabs import (
+    ROW_ALIGNMENT,
+    converted_rows,
+    is_aligned,
+    map_rows,
+    row_slabs,
+    slab_rows,
+    slabs,
+    stored_form,
+)
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.stats import cluster_stats
 from daskmeans.passes.assign import _assign_stats_block, lazy_labels, lazy_min_dist2
@@ -33,8 +41,8 @@ def test_slabs_cover_the_block_in_order_converted_and_bounded():
     seen = []
     for start, rows, w in slabs(block, weights):
         assert rows.dtype == np.float32 and rows.flags.c_contiguous and rows.nbytes <= SLAB_BYTES
-        np.testing.assert_array_equal(rows, block[start:start + len(rows)].astype(np.float32))
-        np.testing.assert_array_equal(w, weights[start:start + len(rows)])
+        np.testing.assert_array_equal(rows, block[start : start + len(rows)].astype(np.float32))
+        np.testing.assert_array_equal(w, weights[start : start + len(rows)])
         seen.append((start, len(rows)))
     assert len(seen) == 4 and [s for s, _ in seen] == [0, *np.cumsum([n for _, n in seen])[:-1]]
     assert sum(n for _, n in seen) == ROWS
@@ -86,7 +94,7 @@ def _misaligned(array, offset=3):
     from a Dask message can)."""
     raw = np.empty(array.nbytes + ROW_ALIGNMENT + offset, dtype=np.uint8)
     start = (-raw.ctypes.data) % ROW_ALIGNMENT + offset
-    moved = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    moved = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
     moved[...] = array
     return moved
 
@@ -98,7 +106,7 @@ def test_misaligned_blocks_are_read_from_an_aligned_copy(reuse):
     assert not is_aligned(block)
     for start, rows, _ in slabs(block, reuse=reuse):
         assert is_aligned(rows) and rows.flags.c_contiguous and not np.shares_memory(rows, block)
-        np.testing.assert_array_equal(rows, floats[start:start + len(rows)])
+        np.testing.assert_array_equal(rows, floats[start : start + len(rows)])
     chosen = converted_rows(block, slice(10, 90))
     assert is_aligned(chosen)
     np.testing.assert_array_equal(chosen, floats[10:90])
@@ -183,8 +191,7 @@ def test_nearest_centers_of_integer_rows_equal_those_of_the_converted_rows(n_clu
     stats = tuple(np.zeros(shape) for shape in ((n_clusters, n_features), n_clusters, n_clusters))
     expected = tuple(np.zeros(shape) for shape in ((n_clusters, n_features), n_clusters, n_clusters))
     labels, dist2 = nearest_centers(rows, centers, stats=stats, weights=weights)
-    expected_labels, expected_dist2 = nearest_centers(rows.astype(np.float32), centers, stats=expected,
-                                                      weights=weights)
+    expected_labels, expected_dist2 = nearest_centers(rows.astype(np.float32), centers, stats=expected, weights=weights)
     np.testing.assert_array_equal(labels, expected_labels)
     np.testing.assert_array_equal(dist2, expected_dist2)
     for a, b in zip(stats, expected):
@@ -260,9 +267,15 @@ def test_map_rows_walks_stored_blocks_and_reports_global_rows(tmp_path):
     X = _uint8_block(rows=3 * slab_rows(D, 4), seed=7)
     zarr.create_array(store=path, data=X, chunks=(len(X), D))
     data = open_input(path)
-    offsets = map_rows(data.array, lambda rows, offset: offset + np.arange(len(rows)), dtype=np.int64,
-                       name="row-index").compute(scheduler="threads")
+    offsets = map_rows(
+        data.array, lambda rows, offset: offset + np.arange(len(rows)), dtype=np.int64, name="row-index"
+    ).compute(scheduler="threads")
     np.testing.assert_array_equal(offsets, np.arange(len(X)))
-    sums = map_rows(data.array, lambda rows, offset: rows.sum(1, dtype=np.float64)[:, None], dtype=np.float64,
-                    name="row-sums", trailing=1).compute(scheduler="threads")
+    sums = map_rows(
+        data.array,
+        lambda rows, offset: rows.sum(1, dtype=np.float64)[:, None],
+        dtype=np.float64,
+        name="row-sums",
+        trailing=1,
+    ).compute(scheduler="threads")
     np.testing.assert_array_equal(sums[:, 0], X.sum(1, dtype=np.float64))

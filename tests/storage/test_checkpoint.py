@@ -28,21 +28,38 @@ N_SAMPLES, N_FEATURES, CHUNK_ROWS = 10_000, 4, 2_000
 ALGORITHMS = {
     "kmeans": ("KMeans", {"n_clusters": 16, "init": "random", "tol": 0.0, "max_iter": 12, "n_init": 2}),
     # bounds are not saved: the first iteration after a resume scores every center (same centers, labels, energies)
-    "kmeans-bounds": ("KMeans", {"n_clusters": 16, "init": "random", "tol": 0.0, "max_iter": 25,
-                                 "algorithm": "elkan"}),
+    "kmeans-bounds": ("KMeans", {"n_clusters": 16, "init": "random", "tol": 0.0, "max_iter": 25, "algorithm": "elkan"}),
     "vrkm": ("VRKMeans", {"n_clusters": 16, "variant": "vrkm", "epoch_size": 200, "max_epochs": 20, "tol": 0.0}),
-    "nmbatch": ("NestedMiniBatchKMeans", {"n_clusters": 16, "initial_batch_size": 500, "rho": 2.0, "max_iter": 30,
-                                          "tol": 0.0}),
+    "nmbatch": (
+        "NestedMiniBatchKMeans",
+        {"n_clusters": 16, "initial_batch_size": 500, "rho": 2.0, "max_iter": 30, "tol": 0.0},
+    ),
     # each chunk's labels, distances and bounds written where they live; no rows (they are re-read from the data)
-    "nmbatch-reread": ("NestedMiniBatchKMeans", {"n_clusters": 16, "initial_batch_size": 500, "rho": 2.0,
-                                                 "max_iter": 30, "tol": 0.0, "batch_rows": "reread"}),
-    "minibatch": ("MiniBatchKMeans", {"n_clusters": 16, "batch_size": 2**17, "max_iter": 400,
-                                      "max_no_improvement": None}),
+    "nmbatch-reread": (
+        "NestedMiniBatchKMeans",
+        {"n_clusters": 16, "initial_batch_size": 500, "rho": 2.0, "max_iter": 30, "tol": 0.0, "batch_rows": "reread"},
+    ),
+    "minibatch": (
+        "MiniBatchKMeans",
+        {"n_clusters": 16, "batch_size": 2**17, "max_iter": 400, "max_no_improvement": None},
+    ),
     # the E-step blocks and every point's K_n on the workers: the state fetched from them at each save
-    "vc-gmm": ("CoresetGaussianMixture", {"n_components": 16, "coreset_size": 4000, "n_truncated": 3,
-                                          "search_size": 3, "max_iter": 30, "tol": 0.0, "estep_on": "workers"}),
-    "kernel-minibatch": ("MiniBatchKernelKMeans", {"n_clusters": 16, "batch_size": 200, "tau": 400, "max_iter": 40,
-                                                   "init_sample_size": 1000}),
+    "vc-gmm": (
+        "CoresetGaussianMixture",
+        {
+            "n_components": 16,
+            "coreset_size": 4000,
+            "n_truncated": 3,
+            "search_size": 3,
+            "max_iter": 30,
+            "tol": 0.0,
+            "estep_on": "workers",
+        },
+    ),
+    "kernel-minibatch": (
+        "MiniBatchKernelKMeans",
+        {"n_clusters": 16, "batch_size": 200, "tau": 400, "max_iter": 40, "init_sample_size": 1000},
+    ),
 }
 COMMON = {"random_state": 5, "chunk_rows": CHUNK_ROWS}
 #: Versions a checkpoint has when the driver is killed: for KMeans, in its second run (the first run is 1 + 12 + 1
@@ -92,8 +109,7 @@ def workdir(tmp_path_factory):
 def write_uniform(path, seed):
     """Uniform random data (no clusters: Lloyd needs many iterations) as a chunked Zarr array."""
     values = np.random.default_rng(seed).random((N_SAMPLES, N_FEATURES), dtype=np.float32)
-    array = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(CHUNK_ROWS, N_FEATURES),
-                            dtype="float32")
+    array = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(CHUNK_ROWS, N_FEATURES), dtype="float32")
     array[...] = values
     return str(path)
 
@@ -125,8 +141,7 @@ def saved_state(checkpoint):
 
 def kill_mid_fit(command, checkpoint, min_version=3, timeout=180):
     """Start ``command``, SIGKILL it once the checkpoint has ``min_version`` versions; fail if it ends first."""
-    process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while (current_version(checkpoint) or 0) < min_version:
         if process.poll() is not None:
@@ -163,8 +178,14 @@ def killed_checkpoint(name, cluster, data, workdir):
         script = workdir / "fit_script.py"
         script.write_text(FIT_SCRIPT)
         checkpoint = str(workdir / f"{name}-killed.ckpt")
-        args = [cluster.scheduler_address, data, checkpoint, str(workdir / f"{name}-unused.npz"), cls_name,
-                json.dumps({**params, **COMMON})]
+        args = [
+            cluster.scheduler_address,
+            data,
+            checkpoint,
+            str(workdir / f"{name}-unused.npz"),
+            cls_name,
+            json.dumps({**params, **COMMON}),
+        ]
         kill_mid_fit([sys.executable, str(script), *args], checkpoint, min_version=KILL_AT_VERSION.get(name, 3))
         state = saved_state(checkpoint)
         inner = state["run_state"] if cls_name == "KMeans" else state["algorithm"]
@@ -206,8 +227,13 @@ def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, d
     checkpoint = copy_of(name, cluster, data, workdir, tmp_path)
     resumed = tmp_path / "resumed.npz"
     args = [*args[:2], checkpoint, str(resumed), *args[4:]]
-    done = subprocess.run([sys.executable, str(workdir / "fit_script.py"), *args], env=environment(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(workdir / "fit_script.py"), *args],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     reference = reference_fit(name, client, data)
     with np.load(resumed) as result:
@@ -217,12 +243,13 @@ def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, d
         assert str(result["stop_reason"]) == reference.stop_reason_ and int(result["n_iter"]) == reference.n_iter_
         history = json.loads(str(result["history"]))
     ignore = TIMING_FIELDS | (WORK_FIELDS if name == "kmeans-bounds" else set())
-    assert without_timing(history, ignore) == without_timing(json.loads(json.dumps(reference.history_, default=float)),
-                                                             ignore)
+    assert without_timing(history, ignore) == without_timing(
+        json.loads(json.dumps(reference.history_, default=float)), ignore
+    )
     # the iterations done before the kill were not redone: their records (wall times included) come from it (for
     # KMeans: the result is either the first run, kept whole, or the second, continued)
     assert all(len(saved) >= 1 for saved in histories_at_kill)
-    assert any(history[:len(saved)] == saved for saved in histories_at_kill)
+    assert any(history[: len(saved)] == saved for saved in histories_at_kill)
     # one version is left, with no rows of a batch
     assert len([entry for entry in os.listdir(checkpoint) if entry.startswith(("v", "shared-"))]) == 1
     # the finished checkpoint gives the result again without iterating
@@ -235,9 +262,29 @@ def test_a_killed_fit_resumes_to_the_undisturbed_result(name, cluster, client, d
 def test_the_command_line_resumes_a_killed_fit(cluster, client, data, tmp_path):
     checkpoint = str(tmp_path / "cli.ckpt")
     model_path, labels_path = str(tmp_path / "model.zarr"), str(tmp_path / "labels.zarr")
-    command = [sys.executable, "-m", "daskmeans", "fit", data, "-k", "16", "--init", "random", "--max-iter", "60",
-               "--scheduler", cluster.scheduler_address, "--checkpoint", checkpoint, "--out", model_path,
-               "--labels", labels_path, "--quiet", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "daskmeans",
+        "fit",
+        data,
+        "-k",
+        "16",
+        "--init",
+        "random",
+        "--max-iter",
+        "60",
+        "--scheduler",
+        cluster.scheduler_address,
+        "--checkpoint",
+        checkpoint,
+        "--out",
+        model_path,
+        "--labels",
+        labels_path,
+        "--quiet",
+        "--json",
+    ]
     kill_mid_fit(command, checkpoint)
     assert not os.path.exists(model_path) and not os.path.exists(labels_path)
     state = saved_state(checkpoint)
@@ -250,8 +297,9 @@ def test_the_command_line_resumes_a_killed_fit(cluster, client, data, tmp_path):
     model = load(model_path)
     np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
     assert without_timing(model.history_) == without_timing(json.loads(json.dumps(reference.history_)))
-    np.testing.assert_array_equal(zarr.open_array(labels_path, mode="r")[...],
-                                  client.compute(reference.labels_).result())
+    np.testing.assert_array_equal(
+        zarr.open_array(labels_path, mode="r")[...], client.compute(reference.labels_).result()
+    )
 
 
 # -- a crash in the middle of a save ---------------------------------------------------------------------------------
@@ -300,8 +348,10 @@ def test_a_checkpoint_of_another_fit_is_refused(cluster, client, data, workdir, 
     checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
     params = dict(ALGORITHMS["kmeans"][1], **COMMON, client=client)
     before = sorted(os.listdir(checkpoint))
-    with pytest.raises(CheckpointMismatchError, match="parameter n_clusters: 16 in the checkpoint, 15 now.*"
-                                                      "use another checkpoint path.*delete"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="parameter n_clusters: 16 in the checkpoint, 15 now.*use another checkpoint path.*delete",
+    ):
         KMeans(**{**params, "n_clusters": 15}).fit(data, checkpoint=checkpoint)
     with pytest.raises(CheckpointMismatchError, match="estimator: 'KMeans' in the checkpoint, 'VRKMeans' now"):
         VRKMeans(16, random_state=5, chunk_rows=CHUNK_ROWS, client=client).fit(data, checkpoint=checkpoint)
@@ -374,14 +424,17 @@ def _missing_array(checkpoint):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage, message", [
-    (_garbage_pointer, "CURRENT is not readable JSON"),
-    (_pointer_to_nothing, "which is missing"),
-    (_state_not_json, "state is not JSON"),
-    (_state_without_centers, "state has no 'centers'"),
-    (_truncated_chunk, "cannot read array 'a0'"),
-    (_missing_array, "cannot be opened|missing"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (_garbage_pointer, "CURRENT is not readable JSON"),
+        (_pointer_to_nothing, "which is missing"),
+        (_state_not_json, "state is not JSON"),
+        (_state_without_centers, "state has no 'centers'"),
+        (_truncated_chunk, "cannot read array 'a0'"),
+        (_missing_array, "cannot be opened|missing"),
+    ],
+)
 def test_a_damaged_checkpoint_is_refused(damage, message, cluster, client, data, workdir, tmp_path):
     checkpoint = copy_of("kmeans", cluster, data, workdir, tmp_path)
     damage(checkpoint)
@@ -407,13 +460,15 @@ def test_a_damaged_state_block_is_refused_by_the_worker(part, cluster, client, d
         message = "rows.*(damaged|cannot be opened)"
     with pytest.raises(CheckpointError, match=message):
         daskmeans.NestedMiniBatchKMeans(**ALGORITHMS["nmbatch"][1], **COMMON, client=client).fit(
-            data, checkpoint=checkpoint)
+            data, checkpoint=checkpoint
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["nmbatch", "nmbatch-reread"])
-def test_a_checkpoint_with_float32_bounds_resumes_to_the_undisturbed_result(name, cluster, client, data, workdir,
-                                                                            tmp_path):
+def test_a_checkpoint_with_float32_bounds_resumes_to_the_undisturbed_result(
+    name, cluster, client, data, workdir, tmp_path
+):
     """Checkpoints written before the bounds were kept in 16 bits hold them as float32: they are rounded down into
     16 bits when read (here float32 copies of the stored bounds, which round back to the same codes)."""
     checkpoint = copy_of(name, cluster, data, workdir, tmp_path)
@@ -425,8 +480,9 @@ def test_a_checkpoint_with_float32_bounds_resumes_to_the_undisturbed_result(name
             assert codes.dtype == np.uint16
             widened = unpack_bounds(codes).astype(np.float32)
             del group["lower"]
-            group.create_array("lower", shape=widened.shape, dtype=np.float32,
-                               chunks=tuple(max(1, n) for n in widened.shape))
+            group.create_array(
+                "lower", shape=widened.shape, dtype=np.float32, chunks=tuple(max(1, n) for n in widened.shape)
+            )
             if widened.size:
                 group["lower"][...] = widened
             rewritten += 1
@@ -456,8 +512,19 @@ def test_a_checkpoint_carrying_a_pickle_is_never_unpickled(dtype, cluster, clien
     with open(os.path.join(arrays, ".zgroup"), "w") as handle:
         json.dump({"zarr_format": 2}, handle)
     with open(os.path.join(arrays, "a0", ".zarray"), "w") as handle:
-        json.dump({"zarr_format": 2, "shape": [1], "chunks": [1], "dtype": dtype, "compressor": None,
-                   "fill_value": 0, "order": "C", "filters": [{"id": "pickle", "protocol": 5}]}, handle)
+        json.dump(
+            {
+                "zarr_format": 2,
+                "shape": [1],
+                "chunks": [1],
+                "dtype": dtype,
+                "compressor": None,
+                "fill_value": 0,
+                "order": "C",
+                "filters": [{"id": "pickle", "protocol": 5}],
+            },
+            handle,
+        )
     with open(os.path.join(arrays, "a0", "0"), "wb") as handle:
         handle.write(pickle.dumps(np.array([Payload(marker)], dtype=object)))
     with pytest.raises(CheckpointError, match="not read|damaged"):

@@ -30,8 +30,10 @@ ESTIMATORS = {
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         yield client
 
 
@@ -42,8 +44,7 @@ def values():
 
 
 def write(path, values):
-    array = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(CHUNK_ROWS, N_FEATURES),
-                            dtype="float32")
+    array = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(CHUNK_ROWS, N_FEATURES), dtype="float32")
     array[...] = values
     return str(path)
 
@@ -54,8 +55,9 @@ def fit(name, data, checkpoint, client):
 
 
 def rows_permuted_within_blocks(values):
-    order = np.concatenate([start + np.random.default_rng(start).permutation(CHUNK_ROWS)
-                            for start in range(0, N_SAMPLES, CHUNK_ROWS)])
+    order = np.concatenate(
+        [start + np.random.default_rng(start).permutation(CHUNK_ROWS) for start in range(0, N_SAMPLES, CHUNK_ROWS)]
+    )
     return values[order]
 
 
@@ -74,8 +76,10 @@ def test_a_resume_on_rows_with_the_same_statistics_is_refused(name, change, valu
     fit(name, write(tmp_path / "data.zarr", values), checkpoint, client)
     other = write(tmp_path / "other.zarr", change(values))
     before = sorted(os.listdir(checkpoint))
-    with pytest.raises(CheckpointMismatchError, match="other data .*(values or their order|the rows) differ.*row "
-                                                      "hash .* in the checkpoint.*delete"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="other data .*(values or their order|the rows) differ.*row hash .* in the checkpoint.*delete",
+    ):
         fit(name, other, checkpoint, client)
     assert sorted(os.listdir(checkpoint)) == before
     fit(name, write(tmp_path / "same.zarr", values), checkpoint, client)  # the same values resume
@@ -101,8 +105,12 @@ def test_the_row_hash_depends_on_the_rows_not_on_the_chunking(values):
     weights = np.arange(N_SAMPLES, dtype=np.float64)
     weighted = row_hash(da.from_array(values, chunks=(CHUNK_ROWS, N_FEATURES)), da.from_array(weights, CHUNK_ROWS))
     assert weighted != reference
-    assert row_hash(da.from_array(values, chunks=(CHUNK_ROWS, N_FEATURES)),
-                    da.from_array(weights[::-1].copy(), CHUNK_ROWS)) != weighted
+    assert (
+        row_hash(
+            da.from_array(values, chunks=(CHUNK_ROWS, N_FEATURES)), da.from_array(weights[::-1].copy(), CHUNK_ROWS)
+        )
+        != weighted
+    )
 
 
 # -- the checkpoint's files ---------------------------------------------------------------------------------------
@@ -183,6 +191,8 @@ def test_a_resume_on_values_moved_without_changing_any_statistic_names_the_rows(
     values = np.tile(pattern, (N_SAMPLES // 4, 1))
     checkpoint = str(tmp_path / "run.ckpt")
     fit("kmeans", write(tmp_path / "data.zarr", values), checkpoint, client)
-    with pytest.raises(CheckpointMismatchError, match="the rows differ with the same mean, variance, extremes and "
-                                                      "weight: rows permuted"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="the rows differ with the same mean, variance, extremes and weight: rows permuted",
+    ):
         fit("kmeans", write(tmp_path / "other.zarr", values[[1, 0, *range(2, N_SAMPLES)]]), checkpoint, client)

@@ -21,15 +21,30 @@ def small_data():
 
 
 def test_the_fingerprint_of_a_fit_is_the_one_checkpoints_recorded():
-    estimator = KMeans(n_clusters=3, init=np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]),
-                       random_state=np.int64(7), max_iter=5)
+    estimator = KMeans(
+        n_clusters=3, init=np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), random_state=np.int64(7), max_iter=5
+    )
     assert fit_fingerprint(estimator, small_data(), None) == {
-        "dtype": "float32", "estimator": "KMeans", "params": {
+        "dtype": "float32",
+        "estimator": "KMeans",
+        "params": {
             "chunk_rows": None,
             "init": {"array": [3, 2], "dtype": "float64", "sha256": "a14eff7ebf5677582a104eb9d19d5e23"},
-            "init_rounds": 5, "init_sample_size": None, "max_iter": 5, "max_time": None, "n_clusters": 3,
-            "n_init": 1, "oversampling_factor": 2.0, "random_state": 7, "tol": 0.0001},
-        "row_chunks": ROW_CHUNKS, "shape": [20, 2], "source_dtype": "float32", "weighted": False}
+            "init_rounds": 5,
+            "init_sample_size": None,
+            "max_iter": 5,
+            "max_time": None,
+            "n_clusters": 3,
+            "n_init": 1,
+            "oversampling_factor": 2.0,
+            "random_state": 7,
+            "tol": 0.0001,
+        },
+        "row_chunks": ROW_CHUNKS,
+        "shape": [20, 2],
+        "source_dtype": "float32",
+        "weighted": False,
+    }
 
 
 def test_parameters_that_are_objects_are_named_by_their_type():
@@ -40,13 +55,21 @@ def test_parameters_that_are_objects_are_named_by_their_type():
 
 
 def test_content_digest_and_differences():
-    summary = SimpleNamespace(mean=np.array([1.5, 2.5]), variance=np.array([0.25, 4.0]), max_abs=np.float32(39),
-                              total_weight=20.0, n_samples=20, row_hash=2**64 - 2)
+    summary = SimpleNamespace(
+        mean=np.array([1.5, 2.5]),
+        variance=np.array([0.25, 4.0]),
+        max_abs=np.float32(39),
+        total_weight=20.0,
+        n_samples=20,
+        row_hash=2**64 - 2,
+    )
     assert content_digest(summary) == {"statistics": "f737eefa995d65732ab59d9844379e81", "rows": "fffffffffffffffe"}
     saved = {"estimator": "KMeans", "params": {"n_clusters": 16, "tol": 0.0001}, "shape": [20, 2]}
     now = {"estimator": "KMeans", "params": {"n_clusters": 12, "tol": 0.0001}, "shape": [20, 3]}
-    assert differences(saved, now) == ["parameter n_clusters: 16 in the checkpoint, 12 now",
-                                       "shape: [20, 2] in the checkpoint, [20, 3] now"]
+    assert differences(saved, now) == [
+        "parameter n_clusters: 16 in the checkpoint, 12 now",
+        "shape: [20, 2] in the checkpoint, [20, 3] now",
+    ]
     assert differences(saved, saved) == []
 
 
@@ -55,4 +78,5 @@ def test_content_differences_say_what_differs():
     assert "older format" in content_differences("f737eefa995d65732ab59d9844379e81", now)
     assert content_differences({"statistics": "b", "rows": "02"}, now).startswith("its values or their order differ")
     assert content_differences({"statistics": "a", "rows": "02"}, now).startswith(
-        "the rows differ with the same mean, variance, extremes and weight")
+        "the rows differ with the same mean, variance, extremes and weight"
+    )

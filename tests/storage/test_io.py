@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from conftest import permission_bits_apply
 
 import daskmeans
-from conftest import permission_bits_apply
 from daskmeans import InputDataError, OutputExistsError, open_input, write_labels
 from daskmeans.exceptions import InputDtypeError
 
 
 def _zarr_array(path, data, chunks, zarr_format=3):
-    array = zarr.open_array(store=str(path), mode="w", shape=data.shape, chunks=chunks, dtype=data.dtype,
-                            zarr_format=zarr_format)
+    array = zarr.open_array(
+        store=str(path), mode="w", shape=data.shape, chunks=chunks, dtype=data.dtype, zarr_format=zarr_format
+    )
     array[...] = data
     return str(path)
 
@@ -166,13 +167,20 @@ def test_unreadable_store(tmp_path):
     os.chmod(path, 0)
     try:
         try:
-            done = subprocess.run([sys.executable, "-c", OPEN_AND_REPORT, str(path)], capture_output=True, text=True,
-                                  timeout=120, preexec_fn=permission_bits_apply())
+            done = subprocess.run(
+                [sys.executable, "-c", OPEN_AND_REPORT, str(path)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                preexec_fn=permission_bits_apply(),
+            )
         except (subprocess.SubprocessError, OSError) as error:
             pytest.skip(f"cannot start a process that obeys permission bits here: {error}")
         if done.stdout.strip() == "opened":
-            pytest.skip("a folder without permissions is readable for the test's subprocess here (root whose "
-                        "capabilities cannot be dropped)")
+            pytest.skip(
+                "a folder without permissions is readable for the test's subprocess here (root whose "
+                "capabilities cannot be dropped)"
+            )
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.startswith("PermissionError") and "permission" in done.stdout.lower(), done.stdout
     finally:
@@ -188,8 +196,9 @@ def test_write_labels_is_atomic_and_refuses_to_overwrite(tmp_path):
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         write_labels(labels, out)
     # a failing computation leaves the existing labels untouched and no temporary output behind
-    broken = labels.map_blocks(lambda b: b / 0 if b[0] > 1000 else (_ for _ in ()).throw(RuntimeError("boom")),
-                               dtype=np.int32)
+    broken = labels.map_blocks(
+        lambda b: b / 0 if b[0] > 1000 else (_ for _ in ()).throw(RuntimeError("boom")), dtype=np.int32
+    )
     with pytest.raises(RuntimeError, match="boom"):
         write_labels(broken, out, overwrite=True)
     np.testing.assert_array_equal(zarr.open_array(store=out, mode="r")[...], np.arange(100) % 7)
@@ -202,8 +211,9 @@ def test_write_labels_is_atomic_and_refuses_to_overwrite(tmp_path):
 
 def test_fsspec_urls(tmp_path):
     data = np.arange(40, dtype=np.float32).reshape(20, 2)
-    store = zarr.open_array(store="memory://daskmeans-test/x.zarr", mode="w", shape=data.shape, chunks=(5, 2),
-                            dtype="f4")
+    store = zarr.open_array(
+        store="memory://daskmeans-test/x.zarr", mode="w", shape=data.shape, chunks=(5, 2), dtype="f4"
+    )
     store[...] = data
     ds = open_input("memory://daskmeans-test/x.zarr")
     assert ds.location == "memory://daskmeans-test/x.zarr"
@@ -227,8 +237,9 @@ def test_big_endian_data_is_read_and_gives_the_native_result(tmp_path, dtype):
     X = np.random.default_rng(5).normal(size=(400, 3))
     native = daskmeans.KMeans(3, random_state=0).fit(X.astype(np.dtype(dtype).newbyteorder("="))).cluster_centers_
     in_memory = daskmeans.KMeans(3, random_state=0).fit(X.astype(dtype)).cluster_centers_
-    store = zarr.open_array(str(tmp_path / "be.zarr"), mode="w", shape=X.shape, dtype=dtype, chunks=(100, 3),
-                            zarr_format=2)
+    store = zarr.open_array(
+        str(tmp_path / "be.zarr"), mode="w", shape=X.shape, dtype=dtype, chunks=(100, 3), zarr_format=2
+    )
     store[:] = X.astype(dtype)
     from_zarr = daskmeans.KMeans(3, random_state=0).fit(str(tmp_path / "be.zarr")).cluster_centers_
     assert in_memory.dtype.isnative and from_zarr.dtype.isnative
@@ -263,8 +274,12 @@ def test_in_memory_input_is_dealt_to_the_workers_as_stored(cluster_client):
         return str(block.dtype), bool(block.flags.c_contiguous), block.ctypes.data % ROW_ALIGNMENT
 
     # each block read by the worker that holds it (a block moved to another worker would be deserialized anew)
-    layouts = cluster_client.gather([cluster_client.submit(layout, future, pure=False, workers=holders[future.key],
-                                                           allow_other_workers=False) for future in futures])
+    layouts = cluster_client.gather(
+        [
+            cluster_client.submit(layout, future, pure=False, workers=holders[future.key], allow_other_workers=False)
+            for future in futures
+        ]
+    )
     assert set(layouts) == {("uint8", True, 0)}
     np.testing.assert_array_equal(placed.compute(scheduler=cluster_client.get), X.astype(np.float32))
 

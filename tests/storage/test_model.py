@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 import zarr
-
 from conftest import make_blobs
+
 from daskmeans import KMeans, ModelFileError, NotFittedError, OutputExistsError, load
 
 
@@ -28,7 +28,7 @@ def test_round_trip(tmp_path, fitted):
     assert loaded.history_ == json.loads(json.dumps(model.history_))
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
     with pytest.raises(NotFittedError, match="call predict"):
-        loaded.labels_
+        loaded.labels_  # noqa: B018 - the attribute access is what raises
     attrs = zarr.open_group(str(path), mode="r").attrs
     assert attrs["format"] == "daskmeans-model" and attrs["format_version"] == 1
 
@@ -105,8 +105,17 @@ def _v2_model_with_payload(path, model_attrs, meta_overrides, payload):
     os.makedirs(os.path.join(path, "cluster_centers"))
     json.dump({"zarr_format": 2}, open(os.path.join(path, ".zgroup"), "w"))
     json.dump(model_attrs, open(os.path.join(path, ".zattrs"), "w"))
-    meta = {"zarr_format": 2, "shape": [1], "chunks": [1], "dtype": "|O", "compressor": None,
-            "fill_value": 0, "order": "C", "filters": [{"id": "pickle", "protocol": 5}], **meta_overrides}
+    meta = {
+        "zarr_format": 2,
+        "shape": [1],
+        "chunks": [1],
+        "dtype": "|O",
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": [{"id": "pickle", "protocol": 5}],
+        **meta_overrides,
+    }
     json.dump(meta, open(os.path.join(path, "cluster_centers", ".zarray"), "w"))
     with open(os.path.join(path, "cluster_centers", "0"), "wb") as chunk:
         chunk.write(pickle.dumps(np.array([payload], dtype=object)))

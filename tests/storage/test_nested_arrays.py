@@ -30,14 +30,16 @@ def test_an_array_in_a_subgroup_is_opened_by_its_path(nested):
     assert data.location == f"{nested}/sub/deeper/X"
     np.testing.assert_array_equal(data.array.compute(), X)
     model = KMeans(3, random_state=0).fit(data)
-    np.testing.assert_allclose(model.cluster_centers_, KMeans(3, random_state=0).fit(X).cluster_centers_,
-                               rtol=1e-6)
+    np.testing.assert_allclose(model.cluster_centers_, KMeans(3, random_state=0).fit(X).cluster_centers_, rtol=1e-6)
     assert open_input(nested, array="/sub/Y/").n_samples == 50  # slashes around the path are ignored
 
 
 def test_a_missing_array_lists_every_array_by_path(nested):
-    with pytest.raises(InputDataError, match=r"has no array 'sub/X'; it holds \['sub/Y', 'sub/deeper/X', "
-                                             r"'top'\]"):
+    with pytest.raises(
+        InputDataError,
+        match=r"has no array 'sub/X'; it holds \['sub/Y', 'sub/deeper/X', "
+        r"'top'\]",
+    ):
         open_input(nested, array="sub/X")
 
 

@@ -10,15 +10,28 @@ import zarr
 from daskmeans import InputDataError, KMeans, open_input
 
 #: Rows of a few well-separated integer blobs around 0 (spread about 1000), as offsets.
-OFFSETS = np.random.default_rng(0).integers(0, 1000, size=(3000, 2)) + np.repeat([[0, 0], [5000, 0], [0, 5000]],
-                                                                                  1000, axis=0)
+OFFSETS = np.random.default_rng(0).integers(0, 1000, size=(3000, 2)) + np.repeat(
+    [[0, 0], [5000, 0], [0, 5000]], 1000, axis=0
+)
 
 
-@pytest.mark.parametrize("dtype, expected", [
-    (np.uint8, np.float32), (np.int8, np.float32), (np.int16, np.float32), (np.uint16, np.float32),
-    (np.int32, np.float64), (np.uint32, np.float64), (np.int64, np.float64), (np.uint64, np.float64),
-    (">i8", np.float64), (np.float16, np.float32), (np.float32, np.float32), (np.float64, np.float64),
-])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        (np.uint8, np.float32),
+        (np.int8, np.float32),
+        (np.int16, np.float32),
+        (np.uint16, np.float32),
+        (np.int32, np.float64),
+        (np.uint32, np.float64),
+        (np.int64, np.float64),
+        (np.uint64, np.float64),
+        (">i8", np.float64),
+        (np.float16, np.float32),
+        (np.float32, np.float32),
+        (np.float64, np.float64),
+    ],
+)
 def test_the_compute_dtype_holds_every_value_of_the_stored_dtype(dtype, expected):
     assert open_input(np.zeros((4, 2), dtype=dtype)).dtype == expected
 
@@ -31,8 +44,12 @@ def test_wide_integers_beyond_float32_precision_are_clustered_exactly(dtype, off
     reference = KMeans(3, random_state=0).fit(OFFSETS.astype(np.float64))
     assert fitted.cluster_centers_.dtype == np.float64
     np.testing.assert_array_equal(np.sort(np.bincount(fitted.labels_)), [1000, 1000, 1000])
-    np.testing.assert_allclose(np.sort(fitted.cluster_centers_ - offset, axis=0),
-                               np.sort(reference.cluster_centers_, axis=0), rtol=0, atol=1e-3)
+    np.testing.assert_allclose(
+        np.sort(fitted.cluster_centers_ - offset, axis=0),
+        np.sort(reference.cluster_centers_, axis=0),
+        rtol=0,
+        atol=1e-3,
+    )
     assert fitted.inertia_ == pytest.approx(reference.inertia_, rel=1e-9)
 
 
@@ -52,7 +69,9 @@ def test_three_thousand_distinct_subnormal_float32_rows_are_refused_with_the_fix
     assert "distinct row(s)" not in str(raised.value)  # not the old "only 1 distinct row(s)"
     fitted = KMeans(3, random_state=0).fit(X.astype(np.float64))  # what the message offers
     assert len(np.unique(fitted.labels_)) == 3 and fitted.inertia_ > 0
-    rescaled = KMeans(3, random_state=0).fit((X.astype(np.float64) * 1e39).astype(np.float32))  # and the other fix (in float64)
+    rescaled = KMeans(3, random_state=0).fit(
+        (X.astype(np.float64) * 1e39).astype(np.float32)
+    )  # and the other fix (in float64)
     assert len(np.unique(rescaled.labels_)) == 3
 
 

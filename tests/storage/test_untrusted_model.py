@@ -125,8 +125,11 @@ def test_a_huge_declared_shape_is_refused_before_any_chunk_is_read(tmp_path, mon
         return await get(self, key, *args, **kwargs)
 
     monkeypatch.setattr(zarr.storage.LocalStore, "get", recording_get)
-    with pytest.raises(ModelFileError, match=r"cluster_centers has shape \(5000000, 6\), expected \(7, 6\) "
-                                             r"\(n_clusters=7 in the stored parameters and n_features_in_=6\)"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"cluster_centers has shape \(5000000, 6\), expected \(7, 6\) "
+        r"\(n_clusters=7 in the stored parameters and n_features_in_=6\)",
+    ):
         load_within(model)
     assert keys_read, "the model was read through zarr's local store"
     assert not [key for key in keys_read if "/c/" in key or key.startswith("c/")], keys_read
@@ -155,8 +158,11 @@ def test_a_mixture_names_n_components(tmp_path):
 def test_kernel_support_arrays_must_agree(tmp_path):
     model = copy_model("kernel-kmeans", tmp_path)
     declare_shape(model, "support_coef", (2999,), (2999,))
-    with pytest.raises(ModelFileError, match=r"support_coef has shape \(2999,\), expected \(3000,\) "
-                                             r"\(m = the number of rows of support_rows\)"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"support_coef has shape \(2999,\), expected \(3000,\) "
+        r"\(m = the number of rows of support_rows\)",
+    ):
         load(model)
 
 
@@ -172,20 +178,24 @@ def test_too_many_chunks_are_refused_even_with_the_right_shape(tmp_path):
 def test_the_parameter_init_may_name_only_its_own_array(tmp_path):
     model = copy_model("kmeans", tmp_path)
     edit_attrs(model, lambda attrs: attrs["params"].update(init={"array": "cluster_centers"}))
-    with pytest.raises(ModelFileError, match="parameter 'init' names the array 'cluster_centers', expected "
-                                             "'param_init'"):
+    with pytest.raises(
+        ModelFileError, match="parameter 'init' names the array 'cluster_centers', expected 'param_init'"
+    ):
         load(model)
 
 
 # -- attributes -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, value, message", [
-    ("predict", 1, r"unknown fitted attribute\(s\) \['predict'\]"),
-    ("__dict__", {}, r"unknown fitted attribute\(s\) \['__dict__'\]"),
-    ("cluster_centers_", [[0.0] * 6] * 7, r"unknown fitted attribute\(s\) \['cluster_centers_'\]"),
-    ("n_iter_", "3", "'n_iter_' is '3', expected an integer >= 0"),
-    ("n_features_in_", 0, "'n_features_in_' is 0, expected an integer >= 1"),
-    ("stop_reason_", ["converged"], "'stop_reason_' is \\['converged'\\], expected a string"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("predict", 1, r"unknown fitted attribute\(s\) \['predict'\]"),
+        ("__dict__", {}, r"unknown fitted attribute\(s\) \['__dict__'\]"),
+        ("cluster_centers_", [[0.0] * 6] * 7, r"unknown fitted attribute\(s\) \['cluster_centers_'\]"),
+        ("n_iter_", "3", "'n_iter_' is '3', expected an integer >= 0"),
+        ("n_features_in_", 0, "'n_features_in_' is 0, expected an integer >= 1"),
+        ("stop_reason_", ["converged"], "'stop_reason_' is \\['converged'\\], expected a string"),
+    ],
+)
 def test_only_the_estimators_scalars_of_their_type_are_restored(tmp_path, name, value, message):
     model = copy_model("kmeans", tmp_path)
     edit_attrs(model, lambda attrs: attrs["scalars"].update({name: value}))

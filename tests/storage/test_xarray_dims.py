@@ -28,8 +28,11 @@ def as_dataarray(dims, backing=np.asarray):
     return xr.DataArray(backing(values), dims=dims, coords={sample: SAMPLE_IDS, "feature": [10, 20, 30]})
 
 
-@pytest.mark.parametrize("backing", [np.asarray, lambda v: da.from_array(v, chunks=(3, 100)) if v.shape[0] == 3
-                                     else da.from_array(v, chunks=(100, 3))], ids=["numpy", "dask"])
+@pytest.mark.parametrize(
+    "backing",
+    [np.asarray, lambda v: da.from_array(v, chunks=(3, 100)) if v.shape[0] == 3 else da.from_array(v, chunks=(100, 3))],
+    ids=["numpy", "dask"],
+)
 def test_a_transposed_dataarray_gives_the_centers_of_the_untransposed_one(backing):
     expected = reference_centers()
     for dims in [("sample", "feature"), ("feature", "sample")]:
@@ -62,8 +65,11 @@ def test_sample_dim_names_the_sample_dimension():
 
 
 def test_an_unknown_sample_dim_is_refused_with_the_dimensions():
-    with pytest.raises(InputDataError, match=r"sample_dim='time' is not a dimension of X; its dimensions are "
-                                             r"\['band', 'pixel'\]"):
+    with pytest.raises(
+        InputDataError,
+        match=r"sample_dim='time' is not a dimension of X; its dimensions are "
+        r"\['band', 'pixel'\]",
+    ):
         open_input(xr.DataArray(X.T, dims=("band", "pixel")), sample_dim="time")
     with pytest.raises(InputDataError, match="sample_dim='pixel' names a dimension, but X has no dimension names"):
         open_input(X, sample_dim="pixel")

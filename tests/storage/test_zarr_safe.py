@@ -12,25 +12,51 @@ import zarr
 
 from daskmeans.exceptions import CheckpointError, ModelFileError
 from daskmeans.storage.sources import stored_bytes
-from daskmeans.storage.zarr_safe import (MAX_ARRAY_BYTES, atomic_output, check_tree, is_local, json_default,
-                                         local_path, open_safe_array, read_group, read_safe_array, settle_zarr_io,
-                                         to_jsonable, write_group)
+from daskmeans.storage.zarr_safe import (
+    MAX_ARRAY_BYTES,
+    atomic_output,
+    check_tree,
+    is_local,
+    json_default,
+    local_path,
+    open_safe_array,
+    read_group,
+    read_safe_array,
+    settle_zarr_io,
+    to_jsonable,
+    write_group,
+)
 
 
 def test_json_default_encodes_numpy_values_and_paths():
-    record = {"count": np.int64(3), "energy": np.float32(0.5), "flag": np.bool_(True), "centers": np.eye(2),
-              "path": Path("/data/x.zarr")}
+    record = {
+        "count": np.int64(3),
+        "energy": np.float32(0.5),
+        "flag": np.bool_(True),
+        "centers": np.eye(2),
+        "path": Path("/data/x.zarr"),
+    }
     assert json.loads(json.dumps(record, default=json_default)) == {
-        "count": 3, "energy": 0.5, "flag": True, "centers": [[1.0, 0.0], [0.0, 1.0]], "path": "/data/x.zarr"}
+        "count": 3,
+        "energy": 0.5,
+        "flag": True,
+        "centers": [[1.0, 0.0], [0.0, 1.0]],
+        "path": "/data/x.zarr",
+    }
     with pytest.raises(TypeError, match="object is not JSON serializable"):
         json.dumps({"x": object()}, default=json_default)
 
 
 def test_to_jsonable_keeps_what_models_have_always_stored():
-    value = {"n": np.int32(4), "tol": np.float32(0.25), 1: (np.float64(2.0), [None, "s"]), "a": np.arange(3),
-             "flag": np.bool_(True), "f": len}
-    assert to_jsonable(value) == {"n": 4, "tol": 0.25, "1": [2.0, [None, "s"]], "a": [0, 1, 2], "flag": None,
-                                  "f": None}
+    value = {
+        "n": np.int32(4),
+        "tol": np.float32(0.25),
+        1: (np.float64(2.0), [None, "s"]),
+        "a": np.arange(3),
+        "flag": np.bool_(True),
+        "f": len,
+    }
+    assert to_jsonable(value) == {"n": 4, "tol": 0.25, "1": [2.0, [None, "s"]], "a": [0, 1, 2], "flag": None, "f": None}
     assert type(to_jsonable(np.int64(2))) is int and type(to_jsonable(np.float32(2))) is float
 
 
@@ -39,8 +65,9 @@ def test_to_jsonable_hands_the_rest_to_convert():
     assert described == [1, "dict", "ndarray"]
 
 
-@pytest.mark.parametrize("path, local", [("/a/b", True), ("rel/b", True), ("file:///a/b", True),
-                                         ("s3://bucket/b", False), ("gs://b", False)])
+@pytest.mark.parametrize(
+    "path, local", [("/a/b", True), ("rel/b", True), ("file:///a/b", True), ("s3://bucket/b", False), ("gs://b", False)]
+)
 def test_is_local(path, local):
     assert is_local(path) is local
     assert local_path(path) == (path.removeprefix("file://"))
