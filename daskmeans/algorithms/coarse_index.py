@@ -32,8 +32,9 @@ def build_coarse_index(centers, n_lists=None) -> CoarseIndex:
     centers = np.asarray(centers, dtype=np.float64)
     k = centers.shape[0]
     n_lists = default_coarse_clusters(k) if n_lists is None else int(n_lists)
-    coarse = sample_kmeans(centers, n_lists, np.random.default_rng(config.COARSE_INDEX_SEED),
-                           n_iter=config.TWO_LEVEL_LLOYD_ITER)
+    coarse = sample_kmeans(
+        centers, n_lists, np.random.default_rng(config.COARSE_INDEX_SEED), n_iter=config.TWO_LEVEL_LLOYD_ITER
+    )
     list_of, _ = nearest_centers(centers, coarse)
     # a coarse center Lloyd left without members (it stops after n_iter) gets no list: every list is searched
     used = np.unique(list_of)

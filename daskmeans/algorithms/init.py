@@ -14,8 +14,7 @@ from ..engine.random import stage_generator, stage_key
 from ..engine.slabs import stored_form
 from ..exceptions import InputDataError, InvalidParameterError
 from ..kernels.afkmc2 import afkmc2_chains, proposal_distribution, reduce_candidates
-from ..passes import proposal
-from ..passes import oversample
+from ..passes import oversample, proposal
 from ..passes.row_sample import sampled_rows
 from ..passes.sampling import (
     finish_gather,
@@ -40,8 +39,9 @@ def _no_progress(done, total, note=None):
     """The default ``on_progress`` of the seeding functions: nothing is shown."""
 
 
-def kmeans_parallel(array, n_clusters, seed, plan=None, *, weights=None, client=None, recluster_iter=30,
-                    on_progress=_no_progress):
+def kmeans_parallel(
+    array, n_clusters, seed, plan=None, *, weights=None, client=None, recluster_iter=30, on_progress=_no_progress
+):
     """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
 
     One uniform row, then ``plan.rounds`` rounds that each keep every row independently with probability
@@ -64,8 +64,9 @@ def kmeans_parallel(array, n_clusters, seed, plan=None, *, weights=None, client=
     plan = plan or SeedingPlan()
     rounds, max_extra_rounds = plan.rounds, MAX_EXTRA_ROUNDS
     scale_l = plan.oversampling_factor * n_clusters
-    (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights),
-                           client=client)
+    (first,) = compute_now(
+        sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights), client=client
+    )
     candidates = np.asarray(first[2])
     passes = 1
     expected = 2 + 2 * rounds
@@ -94,8 +95,9 @@ def kmeans_parallel(array, n_clusters, seed, plan=None, *, weights=None, client=
         if round_index >= rounds and (enough or round_index >= rounds + max_extra_rounds):
             break
         key = stage_key(seed, "k-means||", "round", round_index)
-        ((_, rows),) = compute_now(oversample.oversample_graph(array, weights, states, key, scale_l / phi),
-                                   client=client)
+        ((_, rows),) = compute_now(
+            oversample.oversample_graph(array, weights, states, key, scale_l / phi), client=client
+        )
         passes += 1
         round_index += 1
         candidates = np.concatenate([candidates, rows.astype(candidates.dtype)])
@@ -114,8 +116,7 @@ def kmeans_parallel(array, n_clusters, seed, plan=None, *, weights=None, client=
     return centers.astype(array.dtype), passes
 
 
-def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None, row_bytes=None,
-                         memory_bytes=None) -> int:
+def kmeans_parallel_rows(n_samples: int, n_clusters: int, sample_size=None, row_bytes=None, memory_bytes=None) -> int:
     """Rows k-means|| looks at, never more than ``n_samples``: ``sample_size`` when given; else every row up to
     ``max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * n_clusters)`` rows, and for more rows a sample
     of that many, or of fewer when those would not fit in ``KMEANS_PARALLEL_MEMORY_FRACTION`` of ``memory_bytes``
@@ -134,8 +135,9 @@ def kmeans_plusplus_rows(n_samples: int, n_clusters: int, sample_size=None) -> i
     return int(min(n_samples, sample_size or max(20 * n_clusters, 10_000)))
 
 
-def seeding_plan(array, n_clusters, init="k-means||", client=None, *, rounds=5, oversampling_factor=2.0,
-                 sample_size=None) -> SeedingPlan:
+def seeding_plan(
+    array, n_clusters, init="k-means||", client=None, *, rounds=5, oversampling_factor=2.0, sample_size=None
+) -> SeedingPlan:
     """The seeding's choices for ``array``, made once (:class:`~daskmeans.algorithms.plan.SeedingPlan`): the rows
     k-means|| looks at (:func:`kmeans_parallel_rows`, with the rows' stored size and ``client``'s workers' memory
     when the data has more rows than it takes whole) or k-means++'s sample (:func:`kmeans_plusplus_rows`)."""
@@ -146,25 +148,30 @@ def seeding_plan(array, n_clusters, init="k-means||", client=None, *, rounds=5, 
         rows = kmeans_parallel_rows(n, n_clusters, sample_size)
         if rows >= n:
             reasons["sample_rows"] = f"every row: {n:,} rows <= " + (
-                f"init_sample_size={sample_size}" if sample_size else
-                f"max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * k) = {rows:,}")
+                f"init_sample_size={sample_size}"
+                if sample_size
+                else f"max(KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER * k) = {rows:,}"
+            )
         else:
             stored = stored_form(array)
             row_bytes = int(np.prod(stored.shape[1:])) * stored.dtype.itemsize + config.KMEANS_PARALLEL_STATE_BYTES
             memory = cluster_memory_bytes(client)
             rows = kmeans_parallel_rows(n, n_clusters, sample_size, row_bytes, memory)
-            reasons["sample_rows"] = f"a sample of {n:,} rows: init_sample_size={sample_size}" if sample_size else \
-                f"a sample of {n:,} rows: at most {rows:,}, within KMEANS_PARALLEL_MEMORY_FRACTION of the " \
+            reasons["sample_rows"] = (
+                f"a sample of {n:,} rows: init_sample_size={sample_size}"
+                if sample_size
+                else f"a sample of {n:,} rows: at most {rows:,}, within KMEANS_PARALLEL_MEMORY_FRACTION of the "
                 f"workers' {memory:,} bytes at {row_bytes} bytes a row"
+            )
     elif method == "k-means++":
         rows = kmeans_plusplus_rows(n, n_clusters, sample_size)
         reasons["sample_rows"] = f"init_sample_size={sample_size}" if sample_size else "max(20 k, 10,000) rows"
-    return SeedingPlan(init=method, rounds=rounds, oversampling_factor=oversampling_factor, sample_rows=rows,
-                       reasons=reasons)
+    return SeedingPlan(
+        init=method, rounds=rounds, oversampling_factor=oversampling_factor, sample_rows=rows, reasons=reasons
+    )
 
 
-def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None, client=None,
-                            on_progress=_no_progress):
+def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None, client=None, on_progress=_no_progress):
     """:func:`kmeans_parallel` on every row when ``plan.sample_rows`` (:func:`seeding_plan`, which is called
     without a plan) is the data's number of rows, else on a uniform sample of about that many rows, drawn in one
     pass and held by the workers (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their
@@ -196,8 +203,9 @@ def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None,
     if kept >= n_clusters:
         on_sample(0, 2 + 2 * rounds)
         try:
-            centers, passes = kmeans_parallel(sample, n_clusters, seed, plan, weights=sample_weights, client=client,
-                                              on_progress=on_sample)
+            centers, passes = kmeans_parallel(
+                sample, n_clusters, seed, plan, weights=sample_weights, client=client, on_progress=on_sample
+            )
             return centers, 1 + passes * kept / n
         except InputDataError:
             (values,) = compute_now(sample, client=client)
@@ -208,8 +216,9 @@ def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None,
     return centers, 1 + passes
 
 
-def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_size=None, client=None,
-                              on_progress=_no_progress):
+def kmeans_plusplus_on_sample(
+    array, n_clusters, seed, *, weights=None, sample_size=None, client=None, on_progress=_no_progress
+):
     """Greedy k-means++ on a uniform (or weight-proportional) sample of rows drawn in one pass: ``sample_size`` rows
     (by default ``max(20 * n_clusters, 10_000)``, :func:`kmeans_plusplus_rows`).
 
@@ -218,8 +227,9 @@ def kmeans_plusplus_on_sample(array, n_clusters, seed, *, weights=None, sample_s
     n = array.shape[0]
     m = kmeans_plusplus_rows(n, n_clusters, sample_size)
     on_progress(0, 1, f"sampling {m} rows")
-    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights),
-                            client=client)
+    (sample,) = compute_now(
+        sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights), client=client
+    )
     rows = np.asarray(sample[2])
     on_progress(1, 1, f"k-means++ on {m} rows on the driver")
     rng = stage_generator(seed, "k-means++", "seed")
@@ -234,8 +244,9 @@ def random_rows(array, n_clusters, seed, *, weights=None, client=None, on_progre
     n = array.shape[0]
     m = min(n, max(2 * n_clusters, n_clusters + 100))
     on_progress(0, 1, f"sampling {m} rows")
-    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "random", "sample"), weights),
-                            client=client)
+    (sample,) = compute_now(
+        sample_without_replacement_graph(array, m, stage_key(seed, "random", "sample"), weights), client=client
+    )
     rows = np.asarray(sample[2])
     on_progress(1, 1)
     _, first_seen = np.unique(rows, axis=0, return_index=True)
@@ -314,8 +325,15 @@ def afkmc2_in_memory(points, weights, n_clusters, rng, chain_length=None, oversa
     proposals = np.minimum(np.searchsorted(np.cumsum(q), rng.random(n_proposals) * q.sum(), side="right"), m - 1)
     uniforms = rng.random(n_proposals)
     rows = np.ascontiguousarray(points[proposals])
-    centers, _, n_distances = afkmc2_chains(rows, weights[proposals], q[proposals], points[first].astype(np.float64),
-                                            int(n_candidates), int(chain_length), uniforms)
+    centers, _, n_distances = afkmc2_chains(
+        rows,
+        weights[proposals],
+        q[proposals],
+        points[first].astype(np.float64),
+        int(n_candidates),
+        int(chain_length),
+        uniforms,
+    )
     if n_candidates > n_clusters and _count_distinct(centers) >= n_clusters:
         # the candidates' masses: exact from the points where they are fewer than the proposals
         mass_rows = (points, weights, np.ones(m)) if m <= n_proposals else (rows, weights[proposals], q[proposals])
@@ -350,8 +368,9 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=No
     """
     chain_length = config.AFKMC2_CHAIN_LENGTH if chain_length is None else chain_length
     n_candidates = afkmc2_candidates(n_clusters, oversampling)
-    (first,) = compute_now(sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights),
-                           client=client)
+    (first,) = compute_now(
+        sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights), client=client
+    )
     first_center = np.asarray(first[2])[0].astype(np.float64)
     if n_clusters == 1:
         return first_center[None, :].astype(array.dtype), 1
@@ -370,15 +389,20 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=No
     gathered = compute_now(*graphs, client=client)
     rows = finish_gather(gathered[0], len(unique), array.shape[1], array.dtype)[inverse]
     candidate_q = finish_gather(gathered[1], len(unique), 1, np.float64)[inverse, 0]
-    candidate_w = (finish_gather(gathered[2], len(unique), 1, np.float64)[inverse, 0] if weights is not None
-                   else np.ones(n_proposals))
+    candidate_w = (
+        finish_gather(gathered[2], len(unique), 1, np.float64)[inverse, 0]
+        if weights is not None
+        else np.ones(n_proposals)
+    )
     uniforms = stage_generator(seed, "afk-mc2", "accept").random(n_proposals)
     rows = np.ascontiguousarray(rows)
-    centers, _, _ = afkmc2_chains(rows, candidate_w, candidate_q, first_center, int(n_candidates), int(chain_length),
-                                  uniforms)
+    centers, _, _ = afkmc2_chains(
+        rows, candidate_w, candidate_q, first_center, int(n_candidates), int(chain_length), uniforms
+    )
     if n_candidates > n_clusters and _count_distinct(centers) >= n_clusters:
-        centers, _ = reduce_candidates(centers, rows, candidate_w, candidate_q, n_clusters,
-                                       stage_generator(seed, "afk-mc2", "reduce"))
+        centers, _ = reduce_candidates(
+            centers, rows, candidate_w, candidate_q, n_clusters, stage_generator(seed, "afk-mc2", "reduce")
+        )
     if _count_distinct(centers) < n_clusters:
         centers, passes = kmeans_parallel(array, n_clusters, seed, weights=weights, client=client)
         return centers, AFKMC2_PASSES + passes
@@ -400,8 +424,11 @@ def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):
     centers = np.asarray(init)
     if centers.dtype.kind not in "fiu":
         raise InvalidParameterError(f"init array must be numeric, got dtype {centers.dtype}.")
-    if centers.ndim != 2 or centers.shape[0] != n_clusters or (n_features is not None
-                                                              and centers.shape[1] != n_features):
+    if (
+        centers.ndim != 2
+        or centers.shape[0] != n_clusters
+        or (n_features is not None and centers.shape[1] != n_features)
+    ):
         data = "" if n_features is None else f" and the data has {n_features} features"
         width = "n_features" if n_features is None else n_features
         raise InvalidParameterError(
@@ -432,8 +459,9 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
         return np.array(init, dtype=array.dtype), 0
     plan = plan or seeding_plan(array, n_clusters, init, client)
     if init == "k-means||":
-        return kmeans_parallel_bounded(array, n_clusters, seed, plan, weights=weights, client=client,
-                                       on_progress=on_progress)
+        return kmeans_parallel_bounded(
+            array, n_clusters, seed, plan, weights=weights, client=client, on_progress=on_progress
+        )
     if init == "afk-mc2":
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
@@ -449,6 +477,13 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
             on_progress(passes, passes)
         return centers, passes
     if init == "k-means++":
-        return kmeans_plusplus_on_sample(array, n_clusters, seed, weights=weights, sample_size=plan.sample_rows,
-                                         client=client, on_progress=on_progress)
+        return kmeans_plusplus_on_sample(
+            array,
+            n_clusters,
+            seed,
+            weights=weights,
+            sample_size=plan.sample_rows,
+            client=client,
+            on_progress=on_progress,
+        )
     return random_rows(array, n_clusters, seed, weights=weights, client=client, on_progress=on_progress)

@@ -141,12 +141,14 @@ def kernel_seeding(array, n_clusters, kernel, init, seed, *, sample_size=None, c
         m = min(m, int(compute_now((weights > 0).sum(), client=client)[0]))
     drawn = pools.first_distinct_rows(m) if pools is not None and weights is None else None
     if drawn is None:
-        (sample,) = compute_now(sample_without_replacement_graph(
-            array, m, stage_key(seed, "kernel-init", "sample"), weights), client=client)
+        (sample,) = compute_now(
+            sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample"), weights), client=client
+        )
         drawn = sample[1], sample[2]
     index, rows = np.asarray(drawn[0]), np.ascontiguousarray(drawn[1])
-    resolved = resolve_kernel(kernel.kernel, kernel.params, array.shape[1], sample=rows,
-                              rng=stage_generator(seed, "kernel-init", "kappa"))
+    resolved = resolve_kernel(
+        kernel.kernel, kernel.params, array.shape[1], sample=rows, rng=stage_generator(seed, "kernel-init", "kappa")
+    )
     gamma = float(np.sqrt(max(0.0, float(resolved.diag(rows).max()))))
     if isinstance(init, str) and init == "k-means++":
         chosen = kernel_kmeans_plusplus(rows, resolved, n_clusters, stage_generator(seed, "kernel-init", "k-means++"))
@@ -263,8 +265,9 @@ def minibatch_kernel_kmeans(array, centers: SparseCenters, kernel, plan, context
     """
     context = context or RunContext()
     if pools is None:
-        pools = StepPools(array, context.weights, context.client, batch_size=plan.batch_size,
-                          max_iter=plan.max_iter, seed=plan.seed)
+        pools = StepPools(
+            array, context.weights, context.client, batch_size=plan.batch_size, max_iter=plan.max_iter, seed=plan.seed
+        )
     # BLAS on one thread, each step's kernel blocks split over two threads of this process: an OpenBLAS thread pool
     # keeps spinning on its cores for a while after its last multi-threaded call, taking them from the workers'
     # pass that follows the fit (the labels)
@@ -281,13 +284,15 @@ def _run_pools(array, centers, kernel, plan, context, pools, step_pool):
     resume = context.resume
     stop_reason = "max_iter"
     if resume is not None:
-        state = KernelState(SparseCenters(**resume["centers"]), *(resume[key] for key in ("seen", "gamma_sq",
-                                                                                         "history", "step")))
+        state = KernelState(
+            SparseCenters(**resume["centers"]), *(resume[key] for key in ("seen", "gamma_sq", "history", "step"))
+        )
         if resume["stop_reason"] is not None:
             return _minibatch_result(state, resume["stop_reason"], passes, plan.batch_size, n)
     else:
-        state = KernelState(centers, np.zeros(centers.n_clusters),
-                            1.0 if kernel.normalized else float(centers.norms.max()), [])
+        state = KernelState(
+            centers, np.zeros(centers.n_clusters), 1.0 if kernel.normalized else float(centers.norms.max()), []
+        )
         if checkpoint is not None:
             checkpoint.save(_minibatch_state(state, None))
     while state.step < plan.max_iter:
@@ -301,9 +306,18 @@ def _run_pools(array, centers, kernel, plan, context, pools, step_pool):
             pool_start = clock.elapsed()
             time_left = None if clock.max_time is None else max(0.0, clock.max_time - pool_start)
             state.centers, state.seen, records, reason = run_kernel_steps(
-                state.centers, state.seen, batches[first:stop], list(indices[first:stop]), kernel, state.step + 1,
-                learning_rate=plan.learning_rate, tau=plan.tau, truncate=plan.truncate, tol=plan.tol,
-                time_left=time_left, batch_weights=None if batch_weights is None else batch_weights[first:stop],
+                state.centers,
+                state.seen,
+                batches[first:stop],
+                list(indices[first:stop]),
+                kernel,
+                state.step + 1,
+                learning_rate=plan.learning_rate,
+                tau=plan.tau,
+                truncate=plan.truncate,
+                tol=plan.tol,
+                time_left=time_left,
+                batch_weights=None if batch_weights is None else batch_weights[first:stop],
                 pool=step_pool,
             )
             _record_steps(records, state, plan.batch_size, n, pool_start, passes, context)
@@ -323,17 +337,37 @@ def _run_pools(array, centers, kernel, plan, context, pools, step_pool):
 def _minibatch_state(state, stop_reason):
     """The checkpoint state of mini-batch kernel k-means after ``state.step`` steps."""
     centers = state.centers
-    return {"step": state.step, "seen": state.seen, "gamma_sq": state.gamma_sq, "history": state.history,
-            "stop_reason": stop_reason,
-            "centers": {"rows": centers.rows, "coef": centers.coef, "owner": centers.owner,
-                        "segment": centers.segment, "row_index": centers.row_index, "norms": centers.norms,
-                        **({} if centers.gram is None else {"gram": centers.gram})}}
+    return {
+        "step": state.step,
+        "seen": state.seen,
+        "gamma_sq": state.gamma_sq,
+        "history": state.history,
+        "stop_reason": stop_reason,
+        "centers": {
+            "rows": centers.rows,
+            "coef": centers.coef,
+            "owner": centers.owner,
+            "segment": centers.segment,
+            "row_index": centers.row_index,
+            "norms": centers.norms,
+            **({} if centers.gram is None else {"gram": centers.gram}),
+        },
+    }
 
 
 def _minibatch_result(state, stop_reason, passes, batch_size, n):
     step = state.step
-    return FitResult(state.centers, None, step, state.history, stop_reason, passes + step * batch_size / n,
-                     gamma=float(np.sqrt(state.gamma_sq)), n_steps=step, seen_counts=state.seen)
+    return FitResult(
+        state.centers,
+        None,
+        step,
+        state.history,
+        stop_reason,
+        passes + step * batch_size / n,
+        gamma=float(np.sqrt(state.gamma_sq)),
+        n_steps=step,
+        seen_counts=state.seen,
+    )
 
 
 def _record_steps(records, state, batch_size, n, pool_start, passes, context):
@@ -368,7 +402,7 @@ def kernel_matrix_float32(X, kernel, slab_bytes=64 * 2**20):
     out = np.empty((n, n), dtype=np.float32)
     step = max(1, slab_bytes // (8 * max(1, n)))
     for start in range(0, n, step):
-        out[start:start + step] = kernel.matrix(X[start:start + step], X)
+        out[start : start + step] = kernel.matrix(X[start : start + step], X)
     return out
 
 
@@ -436,8 +470,13 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, context=None, *, max_i
         changed = int((new_labels != labels).sum())
         n_iter = iteration
         energy = float(weights @ dist2) / float(weights.sum()) if weighted else float(dist2.mean())
-        record = {"iteration": iteration, "energy": energy, "changed": changed,
-                  "wall_time": clock.elapsed(), "passes": 0}
+        record = {
+            "iteration": iteration,
+            "energy": energy,
+            "changed": changed,
+            "wall_time": clock.elapsed(),
+            "passes": 0,
+        }
         history.append(record)
         context.report(record, labels=new_labels)
         labels = new_labels
@@ -453,9 +492,14 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, context=None, *, max_i
     norms = np.bincount(labels, weights=weights * inner[rows, labels], minlength=k) / safe_mass
     del gram
     order = np.argsort(labels, kind="stable")
-    final = SparseCenters(rows=np.ascontiguousarray(X[order]), coef=(weights / safe_mass[labels])[order],
-                          owner=labels[order].astype(np.int64), segment=np.zeros(n, dtype=np.int64),
-                          row_index=order.astype(np.int64), norms=norms)
+    final = SparseCenters(
+        rows=np.ascontiguousarray(X[order]),
+        coef=(weights / safe_mass[labels])[order],
+        owner=labels[order].astype(np.int64),
+        segment=np.zeros(n, dtype=np.int64),
+        row_index=order.astype(np.int64),
+        norms=norms,
+    )
     final_dist2 = np.maximum(diag - 2.0 * inner[rows, labels] + norms[labels], 0.0)
     inertia = float(weights @ final_dist2) if weighted else float(final_dist2.sum())
     return FitResult(final, inertia, n_iter, history, stop_reason, 1, mass, labels=labels)

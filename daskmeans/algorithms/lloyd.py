@@ -63,8 +63,9 @@ class _PlainPasses:
             previous, start = centers.chained, None
         else:
             previous, start = None, (np.ascontiguousarray(centers, dtype=dtype), centers)
-        chained = assign_stats_chained(self.array, n_clusters, self.blocks, _advance, (dtype,), self.weights,
-                                       previous=previous, start=start)
+        chained = assign_stats_chained(
+            self.array, n_clusters, self.blocks, _advance, (dtype,), self.weights, previous=previous, start=start
+        )
         chained = chained.submitted(submit_now(*chained.objects(), client=self.client))
         return _Submitted(chained.result, chained=chained)
 
@@ -77,8 +78,9 @@ class _BoundedPasses:
 
     def __init__(self, array, centers, weights, client, scheme, n_groups, driver=None):
         self.scheme, self.n_groups = scheme, n_groups
-        self.state = BoundedAssignment(array, make_groups(centers, self.scheme, self.n_groups), weights=weights,
-                                       client=client, driver=driver)
+        self.state = BoundedAssignment(
+            array, make_groups(centers, self.scheme, self.n_groups), weights=weights, client=client, driver=driver
+        )
         self.blocks = None
 
     def step(self, centers, previous):
@@ -91,10 +93,14 @@ class _BoundedPasses:
         if self.blocks is None:
             self.blocks = blocks_by_worker(self.state.array, self.state.client)
         dtype = self.state.array.dtype
-        start = None if isinstance(centers, _Submitted) else \
-            (np.ascontiguousarray(centers, dtype=dtype), centers, {}, shift)
-        chained = self.state.submit_chained(None if after is None else after.chained, start, self.blocks,
-                                            _advance_with_bounds, (dtype,))
+        start = (
+            None
+            if isinstance(centers, _Submitted)
+            else (np.ascontiguousarray(centers, dtype=dtype), centers, {}, shift)
+        )
+        chained = self.state.submit_chained(
+            None if after is None else after.chained, start, self.blocks, _advance_with_bounds, (dtype,)
+        )
         return _Submitted(chained.result, chained=chained)
 
     def release(self):
@@ -157,13 +163,20 @@ def lloyd_plan(array, n_clusters, bounds="none", *, max_iter=300, tol=0.0, clien
     scheme :func:`~daskmeans.kernels.nested_groups.choose_bounds` takes for the rows, after
     :data:`~daskmeans.config.AUTO_PLAIN_ITERATIONS` iterations without bounds.
     """
-    scheme, n_groups = ("none", 0) if bounds == "none" else \
-        choose_bounds(bounds, n_clusters, array.shape[1] * array.dtype.itemsize)
+    scheme, n_groups = (
+        ("none", 0) if bounds == "none" else choose_bounds(bounds, n_clusters, array.shape[1] * array.dtype.itemsize)
+    )
     plain = min(max_iter, config.AUTO_PLAIN_ITERATIONS) if bounds == "auto" and scheme != "none" else 0
     ahead = held_by_workers(array, client)
-    return LloydPlan(scheme=scheme, n_groups=n_groups, plain_iterations=plain, max_iter=max_iter, tol=tol,
-                     ahead=ahead, reasons={"scheme": f"bounds={bounds!r}",
-                                           "ahead": "rows held by the workers" if ahead else "rows not held"})
+    return LloydPlan(
+        scheme=scheme,
+        n_groups=n_groups,
+        plain_iterations=plain,
+        max_iter=max_iter,
+        tol=tol,
+        ahead=ahead,
+        reasons={"scheme": f"bounds={bounds!r}", "ahead": "rows held by the workers" if ahead else "rows not held"},
+    )
 
 
 @dataclass
@@ -222,8 +235,9 @@ def lloyd(array, centers, plan=None, context=None, driver=None):
     if resume is not None:
         state = LloydState(resume["centers"], list(resume["history"]), resume["passes"], resume["iteration"])
         if resume["stop_reason"] is not None:
-            return FitResult(state.centers, resume["inertia"], state.n_iter, state.history, resume["stop_reason"],
-                             state.passes)
+            return FitResult(
+                state.centers, resume["inertia"], state.n_iter, state.history, resume["stop_reason"], state.passes
+            )
     elif context.checkpoint is not None:
         context.checkpoint.save(_state(0, centers, state.history, state.passes, None, None))
     if driver is not None:
@@ -254,9 +268,13 @@ class _Run:
         """Iterations ``state.n_iter + 1 .. last`` with the passes of ``scheme``; ``stop_reason`` is
         ``"max_iter"`` when they all ran."""
         context = self.context
-        engine = _PlainPasses(self.array, context.weights, context.client, self.driver) if scheme == "none" else \
-            _BoundedPasses(self.array, self.state.centers, context.weights, context.client, scheme,
-                           self.plan.n_groups, self.driver)
+        engine = (
+            _PlainPasses(self.array, context.weights, context.client, self.driver)
+            if scheme == "none"
+            else _BoundedPasses(
+                self.array, self.state.centers, context.weights, context.client, scheme, self.plan.n_groups, self.driver
+            )
+        )
         try:
             if self.driver is None and self.plan.ahead:
                 return self.iterate_ahead(engine, last)
@@ -284,8 +302,9 @@ class _Run:
             if self.driver is not None:
                 seconds, started = clock.elapsed() - started, clock.elapsed()
                 more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
-            stop = self.close_iteration(engine, _Step(iteration, new_centers, stats.inertia, shift, relocated,
-                                                      computed, more))
+            stop = self.close_iteration(
+                engine, _Step(iteration, new_centers, stats.inertia, shift, relocated, computed, more)
+            )
             if stop is not None:
                 stop_reason = stop
                 break
@@ -328,16 +347,23 @@ class _Run:
             state.passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
             shift, inertia = summary["shift"], summary["inertia"]
             seconds, started = clock.elapsed() - started, clock.elapsed()
-            step = _Step(iteration, new_centers, inertia, shift, summary["relocated"],
-                         summary.get("computed", array.shape[0] * k),
-                         {"rows_per_second": (1 + extra) * array.shape[0] / seconds})
+            step = _Step(
+                iteration,
+                new_centers,
+                inertia,
+                shift,
+                summary["relocated"],
+                summary.get("computed", array.shape[0] * k),
+                {"rows_per_second": (1 + extra) * array.shape[0] / seconds},
+            )
             stop = self.close_iteration(engine, step)
             current, iteration = ahead, iteration + 1
             if stop is not None:
                 stop_reason = stop
                 break
-        return FitResult(state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason,
-                         state.passes)
+        return FitResult(
+            state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason, state.passes
+        )
 
     def close_iteration(self, engine, step):
         """Record ``step`` (with its ``more`` items), report it, checkpoint it, make its centers the state's and
@@ -364,8 +390,16 @@ class _Run:
         stop = "converged" if step.shift <= self.plan.tol else "max_time" if clock.out_of_time() else None
         if checkpoint is not None:
             final = stop or ("max_iter" if step.iteration == self.plan.max_iter else None)
-            checkpoint.save(_state(step.iteration, step.new_centers, state.history, state.passes, final,
-                                   step.inertia if final is not None and step.shift == 0.0 else None))
+            checkpoint.save(
+                _state(
+                    step.iteration,
+                    step.new_centers,
+                    state.history,
+                    state.passes,
+                    final,
+                    step.inertia if final is not None and step.shift == 0.0 else None,
+                )
+            )
         state.centers, state.n_iter = step.new_centers, step.iteration
         return stop
 
@@ -416,8 +450,14 @@ def lloyd_update(stats, centers):
 
 def _state(iteration, centers, history, passes, stop_reason, inertia):
     """Lloyd's checkpoint state after ``iteration`` (``stop_reason`` set once the run has ended)."""
-    return {"iteration": iteration, "centers": centers, "history": history, "passes": passes,
-            "stop_reason": stop_reason, "inertia": inertia}
+    return {
+        "iteration": iteration,
+        "centers": centers,
+        "history": history,
+        "passes": passes,
+        "stop_reason": stop_reason,
+        "inertia": inertia,
+    }
 
 
 def final_inertia(array, centers, weights=None, client=None) -> float:

@@ -12,11 +12,16 @@ from .. import config
 from ..engine.client import compute_now
 from ..kernels.minibatch import EarlyStopping, Reassignment, learning_rates, minibatch_update
 from ..passes.assign import assign_stats_graph, finish_stats
-from ..passes.minibatch_pool import (blocks_per_pool, choose_sampling, chunk_step_indices, pool_graph, pool_reads,
-                                     step_indices)
+from ..passes.minibatch_pool import (
+    blocks_per_pool,
+    choose_sampling,
+    chunk_step_indices,
+    pool_graph,
+    pool_reads,
+    step_indices,
+)
 from .plan import FitPlan, SeedingPlan
 from .result import FitResult, RunContext
-
 
 #: ``MiniBatchKMeans(sampling=...)``
 SAMPLING_METHODS = ("auto", "rows", "chunks")
@@ -84,15 +89,24 @@ def minibatch_plan(array, batch_size=1024, sampling="rows", *, max_iter=100, poo
     block_rows = array.chunks[0]
     steps_per_pool = max(1, pool_rows // batch_size)
     resolved = resolve_sampling(sampling, block_rows, batch_size, pool_rows)
-    reasons = {"sampling": f"sampling={sampling!r}" + (
-        f": {len(block_rows)} blocks, CHUNK_SAMPLING_MIN_SAVING={config.CHUNK_SAMPLING_MIN_SAVING}"
-        if sampling == "auto" else ""),
+    reasons = {
+        "sampling": f"sampling={sampling!r}"
+        + (
+            f": {len(block_rows)} blocks, CHUNK_SAMPLING_MIN_SAVING={config.CHUNK_SAMPLING_MIN_SAVING}"
+            if sampling == "auto"
+            else ""
+        ),
         "total_steps": f"max_iter={max_iter} epochs of {n:,} rows in batches of {batch_size}",
-        "steps_per_pool": f"POOL_ROWS={pool_rows:,} rows a pool"}
-    return MiniBatchPlan(batch_size=batch_size, sampling=resolved, total_steps=max(1, (max_iter * n) // batch_size),
-                         steps_per_pool=steps_per_pool,
-                         blocks_per_pool=blocks_per_pool(block_rows, steps_per_pool * batch_size),
-                         **{**given, "reasons": {**reasons, **given.get("reasons", {})}})
+        "steps_per_pool": f"POOL_ROWS={pool_rows:,} rows a pool",
+    }
+    return MiniBatchPlan(
+        batch_size=batch_size,
+        sampling=resolved,
+        total_steps=max(1, (max_iter * n) // batch_size),
+        steps_per_pool=steps_per_pool,
+        blocks_per_pool=blocks_per_pool(block_rows, steps_per_pool * batch_size),
+        **{**given, "reasons": {**reasons, **given.get("reasons", {})}},
+    )
 
 
 @dataclass
@@ -111,15 +125,23 @@ class MiniBatchState:
 
     def checkpoint_state(self, stop_reason):
         """The checkpoint state after the steps taken (``stop_reason`` set once the run has ended)."""
-        return _state(self.step, self.centers, self.seen, self.stopping, self.reassignment, self.history,
-                      self.passes, stop_reason)
+        return _state(
+            self.step, self.centers, self.seen, self.stopping, self.reassignment, self.history, self.passes, stop_reason
+        )
 
     @classmethod
     def resumed(cls, resume):
         """The state saved in the checkpoint state ``resume``."""
-        return cls(resume["centers"], resume["seen"], _restore(EarlyStopping, resume["stopping"]),
-                   _restore(Reassignment, resume["reassignment"]), list(resume["history"]), resume["passes"],
-                   resume["step"], resume["stop_reason"])
+        return cls(
+            resume["centers"],
+            resume["seen"],
+            _restore(EarlyStopping, resume["stopping"]),
+            _restore(Reassignment, resume["reassignment"]),
+            list(resume["history"]),
+            resume["passes"],
+            resume["step"],
+            resume["stop_reason"],
+        )
 
 
 def minibatch_kmeans(array, centers, plan, context=None):
@@ -151,8 +173,14 @@ def minibatch_kmeans(array, centers, plan, context=None):
         state = MiniBatchState.resumed(resume)
     else:
         k = centers.shape[0]
-        state = MiniBatchState(centers, np.zeros(k), EarlyStopping(n, batch_size, plan.max_no_improvement, plan.tol),
-                               Reassignment(plan.reassignment_ratio, k, seed), [], context.passes)
+        state = MiniBatchState(
+            centers,
+            np.zeros(k),
+            EarlyStopping(n, batch_size, plan.max_no_improvement, plan.tol),
+            Reassignment(plan.reassignment_ratio, k, seed),
+            [],
+            context.passes,
+        )
         if checkpoint is not None:
             checkpoint.save(state.checkpoint_state(None))
     stop_reason = state.finished or "max_iter"
@@ -161,15 +189,26 @@ def minibatch_kmeans(array, centers, plan, context=None):
         step, history, passes = state.step, state.history, state.passes
         n_steps = min(steps_per_pool, total_steps - step)
         if plan.sampling == "chunks":
-            indices = chunk_step_indices(block_rows, batch_size, seed, step, n_steps, steps_per_pool,
-                                         plan.blocks_per_pool)
+            indices = chunk_step_indices(
+                block_rows, batch_size, seed, step, n_steps, steps_per_pool, plan.blocks_per_pool
+            )
         else:
             indices = step_indices(n, batch_size, seed, step, n_steps)
         blocks_read, bytes_read = pool_reads(array, indices)
         time_left = clock.time_left()
         ((state.centers, state.seen, records, reason, state.stopping, state.reassignment),) = compute_now(
-            pool_graph(array, indices, state.centers, state.seen, plan.learning_rate, state.stopping, time_left,
-                       weights, state.reassignment, step),
+            pool_graph(
+                array,
+                indices,
+                state.centers,
+                state.seen,
+                plan.learning_rate,
+                state.stopping,
+                time_left,
+                weights,
+                state.reassignment,
+                step,
+            ),
             client=client,
         )
         state.step = step = step + len(records)
@@ -196,15 +235,30 @@ def minibatch_kmeans(array, centers, plan, context=None):
             break
     step = state.step
     # the inertia of the final centers is one pass, made by the estimator on demand
-    return FitResult(state.centers, None, math.ceil(step * batch_size / n), state.history, stop_reason,
-                     state.passes + step * batch_size / n, n_steps=step, seen_counts=state.seen)
+    return FitResult(
+        state.centers,
+        None,
+        math.ceil(step * batch_size / n),
+        state.history,
+        stop_reason,
+        state.passes + step * batch_size / n,
+        n_steps=step,
+        seen_counts=state.seen,
+    )
 
 
 def _state(step, centers, seen, stopping, reassignment, history, passes, stop_reason):
     """The checkpoint state after ``step`` steps (``stop_reason`` set once the run has ended)."""
-    return {"step": step, "centers": centers, "seen": seen, "stopping": dict(vars(stopping)),
-            "reassignment": dict(vars(reassignment)), "history": history, "passes": passes,
-            "stop_reason": stop_reason}
+    return {
+        "step": step,
+        "centers": centers,
+        "seen": seen,
+        "stopping": dict(vars(stopping)),
+        "reassignment": dict(vars(reassignment)),
+        "history": history,
+        "passes": passes,
+        "stop_reason": stop_reason,
+    }
 
 
 def _restore(cls, attributes):

@@ -22,7 +22,8 @@ import numpy as np
 
 from .. import config
 from ..engine.capacity import cluster_memory_bytes
-from ..engine.driver import driver_rows as rows_on_driver, driver_work
+from ..engine.driver import driver_rows as rows_on_driver
+from ..engine.driver import driver_work
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
@@ -31,7 +32,6 @@ from .lloyd import SHIFT_SAFETY, center_displacement
 from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums
 from .result import FitResult, RunContext
-
 
 #: ``NestedMiniBatchKMeans(batch_rows=...)``: keep the active batch's rows on the workers, re-read them from the
 #: store every iteration, or choose by memory.
@@ -71,8 +71,9 @@ def _choose_batch_rows(batch_rows, bounds, n_samples, n_features, n_clusters, it
         needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=True)
         cached = needed <= limit
         batch_rows = "cached" if cached else "reread"
-        reasons["batch_rows"] = f"every row's cached state ({needed:,} bytes) " + \
-            ("within " if cached else "would exceed ") + share
+        reasons["batch_rows"] = (
+            f"every row's cached state ({needed:,} bytes) " + ("within " if cached else "would exceed ") + share
+        )
     if batch_rows == "reread" and bounds == "auto" and scheme not in ("none", "hamerly"):
         needed = n_samples * state_bytes_per_row(n_features, n_groups, itemsize, cached=False)
         if needed > limit:
@@ -133,8 +134,9 @@ class NestedPlan(FitPlan):
     seeding: SeedingPlan | None = None
 
 
-def nested_plan(array, n_clusters, client=None, *, bounds="auto", batch_rows="cached", driver_rows=0,
-                **given) -> NestedPlan:
+def nested_plan(
+    array, n_clusters, client=None, *, bounds="auto", batch_rows="cached", driver_rows=0, **given
+) -> NestedPlan:
     """The plan of nmbatch over ``array`` with ``n_clusters`` centers, each choice made once.
 
     ``bounds`` and ``batch_rows`` are resolved by :func:`choose_batch_rows` (with ``client``'s workers' memory),
@@ -146,22 +148,30 @@ def nested_plan(array, n_clusters, client=None, *, bounds="auto", batch_rows="ca
     n, d = (int(s) for s in array.shape)
     itemsize = array.dtype.itemsize
     setting = driver_rows
-    batch_rows, scheme, reasons = _choose_batch_rows(batch_rows, bounds, n, d, n_clusters, itemsize,
-                                                     cluster_memory_bytes(client))
+    batch_rows, scheme, reasons = _choose_batch_rows(
+        batch_rows, bounds, n, d, n_clusters, itemsize, cluster_memory_bytes(client)
+    )
     # the scheme's own groups (a yinyang scheme takes its groups of about YINYANG_GROUP_SIZE centers)
     _, n_groups = choose_bounds(scheme, n_clusters, d * itemsize)
     reasons["n_groups"] = f"the groups of {scheme!r} for k={n_clusters}"
     row_bytes = state_bytes_per_row(d, n_groups, itemsize, cached=True) // 2
     driver_rows = rows_on_driver(setting, n_clusters, d, row_bytes, driver_work(client))
     reasons["driver_rows"] = f"driver_rows={setting!r}" + (
-        f": the work and memory limits for {row_bytes} bytes a row" if setting == "auto" else "")
+        f": the work and memory limits for {row_bytes} bytes a row" if setting == "auto" else ""
+    )
     asked = given.pop("initial_batch_size", None)
     size = min(n, int(asked or default_initial_batch_size(n_clusters)))
     reasons["initial_batch_size"] = f"initial_batch_size={asked}" if asked else "max(5000, 80 k)"
     if size == n:
         reasons["initial_batch_size"] += f", capped at the {n:,} rows"
-    return NestedPlan(scheme=scheme, n_groups=n_groups, batch_rows=batch_rows, driver_rows=driver_rows,
-                      initial_batch_size=size, **{**given, "reasons": {**reasons, **given.get("reasons", {})}})
+    return NestedPlan(
+        scheme=scheme,
+        n_groups=n_groups,
+        batch_rows=batch_rows,
+        driver_rows=driver_rows,
+        initial_batch_size=size,
+        **{**given, "reasons": {**reasons, **given.get("reasons", {})}},
+    )
 
 
 def resumed_plan(plan, resume) -> NestedPlan:
@@ -171,8 +181,9 @@ def resumed_plan(plan, resume) -> NestedPlan:
     if (scheme, batch_rows) == (plan.scheme, plan.batch_rows):
         return plan
     why = "as the checkpoint's state blocks"
-    return replace(plan, scheme=scheme, batch_rows=batch_rows,
-                   reasons={**plan.reasons, "scheme": why, "batch_rows": why})
+    return replace(
+        plan, scheme=scheme, batch_rows=batch_rows, reasons={**plan.reasons, "scheme": why, "batch_rows": why}
+    )
 
 
 def default_initial_batch_size(n_clusters: int) -> int:
@@ -203,8 +214,9 @@ def doubling_ratio(sse, counts, displacement, quantile=0.0, members=None):
     voters = (members >= 2) & (counts > 0)
     if not voters.any():
         return np.inf
-    sigma = np.sqrt(np.maximum(np.asarray(sse, dtype=np.float64)[voters], 0.0)
-                    / (counts[voters] * (members[voters] - 1)))
+    sigma = np.sqrt(
+        np.maximum(np.asarray(sse, dtype=np.float64)[voters], 0.0) / (counts[voters] * (members[voters] - 1))
+    )
     moved = displacement[voters]
     ratios = np.full(sigma.shape, np.inf)
     np.divide(sigma, moved, out=ratios, where=moved > 0)
@@ -249,8 +261,16 @@ def nested_minibatch(array, centers, plan, context=None):
     inertia = float(state.sse.sum()) if state.converged else None
     if not plan.keep_batch:
         run.batch.release()
-    return FitResult(state.centers, inertia, state.n_iter, state.history, state.stop_reason, total_passes,
-                     batch=run.batch if plan.keep_batch else None, batch_rows=plan.batch_rows)
+    return FitResult(
+        state.centers,
+        inertia,
+        state.n_iter,
+        state.history,
+        state.stop_reason,
+        total_passes,
+        batch=run.batch if plan.keep_batch else None,
+        batch_rows=plan.batch_rows,
+    )
 
 
 @dataclass
@@ -277,17 +297,32 @@ class NestedState:
     def start(cls, centers, plan, passes):
         """The state before the first iteration."""
         k, d = centers.shape
-        return cls(centers, plan.initial_batch_size, np.zeros((k, d)), np.zeros(k), np.zeros(k),
-                   np.zeros(k, dtype=np.int64), np.zeros(k), [], passes)
+        return cls(
+            centers,
+            plan.initial_batch_size,
+            np.zeros((k, d)),
+            np.zeros(k),
+            np.zeros(k),
+            np.zeros(k, dtype=np.int64),
+            np.zeros(k),
+            [],
+            passes,
+        )
 
     @classmethod
     def resumed(cls, resume):
         """The state saved in the checkpoint state ``resume`` (``finished``: the stop reason of a run that ended)."""
         finished = resume["stop_reason"]
-        return cls(resume["centers"], *(resume[name] for name in ("size", "sums", "counts", "sse", "members",
-                                                                   "shift")),
-                   list(resume["history"]), resume["passes"], resume["iteration"], resume["converged"],
-                   finished or "max_iter", finished)
+        return cls(
+            resume["centers"],
+            *(resume[name] for name in ("size", "sums", "counts", "sse", "members", "shift")),
+            list(resume["history"]),
+            resume["passes"],
+            resume["iteration"],
+            resume["converged"],
+            finished or "max_iter",
+            finished,
+        )
 
 
 class _NestedRun:
@@ -298,8 +333,11 @@ class _NestedRun:
         self.resume = context.resume
         resume = self.resume
         scheme = plan.scheme
-        groups = make_groups(state.centers, scheme, plan.n_groups) if resume is None else \
-            CenterGroups(resume["group_of"], scheme)
+        groups = (
+            make_groups(state.centers, scheme, plan.n_groups)
+            if resume is None
+            else CenterGroups(resume["group_of"], scheme)
+        )
         self.groups = groups
         layout = {} if plan.min_block_rows is None else {"min_block_rows": plan.min_block_rows}
         options = dict(client=context.client, max_blocks=plan.max_blocks, weights=context.weights, **layout)
@@ -312,19 +350,34 @@ class _NestedRun:
     def checkpoint_state(self, final):
         """The checkpoint's state after the iterations done (``final``: the stop reason once the run has ended)."""
         state, batch = self.state, self.batch
-        return {"iteration": state.n_iter, "centers": state.centers, "group_of": self.groups.group_of,
-                "size": state.size, "batch_size": batch.size, "rows_read": batch.rows_read, "sums": state.sums,
-                "counts": state.counts, "sse": state.sse, "members": state.members,
-                "shift": state.shift, "history": state.history, "passes": state.passes,
-                "converged": state.converged, "stop_reason": final, "layout_id": batch.layout_id,
-                "batch_rows": self.plan.batch_rows, "bounds": self.plan.scheme}
+        return {
+            "iteration": state.n_iter,
+            "centers": state.centers,
+            "group_of": self.groups.group_of,
+            "size": state.size,
+            "batch_size": batch.size,
+            "rows_read": batch.rows_read,
+            "sums": state.sums,
+            "counts": state.counts,
+            "sse": state.sse,
+            "members": state.members,
+            "shift": state.shift,
+            "history": state.history,
+            "passes": state.passes,
+            "converged": state.converged,
+            "stop_reason": final,
+            "layout_id": batch.layout_id,
+            "batch_rows": self.plan.batch_rows,
+            "bounds": self.plan.scheme,
+        }
 
     def write_blocks(self, directory):
         """The workers write the blocks: rows and indices only when the batch grew or split since the last save."""
         batch, checkpoint, resume = self.batch, self.context.checkpoint, self.resume
         layout = checkpoint.shared_path(batch.layout_id)
-        fresh = batch.layout_id not in self.written_layouts and (resume is None
-                                                                 or batch.layout_id != resume["layout_id"])
+        fresh = batch.layout_id not in self.written_layouts and (
+            resume is None or batch.layout_id != resume["layout_id"]
+        )
         metadata = batch.write_checkpoint(os.path.join(directory, "blocks"), layout if fresh else None)
         self.written_layouts.add(batch.layout_id)
         return metadata
@@ -335,9 +388,14 @@ class _NestedRun:
         resume, batch, checkpoint = self.resume, self.batch, self.context.checkpoint
         if self.state.finished is None and resume["batch_size"]:
             layout = resume["layout_id"]
-            batch.restore_checkpoint(checkpoint.extra, os.path.join(checkpoint.extra_directory, "blocks"),
-                                     checkpoint.shared_path(layout), layout, resume["batch_size"],
-                                     resume["rows_read"])
+            batch.restore_checkpoint(
+                checkpoint.extra,
+                os.path.join(checkpoint.extra_directory, "blocks"),
+                checkpoint.shared_path(layout),
+                layout,
+                resume["batch_size"],
+                resume["rows_read"],
+            )
         else:
             batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]
 
@@ -354,8 +412,7 @@ class _NestedRun:
             if state.finished is not None:
                 break
             centers = state.centers
-            d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, state.shift * SHIFT_SAFETY,
-                                                                      state.size)
+            d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, state.shift * SHIFT_SAFETY, state.size)
             state.sums += d_sums
             state.counts += d_counts
             state.sse += d_sse
@@ -383,8 +440,15 @@ class _NestedRun:
             }
             state.history.append(record)
             if context.callback is not None:
-                context.report(record, centers=new_centers, batch=batch, sums=sums.copy(), counts=counts.copy(),
-                               sse=sse.copy(), members=members.copy())
+                context.report(
+                    record,
+                    centers=new_centers,
+                    batch=batch,
+                    sums=sums.copy(),
+                    counts=counts.copy(),
+                    sse=sse.copy(),
+                    members=members.copy(),
+                )
             state.n_iter = iteration
             state.converged = batch.size == n and counters["new"] == 0 and counters["changed"] == 0
             state.centers = new_centers
@@ -401,8 +465,9 @@ class _NestedRun:
                 if final:
                     checkpoint.save(self.checkpoint_state(final))
                 else:
-                    checkpoint.save(self.checkpoint_state(final), extra_writer=self.write_blocks,
-                                    keep_shared=[batch.layout_id])
+                    checkpoint.save(
+                        self.checkpoint_state(final), extra_writer=self.write_blocks, keep_shared=[batch.layout_id]
+                    )
             if stop is not None:
                 state.stop_reason = stop
                 break

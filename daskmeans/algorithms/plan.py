@@ -33,14 +33,17 @@ class FitPlan:
     def as_dict(self) -> dict:
         """The plan as plain data: ``{"plan": class name, field name: value, ..., "reasons": {...}}`` (a plan
         within it, such as the seeding's, as a dict of its own)."""
-        choices = {name: value.as_dict() if isinstance(value, FitPlan) else value
-                   for name, value in self.choices().items()}
+        choices = {
+            name: value.as_dict() if isinstance(value, FitPlan) else value for name, value in self.choices().items()
+        }
         return {"plan": type(self).__name__, **choices, "reasons": dict(self.reasons)}
 
     def summary(self) -> str:
         """The chosen values on one line, ``name=value`` each (a plan within it in parentheses)."""
-        return " ".join(f"{name}=({value.summary()})" if isinstance(value, FitPlan) else f"{name}={value}"
-                        for name, value in self.choices().items())
+        return " ".join(
+            f"{name}=({value.summary()})" if isinstance(value, FitPlan) else f"{name}={value}"
+            for name, value in self.choices().items()
+        )
 
     def __str__(self) -> str:
         lines = [f"{type(self).__name__}:"]

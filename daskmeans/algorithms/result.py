@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -150,8 +151,14 @@ class RunContext:
 
 def result_to_state(result: FitResult) -> dict:
     """A :class:`FitResult` of the k-means family as checkpoint state."""
-    state = {"centers": result.centers, "inertia": result.inertia, "n_iter": int(result.n_iter),
-             "history": result.history, "stop_reason": result.stop_reason, "passes": result.passes}
+    state = {
+        "centers": result.centers,
+        "inertia": result.inertia,
+        "n_iter": int(result.n_iter),
+        "history": result.history,
+        "stop_reason": result.stop_reason,
+        "passes": result.passes,
+    }
     if result.n_steps is not None:
         state["n_steps"] = result.n_steps
     if result.seen_counts is not None:
@@ -161,7 +168,13 @@ def result_to_state(result: FitResult) -> dict:
 
 def result_from_state(state) -> FitResult:
     """Inverse of :func:`result_to_state`."""
-    return FitResult(state["centers"], state["inertia"], state["n_iter"], list(state["history"]),
-                     state["stop_reason"], state["passes"],
-                     n_steps=state["n_steps"] if "n_steps" in state else None,
-                     seen_counts=state["seen_counts"] if "seen_counts" in state else None)
+    return FitResult(
+        state["centers"],
+        state["inertia"],
+        state["n_iter"],
+        list(state["history"]),
+        state["stop_reason"],
+        state["passes"],
+        n_steps=state["n_steps"] if "n_steps" in state else None,
+        seen_counts=state["seen_counts"] if "seen_counts" in state else None,
+    )

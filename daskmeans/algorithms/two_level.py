@@ -46,6 +46,7 @@ def check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter):
         ``n_coarse`` not None nor an integer in ``1 .. n_clusters``, ``points_per_center`` not an integer >= 1,
         ``n_iter`` not an integer >= 0.
     """
+
     def integer(value):
         return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -135,8 +136,7 @@ def split_centers(n_clusters, mass, rows):
     k = int(n_clusters)
     if rows.sum() < k:
         raise InputDataError(
-            f"The data has only {int(rows.sum())} row(s) (with positive weight) but n_clusters={k}; lower "
-            "n_clusters."
+            f"The data has only {int(rows.sum())} row(s) (with positive weight) but n_clusters={k}; lower n_clusters."
         )
     usable = np.flatnonzero((rows > 0) & (mass > 0))
     if len(usable) == 0:
@@ -174,13 +174,21 @@ def _fine_batch(sample, clusters, fine_k, seed, n_iter):
     out = []
     for c, k in zip(clusters, fine_k):
         start, stop = np.searchsorted(labels, [c, c + 1])
-        out.append(sample_kmeans(rows[start:stop], int(k), stage_generator(seed, "two-level", "fine", int(c)),
-                                 n_iter))
+        out.append(sample_kmeans(rows[start:stop], int(k), stage_generator(seed, "two-level", "fine", int(c)), n_iter))
     return out
 
 
-def two_level_centers(array, n_clusters, seed, *, context=None, n_coarse=None, points_per_center=None, n_iter=None,
-                      on_progress=_no_progress):
+def two_level_centers(
+    array,
+    n_clusters,
+    seed,
+    *,
+    context=None,
+    n_coarse=None,
+    points_per_center=None,
+    n_iter=None,
+    on_progress=_no_progress,
+):
     """Two-level k-means seeding: a coarse k-means, then fine k-means in each coarse cluster, on the workers.
 
     1. Coarse level (driver): ``n_coarse`` (default ``round(sqrt(n_clusters))``) centers by k-means++ and up to
@@ -253,8 +261,10 @@ def two_level_centers(array, n_clusters, seed, *, context=None, n_coarse=None, p
     n_coarse = default_coarse_clusters(n_clusters) if n_coarse is None else int(n_coarse)
     m = min(n, points_per_center * n_coarse)
     on_progress(0, TWO_LEVEL_PASSES, f"coarse sample of {m} rows")
-    (sample,) = compute_now(sample_without_replacement_graph(array, m, stage_key(seed, "two-level", "coarse-sample"),
-                                                             weights), client=client)
+    (sample,) = compute_now(
+        sample_without_replacement_graph(array, m, stage_key(seed, "two-level", "coarse-sample"), weights),
+        client=client,
+    )
     rows = np.asarray(sample[2])
     distinct = count_distinct(rows)
     holds_every_row = len(rows) < m or m == n  # every row of positive weight is in the sample
@@ -270,15 +280,21 @@ def two_level_centers(array, n_clusters, seed, *, context=None, n_coarse=None, p
     fine_k = split_centers(n_clusters, counts[1], counts[0])
     caps = np.minimum(counts[0], points_per_center * fine_k)
     batch_of = fine_batches(caps, array.numblocks[0])
-    on_progress(2, TWO_LEVEL_PASSES, f"fine k-means: {n_clusters} centers in {int((fine_k > 0).sum())} coarse "
-                                     "clusters on the workers")
+    on_progress(
+        2,
+        TWO_LEVEL_PASSES,
+        f"fine k-means: {n_clusters} centers in {int((fine_k > 0).sum())} coarse clusters on the workers",
+    )
     thresholds = sample_thresholds(caps, counts[0], counts[1], weights is not None)
-    samples = cluster_samples_graphs(array, coarse, caps, thresholds, batch_of,
-                                     stage_key(seed, "two-level", "fine-sample"), weights)
+    samples = cluster_samples_graphs(
+        array, coarse, caps, thresholds, batch_of, stage_key(seed, "two-level", "fine-sample"), weights
+    )
     members = [np.flatnonzero(batch_of == b) for b in range(len(samples))]
     name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, n_iter)}"
-    fine = [task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(n_iter))
-            for b, sample in enumerate(samples)]
+    fine = [
+        task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(n_iter))
+        for b, sample in enumerate(samples)
+    ]
     results = compute_now(*fine, client=client)
     centers = np.concatenate([c for batch in results for c in batch]).astype(array.dtype, copy=False)
     on_progress(TWO_LEVEL_PASSES, TWO_LEVEL_PASSES, None)

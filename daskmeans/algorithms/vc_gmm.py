@@ -1,10 +1,11 @@
 """Truncated variational EM (var-GMM-S) for the isotropic GMM on a weighted point set: the vc-GMM loop.
 
 The points are a coreset (or any weighted rows) cut into blocks of ``block_rows``. Each iteration runs, per
-block (:mod:`daskmeans.passes.gmm`), the variational E-step (:func:`daskmeans.kernels.truncated_em.truncated_estep`) and then the posterior
-sums (:func:`~daskmeans.kernels.truncated_em.posterior_stats`); the driver merges the tree-reduced sums into the
-M-step (means and the shared variance) and the new cluster neighbourhoods ``G_c``. The per-point state ``K_n``
-stays with its block from one iteration to the next.
+block (:mod:`daskmeans.passes.gmm`), the variational E-step
+(:func:`daskmeans.kernels.truncated_em.truncated_estep`) and then the posterior sums
+(:func:`~daskmeans.kernels.truncated_em.posterior_stats`); the driver merges the tree-reduced sums into the M-step
+(means and the shared variance) and the new cluster neighbourhoods ``G_c``. The per-point state ``K_n`` stays with
+its block from one iteration to the next.
 
 Where the blocks run: a coreset of at most :data:`~daskmeans.config.GMM_DRIVER_MAX_ROWS` rows is iterated on
 the driver (Dask's synchronous scheduler, no transfers); a larger one, or ``where="workers"``, is spread over the
@@ -15,7 +16,8 @@ Initial E-steps: ``K_n`` and ``G_c`` start at random (as in var-GMM-S). An M-ste
 every mean towards the data mean and undo the seeding, so E-steps alone run first (the paper's Suppl. F; no
 variance is needed for them): each moves every point's ``K_n`` towards its nearest seeds along the ``G_c``
 graph, until the weighted sum of nearest distances improves by less than
-:data:`~daskmeans.config.INITIAL_ESTEP_RTOL` (at most :data:`~daskmeans.config.MAX_INITIAL_ESTEPS`). Their distance evaluations are counted in the first history record.
+:data:`~daskmeans.config.INITIAL_ESTEP_RTOL` (at most
+:data:`~daskmeans.config.MAX_INITIAL_ESTEPS`). Their distance evaluations are counted in the first history record.
 
 Free energy (the lower bound): ``F = sum_n w_n log sum_{c in K_n} N(x_n; mu_c, sigma^2 I) / k``, reported per
 unit of weight. Each iteration computes it for the parameters it starts with and the ``K_n`` its E-step found;
@@ -76,7 +78,8 @@ def _choose_placement(n_rows, where, client):
     if where == "auto" and n_rows > config.GMM_DRIVER_MAX_ROWS:
         return "workers", f"{n_rows:,} rows > GMM_DRIVER_MAX_ROWS={config.GMM_DRIVER_MAX_ROWS:,}"
     return "driver", f"where={where!r}" + (
-        f": {n_rows:,} rows <= GMM_DRIVER_MAX_ROWS={config.GMM_DRIVER_MAX_ROWS:,}" if where == "auto" else "")
+        f": {n_rows:,} rows <= GMM_DRIVER_MAX_ROWS={config.GMM_DRIVER_MAX_ROWS:,}" if where == "auto" else ""
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,8 +135,14 @@ def gmm_plan(n_rows, n_clusters, client=None, *, where="auto", block_rows=None, 
         reasons["block_rows"] = "GMM_BLOCK_ROWS"
     initial = 0 if given["n_truncated"] == n_clusters else config.MAX_INITIAL_ESTEPS
     reasons["max_initial_esteps"] = "every point keeps every cluster" if initial == 0 else "MAX_INITIAL_ESTEPS"
-    return GMMPlan(coreset_rows=int(n_rows), where=placement, block_rows=block_rows, max_initial_esteps=initial,
-                   reasons=reasons, **given)
+    return GMMPlan(
+        coreset_rows=int(n_rows),
+        where=placement,
+        block_rows=block_rows,
+        max_initial_esteps=initial,
+        reasons=reasons,
+        **given,
+    )
 
 
 def initial_neighbours(n_clusters, search_size, rng):
@@ -176,8 +185,13 @@ def truncated_em(points, means, plan, context=None):
         ``wall_time`` and ``passes``.
     """
     context = context or RunContext()
-    clock, client, weights, checkpoint, passes = (context.clock, context.client, context.weights, context.checkpoint,
-                                                  context.passes)
+    clock, client, weights, checkpoint, passes = (
+        context.clock,
+        context.client,
+        context.weights,
+        context.checkpoint,
+        context.passes,
+    )
     means = np.array(means, dtype=np.float64)
     n_clusters, n_features = means.shape
     if isinstance(points, da.Array):
@@ -208,18 +222,36 @@ def truncated_em(points, means, plan, context=None):
     resume = context.resume
 
     def result(stop_reason):
-        return FitResult(means, None, n_iter, history, stop_reason, passes, sigma2=float(sigma2),
-                         lower_bound=float(lower_bound), where=placement)
+        return FitResult(
+            means,
+            None,
+            n_iter,
+            history,
+            stop_reason,
+            passes,
+            sigma2=float(sigma2),
+            lower_bound=float(lower_bound),
+            where=placement,
+        )
 
     def save(iteration, stop_reason):
         truncation_arrays = runner.compute(*gmm.truncation_parts(truncations))
-        checkpoint.save({
-            "iteration": iteration, "means": means, "sigma2": sigma2, "sigma2_floor": sigma2_floor,
-            "previous": previous, "neighbours": neighbours, "truncations": list(truncation_arrays),
-            "history": history, "stop_reason": stop_reason,
-            "lower_bound": None if lower_bound == -np.inf else lower_bound,
-            "initial_steps": initial_steps, "initial_distances": initial_distances,
-        })
+        checkpoint.save(
+            {
+                "iteration": iteration,
+                "means": means,
+                "sigma2": sigma2,
+                "sigma2_floor": sigma2_floor,
+                "previous": previous,
+                "neighbours": neighbours,
+                "truncations": list(truncation_arrays),
+                "history": history,
+                "stop_reason": stop_reason,
+                "lower_bound": None if lower_bound == -np.inf else lower_bound,
+                "initial_steps": initial_steps,
+                "initial_distances": initial_distances,
+            }
+        )
 
     history = []
     sigma2 = None
@@ -229,22 +261,23 @@ def truncated_em(points, means, plan, context=None):
     lower_bound = -np.inf
     n_iter = 0
     if resume is not None:
-        means, sigma2, sigma2_floor, previous, neighbours, history, n_iter = (resume[key] for key in (
-            "means", "sigma2", "sigma2_floor", "previous", "neighbours", "history", "iteration"))
+        means, sigma2, sigma2_floor, previous, neighbours, history, n_iter = (
+            resume[key] for key in ("means", "sigma2", "sigma2_floor", "previous", "neighbours", "history", "iteration")
+        )
         initial_steps, initial_distances = resume["initial_steps"], resume["initial_distances"]
         lower_bound = -np.inf if resume["lower_bound"] is None else resume["lower_bound"]
         if resume["stop_reason"] is not None:
             return result(resume["stop_reason"])
         truncations = runner.persist([dask.delayed(t, pure=True) for t in resume["truncations"]])
     else:
-        neighbours, truncations, initial_steps, initial_distances = _initial_esteps(array, weights, means, plan,
-                                                                                     runner)
+        neighbours, truncations, initial_steps, initial_distances = _initial_esteps(array, weights, means, plan, runner)
         if checkpoint is not None:
             save(0, None)
     for iteration in range(n_iter + 1, max_iter + 1):
         explore_key = stage_key(seed, "explore", iteration) if random_exploration else None
-        estep_parts = runner.persist(gmm.estep_parts(array, weights, truncations, means, neighbours, explore_key,
-                                                     n_clusters))
+        estep_parts = runner.persist(
+            gmm.estep_parts(array, weights, truncations, means, neighbours, explore_key, n_clusters)
+        )
         summary = gmm.estep_summary_graph(estep_parts, n_clusters)
         if sigma2 is None:
             ((pairs, n_distances, nearest_sum),) = runner.compute(summary)
@@ -260,7 +293,7 @@ def truncated_em(points, means, plan, context=None):
             (pairs, n_distances, nearest_sum), stats = runner.compute(summary, stats_graph)
         truncations = estep_parts
         sums, resp, spread, log_sum = stats
-        free_energy = (log_sum + kernels.free_energy_constant(total_weight, n_features, n_clusters, sigma2))
+        free_energy = log_sum + kernels.free_energy_constant(total_weight, n_features, n_clusters, sigma2)
         lower_bound = free_energy / total_weight
         neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours
         # M-step: weighted means; the shared variance from the spread around the old means, shifted to the new
@@ -321,16 +354,20 @@ def _initial_esteps(array, weights, means, plan, runner):
     random_exploration = plan.random_exploration
     rng = stage_generator(seed, "neighbours")
     neighbours = initial_neighbours(n_clusters, plan.search_size, rng)
-    truncations = runner.persist(gmm.initial_truncations(array, weights, stage_key(seed, "truncation"), n_clusters,
-                                                         n_truncated))
+    truncations = runner.persist(
+        gmm.initial_truncations(array, weights, stage_key(seed, "truncation"), n_clusters, n_truncated)
+    )
 
     initial_distances = 0
     initial_steps = 0
     previous_nearest = None
     for step in range(plan.max_initial_esteps):
         explore_key = stage_key(seed, "initial-explore", step) if random_exploration else None
-        estep_parts = runner.persist(gmm.estep_parts(array, weights, truncations, means, neighbours, explore_key,
-                                                     n_clusters, name="vc-gmm-initial-estep"))
+        estep_parts = runner.persist(
+            gmm.estep_parts(
+                array, weights, truncations, means, neighbours, explore_key, n_clusters, name="vc-gmm-initial-estep"
+            )
+        )
         ((pairs, n_distances, nearest_sum),) = runner.compute(gmm.estep_summary_graph(estep_parts, n_clusters))
         truncations = estep_parts
         neighbours = kernels.update_neighbours(neighbours, *pairs) if pairs[0].shape[0] else neighbours

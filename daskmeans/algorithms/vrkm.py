@@ -40,8 +40,14 @@ from ..engine.client import compute_now, persist_now, run_pinned
 from ..kernels.vrkm import InnerLoop
 from ..kernels.vrkm_batched import BatchedInnerLoop
 from ..passes.assign import finish_stats
-from ..passes.epoch import (SegmentsHere, SegmentsOnCluster, epoch_pass_graph, epoch_pass_on_driver, ordered_segment,
-                            segment_starts)
+from ..passes.epoch import (
+    SegmentsHere,
+    SegmentsOnCluster,
+    epoch_pass_graph,
+    epoch_pass_on_driver,
+    ordered_segment,
+    segment_starts,
+)
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
@@ -188,11 +194,21 @@ def run_segments(pieces, compute, task):
     """
     starts, n_candidates = task.starts, task.n_candidates
     if task.batch_size > 1:
-        loop = BatchedInnerLoop(task.snapshot, task.eta, batch_size=task.batch_size,
-                                batch_gradient=task.batch_gradient, agree_rule=task.agree_rule)
+        loop = BatchedInnerLoop(
+            task.snapshot,
+            task.eta,
+            batch_size=task.batch_size,
+            batch_gradient=task.batch_gradient,
+            agree_rule=task.agree_rule,
+        )
     else:
-        loop = InnerLoop(task.snapshot, task.eta, batch_gradient=task.batch_gradient, agree_rule=task.agree_rule,
-                         reference_centers=task.pass_centers)
+        loop = InnerLoop(
+            task.snapshot,
+            task.eta,
+            batch_gradient=task.batch_gradient,
+            agree_rule=task.agree_rule,
+            reference_centers=task.pass_centers,
+        )
     segments = SegmentsHere(pieces) if compute is None else SegmentsOnCluster(pieces, compute)
     ends = list(starts[1:]) + [task.n_draws]
     pass_lists = True
@@ -205,8 +221,7 @@ def run_segments(pieces, compute, task):
             pass_lists = done == sample.rows.shape[0]
         if done < last - first:
             loop.rebase()
-            sample = ordered_segment(segments.parts(s, loop.centers(), n_candidates), int(first),
-                                     int(last - first))
+            sample = ordered_segment(segments.parts(s, loop.centers(), n_candidates), int(first), int(last - first))
             loop.run(*(values[done:] for values in sample.as_tuple()))
             remade += 1
         del sample
@@ -227,11 +242,11 @@ def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sampl
     # the driver takes the sample whole; a worker streams it in segments
     segment_rows = segment_rows_for(draws.size, array) if keep_sample else max(1, draws.size)
     if driver is not None:
-        raw, pieces = epoch_pass_on_driver(driver, centers, draws, segment_rows=segment_rows,
-                                           n_candidates=n_candidates)
+        raw, pieces = epoch_pass_on_driver(driver, centers, draws, segment_rows=segment_rows, n_candidates=n_candidates)
         return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
-    stats_graph, segments = epoch_pass_graph(array, centers, draws, weights=weights, segment_rows=segment_rows,
-                                             n_candidates=n_candidates)
+    stats_graph, segments = epoch_pass_graph(
+        array, centers, draws, weights=weights, segment_rows=segment_rows, n_candidates=n_candidates
+    )
     flat = [piece for segment in segments for piece in segment]
     n_blocks = len(segments[0])
     if keep_sample:
@@ -241,14 +256,21 @@ def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sampl
     else:
         # one round trip brings the statistics and the sample
         raw, *flat = compute_now(stats_graph, *flat, client=client)
-    pieces = [list(flat[s * n_blocks:(s + 1) * n_blocks]) for s in range(len(segments))]
+    pieces = [list(flat[s * n_blocks : (s + 1) * n_blocks]) for s in range(len(segments))]
     return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
 
 
 def _state(epoch, centers, history, passes, previous_energy, stop_reason, inertia):
     """The checkpoint state after ``epoch`` (``stop_reason`` set once the run has ended)."""
-    return {"epoch": epoch, "centers": centers, "history": history, "passes": passes,
-            "previous_energy": previous_energy, "stop_reason": stop_reason, "inertia": inertia}
+    return {
+        "epoch": epoch,
+        "centers": centers,
+        "history": history,
+        "passes": passes,
+        "previous_energy": previous_energy,
+        "stop_reason": stop_reason,
+        "inertia": inertia,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,16 +330,21 @@ def vrkm_plan(array, *, driver_sample_bytes=None, inner_batch_size=None, driver_
     :class:`VRKMPlan` are taken from ``given`` (``eta`` is required)."""
     n, d = (int(s) for s in array.shape)
     budget = sample_budget(driver_sample_bytes)
-    reasons = {"sample_bytes": f"driver_sample_bytes={driver_sample_bytes}" if driver_sample_bytes is not None
-               else "a quarter of the driver's available memory"}
+    reasons = {
+        "sample_bytes": f"driver_sample_bytes={driver_sample_bytes}"
+        if driver_sample_bytes is not None
+        else "a quarter of the driver's available memory"
+    }
     if inner_batch_size is None:
         inner_batch_size = config.VRKM_INNER_BATCH_SIZE
         reasons["inner_batch_size"] = "VRKM_INNER_BATCH_SIZE"
     plan = VRKMPlan(inner_batch_size=inner_batch_size, sample_bytes=budget, driver_rows=driver_rows, **given)
     sample = largest_sample_bytes(plan.epoch_size, plan.max_epochs, n, d * array.dtype.itemsize)
     on_driver = n <= driver_rows and sample <= budget
-    reasons["on_driver"] = f"{n:,} rows {'<=' if n <= driver_rows else '>'} {driver_rows:,}, the largest epoch " \
+    reasons["on_driver"] = (
+        f"{n:,} rows {'<=' if n <= driver_rows else '>'} {driver_rows:,}, the largest epoch "
         f"sample {sample:,} bytes {'<=' if sample <= budget else '>'} {budget:,}"
+    )
     return replace(plan, on_driver=on_driver, reasons=reasons)
 
 
@@ -376,11 +403,13 @@ def _epochs(array, centers, plan, context, driver=None):
     final_stats = None
     resume = context.resume
     if resume is not None:
-        state = VRKMState(resume["centers"], list(resume["history"]), resume["passes"], resume["previous_energy"],
-                          resume["epoch"])
+        state = VRKMState(
+            resume["centers"], list(resume["history"]), resume["passes"], resume["previous_energy"], resume["epoch"]
+        )
         if resume["stop_reason"] is not None:
-            return FitResult(state.centers, resume["inertia"], state.n_epochs, state.history, resume["stop_reason"],
-                             state.passes)
+            return FitResult(
+                state.centers, resume["inertia"], state.n_epochs, state.history, resume["stop_reason"], state.passes
+            )
     elif checkpoint is not None:
         checkpoint.save(_state(0, centers, state.history, state.passes, None, None, None))
     history = state.history
@@ -390,8 +419,9 @@ def _epochs(array, centers, plan, context, driver=None):
         draws = _draws(n, steps, plan.seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > plan.sample_bytes
-        stats, pieces, starts = _epoch_pass(array, centers, draws, weights, listed, client, keep_sample=on_worker,
-                                            driver=driver)
+        stats, pieces, starts = _epoch_pass(
+            array, centers, draws, weights, listed, client, keep_sample=on_worker, driver=driver
+        )
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         state.passes += 1 + extra
         passes = state.passes
@@ -422,27 +452,40 @@ def _epochs(array, centers, plan, context, driver=None):
         record["relocated"] = relocate_empty_clusters(stats)
         snapshot, batch_gradient = position_correction(stats, centers, plan.variant)
         started = time.perf_counter()
-        task = InnerLoopTask(starts, steps, snapshot, centers, plan.eta, batch_gradient, plan.agree_rule,
-                             plan.n_candidates, plan.inner_batch_size, config.REMAKE_COST)
+        task = InnerLoopTask(
+            starts,
+            steps,
+            snapshot,
+            centers,
+            plan.eta,
+            batch_gradient,
+            plan.agree_rule,
+            plan.n_candidates,
+            plan.inner_batch_size,
+            config.REMAKE_COST,
+        )
         if on_worker:
             # the sample stays on the workers that gathered it; one of them streams it in
             keys = [[piece.key for piece in segment] for segment in pieces]
-            (centers, counts, remade), where = run_pinned(client, run_segments, keys, task,
-                                                          key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}")
+            (centers, counts, remade), where = run_pinned(
+                client, run_segments, keys, task, key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}"
+            )
         else:
             where = "driver"
             centers, counts, remade = run_segments(pieces, None, task)
         state.centers = centers
         del pieces
-        record.update({
-            "inner_steps": counts.steps,
-            "changed": counts.changed,
-            "agree_updates": counts.agree_updates,
-            "distances_per_step": counts.distances / max(1, counts.steps),
-            "lists_remade": remade,
-            "inner_time": time.perf_counter() - started,
-            "inner_on": where,
-        })
+        record.update(
+            {
+                "inner_steps": counts.steps,
+                "changed": counts.changed,
+                "agree_updates": counts.agree_updates,
+                "distances_per_step": counts.distances / max(1, counts.steps),
+                "lists_remade": remade,
+                "inner_time": time.perf_counter() - started,
+                "inner_on": where,
+            }
+        )
         history.append(record)
         context.report(record, centers=centers)
         state.previous_energy = energy

@@ -435,7 +435,7 @@ def run_quality(options, echo=print) -> list:
     """Check the options, run every labelled workload and write its record and table; return the paths."""
     options = check_quality_options(options)
     try:
-        import sklearn.metrics  # noqa: F401
+        import sklearn.metrics  # noqa: F401 - only checks that scikit-learn is installed
     except ImportError as error:
         raise InvalidParameterError(
             "--quality needs scikit-learn for ARI and NMI: pip install -e '.[bench]'."

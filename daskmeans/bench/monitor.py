@@ -107,7 +107,7 @@ class MemoryMonitor:
         self._thread.join()
         try:
             self._sample()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the last sample is best effort: the monitor is stopping
             pass
         self.result = {
             "driver_baseline_rss": int(self.driver_baseline),

@@ -12,5 +12,14 @@ from .minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
 from .mixture import CoresetGaussianMixture
 from .vrkm import VRKMeans
 
-__all__ = ["ClusteringEstimator", "CoresetGaussianMixture", "KMeans", "KernelKMeans", "MiniBatchKMeans",
-           "MiniBatchKernelKMeans", "NestedMiniBatchKMeans", "VRKMeans", "lightweight_coreset"]
+__all__ = [
+    "ClusteringEstimator",
+    "CoresetGaussianMixture",
+    "KMeans",
+    "KernelKMeans",
+    "MiniBatchKMeans",
+    "MiniBatchKernelKMeans",
+    "NestedMiniBatchKMeans",
+    "VRKMeans",
+    "lightweight_coreset",
+]

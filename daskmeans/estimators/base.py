@@ -189,8 +189,14 @@ class ClusteringEstimator:
         """Checks of the opened input that need no values (before the summary pass); none by default."""
 
     def _prepare(self, X, sample_weight, client, on_opened=None, with_row_hash=False):
-        return prepare_input(X, sample_weight, client, chunk_rows=getattr(self, "chunk_rows", None),
-                             on_opened=on_opened, with_row_hash=with_row_hash)
+        return prepare_input(
+            X,
+            sample_weight,
+            client,
+            chunk_rows=getattr(self, "chunk_rows", None),
+            on_opened=on_opened,
+            with_row_hash=with_row_hash,
+        )
 
     def _check_fitted(self):
         if not hasattr(self, "cluster_centers_"):
@@ -222,8 +228,9 @@ class ClusteringEstimator:
         if isinstance(lazy, np.ndarray):
             values = lazy if data.in_memory else da.from_array(lazy, chunks=(data.array.chunks[0],) + lazy.shape[1:])
         else:
-            values = compute_now(lazy, client=resolve_client(getattr(self, "client", None)))[0] if data.in_memory \
-                else lazy
+            values = (
+                compute_now(lazy, client=resolve_client(getattr(self, "client", None)))[0] if data.in_memory else lazy
+            )
         if data.is_xarray:
             import xarray as xr
 
@@ -244,8 +251,13 @@ class ClusteringEstimator:
     #: Whether ``fit(..., checkpoint=PATH)`` is supported (``_fit`` then takes ``checkpoint=``).
     _supports_checkpoint = False
 
-    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
-            checkpoint: str | os.PathLike[str] | None = None) -> Self:
+    def fit(
+        self,
+        X: InputData,
+        y: Any = None,
+        sample_weight: ArrayLike | da.Array | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -283,8 +295,9 @@ class ClusteringEstimator:
             if checkpoint is not None:
                 opened.append(open_checkpoint(checkpoint, self, data, weights))
 
-        data, weights, summary = self._prepare(X, sample_weight, client, on_opened=on_opened,
-                                               with_row_hash=checkpoint is not None)
+        data, weights, summary = self._prepare(
+            X, sample_weight, client, on_opened=on_opened, with_row_hash=checkpoint is not None
+        )
         if self.n_clusters > data.n_samples:
             raise InputDataError(
                 f"n_samples={data.n_samples} should be >= n_clusters={self.n_clusters}; lower n_clusters or "
@@ -346,8 +359,9 @@ class ClusteringEstimator:
         data = self._check_predict_input(X)
         return self._like_input(data, lazy_transform(data.array, self._centers_for(data)), name="distance")
 
-    def fit_transform(self, X: InputData, y: Any = None,
-                      sample_weight: ArrayLike | da.Array | None = None) -> PerSample:
+    def fit_transform(
+        self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None
+    ) -> PerSample:
         """Fit, then ``transform(X)``."""
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
@@ -406,7 +420,7 @@ class ClusteringEstimator:
         if getattr(self, "_fitted_data", None) is not None:
             self.inertia_  # noqa: B018  (the data does not travel with a pickled model: settle it now)
             if self._fitted_data.in_memory:
-                self.labels_  # noqa: B018
+                self.labels_  # noqa: B018 - labels held in memory are settled for the same reason
         state = self.__dict__.copy()
         state.pop("_fitted_data", None)
         state.pop("_fitted_weights", None)
@@ -423,8 +437,11 @@ class ClusteringEstimator:
         k, d = self.n_clusters, self.n_features_in_
         k_name = getattr(type(self), "_n_clusters_parameter", "n_clusters")
         why = f"{k_name}={k} in the stored parameters and n_features_in_={d}"
-        return {"cluster_centers_": ((k, d), why), "counts_": ((k,), f"{k_name}={k} in the stored parameters"),
-                "param_init": ((k, d), why)}
+        return {
+            "cluster_centers_": ((k, d), why),
+            "counts_": ((k,), f"{k_name}={k} in the stored parameters"),
+            "param_init": ((k, d), why),
+        }
 
     def _check_loaded(self, path):
         """Refuse a loaded model whose values cannot be used (:func:`daskmeans.load` calls this once the arrays,

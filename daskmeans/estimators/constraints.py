@@ -30,8 +30,14 @@ class Real:
         self.minimum, self.maximum, self.strict, self.none, self.label = minimum, maximum, strict, none, label
 
     def check(self, value, name, estimator):
-        check_float(value, self.label or name, minimum=self.minimum, maximum=self.maximum,
-                    strict_minimum=self.strict, allow_none=self.none)
+        check_float(
+            value,
+            self.label or name,
+            minimum=self.minimum,
+            maximum=self.maximum,
+            strict_minimum=self.strict,
+            allow_none=self.none,
+        )
 
 
 class Options:

@@ -20,9 +20,15 @@ if TYPE_CHECKING:  # for type checkers only
     from .base import InputData
 
 
-def lightweight_coreset(X: InputData, m: int, random_state: int | np.random.Generator | None = None, *,
-                        sample_weight: ArrayLike | da.Array | None = None, chunk_rows: int | None = None,
-                        client: Client | None = None) -> tuple[np.ndarray, np.ndarray]:
+def lightweight_coreset(
+    X: InputData,
+    m: int,
+    random_state: int | np.random.Generator | None = None,
+    *,
+    sample_weight: ArrayLike | da.Array | None = None,
+    chunk_rows: int | None = None,
+    client: Client | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """A lightweight coreset of ``X``: ``m`` rows drawn with replacement, and their weights.
 
     Every row ``x`` is drawn with probability ``q(x) = 1/(2n) + ||x - mu||^2 / (2 sum ||x' - mu||^2)``
@@ -97,6 +103,7 @@ def lightweight_coreset(X: InputData, m: int, random_state: int | np.random.Gene
     seed = seed_from_random_state(random_state)
     client = resolve_client(client)
     data, weights, summary = prepare_input(X, sample_weight, client, chunk_rows=chunk_rows)
-    _, points, coreset_weights, _ = draw_coreset(data.array, m, stage_key(seed, "lwcs"), mean=summary.mean,
-                                                 weights=weights, client=client)
+    _, points, coreset_weights, _ = draw_coreset(
+        data.array, m, stage_key(seed, "lwcs"), mean=summary.mean, weights=weights, client=client
+    )
     return points, coreset_weights

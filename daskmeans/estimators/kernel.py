@@ -15,11 +15,16 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from .. import config
 from .._validation import check_driver_rows
 from ..algorithms.init import check_init
-from .. import config
-from ..algorithms.kernel_kmeans import (KernelPlan, KernelSpec, kernel_seeding, minibatch_kernel_kmeans,
-                                        seeding_sample_rows)
+from ..algorithms.kernel_kmeans import (
+    KernelPlan,
+    KernelSpec,
+    kernel_seeding,
+    minibatch_kernel_kmeans,
+    seeding_sample_rows,
+)
 from ..algorithms.result import Clock, RunContext
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
@@ -53,8 +58,14 @@ KERNEL_INIT_METHODS = ("k-means++", "random")
 class _KernelClustering(ClusteringEstimator):
     """Shared plumbing of the kernel estimators: sparse centers, feature-space predictions, persistence."""
 
-    _model_arrays = ("cluster_centers_", "support_rows_", "support_coef_", "support_owner_", "support_index_",
-                     "center_norms_")
+    _model_arrays = (
+        "cluster_centers_",
+        "support_rows_",
+        "support_coef_",
+        "support_owner_",
+        "support_index_",
+        "center_norms_",
+    )
     _model_scalars = ClusteringEstimator._model_scalars + ("kernel_name_", "kernel_params_", "gamma_")
 
     _parameter_constraints = {
@@ -83,9 +94,14 @@ class _KernelClustering(ClusteringEstimator):
     def sparse_centers_(self) -> SparseCenters:
         """The centers as :class:`~daskmeans.kernels.kernel_centers.SparseCenters`."""
         self._check_fitted()
-        return SparseCenters(self.support_rows_, self.support_coef_, self.support_owner_,
-                             np.zeros(len(self.support_owner_), dtype=np.int64), self.support_index_,
-                             self.center_norms_)
+        return SparseCenters(
+            self.support_rows_,
+            self.support_coef_,
+            self.support_owner_,
+            np.zeros(len(self.support_owner_), dtype=np.int64),
+            self.support_index_,
+            self.center_norms_,
+        )
 
     @property
     def support_(self) -> list:
@@ -98,8 +114,9 @@ class _KernelClustering(ClusteringEstimator):
         out = []
         for j in range(self.n_clusters):
             mine = self.support_owner_ == j
-            out.append({"rows": self.support_rows_[mine], "coef": self.support_coef_[mine],
-                        "index": self.support_index_[mine]})
+            out.append(
+                {"rows": self.support_rows_[mine], "coef": self.support_coef_[mine], "index": self.support_index_[mine]}
+            )
         return out
 
     @property
@@ -127,16 +144,19 @@ class _KernelClustering(ClusteringEstimator):
     def transform(self, X: InputData) -> PerSample:
         """Feature-space distance ``||phi(x) - C_j||`` of each sample to every center, shape (n, k)."""
         data = self._check_predict_input(X)
-        return self._like_input(data, lazy_kernel_transform(data.array, self._support_for(data), self.kernel_),
-                                name="distance")
+        return self._like_input(
+            data, lazy_kernel_transform(data.array, self._support_for(data), self.kernel_), name="distance"
+        )
 
     def score(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None) -> float:
         """Opposite of the (weighted) sum of squared feature-space distances of ``X`` to the nearest centers."""
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
         client = resolve_client(getattr(self, "client", None))
-        (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
-                                                 check_finite=True, weights=weights), client=client)
+        (raw,) = compute_now(
+            kernel_energy_graph(data.array, self._support_for(data), self.kernel_, check_finite=True, weights=weights),
+            client=client,
+        )
         return -float(raw[1].sum())
 
     def _lazy_labels(self, data):
@@ -145,12 +165,21 @@ class _KernelClustering(ClusteringEstimator):
 
     def _final_inertia(self, data, client):
         """Sum of squared feature-space distances of ``data``'s rows to their nearest center: one pass."""
-        (raw,) = compute_now(kernel_energy_graph(data.array, self._support_for(data), self.kernel_,
-                                                 weights=getattr(self, "_fitted_weights", None)), client=client)
+        (raw,) = compute_now(
+            kernel_energy_graph(
+                data.array, self._support_for(data), self.kernel_, weights=getattr(self, "_fitted_weights", None)
+            ),
+            client=client,
+        )
         return float(raw[1].sum())
 
-    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
-            checkpoint: str | os.PathLike[str] | None = None) -> Self:
+    def fit(
+        self,
+        X: InputData,
+        y: Any = None,
+        sample_weight: ArrayLike | da.Array | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -186,11 +215,14 @@ class _KernelClustering(ClusteringEstimator):
         """See :meth:`ClusteringEstimator._model_array_shapes`; ``m`` is the number of support rows."""
         k, d = self.n_clusters, self.n_features_in_
         support = "m = the number of rows of support_rows"
-        return {**super()._model_array_shapes(),
-                "support_rows_": (("m", d), f"n_features_in_={d}"),
-                "support_coef_": (("m",), support), "support_owner_": (("m",), support),
-                "support_index_": (("m",), support),
-                "center_norms_": ((k,), f"n_clusters={k} in the stored parameters")}
+        return {
+            **super()._model_array_shapes(),
+            "support_rows_": (("m", d), f"n_features_in_={d}"),
+            "support_coef_": (("m",), support),
+            "support_owner_": (("m",), support),
+            "support_index_": (("m",), support),
+            "center_norms_": ((k,), f"n_clusters={k} in the stored parameters"),
+        }
 
     def _check_loaded(self, path):
         super()._check_loaded(path)
@@ -200,8 +232,11 @@ class _KernelClustering(ClusteringEstimator):
                 raise_damaged(path, f"{name.rstrip('_')} has dtype {getattr(self, name).dtype}, expected integers")
         if m and (self.support_owner_.min() < 0 or self.support_owner_.max() >= self.n_clusters):
             raise_damaged(path, f"support_owner names a center that does not exist (n_clusters={self.n_clusters})")
-        if not (np.isfinite(self.support_rows_).all() and np.isfinite(self.support_coef_).all()
-                and np.isfinite(self.center_norms_).all()):
+        if not (
+            np.isfinite(self.support_rows_).all()
+            and np.isfinite(self.support_coef_).all()
+            and np.isfinite(self.center_norms_).all()
+        ):
             raise_damaged(path, "the support holds NaN or infinity")
         if self.kernel_name_ not in ("rbf", "laplacian", "polynomial"):
             raise_damaged(path, f"unknown kernel {self.kernel_name_!r}")
@@ -350,10 +385,28 @@ class MiniBatchKernelKMeans(_KernelClustering):
     True
     """
 
-    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, batch_size=128, tau=25,
-                 learning_rate="beta", max_iter=150, tol=0.0, truncate=True, init="k-means++",
-                 init_sample_size=None, driver_rows="auto", max_time=None, random_state=None, chunk_rows=None,
-                 client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        kernel="rbf",
+        kernel_params=None,
+        batch_size=128,
+        tau=25,
+        learning_rate="beta",
+        max_iter=150,
+        tol=0.0,
+        truncate=True,
+        init="k-means++",
+        init_sample_size=None,
+        driver_rows="auto",
+        max_time=None,
+        random_state=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.kernel = kernel
@@ -391,17 +444,32 @@ class MiniBatchKernelKMeans(_KernelClustering):
         ``tol="auto"`` is resolved once the seeding has measured ``gamma`` (:meth:`_fit_on`)."""
         rows = kernel_driver_rows(self.driver_rows, data.n_features, stored_form(data.array).dtype.itemsize)
         on_driver = client is not None and data.n_samples <= rows
-        reasons = {"driver_rows": f"driver_rows={self.driver_rows!r}" + (
-            f": the rows within KERNEL_DRIVER_BYTES={config.KERNEL_DRIVER_BYTES:,}" if self.driver_rows == "auto"
-            else ""),
-            "on_driver": "no distributed client" if client is None else
-            f"{data.n_samples:,} rows {'<=' if on_driver else '>'} {rows:,}",
-            "sample_rows": f"init_sample_size={self.init_sample_size}" if self.init_sample_size else
-            f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n"}
-        return KernelPlan(batch_size=self.batch_size, tau=self.tau, truncate=bool(self.truncate),
-                          learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
-                          sample_rows=seeding_sample_rows(data.n_samples, self.n_clusters, self.init_sample_size),
-                          driver_rows=rows, on_driver=on_driver, reasons=reasons)
+        reasons = {
+            "driver_rows": f"driver_rows={self.driver_rows!r}"
+            + (
+                f": the rows within KERNEL_DRIVER_BYTES={config.KERNEL_DRIVER_BYTES:,}"
+                if self.driver_rows == "auto"
+                else ""
+            ),
+            "on_driver": "no distributed client"
+            if client is None
+            else f"{data.n_samples:,} rows {'<=' if on_driver else '>'} {rows:,}",
+            "sample_rows": f"init_sample_size={self.init_sample_size}"
+            if self.init_sample_size
+            else f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n",
+        }
+        return KernelPlan(
+            batch_size=self.batch_size,
+            tau=self.tau,
+            truncate=bool(self.truncate),
+            learning_rate=self.learning_rate,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            sample_rows=seeding_sample_rows(data.n_samples, self.n_clusters, self.init_sample_size),
+            driver_rows=rows,
+            on_driver=on_driver,
+            reasons=reasons,
+        )
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
@@ -424,28 +492,44 @@ class MiniBatchKernelKMeans(_KernelClustering):
         client, weights = where.client, where.weights
         clock = Clock(self.max_time)
         start = FitStart(checkpoint, self.random_state, clock)
-        recorder = SnapshotRecorder(self, clock, total=self.max_iter, desc="mini-batch kernel k-means", unit="steps",
-                                    centers_of=lambda record: _input_space(record, data))
+        recorder = SnapshotRecorder(
+            self,
+            clock,
+            total=self.max_iter,
+            desc="mini-batch kernel k-means",
+            unit="steps",
+            centers_of=lambda record: _input_space(record, data),
+        )
         plan = replace(plan, seed=stage_key(start.seed, "kernel-minibatch"))
         pools = StepPools(array, weights, client, batch_size=plan.batch_size, max_iter=plan.max_iter, seed=plan.seed)
         if start.resuming:  # the centers come from the algorithm's state
             saved = start.saved
             centers, gamma = None, saved["gamma"]
-            kernel = Kernel(saved["kernel_name"], dict(saved["kernel_params"]),
-                            self.kernel if callable(self.kernel) else None)
+            kernel = Kernel(
+                saved["kernel_name"], dict(saved["kernel_params"]), self.kernel if callable(self.kernel) else None
+            )
         else:
             # the first steps' rows travel while the seeding runs
             pools.request(0)
             recorder.seeding(self.init, counted=False)
             with one_blas_thread():
                 kernel, centers, gamma = kernel_seeding(
-                    array, self.n_clusters, KernelSpec(self.kernel, self.kernel_params), self.init,
-                    stage_key(start.seed, "init", 0), sample_size=plan.sample_rows, context=where, pools=pools,
+                    array,
+                    self.n_clusters,
+                    KernelSpec(self.kernel, self.kernel_params),
+                    self.init,
+                    stage_key(start.seed, "init", 0),
+                    sample_size=plan.sample_rows,
+                    context=where,
+                    pools=pools,
                 )
         hook = start.hook(kernel_name=kernel.name, kernel_params=dict(kernel.params), gamma=gamma)
         if isinstance(self.tol, str):
-            plan = replace(plan, tol=auto_tol(gamma, self.n_clusters, self.batch_size),
-                           reasons={**plan.reasons, "tol": f"tol='auto': from gamma={gamma:.6g}, k and the batch size"})
+            plan = replace(
+                plan,
+                tol=auto_tol(gamma, self.n_clusters, self.batch_size),
+                reasons={**plan.reasons, "tol": f"tol='auto': from gamma={gamma:.6g}, k and the batch size"},
+            )
         else:
             plan = replace(plan, tol=float(self.tol))
         self._keep_plan(plan, recorder)
@@ -453,8 +537,9 @@ class MiniBatchKernelKMeans(_KernelClustering):
             if centers is not None:
                 recorder.start(centers.input_space_means(data.n_features, data.dtype))
             recorder.iterations()
-            context = RunContext(clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook,
-                                 weights=weights)
+            context = RunContext(
+                clock=clock, client=client, callback=recorder, passes=2, checkpoint=hook, weights=weights
+            )
             result = minibatch_kernel_kmeans(array, centers, kernel, plan, context, pools)
         recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)

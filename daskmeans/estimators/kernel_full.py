@@ -10,8 +10,13 @@ import numpy as np
 
 from .. import config
 from ..algorithms.init import check_init
-from ..algorithms.kernel_kmeans import (FullKernelPlan, KernelSpec, full_kernel_kmeans, kernel_seeding,
-                                        seeding_sample_rows)
+from ..algorithms.kernel_kmeans import (
+    FullKernelPlan,
+    KernelSpec,
+    full_kernel_kmeans,
+    kernel_seeding,
+    seeding_sample_rows,
+)
 from ..algorithms.result import Clock, RunContext
 from ..engine.client import compute_now
 from ..engine.random import stage_key
@@ -26,15 +31,18 @@ from .resume import FitStart
 def _label_means(X, weights, n_clusters, dtype):
     """``centers_of`` for the snapshots of the full batch: the input-space means of the clusters a record's labels
     define, as ``cluster_centers_`` shows the centers those labels make (:meth:`SparseCenters.input_space_means`)."""
+
     def centers_of(record):
         labels = record.get("_labels")
         if labels is None:
             return None
         mass = np.bincount(labels, weights=weights, minlength=n_clusters)
         coef = weights / np.where(mass > 0, mass, 1.0)[labels]
-        support = SparseCenters(rows=X, coef=coef, owner=labels, segment=labels, row_index=labels,
-                                norms=np.zeros(n_clusters))
+        support = SparseCenters(
+            rows=X, coef=coef, owner=labels, segment=labels, row_index=labels, norms=np.zeros(n_clusters)
+        )
         return support.input_space_means(X.shape[1], dtype)
+
     return centers_of
 
 
@@ -112,9 +120,23 @@ class KernelKMeans(_KernelClustering):
     [1, 1]
     """
 
-    def __init__(self, n_clusters=8, *, kernel="rbf", kernel_params=None, max_iter=100, init="k-means++",
-                 init_sample_size=None, max_samples=None, max_time=None, random_state=None,
-                 chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        kernel="rbf",
+        kernel_params=None,
+        max_iter=100,
+        init="k-means++",
+        init_sample_size=None,
+        max_samples=None,
+        max_time=None,
+        random_state=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.kernel = kernel
@@ -155,31 +177,43 @@ class KernelKMeans(_KernelClustering):
         start = FitStart(None, self.random_state, Clock(self.max_time))
         recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
         plan = FullKernelPlan(
-            max_iter=self.max_iter, max_samples=self._max_samples(),
+            max_iter=self.max_iter,
+            max_samples=self._max_samples(),
             sample_rows=seeding_sample_rows(data.n_samples, self.n_clusters, self.init_sample_size),
-            reasons={"max_samples": f"max_samples={self.max_samples}" if self.max_samples is not None else
-                     "MAX_FULL_BATCH_SAMPLES",
-                     "sample_rows": f"init_sample_size={self.init_sample_size}" if self.init_sample_size else
-                     f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n"})
+            reasons={
+                "max_samples": f"max_samples={self.max_samples}"
+                if self.max_samples is not None
+                else "MAX_FULL_BATCH_SAMPLES",
+                "sample_rows": f"init_sample_size={self.init_sample_size}"
+                if self.init_sample_size
+                else f"max(20 k, INIT_SAMPLE_ROWS={config.INIT_SAMPLE_ROWS:,}), at most n",
+            },
+        )
         self._keep_plan(plan, recorder)
         recorder.seeding(self.init, counted=False)
         kernel, centers, _ = kernel_seeding(
-            data.array, self.n_clusters, KernelSpec(self.kernel, self.kernel_params), self.init,
-            stage_key(start.seed, "init", 0), sample_size=plan.sample_rows,
+            data.array,
+            self.n_clusters,
+            KernelSpec(self.kernel, self.kernel_params),
+            self.init,
+            stage_key(start.seed, "init", 0),
+            sample_size=plan.sample_rows,
             context=RunContext(client=client, weights=weights),
         )
         recorder.begin("loading", label="loading the data into the driver")
         (X,) = compute_now(data.array, client=client)
         w = None if weights is None else compute_now(weights, client=client)[0]
         X = np.ascontiguousarray(X)
-        centers_of = _label_means(X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64),
-                                  self.n_clusters, data.dtype)
+        centers_of = _label_means(
+            X, np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64), self.n_clusters, data.dtype
+        )
         recorder.centers_of = centers_of
         with recorder:
             recorder.start(centers.input_space_means(data.n_features, data.dtype))
             recorder.iterations(label="iterations (the kernel matrix first)")
-            result = full_kernel_kmeans(X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w),
-                                        max_iter=plan.max_iter)
+            result = full_kernel_kmeans(
+                X, centers, kernel, RunContext(clock=start.clock, callback=recorder, weights=w), max_iter=plan.max_iter
+            )
         recorder.keep(self)
         self._store(result.centers, kernel, data.n_features, data.dtype)
         self.gamma_ = float(np.sqrt(max(0.0, float(kernel.diag(X).max()))))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import config
+from .._validation import check_driver_rows
 from ..algorithms.init import check_init
 from ..algorithms.lloyd import LloydPlan, final_inertia, lloyd
 from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
-from .. import config
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.placement import held_by_workers
@@ -15,7 +16,6 @@ from ..engine.slabs import compute_dtype, stored_form
 from ..kernels.nested_groups import choose_bounds
 from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
 from ..progress import SnapshotRecorder
-from .._validation import check_driver_rows
 from .base import ClusteringEstimator
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, plan_seeding, seed_centers
@@ -36,19 +36,31 @@ def resolve_bounds(algorithm, n_samples, n_features, n_clusters, itemsize, memor
         return "none", "none", 0, "algorithm='lloyd'"
     if algorithm != "auto":
         scheme, n_groups = choose_bounds(algorithm, k, d * itemsize)
-        return algorithm, scheme, n_groups, f"algorithm={algorithm!r}" + (
-            "" if scheme == algorithm else f", which is {scheme!r} for k={k}")
+        return (
+            algorithm,
+            scheme,
+            n_groups,
+            f"algorithm={algorithm!r}" + ("" if scheme == algorithm else f", which is {scheme!r} for k={k}"),
+        )
     if k < config.BOUNDS_MIN_CLUSTERS:
         return "none", "none", 0, f"k={k} < BOUNDS_MIN_CLUSTERS={config.BOUNDS_MIN_CLUSTERS}: bounds would not pay"
     if k * d <= config.ASSIGN_DIRECT_LIMIT:
-        return "none", "none", 0, f"k*d={k * d} <= ASSIGN_DIRECT_LIMIT={config.ASSIGN_DIRECT_LIMIT}: " \
-            "the direct loop, bounds would not pay"
+        return (
+            "none",
+            "none",
+            0,
+            f"k*d={k * d} <= ASSIGN_DIRECT_LIMIT={config.ASSIGN_DIRECT_LIMIT}: the direct loop, bounds would not pay",
+        )
     scheme, n_groups = choose_bounds("auto", k, d * itemsize)
     needed = n_samples * state_bytes_per_row(d, n_groups, itemsize)
     share = f"{config.BOUNDS_MEMORY_FRACTION:g} of the cluster's {memory_bytes:,} bytes"
     if needed <= config.BOUNDS_MEMORY_FRACTION * memory_bytes:
-        return "auto", scheme, n_groups, f"{n_groups} bound(s) per row of {d * itemsize} bytes; their state " \
-            f"({needed:,} bytes) within {share}"
+        return (
+            "auto",
+            scheme,
+            n_groups,
+            f"{n_groups} bound(s) per row of {d * itemsize} bytes; their state ({needed:,} bytes) within {share}",
+        )
     return "none", "none", 0, f"the bounds' state ({needed:,} bytes) would exceed {share}"
 
 
@@ -76,8 +88,11 @@ def driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dt
 def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> int:
     """:func:`driver_rows_for` with the bounds ``bounds`` (a scheme, ``"auto"`` or ``"none"``) resolved for rows
     computed in ``stored_dtype``'s compute dtype."""
-    scheme, n_groups = ("none", 0) if bounds == "none" else \
-        choose_bounds(bounds, n_clusters, n_features * compute_dtype(stored_dtype).itemsize)
+    scheme, n_groups = (
+        ("none", 0)
+        if bounds == "none"
+        else choose_bounds(bounds, n_clusters, n_features * compute_dtype(stored_dtype).itemsize)
+    )
     return driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dtype)
 
 
@@ -86,29 +101,48 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
     without bounds at the start, the absolute tolerance, whether the iterations run on the driver
     (``driver_rows``), whether they run ahead of the driver on the workers, and the seeding's sample."""
     k, d, n = estimator.n_clusters, data.n_features, data.n_samples
-    choice, scheme, n_groups, why = resolve_bounds(estimator.algorithm, n, d, k, data.array.dtype.itemsize,
-                                                   cluster_memory_bytes(client))
+    choice, scheme, n_groups, why = resolve_bounds(
+        estimator.algorithm, n, d, k, data.array.dtype.itemsize, cluster_memory_bytes(client)
+    )
     reasons = {"scheme": why, "n_groups": why}
     plain = 0
     if choice == "auto":
         plain = min(estimator.max_iter, config.AUTO_PLAIN_ITERATIONS)
-        reasons["plain_iterations"] = f"algorithm='auto': AUTO_PLAIN_ITERATIONS={config.AUTO_PLAIN_ITERATIONS} " \
+        reasons["plain_iterations"] = (
+            f"algorithm='auto': AUTO_PLAIN_ITERATIONS={config.AUTO_PLAIN_ITERATIONS} "
             "plain iterations first, while the centers move most"
+        )
     tol = estimator.tol * summary.mean_variance
     reasons["tol"] = f"tol={estimator.tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"
     limit = driver_rows_for(estimator.driver_rows, scheme, n_groups, k, d, stored_form(data.array).dtype)
     on_driver = n <= limit
     reasons["driver_rows"] = f"driver_rows={estimator.driver_rows!r}"
     if estimator.driver_rows == "auto":
-        reasons["driver_rows"] += f": at most DRIVER_WORK={config.DRIVER_WORK:,} multiply-adds per pass and " \
+        reasons["driver_rows"] += (
+            f": at most DRIVER_WORK={config.DRIVER_WORK:,} multiply-adds per pass and "
             f"DRIVER_BYTES={config.DRIVER_BYTES:,} bytes of rows and bounds"
+        )
     reasons["on_driver"] = f"{n:,} rows {'<=' if on_driver else '>'} {limit:,}"
     ahead = not on_driver and held_by_workers(data.array, client)
-    reasons["ahead"] = "on the driver" if on_driver else \
-        "the rows are held by the workers" if ahead else "the rows are not held by the workers"
-    return LloydPlan(scheme=scheme, n_groups=n_groups, plain_iterations=plain, max_iter=estimator.max_iter,
-                     tol=tol, driver_rows=limit, on_driver=on_driver, ahead=ahead,
-                     seeding=plan_seeding(estimator, data, client), reasons=reasons)
+    reasons["ahead"] = (
+        "on the driver"
+        if on_driver
+        else "the rows are held by the workers"
+        if ahead
+        else "the rows are not held by the workers"
+    )
+    return LloydPlan(
+        scheme=scheme,
+        n_groups=n_groups,
+        plain_iterations=plain,
+        max_iter=estimator.max_iter,
+        tol=tol,
+        driver_rows=limit,
+        on_driver=on_driver,
+        ahead=ahead,
+        seeding=plan_seeding(estimator, data, client),
+        reasons=reasons,
+    )
 
 
 class KMeans(ClusteringEstimator):
@@ -117,7 +151,7 @@ class KMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray of shape (k, d), default "k-means||"
         Seeding: k-means|| (Bahmani et al.) over all rows, greedy k-means++ on a sample, AFK-MC2 (Bachem et al.)
         Markov chains, two-level k-means (about sqrt(k) coarse clusters, each split into fine centers by a
         k-means on the workers; for large k, where k-means|| and k-means++ take O(k^2) time on the driver), random
@@ -249,9 +283,26 @@ class KMeans(ClusteringEstimator):
     active ``distributed.Client`` when there is one.
     """
 
-    def __init__(self, n_clusters=8, *, init="k-means||", algorithm="auto", driver_rows="auto", n_init=1, max_iter=300,
-                 tol=1e-4, max_time=None, random_state=None, init_rounds=5, oversampling_factor=2.0,
-                 init_sample_size=None, chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means||",
+        algorithm="auto",
+        driver_rows="auto",
+        n_init=1,
+        max_iter=300,
+        tol=1e-4,
+        max_time=None,
+        random_state=None,
+        init_rounds=5,
+        oversampling_factor=2.0,
+        init_sample_size=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.n_clusters = n_clusters
         self.init = init
         self.algorithm = algorithm
@@ -296,15 +347,24 @@ class KMeans(ClusteringEstimator):
             self._keep_plan(plan, recorder)
             for run in range(first_run, self.n_init):
                 # the state of the run under way is saved under "run_state", next to the best of the runs before
-                hook = start.hook("run_state", fresh=run != first_run, run=run,
-                                  best=None if best is None else result_to_state(best))
+                hook = start.hook(
+                    "run_state", fresh=run != first_run, run=run, best=None if best is None else result_to_state(best)
+                )
                 centers, passes = None, 0
                 if hook is None or hook.resume is None:
-                    centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding, run=run,
-                                                   recorder=recorder)
+                    centers, passes = seed_centers(
+                        self, data, weights, client, start.seed, plan=plan.seeding, run=run, recorder=recorder
+                    )
                 recorder.iterations(label="iterations" if self.n_init == 1 else f"run {run + 1}/{self.n_init}")
-                context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1,
-                                     checkpoint=hook, weights=weights, total_weight=summary.total_weight)
+                context = RunContext(
+                    clock=clock,
+                    client=client,
+                    callback=recorder,
+                    passes=passes + 1,
+                    checkpoint=hook,
+                    weights=weights,
+                    total_weight=summary.total_weight,
+                )
                 if plan.on_driver and driver is None:
                     driver = DriverCopy.gather(data.array, weights, client)
                 result = lloyd(data.array, centers, plan, context, driver)
@@ -315,8 +375,7 @@ class KMeans(ClusteringEstimator):
                     best = result
                 out_of_time = clock.out_of_time()
                 if checkpoint is not None:
-                    start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best),
-                               run_state=None)
+                    start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best), run_state=None)
                 if out_of_time:
                     break
         recorder.keep(self)
@@ -324,7 +383,10 @@ class KMeans(ClusteringEstimator):
         self.inertia_ = best.inertia
         self.n_iter_ = best.n_iter
         self.history_ = best.history
-        self.algorithm_ = best.history[-1]["bounds"].replace("none", "lloyd") if best.history else \
-            ("lloyd" if plan.scheme == "none" else plan.scheme)
+        self.algorithm_ = (
+            best.history[-1]["bounds"].replace("none", "lloyd")
+            if best.history
+            else ("lloyd" if plan.scheme == "none" else plan.scheme)
+        )
         self.stop_reason_ = best.stop_reason
         self._labels = None

@@ -6,9 +6,15 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from .._validation import check_driver_rows
 from ..algorithms.init import check_init
-from ..algorithms.minibatch import (SAMPLING_METHODS, MiniBatchPlan, minibatch_kmeans, minibatch_partial_step,
-                                   minibatch_plan)
+from ..algorithms.minibatch import (
+    SAMPLING_METHODS,
+    MiniBatchPlan,
+    minibatch_kmeans,
+    minibatch_partial_step,
+    minibatch_plan,
+)
 from ..algorithms.nested import BATCH_ROWS, NestedPlan, nested_minibatch, nested_plan, resumed_plan
 from ..algorithms.result import Clock, RunContext
 from ..engine.client import resolve_client
@@ -17,11 +23,9 @@ from ..exceptions import InputDataError
 from ..kernels.minibatch import LEARNING_RATES
 from ..kernels.nested_groups import BOUND_SCHEMES
 from ..progress import SnapshotRecorder
-from .._validation import check_driver_rows
 from .base import ClusteringEstimator, tol_reason
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, plan_seeding, seed_centers
-
 
 if TYPE_CHECKING:  # for type checkers only
     import os
@@ -46,7 +50,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray of shape (k, d), default "k-means||"
     initial_batch_size : int, optional
         First batch size; default ``max(5000, 80 * n_clusters)`` (capped at the number of samples;
         :func:`~daskmeans.algorithms.nested.default_initial_batch_size` says why).
@@ -166,10 +170,29 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     _model_scalars = ClusteringEstimator._model_scalars + ("bounds_", "batch_rows_")
 
-    def __init__(self, n_clusters=8, *, init="k-means||", initial_batch_size=None, rho=2.0, doubling_quantile=0.5,
-                 bounds="auto", batch_rows="auto", driver_rows="auto", max_iter=1000, max_time=None, tol=1e-4,
-                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
-                 client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means||",
+        initial_batch_size=None,
+        rho=2.0,
+        doubling_quantile=0.5,
+        bounds="auto",
+        batch_rows="auto",
+        driver_rows="auto",
+        max_iter=1000,
+        max_time=None,
+        tol=1e-4,
+        random_state=None,
+        init_rounds=5,
+        oversampling_factor=2.0,
+        init_sample_size=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.snapshot_centers = snapshot_centers
         self.batch_rows = batch_rows
         self.driver_rows = driver_rows
@@ -203,8 +226,13 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         **SEEDING_CONSTRAINTS,
     }
 
-    def fit(self, X: InputData, y: Any = None, sample_weight: ArrayLike | da.Array | None = None,
-            checkpoint: str | os.PathLike[str] | None = None) -> Self:
+    def fit(
+        self,
+        X: InputData,
+        y: Any = None,
+        sample_weight: ArrayLike | da.Array | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> Self:
         """Fit the model to ``X``.
 
         Parameters
@@ -226,12 +254,22 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.nested.nested_plan`):
         the bounds and where the batch's rows live (by the cluster's memory), the batch size stepped on the
         driver, the first batch's size, the absolute ``tol``, and the seeding's sample."""
-        return nested_plan(data.array, self.n_clusters, client, bounds=self.bounds, batch_rows=self.batch_rows,
-                           driver_rows=self.driver_rows, seed=stage_key(start.seed, "nmbatch"),
-                           initial_batch_size=self.initial_batch_size, rho=self.rho,
-                           doubling_quantile=self.doubling_quantile, max_iter=self.max_iter,
-                           tol=self.tol * summary.mean_variance, seeding=plan_seeding(self, data, client),
-                           reasons=tol_reason(self.tol, summary))
+        return nested_plan(
+            data.array,
+            self.n_clusters,
+            client,
+            bounds=self.bounds,
+            batch_rows=self.batch_rows,
+            driver_rows=self.driver_rows,
+            seed=stage_key(start.seed, "nmbatch"),
+            initial_batch_size=self.initial_batch_size,
+            rho=self.rho,
+            doubling_quantile=self.doubling_quantile,
+            max_iter=self.max_iter,
+            tol=self.tol * summary.mean_variance,
+            seeding=plan_seeding(self, data, client),
+            reasons=tol_reason(self.tol, summary),
+        )
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -245,11 +283,19 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
             self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
-                                               recorder=recorder)
+                centers, passes = seed_centers(
+                    self, data, weights, client, start.seed, plan=plan.seeding, recorder=recorder
+                )
             recorder.iterations()
-            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
-                                 weights=weights, total_weight=summary.total_weight)
+            context = RunContext(
+                clock=clock,
+                client=client,
+                callback=recorder,
+                passes=passes + 1,
+                checkpoint=hook,
+                weights=weights,
+                total_weight=summary.total_weight,
+            )
             result = nested_minibatch(data.array, centers, plan, context)
         recorder.keep(self)
         self.cluster_centers_ = result.centers
@@ -271,7 +317,7 @@ class MiniBatchKMeans(ClusteringEstimator):
     Parameters
     ----------
     n_clusters : int, default 8
-    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray of shape (k, d), default "k-means||"
     batch_size : int, default 1024
     learning_rate : {"sklearn", "beta"}, default "sklearn"
         ``"sklearn"``: ``1 / v(j)`` per sample, so each center is the mean of every sample ever assigned to
@@ -375,10 +421,28 @@ class MiniBatchKMeans(ClusteringEstimator):
     _model_arrays = ("cluster_centers_", "counts_")
     _model_scalars = ClusteringEstimator._model_scalars + ("n_steps_", "sampling_")
 
-    def __init__(self, n_clusters=8, *, init="k-means||", batch_size=1024, learning_rate="sklearn", max_iter=100,
-                 max_no_improvement=10, tol=0.0, reassignment_ratio=0.01, sampling="auto", max_time=None,
-                 random_state=None, init_rounds=5, oversampling_factor=2.0, init_sample_size=None, chunk_rows=None,
-                 client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means||",
+        batch_size=1024,
+        learning_rate="sklearn",
+        max_iter=100,
+        max_no_improvement=10,
+        tol=0.0,
+        reassignment_ratio=0.01,
+        sampling="auto",
+        max_time=None,
+        random_state=None,
+        init_rounds=5,
+        oversampling_factor=2.0,
+        init_sample_size=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.snapshot_centers = snapshot_centers
         self.n_clusters = n_clusters
         self.init = init
@@ -414,11 +478,19 @@ class MiniBatchKMeans(ClusteringEstimator):
     def _plan(self, data, summary, client, start) -> MiniBatchPlan:
         """Every data-dependent choice of the fit, made once (:func:`~daskmeans.algorithms.minibatch.minibatch_plan`):
         how the rows are drawn (``sampling``), the steps and pools, the absolute ``tol`` and the seeding's sample."""
-        return minibatch_plan(data.array, self.batch_size, self.sampling, max_iter=self.max_iter,
-                              seed=stage_key(start.seed, "minibatch"), learning_rate=self.learning_rate,
-                              tol=self.tol * summary.mean_variance, max_no_improvement=self.max_no_improvement,
-                              reassignment_ratio=self.reassignment_ratio, seeding=plan_seeding(self, data, client),
-                              reasons=tol_reason(self.tol, summary))
+        return minibatch_plan(
+            data.array,
+            self.batch_size,
+            self.sampling,
+            max_iter=self.max_iter,
+            seed=stage_key(start.seed, "minibatch"),
+            learning_rate=self.learning_rate,
+            tol=self.tol * summary.mean_variance,
+            max_no_improvement=self.max_no_improvement,
+            reassignment_ratio=self.reassignment_ratio,
+            seeding=plan_seeding(self, data, client),
+            reasons=tol_reason(self.tol, summary),
+        )
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
@@ -427,16 +499,25 @@ class MiniBatchKMeans(ClusteringEstimator):
         hook = start.hook()
         plan = self._plan(data, summary, client, start)
         self.sampling_ = plan.sampling
-        with SnapshotRecorder(self, clock, total=plan.total_steps, desc="mini-batch k-means", unit="steps",
-                              count_key="steps") as recorder:
+        with SnapshotRecorder(
+            self, clock, total=plan.total_steps, desc="mini-batch k-means", unit="steps", count_key="steps"
+        ) as recorder:
             self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
-                                               recorder=recorder)
+                centers, passes = seed_centers(
+                    self, data, weights, client, start.seed, plan=plan.seeding, recorder=recorder
+                )
             recorder.iterations()
-            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
-                                 weights=weights, total_weight=summary.total_weight)
+            context = RunContext(
+                clock=clock,
+                client=client,
+                callback=recorder,
+                passes=passes + 1,
+                checkpoint=hook,
+                weights=weights,
+                total_weight=summary.total_weight,
+            )
             result = minibatch_kmeans(data.array, centers, plan, context)
         recorder.keep(self)
         self.cluster_centers_ = result.centers
@@ -477,8 +558,14 @@ class MiniBatchKMeans(ClusteringEstimator):
                     "the first batch must hold at least n_clusters samples to seed the centers."
                 )
             check_init(self.init, self.n_clusters, data.n_features)
-            centers, _ = seed_centers(self, data, weights, client, seed_from_random_state(self.random_state),
-                                      plan=plan_seeding(self, data, client))
+            centers, _ = seed_centers(
+                self,
+                data,
+                weights,
+                client,
+                seed_from_random_state(self.random_state),
+                plan=plan_seeding(self, data, client),
+            )
             self.counts_ = np.zeros(self.n_clusters)
             self.n_steps_ = 0
             self.history_ = []
@@ -493,8 +580,15 @@ class MiniBatchKMeans(ClusteringEstimator):
         self.n_steps_ += 1
         self.n_iter_ = self.n_steps_
         self.stop_reason_ = "partial_fit"
-        self.history_.append({"iteration": self.n_steps_, "steps": self.n_steps_, "batch_size": data.n_samples,
-                              "energy": batch_inertia / max(summary.total_weight, 1e-300), "passes": 1})
+        self.history_.append(
+            {
+                "iteration": self.n_steps_,
+                "steps": self.n_steps_,
+                "batch_size": data.n_samples,
+                "energy": batch_inertia / max(summary.total_weight, 1e-300),
+                "passes": 1,
+            }
+        )
         self._fitted_data = data
         self._labels = None
         return self

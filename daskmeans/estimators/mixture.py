@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import dask.array as da
 import numpy as np
 
+from .. import config
 from .._validation import check_int
 from ..algorithms.coreset import draw_coreset
 from ..algorithms.init import afkmc2_distributed, afkmc2_in_memory, check_init, initial_centers
 from ..algorithms.result import Clock, RunContext
-from .. import config
 from ..algorithms.vc_gmm import PLACEMENTS, GMMPlan, gmm_plan, truncated_em
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_generator, stage_key
@@ -85,7 +85,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         Stop when the free energy changes by less than ``tol`` times its absolute value.
     max_iter : int, default 100
         EM iterations at most.
-    init : {"afk-mc2", "k-means||", "k-means++", "two-level", "random"} or ndarray (n_components, n_features), default "afk-mc2"
+    init : {"afk-mc2", "k-means||", "k-means++", "two-level", "random"} or ndarray of shape (k, d), default "afk-mc2"
         Seeding of the means, made on the coreset (AFK-MC2 runs its chains on the driver), or given means.
     max_time : float, optional
         Wall-clock budget in seconds for the EM iterations (the coreset and the final pass always run).
@@ -178,14 +178,43 @@ class CoresetGaussianMixture(ClusteringEstimator):
     """
 
     _model_arrays = ("means_", "weights_")
-    _model_scalars = ("covariance_", "lower_bound_", "inertia_", "n_iter_", "n_features_in_", "stop_reason_",
-                      "converged_", "coreset_size_", "seeding_distances_", "n_truncated_", "search_size_")
+    _model_scalars = (
+        "covariance_",
+        "lower_bound_",
+        "inertia_",
+        "n_iter_",
+        "n_features_in_",
+        "stop_reason_",
+        "converged_",
+        "coreset_size_",
+        "seeding_distances_",
+        "n_truncated_",
+        "search_size_",
+    )
     #: The registry's ``n_clusters`` is this estimator's ``n_components``.
     _n_clusters_parameter = "n_components"
 
-    def __init__(self, n_components=8, *, coreset_size="auto", n_truncated=5, search_size=10, random_exploration=True,
-                 chain_length=20, oversampling=2.0, tol=1e-4, max_iter=100, init="afk-mc2", max_time=None,
-                 random_state=None, estep_on="auto", chunk_rows=None, client=None, progress=False, snapshot_centers=False):
+    def __init__(
+        self,
+        n_components=8,
+        *,
+        coreset_size="auto",
+        n_truncated=5,
+        search_size=10,
+        random_exploration=True,
+        chain_length=20,
+        oversampling=2.0,
+        tol=1e-4,
+        max_iter=100,
+        init="afk-mc2",
+        max_time=None,
+        random_state=None,
+        estep_on="auto",
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.snapshot_centers = snapshot_centers
         self.n_components = n_components
         self.coreset_size = coreset_size
@@ -233,8 +262,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
 
     _parameter_constraints = {
         "n_components": Integer(1),
-        **{name: constraint for name, constraint in ClusteringEstimator._parameter_constraints.items()
-           if name != "n_clusters"},
+        **{
+            name: constraint
+            for name, constraint in ClusteringEstimator._parameter_constraints.items()
+            if name != "n_clusters"
+        },
         "coreset_size": Rule(_check_coreset_size),
         "n_truncated": Integer(1, label="n_truncated (C')"),
         "search_size": Integer(1, label="search_size (G)"),
@@ -272,10 +304,22 @@ class CoresetGaussianMixture(ClusteringEstimator):
             rows = int(self._coreset_rows(data.n_samples))
             why = f"coreset_size={self.coreset_size!r}" + (
                 f": max(AUTO_CORESET_MIN={config.AUTO_CORESET_MIN}, AUTO_CORESET_PER_COMPONENT="
-                f"{config.AUTO_CORESET_PER_COMPONENT} k), at most n" if self.coreset_size == "auto" else "")
-        plan = gmm_plan(rows, k, client, where=self.estep_on, n_truncated=min(int(self.n_truncated), k),
-                        search_size=min(int(self.search_size), k), random_exploration=bool(self.random_exploration),
-                        tol=self.tol, max_iter=self.max_iter, seed=stage_key(start.seed, "em"))
+                f"{config.AUTO_CORESET_PER_COMPONENT} k), at most n"
+                if self.coreset_size == "auto"
+                else ""
+            )
+        plan = gmm_plan(
+            rows,
+            k,
+            client,
+            where=self.estep_on,
+            n_truncated=min(int(self.n_truncated), k),
+            search_size=min(int(self.search_size), k),
+            random_exploration=bool(self.random_exploration),
+            tol=self.tol,
+            max_iter=self.max_iter,
+            seed=stage_key(start.seed, "em"),
+        )
         return replace(plan, reasons={**plan.reasons, "coreset_rows": why})
 
     #: ``fit(X, checkpoint=PATH)``: the coreset and the seeds are saved once, then the EM state every iteration.
@@ -309,25 +353,34 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 self.coreset_size_ = data.n_samples
             else:
                 m = plan.coreset_rows
-                _, points, point_weights, spent = draw_coreset(data.array, m, stage_key(start.seed, "lwcs"),
-                                                               mean=summary.mean, weights=weights, client=client)
+                _, points, point_weights, spent = draw_coreset(
+                    data.array, m, stage_key(start.seed, "lwcs"), mean=summary.mean, weights=weights, client=client
+                )
                 passes += spent
                 self.coreset_size_ = int(m)
             means, seeding_distances, spent = self._seed(points, point_weights, start.seed, client)
             passes += spent
         # the coreset and the seeds are saved once, with every state of the EM
         in_memory = self.coreset_size is not None
-        hook = start.hook(setup={"means": means, "seeding_distances": seeding_distances, "passes": passes,
-                                 "coreset_size": self.coreset_size_, "points": points if in_memory else None,
-                                 "point_weights": point_weights if in_memory else None})
+        hook = start.hook(
+            setup={
+                "means": means,
+                "seeding_distances": seeding_distances,
+                "passes": passes,
+                "coreset_size": self.coreset_size_,
+                "points": points if in_memory else None,
+                "point_weights": point_weights if in_memory else None,
+            }
+        )
         self.n_truncated_ = plan.n_truncated
         self.search_size_ = plan.search_size
         with recorder:
             if not start.resuming:
                 recorder.start(np.asarray(means, dtype=data.dtype))
             recorder.iterations()
-            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes, checkpoint=hook,
-                                 weights=point_weights)
+            context = RunContext(
+                clock=clock, client=client, callback=recorder, passes=passes, checkpoint=hook, weights=point_weights
+            )
             result = truncated_em(points, means, plan, context)
         means = np.ascontiguousarray(result.centers, dtype=data.dtype)
         # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error
@@ -357,20 +410,37 @@ class CoresetGaussianMixture(ClusteringEstimator):
         if self.init == "afk-mc2" and in_memory:
             rng = stage_generator(seed, "afk-mc2")
             what = f"The coreset of {points.shape[0]} rows (coreset_size=None uses every row)"
-            return (*afkmc2_in_memory(points, point_weights, k, rng, chain_length=self.chain_length,
-                                      oversampling=self.oversampling, what=what), 0)
+            return (
+                *afkmc2_in_memory(
+                    points,
+                    point_weights,
+                    k,
+                    rng,
+                    chain_length=self.chain_length,
+                    oversampling=self.oversampling,
+                    what=what,
+                ),
+                0,
+            )
         if in_memory:
             array = da.from_array(points, chunks=(max(1, points.shape[0]),) + points.shape[1:])
             weights = da.from_array(np.asarray(point_weights, dtype=np.float64), chunks=array.chunks[0])
             means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), weights=weights, client=None)
             return means.astype(np.float64), 0, 0
         if self.init == "afk-mc2":
-            means, spent = afkmc2_distributed(points, k, stage_key(seed, "init"), weights=point_weights,
-                                              chain_length=self.chain_length, oversampling=self.oversampling,
-                                              client=client)
+            means, spent = afkmc2_distributed(
+                points,
+                k,
+                stage_key(seed, "init"),
+                weights=point_weights,
+                chain_length=self.chain_length,
+                oversampling=self.oversampling,
+                client=client,
+            )
             return means.astype(np.float64), 0, spent
-        means, spent = initial_centers(points, k, self.init, stage_key(seed, "init"), weights=point_weights,
-                                       client=client)
+        means, spent = initial_centers(
+            points, k, self.init, stage_key(seed, "init"), weights=point_weights, client=client
+        )
         return means.astype(np.float64), 0, spent
 
     # -- the model on new data -------------------------------------------------------------------------------------
@@ -405,8 +475,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         probabilities = np.concatenate([b[1] for b in blocks])
         n, c = indices.shape
         indptr = np.arange(0, n * c + 1, c)
-        matrix = scipy_sparse.csr_matrix((probabilities.ravel(), indices.ravel(), indptr),
-                                         shape=(n, means.shape[0]))
+        matrix = scipy_sparse.csr_matrix((probabilities.ravel(), indices.ravel(), indptr), shape=(n, means.shape[0]))
         matrix.sort_indices()
         return matrix
 
@@ -418,8 +487,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         """
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
-        graph = log_likelihood_graph(data.array, weights, self._means64(), float(self.covariance_),
-                                     self.n_truncated_)
+        graph = log_likelihood_graph(data.array, weights, self._means64(), float(self.covariance_), self.n_truncated_)
         (total,) = compute_now(graph, client=resolve_client(getattr(self, "client", None)))
         return float(total[0] / total[1])
 
@@ -427,8 +495,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
         """See :meth:`ClusteringEstimator._model_array_shapes`."""
         k, d = self.n_components, self.n_features_in_
         why = f"n_components={k} in the stored parameters"
-        return {**super()._model_array_shapes(), "means_": ((k, d), f"{why} and n_features_in_={d}"),
-                "weights_": ((k,), why)}
+        return {
+            **super()._model_array_shapes(),
+            "means_": ((k, d), f"{why} and n_features_in_={d}"),
+            "weights_": ((k,), why),
+        }
 
     def _check_loaded(self, path):
         super()._check_loaded(path)

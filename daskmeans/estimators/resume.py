@@ -73,8 +73,15 @@ class FitStart:
 def plan_seeding(estimator, data, client) -> SeedingPlan:
     """The seeding's choices for ``data`` by the estimator's seeding options (``init``, ``init_rounds``,
     ``oversampling_factor``, ``init_sample_size``; :func:`daskmeans.algorithms.init.seeding_plan`)."""
-    return seeding_plan(data.array, estimator.n_clusters, estimator.init, client, rounds=estimator.init_rounds,
-                        oversampling_factor=estimator.oversampling_factor, sample_size=estimator.init_sample_size)
+    return seeding_plan(
+        data.array,
+        estimator.n_clusters,
+        estimator.init,
+        client,
+        rounds=estimator.init_rounds,
+        oversampling_factor=estimator.oversampling_factor,
+        sample_size=estimator.init_sample_size,
+    )
 
 
 def seed_centers(estimator, data, weights, client, seed, *, plan, run=0, recorder=None):
@@ -89,7 +96,8 @@ def seed_centers(estimator, data, weights, client, seed, *, plan, run=0, recorde
     if recorder is None:
         return initial_centers(data.array, estimator.n_clusters, estimator.init, key, **options)
     with recorder.seeding(estimator.init) as phase:
-        centers, passes = initial_centers(data.array, estimator.n_clusters, estimator.init, key,
-                                          on_progress=phase.seeding_callback(), **options)
+        centers, passes = initial_centers(
+            data.array, estimator.n_clusters, estimator.init, key, on_progress=phase.seeding_callback(), **options
+        )
     recorder.start(centers)
     return centers, passes

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import config
 from .._validation import check_choice, check_driver_rows, check_float, check_int
 from ..algorithms.init import check_init
 from ..algorithms.result import Clock, RunContext
-from .. import config
 from ..algorithms.vrkm import VARIANTS, VRKMPlan, vrkm, vrkm_plan
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.slabs import stored_form
@@ -84,7 +84,7 @@ class VRKMeans(ClusteringEstimator):
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes. The energy of a
         constant-rate stochastic loop moves by 1e-4 to 1e-3 per epoch long before it stops improving, hence a
         smaller default.
-    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray (n_clusters, n_features), default "k-means||"
+    init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray of shape (k, d), default "k-means||"
     max_time : float, optional
         Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
     random_state : int, numpy Generator or None
@@ -185,11 +185,31 @@ class VRKMeans(ClusteringEstimator):
 
     _model_scalars = ClusteringEstimator._model_scalars + ("eta_",)
 
-    def __init__(self, n_clusters=8, *, variant="vrkm++", learning_rate="auto", epoch_size=0.5, max_epochs=100,
-                 tol=1e-5, init="k-means||", max_time=None, random_state=None, agree_rule="paper", n_candidates=16,
-                 inner_batch_size=None, driver_sample_bytes=None, driver_rows="auto", init_rounds=5,
-                 oversampling_factor=2.0, init_sample_size=None, chunk_rows=None, client=None, progress=False,
-                 snapshot_centers=False):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        variant="vrkm++",
+        learning_rate="auto",
+        epoch_size=0.5,
+        max_epochs=100,
+        tol=1e-5,
+        init="k-means||",
+        max_time=None,
+        random_state=None,
+        agree_rule="paper",
+        n_candidates=16,
+        inner_batch_size=None,
+        driver_sample_bytes=None,
+        driver_rows="auto",
+        init_rounds=5,
+        oversampling_factor=2.0,
+        init_sample_size=None,
+        chunk_rows=None,
+        client=None,
+        progress=False,
+        snapshot_centers=False,
+    ):
         self.n_clusters = n_clusters
         self.variant = variant
         self.learning_rate = learning_rate
@@ -259,11 +279,21 @@ class VRKMeans(ClusteringEstimator):
         the seeding's sample."""
         eta, why = self._eta(data.n_samples)
         rows = vrkm_driver_rows(self.driver_rows, self.n_clusters, data.n_features, stored_form(data.array).dtype)
-        plan = vrkm_plan(data.array, driver_sample_bytes=self.driver_sample_bytes,
-                         inner_batch_size=self.inner_batch_size, driver_rows=rows, variant=self.variant, eta=eta,
-                         epoch_size=self.epoch_size, max_epochs=self.max_epochs, tol=self.tol, seed=seed,
-                         agree_rule=self.agree_rule, n_candidates=self.n_candidates,
-                         seeding=plan_seeding(self, data, client))
+        plan = vrkm_plan(
+            data.array,
+            driver_sample_bytes=self.driver_sample_bytes,
+            inner_batch_size=self.inner_batch_size,
+            driver_rows=rows,
+            variant=self.variant,
+            eta=eta,
+            epoch_size=self.epoch_size,
+            max_epochs=self.max_epochs,
+            tol=self.tol,
+            seed=seed,
+            agree_rule=self.agree_rule,
+            n_candidates=self.n_candidates,
+            seeding=plan_seeding(self, data, client),
+        )
         return replace(plan, reasons={**plan.reasons, "eta": why, "driver_rows": f"driver_rows={self.driver_rows!r}"})
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
@@ -276,12 +306,20 @@ class VRKMeans(ClusteringEstimator):
             self._keep_plan(plan, recorder)
             centers, passes = None, 0
             if hook is None or hook.resume is None:
-                centers, passes = seed_centers(self, data, weights, client, start.seed, plan=plan.seeding,
-                                               recorder=recorder)
+                centers, passes = seed_centers(
+                    self, data, weights, client, start.seed, plan=plan.seeding, recorder=recorder
+                )
             driver = DriverCopy.gather(data.array, weights, client) if plan.on_driver else None
             recorder.iterations()
-            context = RunContext(clock=clock, client=client, callback=recorder, passes=passes + 1, checkpoint=hook,
-                                 weights=weights, total_weight=summary.total_weight)
+            context = RunContext(
+                clock=clock,
+                client=client,
+                callback=recorder,
+                passes=passes + 1,
+                checkpoint=hook,
+                weights=weights,
+                total_weight=summary.total_weight,
+            )
             result = vrkm(data.array, centers, plan, context, driver)
         recorder.keep(self)
         self.cluster_centers_ = result.centers

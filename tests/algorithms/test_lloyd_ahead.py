@@ -16,8 +16,11 @@ HISTORY_KEYS = ("iteration", "energy", "inertia", "center_shift", "relocated", "
 
 def _same_fits(ahead, one_by_one):
     np.testing.assert_array_equal(ahead.cluster_centers_, one_by_one.cluster_centers_)
-    assert (ahead.n_iter_, ahead.stop_reason_, ahead.inertia_) == \
-        (one_by_one.n_iter_, one_by_one.stop_reason_, one_by_one.inertia_)
+    assert (ahead.n_iter_, ahead.stop_reason_, ahead.inertia_) == (
+        one_by_one.n_iter_,
+        one_by_one.stop_reason_,
+        one_by_one.inertia_,
+    )
     assert ahead.history_[0]["bounds"] == one_by_one.history_[0]["bounds"]
     for a, b in zip(ahead.history_, one_by_one.history_, strict=True):
         assert {key: a[key] for key in HISTORY_KEYS} == {key: b[key] for key in HISTORY_KEYS}
@@ -45,8 +48,9 @@ def test_iterations_ahead_are_lloyds_iterations(cluster_client, algorithm, dtype
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
-def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(cluster_client, algorithm, n_empty,
-                                                                              passes):
+def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(
+    cluster_client, algorithm, n_empty, passes
+):
     """k = 400 reports 50 far rows: 70 empty clusters make the update on the cluster give the pass back to the
     driver, which redoes it with 70 far rows (one more pass) and submits the next iterations from there."""
     X = np.random.default_rng(9).normal(size=(4000, 3)).astype(np.float32)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from daskmeans import KMeans
-from daskmeans.config import AUTO_PLAIN_ITERATIONS
 from daskmeans.algorithms.lloyd import lloyd, lloyd_plan
-from daskmeans.engine.placement import held_by_workers
 from daskmeans.algorithms.result import RunContext
+from daskmeans.config import AUTO_PLAIN_ITERATIONS
+from daskmeans.engine.placement import held_by_workers
 from daskmeans.estimators.kmeans import choose_algorithm
 from daskmeans.passes.bounded_assign import state_bytes_per_row
 from tests.conftest import make_blobs, shared_dataset
@@ -98,8 +98,10 @@ def test_auto_takes_bounds_only_where_they_pay_and_fit():
 
 def test_estimator_auto_and_lloyd_agree_and_say_what_ran():
     X, centers = descriptors(3000, np.float32)
-    fits = {name: KMeans(len(centers), init=centers, algorithm=name, max_iter=10, tol=0).fit(X)
-            for name in ("auto", "lloyd")}
+    fits = {
+        name: KMeans(len(centers), init=centers, algorithm=name, max_iter=10, tol=0).fit(X)
+        for name in ("auto", "lloyd")
+    }
     np.testing.assert_array_equal(fits["auto"].cluster_centers_, fits["lloyd"].cluster_centers_)
     np.testing.assert_array_equal(fits["auto"].labels_, fits["lloyd"].labels_)
     assert fits["auto"].algorithm_ == "elkan" and fits["lloyd"].algorithm_ == "lloyd"
@@ -120,7 +122,7 @@ def test_auto_starts_its_bounds_after_plain_iterations_with_lloyds_iterates(clus
     plain = AUTO_PLAIN_ITERATIONS
     assert [r["bounds"] for r in auto.history_] == ["none"] * plain + ["elkan"] * (7 - plain)
     assert [r["inertia"] for r in auto.history_] == [r["inertia"] for r in lloyd_fit.history_]
-    assert all(r["distances_computed"] == X.shape[0] * len(centers) for r in auto.history_[:plain + 1])
+    assert all(r["distances_computed"] == X.shape[0] * len(centers) for r in auto.history_[: plain + 1])
     assert auto.history_[-1]["distances_computed"] < 0.5 * X.shape[0] * len(centers)
     assert auto.algorithm_ == "elkan"
     # explicit bounds start at the first iteration
@@ -133,8 +135,10 @@ def test_auto_ending_within_its_plain_iterations_is_lloyd():
     X, centers = descriptors(3000, np.float32)
     fit = KMeans(len(centers), init=centers, algorithm="auto", max_iter=1, tol=0).fit(X)
     assert fit.n_iter_ == 1 and fit.stop_reason_ == "max_iter" and fit.history_[0]["bounds"] == "none"
-    np.testing.assert_array_equal(fit.cluster_centers_, KMeans(len(centers), init=centers, algorithm="lloyd",
-                                                               max_iter=1, tol=0).fit(X).cluster_centers_)
+    np.testing.assert_array_equal(
+        fit.cluster_centers_,
+        KMeans(len(centers), init=centers, algorithm="lloyd", max_iter=1, tol=0).fit(X).cluster_centers_,
+    )
 
 
 def test_unknown_algorithm_is_refused_before_any_work():

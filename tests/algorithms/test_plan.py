@@ -28,8 +28,9 @@ def blobs():
 
 
 def test_a_plan_is_immutable_plain_data_with_its_reasons():
-    plan = LloydPlan(scheme="elkan", n_groups=8, max_iter=5, seeding=SeedingPlan(sample_rows=100),
-                     reasons={"scheme": "asked for"})
+    plan = LloydPlan(
+        scheme="elkan", n_groups=8, max_iter=5, seeding=SeedingPlan(sample_rows=100), reasons={"scheme": "asked for"}
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.scheme = "none"
     as_dict = plan.as_dict()
@@ -59,15 +60,17 @@ def test_kmeans_resolves_its_bounds_once_per_fit(blobs, monkeypatch):
     calls = []
     for module in (kmeans_module, lloyd_module):
         original = module.choose_bounds
-        monkeypatch.setattr(module, "choose_bounds", lambda *args, _original=original: calls.append(args)
-                            or _original(*args))
+        monkeypatch.setattr(
+            module, "choose_bounds", lambda *args, _original=original: calls.append(args) or _original(*args)
+        )
     model = KMeans(32, algorithm="auto", max_iter=4, tol=0, random_state=0, driver_rows=0).fit(X)
     assert len(calls) == 1
     plan = model.fit_plan_
     assert plan.scheme in ("elkan", "yinyang") and plan.plain_iterations >= 1 and not plan.on_driver
     # the iterations ran as planned: plain ones first, then the plan's bounds
-    assert [r["bounds"] for r in model.history_] == \
-        ["none"] * plan.plain_iterations + [plan.scheme] * (4 - plan.plain_iterations)
+    assert [r["bounds"] for r in model.history_] == ["none"] * plan.plain_iterations + [plan.scheme] * (
+        4 - plan.plain_iterations
+    )
     assert plan.tol == 0 and plan.seeding.init == "k-means||" and plan.seeding.sample_rows == len(X)
 
 

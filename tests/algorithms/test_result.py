@@ -25,8 +25,13 @@ def test_a_result_survives_its_checkpoint_state(extra):
     assert ("n_steps" in state) == bool(extra)  # a state holds only what the algorithm set
     back = result_from_state(state)
     np.testing.assert_array_equal(back.centers, result.centers)
-    assert (back.inertia, back.n_iter, back.history, back.stop_reason, back.passes) == (1.5, 4, [{"iteration": 1}],
-                                                                                        "converged", 2.5)
+    assert (back.inertia, back.n_iter, back.history, back.stop_reason, back.passes) == (
+        1.5,
+        4,
+        [{"iteration": 1}],
+        "converged",
+        2.5,
+    )
     assert back.n_steps == extra.get("n_steps")
     if extra:
         np.testing.assert_array_equal(back.seen_counts, extra["seen_counts"])

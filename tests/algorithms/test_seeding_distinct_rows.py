@@ -39,8 +39,11 @@ def test_kmeans_afkmc2_with_fewer_distinct_rows_than_k_gives_their_number():
 
 def test_kmeans_plusplus_on_a_sample_says_the_sample_missed_a_row():
     many = np.repeat(DISTINCT, [2000] * 8 + [1] * 4, axis=0)  # 16004 rows: k-means++ seeds on 10000 of them
-    with pytest.raises(InputDataError, match=r"A sample of 10000 rows \(init='k-means\|\|' looks at every row\) "
-                                             r"has only 11 distinct row\(s\)"):
+    with pytest.raises(
+        InputDataError,
+        match=r"A sample of 10000 rows \(init='k-means\|\|' looks at every row\) "
+        r"has only 11 distinct row\(s\)",
+    ):
         KMeans(12, init="k-means++", random_state=1).fit(many)
 
 
@@ -57,15 +60,21 @@ def test_in_memory_afkmc2_with_exactly_k_distinct_weighted_points(seed):
 def test_vc_gmm_with_exactly_k_distinct_rows_says_the_variance_is_zero(coreset_size):
     even = np.repeat(DISTINCT, 50, axis=0)  # a coreset of 600 draws holds every row
     model = CoresetGaussianMixture(12, coreset_size=coreset_size, n_truncated=12, search_size=12, random_state=0)
-    with pytest.raises(InputDataError, match=r"zero spread.*variance is zero.*no more distinct rows than "
-                                             r"n_components=12") as raised:
+    with pytest.raises(
+        InputDataError,
+        match=r"zero spread.*variance is zero.*no more distinct rows than "
+        r"n_components=12",
+    ) as raised:
         model.fit(even if coreset_size else X)
     assert "AFK-MC2" not in str(raised.value)
 
 
 def test_vc_gmm_names_the_coreset_when_the_coreset_missed_a_rare_row():
-    with pytest.raises(InputDataError, match=r"The coreset of 4004 rows \(coreset_size=None uses every row\) has "
-                                             r"only 11 distinct row\(s\).*n_clusters=12"):
+    with pytest.raises(
+        InputDataError,
+        match=r"The coreset of 4004 rows \(coreset_size=None uses every row\) has "
+        r"only 11 distinct row\(s\).*n_clusters=12",
+    ):
         CoresetGaussianMixture(12, coreset_size=4004, random_state=2).fit(X)  # a draw that misses one rare row
 
 

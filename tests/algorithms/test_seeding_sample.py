@@ -37,8 +37,9 @@ def test_the_rows_kmeans_parallel_looks_at():
     assert kmeans_parallel_rows(10**8, 1000, sample_size=5000) == 5000
     assert kmeans_parallel_rows(300, 10, sample_size=5000) == 300
     wide = 784 * 4 + 12  # a float32 MNIST row and its state
-    assert kmeans_parallel_rows(10**8, 100, row_bytes=wide, memory_bytes=2**30) == 2**30 // 8 // wide, \
+    assert kmeans_parallel_rows(10**8, 100, row_bytes=wide, memory_bytes=2**30) == 2**30 // 8 // wide, (
         "the sample fills an eighth of the workers' memory at most"
+    )
     assert kmeans_parallel_rows(10**6, 100, row_bytes=wide, memory_bytes=2**30) == 10**6, "no sample: no rows held"
     assert kmeans_parallel_rows(10**8, 100, 5000, row_bytes=wide, memory_bytes=2**30) == 5000, "asked for"
 

@@ -17,6 +17,8 @@ from conftest import make_blobs
 
 from daskmeans import InputDataError, InvalidParameterError, KMeans
 from daskmeans.algorithms.init import INIT_METHODS, initial_centers
+from daskmeans.algorithms.result import RunContext
+from daskmeans.algorithms.sample_kmeans import lloyd
 from daskmeans.algorithms.two_level import (
     TWO_LEVEL_PASSES,
     default_coarse_clusters,
@@ -24,8 +26,6 @@ from daskmeans.algorithms.two_level import (
     split_centers,
     two_level_centers,
 )
-from daskmeans.algorithms.result import RunContext
-from daskmeans.algorithms.sample_kmeans import lloyd
 from daskmeans.passes.two_level import bottom_per_cluster, cluster_samples_graphs, sample_thresholds
 from daskmeans.registry import make_estimator
 
@@ -133,8 +133,9 @@ def test_fine_samples_hold_caps_rows_of_their_cluster_and_few_candidates(tmp_pat
     rows = np.bincount(labels, minlength=4)
     caps = np.minimum(rows, [300, 0, 5000, 40])
     thresholds = sample_thresholds(caps, rows, rows.astype(float), weighted=False)
-    graphs = cluster_samples_graphs(da.from_array(X, chunks=3000), coarse, caps, thresholds,
-                                    np.array([0, -1, 1, 1]), 77)
+    graphs = cluster_samples_graphs(
+        da.from_array(X, chunks=3000), coarse, caps, thresholds, np.array([0, -1, 1, 1]), 77
+    )
     with dask.config.set(scheduler="threads"):
         (first, second) = dask.compute(*graphs)
     for sample, clusters in ((first, [0]), (second, [2, 3])):
@@ -177,9 +178,13 @@ def test_two_level_is_one_of_the_init_methods():
 def test_recovers_64_blobs_in_16_dimensions(cluster_client):
     X, truth = equal_blobs()
     calls = []
-    centers, passes = two_level_centers(da.from_array(X, chunks=(2500, 16)), 64, 7,
-                                        context=RunContext(client=cluster_client),
-                                        on_progress=lambda done, total, note=None: calls.append((done, total)))
+    centers, passes = two_level_centers(
+        da.from_array(X, chunks=(2500, 16)),
+        64,
+        7,
+        context=RunContext(client=cluster_client),
+        on_progress=lambda done, total, note=None: calls.append((done, total)),
+    )
     assert centers.shape == (64, 16) and centers.dtype == X.dtype
     # a blob's rows lie about 0.3 * sqrt(16) = 1.2 from its center, the blobs tens apart; a sample mean of a few
     # hundred rows is within about 0.1
@@ -211,10 +216,13 @@ def test_same_centers_on_one_or_two_workers_and_any_chunking(cluster_client, tmp
     reference, _ = two_level_centers(da.from_array(X, chunks=(5000, 6)), 40, 11, context=on_cluster)
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as single, \
-            Client(single, set_as_default=False) as one_worker:
-        single_worker, _ = two_level_centers(da.from_array(X, chunks=(777, 6)), 40, 11,
-                                             context=RunContext(client=one_worker))
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as single,
+        Client(single, set_as_default=False) as one_worker,
+    ):
+        single_worker, _ = two_level_centers(
+            da.from_array(X, chunks=(777, 6)), 40, 11, context=RunContext(client=one_worker)
+        )
     from_store, _ = two_level_centers(da.from_zarr(store), 40, 11, context=on_cluster)
     with dask.config.set(scheduler="threads"):
         threads, _ = two_level_centers(da.from_array(X, chunks=(12000, 6)), 40, 11)
@@ -272,11 +280,16 @@ def test_driver_memory_at_k_4096_is_far_below_k_squared(cluster_client, tmp_path
     k, d, n = 4096, 4, 4096 * 24
     rng = np.random.default_rng(0)
     store = str(tmp_path / "X.zarr")
-    zarr.create_array(store, shape=(n, d), chunks=(8192, d), dtype=np.float32)[:] = (
-        rng.standard_normal((n, d)).astype(np.float32))
+    zarr.create_array(store, shape=(n, d), chunks=(8192, d), dtype=np.float32)[:] = rng.standard_normal((n, d)).astype(
+        np.float32
+    )
     array = da.from_zarr(store)
-    two_level_centers(da.from_array(np.ones((100, d)) * np.arange(100)[:, None], chunks=50), 10, 0,
-                      context=RunContext(client=cluster_client))  # warm: the first pass imports and connects
+    two_level_centers(
+        da.from_array(np.ones((100, d)) * np.arange(100)[:, None], chunks=50),
+        10,
+        0,
+        context=RunContext(client=cluster_client),
+    )  # warm: the first pass imports and connects
     tracemalloc.start()
     try:
         centers, _ = two_level_centers(array, k, 1, context=RunContext(client=cluster_client))
@@ -290,11 +303,17 @@ def test_driver_memory_at_k_4096_is_far_below_k_squared(cluster_client, tmp_path
 
 
 # -- bad input ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("options, match", [
-    (dict(n_coarse=0), "n_coarse must be None"), (dict(n_coarse=11), "n_coarse must be None"),
-    (dict(n_coarse=2.0), "n_coarse must be None"), (dict(points_per_center=0), "points_per_center must be"),
-    (dict(points_per_center=True), "points_per_center must be"), (dict(n_iter=-1), "n_iter must be"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(n_coarse=0), "n_coarse must be None"),
+        (dict(n_coarse=11), "n_coarse must be None"),
+        (dict(n_coarse=2.0), "n_coarse must be None"),
+        (dict(points_per_center=0), "points_per_center must be"),
+        (dict(points_per_center=True), "points_per_center must be"),
+        (dict(n_iter=-1), "n_iter must be"),
+    ],
+)
 def test_options_are_validated(options, match):
     with pytest.raises(InvalidParameterError, match=match):
         two_level_centers(da.from_array(np.zeros((20, 2))), 10, 0, **options)

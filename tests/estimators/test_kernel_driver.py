@@ -13,8 +13,16 @@ from daskmeans.estimators.kernel import kernel_driver_rows
 
 
 def _fit(store, client, weighted=False, **params):
-    model = MiniBatchKernelKMeans(n_clusters=20, kernel_params={"kappa": "auto"}, batch_size=200, tau=40,
-                                  max_iter=30, random_state=5, client=client, **params)
+    model = MiniBatchKernelKMeans(
+        n_clusters=20,
+        kernel_params={"kappa": "auto"},
+        batch_size=200,
+        tau=40,
+        max_iter=30,
+        random_state=5,
+        client=client,
+        **params,
+    )
     return fit_driver_store(model, store, weighted)
 
 
@@ -56,8 +64,14 @@ def test_auto_copies_data_of_at_most_one_pool_of_bytes():
     assert kernel_driver_rows("auto", 784, 1) == KERNEL_DRIVER_BYTES // 784  # as stored, uint8
 
 
-@pytest.mark.parametrize("value, message", [("many", 'driver_rows must be "auto" or an integer'),
-                                            (-1, "driver_rows must be >= 0"), (2.5, "driver_rows must be an integer")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("many", 'driver_rows must be "auto" or an integer'),
+        (-1, "driver_rows must be >= 0"),
+        (2.5, "driver_rows must be an integer"),
+    ],
+)
 def test_bad_driver_rows_fail_before_any_work(value, message):
     with pytest.raises(InvalidParameterError, match=message):
         MiniBatchKernelKMeans(2, driver_rows=value).fit(np.random.default_rng(0).normal(size=(50, 2)))
@@ -70,8 +84,15 @@ def test_numpy_input_gets_the_driver_labels_without_a_round_trip(driver_store, c
 
     path, _, _ = driver_store
     X = zarr.open_array(path, mode="r")[:]
-    params = dict(n_clusters=20, kernel_params={"kappa": "auto"}, batch_size=200, tau=40, max_iter=30,
-                  random_state=5, client=cluster_client)
+    params = dict(
+        n_clusters=20,
+        kernel_params={"kappa": "auto"},
+        batch_size=200,
+        tau=40,
+        max_iter=30,
+        random_state=5,
+        client=cluster_client,
+    )
     on_driver, keys = with_task_keys(cluster_client, lambda: MiniBatchKernelKMeans(**params).fit(X))
     assert keys and all("daskmeans" in key for key in keys), sorted(keys)
     assert isinstance(on_driver.labels_, np.ndarray)

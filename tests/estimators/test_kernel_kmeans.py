@@ -87,7 +87,7 @@ def test_fitted_attributes(circle_data):
     assert model.kernel_params_["kappa"] == pytest.approx(2 * X.var(axis=0).sum(), rel=0.1)
     support = model.support_
     assert len(support) == 2 and all(set(s) == {"rows", "coef", "index"} for s in support)
-    for j, s in enumerate(support):
+    for s in support:
         np.testing.assert_array_equal(s["rows"], X[s["index"]])
         assert np.all(s["coef"] > 0)
     assert model.cluster_centers_.shape == (2, 2)
@@ -151,7 +151,8 @@ def test_same_seed_same_result_on_any_scheduler_and_chunking(cluster_client, cir
         np.testing.assert_array_equal(other, labels[0])
     full_sync = KernelKMeans(2, kernel_params=RBF, random_state=3).fit(da.from_array(X, chunks=(170, 2)))
     full_cluster = KernelKMeans(2, kernel_params=RBF, random_state=3, client=cluster_client).fit(
-        da.from_array(X, chunks=(400, 2)))
+        da.from_array(X, chunks=(400, 2))
+    )
     np.testing.assert_array_equal(full_sync.support_index_, full_cluster.support_index_)
 
 
@@ -163,8 +164,10 @@ def test_distributed_predict_matches_the_sparse_centers_in_memory(cluster_client
     model.set_params(client=cluster_client)
     lazy = model.predict(path)
     assert isinstance(lazy, da.Array) and lazy.shape == (1000,)
-    assert any(str(key[0] if isinstance(key, tuple) else key).startswith("daskmeans-kernel-labels")
-               for key in lazy.__dask_graph__())
+    assert any(
+        str(key[0] if isinstance(key, tuple) else key).startswith("daskmeans-kernel-labels")
+        for key in lazy.__dask_graph__()
+    )
     expected = model.sparse_centers_.nearest(X, model.kernel_)[0]
     np.testing.assert_array_equal(cluster_client.compute(lazy).result(), expected)
     np.testing.assert_array_equal(model.labels_, expected)
@@ -177,8 +180,10 @@ def test_distributed_predict_matches_the_sparse_centers_in_memory(cluster_client
 # -- persistence -------------------------------------------------------------------------------------------------
 def test_save_load_round_trip(tmp_path, circle_data):
     X, _ = circle_data
-    for estimator in (MiniBatchKernelKMeans(**small_params(kernel_params=None)),
-                      KernelKMeans(2, kernel="polynomial", kernel_params={"degree": 2, "coef0": 0.5}, random_state=0)):
+    for estimator in (
+        MiniBatchKernelKMeans(**small_params(kernel_params=None)),
+        KernelKMeans(2, kernel="polynomial", kernel_params={"degree": 2, "coef0": 0.5}, random_state=0),
+    ):
         model = estimator.fit(X)
         path = tmp_path / f"{type(model).__name__}.zarr"
         model.save(path)
@@ -191,7 +196,7 @@ def test_save_load_round_trip(tmp_path, circle_data):
         assert loaded.gamma_ == model.gamma_ and loaded.n_iter_ == model.n_iter_
         assert loaded.history_ == json.loads(json.dumps(model.history_))
         with pytest.raises(NotFittedError, match="predict"):
-            loaded.labels_  # noqa: B018
+            loaded.labels_  # noqa: B018 - the attribute access is what raises
         group = zarr.open_group(store=str(path), mode="r")
         assert {"support_rows", "support_coef", "support_owner", "center_norms"} <= set(group.array_keys())
         assert group.attrs["scalars"]["kernel_name_"] == model.kernel_name_
@@ -238,13 +243,37 @@ def test_cli_fit_predict_info_with_kernel_minibatch(tmp_path, circle_data):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
 
     def run(*args):
-        done = subprocess.run([sys.executable, "-m", "daskmeans", *map(str, args)], capture_output=True, text=True,
-                              env=env, timeout=240, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-m", "daskmeans", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    fitted = run("fit", data, "-k", 2, "--algorithm", "kernel-minibatch", "--max-iter", 10, "--seed", 1,
-                 "--out", tmp_path / "model.zarr", "--workers", 1, "--threads-per-worker", 1, "-q", "--json")
+    fitted = run(
+        "fit",
+        data,
+        "-k",
+        2,
+        "--algorithm",
+        "kernel-minibatch",
+        "--max-iter",
+        10,
+        "--seed",
+        1,
+        "--out",
+        tmp_path / "model.zarr",
+        "--workers",
+        1,
+        "--threads-per-worker",
+        1,
+        "-q",
+        "--json",
+    )
     assert fitted["algorithm"] == "kernel-minibatch" and fitted["n_iter"] == 10
     info = run("info", tmp_path / "model.zarr", "--json")
     assert info["estimator"] == "MiniBatchKernelKMeans" and info["algorithm"] == "kernel-minibatch"
@@ -255,23 +284,26 @@ def test_cli_fit_predict_info_with_kernel_minibatch(tmp_path, circle_data):
 
 
 # -- bad input -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params,message", [
-    ({"tau": 0}, "tau must be >= 1"),
-    ({"batch_size": 0}, "batch_size must be >= 1"),
-    ({"batch_size": -5}, "batch_size must be >= 1"),
-    ({"kernel": "sigmoid"}, "kernel must be one of"),
-    ({"kernel_params": {"kappa": 0.0}}, "kappa"),
-    ({"kernel_params": {"kappa": -2.0}}, "kappa"),
-    ({"kernel_params": {"sigma": 1.0}}, "do not apply"),
-    ({"learning_rate": "adam"}, "learning_rate must be one of"),
-    ({"max_iter": 0}, "max_iter must be >= 1"),
-    ({"tol": -1.0}, "tol must be >= 0"),
-    ({"tol": "fast"}, "tol must be a number >= 0 or 'auto'"),
-    ({"truncate": "yes"}, "truncate must be True or False"),
-    ({"init": "k-means||"}, "init must be one of"),
-    ({"init": np.zeros((3, 2))}, "init must be"),
-    ({"n_clusters": 0}, "n_clusters must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"tau": 0}, "tau must be >= 1"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"batch_size": -5}, "batch_size must be >= 1"),
+        ({"kernel": "sigmoid"}, "kernel must be one of"),
+        ({"kernel_params": {"kappa": 0.0}}, "kappa"),
+        ({"kernel_params": {"kappa": -2.0}}, "kappa"),
+        ({"kernel_params": {"sigma": 1.0}}, "do not apply"),
+        ({"learning_rate": "adam"}, "learning_rate must be one of"),
+        ({"max_iter": 0}, "max_iter must be >= 1"),
+        ({"tol": -1.0}, "tol must be >= 0"),
+        ({"tol": "fast"}, "tol must be a number >= 0 or 'auto'"),
+        ({"truncate": "yes"}, "truncate must be True or False"),
+        ({"init": "k-means||"}, "init must be one of"),
+        ({"init": np.zeros((3, 2))}, "init must be"),
+        ({"n_clusters": 0}, "n_clusters must be >= 1"),
+    ],
+)
 def test_bad_parameters_fail_before_any_work(params, message):
     X = np.random.default_rng(0).normal(size=(50, 2))
     with pytest.raises(InvalidParameterError, match=message):
@@ -356,15 +388,33 @@ def test_bench_quality_scores_ari_and_nmi_against_the_labels(cluster_client, tmp
 
     if not (SHARED_DATA / "pendigits.npz").exists():
         pytest.skip("the shared pendigits.npz is not present")
-    args = ["pendigits", "--quick", "--quality", "--data-dir", SHARED_DATA, "--out", tmp_path, "--seeds", 1,
-            "--n-samples", 600, "--scheduler", cluster_client.scheduler.address]
+    args = [
+        "pendigits",
+        "--quick",
+        "--quality",
+        "--data-dir",
+        SHARED_DATA,
+        "--out",
+        tmp_path,
+        "--seeds",
+        1,
+        "--n-samples",
+        600,
+        "--scheduler",
+        cluster_client.scheduler.address,
+    ]
     result = CliRunner().invoke(bench, [str(a) for a in args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     with open(tmp_path / "pendigits-quick-quality.json") as f:
         record = json.load(f)
     assert record["workload"]["n_samples"] == 600 and record["workload"]["k"] == 10
-    assert [r["name"] for r in record["runs"]] == ["kernel-minibatch", "kernel-minibatch-paper",
-                                                   "kernel-minibatch-untruncated", "kernel-kmeans", "kmeans"]
+    assert [r["name"] for r in record["runs"]] == [
+        "kernel-minibatch",
+        "kernel-minibatch-paper",
+        "kernel-minibatch-untruncated",
+        "kernel-kmeans",
+        "kmeans",
+    ]
     steps = {r["name"]: r["n_iter"] for r in record["runs"]}
     # the quick settings (30 steps) apply where the name fixes nothing; the paper's entry keeps its 200 steps
     assert steps["kernel-minibatch"] == steps["kernel-minibatch-untruncated"] == 30
@@ -399,9 +449,9 @@ def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(clust
     whether the pools hold 3 steps or all of them."""
     from daskmeans.algorithms.kernel_kmeans import KernelPlan, minibatch_kernel_kmeans
     from daskmeans.algorithms.result import RunContext
-    from daskmeans.passes.kernel_pools import StepPools
     from daskmeans.kernels.kernel_centers import single_point_centers
     from daskmeans.kernels.kernel_minibatch import kernel_minibatch_step
+    from daskmeans.passes.kernel_pools import StepPools
     from daskmeans.passes.minibatch_pool import step_indices
 
     X, _ = circles(200, seed=5)
@@ -409,8 +459,15 @@ def test_pools_fetch_each_distinct_row_once_and_step_on_the_draws_in_order(clust
     start = single_point_centers(X[:2], kernel, np.arange(2))
     b, n_steps, seed = 64, 25, 11
     array = da.from_array(X, chunks=70)
-    pools = StepPools(array, None, cluster_client, batch_size=b, max_iter=n_steps, seed=seed,
-                      pool_bytes=pool_steps * b * X.shape[1] * X.itemsize)
+    pools = StepPools(
+        array,
+        None,
+        cluster_client,
+        batch_size=b,
+        max_iter=n_steps,
+        seed=seed,
+        pool_bytes=pool_steps * b * X.shape[1] * X.itemsize,
+    )
     plan = KernelPlan(seed=seed, batch_size=b, tau=30, max_iter=n_steps)
     result = minibatch_kernel_kmeans(array, start, kernel, plan, RunContext(client=cluster_client), pools)
     draws = step_indices(X.shape[0], b, seed, 0, n_steps)
@@ -429,5 +486,6 @@ def test_a_run_of_fewer_steps_is_the_start_of_the_longer_run(circle_data):
     short = MiniBatchKernelKMeans(**small_params(max_iter=7)).fit(X)
     full = MiniBatchKernelKMeans(**small_params(max_iter=25)).fit(X)
     keys = ("energy", "batch_energy_after", "support", "dropped")
-    assert [[entry[key] for key in keys] for entry in short.history_] == \
-        [[entry[key] for key in keys] for entry in full.history_[:7]]
+    assert [[entry[key] for key in keys] for entry in short.history_] == [
+        [entry[key] for key in keys] for entry in full.history_[:7]
+    ]

@@ -61,8 +61,10 @@ def test_same_seed_same_centers_on_every_scheduler_and_worker_count(cluster_clie
     distributed = KMeans(**params, client=cluster_client).fit(array)
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as single, \
-            Client(single, set_as_default=False) as one_worker:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as single,
+        Client(single, set_as_default=False) as one_worker,
+    ):
         single_worker = KMeans(**params, client=one_worker).fit(array)
     for other in (threads, distributed, single_worker):
         np.testing.assert_array_equal(sync.cluster_centers_, other.cluster_centers_)
@@ -106,8 +108,9 @@ def test_many_empty_clusters_are_all_refilled():
 
 
 @pytest.mark.parametrize("n_empty, passes", [(40, 1), (70, 2)])
-def test_empty_clusters_are_refilled_in_their_own_pass_while_the_far_rows_suffice(cluster_client, monkeypatch,
-                                                                                   n_empty, passes):
+def test_empty_clusters_are_refilled_in_their_own_pass_while_the_far_rows_suffice(
+    cluster_client, monkeypatch, n_empty, passes
+):
     """k = 400 reports far_rows(400) = 50 far rows: 40 empty clusters are refilled from the iteration's own pass,
     70 need the pass again (with 70 far rows); the centers are the same as when every pass reports enough."""
     from daskmeans.passes.assign import far_rows
@@ -160,8 +163,9 @@ def test_zarr_input_gives_lazy_chunk_aligned_labels(tmp_path):
 
 def test_xarray_labels_keep_the_sample_coordinate():
     X, _, _ = make_blobs(n=300, d=2, k=2, seed=12)
-    data = xr.DataArray(da.from_array(X, chunks=100), dims=("sample", "feature"),
-                        coords={"sample": np.arange(1000, 1300)})
+    data = xr.DataArray(
+        da.from_array(X, chunks=100), dims=("sample", "feature"), coords={"sample": np.arange(1000, 1300)}
+    )
     labels = KMeans(2, random_state=0).fit(data).labels_
     assert isinstance(labels, xr.DataArray) and labels.dims == ("sample",)
     assert int(labels.sample[0]) == 1000

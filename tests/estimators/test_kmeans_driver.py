@@ -13,6 +13,7 @@ from daskmeans.engine.client import resolve_client
 from daskmeans.estimators.kmeans import lloyd_driver_rows
 from daskmeans.passes.bounded_assign import state_bytes_per_row
 
+
 def _fit(store, client, weighted=False, **params):
     model = KMeans(n_clusters=24, init="random", max_iter=15, tol=0.0, random_state=4, client=client, **params)
     return fit_driver_store(model, store, weighted)
@@ -27,12 +28,15 @@ def _assert_same_fit(model, reference):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["auto", "lloyd", "hamerly"])
-def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store,
-                                                                                         cluster_client, algorithm):
-    on_driver, driver_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client,
-                                                                            algorithm=algorithm))
-    on_workers, worker_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client,
-                                                                             algorithm=algorithm, driver_rows=0))
+def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(
+    driver_store, cluster_client, algorithm
+):
+    on_driver, driver_keys = with_task_keys(
+        cluster_client, lambda: _fit(driver_store, cluster_client, algorithm=algorithm)
+    )
+    on_workers, worker_keys = with_task_keys(
+        cluster_client, lambda: _fit(driver_store, cluster_client, algorithm=algorithm, driver_rows=0)
+    )
     with dask.config.set({"scheduler-address": None}):
         threaded = _fit(driver_store, None, algorithm=algorithm)  # no client: on the driver as well
         threaded_graphs = _fit(driver_store, None, algorithm=algorithm, driver_rows=0)  # Dask graphs on the threads
@@ -48,8 +52,9 @@ def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_s
 @pytest.mark.slow
 def test_weighted_restarts_on_the_driver_are_those_on_the_workers(driver_store, cluster_client):
     params = dict(n_init=2, weighted=True)
-    _assert_same_fit(_fit(driver_store, cluster_client, **params),
-                     _fit(driver_store, cluster_client, driver_rows=0, **params))
+    _assert_same_fit(
+        _fit(driver_store, cluster_client, **params), _fit(driver_store, cluster_client, driver_rows=0, **params)
+    )
 
 
 @pytest.mark.slow
@@ -80,8 +85,9 @@ def test_a_local_scheduler_setting_takes_precedence_over_the_active_client(clust
             assert resolve_client(cluster_client) is cluster_client
 
 
-@pytest.mark.parametrize("value, message", [("many", 'driver_rows must be "auto" or an integer'),
-                                            (-1, "driver_rows"), (1.5, "driver_rows")])
+@pytest.mark.parametrize(
+    "value, message", [("many", 'driver_rows must be "auto" or an integer'), (-1, "driver_rows"), (1.5, "driver_rows")]
+)
 def test_bad_driver_rows_fail_before_any_work(driver_store, value, message):
     with pytest.raises(InvalidParameterError, match=message):
         KMeans(n_clusters=3, driver_rows=value).fit(np.zeros((4, 2)))

@@ -49,8 +49,9 @@ def test_learning_rates_and_update_match_numpy(dtype, kind):
     assert rates[-1] == 0.0
     new = minibatch_update(centers, sums, counts, rates)
     assert new.dtype == dtype
-    np.testing.assert_allclose(new, ref_update(centers, rows, labels, rates), rtol=1e-5 if dtype == np.float32
-                               else 1e-12, atol=1e-6)
+    np.testing.assert_allclose(
+        new, ref_update(centers, rows, labels, rates), rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6
+    )
     np.testing.assert_array_equal(new[-1], centers[-1])
 
 
@@ -142,8 +143,7 @@ def test_fit_finds_blobs_with_both_rates():
 
 def test_steps_are_the_same_on_every_scheduler_worker_count_and_chunking(cluster_client):
     X, _, _ = make_blobs(n=5000, d=6, k=8, spread=2.5, seed=4, dtype=np.float32)
-    params = dict(n_clusters=8, random_state=7, batch_size=200, max_iter=3, init="random",
-                  max_no_improvement=None)
+    params = dict(n_clusters=8, random_state=7, batch_size=200, max_iter=3, init="random", max_no_improvement=None)
     results = []
     for chunks in (700, 1800):
         array = da.from_array(X, chunks=(chunks, 6))
@@ -180,12 +180,13 @@ def test_partial_fit_streams_batches_and_continues_after_load(tmp_path):
     X, labels, _ = make_blobs(n=6000, d=4, k=5, spread=0.4, seed=2, dtype=np.float32)
     stream = MiniBatchKMeans(5, random_state=0, init="k-means++")
     for start in range(0, 4000, 1000):
-        stream.partial_fit(X[start:start + 1000])
+        stream.partial_fit(X[start : start + 1000])
     assert stream.n_steps_ == 4 and stream.counts_.sum() == pytest.approx(4000)
     # each call is one step with the whole call's data as the batch
     manual = MiniBatchKMeans(5, random_state=0, init="k-means++").partial_fit(X[:1000])
-    centers, seen, _, _ = run_steps([X[s:s + 1000] for s in range(1000, 4000, 1000)], manual.cluster_centers_,
-                                    manual.counts_, "sklearn")
+    centers, seen, _, _ = run_steps(
+        [X[s : s + 1000] for s in range(1000, 4000, 1000)], manual.cluster_centers_, manual.counts_, "sklearn"
+    )
     np.testing.assert_allclose(stream.cluster_centers_, centers, rtol=1e-5)
     stream.save(tmp_path / "stream.zarr")
     back = load(tmp_path / "stream.zarr")
@@ -202,17 +203,20 @@ def test_partial_fit_streams_batches_and_continues_after_load(tmp_path):
 
 
 # -- bad parameters ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, message", [
-    ({"batch_size": 0}, "batch_size must be >= 1"),
-    ({"batch_size": -3}, "batch_size must be >= 1"),
-    ({"batch_size": 2.5}, "batch_size must be an integer"),
-    ({"learning_rate": "adam"}, "learning_rate must be one of"),
-    ({"max_iter": 0}, "max_iter must be >= 1"),
-    ({"max_no_improvement": 0}, "max_no_improvement must be >= 1"),
-    ({"tol": -0.1}, "tol must be >= 0"),
-    ({"reassignment_ratio": -0.1}, "reassignment_ratio must be >= 0"),
-    ({"reassignment_ratio": 2.0}, "reassignment_ratio must be <= 1"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"batch_size": -3}, "batch_size must be >= 1"),
+        ({"batch_size": 2.5}, "batch_size must be an integer"),
+        ({"learning_rate": "adam"}, "learning_rate must be one of"),
+        ({"max_iter": 0}, "max_iter must be >= 1"),
+        ({"max_no_improvement": 0}, "max_no_improvement must be >= 1"),
+        ({"tol": -0.1}, "tol must be >= 0"),
+        ({"reassignment_ratio": -0.1}, "reassignment_ratio must be >= 0"),
+        ({"reassignment_ratio": 2.0}, "reassignment_ratio must be <= 1"),
+    ],
+)
 def test_bad_parameters_fail_before_any_work(params, message):
     never_computed = da.random.random((10**10, 4), chunks=(10**6, 4))
     with pytest.raises(InvalidParameterError, match=message):

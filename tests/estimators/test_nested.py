@@ -8,8 +8,8 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import make_blobs
 import zarr
+from conftest import make_blobs
 
 from daskmeans import InvalidParameterError, NestedMiniBatchKMeans, config, load
 from daskmeans.algorithms.nested import (
@@ -23,8 +23,8 @@ from daskmeans.algorithms.relocation import centers_from_sums
 from daskmeans.algorithms.result import RunContext
 from daskmeans.kernels import exact_assign as ka
 from daskmeans.kernels import nested as kn
-from daskmeans.kernels import revisit as kr
 from daskmeans.kernels import nested_groups
+from daskmeans.kernels import revisit as kr
 from daskmeans.kernels.distance import exact_dist2
 from daskmeans.kernels.packed_bounds import unpack_bounds
 from daskmeans.passes.nested_reads import chunk_order
@@ -51,7 +51,7 @@ def ref_group_minima(D, labels, groups):
     """Distance from each row to the nearest center of each group other than its own center."""
     out = np.full((D.shape[0], groups.n_groups), np.inf)
     for g in range(groups.n_groups):
-        members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
+        members = groups.members[groups.ptr[g] : groups.ptr[g + 1]]
         sub = np.sqrt(D[:, members])
         sub[members[None, :] == labels[:, None]] = np.inf
         out[:, g] = sub.min(axis=1)
@@ -133,8 +133,7 @@ def test_full_assignment_in_small_slabs_matches(dtype, scheme, n_groups):
 
 @pytest.mark.parametrize("scheme, n_groups", [("yinyang", 5), ("elkan", None), ("hamerly", 1), ("none", 1)])
 @pytest.mark.parametrize("slab_rows", [700, 64, 1])
-def test_full_assignment_of_uint8_rows_converted_by_slabs_is_that_of_their_float32_values(scheme, n_groups,
-                                                                                            slab_rows):
+def test_full_assignment_of_uint8_rows_converted_by_slabs_is_that_of_their_float32_values(scheme, n_groups, slab_rows):
     """Rows kept as stored (uint8) are converted a slab at a time: labels, exact distances, bounds, the statistics
     added in row order (weighted) and the rows settled by exact distances are those of the converted block."""
     rng = np.random.default_rng(12)
@@ -148,8 +147,9 @@ def test_full_assignment_of_uint8_rows_converted_by_slabs_is_that_of_their_float
     results = []
     for X in (X8.astype(np.float32), X8):
         stats = (np.zeros((24, 20)), np.zeros(24), np.zeros(24))
-        results.append((*ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes, stats=stats, weights=weights),
-                        *stats))
+        results.append(
+            (*ka.assign_with_bounds(X, C, groups, slab_bytes=slab_bytes, stats=stats, weights=weights), *stats)
+        )
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
     assert results[1][3] > 0
@@ -224,8 +224,9 @@ def test_revisit_agrees_whatever_the_rule_for_a_full_reassignment(dtype, scalar_
     labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
     C2 = (C + 0.3 * np.random.default_rng(4).standard_normal(C.shape)).astype(dtype)
     shift = center_displacement(C2, C) * (1 + 1e-12)
-    new_labels, new_dist2, new_lower, _ = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups,
-                                                                 scalar_limit=scalar_limit)
+    new_labels, new_dist2, new_lower, _ = kr.revisit_with_bounds(
+        X, C2, labels, lower, shift, groups, scalar_limit=scalar_limit
+    )
     ref_labels, _, D = ref_assign(X, C2)
     np.testing.assert_array_equal(new_labels, ref_labels)
     np.testing.assert_array_equal(new_dist2, exact_dist2(X, C2, new_labels))
@@ -274,8 +275,9 @@ def test_revisit_fills_the_arrays_it_is_given_with_the_values_it_would_return(gi
     X, C, groups, labels, dist2, lower, C2, shift = far_moved_problem()
     fresh = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up)
     out = (np.full_like(labels, -1), np.full_like(dist2, np.nan), np.full_like(lower, 0x7777))
-    filled = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up,
-                                    out=out)
+    filled = kr.revisit_with_bounds(
+        X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up, out=out
+    )
     assert all(a is b for a, b in zip(filled[:3], out))
     for a, b in zip(fresh, filled):
         np.testing.assert_array_equal(a, b)
@@ -299,10 +301,12 @@ def test_revisit_of_rows_kept_as_uint8_gives_what_their_float32_values_give(give
     for move in (2.0, 40.0):  # a revisit that keeps most bounds; one whose probe gives up on them
         C2 = (C + move * rng.standard_normal(C.shape)).astype(np.float32)
         shift = center_displacement(C2, C) * (1 + 1e-12)
-        as_float = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
-                                          give_up=give_up)
-        as_stored = kr.revisit_with_bounds(X8, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64,
-                                           give_up=give_up)
+        as_float = kr.revisit_with_bounds(
+            X, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up
+        )
+        as_stored = kr.revisit_with_bounds(
+            X8, C2, labels, lower, shift, groups, dist2=dist2, probe_rows=64, give_up=give_up
+        )
         for a, b in zip(as_float, as_stored):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(as_stored[0], ref_assign(X, C2)[0])
@@ -314,7 +318,7 @@ def test_bounds_stay_valid_over_many_moves(scheme, n_groups):
     groups = groups_for(C, scheme, n_groups)
     labels, _, lower, _ = ka.assign_with_bounds(X, C, groups)
     rng = np.random.default_rng(2)
-    for step in range(25):
+    for _ in range(25):
         C2 = (C + 0.05 * rng.standard_normal(C.shape)).astype(np.float32)
         shift = center_displacement(C2, C) * (1 + 1e-12)
         labels, _, lower, _ = kr.revisit_with_bounds(X, C2, labels, lower, shift, groups)
@@ -331,8 +335,11 @@ def test_batch_deltas_match_numpy(dtype, weighted):
     k, m, extra = 6, 300, 120
     X = rng.standard_normal((m + extra, 5)).astype(dtype)
     old_labels = rng.integers(0, k, m).astype(np.int32)
-    new_labels = np.where(rng.random(m + extra) < 0.3, rng.integers(0, k, m + extra),
-                          np.concatenate([old_labels, rng.integers(0, k, extra)])).astype(np.int32)
+    new_labels = np.where(
+        rng.random(m + extra) < 0.3,
+        rng.integers(0, k, m + extra),
+        np.concatenate([old_labels, rng.integers(0, k, extra)]),
+    ).astype(np.int32)
     old_d2, new_d2 = rng.random(m), rng.random(m + extra)
     weights = rng.random(m + extra) * 3 if weighted else None
     sums, counts, sse, members, changed = kn.batch_deltas(X, old_labels, old_d2, new_labels, new_d2, k, weights)
@@ -350,7 +357,7 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
         groups = nested_groups.make_groups(C, scheme, n_groups)
         np.testing.assert_array_equal(np.sort(groups.members), np.arange(57))
         for g in range(groups.n_groups):
-            members = groups.members[groups.ptr[g]:groups.ptr[g + 1]]
+            members = groups.members[groups.ptr[g] : groups.ptr[g + 1]]
             assert np.all(groups.group_of[members] == g) and np.all(np.diff(members) > 0)
         shift = np.random.default_rng(1).random(57)
         expected = [shift[groups.group_of == g].max() for g in range(groups.n_groups)]
@@ -400,8 +407,9 @@ def test_doubling_rule_on_a_constructed_case():
     array = da.from_array(X, chunks=(16, 2))
     start = np.array([[50.0, 0.0]])
     seen = []
-    plan = nested_plan(array, 1, seed=7, initial_batch_size=8, rho=100.0, doubling_quantile=0.0, bounds="elkan",
-                       keep_batch=True)
+    plan = nested_plan(
+        array, 1, seed=7, initial_batch_size=8, rho=100.0, doubling_quantile=0.0, bounds="elkan", keep_batch=True
+    )
     result = nested_minibatch(array, start, plan, RunContext(callback=seen.append))
     sizes = [r["batch_size"] for r in result.history]
     assert sizes == [8, 8, 16, 16, 32, 32, 64, 64]
@@ -419,8 +427,11 @@ def test_doubling_rule_on_a_constructed_case():
     np.testing.assert_allclose(first["_centers"][0], mean)
     np.testing.assert_array_equal(index, np.arange(64))
     # a tiny rho doubles at every iteration
-    fast = nested_minibatch(array, start, nested_plan(array, 1, seed=7, initial_batch_size=8, rho=1e-12,
-                                                      doubling_quantile=0.0, bounds="none"))
+    fast = nested_minibatch(
+        array,
+        start,
+        nested_plan(array, 1, seed=7, initial_batch_size=8, rho=1e-12, doubling_quantile=0.0, bounds="none"),
+    )
     assert [r["batch_size"] for r in fast.history][:4] == [8, 16, 32, 64]
 
 
@@ -460,8 +471,7 @@ def test_one_sample_one_vote_invariants_after_every_iteration():
         assert record["energy"] == pytest.approx(ref_sse.sum() / len(index))
         check.centers = record["_centers"]
 
-    plan = nested_plan(array, len(start), seed=3, initial_batch_size=300, rho=5.0, bounds="yinyang",
-                       min_block_rows=200)
+    plan = nested_plan(array, len(start), seed=3, initial_batch_size=300, rho=5.0, bounds="yinyang", min_block_rows=200)
     result = nested_minibatch(array, start, plan, RunContext(callback=check))
     assert len(snapshots) == result.n_iter >= 5
     for smaller, larger in zip(snapshots, snapshots[1:]):
@@ -496,11 +506,12 @@ def test_labels_with_bounds_are_the_labels_without_them():
     X, _, _ = make_blobs(n=4000, d=6, k=30, spread=3.0, seed=5, dtype=np.float32)
     runs = {}
     for bounds in ("none", "hamerly", "yinyang", "elkan", "auto"):
-        model = NestedMiniBatchKMeans(30, init=X[:30], initial_batch_size=500, bounds=bounds, random_state=1,
-                                      chunk_rows=800, tol=0.0).fit(X)
+        model = NestedMiniBatchKMeans(
+            30, init=X[:30], initial_batch_size=500, bounds=bounds, random_state=1, chunk_rows=800, tol=0.0
+        ).fit(X)
         runs[bounds] = model
     reference = runs["none"]
-    for bounds, model in runs.items():
+    for model in runs.values():
         np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
         np.testing.assert_array_equal(model.labels_, reference.labels_)
         assert [h["changed"] for h in model.history_] == [h["changed"] for h in reference.history_]
@@ -527,14 +538,17 @@ def test_same_seed_same_result_on_every_scheduler_and_worker_count(cluster_clien
             sync = NestedMiniBatchKMeans(**params).fit(array)
         with dask.config.set(scheduler="threads"):
             threads = NestedMiniBatchKMeans(**params).fit(array)
-        distributed = {rows: NestedMiniBatchKMeans(**params, driver_rows=rows, client=cluster_client).fit(array)
-                       for rows in (0, 2000, "auto")}
+        distributed = {
+            rows: NestedMiniBatchKMeans(**params, driver_rows=rows, client=cluster_client).fit(array)
+            for rows in (0, 2000, "auto")
+        }
         sizes = [h["batch_size"] for h in sync.history_]
         assert sizes[0] <= 2000 < sizes[-1] == 6000  # the middle setting moves the batch to the workers mid-fit
         for other in (threads, *distributed.values()):
             np.testing.assert_array_equal(other.cluster_centers_, sync.cluster_centers_)
-            assert [[h[c] for c in counters] for h in other.history_] == \
-                [[h[c] for c in counters] for h in sync.history_]
+            assert [[h[c] for c in counters] for h in other.history_] == [
+                [h[c] for c in counters] for h in sync.history_
+            ]
             assert other.inertia_ == sync.inertia_
         assert sync.stop_reason_ in ("converged", "tol")
         for model in distributed.values():
@@ -575,8 +589,7 @@ def test_real_descriptors_bounds_skip_most_distances():
         pytest.skip(f"{path} is not present")
     X = np.load(path)["X"][:40_000].astype(np.float32)
     init = X[np.random.default_rng(0).choice(len(X), 200, replace=False)]
-    model = NestedMiniBatchKMeans(200, init=init, random_state=0, max_iter=25, rho=1.0,
-                                  initial_batch_size=4000).fit(X)
+    model = NestedMiniBatchKMeans(200, init=init, random_state=0, max_iter=25, rho=1.0, initial_batch_size=4000).fit(X)
     computed = sum(h["distances_computed"] for h in model.history_)
     skipped = sum(h["distances_skipped"] for h in model.history_)
     assert skipped > computed
@@ -603,19 +616,21 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
     store = zarr.open_array(str(tmp_path / "big.zarr"), mode="w", shape=(n, d), chunks=(25_000, d), dtype="f4")
     for start in range(0, n, 25_000):
         labels = rng.integers(0, k, 25_000)
-        store[start:start + 25_000] = truth[labels] + rng.standard_normal((25_000, d), dtype=np.float32)
+        store[start : start + 25_000] = truth[labels] + rng.standard_normal((25_000, d), dtype=np.float32)
     data_bytes = n * d * 4
     limit = 100 * 2**20
     assert data_bytes > 1.4 * limit
     # the limit is below the data (and below a worker's own footprint): the workers must spill the batch to disk
     config = {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
     with dask.config.set(config):
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                               memory_limit=limit)
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=limit
+        )
         client = Client(cluster, set_as_default=False)
         try:
-            model = NestedMiniBatchKMeans(k, init=truth + 0.5, random_state=0, client=client, chunk_rows=25_000,
-                                          initial_batch_size=20_000).fit(str(tmp_path / "big.zarr"))
+            model = NestedMiniBatchKMeans(
+                k, init=truth + 0.5, random_state=0, client=client, chunk_rows=25_000, initial_batch_size=20_000
+            ).fit(str(tmp_path / "big.zarr"))
             written = client.run(_bytes_spilled)
         finally:
             client.close()
@@ -628,22 +643,25 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
 
 
 # -- bad parameters ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, message", [
-    ({"rho": 0.0}, "rho must be > 0"),
-    ({"rho": -1.0}, "rho must be > 0"),
-    ({"doubling_quantile": -0.1}, "doubling_quantile must be >= 0"),
-    ({"doubling_quantile": 1.5}, "doubling_quantile must be <= 1"),
-    ({"doubling_quantile": "median"}, "doubling_quantile must be a number"),
-    ({"initial_batch_size": 0}, "initial_batch_size must be >= 1"),
-    ({"initial_batch_size": -5}, "initial_batch_size must be >= 1"),
-    ({"bounds": "kd-tree"}, "bounds must be one of"),
-    ({"max_iter": 0}, "max_iter must be >= 1"),
-    ({"tol": -1.0}, "tol must be >= 0"),
-    ({"max_time": 0}, "max_time must be > 0"),
-    ({"driver_rows": -1}, "driver_rows must be >= 0"),
-    ({"driver_rows": "all"}, 'driver_rows must be "auto" or an integer >= 0'),
-    ({"driver_rows": 2.5}, "driver_rows must be an integer"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"rho": 0.0}, "rho must be > 0"),
+        ({"rho": -1.0}, "rho must be > 0"),
+        ({"doubling_quantile": -0.1}, "doubling_quantile must be >= 0"),
+        ({"doubling_quantile": 1.5}, "doubling_quantile must be <= 1"),
+        ({"doubling_quantile": "median"}, "doubling_quantile must be a number"),
+        ({"initial_batch_size": 0}, "initial_batch_size must be >= 1"),
+        ({"initial_batch_size": -5}, "initial_batch_size must be >= 1"),
+        ({"bounds": "kd-tree"}, "bounds must be one of"),
+        ({"max_iter": 0}, "max_iter must be >= 1"),
+        ({"tol": -1.0}, "tol must be >= 0"),
+        ({"max_time": 0}, "max_time must be > 0"),
+        ({"driver_rows": -1}, "driver_rows must be >= 0"),
+        ({"driver_rows": "all"}, 'driver_rows must be "auto" or an integer >= 0'),
+        ({"driver_rows": 2.5}, "driver_rows must be an integer"),
+    ],
+)
 def test_bad_parameters_fail_before_any_work(params, message):
     never_computed = da.random.random((10**10, 4), chunks=(10**6, 4))
     with pytest.raises(InvalidParameterError, match=message):
@@ -669,8 +687,9 @@ def test_weighted_sums_hold_each_sample_once_with_its_weight():
         assert record["energy"] == pytest.approx(ref_sse.sum() / w.sum())
 
     context = RunContext(callback=check, weights=da.from_array(weights, chunks=(600,)))
-    plan = nested_plan(array, len(start), seed=4, initial_batch_size=400, bounds="yinyang", min_block_rows=200,
-                       keep_batch=True)
+    plan = nested_plan(
+        array, len(start), seed=4, initial_batch_size=400, bounds="yinyang", min_block_rows=200, keep_batch=True
+    )
     result = nested_minibatch(array, start, plan, context)
     assert result.stop_reason == "converged" and result.history[-1]["batch_size"] == 4000
     # converged: every center is the weighted mean of its cluster
@@ -685,7 +704,8 @@ def test_unit_weights_give_the_unweighted_fit_bit_for_bit():
     X, _, _ = make_blobs(n=3000, d=3, k=5, seed=13, dtype=np.float32)
     plain = NestedMiniBatchKMeans(5, init=X[:5], initial_batch_size=500, random_state=0, chunk_rows=500).fit(X)
     unit = NestedMiniBatchKMeans(5, init=X[:5], initial_batch_size=500, random_state=0, chunk_rows=500).fit(
-        X, sample_weight=np.ones(3000))
+        X, sample_weight=np.ones(3000)
+    )
     np.testing.assert_array_equal(plain.cluster_centers_, unit.cluster_centers_)
     assert [r["energy"] for r in plain.history_] == [r["energy"] for r in unit.history_]
     assert plain.inertia_ == unit.inertia_
@@ -735,8 +755,9 @@ def _steps_with_running_sums(batch, centers, sizes):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("on_cluster", [False, True])
-def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_values(on_cluster, cluster_client,
-                                                                                      tmp_path):
+def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_values(
+    on_cluster, cluster_client, tmp_path
+):
     """A nested batch over uint8 data keeps its rows as uint8 (a quarter of float32's bytes), on threads and on
     worker processes, with the sums, counts, SSE and counters of the same batch over the float32 values; its
     checkpoint keeps them as uint8 and restores them (a checkpoint holding float32 rows, as written before, too)."""
@@ -770,8 +791,14 @@ def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_v
     expected = batches["uint8"].step(final_centers, np.zeros(12), 3000)
     for name, batch in batches.items():
         restored = NestedBatch(open_input(X8, chunk_rows=500).array, 5, groups, client=client)
-        restored.restore_checkpoint(written[name], str(tmp_path / name / "blocks"), str(tmp_path / name / "layout"),
-                                    batch.layout_id, batch.size, batch.rows_read)
+        restored.restore_checkpoint(
+            written[name],
+            str(tmp_path / name / "blocks"),
+            str(tmp_path / name / "layout"),
+            batch.layout_id,
+            batch.size,
+            batch.rows_read,
+        )
         assert rows_dtypes(restored) == {"|u1" if name == "uint8" else "<f4"}
         again = restored.step(final_centers, np.zeros(12), 3000)
         for x, y in zip(again[:4], expected[:4]):
@@ -786,9 +813,14 @@ def test_a_batch_of_uint8_rows_keeps_them_as_stored_and_steps_as_their_float32_v
     write_group(layout, {**arrays, "rows": arrays["rows"].astype(np.int32)})
     restored = NestedBatch(open_input(X8, chunk_rows=500).array, 5, groups, client=client)
     with pytest.raises(CheckpointError, match="damaged: rows is int32"):
-        restored.restore_checkpoint(written["uint8"], str(tmp_path / "uint8" / "blocks"),
-                                    str(tmp_path / "uint8" / "layout"), batches["uint8"].layout_id,
-                                    batches["uint8"].size, batches["uint8"].rows_read)
+        restored.restore_checkpoint(
+            written["uint8"],
+            str(tmp_path / "uint8" / "blocks"),
+            str(tmp_path / "uint8" / "layout"),
+            batches["uint8"].layout_id,
+            batches["uint8"].size,
+            batches["uint8"].rows_read,
+        )
 
 
 def _rows_dtype(output):

@@ -88,8 +88,9 @@ def test_auto_rereads_only_when_the_cached_batch_would_not_fit():
     # does; 10 million (4.2 GB) fits
     assert choose_batch_rows("reread", "auto", 2 * 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "hamerly")
     assert choose_batch_rows("reread", "auto", 10**7, 128, 1000, 4, 8 * GiB) == ("reread", "yinyang")
-    assert choose_batch_rows("reread", "elkan", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "elkan"), \
+    assert choose_batch_rows("reread", "elkan", 10**8, 128, 1000, 4, 8 * GiB) == ("reread", "elkan"), (
         "an explicit scheme is kept"
+    )
     assert state_bytes_per_row(128, 100, 4, cached=False) == 2 * (12 + 2 * 100)
     assert state_bytes_per_row(128, 1, 4, cached=False) == 2 * 14
     assert state_bytes_per_row(128, 1, 4, cached=True) == 2 * (512 + 30)
@@ -100,7 +101,9 @@ def test_reread_runs_through_the_algorithm_with_sample_weights(store):
     array = open_input(path).array
     weights = da.from_array(np.random.default_rng(1).uniform(0.5, 2, len(X)), chunks=(array.chunks[0],))
     centers = X[np.random.default_rng(2).choice(len(X), 12, replace=False)].astype(np.float32)
-    plans = [nested_plan(array, 12, seed=9, initial_batch_size=30_000, max_iter=8, batch_rows=mode)
-             for mode in ("cached", "reread")]
+    plans = [
+        nested_plan(array, 12, seed=9, initial_batch_size=30_000, max_iter=8, batch_rows=mode)
+        for mode in ("cached", "reread")
+    ]
     results = [nested_minibatch(array, centers, plan, RunContext(weights=weights)) for plan in plans]
     np.testing.assert_allclose(results[1].centers, results[0].centers, rtol=1e-9)

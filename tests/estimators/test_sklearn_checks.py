@@ -39,26 +39,40 @@ from daskmeans import (
 
 WEIGHT_CHECK = "check_sample_weight_equivalence_on_dense_data"
 
-SEEDING = ("k-means|| seeding draws per stored row, so a row of weight 2 is one draw where its two copies are two "
-           "and the seeds differ")
+SEEDING = (
+    "k-means|| seeding draws per stored row, so a row of weight 2 is one draw where its two copies are two "
+    "and the seeds differ"
+)
 
 #: check name -> why it fails, per estimator class
 EXPECTED_FAILURES = {
     KMeans: {WEIGHT_CHECK: SEEDING + "; Lloyd's iterations after it weigh rows exactly"},
-    VRKMeans: {WEIGHT_CHECK: SEEDING + "; each epoch also draws its inner steps (epoch_size times the stored rows) "
-                             "over the stored rows"},
-    NestedMiniBatchKMeans: {WEIGHT_CHECK: SEEDING + "; the nested batches are drawn from the stored rows, one vote "
-                                          "per row whatever its weight"},
-    MiniBatchKMeans: {WEIGHT_CHECK: SEEDING + "; mini-batches draw stored rows uniformly and weights only scale "
-                                    "their share, as in scikit-learn's MiniBatchKMeans"},
-    CoresetGaussianMixture: {WEIGHT_CHECK: "the coreset (coreset_size='auto': at most the number of stored rows) and "
-                                           "the AFK-MC2 seeding draw per stored row, so weighted and repeated rows "
-                                           "give different coresets and seeds"},
-    MiniBatchKernelKMeans: {WEIGHT_CHECK: "the seeding sample (which also sets the RBF width kappa='auto') is drawn "
-                                          "from the stored rows, and mini-batches draw stored rows uniformly with "
-                                          "weights scaling each step"},
-    KernelKMeans: {WEIGHT_CHECK: "the seeding sample, drawn from the stored rows, sets both the k-means++ seeds and "
-                                 "the RBF width kappa='auto', and repeated rows change both"},
+    VRKMeans: {
+        WEIGHT_CHECK: SEEDING + "; each epoch also draws its inner steps (epoch_size times the stored rows) "
+        "over the stored rows"
+    },
+    NestedMiniBatchKMeans: {
+        WEIGHT_CHECK: SEEDING + "; the nested batches are drawn from the stored rows, one vote "
+        "per row whatever its weight"
+    },
+    MiniBatchKMeans: {
+        WEIGHT_CHECK: SEEDING + "; mini-batches draw stored rows uniformly and weights only scale "
+        "their share, as in scikit-learn's MiniBatchKMeans"
+    },
+    CoresetGaussianMixture: {
+        WEIGHT_CHECK: "the coreset (coreset_size='auto': at most the number of stored rows) and "
+        "the AFK-MC2 seeding draw per stored row, so weighted and repeated rows "
+        "give different coresets and seeds"
+    },
+    MiniBatchKernelKMeans: {
+        WEIGHT_CHECK: "the seeding sample (which also sets the RBF width kappa='auto') is drawn "
+        "from the stored rows, and mini-batches draw stored rows uniformly with "
+        "weights scaling each step"
+    },
+    KernelKMeans: {
+        WEIGHT_CHECK: "the seeding sample, drawn from the stored rows, sets both the k-means++ seeds and "
+        "the RBF width kappa='auto', and repeated rows change both"
+    },
 }
 
 #: one instance per public estimator, with parameters that keep each check to a fraction of a second
@@ -127,12 +141,16 @@ def _weighted_and_repeated_fits(make_estimator):
     return X, weighted, repeated
 
 
-@pytest.mark.parametrize("make_estimator", [
-    lambda init: KMeans(3, init=init, max_iter=20, random_state=0),
-    lambda init: KernelKMeans(3, init=init, kernel_params={"kappa": 1.0}, max_iter=20, random_state=0),
-    # no coreset, and n_truncated >= n_components: full EM, with no random draw
-    lambda init: CoresetGaussianMixture(3, init=init, coreset_size=None, max_iter=20, random_state=0),
-], ids=["KMeans", "KernelKMeans", "CoresetGaussianMixture"])
+@pytest.mark.parametrize(
+    "make_estimator",
+    [
+        lambda init: KMeans(3, init=init, max_iter=20, random_state=0),
+        lambda init: KernelKMeans(3, init=init, kernel_params={"kappa": 1.0}, max_iter=20, random_state=0),
+        # no coreset, and n_truncated >= n_components: full EM, with no random draw
+        lambda init: CoresetGaussianMixture(3, init=init, coreset_size=None, max_iter=20, random_state=0),
+    ],
+    ids=["KMeans", "KernelKMeans", "CoresetGaussianMixture"],
+)
 def test_weights_equal_repeated_rows_once_nothing_is_drawn(make_estimator):
     X, weighted, repeated = _weighted_and_repeated_fits(make_estimator)
     np.testing.assert_array_equal(weighted.predict(X), repeated.predict(X))

@@ -9,12 +9,20 @@ from conftest import make_blobs
 from daskmeans import InvalidParameterError
 from daskmeans.registry import algorithm_names, make_estimator
 
-SHORT = {"kmeans": {"max_iter": 4, "tol": 0.0}, "kmeans-lloyd": {"max_iter": 4, "tol": 0.0}, "vrkm": {"max_epochs": 3}, "vrkm++": {"max_epochs": 3},
-         "vrkm++-reference": {"max_epochs": 3}, "nmbatch": {"max_iter": 5}, "minibatch": {"max_iter": 2},
-         "minibatch-rows": {"max_iter": 2},
-         "vc-gmm": {"max_iter": 4, "tol": 0.0, "coreset_size": 600},
-         "kernel-minibatch": {"max_iter": 4, "batch_size": 64},
-         "kernel-minibatch-untruncated": {"max_iter": 4, "batch_size": 64}, "kernel-kmeans": {"max_iter": 4}}
+SHORT = {
+    "kmeans": {"max_iter": 4, "tol": 0.0},
+    "kmeans-lloyd": {"max_iter": 4, "tol": 0.0},
+    "vrkm": {"max_epochs": 3},
+    "vrkm++": {"max_epochs": 3},
+    "vrkm++-reference": {"max_epochs": 3},
+    "nmbatch": {"max_iter": 5},
+    "minibatch": {"max_iter": 2},
+    "minibatch-rows": {"max_iter": 2},
+    "vc-gmm": {"max_iter": 4, "tol": 0.0, "coreset_size": 600},
+    "kernel-minibatch": {"max_iter": 4, "batch_size": 64},
+    "kernel-minibatch-untruncated": {"max_iter": 4, "batch_size": 64},
+    "kernel-kmeans": {"max_iter": 4},
+}
 
 
 @pytest.mark.parametrize("name", algorithm_names())

@@ -10,8 +10,8 @@ import sys
 import dask.array as da
 import numpy as np
 import pytest
-
 from conftest import make_blobs
+
 from daskmeans import CoresetGaussianMixture, KMeans, lightweight_coreset, load
 from daskmeans.demo import recovered_centers
 from daskmeans.exceptions import InputDataError, InvalidParameterError
@@ -48,8 +48,17 @@ def exact_isotropic_em(X, means, n_iter):
 def test_with_c_and_g_equal_to_k_and_unit_weights_it_is_exact_em():
     X, _, _ = make_blobs(n=400, d=3, k=4, spread=1.5, seed=2)
     init = X[[0, 1, 2, 3]].copy()
-    model = CoresetGaussianMixture(4, coreset_size=None, n_truncated=4, search_size=4, random_exploration=False,
-                                   init=init, tol=0.0, max_iter=15, random_state=0).fit(X)
+    model = CoresetGaussianMixture(
+        4,
+        coreset_size=None,
+        n_truncated=4,
+        search_size=4,
+        random_exploration=False,
+        init=init,
+        tol=0.0,
+        max_iter=15,
+        random_state=0,
+    ).fit(X)
     means, sigma2, energies = exact_isotropic_em(X, init, 15)
     np.testing.assert_allclose([r["free_energy"] for r in model.history_], energies, rtol=1e-10)
     np.testing.assert_allclose(model.means_, means, rtol=1e-9, atol=1e-9)
@@ -63,8 +72,16 @@ def test_with_c_and_g_equal_to_k_and_unit_weights_it_is_exact_em():
 @pytest.mark.parametrize("n_truncated,search_size,exploration", [(1, 1, True), (2, 3, True), (3, 5, False)])
 def test_free_energy_never_decreases(n_truncated, search_size, exploration):
     X, _, _ = make_blobs(n=3000, d=5, k=30, spread=1.0, seed=4)
-    model = CoresetGaussianMixture(30, coreset_size=800, n_truncated=n_truncated, search_size=search_size,
-                                   random_exploration=exploration, tol=0.0, max_iter=25, random_state=1).fit(X)
+    model = CoresetGaussianMixture(
+        30,
+        coreset_size=800,
+        n_truncated=n_truncated,
+        search_size=search_size,
+        random_exploration=exploration,
+        tol=0.0,
+        max_iter=25,
+        random_state=1,
+    ).fit(X)
     energies = np.array([r["free_energy"] for r in model.history_])
     # tol = 0: it runs all 25 iterations unless it reaches a fixed point (the same free energy twice)
     assert len(energies) == 25 or (model.stop_reason_ == "converged" and energies[-1] == energies[-2])
@@ -78,8 +95,9 @@ def test_distance_evaluations_per_iteration_do_not_grow_with_k():
     X, _, _ = make_blobs(n=4000, d=4, k=50, spread=2.0, seed=5)
     per_point = {}
     for k in (20, 80, 320):
-        model = CoresetGaussianMixture(k, coreset_size=1000, n_truncated=3, search_size=3, tol=0.0, max_iter=6,
-                                       random_state=0).fit(X)
+        model = CoresetGaussianMixture(
+            k, coreset_size=1000, n_truncated=3, search_size=3, tol=0.0, max_iter=6, random_state=0
+        ).fit(X)
         counts = [r["distances"] for r in model.history_]
         assert all(c <= 1000 * (3 * 3 + 1) for c in counts)
         assert all(r["full_search_distances"] == 1000 * k for r in model.history_)
@@ -127,8 +145,12 @@ def test_the_e_step_blocks_give_the_same_numbers_on_the_driver_and_on_the_worker
     means = points[:15].copy()
     options = dict(n_truncated=2, search_size=4, max_iter=8, tol=0.0, seed=5, block_rows=1200)
     on_driver = truncated_em(points, means, gmm_plan(5000, 15, **options), RunContext(weights=weights))
-    on_workers = truncated_em(points, means, gmm_plan(5000, 15, cluster_client, where="workers", **options),
-                              RunContext(weights=weights, client=cluster_client))
+    on_workers = truncated_em(
+        points,
+        means,
+        gmm_plan(5000, 15, cluster_client, where="workers", **options),
+        RunContext(weights=weights, client=cluster_client),
+    )
     assert on_workers.where == "workers"
     np.testing.assert_array_equal(on_driver.centers, on_workers.centers)
     assert on_driver.lower_bound == on_workers.lower_bound
@@ -193,21 +215,24 @@ def test_every_estimator_accepts_afk_mc2_seeding(name):
     assert estimator.cluster_centers_.shape == (5, 3) and np.isfinite(estimator.cluster_centers_).all()
 
 
-@pytest.mark.parametrize("params,match", [
-    ({"coreset_size": 3}, "smaller than n_components"),
-    ({"coreset_size": "big"}, "coreset_size"),
-    ({"coreset_size": 2.5}, "coreset_size"),
-    ({"n_truncated": 0}, "n_truncated"),
-    ({"search_size": 0}, "search_size"),
-    ({"chain_length": 0}, "chain_length"),
-    ({"tol": -1.0}, "tol"),
-    ({"max_iter": 0}, "max_iter"),
-    ({"init": "kmeans"}, "init must be one of"),
-    ({"init": np.zeros((3, 2))}, "init array has shape"),
-    ({"estep_on": "gpu"}, "estep_on"),
-    ({"random_exploration": "yes"}, "random_exploration"),
-    ({"n_components": 0}, "n_components"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        ({"coreset_size": 3}, "smaller than n_components"),
+        ({"coreset_size": "big"}, "coreset_size"),
+        ({"coreset_size": 2.5}, "coreset_size"),
+        ({"n_truncated": 0}, "n_truncated"),
+        ({"search_size": 0}, "search_size"),
+        ({"chain_length": 0}, "chain_length"),
+        ({"tol": -1.0}, "tol"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"init": "kmeans"}, "init must be one of"),
+        ({"init": np.zeros((3, 2))}, "init array has shape"),
+        ({"estep_on": "gpu"}, "estep_on"),
+        ({"random_exploration": "yes"}, "random_exploration"),
+        ({"n_components": 0}, "n_components"),
+    ],
+)
 def test_bad_parameters_are_clear_errors(params, match):
     X = np.random.default_rng(0).normal(size=(100, 3))
     with pytest.raises(InvalidParameterError, match=match):
@@ -238,10 +263,32 @@ def test_cli_fits_vc_gmm(tmp_path):
     np.save(tmp_path / "X.npy", X.astype(np.float32))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(
-        [sys.executable, "-m", "daskmeans", "fit", str(tmp_path / "X.npy"), "-k", "4", "--algorithm", "vc-gmm",
-         "--seed", "0", "--max-iter", "30", "--out", str(tmp_path / "model.zarr"), "--json", "-q",
-         "--workers", "1"],
-        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "daskmeans",
+            "fit",
+            str(tmp_path / "X.npy"),
+            "-k",
+            "4",
+            "--algorithm",
+            "vc-gmm",
+            "--seed",
+            "0",
+            "--max-iter",
+            "30",
+            "--out",
+            str(tmp_path / "model.zarr"),
+            "--json",
+            "-q",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -277,14 +324,20 @@ def hundred_blobs(n_samples, n_features, seed=0):
 def test_the_defaults_find_the_centers_of_well_separated_blobs():
     # issue 20 at 200,000 x 64 (the issue's 2M x 64 takes minutes); before (plain AFK-MC2, G = 5): 78, 84, 85 of 100
     X, centers = hundred_blobs(200_000, 64)
-    found = [recovered_centers(centers, CoresetGaussianMixture(100, random_state=seed).fit(X).means_, 2.0)
-             for seed in range(3)]
+    found = [
+        recovered_centers(centers, CoresetGaussianMixture(100, random_state=seed).fit(X).means_, 2.0)
+        for seed in range(3)
+    ]
     assert min(found) >= 98, found
 
 
 def test_kmeans_seeded_by_afk_mc2_finds_the_centers_of_well_separated_blobs():
     # the distributed AFK-MC2 keeps its candidates the same way; plain AFK-MC2 found 80, 84 and 91 of 100
     X, centers = hundred_blobs(60_000, 32)
-    found = [recovered_centers(centers, KMeans(100, init="afk-mc2", max_iter=20, random_state=seed).fit(X)
-                               .cluster_centers_, 2.0) for seed in range(3)]
+    found = [
+        recovered_centers(
+            centers, KMeans(100, init="afk-mc2", max_iter=20, random_state=seed).fit(X).cluster_centers_, 2.0
+        )
+        for seed in range(3)
+    ]
     assert min(found) >= 98, found

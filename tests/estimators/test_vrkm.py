@@ -74,8 +74,8 @@ def reference_batched_inner_loop(snapshot, rows, labels, eta, batch_size, batch_
     G = np.zeros_like(C) if batch_gradient is None else batch_gradient.astype(C.dtype)
     changed = 0
     for start in range(0, len(rows), batch_size):
-        nearest, _ = reference_nearest(rows[start:start + batch_size], C)
-        for x, a, j in zip(rows[start:start + batch_size], labels[start:start + batch_size], nearest):
+        nearest, _ = reference_nearest(rows[start : start + batch_size], C)
+        for x, a, j in zip(rows[start : start + batch_size], labels[start : start + batch_size], nearest):
             C, moved = reference_step(C, snapshot, x, a, int(j), eta, G, agree_rule)
             changed += moved
     return C, changed
@@ -123,8 +123,14 @@ def test_vrkm_steps_with_batch_gradient_equal_algorithm_3(dtype, agree_rule):
     gradient[3] = 0.0  # some clusters have no batch gradient
     eta = 0.05
     expected, expected_changed = reference_inner_loop(snapshot, rows, labels, eta, gradient, agree_rule)
-    centers, counts = run_inner_loop(snapshot, [(rows[:400], labels[:400]), (rows[400:], labels[400:])], eta,
-                                     batch_gradient=gradient, agree_rule=agree_rule, n_candidates=4)
+    centers, counts = run_inner_loop(
+        snapshot,
+        [(rows[:400], labels[:400]), (rows[400:], labels[400:])],
+        eta,
+        batch_gradient=gradient,
+        agree_rule=agree_rule,
+        n_candidates=4,
+    )
     np.testing.assert_allclose(centers, expected, **_tolerance(dtype))
     assert counts.changed == expected_changed
 
@@ -195,8 +201,9 @@ def test_inner_loop_result_does_not_depend_on_candidate_lists_or_segments(dtype)
     for m in (1, 5, 30):
         for segments in (1, 7):
             cuts = np.linspace(0, len(rows), segments + 1).astype(int)
-            centers, _ = run_inner_loop(snapshot, [(rows[a:b], labels[a:b]) for a, b in zip(cuts[:-1], cuts[1:])],
-                                        eta, n_candidates=m)
+            centers, _ = run_inner_loop(
+                snapshot, [(rows[a:b], labels[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], eta, n_candidates=m
+            )
             results.append(centers)
     # stale lists (made against the pass centers for the whole sample) and a forced early stop
     loop = InnerLoop(snapshot, eta, reference_centers=pass_centers)
@@ -298,7 +305,7 @@ def test_epoch_pass_without_lists_brings_the_sample_here_in_draw_order(dtype):
         raw, *flat = dask.compute(stats_graph, *[piece for segment in segments for piece in segment])
         _assert_pass_stats(raw, ref_labels, d2)
         n_blocks = len(segments[0])
-        here = SegmentsHere([flat[s * n_blocks:(s + 1) * n_blocks] for s in range(len(segments))])
+        here = SegmentsHere([flat[s * n_blocks : (s + 1) * n_blocks] for s in range(len(segments))])
         for s, first in enumerate(segment_starts(len(draws), 400)):
             last = min(first + 400, len(draws))
             parts = here.parts(s, C + 1.0, 2) if s == 1 else here.parts(s)
@@ -350,8 +357,17 @@ def test_finds_the_true_centers_of_separated_blobs(variant, agree_rule):
     assert model.stop_reason_ == "converged"
     assert model.score(X) == pytest.approx(-model.inertia_)
     record = model.history_[0]
-    for key in ("energy", "inner_steps", "changed", "pass_time", "inner_time", "wall_time", "passes",
-                "distances_per_step", "inner_on"):
+    for key in (
+        "energy",
+        "inner_steps",
+        "changed",
+        "pass_time",
+        "inner_time",
+        "wall_time",
+        "passes",
+        "distances_per_step",
+        "inner_on",
+    ):
         assert key in record
     assert record["inner_steps"] == 1500  # epoch_size 0.5 of 3000
     energies = [r["energy"] for r in model.history_]
@@ -363,14 +379,16 @@ def test_one_epoch_equals_the_numpy_transcription(inner_batch_size):
     X, _, _ = make_blobs(n=2000, d=3, k=6, spread=1.5, seed=7)
     init = X[:6].copy()
     batching = {} if inner_batch_size is None else {"inner_batch_size": inner_batch_size}
-    model = VRKMeans(6, init=init, max_epochs=1, learning_rate=3.0, epoch_size=800, random_state=5,
-                     chunk_rows=300, **batching).fit(X)
+    model = VRKMeans(
+        6, init=init, max_epochs=1, learning_rate=3.0, epoch_size=800, random_state=5, chunk_rows=300, **batching
+    ).fit(X)
     # the epoch by hand: assign, correct to the means, 800 steps on the drawn rows with their pass labels
     labels, _ = reference_nearest(X, init)
     means = np.stack([X[labels == j].mean(0) for j in range(6)])
     draws = uniform_indices_with_replacement(len(X), 800, seed_from_random_state(5), "vrkm", 1)
-    expected, changed = reference_batched_inner_loop(means, X[draws], labels[draws], 3.0 * 6 / len(X),
-                                                     inner_batch_size or VRKM_INNER_BATCH_SIZE)
+    expected, changed = reference_batched_inner_loop(
+        means, X[draws], labels[draws], 3.0 * 6 / len(X), inner_batch_size or VRKM_INNER_BATCH_SIZE
+    )
     np.testing.assert_allclose(model.cluster_centers_, expected, rtol=1e-12, atol=1e-12)
     assert model.history_[0]["changed"] == changed
     if inner_batch_size != 1:  # every draw's distance to every center, by GEMM
@@ -383,8 +401,9 @@ def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(c
     """The streamed loop gets the sample in segments of 250 draws: batches of 150 straddle them."""
     X, _, _ = make_blobs(n=4000, d=6, k=8, spread=2.0, seed=4, dtype=np.float32)
     array = da.from_array(X, chunks=(700, 6))
-    params = dict(n_clusters=8, random_state=123, max_epochs=4, tol=0.0, learning_rate=4.0,
-                  inner_batch_size=inner_batch_size)
+    params = dict(
+        n_clusters=8, random_state=123, max_epochs=4, tol=0.0, learning_rate=4.0, inner_batch_size=inner_batch_size
+    )
     with dask.config.set(scheduler="sync"):
         sync = VRKMeans(**params).fit(array)
     with dask.config.set(scheduler="threads"):
@@ -434,24 +453,27 @@ def test_max_time_stops_and_model_round_trips(tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), model.labels_)
 
 
-@pytest.mark.parametrize("params,match", [
-    (dict(learning_rate=0.0), "learning_rate must be > 0"),
-    (dict(learning_rate=-1.0), "learning_rate must be > 0"),
-    (dict(learning_rate=1e6), "exceeds 1"),
-    (dict(learning_rate="fast"), "learning_rate must be a number > 0 or 'auto'"),
-    (dict(epoch_size=0), "epoch_size .a number of steps. must be >= 1"),
-    (dict(epoch_size=-0.5), "epoch_size .a fraction of n_samples. must be > 0"),
-    (dict(epoch_size=True), "epoch_size must be a fraction"),
-    (dict(epoch_size="halving"), "epoch_size must be one of 'doubling'"),
-    (dict(variant="vrkm+"), "variant must be one of 'vrkm\\+\\+', 'vrkm'"),
-    (dict(agree_rule="always"), "agree_rule must be one of"),
-    (dict(max_epochs=0), "max_epochs must be >= 1"),
-    (dict(n_candidates=0), "n_candidates must be >= 1"),
-    (dict(inner_batch_size=0), "inner_batch_size must be >= 1"),
-    (dict(inner_batch_size=2.5), "inner_batch_size must be an integer"),
-    (dict(tol=-1.0), "tol must be >= 0"),
-    (dict(snapshot_centers="yes"), "snapshot_centers must be True or False"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(learning_rate=0.0), "learning_rate must be > 0"),
+        (dict(learning_rate=-1.0), "learning_rate must be > 0"),
+        (dict(learning_rate=1e6), "exceeds 1"),
+        (dict(learning_rate="fast"), "learning_rate must be a number > 0 or 'auto'"),
+        (dict(epoch_size=0), "epoch_size .a number of steps. must be >= 1"),
+        (dict(epoch_size=-0.5), "epoch_size .a fraction of n_samples. must be > 0"),
+        (dict(epoch_size=True), "epoch_size must be a fraction"),
+        (dict(epoch_size="halving"), "epoch_size must be one of 'doubling'"),
+        (dict(variant="vrkm+"), "variant must be one of 'vrkm\\+\\+', 'vrkm'"),
+        (dict(agree_rule="always"), "agree_rule must be one of"),
+        (dict(max_epochs=0), "max_epochs must be >= 1"),
+        (dict(n_candidates=0), "n_candidates must be >= 1"),
+        (dict(inner_batch_size=0), "inner_batch_size must be >= 1"),
+        (dict(inner_batch_size=2.5), "inner_batch_size must be an integer"),
+        (dict(tol=-1.0), "tol must be >= 0"),
+        (dict(snapshot_centers="yes"), "snapshot_centers must be True or False"),
+    ],
+)
 def test_bad_parameters_give_clear_errors(params, match):
     X, _, _ = make_blobs(n=300, d=2, k=3, seed=10)
     with pytest.raises(InvalidParameterError, match=match):

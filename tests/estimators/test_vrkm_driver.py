@@ -16,8 +16,16 @@ EPOCH_PASS = "daskmeans-vrkm-epoch"
 
 
 def _fit(store, client, weighted=False, **params):
-    model = VRKMeans(n_clusters=24, init="random", max_epochs=6, tol=0.0, random_state=4, inner_batch_size=64,
-                     client=client, **params)
+    model = VRKMeans(
+        n_clusters=24,
+        init="random",
+        max_epochs=6,
+        tol=0.0,
+        random_state=4,
+        inner_batch_size=64,
+        client=client,
+        **params,
+    )
     return fit_driver_store(model, store, weighted)
 
 
@@ -30,12 +38,14 @@ def _assert_same_epochs(model, reference):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant, weighted", [("vrkm++", False), ("vrkm", True)])
-def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(driver_store, cluster_client,
-                                                                                     variant, weighted):
+def test_epochs_on_the_driver_are_those_on_the_workers_and_on_the_threaded_scheduler(
+    driver_store, cluster_client, variant, weighted
+):
     params = dict(variant=variant, weighted=weighted)
     on_driver, driver_keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client, **params))
-    on_workers, worker_keys = with_task_keys(cluster_client,
-                                              lambda: _fit(driver_store, cluster_client, driver_rows=0, **params))
+    on_workers, worker_keys = with_task_keys(
+        cluster_client, lambda: _fit(driver_store, cluster_client, driver_rows=0, **params)
+    )
     with dask.config.set({"scheduler-address": None}):
         threaded = _fit(driver_store, None, **params)  # no client: on the driver as well
         threaded_graphs = _fit(driver_store, None, driver_rows=0, **params)  # Dask graphs on the threads
@@ -77,8 +87,9 @@ def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
     assert vrkm_driver_rows("auto", 50, 784, np.uint8) == DRIVER_WORK // (50 * 784)
 
 
-@pytest.mark.parametrize("value, message", [("many", 'driver_rows must be "auto" or an integer'),
-                                            (-1, "driver_rows"), (1.5, "driver_rows")])
+@pytest.mark.parametrize(
+    "value, message", [("many", 'driver_rows must be "auto" or an integer'), (-1, "driver_rows"), (1.5, "driver_rows")]
+)
 def test_bad_driver_rows_fail_before_any_work(value, message):
     with pytest.raises(InvalidParameterError, match=message):
         VRKMeans(n_clusters=3, driver_rows=value).fit(np.zeros((4, 2)))
