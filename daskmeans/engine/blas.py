@@ -71,6 +71,13 @@ def one_blas_thread():
     return controller.limit(limits=1, user_api="blas")
 
 
+def one_blas_thread_in_this_thread() -> None:
+    """One BLAS thread for the calling thread until it ends: the initializer of a pool's threads. An OpenBLAS built
+    on OpenMP (faiss's wheels) keeps its thread count per thread, so a limit taken by the thread that starts a pool
+    does not reach the pool's own threads; the limit is left in place, as the threads end with the pool."""
+    one_blas_thread()
+
+
 def machine_threads():
     """Every thread pool of the process (BLAS, OpenMP) at one thread per core while the block runs: what code
     that is not daskmeans' (the bench's peers) would have in a process of its own, also inside a fit's limit.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -196,3 +198,26 @@ def test_driver_steps_run_blas_on_one_thread_per_step_thread():
         )
         assert seen == [[1]] * 4
         assert blas_threads() == [2]  # the caller's limit is back
+
+
+def test_driver_steps_run_blas_on_one_thread_with_an_openmp_blas_loaded():
+    """An OpenBLAS built on OpenMP (faiss's wheels) keeps its thread count per thread: each step thread is limited
+    itself. Run in a process of its own, as faiss's BLAS stays loaded once imported."""
+    pytest.importorskip("faiss")
+    script = (
+        "import faiss\n"
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "from daskmeans.passes.nested_driver import step_on_driver\n"
+        "class Seen:\n"
+        "    def __init__(self, threads):\n"
+        "        self.report = [threads]\n"
+        "def blas_threads():\n"
+        "    return sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
+        "with threadpool_limits(limits=2, user_api='blas'):\n"
+        "    _, seen = step_on_driver(lambda i: Seen(blas_threads()), [[i] for i in range(4)], (),\n"
+        "                             lambda parts: [s for part in parts for s in part])\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str([[1]] * 4)
