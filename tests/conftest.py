@@ -143,3 +143,26 @@ def with_task_keys(client, fit):
     with get_task_stream(client) as stream:
         model = fit()
     return model, {str(task["key"]) for task in stream.data}
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible HTTP server (moto) for the session; skipped when moto's server is not installed."""
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'daskmeans[s3]')")
+    from s3_server import S3Server, moto_server_command
+
+    try:
+        moto_server_command("127.0.0.1", 0)
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A new empty bucket on :func:`s3_server`, as ``s3://NAME``."""
+    return s3_server.new_bucket()
