@@ -58,7 +58,7 @@ WRITES_SETTLE_SECONDS = 120.0
 #: Seconds between two looks at the writes still running while waiting for them (``WRITES_SETTLE_SECONDS``).
 WRITES_POLL_SECONDS = 0.05
 #: Seconds to wait, after a failed write into a temporary output, for Zarr's I/O still under way in this process
-#: before the output is removed (:func:`daskmeans.storage.zarr_safe.settle_zarr_io`).
+#: before the output is removed (:func:`daskmeans.storage.publish.settle_zarr_io`).
 ZARR_SETTLE_SECONDS = 10.0
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0

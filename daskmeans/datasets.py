@@ -21,7 +21,7 @@ from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .engine.writes import compute_writes
 from .exceptions import InvalidParameterError
-from .storage.zarr_safe import atomic_output
+from .storage.publish import atomic_output
 
 #: dtypes ``make_blobs_zarr`` can write; uint8 mimics SIFT-like descriptors (values clipped to 0..255).
 BLOB_DTYPES = ("float32", "float64", "uint8")

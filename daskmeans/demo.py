@@ -13,7 +13,7 @@ from .datasets import make_blobs_zarr
 from .estimators.kmeans import KMeans
 from .plots import energy_timeline, plot_energy_curves
 from .storage.io import open_input, write_labels
-from .storage.zarr_safe import prepare_output
+from .storage.publish import prepare_output
 
 DEFAULT_DEMO_DIR = "daskmeans-demo"
 

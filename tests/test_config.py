@@ -318,7 +318,7 @@ def _writes_settling(mp):
 def _zarr_settle_timeout(mp):
     import zarr
 
-    from daskmeans.storage import zarr_safe
+    from daskmeans.storage import publish
 
     zarr.create_array({}, shape=(2,), dtype="f4")[:] = 1  # Zarr's I/O loop runs
     waited = []
@@ -332,8 +332,8 @@ def _zarr_settle_timeout(mp):
         coroutine.close()
         return Future()
 
-    mp.setattr(zarr_safe, "asyncio", SimpleNamespace(run_coroutine_threadsafe=run_coroutine_threadsafe))
-    zarr_safe.settle_zarr_io()
+    mp.setattr(publish, "asyncio", SimpleNamespace(run_coroutine_threadsafe=run_coroutine_threadsafe))
+    publish.settle_zarr_io()
     mp.undo()
     return waited
 

@@ -16,7 +16,7 @@ from ..datasets import (
     make_resampled_zarr,
     resampled_attrs,
 )
-from ..storage.zarr_safe import atomic_output
+from ..storage.publish import atomic_output
 
 
 def _zarr_matches(path, key, attrs) -> bool:

@@ -194,7 +194,7 @@ def fit(
     """
     from ..storage.checkpoint import open_checkpoint
     from ..storage.io import write_labels
-    from ..storage.zarr_safe import atomic_output
+    from ..storage.publish import atomic_output
 
     chosen = algorithm_params(algorithm, {"init": init, "max_iter": max_iter, "max_time": max_time}, params)
     dataset = open_data(input_path, array)

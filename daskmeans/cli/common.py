@@ -143,7 +143,7 @@ def cluster_options(command: _Command) -> _Command:
 def open_data(path: str, array: str | None) -> Dataset:
     """Open an input (metadata only), with a clear message for a plain file that is not a data file."""
     from ..storage.io import open_input
-    from ..storage.zarr_safe import is_local, local_path
+    from ..storage.publish import is_local, local_path
 
     if is_local(path):
         local = local_path(path)
@@ -156,7 +156,7 @@ def open_data(path: str, array: str | None) -> Dataset:
 
 def resolved(path: str) -> tuple[str, bool]:
     """A local path with symlinks and ``..`` resolved (and whether it is local); a URL as it is."""
-    from ..storage.zarr_safe import is_local, local_path
+    from ..storage.publish import is_local, local_path
 
     if is_local(path):
         return os.path.realpath(local_path(os.fspath(path))), True
@@ -189,7 +189,7 @@ def check_outputs(
     uncompressed size in bytes (:func:`check_free_space`); a warning for each output that may not fit goes to
     stderr.
     """
-    from ..storage.zarr_safe import prepare_output
+    from ..storage.publish import prepare_output
 
     given = {option: os.fspath(path) for option, path in outputs.items() if path is not None}
     options = list(given)
@@ -226,7 +226,7 @@ def check_writable(option: str, path: str) -> None:
 
     A file is created and removed there: permission bits alone do not tell (root, read-only mounts, ACLs).
     """
-    from ..storage.zarr_safe import is_local, local_path
+    from ..storage.publish import is_local, local_path
 
     if not is_local(path):
         return
@@ -266,7 +266,7 @@ def check_free_space(option: str, path: str, uncompressed_bytes: int) -> str | N
     DiskFullError
         The output cannot fit.
     """
-    from ..storage.zarr_safe import is_local, local_path
+    from ..storage.publish import is_local, local_path
 
     if not is_local(path):
         return None
@@ -317,7 +317,7 @@ def writing(option: str, path: str | os.PathLike[str]) -> Iterator[None]:
     """Say which output a full disk or quota stopped (``ENOSPC``, ``EDQUOT``), in one line without a traceback.
 
     Any other failure passes unchanged. The output itself is atomic
-    (:class:`~daskmeans.storage.zarr_safe.atomic_output`): its temporary folder is gone when the error reaches the
+    (:class:`~daskmeans.storage.publish.atomic_output`): its temporary folder is gone when the error reaches the
     user.
     """
     try:

@@ -87,7 +87,7 @@ def info(path, array, as_json):
     import zarr
 
     from ..storage.model import FORMAT
-    from ..storage.zarr_safe import is_local
+    from ..storage.publish import is_local
 
     if is_local(path) and not os.path.exists(path):
         raise FileNotFoundError(f"Nothing at {path!r}. Check the path.")

@@ -25,8 +25,8 @@ from ..engine.client import persist_now, resolve_client
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..engine.writes import compute_writes
 from ..exceptions import InputDataError, InputDtypeError
+from .publish import atomic_output
 from .sources import open_source
-from .zarr_safe import atomic_output
 
 if TYPE_CHECKING:  # for type checkers only
     import xarray

@@ -14,7 +14,8 @@ import zarr
 from .._version import __version__
 from ..exceptions import InvalidParameterError, ModelFileError
 from ..registry import estimator_classes
-from .zarr_safe import atomic_output, check_tree, open_safe_array, to_jsonable
+from .publish import atomic_output
+from .zarr_safe import check_tree, open_safe_array, to_jsonable
 
 if TYPE_CHECKING:  # for type checkers only: storage/ never imports estimators/ when it runs
     from ..estimators.base import ClusteringEstimator

@@ -9,7 +9,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import InputDataError
-from .zarr_safe import is_local, local_path
+from .publish import is_local, local_path
 
 
 def open_source(source, array_name: str | None) -> tuple[object, str]:

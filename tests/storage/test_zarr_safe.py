@@ -11,18 +11,15 @@ import pytest
 import zarr
 
 from daskmeans.exceptions import CheckpointError, ModelFileError
+from daskmeans.storage.publish import atomic_output, is_local, local_path, settle_zarr_io
 from daskmeans.storage.sources import stored_bytes
 from daskmeans.storage.zarr_safe import (
     MAX_ARRAY_BYTES,
-    atomic_output,
     check_tree,
-    is_local,
     json_default,
-    local_path,
     open_safe_array,
     read_group,
     read_safe_array,
-    settle_zarr_io,
     to_jsonable,
     write_group,
 )
