@@ -25,7 +25,7 @@ from ..engine.client import persist_now, resolve_client
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..engine.writes import compute_writes
 from ..exceptions import InputDataError, InputDtypeError
-from .publish import atomic_output
+from .publish import atomic_output, zarr_options
 from .sources import open_source
 
 if TYPE_CHECKING:  # for type checkers only
@@ -404,6 +404,7 @@ def write_labels(
     *,
     overwrite: bool = False,
     client: Client | None = None,
+    storage_options: dict | None = None,
 ) -> str:
     """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
 
@@ -421,6 +422,9 @@ def write_labels(
         Replace an existing array at ``path``.
     client : distributed.Client, optional
         Client that computes lazy labels; by default the active one (or the local scheduler).
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path`` (``{"endpoint_url": ..., "key": ..., "secret": ...}``
+        for an S3-compatible store), passed to Zarr.
 
     Returns
     -------
@@ -458,7 +462,7 @@ def write_labels(
         raise InputDataError(f"labels must be 1-D (one per sample), got shape {labels.shape}.")
     chunk = max(labels.chunks[0]) if labels.shape[0] else 1
     labels = labels.rechunk(chunk)
-    with atomic_output(path, overwrite) as tmp:
+    with atomic_output(path, overwrite, storage_options=storage_options) as tmp:
         # dimension_names lets xarray.open_zarr read the labels beside data written the same way
         target = zarr.open_array(
             store=tmp,
@@ -468,6 +472,7 @@ def write_labels(
             dtype=labels.dtype,
             zarr_format=3,
             dimension_names=(dims[0] if dims else "sample",),
+            storage_options=zarr_options(tmp, storage_options),
         )
         target.attrs["daskmeans"] = {"kind": "labels"}
         starts = np.cumsum((0,) + labels.chunks[0][:-1])

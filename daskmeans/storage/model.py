@@ -14,7 +14,7 @@ import zarr
 from .._version import __version__
 from ..exceptions import InvalidParameterError, ModelFileError
 from ..registry import estimator_classes
-from .publish import atomic_output
+from .publish import atomic_output, zarr_options
 from .zarr_safe import check_tree, open_safe_array, to_jsonable
 
 if TYPE_CHECKING:  # for type checkers only: storage/ never imports estimators/ when it runs
@@ -24,11 +24,23 @@ FORMAT = "daskmeans-model"
 FORMAT_VERSION = 1
 
 
-def save_model(estimator, path, *, overwrite=False) -> str:
+def save_model(estimator, path, *, overwrite=False, storage_options=None) -> str:
     """Write a fitted estimator to a Zarr group at ``path``.
 
     Arrays (centers, ...) are Zarr arrays; parameters, scalars, version and history are JSON attributes.
     The group is written under a temporary name and moved into place when complete.
+
+    Parameters
+    ----------
+    estimator : ClusteringEstimator
+        A fitted estimator.
+    path : str or os.PathLike
+        A local folder or an fsspec URL (``s3://bucket/model.zarr``).
+    overwrite : bool
+        Replace an existing model at ``path``.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path`` (``{"endpoint_url": ..., "key": ..., "secret": ...}``
+        for an S3-compatible store), passed to Zarr.
 
     Raises
     ------
@@ -60,8 +72,8 @@ def save_model(estimator, path, *, overwrite=False) -> str:
         name: to_jsonable(getattr(estimator, name)) for name in estimator._model_scalars if hasattr(estimator, name)
     }
     history = to_jsonable(getattr(estimator, "history_", []))
-    with atomic_output(path, overwrite) as tmp:
-        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+    with atomic_output(path, overwrite, storage_options=storage_options) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3, storage_options=zarr_options(tmp, storage_options))
         arrays = {name: np.asarray(getattr(estimator, name)) for name in estimator._model_arrays}
         arrays.update(
             {f"param_{k}": np.asarray(v) for k, v in estimator.get_params().items() if isinstance(v, np.ndarray)}
@@ -132,7 +144,7 @@ SCALAR_KINDS = {
 }
 
 
-def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
+def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -> ClusteringEstimator:
     """Load a model written by ``save``, trusting nothing in the file.
 
     Before any array chunk is read: no symbolic link, FIFO or device anywhere in the folder; the format, the
@@ -144,6 +156,9 @@ def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
     Parameters
     ----------
     path : str or os.PathLike
+        A local folder or an fsspec URL (``s3://bucket/model.zarr``).
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path``, passed to Zarr.
 
     Returns
     -------
@@ -184,7 +199,7 @@ def load(path: str | os.PathLike[str]) -> ClusteringEstimator:
         raise FileNotFoundError(f"No model at {path!r}. Check the path.")
     check_tree(path, what, ModelFileError, max_entries=MAX_MODEL_ENTRIES)
     try:
-        group = zarr.open_group(store=path, mode="r")
+        group = zarr.open_group(store=path, mode="r", storage_options=zarr_options(path, storage_options))
     except Exception as error:
         raise ModelFileError(f"{path!r} is not a daskmeans model (not a Zarr group): {error}") from error
     attrs = dict(group.attrs)

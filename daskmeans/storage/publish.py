@@ -22,8 +22,9 @@ class atomic_output:
     in place, as object stores have no rename.
     """
 
-    def __init__(self, path, overwrite: bool = False):
-        self.path = prepare_output(path, overwrite)
+    def __init__(self, path, overwrite: bool = False, *, storage_options=None):
+        self.storage_options = storage_options
+        self.path = prepare_output(path, overwrite, storage_options)
         self.local = is_local(self.path)
         if self.local:
             target = os.path.abspath(local_path(self.path))
@@ -87,12 +88,18 @@ def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
+def zarr_options(path, storage_options):
+    """The ``storage_options`` to give Zarr for ``path``: None for a local path (Zarr refuses options for a store
+    that is not an fsspec URL, and a command's options for its object store may reach a local output too)."""
+    return None if is_local(os.fspath(path)) else storage_options
+
+
 def local_path(path: str) -> str:
     """``path`` without its ``file://`` scheme."""
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def prepare_output(path, overwrite: bool) -> str:
+def prepare_output(path, overwrite: bool, storage_options=None) -> str:
     """Check that an output path may be written; return it as a string.
 
     Raises
