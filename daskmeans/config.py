@@ -60,6 +60,10 @@ WRITES_POLL_SECONDS = 0.05
 #: Seconds to wait, after a failed write into a temporary output, for Zarr's I/O still under way in this process
 #: before the output is removed (:func:`daskmeans.storage.publish.settle_zarr_io`).
 ZARR_SETTLE_SECONDS = 10.0
+#: Seconds to wait, once every output of a write is complete, before it is published (moved or committed into
+#: place; :class:`daskmeans.storage.publish.publication`). 0 in use: a longer pause widens the moment in which two
+#: runs writing the same output compete, which is how the tests show that only one of them publishes it.
+PUBLISH_PAUSE_SECONDS = 0.0
 #: Seconds to wait for a scheduler before giving up (``connect``, the CLI's ``--connect-timeout`` default).
 CONNECT_TIMEOUT_SECONDS = 10.0
 #: Seconds beyond the connect timeout that ``connect`` waits for a scheduler's handshake before calling the address
@@ -246,6 +250,11 @@ COARSE_INDEX_SEED = 0
 MIN_SEGMENTS = 8
 #: VRKM remakes its candidate lists once a step needs this many times more distances than a list holds (a factor).
 REMAKE_COST = 4
+#: Bytes of VRKM's epoch sample (the drawn rows as stored with their labels, positions and candidate lists) read in
+#: one pass: a longer epoch streams through its inner loop a pool of draws at a time, the first pool read with the
+#: epoch's pass and each other by a read of the blocks its draws fall in, so that no worker (nor the driver) holds
+#: more than two pools whatever the data's size. No result depends on it.
+VRKM_POOL_BYTES = 64 * 2**20
 #: Bytes of batch rows that mini-batch kernel k-means gathers from the workers per round trip.
 POOL_BYTES = 64 * 2**20
 #: Bytes of stored rows up to which mini-batch kernel k-means with ``driver_rows="auto"`` copies the data into the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import time
 
@@ -194,7 +193,7 @@ def fit(
     """
     from ..storage.checkpoint import open_checkpoint
     from ..storage.io import write_labels
-    from ..storage.publish import atomic_output
+    from ..storage.publish import publication
 
     chosen = algorithm_params(algorithm, {"init": init, "max_iter": max_iter, "max_time": max_time}, params)
     dataset = open_data(input_path, array)
@@ -230,17 +229,16 @@ def fit(
         estimator.fit(dataset, checkpoint=checkpoint_path)
         inertia = float(estimator.inertia_)  # may need one more pass: while the cluster is up
         fit_seconds = time.perf_counter() - start
-        with contextlib.ExitStack() as commit:  # the outputs move into place together, or none does
+        # the outputs are published together once both are written, or none is (storage.publish.publication)
+        with publication(overwrite) as outputs:
             if labels_path is not None:
                 say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
                 with writing("--labels", labels_path):
-                    write_labels(
-                        estimator.labels_, commit.enter_context(atomic_output(labels_path, overwrite)), client=client
-                    )
+                    write_labels(estimator.labels_, outputs.output(labels_path), client=client)
             if model_path is not None:
                 say(quiet, f"saving the model -> {model_path}")
                 with writing("--out", model_path):
-                    estimator.save(commit.enter_context(atomic_output(model_path, overwrite)))
+                    estimator.save(outputs.output(model_path))
         workers = None if client is None else len(client.nthreads())  # None: Dask's threaded scheduler
 
     summary = {

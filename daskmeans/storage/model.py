@@ -14,7 +14,7 @@ import zarr
 from .._version import __version__
 from ..exceptions import InvalidParameterError, ModelFileError
 from ..registry import estimator_classes
-from .publish import atomic_output, zarr_options
+from .publish import atomic_output, check_complete, is_local, zarr_options
 from .zarr_safe import check_tree, open_safe_array, to_jsonable
 
 if TYPE_CHECKING:  # for type checkers only: storage/ never imports estimators/ when it runs
@@ -27,8 +27,11 @@ FORMAT_VERSION = 1
 def save_model(estimator, path, *, overwrite=False, storage_options=None) -> str:
     """Write a fitted estimator to a Zarr group at ``path``.
 
-    Arrays (centers, ...) are Zarr arrays; parameters, scalars, version and history are JSON attributes.
-    The group is written under a temporary name and moved into place when complete.
+    Arrays (centers, ...) are Zarr arrays; parameters, scalars, version and history are JSON attributes, and the
+    group carries consolidated metadata (one read gives every array's metadata to xarray and Zarr). The group is
+    published whole (:mod:`daskmeans.storage.publish`): on a local disk it is written under a temporary name and
+    moved into place when complete; on an object store it is staged and committed by its root metadata, written
+    last. A save that fails or is killed leaves no model that looks complete.
 
     Parameters
     ----------
@@ -151,7 +154,9 @@ def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -
     estimator class, every parameter (known names only, checked by the estimator's constraints; ``client`` and
     ``progress`` are never read from a file), every fitted scalar (the estimator's ``_model_scalars`` only, each
     of its type), and every array's dtype, codecs, chunk grid and shape (from the stored parameters and
-    ``n_features_in_``, :meth:`~daskmeans.estimators.base.ClusteringEstimator._model_array_shapes`).
+    ``n_features_in_``, :meth:`~daskmeans.estimators.base.ClusteringEstimator._model_array_shapes`). Each array's
+    metadata is read from its own document, not from the group's consolidated copy, so that what is checked is
+    what is stored. On an object store, a model without its root metadata (a save that did not finish) is refused.
 
     Parameters
     ----------
@@ -169,8 +174,8 @@ def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -
     Raises
     ------
     ModelFileError
-        Not a daskmeans model, a newer format, damaged or tampered with; the message names the field and what it
-        should be.
+        Not a daskmeans model, a newer format, damaged or tampered with (the message names the field and what it
+        should be), or not completely written (an interrupted save on an object store).
     FileNotFoundError
         Nothing at ``path``.
 
@@ -198,8 +203,13 @@ def load(path: str | os.PathLike[str], *, storage_options: dict | None = None) -
     if "://" not in path and not os.path.exists(path):
         raise FileNotFoundError(f"No model at {path!r}. Check the path.")
     check_tree(path, what, ModelFileError, max_entries=MAX_MODEL_ENTRIES)
+    if not is_local(path):  # objects without the root metadata, written last: a save that did not finish
+        check_complete(path, f"The model {path!r}", ModelFileError, storage_options)
     try:
-        group = zarr.open_group(store=path, mode="r", storage_options=zarr_options(path, storage_options))
+        # each array's own metadata, not the group's consolidated copy of it: what is checked is what is stored
+        group = zarr.open_group(
+            store=path, mode="r", use_consolidated=False, storage_options=zarr_options(path, storage_options)
+        )
     except Exception as error:
         raise ModelFileError(f"{path!r} is not a daskmeans model (not a Zarr group): {error}") from error
     attrs = dict(group.attrs)
