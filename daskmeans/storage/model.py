@@ -75,6 +75,7 @@ def save_model(estimator, path, *, overwrite=False, storage_options=None) -> str
         name: to_jsonable(getattr(estimator, name)) for name in estimator._model_scalars if hasattr(estimator, name)
     }
     history = to_jsonable(getattr(estimator, "history_", []))
+    n_features = getattr(estimator, "n_features_in_", None)
     with atomic_output(path, overwrite, storage_options=storage_options) as tmp:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3, storage_options=zarr_options(tmp, storage_options))
         arrays = {name: np.asarray(getattr(estimator, name)) for name in estimator._model_arrays}
@@ -83,7 +84,11 @@ def save_model(estimator, path, *, overwrite=False, storage_options=None) -> str
         )
         for name, value in arrays.items():
             array = group.create_array(
-                name.rstrip("_"), shape=value.shape, dtype=value.dtype, chunks=value.shape or None
+                name.rstrip("_"),
+                shape=value.shape,
+                dtype=value.dtype,
+                chunks=value.shape or None,
+                dimension_names=_dimension_names(name.rstrip("_"), value.shape, n_features),
             )
             array[...] = value
         group.attrs.update(
@@ -99,6 +104,15 @@ def save_model(estimator, path, *, overwrite=False, storage_options=None) -> str
             }
         )
     return os.fspath(path)
+
+
+def _dimension_names(name, shape, n_features):
+    """Names of an array's dimensions, so that ``xarray.open_zarr`` opens a model: a last axis of ``n_features``
+    is ``"feature"`` (shared by the arrays that have one), any other axis is the array's own."""
+    return tuple(
+        "feature" if axis == len(shape) - 1 and size == n_features and axis > 0 else f"{name}_dim_{axis}"
+        for axis, size in enumerate(shape)
+    )
 
 
 #: Parameters that say where and how a fit runs, never read from a model file (save never writes them).

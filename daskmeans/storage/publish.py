@@ -587,10 +587,10 @@ class publication:
             return False
         published = []
         try:
-            if config.PUBLISH_PAUSE_SECONDS > 0:
-                time.sleep(config.PUBLISH_PAUSE_SECONDS)
             for output in self.outputs:
                 output.seal()
+            if config.PUBLISH_PAUSE_SECONDS > 0:
+                time.sleep(config.PUBLISH_PAUSE_SECONDS)
             for output in self.outputs:
                 output.publish()
                 published.append(output)
@@ -705,8 +705,11 @@ def prepare_output(path, overwrite: bool, storage_options: dict | None = None) -
     """
     path = os.fspath(path)
     if not overwrite and exists(path, storage_options):
+        unfinished = not is_local(path) and not has_root_metadata(path, storage_options)
         raise OutputExistsError(
-            f"{path!r} exists already; choose another path or pass overwrite=True (CLI: --overwrite)."
+            f"{path!r} exists already"
+            + (" (another run is writing it, or an interrupted run left it)" if unfinished else "")
+            + "; choose another path or pass overwrite=True (CLI: --overwrite)."
         )
     if is_local(path):
         parent = os.path.dirname(os.path.abspath(local_path(path)))

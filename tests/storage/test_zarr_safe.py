@@ -1,9 +1,7 @@
 """The shared pieces of storage: the JSON encoder, local paths, flushed groups read back safely, disk usage."""
 
-import asyncio
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +9,7 @@ import pytest
 import zarr
 
 from daskmeans.exceptions import CheckpointError, ModelFileError
-from daskmeans.storage.publish import atomic_output, is_local, local_path, settle_zarr_io
+from daskmeans.storage.publish import is_local, local_path
 from daskmeans.storage.sources import stored_bytes
 from daskmeans.storage.zarr_safe import (
     MAX_ARRAY_BYTES,
@@ -133,31 +131,3 @@ def test_declared_shapes_chunk_grids_and_sizes_are_checked_before_reading(tmp_pa
     with pytest.raises(ModelFileError, match=r"x has shape \(3, 2\), expected \(4, 2\) \(n_clusters=4\)"):
         open_safe_array(group, "x", "'g'", shape=(4, 2), expected="n_clusters=4")
     np.testing.assert_array_equal(read_safe_array(group, "x", "'g'", shape=(3, 2)), np.ones((3, 2)))
-
-
-def test_a_failed_output_waits_for_zarrs_writes_still_under_way(tmp_path):
-    """When a write fails, the other writes of the same Zarr operation may still be running on Zarr's I/O loop, and
-    a local store's write makes its file's folders: the temporary output is removed only once they have ended, so
-    that nothing is made again after it."""
-    from zarr.core.sync import _get_loop
-
-    target = tmp_path / "out.zarr"
-    late = threading.Event()
-
-    async def late_write(folder):
-        await asyncio.sleep(0.3)
-        os.makedirs(folder / "c", exist_ok=True)  # what a local store's write does before writing its file
-        (folder / "c" / "0").write_bytes(b"chunk")
-        late.set()
-
-    with pytest.raises(OSError, match="No space left"):
-        with atomic_output(target) as tmp:
-            zarr.open_group(store=tmp, mode="w")
-            asyncio.run_coroutine_threadsafe(late_write(Path(tmp)), _get_loop())
-            raise OSError(28, "No space left on device")
-    assert late.is_set()  # the output was removed after the late write, not before
-    assert os.listdir(tmp_path) == []
-
-
-def test_settling_zarrs_io_returns_at_once_when_nothing_runs():
-    assert settle_zarr_io(timeout=1.0) is True
