@@ -491,6 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="the cluster (dmh<X>); default: the one started by hand")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    try:
+        return act(parser, args)
+    except (LookupError, NamespacesUnavailable) as error:  # no such cluster or host; no namespaces here
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2
+
+
+def act(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Carry out the action of :func:`main`'s command line."""
     if args.action == "up":
         cluster = MultiHostCluster(n_workers=args.workers, owner=None).start()
         print(cluster.describe())

@@ -1,8 +1,8 @@
 """Driver scripts run on a host of the multi-host cluster: ``python driver.py ACTION ...``.
 
 Actions: ``probe`` (wait for the S3 server and the workers), ``write-data`` (seeded blobs into a Zarr store on
-S3, the bucket made if missing), ``load-model`` (``daskmeans.load`` a model, print its class and centers),
-``read-labels`` (print a labels array), ``fit`` (the Python API on the cluster, storage options given once),
+S3, the bucket made if missing), ``read-back`` (``daskmeans.load`` a model, print its class and centers, and
+labels arrays), ``fit`` (the Python API on the cluster, storage options given once),
 ``workers`` (each worker's environment, working directory and the files in it). Arrays are printed as JSON with
 the ``.npy`` bytes in base64, so the test process gets them bit for bit. The script imports nothing of the tests,
 so it runs with the working directory of the host (which must stay empty).
@@ -65,7 +65,8 @@ def probe(args) -> None:
 
 
 def write_data(args) -> None:
-    """Write :func:`blob_data` to ``args.url`` as a Zarr array in chunks of ``--chunk-rows`` rows."""
+    """Write :func:`blob_data` to ``args.url`` as the array ``--array`` of a Zarr group, in chunks of
+    ``--chunk-rows`` rows."""
     import s3fs
     import zarr
 
@@ -75,30 +76,27 @@ def write_data(args) -> None:
     if not filesystem.exists(bucket):
         filesystem.mkdir(bucket)
     data = blob_data(args.rows, args.features, args.centers, args.seed)
-    array = zarr.create_array(
-        store=args.url,
-        shape=data.shape,
-        chunks=(args.chunk_rows, data.shape[1]),
-        dtype=data.dtype,
-        storage_options=options,
+    group = zarr.open_group(store=args.url, mode="w", storage_options=options)
+    group.create_array(args.array, shape=data.shape, chunks=(args.chunk_rows, data.shape[1]), dtype=data.dtype)[:] = (
+        data
     )
-    array[:] = data
 
 
-def load_model(args) -> None:
-    """Print ``{"class", "centers"}`` of the model at ``args.url``, read with ``daskmeans.load``."""
-    import daskmeans
-
-    model = daskmeans.load(args.url, storage_options=json.loads(args.storage_options))
-    print(json.dumps({"class": type(model).__name__, "centers": encode(model.cluster_centers_)}))
-
-
-def read_labels(args) -> None:
-    """Print ``{"labels"}``: the Zarr array at ``args.url``."""
+def read_back(args) -> None:
+    """Print ``{"class", "centers", "labels"}``: the model at ``--model`` read with ``daskmeans.load`` and each
+    ``--labels`` Zarr array, all with the storage options."""
     import zarr
 
-    labels = zarr.open_array(args.url, mode="r", storage_options=json.loads(args.storage_options))[:]
-    print(json.dumps({"labels": encode(labels)}))
+    import daskmeans
+
+    options = json.loads(args.storage_options)
+    result: dict = {"labels": []}
+    if args.model:
+        model = daskmeans.load(args.model, storage_options=options)
+        result.update({"class": type(model).__name__, "centers": encode(model.cluster_centers_)})
+    for url in args.labels:
+        result["labels"].append(encode(zarr.open_array(url, mode="r", storage_options=options)[:]))
+    print(json.dumps(result))
 
 
 def fit(args) -> None:
@@ -111,7 +109,7 @@ def fit(args) -> None:
 
     options = json.loads(args.storage_options)
     with Client(args.scheduler, set_as_default=False) as client:
-        data = daskmeans.open_input(args.url, chunk_rows=args.chunk_rows, storage_options=options)
+        data = daskmeans.open_input(args.url, array=args.array, chunk_rows=args.chunk_rows, storage_options=options)
         estimator = make_estimator(args.algorithm, n_clusters=args.k, random_state=args.seed, progress=False)
         estimator.set_params(client=client)
         with get_task_stream(client) as stream:
@@ -144,15 +142,19 @@ def main(argv=None) -> None:
     command.add_argument("--workers", type=int, required=True)
     command.add_argument("--timeout", type=float, default=120)
     command.set_defaults(run=probe)
-    for name, run in (("write-data", write_data), ("load-model", load_model), ("read-labels", read_labels)):
-        command = actions.add_parser(name)
-        command.add_argument("url")
-        command.add_argument("--storage-options", required=True, help="JSON")
-        command.set_defaults(run=run)
-        if name == "write-data":
-            for option, default in (("rows", 20_000), ("features", 16), ("centers", 8), ("chunk-rows", 2000)):
-                command.add_argument(f"--{option}", type=int, default=default)
-            command.add_argument("--seed", type=int, default=0)
+    command = actions.add_parser("write-data")
+    command.add_argument("url")
+    command.add_argument("--storage-options", required=True, help="JSON")
+    for option, default in (("rows", 20_000), ("features", 16), ("centers", 8), ("chunk-rows", 2000)):
+        command.add_argument(f"--{option}", type=int, default=default)
+    command.add_argument("--seed", type=int, default=0)
+    command.add_argument("--array", default="X")
+    command.set_defaults(run=write_data)
+    command = actions.add_parser("read-back")
+    command.add_argument("--model")
+    command.add_argument("--labels", action="append", default=[])
+    command.add_argument("--storage-options", required=True, help="JSON")
+    command.set_defaults(run=read_back)
     command = actions.add_parser("fit")
     command.add_argument("url")
     command.add_argument("--storage-options", required=True, help="JSON")
@@ -161,6 +163,7 @@ def main(argv=None) -> None:
     command.add_argument("-k", type=int, default=8)
     command.add_argument("--seed", type=int, default=0)
     command.add_argument("--chunk-rows", type=int, default=2000)
+    command.add_argument("--array", default="X")
     command.set_defaults(run=fit)
     command = actions.add_parser("workers")
     command.add_argument("--scheduler", required=True)
