@@ -1,5 +1,7 @@
 """The ``sizing`` workload: how a pass and a k-means fit grow with n, and what that means at a billion rows.
 
+It also times a pass over as many blocks as a billion rows has (:mod:`daskmeans.bench.graph_overhead`).
+
 Synthetic uint8 descriptors are written to Zarr on disk at growing n; for each n the harness times the assign
 pass (the pass Lloyd spends each iteration) and a KMeans fit of a few iterations, both reading from Zarr, and
 records the workers' peak memory. A linear model fitted on those times, plus a measured per-task scheduler
@@ -31,6 +33,7 @@ from .common import (
     write_report,
 )
 from .energy import measure_assign_pass
+from .graph_overhead import BILLION_ROW_BLOCKS, graph_lines, measure_graph_overhead, project
 from .monitor import MemoryMonitor, worker_processes
 from .stores import ensure_blobs
 
@@ -155,6 +158,7 @@ def run_sizing(options, client, machine, sgemm) -> dict:
             fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker) + TARGET_ROWS / chunk_rows * tau
         )
 
+    graph = measure_graph_overhead(client, work_dir, d, n_blocks=512 if quick else BILLION_ROW_BLOCKS)
     extrapolation = []
     for workers in EXTRAPOLATE_WORKERS:
         pass_seconds = extrapolate(model, workers)
@@ -187,6 +191,8 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         "target_rows": TARGET_ROWS,
         "target_iterations": TARGET_ITERATIONS,
         "extrapolation": extrapolation,
+        "graph": graph,
+        "graph_projection": project(graph, iteration_model["b_per_thread"], per_worker, TARGET_ROWS),
         "assumptions": "t(n, W) = a + n b / (W T) + (n / rows_per_block) tau, fitted separately for the assign "
         "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
         "worker memory independent of n; storage bandwidth scales with W.",
@@ -225,6 +231,7 @@ def markdown_table(record) -> str:
         "",
     ]
     lines += extrapolation_lines(record)
+    lines += graph_lines(record)
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,10 @@ scheduler do without it.
 
 from __future__ import annotations
 
+import uuid
+
 import dask
+from dask._expr import LLGExpr
 from dask._task_spec import convert_legacy_graph, cull, fuse_linear_task_spec
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
@@ -246,12 +249,16 @@ def _own_graph(objects, watch=None, client=None):
     memory. Every submission of daskmeans goes this one way, so a block's key gets the same task in each: a key
     the scheduler still remembers from the last pass, given another task by the next one, is what Dask warns
     about as "different `run_spec`" (and may then run the old one).
+
+    The graph goes to the client as an expression with a token of its own: the client would otherwise tokenize
+    every task of it (hashing each task's arguments), a cost on the driver that grows with the blocks of a pass.
+    Its keys already name the tasks uniquely, so no token of its contents is needed.
     """
     keys = [o.key for o in objects]
     graph = cull(convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects)))), keys)
     if watch is not None:
         watch.submitted(graph, client)
-    return fuse_linear_task_spec(graph, keys), keys
+    return LLGExpr(fuse_linear_task_spec(graph, keys), _determ_token=uuid.uuid4().hex), keys
 
 
 def _graph_of(objects):

@@ -117,3 +117,27 @@ def test_a_pinned_loop_on_a_cluster_without_workers_runs_on_the_first_worker_to_
         (result, n_pieces), address = running.result(timeout=60)
         assert (result, n_pieces) == (42, 0)
         assert address in client.nthreads()
+
+
+class _NotTokenizable:
+    """An argument that refuses to be tokenized: a graph holding it is submitted without hashing its tasks."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __dask_tokenize__(self):
+        raise AssertionError("the submitted graph was tokenized task by task")
+
+
+def _plus(block, argument):
+    return block + argument.value
+
+
+def test_own_graphs_are_submitted_without_tokenizing_every_task(cluster_client):
+    from dask import delayed
+
+    from daskmeans.engine.client import compute_now
+
+    parts = [delayed(_plus, pure=False)(i, _NotTokenizable(10)) for i in range(64)]
+    total = delayed(sum, pure=False)(parts)
+    assert compute_now(total, client=cluster_client) == (sum(range(64)) + 64 * 10,)
