@@ -21,7 +21,8 @@ from .engine.graph import map_blocks_delayed, shared
 from .engine.random import row_uniforms, seed_from_random_state, stage_generator, stage_key
 from .engine.writes import compute_writes
 from .exceptions import InvalidParameterError
-from .storage.publish import atomic_output
+from .storage.publish import atomic_output, zarr_options
+from .storage.remote import check_storage_options
 
 #: dtypes ``make_blobs_zarr`` can write; uint8 mimics SIFT-like descriptors (values clipped to 0..255).
 BLOB_DTYPES = ("float32", "float64", "uint8")
@@ -103,10 +104,11 @@ def _as_stored(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype(dtype, copy=False)
 
 
-def _write_rows(start, stop, path, array_name, seed, centers, cluster_std, dtype):
+def _write_rows(start, stop, path, array_name, seed, centers, cluster_std, dtype, storage_options=None):
     values, labels = blob_rows(seed, centers, cluster_std, dtype, start, stop)
-    zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
-    zarr.open_array(store=path, path="y", mode="r+")[start:stop] = labels
+    options = zarr_options(path, storage_options)
+    zarr.open_array(store=path, path=array_name, mode="r+", storage_options=options)[start:stop] = values
+    zarr.open_array(store=path, path="y", mode="r+", storage_options=options)[start:stop] = labels
 
 
 def _check_blob_params(n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, center_box, array_name):
@@ -143,6 +145,7 @@ def make_blobs_zarr(
     array_name="X",
     overwrite=False,
     client=None,
+    storage_options=None,
 ) -> str:
     """Write isotropic Gaussian blobs to a chunked Zarr group, one chunk at a time.
 
@@ -172,8 +175,12 @@ def make_blobs_zarr(
     overwrite : bool, default False
         Replace an existing output at ``path``.
     client : distributed.Client, optional
-        Write the chunks in parallel on this cluster (its workers must see ``path``). Without it the chunks
-        are written by local threads.
+        Write the chunks in parallel on this cluster (its workers must see ``path``, or reach its object store
+        with ``storage_options``). Without it the chunks are written by local threads.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path`` (``s3://bucket/blobs.zarr``:
+        ``{"endpoint_url": ..., "key": ..., "secret": ...}``); they go with every chunk's write. Ignored for a
+        local path.
 
     Returns
     -------
@@ -193,9 +200,10 @@ def make_blobs_zarr(
     seed = seed_from_random_state(random_state)
     chunk_rows = min(chunk_rows or default_chunk_rows(n_samples, n_features), n_samples)
     centers = stage_generator(seed, "make-blobs-centers").uniform(*center_box, size=(n_clusters, n_features))
+    storage_options = check_storage_options(storage_options)
 
-    with atomic_output(path, overwrite) as tmp:
-        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+    with atomic_output(path, overwrite, storage_options=storage_options) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3, storage_options=zarr_options(tmp, storage_options))
         # dimension names: xarray.open_zarr reads the group (and the labels daskmeans writes beside X)
         group.create_array(
             array_name,
@@ -234,6 +242,7 @@ def make_blobs_zarr(
             shared(centers, "blob-centers"),
             cluster_std,
             dtype,
+            storage_options,
         )
         compute_writes(writes, client)
     return os.fspath(path)

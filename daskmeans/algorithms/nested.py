@@ -378,7 +378,9 @@ class _NestedRun:
         fresh = batch.layout_id not in self.written_layouts and (
             resume is None or batch.layout_id != resume["layout_id"]
         )
-        metadata = batch.write_checkpoint(os.path.join(directory, "blocks"), layout if fresh else None)
+        metadata = batch.write_checkpoint(
+            os.path.join(directory, "blocks"), layout if fresh else None, checkpoint.storage_options
+        )
         self.written_layouts.add(batch.layout_id)
         return metadata
 
@@ -395,6 +397,7 @@ class _NestedRun:
                 layout,
                 resume["batch_size"],
                 resume["rows_read"],
+                checkpoint.storage_options,
             )
         else:
             batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]

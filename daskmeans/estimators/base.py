@@ -22,8 +22,9 @@ from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_
 from ..passes.summary import check_summary, finish_summary, summary_graph
 from ..progress import LazyFinalPass
 from ..storage.checkpoint import check_supported, open_checkpoint
-from ..storage.io import Dataset, open_input, spread_on_workers
+from ..storage.io import Dataset, _is_path, open_input, spread_on_workers
 from ..storage.model import save_model
+from ..storage.remote import check_storage_options
 from .constraints import UNCHECKED, Boolean, Init, Integer, MaxTime, RandomState
 
 if TYPE_CHECKING:  # for type checkers only
@@ -67,13 +68,16 @@ def sample_weights(sample_weight, data: Dataset):
     return da.from_array(weights.astype(np.float64), chunks=(data.array.chunks[0],))
 
 
-def prepare_input(X, sample_weight, client, *, chunk_rows=None, on_opened=None, with_row_hash=False):
+def prepare_input(
+    X, sample_weight, client, *, chunk_rows=None, on_opened=None, with_row_hash=False, storage_options=None
+):
     """Open the input, run the summary pass (which validates the values): ``(data, weights, summary)``.
 
     ``on_opened(data, weights)``, when given, runs before the summary pass (checks that need no values).
     ``with_row_hash``: compute the data's row hash too (only a checkpoint's fingerprint needs it).
+    ``storage_options``: for ``X`` given as a URL (ignored for any other input).
     """
-    data = open_input(X, chunk_rows=chunk_rows, name="X")
+    data = open_input(X, chunk_rows=chunk_rows, name="X", storage_options=storage_options if _is_path(X) else None)
     weights = sample_weights(sample_weight, data)
     if on_opened is not None:
         on_opened(data, weights)
@@ -188,7 +192,7 @@ class ClusteringEstimator:
     def _check_data(self, data: Dataset):
         """Checks of the opened input that need no values (before the summary pass); none by default."""
 
-    def _prepare(self, X, sample_weight, client, on_opened=None, with_row_hash=False):
+    def _prepare(self, X, sample_weight, client, on_opened=None, with_row_hash=False, storage_options=None):
         return prepare_input(
             X,
             sample_weight,
@@ -196,6 +200,7 @@ class ClusteringEstimator:
             chunk_rows=getattr(self, "chunk_rows", None),
             on_opened=on_opened,
             with_row_hash=with_row_hash,
+            storage_options=storage_options,
         )
 
     def _check_fitted(self):
@@ -257,46 +262,62 @@ class ClusteringEstimator:
         y: Any = None,
         sample_weight: ArrayLike | da.Array | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        storage_options: dict | None = None,
     ) -> Self:
         """Fit the model to ``X``.
 
         Parameters
         ----------
-        X : array-like, dask array, xarray.DataArray or path to a Zarr store / .npy file, shape (n, d)
+        X : array-like, dask array, xarray.DataArray, Dataset, or path or URL of a Zarr store / .npy file, shape (n, d)
+            Data on object storage: ``open_input("s3://...", storage_options=...)`` (a :class:`~daskmeans.Dataset`),
+            or the URL itself with ``storage_options``.
         y : ignored
         sample_weight : array-like of shape (n,), optional
             Non-negative weight of each sample (e.g. coreset weights).
         checkpoint : str or os.PathLike, optional
-            A directory where the fit's state is saved after every iteration; running the same fit again with
-            the same directory resumes from it, with the same result as an uninterrupted run. A checkpoint of
-            other data or other parameters is refused (:mod:`daskmeans.storage.checkpoint`).
+            A directory, or the URL of a prefix on an object store (``s3://bucket/run1.ckpt``), where the fit's
+            state is saved after every iteration; running the same fit again with the same checkpoint resumes
+            from it, with the same result as an uninterrupted run. A checkpoint of other data or other parameters
+            is refused (:mod:`daskmeans.storage.checkpoint`).
+        storage_options : dict, optional
+            Options of the fsspec filesystem of every store this fit opens by URL: ``X`` given as a URL, and the
+            checkpoint (``{"endpoint_url": ..., "key": ..., "secret": ...}`` for an S3-compatible store). A
+            :class:`~daskmeans.Dataset` keeps the options it was opened with; local paths ignore them. Without
+            them the filesystem reads the standard environment (``AWS_ACCESS_KEY_ID``, ...).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        storage_options = check_storage_options(storage_options)
         if checkpoint is not None:
             check_supported(self)
         client = resolve_client(getattr(self, "client", None))
         with one_blas_thread_for(client):
-            data, weights = self._fit_in(X, sample_weight, client, checkpoint)
+            data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
         self.n_features_in_ = data.n_features
         self._fitted_data = data
         self._fitted_weights = weights
         return self
 
-    def _fit_in(self, X, sample_weight, client, checkpoint):
+    def _fit_in(self, X, sample_weight, client, checkpoint, storage_options=None):
         """:meth:`fit`'s work: open and check the data, then fit (with the checkpoint, when one is given)."""
         opened = []
 
         def on_opened(data, weights):  # before the summary pass: all but the values are checked
             self._check_data(data)
             if checkpoint is not None:
-                opened.append(open_checkpoint(checkpoint, self, data, weights))
+                opened.append(open_checkpoint(checkpoint, self, data, weights, storage_options))
 
         data, weights, summary = self._prepare(
-            X, sample_weight, client, on_opened=on_opened, with_row_hash=checkpoint is not None
+            X,
+            sample_weight,
+            client,
+            on_opened=on_opened,
+            with_row_hash=checkpoint is not None,
+            storage_options=storage_options,
         )
         if self.n_clusters > data.n_samples:
             raise InputDataError(
@@ -426,9 +447,27 @@ class ClusteringEstimator:
         state.pop("_fitted_weights", None)
         return state
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-        """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle)."""
-        return save_model(self, path, overwrite=overwrite)
+    def save(
+        self, path: str | os.PathLike[str], *, overwrite: bool = False, storage_options: dict | None = None
+    ) -> str:
+        """Write the fitted model to a Zarr group (arrays and JSON attributes; no pickle).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A local folder, or a URL (``s3://bucket/model.zarr``).
+        overwrite : bool
+            Replace an existing model at ``path``.
+        storage_options : dict, optional
+            Options of the fsspec filesystem of a URL ``path`` (ignored for a local path); read it back with
+            ``daskmeans.load(path, storage_options=...)``.
+
+        Returns
+        -------
+        str
+            The path written.
+        """
+        return save_model(self, path, overwrite=overwrite, storage_options=check_storage_options(storage_options))
 
     def _model_array_shapes(self):
         """The shape of every array a model file of this estimator holds, from the stored parameters and

@@ -179,6 +179,8 @@ class _KernelClustering(ClusteringEstimator):
         y: Any = None,
         sample_weight: ArrayLike | da.Array | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        storage_options: dict | None = None,
     ) -> Self:
         """Fit the model to ``X``.
 
@@ -189,14 +191,20 @@ class _KernelClustering(ClusteringEstimator):
         sample_weight : array-like (n,), optional
             Non-negative weight of each sample (e.g. coreset weights): a sample of weight ``w`` counts as ``w``
             copies in the cluster means, and the seeding sample is drawn with probability proportional to it.
-        checkpoint : path, optional
+        checkpoint : path or URL, optional
             See :mod:`daskmeans.storage.checkpoint`.
+        storage_options : dict, optional
+            Options of the fsspec filesystem of ``X`` given as a URL and of a checkpoint URL
+            (:meth:`ClusteringEstimator.fit`).
         """
-        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint, storage_options=storage_options)
 
     # -- persistence ---------------------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-        """Write the model (support rows, coefficients, kernel name and parameters) to a Zarr group.
+    def save(
+        self, path: str | os.PathLike[str], *, overwrite: bool = False, storage_options: dict | None = None
+    ) -> str:
+        """Write the model (support rows, coefficients, kernel name and parameters) to a Zarr group (a local folder,
+        or a URL written with ``storage_options``).
 
         Raises
         ------
@@ -209,7 +217,7 @@ class _KernelClustering(ClusteringEstimator):
                 "which a model file cannot store: daskmeans writes arrays and JSON only, never pickled code. "
                 "Fit with a named kernel ('rbf', 'laplacian', 'polynomial') to save the model."
             )
-        return super().save(path, overwrite=overwrite)
+        return super().save(path, overwrite=overwrite, storage_options=storage_options)
 
     def _model_array_shapes(self):
         """See :meth:`ClusteringEstimator._model_array_shapes`; ``m`` is the number of support rows."""

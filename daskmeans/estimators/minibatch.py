@@ -232,6 +232,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         y: Any = None,
         sample_weight: ArrayLike | da.Array | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        storage_options: dict | None = None,
     ) -> Self:
         """Fit the model to ``X``.
 
@@ -242,11 +244,15 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         sample_weight : array-like (n,), optional
             Non-negative weight of each sample (e.g. coreset weights): each sample still has one vote, counted
             with its weight in S, v and the SSE; the workers read the weights with the rows.
-        checkpoint : path, optional
+        checkpoint : path or URL, optional
             The workers write the batch's state blocks into the checkpoint themselves: ``PATH`` must be on a
-            filesystem they share with the driver (see :mod:`daskmeans.storage.checkpoint`).
+            filesystem they share with the driver, or on an object store they reach with ``storage_options`` (see
+            :mod:`daskmeans.storage.checkpoint`).
+        storage_options : dict, optional
+            Options of the fsspec filesystem of ``X`` given as a URL and of a checkpoint URL
+            (:meth:`ClusteringEstimator.fit`).
         """
-        return super().fit(X, y, sample_weight, checkpoint=checkpoint)
+        return super().fit(X, y, sample_weight, checkpoint=checkpoint, storage_options=storage_options)
 
     _supports_checkpoint = True
 

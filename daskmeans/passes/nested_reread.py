@@ -125,14 +125,14 @@ def _chunk_size(output):
     return len(output.block)
 
 
-def _write_chunk(output, path):
-    write_group(path, {name: getattr(output.block, name) for name in STATE_ARRAYS})
+def _write_chunk(output, path, storage_options=None):
+    write_group(path, {name: getattr(output.block, name) for name in STATE_ARRAYS}, None, storage_options)
     return len(output.block)
 
 
-def _read_chunk(path, n_rows, n_lower):
+def _read_chunk(path, n_rows, n_lower, storage_options=None):
     what = f"The checkpoint's chunk state {path!r}"
-    arrays = read_group(path, list(STATE_ARRAYS), what)
+    arrays = read_group(path, list(STATE_ARRAYS), what, storage_options)
     arrays["lower"] = as_stored_bounds(arrays["lower"])
     for name, dtype in STATE_ARRAYS.items():
         shape = (n_rows, n_lower) if name == "lower" else (n_rows,)
@@ -232,8 +232,9 @@ class RereadBatch(NestedBatch):
         parts = map_blocks_delayed(_chunk_size, "nmbatch-sizes", [[o] for o in self.outputs])
         return list(compute_now(*parts, client=self.client))
 
-    def write_checkpoint(self, directory, layout_directory=None):
-        """Have each chunk's state written into ``directory`` where it lives; no rows (they are in the store).
+    def write_checkpoint(self, directory, layout_directory=None, storage_options=None):
+        """Have each chunk's state written into ``directory`` where it lives (with ``storage_options`` for a
+        checkpoint on object storage); no rows (they are in the store).
 
         Returns
         -------
@@ -244,12 +245,16 @@ class RereadBatch(NestedBatch):
             _write_chunk,
             "nmbatch-checkpoint",
             [[o, os.path.join(directory, f"{int(c):06d}")] for o, c in zip(self.outputs, self.chunks_in_batch)],
+            storage_options,
         )
         sizes = compute_now(*parts, client=self.client)
         return {"chunks": [int(c) for c in self.chunks_in_batch], "chunk_rows": [int(s) for s in sizes]}
 
-    def restore_checkpoint(self, metadata, directory, layout_directory, layout_id, size, rows_read):
-        """Load the chunk states written by :meth:`write_checkpoint` (each read by a worker) and the batch size.
+    def restore_checkpoint(
+        self, metadata, directory, layout_directory, layout_id, size, rows_read, storage_options=None
+    ):
+        """Load the chunk states written by :meth:`write_checkpoint` (each read by a worker, with
+        ``storage_options`` for a checkpoint on object storage) and the batch size.
 
         Raises
         ------
@@ -275,6 +280,7 @@ class RereadBatch(NestedBatch):
             "nmbatch-restore",
             [[os.path.join(directory, f"{c:06d}"), int(r)] for c, r in zip(chunks, rows)],
             n_lower,
+            storage_options,
         )
         outputs = list(persist_now(*parts, client=self.client))
         compute_now(*map_blocks_delayed(_chunk_size, "nmbatch-sizes", [[o] for o in outputs]), client=self.client)

@@ -59,24 +59,25 @@ STATE_ARRAYS = {"labels": np.int32, "dist2": np.float64, "lower": LOWER_DTYPE}
 CHECKPOINT_ARRAYS = {**LAYOUT_ARRAYS, **STATE_ARRAYS}
 
 
-def _write_block(output, state_path, layout_path):
+def _write_block(output, state_path, layout_path, storage_options=None):
     """Write one state block into a checkpoint (runs where the block lives): its labels, distances and bounds,
-    and its rows and indices when ``layout_path`` is given. Returns its number of rows."""
+    and its rows and indices when ``layout_path`` is given (``storage_options``: a checkpoint on object storage).
+    Returns its number of rows."""
     block = output.block
     if layout_path is not None:
-        write_group(layout_path, {name: getattr(block, name) for name in LAYOUT_ARRAYS})
-    write_group(state_path, {name: getattr(block, name) for name in STATE_ARRAYS})
+        write_group(layout_path, {name: getattr(block, name) for name in LAYOUT_ARRAYS}, None, storage_options)
+    write_group(state_path, {name: getattr(block, name) for name in STATE_ARRAYS}, None, storage_options)
     return len(block)
 
 
-def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtypes):
+def _read_block(state_path, layout_path, n_rows, n_features, n_lower, dtypes, storage_options=None):
     """Read one state block back from a checkpoint (on a worker), checking every array's dtype and shape.
 
     ``dtypes``: the dtypes the rows may have (as the state keeps them, or as computed: blocks written before the
     states kept integer rows as stored, and empty blocks)."""
     what = f"The checkpoint's state block {state_path!r}"
-    arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}")
-    arrays.update(read_group(state_path, list(STATE_ARRAYS), what))
+    arrays = read_group(layout_path, list(LAYOUT_ARRAYS), f"The checkpoint's rows {layout_path!r}", storage_options)
+    arrays.update(read_group(state_path, list(STATE_ARRAYS), what, storage_options))
     arrays["lower"] = as_stored_bounds(arrays["lower"])
     for name, expected in CHECKPOINT_ARRAYS.items():
         allowed = [np.dtype(t) for t in dtypes] if expected is None else [np.dtype(expected)]
@@ -310,7 +311,7 @@ class NestedBatch:
             self.outputs = to_workers(self.outputs, self.client)
         self.on_driver, self._rows_ahead = False, (None, None)
 
-    def write_checkpoint(self, directory, layout_directory=None):
+    def write_checkpoint(self, directory, layout_directory=None, storage_options=None):
         """Have each state block written into ``directory`` where it lives (nothing passes through the driver, which
         writes only the blocks it holds itself, :mod:`~daskmeans.passes.nested_driver`).
 
@@ -321,6 +322,8 @@ class NestedBatch:
         layout_directory : str, optional
             Where the rows and indices go; None when they are there already (the batch has neither grown nor
             split since they were written: see :attr:`layout_id`).
+        storage_options : dict, optional
+            For a checkpoint on object storage: sent with the paths to the workers that write.
 
         Returns
         -------
@@ -336,13 +339,17 @@ class NestedBatch:
             for i, o in enumerate(self.outputs)
         ]
         if self.on_driver:
-            sizes = [_write_block(*a) for a in args]
+            sizes = [_write_block(*a, storage_options) for a in args]
         else:
-            sizes = compute_now(*map_blocks_delayed(_write_block, "nmbatch-checkpoint", args), client=self.client)
+            writes = map_blocks_delayed(_write_block, "nmbatch-checkpoint", args, storage_options)
+            sizes = compute_now(*writes, client=self.client)
         return {"block_sizes": [int(s) for s in sizes]}
 
-    def restore_checkpoint(self, metadata, directory, layout_directory, layout_id, size, rows_read):
-        """Load the state blocks written by :meth:`write_checkpoint` (each read by a worker) and the batch size.
+    def restore_checkpoint(
+        self, metadata, directory, layout_directory, layout_id, size, rows_read, storage_options=None
+    ):
+        """Load the state blocks written by :meth:`write_checkpoint` (each read by a worker, with
+        ``storage_options`` for a checkpoint on object storage) and the batch size.
 
         Raises
         ------
@@ -366,6 +373,7 @@ class NestedBatch:
             self.n_features,
             n_lower,
             (self.rows_dtype.str, self.array.dtype.str),
+            storage_options,
         )
         outputs = list(persist_now(*parts, client=self.client))
         self.on_driver, self.reads.pending, self._rows_ahead = False, {}, (None, None)

@@ -4,9 +4,10 @@
 and resumes from it when the same fit is run again with the same ``PATH``: the result is the same as that of an
 uninterrupted run (identical centers, labels and history, but for the measured times).
 
-On disk
--------
-``PATH`` is a directory on a local or shared filesystem::
+On disk or object storage
+-------------------------
+``PATH`` is a directory on a local or shared filesystem, or a URL of an object store
+(``s3://bucket/run.ckpt``, opened with the fit's ``storage_options``)::
 
     PATH/daskmeans-checkpoint.json   marker: this directory is a daskmeans checkpoint
     PATH/CURRENT                     pointer: {"format", "format_version", "version": N, "directory": ...}
@@ -16,10 +17,13 @@ On disk
     PATH/shared-NAME/                files that stay the same over several versions (nmbatch rows), written once
 
 A save writes version ``N + 1`` completely (files flushed with fsync), then replaces ``CURRENT`` atomically
-(``os.replace`` of a flushed temporary file), then deletes the older versions. A crash at any moment leaves
-``CURRENT`` naming a complete version; a half-written newer version is ignored and removed by the next save.
-Each version directory has a random ``TOKEN``, so that a task of a dead driver still writing on a worker can
-never write into the version of the run that resumed.
+(``os.replace`` of a flushed temporary file), then deletes the older versions. On an object store, which has no
+rename, the version is written completely under its fresh ``vN-TOKEN/`` prefix and ``CURRENT`` is then overwritten
+by one PUT of a small object, which the store applies atomically
+(:mod:`daskmeans.storage.checkpoint_store`). A crash at any moment leaves ``CURRENT`` naming a complete version; a
+half-written newer version is ignored and removed by the next save. Each version directory has a random ``TOKEN``,
+so that a task of a dead driver still writing on a worker can never write into the version of the run that
+resumed.
 
 Nothing is pickled: the state is arrays (numeric or bool dtypes, codecs from
 :data:`daskmeans.storage.zarr_safe.SAFE_CODECS`, checked before any chunk is decoded) and one JSON document. The
@@ -43,9 +47,10 @@ An algorithm function takes ``checkpoint=None`` (a :class:`CheckpointHook`) and 
     back as lists. ``extra_writer(directory)``, when given, is called first and may write anything (Zarr groups
     made by :func:`write_group`, typically by the workers, where the data lives) into ``directory``, inside the
     new version; what it returns (JSON-able) comes back as ``checkpoint.extra``.
-``checkpoint.extra_directory``, ``checkpoint.extra``
+``checkpoint.extra_directory``, ``checkpoint.extra``, ``checkpoint.storage_options``
     Where the resumed version's extra files are (read them with :func:`read_group`, which applies the same
-    checks), and what its ``extra_writer`` returned.
+    checks), what its ``extra_writer`` returned, and the options that :func:`write_group` and :func:`read_group`
+    take for a checkpoint on object storage (None on a filesystem): pass them with the paths to the workers.
 ``checkpoint.shared_path(name)``, ``save(..., keep_shared=[name])``
     A folder for large pieces that do not change every iteration: written once (completely, before the save
     that first lists it), then only listed by the saves that still use it; deleted once a save no longer does.
@@ -77,8 +82,9 @@ Nested mini-batch k-means keeps per-sample state blocks on the workers. They are
 worker writes its blocks into the new version (``extra_writer``) and, on resume, reads them back; recomputed
 labels and distances could differ in the last bits, and recomputed bounds would be tighter than the decayed
 ones, which changes the distance counters of the history. The cost: an nmbatch checkpoint is about as large as
-the active batch (rows plus bounds), on a filesystem the workers share; labels, distances and bounds are
-rewritten every iteration, the rows and indices only when the batch grows or splits (``shared_path``).
+the active batch (rows plus bounds), on a filesystem the workers share or on an object store they reach with the
+checkpoint's storage options; labels, distances and bounds are rewritten every iteration, the rows and indices only
+when the batch grows or splits (``shared_path``).
 """
 
 from __future__ import annotations
@@ -87,7 +93,6 @@ import json
 import numbers
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -96,8 +101,11 @@ import numpy as np
 import zarr
 
 from ..exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
+from .checkpoint_store import checkpoint_store
 from .fingerprint import content_differences, content_digest, differences, fit_fingerprint
-from .zarr_safe import fsync_dir, fsync_files, open_group, read_plain_file, read_safe_array, write_group
+from .publish import zarr_options
+from .remote import check_storage_options
+from .zarr_safe import open_group, read_safe_array, write_group
 
 FORMAT = "daskmeans-checkpoint"
 #: 2: the data fingerprint holds a hash of every row (version 1 held only statistics of the values).
@@ -189,11 +197,15 @@ class CheckpointHook:
         Folder of the resumed version's extra files.
     extra : JSON-able or None
         What the ``extra_writer`` of the resumed version returned.
+    storage_options : dict or None
+        The options of a checkpoint on object storage, for :func:`write_group` and :func:`read_group` (None on a
+        filesystem).
     """
 
     def __init__(self, checkpoint, resume, wrap):
         self.checkpoint = checkpoint
         self.resume = resume
+        self.storage_options = checkpoint.storage_options
         self.extra_directory = checkpoint.extra_directory if resume is not None else None
         self.extra = (checkpoint.state or {}).get("_extra") if resume is not None else None
         self._wrap = wrap
@@ -213,34 +225,36 @@ class Checkpoint:
     Parameters
     ----------
     path : str or os.PathLike
-        A directory on a filesystem the driver (and, for nmbatch, the workers) can write; made when missing.
+        A directory on a filesystem the driver (and, for nmbatch, the workers) can write, made when missing; or
+        the URL of a prefix on an object store (``s3://bucket/run.ckpt``).
     fingerprint : dict
         :func:`fit_fingerprint` of the fit.
+    storage_options : dict, optional
+        Options of the object store's fsspec filesystem (ignored for a path).
 
     Raises
     ------
     CheckpointError
-        ``path`` is a URL, a file, or a non-empty directory that is not a checkpoint; or the checkpoint is damaged.
+        ``path`` is a file, or a non-empty directory that is not a checkpoint; or the checkpoint is damaged.
     CheckpointMismatchError
         The checkpoint belongs to another fit.
     """
 
-    def __init__(self, path, fingerprint: dict):
+    def __init__(self, path, fingerprint: dict, storage_options=None):
         if not isinstance(path, (str, os.PathLike)):
-            raise InvalidParameterError(f"checkpoint must be a path (str or os.PathLike), got {type(path).__name__}.")
-        path = os.fspath(path)
-        if "://" in path:
             raise InvalidParameterError(
-                f"checkpoint {path!r} is a URL; checkpoints are written with atomic renames and need a local or "
-                "shared filesystem path (e.g. /scratch/run1.ckpt)."
+                f"checkpoint must be a path or URL (str or os.PathLike), got {type(path).__name__}."
             )
-        self.path = os.path.abspath(path)
+        self.store = checkpoint_store(os.fspath(path), check_storage_options(storage_options))
+        self.path = self.store.root
+        self.storage_options = zarr_options(self.path, self.store.storage_options)
         self.fingerprint = fingerprint
         self.version = 0
         self.directory = None
         self.state = None
         self._cleanup = None
         self._attrs = None
+        self._marked = False  # the marker file is known to exist
         self._check_directory()
         self._load()
 
@@ -249,27 +263,27 @@ class Checkpoint:
         return f"The checkpoint {self.path!r}"
 
     def _check_directory(self):
-        if os.path.isfile(self.path):
+        kind = self.store.kind()
+        if kind == "file":
             raise CheckpointError(
                 f"checkpoint path {self.path!r} is a file; give a directory path (it is made "
                 "when missing), or delete the file."
             )
-        if not os.path.isdir(self.path):
+        if kind == "missing":
             return
-        if os.path.exists(os.path.join(self.path, MARKER)):
+        if self.store.exists(MARKER):
             return
-        if os.listdir(self.path):
+        if self.store.listdir():
             raise CheckpointError(
                 f"{self.path!r} exists and is not a daskmeans checkpoint (no {MARKER}); checkpoints need a directory "
                 "of their own: give another path, or an empty or missing one."
             )
 
     def _read_pointer(self):
-        pointer = os.path.join(self.path, POINTER)
-        if not os.path.lexists(pointer):
+        if not self.store.exists(POINTER):
             return None
         try:
-            content = json.loads(read_plain_file(pointer, max_bytes=1 << 16))
+            content = json.loads(self.store.read_text(POINTER, max_bytes=1 << 16))
         except (OSError, ValueError) as error:
             raise CheckpointError(
                 f"{self._describe()} is damaged: {POINTER} is not readable JSON ({error}). "
@@ -309,19 +323,18 @@ class Checkpoint:
             return
         version, name = pointer
         what = f"{self._describe()} (version {version})"
-        directory = os.path.join(self.path, name)
-        if not os.path.isdir(directory):
+        directory = self.store.join(name)
+        problem = self.store.version_problem(name)
+        if problem == "missing":
             raise CheckpointError(
-                f"{what} is damaged: {POINTER} names {os.path.basename(directory)}, which is "
+                f"{what} is damaged: {POINTER} names {name}, which is "
                 f"missing. Delete {self.path!r} to start the fit afresh."
             )
-        if os.path.islink(directory):
+        if problem is not None:
             raise CheckpointError(
-                f"{what} is damaged or tampered with: {os.path.basename(directory)} is a symbolic "
-                f"link, which daskmeans never writes nor follows. Delete {self.path!r} to start "
-                "afresh."
+                f"{what} is damaged or tampered with: {name} is {problem}. Delete {self.path!r} to start afresh."
             )
-        group = open_group(directory, what)
+        group = open_group(directory, what, storage_options=self.storage_options)
         attrs = dict(group.attrs)
         if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
             raise CheckpointError(
@@ -349,7 +362,11 @@ class Checkpoint:
             tree = json.loads(attrs["state"])
         except ValueError as error:
             raise CheckpointError(f"{what} is damaged: its state is not JSON ({error}).") from error
-        arrays_group = open_group(os.path.join(directory, "arrays"), what) if attrs["arrays"] else None
+        arrays_group = (
+            open_group(self.store.join(name, "arrays"), what, storage_options=self.storage_options)
+            if attrs["arrays"]
+            else None
+        )
         arrays = {name: read_safe_array(arrays_group, name, what, error=CheckpointError) for name in attrs["arrays"]}
         self.state = _decode(tree, arrays, what)
         if not isinstance(self.state, dict):
@@ -378,7 +395,7 @@ class Checkpoint:
     @property
     def extra_directory(self):
         """Folder of the current version's extra files (written by an ``extra_writer``)."""
-        return os.path.join(self.directory, "extra") if self.directory else None
+        return f"{self.directory}/extra" if self.directory else None
 
     def hook(self, resume=None, wrap=None):
         """A :class:`CheckpointHook` for an algorithm.
@@ -403,34 +420,35 @@ class Checkpoint:
         """
         if not isinstance(name, str) or not _SHARED_NAME.match(name):
             raise CheckpointError(f"internal: shared checkpoint folder name {name!r} must be 1-32 hex digits.")
-        return os.path.join(self.path, f"shared-{name}")
+        return self.store.join(f"shared-{name}")
 
     def save(self, state: dict, extra_writer=None, keep_shared=()):
         """Write ``state`` as a new version, switch ``CURRENT`` to it, delete the older versions (and the shared
         folders not in ``keep_shared``)."""
-        os.makedirs(self.path, exist_ok=True)
-        marker = os.path.join(self.path, MARKER)
-        if not os.path.exists(marker):
-            with open(marker, "w", encoding="utf-8") as handle:
-                json.dump({"format": FORMAT, "format_version": FORMAT_VERSION}, handle)
+        store = self.store
+        store.makedirs(self.path)
+        if not self._marked and not store.exists(MARKER):
+            store.write_text(MARKER, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION}))
+        self._marked = True
         version = self.version + 1
         name = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
-        directory = os.path.join(self.path, name)
+        directory = store.join(name)
         if "content" not in self.fingerprint:
             raise CheckpointError("internal: Checkpoint.check_content must run before the first save.")
         self.close()  # the previous save's cleanup
-        os.makedirs(directory)
+        store.makedirs(directory)
         state = dict(state)
         if extra_writer is not None:  # the writers flush their own files
-            os.makedirs(os.path.join(directory, "extra"))
-            state["_extra"] = extra_writer(os.path.join(directory, "extra"))
+            store.makedirs(store.join(name, "extra"))
+            state["_extra"] = extra_writer(store.join(name, "extra"))
         arrays = {}
         tree = _encode(state, arrays, "state")
         if arrays:
-            write_group(os.path.join(directory, "arrays"), arrays)
-        zarr.create_group(
+            write_group(store.join(name, "arrays"), arrays, storage_options=self.storage_options)
+        zarr.create_group(  # the version's group file, written last: its version is complete once it exists
             store=directory,
             zarr_format=3,
+            storage_options=self.storage_options,
             attributes={
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
@@ -441,39 +459,29 @@ class Checkpoint:
                 "shared": sorted(keep_shared),
             },
         )
-        fsync_files(directory, "zarr.json")
-        fsync_dir(directory)
-        fsync_dir(self.path)
+        store.flush_version(directory)
         self._switch(version, name)
         self.version = version
         self.directory = directory
         self._remove_other_versions(name, {f"shared-{shared}" for shared in keep_shared})
 
     def _switch(self, version, name):
-        pointer = os.path.join(self.path, POINTER)
-        temporary = f"{pointer}.tmp-{uuid.uuid4().hex}"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(
-                {"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name}, handle
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, pointer)
-        fsync_dir(self.path)
+        pointer = {"format": FORMAT, "format_version": FORMAT_VERSION, "version": version, "directory": name}
+        self.store.publish(POINTER, json.dumps(pointer))
 
     def _remove_other_versions(self, keep, keep_shared):
         """Delete every version but ``keep``, the shared folders it does not use and stray pointer files, in a
         thread, while the fit goes on."""
         stale = [
-            os.path.join(self.path, name)
-            for name in os.listdir(self.path)
+            name
+            for name in self.store.listdir()
             if (_VERSION_NAME.match(name) and name != keep)
             or name.startswith(f"{POINTER}.tmp-")
             or (name.startswith("shared-") and name not in keep_shared)
         ]
         if stale:
             self._cleanup = threading.Thread(
-                target=_remove_all, args=(stale,), name="daskmeans-checkpoint-cleanup", daemon=True
+                target=self.store.remove, args=(stale,), name="daskmeans-checkpoint-cleanup", daemon=True
             )
             self._cleanup.start()
 
@@ -484,31 +492,22 @@ class Checkpoint:
             self._cleanup = None
 
 
-def _remove_all(paths):
-    for path in paths:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-
-
 def check_supported(estimator):
     """Raise ``InvalidParameterError`` when ``estimator`` cannot checkpoint its fits."""
     if not getattr(type(estimator), "_supports_checkpoint", False):
         raise InvalidParameterError(f"{type(estimator).__name__} does not support checkpoint= yet; fit without it.")
 
 
-def open_checkpoint(path, estimator, data, weights) -> Checkpoint:
+def open_checkpoint(path, estimator, data, weights, storage_options=None) -> Checkpoint:
     """Open (or prepare) the checkpoint of a fit of ``estimator`` on ``data``; checks all but the values.
+
+    ``path`` is a directory or the URL of an object store's prefix (opened with ``storage_options``).
 
     Raises
     ------
     InvalidParameterError
-        The estimator cannot checkpoint, or ``path`` is not a filesystem path.
+        The estimator cannot checkpoint, or ``path`` is neither a path nor a URL.
     CheckpointError, CheckpointMismatchError
     """
     check_supported(estimator)
-    return Checkpoint(path, fit_fingerprint(estimator, data, weights))
+    return Checkpoint(path, fit_fingerprint(estimator, data, weights), storage_options)

@@ -24,8 +24,9 @@ from .. import config
 from ..engine.client import persist_now, resolve_client
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..engine.writes import compute_writes
-from ..exceptions import InputDataError, InputDtypeError
+from ..exceptions import InputDataError, InputDtypeError, InvalidParameterError
 from .publish import atomic_output, zarr_options
+from .remote import check_storage_options
 from .sources import open_source
 
 if TYPE_CHECKING:  # for type checkers only
@@ -219,6 +220,7 @@ def open_input(
     chunk_rows: int | None = None,
     name: str = "X",
     sample_dim: str | None = None,
+    storage_options: dict | None = None,
 ) -> Dataset:
     """Open any supported input as a :class:`Dataset` without reading its values.
 
@@ -239,6 +241,12 @@ def open_input(
         array with dimension names). By default the dimension named ``"sample"``, else the one not named
         ``"feature"``, else the first. The other dimension holds the features; the data is transposed lazily when
         the samples are not first, and labels carry the sample dimension's name and coordinates.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``source`` (``s3://bucket/data.zarr``), as ``zarr.open`` takes
+        them: ``{"endpoint_url": ..., "key": ..., "secret": ...}`` for an S3-compatible store, ``{"anon": True}``,
+        ``{"profile": ...}``. The array keeps them: every task that reads a chunk, on any worker, opens the store
+        with them, so the workers need no configuration of their own. Ignored for a local path; without them the
+        filesystem reads the standard environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...).
 
     Returns
     -------
@@ -250,7 +258,11 @@ def open_input(
         Wrong number of dimensions, zero rows or features, a dtype that is not numeric, or a ``sample_dim`` that
         is not a dimension of the input (or an input without named dimensions).
     FileNotFoundError, PermissionError
-        The path does not exist or cannot be read.
+        The path, or the bucket of a URL, does not exist or cannot be read.
+    ConnectionError
+        The object store of a URL cannot be reached (a wrong ``endpoint_url``, a store that is down).
+    InvalidParameterError
+        ``storage_options`` is not a dict, or is given with data that is not a path or URL.
 
     See Also
     --------
@@ -279,16 +291,29 @@ def open_input(
     >>> open_input(path).array.shape
     (1000, 3)
     >>> folder.cleanup()
+
+    A URL opens a store on object storage, with the options of its filesystem:
+
+    >>> data = open_input(
+    ...     "s3://bucket/descriptors.zarr", array="X",
+    ...     storage_options={"endpoint_url": "http://minio:9000", "key": "...", "secret": "..."},
+    ... )  # doctest: +SKIP
     """
     if isinstance(source, Dataset):
         return source
+    storage_options = check_storage_options(storage_options)
+    if storage_options is not None and not _is_path(source):
+        raise InvalidParameterError(
+            f"storage_options apply to a path or URL, but {name} is a {type(source).__name__}; drop "
+            "storage_options, or pass the URL of the store."
+        )
     if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
         raise InputDataError(f"chunk_rows must be a positive integer, got {chunk_rows!r}.")
     location = None
     in_memory = False
     dims_given, sample_dim, sample_coords, is_xarray = sample_dim, SAMPLE_DIM, {}, False
     if _is_path(source):
-        source, location = open_source(source, array)
+        source, location = open_source(source, array, storage_options)
     elif array is not None:
         raise InputDataError("array= names an array inside a Zarr group or .npz file; pass a path with it.")
 
@@ -408,9 +433,12 @@ def write_labels(
 ) -> str:
     """Write labels (NumPy, dask or xarray, one per sample) to a Zarr array at ``path``.
 
-    The array is written under a temporary name and moved into place when complete, so a failure leaves no
-    partial output and an existing array is kept unless ``overwrite`` is True. A natural place is beside the
-    input, e.g. ``"descriptors.zarr/labels"`` for the input group ``descriptors.zarr``.
+    The array is published whole (:mod:`daskmeans.storage.publish`): written under a temporary name and moved
+    into place when complete on a local disk, staged and committed by its metadata, written last, on an object
+    store. A failure leaves no partial output that looks complete, and an existing array is kept unless
+    ``overwrite`` is True. A natural place is beside the input, e.g. ``"descriptors.zarr/labels"`` for the input
+    group ``descriptors.zarr``; when that group has consolidated metadata, it is written again to include the
+    labels, so that ``xarray.open_zarr`` gives the data and the labels together.
 
     Parameters
     ----------

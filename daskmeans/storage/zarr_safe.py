@@ -1,4 +1,4 @@
-"""Safe Zarr groups on disk: flushed writes, reads that decode numbers only, one JSON encoder.
+"""Safe Zarr groups on disk or object storage: flushed writes, reads that decode numbers only, one JSON encoder.
 
 Models (:mod:`daskmeans.storage.model`) and checkpoints (:mod:`daskmeans.storage.checkpoint`) are Zarr groups of
 numeric arrays plus JSON attributes. Reading one checks every array's codecs against :data:`SAFE_CODECS` and its
@@ -18,7 +18,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import CheckpointError, ModelFileError
-from .publish import is_local, local_path
+from .publish import is_local, local_path, zarr_options
 
 # -- JSON ------------------------------------------------------------------------------------------------------------
 
@@ -121,12 +121,21 @@ def fsync_files(directory, *names):
 # -- groups of numeric arrays ----------------------------------------------------------------------------------------
 
 
-def write_group(directory, arrays: dict, attrs: dict | None = None):
+def write_group(directory, arrays: dict, attrs: dict | None = None, storage_options: dict | None = None):
     """Write NumPy arrays (numeric or bool) as one Zarr group at ``directory`` and flush it to disk.
 
-    Used by the driver for the state and by workers for their own pieces (``extra_writer``).
+    Used by the driver for the state and by workers for their own pieces (``extra_writer``). ``directory`` may be
+    a URL (``s3://bucket/run.ckpt/...``), written with ``storage_options``; each object of an object store is
+    complete once its write returns, so there is nothing to flush there.
     """
-    group = zarr.create_group(store=os.fspath(directory), zarr_format=3, overwrite=True, attributes=attrs or {})
+    directory = os.fspath(directory)
+    group = zarr.create_group(
+        store=directory,
+        zarr_format=3,
+        overwrite=True,
+        attributes=attrs or {},
+        storage_options=zarr_options(directory, storage_options),
+    )
     for name, value in arrays.items():
         value = np.ascontiguousarray(value)
         if value.dtype.kind not in "fiub":
@@ -141,25 +150,29 @@ def write_group(directory, arrays: dict, attrs: dict | None = None):
         )
         if value.size:
             array[...] = value
-    fsync_tree(directory)
+    if is_local(directory):
+        fsync_tree(local_path(directory))
 
 
-def open_group(directory, what, error=CheckpointError, max_entries=None):
-    """Open the Zarr group at ``directory`` for reading; ``error`` (naming it ``what``) when it is not one.
+def open_group(directory, what, error=CheckpointError, max_entries=None, storage_options=None):
+    """Open the Zarr group at ``directory`` (a path, or a URL opened with ``storage_options``) for reading;
+    ``error`` (naming it ``what``) when it is not one.
 
-    The folder is checked first with :func:`check_tree` (no symbolic link, FIFO or device anywhere in it), so no
-    read of the group can leave the folder or block.
+    A local folder is checked first with :func:`check_tree` (no symbolic link, FIFO or device anywhere in it), so
+    no read of the group can leave the folder or block.
     """
+    directory = os.fspath(directory)
     check_tree(directory, what, error, max_entries=max_entries)
     try:
-        return zarr.open_group(store=os.fspath(directory), mode="r")
+        return zarr.open_group(store=directory, mode="r", storage_options=zarr_options(directory, storage_options))
     except Exception as exc:
-        raise error(f"{what} is damaged: {os.fspath(directory)!r} is not a readable Zarr group ({exc}).") from exc
+        raise error(f"{what} is damaged: {directory!r} is not a readable Zarr group ({exc}).") from exc
 
 
-def read_group(directory, names, what="checkpoint"):
-    """Read the arrays ``names`` of the Zarr group at ``directory`` with the safety checks (workers use it too)."""
-    group = open_group(directory, what)
+def read_group(directory, names, what="checkpoint", storage_options=None):
+    """Read the arrays ``names`` of the Zarr group at ``directory`` (a path, or a URL read with
+    ``storage_options``) with the safety checks (workers use it too)."""
+    group = open_group(directory, what, storage_options=storage_options)
     return {name: read_safe_array(group, name, what, error=CheckpointError) for name in names}
 
 

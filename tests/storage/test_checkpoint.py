@@ -374,8 +374,8 @@ def test_paths_that_are_not_checkpoints_are_refused(tmp_path, data):
         KMeans(2).fit(X, checkpoint=busy)
     with pytest.raises(CheckpointError, match="is a file"):
         KMeans(2).fit(X, checkpoint=busy / "notes.txt")
-    with pytest.raises(InvalidParameterError, match="URL"):
-        KMeans(2).fit(X, checkpoint="s3://bucket/run.ckpt")
+    with pytest.raises(InvalidParameterError, match="path or URL"):
+        KMeans(2).fit(X, checkpoint=3)
 
     class Plain(KMeans):
         _supports_checkpoint = False
