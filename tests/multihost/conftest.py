@@ -38,4 +38,5 @@ def multihost(tmp_path_factory):
 
 def logs_of(cluster: MultiHostCluster) -> str:
     """The last lines of every service's log, for a failure's message."""
-    return "\n".join(f"--- {host}:\n{cluster.log_tail(host)}" for host in cluster.host_names if host != "client")
+    tails = {host: cluster.log_tail(host, 8 if host == "s3" else 40) for host in cluster.host_names if host != "client"}
+    return "\n".join(f"--- {host}:\n{tail}" for host, tail in tails.items())

@@ -56,7 +56,7 @@ def data(multihost, tmp_path_factory):
 def on_client(cluster, args: list[str], timeout: float = 480) -> str:
     """Run ``daskmeans ARGS`` on the client host against the cluster's scheduler and S3 server; its stdout."""
     argv = [daskmeans_executable(), *args, "--scheduler", cluster.scheduler_address]
-    argv += ["--storage-option", f"endpoint_url={cluster.s3_endpoint}", "--quiet"]
+    argv += ["--storage-option", f"endpoint_url={cluster.s3_endpoint}"]
     done = cluster.run("client", argv, timeout=timeout, check=False)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stderr[-4000:]}\n{logs_of(cluster)}"
     return done.stdout
@@ -85,7 +85,7 @@ def test_fit_from_s3_on_separate_hosts_equals_the_fit_in_process(multihost, data
     bucket, url, local = data
     model, labels, predicted = (f"{bucket}/{name}-{algorithm}.zarr" for name in ("model", "labels", "predicted"))
     on_client(multihost, ["fit", url, "--array", "X", "-k", str(K), "--algorithm", algorithm, "--out", model,
-                          "--labels", labels, "--random-state", str(SEED)])  # fmt: skip
+                          "--labels", labels, "--random-state", str(SEED), "--quiet"])  # fmt: skip
     on_client(multihost, ["predict", model, url, "--array", "X", "--labels", predicted])
 
     reference = make_estimator(algorithm, n_clusters=K, random_state=SEED, progress=False)
