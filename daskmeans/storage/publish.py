@@ -30,6 +30,9 @@ Object stores (any fsspec URL: ``s3://``, ``gs://``, ...)
        the metadata of nested arrays and groups, the root metadata last.
     4. Clean up: the staging prefix and the claim are removed.
 
+    moto's S3 server and AWS S3 honour the conditional create; on a filesystem whose ``pipe_file`` has no
+    conditional create of its own, fsspec looks before it writes, which narrows the race but does not close it.
+
     A failure before the commit removes the staging prefix and the claim: nothing is left, and an existing output
     is untouched. A run killed at any point leaves at most a claim, staged objects and old or new objects without
     root metadata: ``PATH`` then exists (a write without ``overwrite`` is refused) but reads as incomplete, and a
@@ -501,20 +504,32 @@ class _Output:
         self.state = "claimed"
 
     def finish(self) -> None:
-        """Remove what publishing left (the old output, staging, the claim); consolidate the parent group."""
+        """Remove what publishing left (the old output, staging, the claim); consolidate the parent group.
+
+        The output is published by then: a failure here is a warning, not an error (what is left over is hidden
+        from readers, and a later write with ``overwrite`` removes it)."""
         if self.nested:
             return
-        if self.local:
-            if self.old is not None:
-                _remove_local(self.old)
-        else:
-            self.fs.rm(self.staging_key, recursive=True)
-            if self._claim_is_ours():
-                self.fs.rm_file(self.claim_key)
-        self._release()
-        self.state = "finished"
-        if self.parent is not None:
-            consolidate(self.parent, self.storage_options)
+        try:
+            if self.local:
+                if self.old is not None:
+                    _remove_local(self.old)
+            else:
+                self.fs.rm(self.staging_key, recursive=True)
+                if self._claim_is_ours():
+                    self.fs.rm_file(self.claim_key)
+            if self.parent is not None:
+                consolidate(self.parent, self.storage_options)
+        except Exception as error:  # noqa: BLE001 - published already: say what was left, do not fail the write
+            warnings.warn(
+                f"{self.path!r} was published, but cleaning up after it failed ({error}); the group holding it may "
+                "lack consolidated metadata, or leftovers of the write may remain under it.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        finally:
+            self._release()
+            self.state = "finished"
 
     def discard(self) -> None:
         """Remove a staged output that is not published (and the claim); an existing output is left as it was."""

@@ -274,6 +274,21 @@ def test_an_s3_output_is_claimed_at_the_start(s3_server, s3_bucket):
     assert keys(s3_server.filesystem(), url) == ["c/0", "zarr.json"]
 
 
+def test_the_claim_is_a_conditional_create_on_the_server(s3_server, s3_bucket):
+    """Two writers that both found the path free: the server's ``If-None-Match: *`` lets one claim it."""
+    options, url = s3_server.storage_options(), f"{s3_bucket}/x.zarr"
+    first = publication(storage_options=options)
+    first_output = publish._Output(url, False, options)
+    second_output = publish._Output(url, False, options)  # both checked before either claimed
+    first_output.claim()
+    with pytest.raises(OutputExistsError, match="another run is writing it"):
+        second_output.claim()
+    first.outputs.append(first_output)
+    with first:
+        zarr.create_array(first_output.staging, shape=(2,), dtype="i4", storage_options=options)[...] = 3
+    assert zarr.open_array(url, mode="r", storage_options=options)[...].tolist() == [3, 3]
+
+
 def test_a_writer_whose_claim_was_taken_publishes_nothing(s3_server, s3_bucket):
     options, url = s3_server.storage_options(), f"{s3_bucket}/x.zarr"
     with pytest.raises(OutputExistsError, match="being written by another run at the same time"):
