@@ -9,7 +9,8 @@ idle footprint (the Python process with NumPy, Dask and the compiled kernels, ab
   whatever ``k``), and a few ``k x d`` arrays (the centers, their float64 sums);
 * the partial results of the tree reduction waiting on the worker (``k x d`` float64 sums each);
 * the algorithm's state, which lives on the workers by design and does not depend on the data size:
-  mini-batch k-means' pool of drawn rows, VRKM's epoch sample, nmbatch's active batch.
+  mini-batch k-means' pool of drawn rows, VRKM's epoch sample (streamed a pool of draws at a time), nmbatch's
+  active batch.
 
 Nothing is ``n x k`` (``transform`` excepted: it returns distances to every center, one block at a time) and
 nothing is ``k x k``: k-means|| reclusters its ~10 k candidates against the k centers in slabs of rows.
@@ -66,9 +67,53 @@ def minibatch_state_bytes(n_features: int, compute_itemsize: int = 4) -> int:
     return int(config.POOL_ROWS * (n_features * compute_itemsize + 16))
 
 
+def vrkm_sample_row_bytes(n_features: int, n_candidates: int = 16, source_itemsize: int = 4) -> int:
+    """VRKM: bytes of one draw of an epoch's sample as held: the row as stored, its snapshot label, the lower bound
+    and position that come with it, and its candidate list (``n_candidates`` int32; none for the batched loop).
+
+    Examples
+    --------
+    >>> vrkm_sample_row_bytes(64, 0)
+    276
+    """
+    return int(n_features * source_itemsize + 4 + 8 + 8 + 4 * n_candidates)
+
+
+def vrkm_pool_rows(n_features: int, n_candidates: int = 16, source_itemsize: int = 4) -> int:
+    """VRKM: draws per pool of an epoch's sample, :data:`~daskmeans.config.VRKM_POOL_BYTES` of them (at least one).
+
+    Examples
+    --------
+    >>> from daskmeans import config
+    >>> with config.set(VRKM_POOL_BYTES=276_000):
+    ...     vrkm_pool_rows(64, 0)
+    1000
+    """
+    return max(1, int(config.VRKM_POOL_BYTES) // vrkm_sample_row_bytes(n_features, n_candidates, source_itemsize))
+
+
 def vrkm_state_bytes(epoch_steps: int, n_features: int, n_candidates: int = 16, compute_itemsize: int = 4) -> int:
-    """VRKM: the epoch's drawn rows with their snapshot labels, distances and candidate lists (all workers)."""
-    return int(epoch_steps * (n_features * compute_itemsize + 4 + 8 + n_candidates * (4 + 4) + 8))
+    """VRKM: what the epoch's sample holds on the workers at once, however long the epoch: two pools (one streaming
+    into the inner loop while the next is read, :func:`vrkm_pool_rows`) and the segment in use, merged and put in
+    draw order (at most a pool), each draw with its label, position, bound and candidate list.
+
+    Parameters
+    ----------
+    epoch_steps : int
+        Draws of the longest epoch (a shorter epoch is one pool of that many draws).
+    n_features, n_candidates : int
+    compute_itemsize : int
+        Bytes per value of the rows as held (their stored itemsize).
+
+    Examples
+    --------
+    >>> vrkm_state_bytes(1000, 64, 0)
+    828000
+    >>> vrkm_state_bytes(10**9, 64, 0) == vrkm_state_bytes(10**8, 64, 0)  # bounded by the pools
+    True
+    """
+    pool = min(int(epoch_steps), vrkm_pool_rows(n_features, n_candidates, compute_itemsize))
+    return int(3 * pool * vrkm_sample_row_bytes(n_features, n_candidates, compute_itemsize))
 
 
 def nmbatch_state_bytes(batch_rows: int, n_features: int, n_groups: int, compute_itemsize: int = 4) -> int:

@@ -178,11 +178,19 @@ def _pid():
     return os.getpid()
 
 
-#: VRKM and VRKM++ share the epoch pass, the sample and the inner loop (VRKM adds one k x d batch gradient): one
-#: of them stands for both, to keep the test short.
+#: VRKM++ at its default epoch (half the rows: a sample of about 500 MB as stored, more than the worker can hold)
+#: streams it in pools to the driver, with the batched inner loop; VRKM runs the per-sample loop (candidate lists) on
+#: the worker (driver_sample_bytes=0), its pools kept there.
 CASES = {
     "kmeans": ({"max_iter": 1, "tol": 0.0}, lambda model: 0),
-    "vrkm++": ({"max_epochs": 1, "epoch_size": 50_000}, lambda model: vrkm_state_bytes(50_000, N_FEATURES)),
+    "vrkm++": (
+        {"max_epochs": 1},
+        lambda model: vrkm_state_bytes(model.history_[0]["epoch_size"], N_FEATURES, 0, compute_itemsize=1),
+    ),
+    "vrkm": (
+        {"max_epochs": 1, "epoch_size": 1_000_000, "inner_batch_size": 1, "driver_sample_bytes": 0},
+        lambda model: vrkm_state_bytes(1_000_000, N_FEATURES, 16, compute_itemsize=1),
+    ),
     # driver_rows=0: the batch's state on the workers from the first step ("auto" would step batches this small on
     # the driver)
     "nmbatch": (
@@ -204,6 +212,7 @@ CASES = {
 #: Warm-up fits on 4096 rows need smaller epochs and batches.
 WARM_UP = {
     "vrkm++": {"epoch_size": 1000},
+    "vrkm": {"epoch_size": 1000},
     "nmbatch": {"initial_batch_size": 1000},
     "nmbatch-reread": {"initial_batch_size": 1000, "batch_rows": "reread"},
 }
@@ -263,6 +272,10 @@ def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(bi
             with MemoryMonitor(client, interval=0.05) as monitor:
                 model.fit(path)
             assert np.isfinite(model.cluster_centers_).all()
+            if name in ("vrkm++", "vrkm"):
+                record = model.history_[0]
+                assert record["inner_steps"] == record["epoch_size"] and record["pools"] > 1, record
+                assert record["inner_on"].startswith("tcp://") == (name == "vrkm"), record
             if name == "nmbatch-reread":
                 assert (model.batch_rows_, model.bounds_) == ("reread", "hamerly")
                 assert model.history_[-1]["batch_size"] >= 1_000_000

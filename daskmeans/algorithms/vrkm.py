@@ -5,7 +5,8 @@ Each epoch:
 
 1. the epoch pass (:mod:`daskmeans.passes.epoch`) assigns every row to the current centers ``C~`` (its energy is
    recorded) and gathers the epoch's ``T`` sampled rows, drawn uniformly with replacement (weight-proportionally
-   with sample weights), with their snapshot labels;
+   with sample weights), with their snapshot labels: all of them, or the first pool of
+   :data:`~daskmeans.config.VRKM_POOL_BYTES` when the sample is larger (:mod:`daskmeans.algorithms.vrkm_pools`);
 2. empty clusters are refilled with far rows (never reset to zero), then the position correction: VRKM
    (Algorithms 2-3) ``c~new = c~ - grad f~(c~)`` with ``grad f~(c~) = (1/v) sum (c~ - x)`` over the cluster, and
    the batch gradient ``G = (1/v) sum (c~new - x)`` at ``c~new`` for the variance-reduced steps; VRKM++
@@ -17,7 +18,8 @@ Each epoch:
    (:mod:`daskmeans.kernels.vrkm`, with candidate lists made in the pass), on the driver, or on one pinned worker
    when the sample is larger than ``driver_sample_bytes`` (on another one if that worker dies). The driver gets
    the sample with the pass's statistics, in the same round trip; for a worker it stays on the workers that
-   gathered it and streams in one segment at a time. The result is the same either way;
+   gathered it and streams in one segment at a time. The result is the same either way. The pools after the first
+   are read one at a time, each by a pass over the blocks its draws fall in, and the loop continues through them;
 4. ``C~ = C_T``.
 
 It stops after ``max_epochs``, when the energy changed by at most ``tol`` (relative) between two passes (the
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,18 +37,7 @@ import numpy as np
 import psutil
 
 from .. import config
-from ..engine.client import compute_now, persist_now, run_pinned
-from ..kernels.vrkm import InnerLoop
-from ..kernels.vrkm_batched import BatchedInnerLoop
-from ..passes.assign import finish_stats
-from ..passes.epoch import (
-    SegmentsHere,
-    SegmentsOnCluster,
-    epoch_pass_graph,
-    epoch_pass_on_driver,
-    ordered_segment,
-    segment_starts,
-)
+from ..engine.client import compute_now
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
@@ -56,6 +46,12 @@ from ..passes.sampling import (
 from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums, relocate_empty_clusters, with_enough_far_rows
 from .result import FitResult, RunContext
+from .vrkm_pools import (
+    EpochSampler,
+    InnerLoopTask,
+    epoch_inner_loop,
+    epoch_pools,
+)
 
 VARIANTS = ("vrkm++", "vrkm")
 
@@ -125,139 +121,6 @@ def _draws(n, steps, seed, epoch, weights, block_totals, client):
         return uniform_indices_with_replacement(n, steps, seed, "vrkm", epoch)
     graph = weighted_indices_with_replacement_graph(weights, block_totals, steps, seed, "vrkm", epoch)
     return compute_now(graph, client=client)[0]
-
-
-def segment_rows_for(n_draws: int, array) -> int:
-    """Draws per segment: at least ``MIN_SEGMENTS`` segments (the candidate lists are remade for each), and none
-    larger than one block of the data."""
-    return max(1, min(math.ceil(n_draws / config.MIN_SEGMENTS), int(max(array.chunks[0]))))
-
-
-@dataclass(frozen=True)
-class InnerLoopTask:
-    """What the inner loop of one epoch runs from, besides its sample (:func:`run_segments`; sent whole to the
-    worker that runs it).
-
-    Attributes
-    ----------
-    starts : int array
-        First draw of each segment.
-    n_draws : int
-    snapshot : ndarray (k, d)
-        ``C~new``.
-    pass_centers : ndarray (k, d)
-        ``C~``, the centers the pass made the candidate lists against.
-    eta, batch_gradient, agree_rule, n_candidates :
-        See :class:`~daskmeans.kernels.vrkm.InnerLoop`.
-    batch_size : int
-        Draws whose nearest centers are found together (1: the paper's per-sample loop).
-    remake_cost : float
-        :data:`~daskmeans.config.REMAKE_COST` (read on the driver).
-    """
-
-    starts: Any
-    n_draws: int
-    snapshot: Any
-    pass_centers: Any
-    eta: float
-    batch_gradient: Any
-    agree_rule: str
-    n_candidates: int
-    batch_size: int
-    remake_cost: float
-
-
-def run_segments(pieces, compute, task):
-    """The inner loop over an epoch's sample, one segment at a time, from ``task`` (:class:`InnerLoopTask`).
-
-    With ``task.batch_size > 1`` the loop is batched (:class:`~daskmeans.kernels.vrkm_batched.BatchedInnerLoop`) and
-    the segments carry no candidate lists. In the per-sample loop, the candidate lists made in the pass are used
-    while they keep the steps cheap; once the centers have drifted so far from the pass's that a step needs more
-    than ``REMAKE_COST`` distances per listed candidate, each remaining segment gets its lists remade against the
-    centers of that moment. This changes the speed only.
-
-    Parameters
-    ----------
-    pieces : list of list
-        ``pieces[s][b]``: block ``b``'s part of segment ``s``: Delayed objects or Futures of a sample kept on the
-        cluster, or the parts themselves when the pass brought them here (``compute`` None).
-    compute : callable or None
-        Computes a delayed object and returns its value (driver client, worker client or local scheduler).
-    task : InnerLoopTask
-
-    Returns
-    -------
-    centers : ndarray (k, d)
-    counts : InnerLoopCounts
-    remade : int
-        Segments whose candidate lists were remade.
-    """
-    starts, n_candidates = task.starts, task.n_candidates
-    if task.batch_size > 1:
-        loop = BatchedInnerLoop(
-            task.snapshot,
-            task.eta,
-            batch_size=task.batch_size,
-            batch_gradient=task.batch_gradient,
-            agree_rule=task.agree_rule,
-        )
-    else:
-        loop = InnerLoop(
-            task.snapshot,
-            task.eta,
-            batch_gradient=task.batch_gradient,
-            agree_rule=task.agree_rule,
-            reference_centers=task.pass_centers,
-        )
-    segments = SegmentsHere(pieces) if compute is None else SegmentsOnCluster(pieces, compute)
-    ends = list(starts[1:]) + [task.n_draws]
-    pass_lists = True
-    remade = 0
-    for s, (first, last) in enumerate(zip(starts, ends)):
-        done = 0
-        if pass_lists:
-            sample = ordered_segment(segments.parts(s), int(first), int(last - first))
-            done = loop.run(*sample.as_tuple(), max_cost=task.remake_cost * (n_candidates + 1))
-            pass_lists = done == sample.rows.shape[0]
-        if done < last - first:
-            loop.rebase()
-            sample = ordered_segment(segments.parts(s, loop.centers(), n_candidates), int(first), int(last - first))
-            loop.run(*(values[done:] for values in sample.as_tuple()))
-            remade += 1
-        del sample
-    return loop.centers(), loop.counts(), remade
-
-
-def _epoch_pass(array, centers, draws, weights, n_candidates, client, keep_sample, driver=None):
-    """Run the epoch pass (on the driver's threads with ``driver``, the data gathered there).
-
-    Returns
-    -------
-    stats : ClusterStats
-    pieces : list of list
-        ``pieces[s][b]``: persisted on the workers that computed them (``keep_sample``), else here (values).
-    starts : int array
-        First draw of each segment.
-    """
-    # the driver takes the sample whole; a worker streams it in segments
-    segment_rows = segment_rows_for(draws.size, array) if keep_sample else max(1, draws.size)
-    if driver is not None:
-        raw, pieces = epoch_pass_on_driver(driver, centers, draws, segment_rows=segment_rows, n_candidates=n_candidates)
-        return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
-    stats_graph, segments = epoch_pass_graph(
-        array, centers, draws, weights=weights, segment_rows=segment_rows, n_candidates=n_candidates
-    )
-    flat = [piece for segment in segments for piece in segment]
-    n_blocks = len(segments[0])
-    if keep_sample:
-        persisted = persist_now(stats_graph, *flat, client=client)
-        (raw,) = compute_now(persisted[0], client=client)
-        flat = persisted[1:]
-    else:
-        # one round trip brings the statistics and the sample
-        raw, *flat = compute_now(stats_graph, *flat, client=client)
-    pieces = [list(flat[s * n_blocks : (s + 1) * n_blocks]) for s in range(len(segments))]
-    return finish_stats(raw), pieces, segment_starts(draws.size, segment_rows)
 
 
 def _state(epoch, centers, history, passes, previous_energy, stop_reason, inertia):
@@ -419,9 +282,9 @@ def _epochs(array, centers, plan, context, driver=None):
         draws = _draws(n, steps, plan.seed, epoch, weights, block_totals, client)
         started = time.perf_counter()
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > plan.sample_bytes
-        stats, pieces, starts = _epoch_pass(
-            array, centers, draws, weights, listed, client, keep_sample=on_worker, driver=driver
-        )
+        sampler = EpochSampler(array, client, on_worker, listed, driver)
+        pools = epoch_pools(array, steps, listed)
+        stats, first = sampler.epoch_pass(centers, draws[: pools[0][1]], weights)
         stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
         state.passes += 1 + extra
         passes = state.passes
@@ -453,8 +316,8 @@ def _epochs(array, centers, plan, context, driver=None):
         snapshot, batch_gradient = position_correction(stats, centers, plan.variant)
         started = time.perf_counter()
         task = InnerLoopTask(
-            starts,
-            steps,
+            None,  # the segments of each pool
+            0,
             snapshot,
             centers,
             plan.eta,
@@ -464,24 +327,19 @@ def _epochs(array, centers, plan, context, driver=None):
             plan.inner_batch_size,
             config.REMAKE_COST,
         )
-        if on_worker:
-            # the sample stays on the workers that gathered it; one of them streams it in
-            keys = [[piece.key for piece in segment] for segment in pieces]
-            (centers, counts, remade), where = run_pinned(
-                client, run_segments, keys, task, key=f"daskmeans-vrkm-inner-loop-{uuid.uuid4().hex}"
-            )
-        else:
-            where = "driver"
-            centers, counts, remade = run_segments(pieces, None, task)
+        progress, where, pools_run = epoch_inner_loop(sampler, draws, pools, first, task, clock)
+        centers, counts = progress.loop.centers(), progress.loop.counts()
         state.centers = centers
-        del pieces
+        state.passes += pools_run - 1  # a read of the data per pool after the first
+        passes = record["passes"] = state.passes
         record.update(
             {
                 "inner_steps": counts.steps,
                 "changed": counts.changed,
                 "agree_updates": counts.agree_updates,
                 "distances_per_step": counts.distances / max(1, counts.steps),
-                "lists_remade": remade,
+                "lists_remade": progress.remade,
+                "pools": pools_run,
                 "inner_time": time.perf_counter() - started,
                 "inner_on": where,
             }

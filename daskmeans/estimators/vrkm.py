@@ -78,7 +78,9 @@ class VRKMeans(ClusteringEstimator):
         many clusters).
     epoch_size : float, int or "doubling", default 0.5
         Inner steps per epoch: a float is a fraction of ``n_samples``, an int a number of steps, ``"doubling"``
-        the paper's ``2**s`` in epoch ``s``.
+        the paper's ``2**s`` in epoch ``s``. A sample larger than :data:`~daskmeans.config.VRKM_POOL_BYTES` streams
+        through the inner loop a pool at a time, each pool after the first read by a pass of its own, so memory stays
+        bounded (the steps are the same).
     max_epochs : int, default 100
     tol : float, default 1e-5
         Stop when the energy changes by at most ``tol`` (relative) between two epochs' passes. The energy of a
@@ -137,7 +139,9 @@ class VRKMeans(ClusteringEstimator):
         Per epoch: ``energy`` after the pass (mean squared distance to the centers the epoch started from),
         ``epoch_size``, ``inner_steps``, ``changed`` (steps that moved centers), ``agree_updates``,
         ``distances_per_step`` (of k a full search would need), ``lists_remade`` (segments whose candidate lists
-        were remade), ``pass_time``, ``inner_time``, ``inner_on`` (driver or worker address), ``relocated``,
+        were remade), ``pools`` (pools of the sample the inner loop took, each after the first read by a pass of its
+        own: see :data:`~daskmeans.config.VRKM_POOL_BYTES`), ``pass_time``, ``inner_time``, ``inner_on`` (driver or
+        worker address), ``relocated``,
         ``wall_time`` (at the end of the pass), ``passes``; the last record also has ``stop_reason``. The epoch
         that stops the run (tolerance or time reached at its pass) has no inner-loop fields.
     center_snapshots_ : list of dict

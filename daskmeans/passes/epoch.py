@@ -94,26 +94,80 @@ def _candidate_lists_of_sampled(block, weights, centers, sampled, stats, n_candi
     return lists, far
 
 
-def _epoch_block(block, offset, weights, centers, draws, starts, n_candidates, n_far):
+def block_draws(block_rows, draws):
+    """The draws that fall in each block: per block, their positions in ``draws`` (sorted) and their rows in the
+    block.
+
+    Each block task gets only its own draws, so no task (and no worker) holds the draws of a whole pool.
+
+    Parameters
+    ----------
+    block_rows : sequence of int
+        Rows of each block (``array.chunks[0]``).
+    draws : int array (t,)
+        Global row indices, in step order (repeats allowed).
+
+    Returns
+    -------
+    list of tuple
+        ``(positions, local)`` per block: int64 positions in ``draws`` and int64 row indices within the block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [(p.tolist(), r.tolist()) for p, r in block_draws([3, 3], np.array([4, 0, 2, 4]))]
+    [([1, 2], [0, 2]), ([0, 3], [1, 1])]
+    """
+    draws = np.ascontiguousarray(draws, dtype=np.int64)
+    ends = np.cumsum(np.asarray(block_rows, dtype=np.int64))
+    offsets = ends - np.asarray(block_rows, dtype=np.int64)
+    order = np.argsort(draws, kind="stable")
+    sorted_rows = draws[order]
+    lo, hi = np.searchsorted(sorted_rows, offsets), np.searchsorted(sorted_rows, ends)
+    out = []
+    for b in range(len(ends)):
+        positions = np.sort(order[lo[b] : hi[b]])
+        out.append((positions, draws[positions] - offsets[b]))
+    return out
+
+
+def _split_segments(positions, starts, rows, labels, candidates, lower):
+    """One piece per segment of the sampled rows of a block (``positions`` sorted, so each segment is a slice)."""
+    cuts = np.append(np.searchsorted(positions, starts), positions.size)
+    return tuple(
+        (positions[part], rows[part], labels[part], candidates[part], lower[part])
+        for part in (slice(cuts[s], cuts[s + 1]) for s in range(len(starts)))
+    )
+
+
+def _epoch_block(block, offset, weights, positions, local, centers, starts, n_candidates, n_far):
     block = np.asarray(block)  # as stored
-    positions = np.flatnonzero((draws >= offset) & (draws < offset + block.shape[0]))
-    rows = block[draws[positions] - offset]  # as stored: a quarter of the bytes of uint8 data as floats
-    sampled, inverse = np.unique(draws[positions] - offset, return_inverse=True)
+    rows = block[local]  # as stored: a quarter of the bytes of uint8 data as floats
+    sampled, inverse = np.unique(local, return_inverse=True)
     k = centers.shape[0]
     stats = (np.zeros((k, block.shape[1])), np.zeros(k), np.zeros(k))
     if n_candidates == 0:
         lists, far = _labels_of_sampled(block, offset, weights, centers, sampled, stats, n_far)
     else:
         lists, far = _candidate_lists_of_sampled(block, weights, centers, sampled, stats, n_candidates, n_far)
-    s_labels, s_candidates, s_lower = (np.concatenate([part[i] for part in lists]) for i in range(3))
-    # positions come sorted (np.flatnonzero): each segment is a slice
-    cuts = np.append(np.searchsorted(positions, starts), positions.size)
-    pieces = []
-    for s in range(len(starts)):
-        part = slice(cuts[s], cuts[s + 1])
-        which = inverse[part]
-        pieces.append((positions[part], rows[part], s_labels[which], s_candidates[which], s_lower[which]))
-    return (*stats, _merge_farthest(far, n_far)), tuple(pieces)
+    s_labels, s_candidates, s_lower = (np.concatenate([part[i] for part in lists])[inverse] for i in range(3))
+    return (*stats, _merge_farthest(far, n_far)), _split_segments(
+        positions, starts, rows, s_labels, s_candidates, s_lower
+    )
+
+
+def _sample_block(block, offset, weights, positions, local, centers, starts, n_candidates):
+    """The drawn rows of a block with their labels against ``centers`` (and candidate lists), without the
+    statistics of the block: the pass of a later pool of the epoch's sample."""
+    rows = np.asarray(block)[local]  # as stored
+    converted = np.ascontiguousarray(rows, dtype=compute_dtype(rows.dtype))
+    if n_candidates == 0:
+        labels, _ = nearest_centers(converted, centers)
+        candidates, lower = np.empty((rows.shape[0], 0), np.int32), np.full(rows.shape[0], np.inf)
+    else:
+        labels, _, candidates, lower = candidate_lists(converted, centers, n_candidates)
+    del converted
+    return _split_segments(positions, starts, rows, labels.astype(np.int32, copy=False), candidates, lower)
 
 
 def _stats_of(part):
@@ -133,8 +187,16 @@ def _pass_inputs(dtype, centers, draws, segment_rows, n_far):
     return centers, draws, segment_starts(draws.size, segment_rows), n_far
 
 
+def _with_draws(per_block, block_rows, draws):
+    """Each block's arguments followed by the positions and rows of its own draws (:func:`block_draws`)."""
+    return [[*args, *mine] for args, mine in zip(per_block, block_draws(block_rows, draws))]
+
+
 def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_candidates=16, n_far=None):
     """The delayed epoch pass of ``array`` against ``centers``, sampling the rows at ``draws``.
+
+    Each block task gets only the draws that fall in its block, so what a worker holds grows with the draws of its
+    blocks, never with all of them.
 
     Parameters
     ----------
@@ -157,14 +219,26 @@ def epoch_pass_graph(array, centers, draws, *, weights=None, segment_rows, n_can
     segments : list of list of Delayed
         ``segments[s][b]`` is block ``b``'s part of segment ``s``: ``(positions, rows, labels, candidates,
         lower)``, the candidate lists made against ``centers``.
+
+    Examples
+    --------
+    >>> import dask
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> X = da.from_array(np.arange(12.0).reshape(6, 2), chunks=(3, 2))
+    >>> stats, segments = epoch_pass_graph(X, np.array([[0.0, 0.0], [10.0, 10.0]]), np.array([5, 0]), segment_rows=2)
+    >>> [len(segment) for segment in segments]
+    [2]
+    >>> pieces = dask.compute(*segments[0])
+    >>> ordered_segment(pieces, 0, 2).labels.tolist()
+    [1, 0]
     """
     centers, draws, starts, n_far = _pass_inputs(array.dtype, centers, draws, segment_rows, n_far)
     parts = map_blocks_delayed(
         _epoch_block,
         "vrkm-epoch",
-        block_args(array, weights),
+        _with_draws(block_args(array, weights), array.chunks[0], draws),
         shared(centers, "centers"),
-        shared(draws, "draws"),
         starts,
         int(n_candidates),
         n_far,
@@ -194,9 +268,80 @@ def epoch_pass_on_driver(driver, centers, draws, *, segment_rows, n_candidates=1
         ``segments[s][b]``: block ``b``'s part of segment ``s``, as :func:`epoch_pass_graph` gives them computed.
     """
     centers, draws, starts, n_far = _pass_inputs(driver.array.dtype, centers, draws, segment_rows, n_far)
-    parts = driver.map(_epoch_block, driver.block_args, centers, draws, starts, int(n_candidates), n_far)
+    per_block = _with_draws(driver.block_args, driver.array.chunks[0], draws)
+    parts = driver.map(_epoch_block, per_block, centers, starts, int(n_candidates), n_far)
     stats = reduce_in_tree([_stats_of(part) for part in parts], partial(_combine_stats, n_far=n_far))
     return stats, [[_piece_of(part, s) for part in parts] for s in range(len(starts))]
+
+
+def _drawn_blocks(per_block):
+    """The argument lists of the blocks that hold at least one draw (the others are not read)."""
+    return [args for args in per_block if args[-2].size]
+
+
+def pool_pass_graph(array, centers, draws, *, segment_rows, n_candidates=16):
+    """The delayed read of a later pool of an epoch's sample: the rows at ``draws`` with their labels against
+    ``centers`` (the centers of the epoch's pass) and their candidate lists, in segments as
+    :func:`epoch_pass_graph` gives them, without the statistics. Only the blocks that hold a draw are read.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    centers : ndarray (k, d)
+    draws : int array (t,)
+        Global row indices of the pool's draws, in step order; positions count from the pool's first draw.
+    segment_rows : int
+    n_candidates : int
+
+    Returns
+    -------
+    list of list of Delayed
+        ``segments[s][b]``: the part of segment ``s`` of the ``b``-th block read.
+
+    Examples
+    --------
+    >>> import dask
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> X = da.from_array(np.arange(12.0).reshape(6, 2), chunks=(3, 2))
+    >>> segments = pool_pass_graph(X, np.array([[0.0, 0.0], [10.0, 10.0]]), np.array([1, 5, 1]), segment_rows=2)
+    >>> [len(segment) for segment in segments]  # two segments; the second block is read for the draw of row 5
+    [2, 2]
+    >>> ordered_segment(dask.compute(*segments[0]), 0, 2).labels.tolist()
+    [0, 1]
+    """
+    centers, draws, starts, _ = _pass_inputs(array.dtype, centers, draws, segment_rows, 0)
+    parts = map_blocks_delayed(
+        _sample_block,
+        "vrkm-pool",
+        _drawn_blocks(_with_draws(block_args(array), array.chunks[0], draws)),
+        shared(centers, "centers"),
+        starts,
+        int(n_candidates),
+        reads_data=True,
+    )
+    return [
+        map_blocks_delayed(_piece_of_pool, "vrkm-pool-segment", [[p] for p in parts], s) for s in range(len(starts))
+    ]
+
+
+def pool_pass_on_driver(driver, centers, draws, *, segment_rows, n_candidates=16):
+    """:func:`pool_pass_graph` computed on the driver's threads for data gathered into the driver: the same
+    block function over the same blocks.
+
+    Returns
+    -------
+    list of list of tuple
+        ``segments[s][b]``, as :func:`pool_pass_graph` gives them computed.
+    """
+    centers, draws, starts, _ = _pass_inputs(driver.array.dtype, centers, draws, segment_rows, 0)
+    per_block = _drawn_blocks(_with_draws(driver.block_args, driver.array.chunks[0], draws))
+    parts = driver.map(_sample_block, per_block, centers, starts, int(n_candidates))
+    return [[part[s] for part in parts] for s in range(len(starts))]
+
+
+def _piece_of_pool(part, segment):
+    return part[segment]
 
 
 def _candidates_of_piece(piece, centers, n_candidates):

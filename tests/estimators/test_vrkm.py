@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 from conftest import make_blobs
 
-from daskmeans import InvalidParameterError, VRKMeans, load, open_input
+from daskmeans import InvalidParameterError, VRKMeans, config, load, open_input
 from daskmeans.algorithms.relocation import centers_from_sums
-from daskmeans.algorithms.vrkm import epoch_sizes, position_correction, segment_rows_for
+from daskmeans.algorithms.vrkm import epoch_sizes, position_correction
+from daskmeans.algorithms.vrkm_pools import pool_bounds, segment_rows_for
 from daskmeans.config import VRKM_INNER_BATCH_SIZE
 from daskmeans.engine.random import seed_from_random_state
 from daskmeans.kernels.vrkm import InnerLoop, candidate_lists
 from daskmeans.kernels.vrkm_batched import BatchedInnerLoop, batch_steps
+from daskmeans.memory import vrkm_pool_rows, vrkm_sample_row_bytes, vrkm_state_bytes
 from daskmeans.passes.assign import finish_stats
 from daskmeans.passes.epoch import (
     SegmentsHere,
@@ -416,6 +418,43 @@ def test_same_seed_same_centers_on_every_scheduler_and_the_streamed_inner_loop(c
     for other in (threads, on_driver, streamed):
         np.testing.assert_array_equal(sync.cluster_centers_, other.cluster_centers_)
         assert [r["energy"] for r in sync.history_] == [r["energy"] for r in other.history_]
+
+
+@pytest.mark.parametrize("inner_batch_size", [1, 150])
+def test_an_epoch_in_pools_takes_the_steps_of_one_sample_in_bounded_memory(cluster_client, inner_batch_size):
+    """An epoch whose sample exceeds VRKM_POOL_BYTES streams through the inner loop a pool at a time, each pool after
+    the first read by a pass of its own: the same steps as one pool, on the driver as on a worker, and on the
+    driver's copy of the data."""
+    X, _, _ = make_blobs(n=3000, d=5, k=6, spread=2.0, seed=9, dtype=np.float32)
+    array = da.from_array(X, chunks=(700, 5))
+    params = dict(
+        n_clusters=6, random_state=7, max_epochs=3, tol=0.0, learning_rate=4.0, inner_batch_size=inner_batch_size
+    )
+    whole = VRKMeans(**params).fit(array)
+    assert [r["pools"] for r in whole.history_ if "pools" in r] == [1, 1, 1]
+    with config.set(VRKM_POOL_BYTES=200 * vrkm_sample_row_bytes(5, 0 if inner_batch_size > 1 else 16)):
+        runs = {
+            "threads": VRKMeans(**params).fit(array),
+            "driver": VRKMeans(**params, client=cluster_client, driver_rows=0).fit(array),
+            "worker": VRKMeans(**params, client=cluster_client, driver_rows=0, driver_sample_bytes=0).fit(array),
+            "driver copy": VRKMeans(**params, client=cluster_client, driver_rows=10**6).fit(array),
+        }
+    assert runs["worker"].history_[0]["inner_on"].startswith("tcp://")
+    assert runs["driver copy"].fit_plan_.on_driver
+    for name, model in runs.items():
+        pooled = [r for r in model.history_ if "pools" in r]
+        assert [r["pools"] for r in pooled] == [8, 8, 8], name  # 1500 draws, 200 a pool
+        assert [r["inner_steps"] for r in pooled] == [1500] * 3, name
+        assert model.history_[-1]["passes"] == whole.history_[-1]["passes"] + 3 * 7, name  # a read per further pool
+        np.testing.assert_allclose(model.cluster_centers_, whole.cluster_centers_, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(model.cluster_centers_, runs["threads"].cluster_centers_)
+
+
+def test_pools_hold_bounded_memory_whatever_the_epoch():
+    assert pool_bounds(1000, 300) == [(0, 300), (300, 600), (600, 900), (900, 1000)]
+    assert vrkm_state_bytes(10**9, 64, 0) == vrkm_state_bytes(10**7, 64, 0) <= 3 * config.VRKM_POOL_BYTES
+    with config.set(VRKM_POOL_BYTES=10**6):
+        assert vrkm_pool_rows(64, 0) == 10**6 // 276 and vrkm_state_bytes(10**9, 64, 0) <= 3 * 10**6
 
 
 def test_doubling_epochs_weights_and_relocation():
