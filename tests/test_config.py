@@ -14,6 +14,7 @@ import asyncio
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -336,6 +337,20 @@ def _zarr_settle_timeout(mp):
     publish.settle_zarr_io()
     mp.undo()
     return waited
+
+
+def _publish_pause(mp):
+    import tempfile
+
+    from daskmeans.storage import publish
+
+    paused = []
+    mp.setattr(publish, "time", SimpleNamespace(sleep=paused.append, time=time.time))
+    with tempfile.TemporaryDirectory() as folder:
+        with publish.atomic_output(os.path.join(folder, "out")) as tmp:
+            os.mkdir(tmp)
+    mp.undo()
+    return paused
 
 
 def _connect_timeout(mp):
@@ -814,6 +829,7 @@ CHECKS = {
     "WRITES_SETTLE_SECONDS": (3.0, _writes_settling),
     "WRITES_POLL_SECONDS": (0.5, _writes_settling),
     "ZARR_SETTLE_SECONDS": (2.0, _zarr_settle_timeout),
+    "PUBLISH_PAUSE_SECONDS": (0.5, _publish_pause),
     "CONNECT_TIMEOUT_SECONDS": (3.0, _connect_timeout),
     "CONNECT_HANDSHAKE_GRACE_SECONDS": (5.0, _handshake_wait),
     "LOCAL_THREADS_MAX_BYTES": (10, _local_processes),

@@ -54,13 +54,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import errno
 import json
 import os
-import shutil
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -68,118 +64,46 @@ import warnings
 
 from .. import config
 from ..exceptions import OutputExistsError
+from .locations import (
+    METADATA_NAMES,
+    check_complete,
+    consolidate,
+    consolidated_parent,
+    drop_consolidated,
+    exists,
+    filesystem,
+    has_root_metadata,
+    is_local,
+    local_path,
+    zarr_options,
+)
+from .renames import exchange, remove_path, rename_exclusive
+
+__all__ = [
+    "atomic_output",
+    "check_complete",
+    "consolidate",
+    "exists",
+    "filesystem",
+    "has_root_metadata",
+    "is_local",
+    "local_path",
+    "prepare_output",
+    "publication",
+    "rename_exclusive",
+    "settle_zarr_io",
+    "zarr_options",
+]
 
 #: Name of the object that claims an object-store output while it is written.
 CLAIM_NAME = ".daskmeans-claim"
 #: Prefix (under the output's path) of the objects of an object-store output being written.
 STAGING_PREFIX = ".daskmeans-staging-"
-#: A Zarr node's metadata documents, in the order they are published (``zarr.json`` and ``.zmetadata`` last).
-METADATA_NAMES = (".zattrs", ".zarray", ".zgroup", "zarr.json", ".zmetadata")
 
 _STAGING_OPEN: set[str] = set()  # staging paths of outputs being written in this process
 _STAGING_LOCK = threading.Lock()
 
-# -- local renames ---------------------------------------------------------------------------------------------------
-
-_AT_FDCWD = -100
-_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-
-
-def _renameat2():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):  # glibc before 2.28, or another C library
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-_RENAMEAT2 = _renameat2()
-
-
-def _rename2(source: str, target: str, flags: int) -> bool:
-    """``renameat2(source, target, flags)``; False when this system or file system does not have it."""
-    if _RENAMEAT2 is None:
-        return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", errno.ENOTSUP)):
-        return False
-    raise OSError(code, os.strerror(code), source, None, target)
-
-
-def rename_exclusive(source: str, target: str) -> None:
-    """Rename ``source`` (a file or folder) to ``target``, which must not exist; FileExistsError when it does.
-
-    ``renameat2(RENAME_NOREPLACE)`` where the system has it; else a folder is renamed onto an empty folder made
-    at ``target`` first (``mkdir`` is exclusive), and a file is hard-linked to ``target`` (``link`` is exclusive).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> a, b = os.path.join(folder.name, "a"), os.path.join(folder.name, "b")
-    >>> os.mkdir(a); os.mkdir(b); open(os.path.join(b, "f"), "w").close()
-    >>> rename_exclusive(a, b)
-    Traceback (most recent call last):
-    FileExistsError: ...
-    >>> folder.cleanup()
-    """
-    try:
-        if _rename2(source, target, _RENAME_NOREPLACE):
-            return
-    except OSError as error:
-        if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
-            raise FileExistsError(errno.EEXIST, "File exists", target) from None
-        raise
-    if not os.path.isdir(source):
-        os.link(source, target)
-        os.remove(source)
-        return
-    os.mkdir(target)  # FileExistsError: something is there
-    try:
-        os.replace(source, target)  # onto the empty folder made here (POSIX); elsewhere it must go first
-    except OSError:
-        os.rmdir(target)
-        os.rename(source, target)
-
-
-def _exchange(source: str, target: str) -> bool:
-    """Swap ``source`` and ``target`` in one step; False when the system cannot (nothing was changed)."""
-    try:
-        return _rename2(source, target, _RENAME_EXCHANGE)
-    except FileNotFoundError:
-        return False
-
-
-def _remove_local(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
 # -- object stores ---------------------------------------------------------------------------------------------------
-
-
-def filesystem(path: str, storage_options: dict | None = None):
-    """``(fsspec filesystem, path without the protocol)`` of a URL, with ``storage_options``.
-
-    Examples
-    --------
-    >>> fs, key = filesystem("memory://outputs/model.zarr")
-    >>> type(fs).__name__, key
-    ('MemoryFileSystem', '/outputs/model.zarr')
-    """
-    import fsspec
-
-    fs, key = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    return fs, key.rstrip("/")
 
 
 def _relative(key: str, root: str) -> str:
@@ -203,166 +127,6 @@ def _listing(fs, key: str) -> list[str]:
         return sorted(fs.find(key))
     except FileNotFoundError:
         return []
-
-
-# -- readers ---------------------------------------------------------------------------------------------------------
-
-
-def has_root_metadata(path, storage_options: dict | None = None) -> bool:
-    """Whether a Zarr node's root metadata (``zarr.json``, ``.zgroup`` or ``.zarray``) is at ``path``.
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> _ = zarr.create_array(os.path.join(folder.name, "x.zarr"), shape=(3,), dtype="i4")
-    >>> has_root_metadata(os.path.join(folder.name, "x.zarr")), has_root_metadata(folder.name)
-    (True, False)
-    >>> folder.cleanup()
-    """
-    path = os.fspath(path)
-    names = ("zarr.json", ".zgroup", ".zarray")
-    if is_local(path):
-        return any(os.path.isfile(os.path.join(local_path(path), name)) for name in names)
-    fs, key = filesystem(path, storage_options)
-    fs.invalidate_cache()
-    return any(fs.isfile(f"{key}/{name}") for name in names)
-
-
-def check_complete(path, what: str, error: type[Exception], storage_options: dict | None = None) -> None:
-    """Refuse an output that exists without its root metadata: one that a run did not finish publishing.
-
-    Raises
-    ------
-    error
-        Something is at ``path`` but no Zarr root metadata: "was not completely written (an interrupted run?)".
-    FileNotFoundError
-        Nothing is at ``path``.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> os.mkdir(os.path.join(folder.name, "model.zarr"))
-    >>> check_complete(os.path.join(folder.name, "model.zarr"), "'model.zarr'", ValueError)
-    Traceback (most recent call last):
-    ValueError: 'model.zarr' was not completely written (an interrupted run?); write it again with --overwrite ...
-    >>> folder.cleanup()
-    """
-    path = os.fspath(path)
-    if has_root_metadata(path, storage_options):
-        return
-    if not exists(path, storage_options):
-        raise FileNotFoundError(f"Nothing at {path!r}. Check the path.")
-    raise error(
-        f"{what} was not completely written (an interrupted run?); write it again with --overwrite "
-        "(overwrite=True in Python)."
-    )
-
-
-def exists(path, storage_options: dict | None = None) -> bool:
-    """Whether anything is at ``path``: a file or folder, or any object under an object-store prefix.
-
-    Examples
-    --------
-    >>> exists("memory://nothing/here")
-    False
-    """
-    path = os.fspath(path)
-    if is_local(path):
-        return os.path.lexists(local_path(path))
-    fs, key = filesystem(path, storage_options)
-    fs.invalidate_cache()
-    return bool(fs.exists(key))
-
-
-# -- consolidated metadata -------------------------------------------------------------------------------------------
-
-
-def _zarr_store(path: str, storage_options: dict | None):
-    if is_local(path):
-        return local_path(path)
-    from zarr.storage import FsspecStore
-
-    return FsspecStore.from_url(path, storage_options=storage_options, read_only=False)
-
-
-def _read_json(path: str, storage_options: dict | None):
-    try:
-        if is_local(path):
-            with open(local_path(path), "rb") as handle:
-                return json.loads(handle.read())
-        fs, key = filesystem(path, storage_options)
-        return json.loads(fs.cat_file(key))
-    except (OSError, ValueError):
-        return None
-
-
-def _group_kind(path: str, storage_options: dict | None) -> str | None:
-    """``"v3"`` or ``"v2"`` for a Zarr group at ``path``, None for anything else."""
-    root = _read_json(f"{path.rstrip('/')}/zarr.json", storage_options)
-    if isinstance(root, dict):
-        return "v3" if root.get("node_type") == "group" else None
-    return "v2" if _read_json(f"{path.rstrip('/')}/.zgroup", storage_options) is not None else None
-
-
-def consolidate(path, storage_options: dict | None = None) -> bool:
-    """Write the consolidated metadata of the Zarr group at ``path``; False (nothing done) for anything else.
-
-    Examples
-    --------
-    >>> import os, tempfile, zarr
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> group = zarr.open_group(os.path.join(folder.name, "g.zarr"), mode="w")
-    >>> _ = group.create_array("x", shape=(3,), dtype="i4")
-    >>> consolidate(os.path.join(folder.name, "g.zarr"))
-    True
-    >>> folder.cleanup()
-    """
-    import zarr
-
-    path = os.fspath(path)
-    kind = _group_kind(path, storage_options)
-    if kind is None:
-        return False
-    with warnings.catch_warnings():  # Zarr 3 says that consolidated metadata is not in its format's specification
-        warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(_zarr_store(path, storage_options), zarr_format=3 if kind == "v3" else 2)
-    return True
-
-
-def _consolidated_parent(path: str, storage_options: dict | None) -> str | None:
-    """The folder holding ``path`` when it is a Zarr group with consolidated metadata, else None."""
-    parent = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else None
-    if parent is None or parent.endswith(":/") or parent.endswith("://"):
-        return None
-    root = _read_json(f"{parent}/zarr.json", storage_options)
-    if isinstance(root, dict):
-        return parent if root.get("node_type") == "group" and root.get("consolidated_metadata") else None
-    return parent if _read_json(f"{parent}/.zmetadata", storage_options) is not None else None
-
-
-def _drop_consolidated(group: str, storage_options: dict | None) -> None:
-    """Remove the consolidated metadata of a group (readers then list its members) before a member is replaced."""
-    root = _read_json(f"{group}/zarr.json", storage_options)
-    if isinstance(root, dict):
-        root.pop("consolidated_metadata", None)
-        data = json.dumps(root, indent=2).encode()
-        if is_local(group):
-            tmp = f"{local_path(group)}/.zarr.json.tmp-{uuid.uuid4().hex[:8]}"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, f"{local_path(group)}/zarr.json")
-        else:
-            fs, key = filesystem(group, storage_options)
-            fs.pipe_file(f"{key}/zarr.json", data)
-    elif is_local(group):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(f"{local_path(group)}/.zmetadata")
-    else:
-        fs, key = filesystem(group, storage_options)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(f"{key}/.zmetadata")
 
 
 # -- outputs ---------------------------------------------------------------------------------------------------------
@@ -430,9 +194,9 @@ class _Output:
     def publish(self) -> None:
         if self.nested:
             return
-        self.parent = _consolidated_parent(self.path, self.storage_options)
+        self.parent = consolidated_parent(self.path, self.storage_options)
         if self.parent is not None and exists(self.path, self.storage_options):
-            _drop_consolidated(self.parent, self.storage_options)  # its entry for the old output goes stale
+            drop_consolidated(self.parent, self.storage_options)  # its entry for the old output goes stale
         if self.local:
             self._publish_local()
         else:
@@ -443,7 +207,7 @@ class _Output:
         if not os.path.lexists(self.staging):
             raise FileNotFoundError(f"Nothing was written for {self.path!r}.")
         if self.overwrite and os.path.lexists(self.target):
-            if _exchange(self.staging, self.target):
+            if exchange(self.staging, self.target):
                 self.old = self.staging  # the old output, now at the temporary name
                 return
             self.old = f"{self.staging}.old"
@@ -489,7 +253,7 @@ class _Output:
             return
         if self.local:
             if self.old == self.staging:
-                _exchange(self.staging, self.target)  # the old output back in place
+                exchange(self.staging, self.target)  # the old output back in place
                 self.old = None
             elif self.old is not None:
                 os.rename(self.target, self.staging)
@@ -513,7 +277,7 @@ class _Output:
         try:
             if self.local:
                 if self.old is not None:
-                    _remove_local(self.old)
+                    remove_path(self.old)
             else:
                 self.fs.rm(self.staging_key, recursive=True)
                 if self._claim_is_ours():
@@ -539,7 +303,7 @@ class _Output:
             settle_zarr_io()
             with contextlib.suppress(Exception):  # the store may be gone: the error that led here is what matters
                 if self.local:
-                    _remove_local(self.staging)
+                    remove_path(self.staging)
                 else:
                     self.fs.rm(self.staging_key, recursive=True)
             with contextlib.suppress(Exception):
@@ -690,22 +454,6 @@ def settle_zarr_io(timeout: float | None = None) -> bool:
         return asyncio.run_coroutine_threadsafe(others_ended(), loop).result(timeout + 1.0)
     except Exception:  # noqa: BLE001 - the loop stopped or the wait ran out: nothing more to wait for
         return False
-
-
-def is_local(path: str) -> bool:
-    """Whether ``path`` is on a filesystem of this machine (a plain path or a ``file://`` URL)."""
-    return "://" not in path or path.startswith("file://")
-
-
-def zarr_options(path, storage_options):
-    """The ``storage_options`` to give Zarr for ``path``: None for a local path (Zarr refuses options for a store
-    that is not an fsspec URL, and a command's options for its object store may reach a local output too)."""
-    return None if is_local(os.fspath(path)) else storage_options
-
-
-def local_path(path: str) -> str:
-    """``path`` without its ``file://`` scheme."""
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def prepare_output(path, overwrite: bool, storage_options: dict | None = None) -> str:

@@ -22,7 +22,7 @@ import zarr
 
 from daskmeans import KMeans, config, load, write_labels
 from daskmeans.exceptions import ModelFileError, OutputExistsError
-from daskmeans.storage import publish
+from daskmeans.storage import publish, renames
 from daskmeans.storage.model import save_model
 from daskmeans.storage.publish import (
     CLAIM_NAME,
@@ -102,8 +102,8 @@ def test_what_appeared_meanwhile_is_kept_and_the_later_writer_fails(tmp_path, me
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
 def test_an_exclusive_rename_never_replaces(tmp_path, renameat2, monkeypatch):
     if not renameat2:
-        monkeypatch.setattr(publish, "_RENAMEAT2", None)  # the systems without renameat2
-    elif publish._RENAMEAT2 is None:
+        monkeypatch.setattr(renames, "_RENAMEAT2", None)  # the systems without renameat2
+    elif renames._RENAMEAT2 is None:
         pytest.skip("this system has no renameat2")
     for existing in ("empty", "full", "file"):
         source, target = tmp_path / f"src-{existing}", tmp_path / f"dst-{existing}"
@@ -128,7 +128,7 @@ def test_an_exclusive_rename_never_replaces(tmp_path, renameat2, monkeypatch):
 @pytest.mark.parametrize("renameat2", [True, False], ids=["exchange", "two-renames"])
 def test_overwrite_replaces_and_removes_the_old_output(tmp_path, renameat2, monkeypatch):
     if not renameat2:
-        monkeypatch.setattr(publish, "_RENAMEAT2", None)
+        monkeypatch.setattr(renames, "_RENAMEAT2", None)
     target = tmp_path / "x.zarr"
     for value in (1, 2):
         with atomic_output(target, overwrite=True) as tmp:
@@ -151,7 +151,7 @@ def test_outputs_published_together_are_taken_back_when_one_cannot_be(tmp_path):
 @pytest.mark.parametrize("renameat2", [True, False], ids=["exchange", "two-renames"])
 def test_overwritten_outputs_come_back_when_one_cannot_be_published(tmp_path, renameat2, monkeypatch):
     if not renameat2:
-        monkeypatch.setattr(publish, "_RENAMEAT2", None)
+        monkeypatch.setattr(renames, "_RENAMEAT2", None)
     first, second = tmp_path / "a.zarr", tmp_path / "b.zarr"
     for path in (first, second):
         zarr.create_array(str(path), shape=(2,), dtype="i4")[...] = 1
