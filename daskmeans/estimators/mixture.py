@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import config
 from .._validation import check_int
-from ..algorithms.coreset import draw_coreset
+from ..algorithms.coreset import draw_coreset, every_row
 from ..algorithms.init import afkmc2_distributed, afkmc2_in_memory, check_init, initial_centers
 from ..algorithms.result import Clock, RunContext
 from ..algorithms.vc_gmm import PLACEMENTS, GMMPlan, gmm_plan, truncated_em
@@ -64,7 +64,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
     coreset_size : int, "auto" or None, default "auto"
         Rows drawn (with replacement) for the lightweight coreset; ``"auto"``: ``max(10000, 20 n_components)``,
         at most the number of samples; None: no coreset, EM runs on all the data with the sample weights (or 1).
-        Must be at least ``n_components``.
+        Must be at least ``n_components``. A size of at least the number of samples takes every row once, with its
+        weight, into memory instead of drawing that many rows.
     n_truncated : int, default 5
         ``C'``: clusters in each point's truncated posterior (>= 1). A value above ``n_components`` means all of
         them (the exact posterior); ``n_truncated_`` is the value used.
@@ -308,6 +309,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 if self.coreset_size == "auto"
                 else ""
             )
+            if rows >= data.n_samples:
+                rows, why = data.n_samples, why + ": at least n, so every row once, with its weight"
         plan = gmm_plan(
             rows,
             k,
@@ -350,6 +353,10 @@ class CoresetGaussianMixture(ClusteringEstimator):
             recorder.seeding(self.init, counted=False)
             if self.coreset_size is None:
                 points, point_weights = data.array, weights
+                self.coreset_size_ = data.n_samples
+            elif plan.coreset_rows >= data.n_samples:  # every row once, in memory, rather than n draws of them
+                points, point_weights, spent = every_row(data.array, weights, client)
+                passes += spent
                 self.coreset_size_ = data.n_samples
             else:
                 m = plan.coreset_rows
@@ -409,7 +416,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
         in_memory = isinstance(points, np.ndarray)
         if self.init == "afk-mc2" and in_memory:
             rng = stage_generator(seed, "afk-mc2")
-            what = f"The coreset of {points.shape[0]} rows (coreset_size=None uses every row)"
+            what = f"The coreset of {points.shape[0]} rows"
             return (
                 *afkmc2_in_memory(
                     points,

@@ -341,3 +341,29 @@ def test_kmeans_seeded_by_afk_mc2_finds_the_centers_of_well_separated_blobs():
         for seed in range(3)
     ]
     assert min(found) >= 98, found
+
+
+@pytest.mark.parametrize("coreset_size", ["auto", 40, 10_000])
+def test_a_coreset_of_at_least_n_rows_takes_every_row_once(coreset_size):
+    """40 draws with replacement from 40 rows would hit about 25 of them, too few distinct rows for 40 components:
+    a coreset size of at least n takes every row once, with its weight, and fits."""
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    model = CoresetGaussianMixture(n_components=40, coreset_size=coreset_size, random_state=0).fit(rows)
+    assert model.coreset_size_ == 40 == model.fit_plan_.coreset_rows
+    assert "every row once" in model.fit_plan_.reasons["coreset_rows"]
+    assert np.isfinite(model.means_).all() and len(np.unique(model.means_, axis=0)) == 40
+    # the coreset is the data itself: the same fit whatever size at least n, and sample weights carried over
+    weights = np.linspace(1.0, 2.0, 40)
+    fits = [
+        CoresetGaussianMixture(n_components=5, coreset_size=size, random_state=3).fit(rows, sample_weight=weights)
+        for size in (40, 1000)
+    ]
+    np.testing.assert_array_equal(fits[0].means_, fits[1].means_)
+    unweighted = CoresetGaussianMixture(n_components=5, coreset_size=40, random_state=3).fit(rows)
+    assert not np.array_equal(unweighted.means_, fits[0].means_)
+
+
+def test_a_coreset_of_fewer_rows_than_n_is_still_drawn():
+    rows = np.random.default_rng(1).normal(size=(400, 2))
+    model = CoresetGaussianMixture(n_components=4, coreset_size=100, random_state=0).fit(rows)
+    assert model.coreset_size_ == 100 and "every row" not in model.fit_plan_.reasons["coreset_rows"]
