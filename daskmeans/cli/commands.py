@@ -13,6 +13,7 @@ from .common import (
     algorithm_params,
     check_free_space,
     check_outputs,
+    check_writable,
     cluster_options,
     compute_bytes,
     emit,
@@ -21,6 +22,7 @@ from .common import (
     open_data,
     overlap,
     shape_text,
+    storage_option,
     where,
     writing,
 )
@@ -59,17 +61,22 @@ def say(quiet: bool, message: str):
     help="Random seed (default: fresh; stored in the output).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@storage_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, seed, overwrite, as_json):
+def make_data(
+    out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster_std, seed, overwrite, storage_options, as_json
+):
     """Write Gaussian blobs to the Zarr group OUT: data X, true labels y, true centers.
 
     The data is generated and written one chunk at a time by local threads, so any size fits in memory;
-    the values depend on --seed only, not on --chunk-rows.
+    the values depend on --seed only, not on --chunk-rows. OUT may be a URL (s3://bucket/blobs.zarr), written
+    with --storage-option.
     """
     import numpy as np
     import zarr
 
     from ..datasets import make_blobs_zarr
+    from ..storage.publish import is_local, zarr_options
 
     np_dtype = np.dtype(dtype)
     out_bytes = (
@@ -77,6 +84,8 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
         + labels_bytes(n_samples)
         + n_clusters * n_features * np_dtype.itemsize
     )
+    if not is_local(out):
+        check_writable("OUT", out, storage_options)  # a store that cannot be reached, before any work
     warning = check_free_space("OUT", out, out_bytes)
     if warning:
         click.echo(f"Warning: {warning}", err=True)
@@ -92,9 +101,10 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
             cluster_std=cluster_std,
             random_state=seed,
             overwrite=overwrite,
+            storage_options=storage_options,
         )
     seconds = time.perf_counter() - start
-    group = zarr.open_group(store=out, mode="r")
+    group = zarr.open_group(store=out, mode="r", storage_options=zarr_options(out, storage_options))
     attrs = dict(group.attrs["daskmeans"])
     summary = {
         "command": "make-data",
@@ -162,8 +172,10 @@ def make_data(out, n_samples, n_features, n_clusters, chunk_rows, dtype, cluster
     "--checkpoint",
     "checkpoint_path",
     metavar="DIR",
-    help="Save the fit's state here after every iteration; run the same command again to resume.",
+    help="Save the fit's state here (a directory, or a URL such as s3://bucket/run.ckpt) after every iteration; "
+    "run the same command again to resume.",
 )
+@storage_option
 @cluster_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
@@ -181,11 +193,12 @@ def fit(
     labels_path,
     overwrite,
     checkpoint_path,
+    storage_options,
     cluster,
     quiet,
     as_json,
 ):
-    """Cluster INPUT (a Zarr store, .npy or .npz file) into k clusters.
+    """Cluster INPUT (a Zarr store, .npy or .npz file; a store may be a URL: s3://bucket/data.zarr) into k clusters.
 
     Outputs are checked before any work: an existing --out or --labels is an error unless --overwrite.
     With --checkpoint DIR the state is saved after every iteration; if the command dies, the same command
@@ -196,7 +209,7 @@ def fit(
     from ..storage.publish import publication
 
     chosen = algorithm_params(algorithm, {"init": init, "max_iter": max_iter, "max_time": max_time}, params)
-    dataset = open_data(input_path, array)
+    dataset = open_data(input_path, array, storage_options)
     if n_clusters > dataset.n_samples:
         raise InvalidParameterError(
             f"-k {n_clusters} is more than the {dataset.n_samples:,} rows of {input_path!r}; choose k <= n."
@@ -208,6 +221,7 @@ def fit(
         overwrite,
         {"input data": dataset.location or input_path},
         {"--out": model_bytes(n_clusters, dataset.n_features), "--labels": labels_bytes(dataset.n_samples)},
+        storage_options,
     )
     if checkpoint_path is not None:
         for option, other in {
@@ -221,24 +235,30 @@ def fit(
                     f"--checkpoint {checkpoint_path!r} {relation} {option} {other!r}; give "
                     "the checkpoint a directory of its own."
                 )
-        open_checkpoint(checkpoint_path, estimator, dataset, None)  # a damaged or foreign one is refused now
+        # a damaged or foreign one is refused now
+        open_checkpoint(checkpoint_path, estimator, dataset, None, storage_options)
 
     with cluster.client(announce=not quiet, input_bytes=compute_bytes(dataset)) as client:
         estimator.set_params(client=client)
         start = time.perf_counter()
-        estimator.fit(dataset, checkpoint=checkpoint_path)
+        estimator.fit(dataset, checkpoint=checkpoint_path, storage_options=storage_options)
         inertia = float(estimator.inertia_)  # may need one more pass: while the cluster is up
         fit_seconds = time.perf_counter() - start
         # the outputs are published together once both are written, or none is (storage.publish.publication)
-        with publication(overwrite) as outputs:
+        with publication(overwrite, storage_options=storage_options) as outputs:
             if labels_path is not None:
                 say(quiet, f"labelling {dataset.n_samples:,} rows -> {labels_path} (one pass)")
                 with writing("--labels", labels_path):
-                    write_labels(estimator.labels_, outputs.output(labels_path), client=client)
+                    write_labels(
+                        estimator.labels_,
+                        outputs.output(labels_path),
+                        client=client,
+                        storage_options=storage_options,
+                    )
             if model_path is not None:
                 say(quiet, f"saving the model -> {model_path}")
                 with writing("--out", model_path):
-                    estimator.save(outputs.output(model_path))
+                    estimator.save(outputs.output(model_path), storage_options=storage_options)
         workers = None if client is None else len(client.nthreads())  # None: Dask's threaded scheduler
 
     summary = {
@@ -295,15 +315,17 @@ def fit(
     "grouped by a k-means of the centers) nearest to each row; default: the exact nearest center.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
+@storage_option
 @cluster_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
-def predict(model_path, input_path, labels_path, array, n_probe, overwrite, cluster, as_json):
-    """Label every row of INPUT with the nearest center of MODEL and write the labels to OUT."""
+def predict(model_path, input_path, labels_path, array, n_probe, overwrite, storage_options, cluster, as_json):
+    """Label every row of INPUT with the nearest center of MODEL and write the labels to OUT (each may be a URL:
+    s3://bucket/model.zarr)."""
     from ..storage.io import write_labels
     from ..storage.model import load
 
-    model = load(model_path)
-    dataset = open_data(input_path, array)
+    model = load(model_path, storage_options=storage_options if "://" in model_path else None)
+    dataset = open_data(input_path, array, storage_options)
     if dataset.n_features != model.n_features_in_:
         raise InputDataError(
             f"{input_path!r} has {dataset.n_features} features but the model {model_path!r} was fitted on "
@@ -319,13 +341,14 @@ def predict(model_path, input_path, labels_path, array, n_probe, overwrite, clus
         overwrite,
         {"input data": dataset.location or input_path, "model": model_path},
         {"--labels": labels_bytes(dataset.n_samples)},
+        storage_options,
     )
 
     with cluster.client(input_bytes=compute_bytes(dataset)) as client:
         start = time.perf_counter()
         with writing("--labels", labels_path):
             labels = model.predict(dataset) if n_probe is None else model.predict(dataset, n_probe=n_probe)
-            write_labels(labels, labels_path, overwrite=overwrite, client=client)
+            write_labels(labels, labels_path, overwrite=overwrite, client=client, storage_options=storage_options)
         seconds = time.perf_counter() - start
 
     summary = {

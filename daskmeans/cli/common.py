@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # for type checkers only: the commands import these when they
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
-#: Errors a user causes; they end the command with a one-line message instead of a traceback.
+#: Errors a user causes; they end the command with a one-line message instead of a traceback (a ConnectionError:
+#: an object store that cannot be reached at the address given).
 USER_ERRORS = (
     DaskmeansError,
     FileNotFoundError,
@@ -34,6 +35,7 @@ USER_ERRORS = (
     PermissionError,
     NotADirectoryError,
     IsADirectoryError,
+    ConnectionError,
 )
 
 
@@ -140,7 +142,47 @@ def cluster_options(command: _Command) -> _Command:
 # -- helpers ---------------------------------------------------------------------------------------------------
 
 
-def open_data(path: str, array: str | None) -> Dataset:
+# -- object storage ----------------------------------------------------------------------------------------------
+
+STORAGE_OPTION_HELP = (
+    "An option of the object store's fsspec filesystem (repeatable), applied to every store the command reads "
+    "or writes by URL (s3://, gs://, ...), e.g. --storage-option endpoint_url=http://minio:9000 "
+    "--storage-option key=KEY --storage-option secret=SECRET, or anon=true; values are read like --param's. "
+    "Without them the filesystem reads the environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...). The options "
+    "travel with the work to the Dask workers."
+)
+
+
+def storage_option(command: _Command) -> _Command:
+    """Add a repeatable ``--storage-option KEY=VALUE``; the command receives them as
+    ``storage_options`` (a dict, or None when none is given)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, storage_option_texts, **kwargs):
+        return command(*args, storage_options=parse_storage_options(storage_option_texts), **kwargs)
+
+    return click.option(
+        "--storage-option",
+        "storage_option_texts",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help=STORAGE_OPTION_HELP,
+    )(wrapper)
+
+
+def parse_storage_options(texts: tuple[str, ...]) -> dict[str, Any] | None:
+    """``("endpoint_url=http://...", "anon=true")`` -> ``{"endpoint_url": "http://...", "anon": True}``; None for
+    no option. Values are parsed as by :func:`parse_param`; a key given twice is an error."""
+    options: dict[str, Any] = {}
+    for text in texts:
+        key, value = parse_param(text, option="--storage-option", example="endpoint_url=http://minio:9000")
+        if key in options:
+            raise InvalidParameterError(f"--storage-option {key} is given twice; give each option once.")
+        options[key] = value
+    return options or None
+
+
+def open_data(path: str, array: str | None, storage_options: dict[str, Any] | None = None) -> Dataset:
     """Open an input (metadata only), with a clear message for a plain file that is not a data file."""
     from ..storage.io import open_input
     from ..storage.publish import is_local, local_path
@@ -151,7 +193,7 @@ def open_data(path: str, array: str | None) -> Dataset:
             raise InputDataError(
                 f"{path!r} is a file, not a Zarr store; daskmeans reads Zarr stores (directories), .npy and .npz files."
             )
-    return open_input(path, array=array)
+    return open_input(path, array=array, storage_options=storage_options if "://" in path else None)
 
 
 def resolved(path: str) -> tuple[str, bool]:
@@ -178,10 +220,15 @@ def overlap(path: str, other: str) -> str | None:
 
 
 def check_outputs(
-    outputs: dict[str, str | None], overwrite: bool, inputs: dict[str, str | None], sizes: dict[str, int] | None = None
+    outputs: dict[str, str | None],
+    overwrite: bool,
+    inputs: dict[str, str | None],
+    sizes: dict[str, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     """Check every output of a command before any work: writable, apart from the others and from every input,
-    and room for it on its disk.
+    and room for it on its disk (an output on an object store, reached with ``storage_options``: its bucket
+    exists and takes a write, and nothing is at its path unless ``overwrite``).
 
     An output may not be, lie inside or contain an input (the data array, a model) or another output, whatever
     symlinks or ``..`` lead there: writing it could destroy what the command reads. Labels may go beside the
@@ -189,7 +236,7 @@ def check_outputs(
     uncompressed size in bytes (:func:`check_free_space`); a warning for each output that may not fit goes to
     stderr.
     """
-    from ..storage.publish import prepare_output
+    from ..storage.publish import is_local, prepare_output
 
     given = {option: os.fspath(path) for option, path in outputs.items() if path is not None}
     options = list(given)
@@ -209,26 +256,33 @@ def check_outputs(
                     "writing it would destroy what this command reads. Write it "
                     "somewhere else."
                 )
+        remote = not is_local(path)
+        if remote:  # first: a store that cannot be reached or a missing bucket is said as such
+            check_writable(option, path, storage_options)
         try:
-            prepare_output(path, overwrite)
+            prepare_output(path, overwrite, storage_options if remote else None)
         except OutputExistsError as error:
             raise OutputExistsError(
                 f"{option} {path!r} exists already; choose another path or add --overwrite to replace it."
             ) from error
         warning = check_free_space(option, path, (sizes or {}).get(option, 0))
-        check_writable(option, path)
+        if not remote:
+            check_writable(option, path)
         if warning:
             click.echo(f"Warning: {warning}", err=True)
 
 
-def check_writable(option: str, path: str) -> None:
-    """Refuse, before any work, a local output whose folder cannot take a new entry (read-only, no permission).
+def check_writable(option: str, path: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Refuse, before any work, an output whose folder cannot take a new entry (read-only, no permission).
 
-    A file is created and removed there: permission bits alone do not tell (root, read-only mounts, ACLs).
+    A file is created and removed there: permission bits alone do not tell (root, read-only mounts, ACLs). On an
+    object store (reached with ``storage_options``) a small object is written beside the output and removed: a
+    store that cannot be reached, a missing bucket or refused credentials are said before any work.
     """
     from ..storage.publish import is_local, local_path
 
     if not is_local(path):
+        check_object_store_writable(option, path, storage_options)
         return
     folder = os.path.dirname(os.path.abspath(local_path(path)))
     try:
@@ -238,6 +292,28 @@ def check_writable(option: str, path: str) -> None:
         raise PermissionError(
             f"{option} {path!r}: cannot write in {folder!r} ({error.strerror or error}); choose a writable place."
         ) from error
+
+
+def check_object_store_writable(option: str, url: str, storage_options: dict[str, Any] | None) -> None:
+    """Write and remove a small object beside the output ``url`` (``PARENT/.daskmeans-write-check-TOKEN``)."""
+    import uuid
+
+    from ..storage.remote import filesystem, missing_bucket, store_error
+
+    fs, key = filesystem(url, storage_options)
+    parent = key.rstrip("/").rsplit("/", 1)[0] if "/" in key.strip("/") else key.strip("/")
+    probe = f"{parent}/.daskmeans-write-check-{uuid.uuid4().hex[:8]}"
+    try:
+        fs.pipe_file(probe, b"")
+        fs.rm_file(probe)
+    except Exception as error:
+        raised = missing_bucket(url, storage_options) or store_error(url, error, storage_options, f"{option}")
+        if raised is error:
+            raise PermissionError(
+                f"{option} {url!r}: cannot write there ({type(error).__name__}: {error}); check the URL, the "
+                "bucket and the credentials' rights."
+            ) from error
+        raise raised from error
 
 
 #: Bytes and file-system entries that any Zarr output takes whatever its compression: its folder and its
@@ -331,12 +407,15 @@ def writing(option: str, path: str | os.PathLike[str]) -> Iterator[None]:
         ) from error
 
 
-def parse_param(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` -> (name, value): VALUE as a JSON or Python literal (5, 0.1, true, None, [1, 2]), else text."""
+def parse_param(text: str, option: str = "--param", example: str = "tol=1e-3") -> tuple[str, Any]:
+    """``NAME=VALUE`` -> (name, value): VALUE as a JSON or Python literal (5, 0.1, true, None, [1, 2]), else text.
+
+    ``option`` and ``example`` name the command-line option in the error for a text that is not ``NAME=VALUE``.
+    """
     name, sep, raw = text.partition("=")
     name = name.strip().replace("-", "_")
     if not sep or not name.isidentifier():
-        raise InvalidParameterError(f"--param {text!r} is not NAME=VALUE (e.g. --param tol=1e-3).")
+        raise InvalidParameterError(f"{option} {text!r} is not NAME=VALUE (e.g. {option} {example}).")
     raw = raw.strip()
     for parse in (json.loads, ast.literal_eval):
         try:

@@ -8,7 +8,7 @@ import click
 
 from ..exceptions import InputDataError, InvalidParameterError
 from ..registry import ALGORITHMS
-from .common import emit, format_bytes
+from .common import emit, format_bytes, storage_option
 
 # -- info -------------------------------------------------------------------------------------------------------------
 
@@ -58,13 +58,14 @@ def _array_info(name: str, array) -> dict:
     }
 
 
-def _data_info(path: str, node, array: str | None) -> dict:
+def _data_info(path: str, node, array: str | None, storage_options: dict | None = None) -> dict:
     import zarr
 
     from ..storage.sources import array_paths, open_source, stored_bytes
 
     if node is None or array is not None and isinstance(node, zarr.Group):
-        source, _ = open_source(path, array)  # .npy, .npz, or a missing array name: open_source says what is wrong
+        # .npy, .npz, or a missing array name: open_source says what is wrong
+        source, _ = open_source(path, array, storage_options)
         arrays = [_array_info(array or "X", source)]
     elif isinstance(node, zarr.Group):
         arrays = [_array_info(name, node[name]) for name in array_paths(node)]
@@ -81,13 +82,18 @@ def _data_info(path: str, node, array: str | None) -> dict:
 @click.command("info", short_help="Describe a model or a data set.")
 @click.argument("path", metavar="MODEL|INPUT")
 @click.option("--array", metavar="NAME", help="Describe only this array of a Zarr group (its path: X, or sub/X).")
+@storage_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text.")
-def info(path, array, as_json):
-    """Describe a model (estimator, parameters, k, d, inertia, ...) or a data set (shape, dtype, chunks, size)."""
+def info(path, array, storage_options, as_json):
+    """Describe a model (estimator, parameters, k, d, inertia, ...) or a data set (shape, dtype, chunks, size).
+
+    MODEL|INPUT may be a URL (s3://bucket/data.zarr), read with --storage-option.
+    """
     import zarr
 
     from ..storage.model import FORMAT
-    from ..storage.publish import is_local
+    from ..storage.publish import is_local, zarr_options
+    from ..storage.remote import missing_bucket, store_error
 
     if is_local(path) and not os.path.exists(path):
         raise FileNotFoundError(f"Nothing at {path!r}. Check the path.")
@@ -96,9 +102,17 @@ def info(path, array, as_json):
         if is_local(path) and os.path.isfile(path):
             raise InputDataError(f"{path!r} is a file, not a Zarr store, a model, a .npy or a .npz file.")
         try:
-            node = zarr.open(store=path, mode="r")
+            node = zarr.open(store=path, mode="r", storage_options=zarr_options(path, storage_options))
         except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
-            raise InputDataError(f"{path!r} is neither a daskmeans model nor a Zarr store: {error}") from error
+            missing = None if is_local(path) else missing_bucket(path, storage_options)
+            raise missing or InputDataError(
+                f"{path!r} is neither a daskmeans model nor a Zarr store: {error}"
+            ) from error
+        except Exception as error:
+            raised = error if is_local(path) else store_error(path, error, storage_options)
+            if raised is error:
+                raise
+            raise raised from error
     if isinstance(node, zarr.Group) and node.attrs.get("format") == FORMAT:
         if array is not None:
             raise InvalidParameterError(f"{path!r} is a model; --array applies to data only.")
@@ -122,7 +136,7 @@ def info(path, array, as_json):
         shown = {k: v for k, v in details["params"].items() if v is not None}
         lines.append("  params        " + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())))
     else:
-        details = _data_info(path, node, array)
+        details = _data_info(path, node, array, storage_options)
         stored = details["stored_bytes"]
         lines = [f"{path}: data" + (f" ({format_bytes(stored)} on disk)" if stored is not None else "")]
         for item in details["arrays"]:

@@ -137,10 +137,15 @@ class ObjectStore:
             raise raised from error
 
     def kind(self) -> str:
+        """What ``root`` is, from one listing (which also says at once when the store cannot be reached)."""
         self.fs.invalidate_cache()  # another process (a killed driver) may have written since this one looked
-        if self._call(self.fs.isfile, self.path):
+        try:
+            entries = self._call(self.fs.ls, self.path, detail=True, refresh=True)
+        except FileNotFoundError:
+            return "missing"
+        if len(entries) == 1 and entries[0]["name"].rstrip("/") == self.path and entries[0]["type"] == "file":
             return "file"
-        return "directory" if self.listdir() else "missing"
+        return "directory" if entries else "missing"
 
     def listdir(self) -> list[str]:
         try:
