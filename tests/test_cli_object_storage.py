@@ -198,3 +198,11 @@ def test_an_existing_s3_output_is_refused_before_writing(s3_server, s3_bucket, s
     )  # fmt: skip
     assert_one_line_error(fitted, "--out", "exists already", "--overwrite")
     assert zarr.open_group(store=url, mode="r", storage_options=options)["X"].shape == (5, 2)
+
+
+def test_info_says_when_nothing_or_a_part_is_there(s3_server, s3_bucket):
+    s3_server.filesystem().pipe_file(f"{s3_bucket}/partial.zarr/X/c/0/0", b"chunk")  # no root metadata
+    assert_one_line_error(
+        invoke("info", f"{s3_bucket}/partial.zarr", *option_arguments(s3_server)), "was not completely written"
+    )
+    assert_one_line_error(invoke("info", f"{s3_bucket}/nothing.zarr", *option_arguments(s3_server)), "Nothing at")

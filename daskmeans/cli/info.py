@@ -92,7 +92,7 @@ def info(path, array, storage_options, as_json):
     import zarr
 
     from ..storage.model import FORMAT
-    from ..storage.publish import is_local, zarr_options
+    from ..storage.publish import check_complete, is_local, zarr_options
     from ..storage.remote import missing_bucket, store_error
 
     if is_local(path) and not os.path.exists(path):
@@ -104,10 +104,12 @@ def info(path, array, storage_options, as_json):
         try:
             node = zarr.open(store=path, mode="r", storage_options=zarr_options(path, storage_options))
         except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
-            missing = None if is_local(path) else missing_bucket(path, storage_options)
-            raise missing or InputDataError(
-                f"{path!r} is neither a daskmeans model nor a Zarr store: {error}"
-            ) from error
+            if not is_local(path):
+                missing = missing_bucket(path, storage_options)
+                if missing is not None:
+                    raise missing from error
+                check_complete(path, repr(path), InputDataError, storage_options)  # nothing there, or a part
+            raise InputDataError(f"{path!r} is neither a daskmeans model nor a Zarr store: {error}") from error
         except Exception as error:
             raised = error if is_local(path) else store_error(path, error, storage_options)
             if raised is error:

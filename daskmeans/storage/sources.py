@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from ..exceptions import InputDataError
-from .publish import is_local, local_path, zarr_options
+from .publish import check_complete, is_local, local_path, zarr_options
 from .remote import check_storage_options, missing_bucket, store_error
 
 
@@ -94,7 +94,12 @@ def open_source(source, array_name: str | None, storage_options: dict | None = N
         node = zarr.open(store=path, mode="r", storage_options=zarr_options(path, storage_options))
     except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
         if is_url:
-            raise missing_bucket(path, storage_options) or InputDataError(
+            missing = missing_bucket(path, storage_options)
+            if missing is not None:
+                raise missing from error
+            # an output a run did not finish publishing, or nothing at all there, said as such
+            check_complete(path, f"The Zarr store {path!r}", InputDataError, storage_options)
+            raise InputDataError(
                 f"{path!r} is not a Zarr array or group (no zarr.json / .zarray / .zgroup there): {error}. "
                 "Check the URL (and the storage options that name the store, e.g. endpoint_url)."
             ) from error

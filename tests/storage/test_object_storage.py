@@ -94,9 +94,13 @@ def test_a_missing_bucket_is_said_early(s3_server, no_aws_environment):
         open_input("s3://no-such-bucket-x1/data.zarr", storage_options=s3_server.storage_options())
 
 
-def test_a_missing_store_in_a_bucket_is_said(s3_server, s3_bucket, no_aws_environment):
-    with pytest.raises(InputDataError, match="not a Zarr array or group.*Check the URL"):
-        open_input(f"{s3_bucket}/nothing.zarr", storage_options=s3_server.storage_options())
+def test_a_missing_or_incomplete_store_in_a_bucket_is_said(s3_server, s3_bucket, no_aws_environment):
+    options = s3_server.storage_options()
+    with pytest.raises(FileNotFoundError, match="Nothing at .*nothing.zarr"):
+        open_input(f"{s3_bucket}/nothing.zarr", storage_options=options)
+    s3_server.filesystem().pipe_file(f"{s3_bucket}/partial.zarr/X/c/0/0", b"chunk")  # no root metadata
+    with pytest.raises(InputDataError, match="was not completely written"):
+        open_input(f"{s3_bucket}/partial.zarr", storage_options=options)
 
 
 def test_a_wrong_endpoint_is_said_early(s3_server, s3_bucket, no_aws_environment):
