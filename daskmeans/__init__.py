@@ -36,6 +36,7 @@ _LAZY = {
     "KernelKMeans": "daskmeans.estimators.kernel_full",
     "lightweight_coreset": "daskmeans.estimators.coreset",
     "open_input": "daskmeans.storage.io",
+    "Dataset": "daskmeans.storage.io",
     "write_labels": "daskmeans.storage.io",
     "load": "daskmeans.storage.model",
 }
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from
     from .estimators.minibatch import MiniBatchKMeans, NestedMiniBatchKMeans
     from .estimators.mixture import CoresetGaussianMixture
     from .estimators.vrkm import VRKMeans
-    from .storage.io import open_input, write_labels
+    from .storage.io import Dataset, open_input, write_labels
     from .storage.model import load
 
 

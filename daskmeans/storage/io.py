@@ -57,6 +57,22 @@ class Dataset:
         Coordinates along the sample dimension (xarray input), attached to labels.
     is_xarray : bool
         True when the input was an ``xarray.DataArray`` (labels and transforms are then DataArrays too).
+
+    See Also
+    --------
+    open_input : Makes one from any supported input; a store on object storage is opened with its
+        ``storage_options``, which the array keeps (every estimator's ``fit``, ``predict``, ``transform`` and
+        ``score`` take the Dataset as it is).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskmeans import Dataset, KMeans, open_input
+    >>> data = open_input(np.random.default_rng(0).random((1000, 3)))
+    >>> isinstance(data, Dataset), data.n_samples, data.n_features
+    (True, 1000, 3)
+    >>> KMeans(2, random_state=0, progress=False).fit(data).cluster_centers_.shape
+    (2, 3)
     """
 
     array: da.Array
