@@ -89,9 +89,9 @@ class MultiHostCluster:
     log_dir : str or Path, optional
         Where the services' output goes (one file per service, on the machine, outside the hosts); a new
         temporary folder by default.
-    owner : int or None
-        The process whose end makes the cluster a leftover that later runs may remove (this process by default);
-        None for a cluster started by hand, kept until :meth:`stop` or ``down``.
+    by_hand : bool
+        A cluster started by hand, kept until :meth:`stop` or ``down``. Otherwise this process owns it: when it
+        ends without stopping the cluster (killed), the next cluster that starts removes it.
 
     Examples
     --------
@@ -104,12 +104,12 @@ class MultiHostCluster:
     SCHEDULER_PORT = 8786
     S3_PORT = 9000
 
-    def __init__(self, n_workers: int = 2, worker_memory: str = "2GiB", log_dir=None, owner: int | None = -1):
+    def __init__(self, n_workers: int = 2, worker_memory: str = "2GiB", log_dir=None, by_hand: bool = False):
         if n_workers < 1:
             raise ValueError(f"n_workers={n_workers}: a cluster needs at least one worker")
         self.n_workers = n_workers
         self.worker_memory = worker_memory
-        self.owner = os.getpid() if owner == -1 else owner
+        self.owner = None if by_hand else os.getpid()
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.name = ""
         self.hosts: dict[str, Host] = {}
@@ -125,10 +125,12 @@ class MultiHostCluster:
 
     @property
     def worker_names(self) -> list[str]:
+        """The workers' host names, ``worker-0`` ...."""
         return [f"worker-{i}" for i in range(self.n_workers)]
 
     @property
     def bridge_netns(self) -> str:
+        """The namespace that holds the bridge and the hosts' bridge ports."""
         return f"{self.name}-br"
 
     def address(self, host: str) -> str:
@@ -261,8 +263,8 @@ class MultiHostCluster:
         if name not in records:
             raise LookupError(f"no multi-host cluster {name!r}; running: {', '.join(records) or 'none'}")
         record = json.loads(records[name].read_text())
-        cluster = cls(n_workers=record["n_workers"], log_dir=record["log_dir"], owner=record["owner"])
-        cluster.name = name
+        cluster = cls(n_workers=record["n_workers"], log_dir=record["log_dir"], by_hand=record["owner"] is None)
+        cluster.name, cluster.owner = name, record["owner"]
         cluster.hosts = {key: Host(**value) for key, value in record["hosts"].items()}
         return cluster
 
@@ -308,6 +310,7 @@ class MultiHostCluster:
         return process
 
     def log_path(self, host: str) -> Path:
+        """The file that collects the output of ``host``'s services."""
         return Path(self.log_dir) / f"{host}.log"
 
     def log_tail(self, host: str, lines: int = 40) -> str:
@@ -501,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 def act(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Carry out the action of :func:`main`'s command line."""
     if args.action == "up":
-        cluster = MultiHostCluster(n_workers=args.workers, owner=None).start()
+        cluster = MultiHostCluster(n_workers=args.workers, by_hand=True).start()
         print(cluster.describe())
         return 0
     if args.action == "status":
