@@ -320,6 +320,12 @@ class MultiHostCluster:
         except OSError:
             return ""
 
+    def logs(self) -> str:
+        """The last lines of every service's log (fewer of the S3 server's, which logs each request), for the
+        message of a failure."""
+        tails = {host: self.log_tail(host, 8 if host == "s3" else 40) for host in self.host_names if host != "client"}
+        return "\n".join(f"--- {host}:\n{tail}" for host, tail in tails.items())
+
     def wait_ready(self, timeout: float = 120, n_workers: int | None = None) -> None:
         """Block until the S3 server answers and ``n_workers`` workers (all by default) have joined the scheduler,
         checked from the client host.
@@ -334,8 +340,7 @@ class MultiHostCluster:
         args += ["--workers", str(workers), "--timeout", str(timeout)]
         done = self.driver("client", args, check=False, timeout=timeout + 60)
         if done.returncode != 0:
-            logs = "\n".join(f"--- {host}:\n{self.log_tail(host)}" for host in ("s3", "scheduler", *self.worker_names))
-            raise RuntimeError(f"the multi-host cluster did not come up: {done.stderr.strip()}\n{logs}")
+            raise RuntimeError(f"the multi-host cluster did not come up: {done.stderr.strip()}\n{self.logs()}")
 
     # -- commands on hosts -----------------------------------------------------------------------------------
 

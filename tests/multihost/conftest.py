@@ -37,6 +37,5 @@ def multihost(tmp_path_factory):
 
 
 def logs_of(cluster: MultiHostCluster) -> str:
-    """The last lines of every service's log, for a failure's message."""
-    tails = {host: cluster.log_tail(host, 8 if host == "s3" else 40) for host in cluster.host_names if host != "client"}
-    return "\n".join(f"--- {host}:\n{tail}" for host, tail in tails.items())
+    """The last lines of every service's log, for a failure's message (:meth:`MultiHostCluster.logs`)."""
+    return cluster.logs()

@@ -22,7 +22,6 @@ import zarr
 from daskmeans import open_input
 from daskmeans.registry import algorithm_names, make_estimator
 
-from .conftest import logs_of
 from .driver import blob_data, decode
 
 pytestmark = pytest.mark.slow
@@ -58,7 +57,7 @@ def on_client(cluster, args: list[str], timeout: float = 480) -> str:
     argv = [daskmeans_executable(), *args, "--scheduler", cluster.scheduler_address]
     argv += ["--storage-option", f"endpoint_url={cluster.s3_endpoint}"]
     done = cluster.run("client", argv, timeout=timeout, check=False)
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stderr[-4000:]}\n{logs_of(cluster)}"
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stderr[-4000:]}\n{cluster.logs()}"
     return done.stdout
 
 
