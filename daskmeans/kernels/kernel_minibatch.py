@@ -105,11 +105,15 @@ def _per_cluster_mean(values, labels, counts, weights):
     return np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
 
 
-def merge_duplicates(centers: SparseCenters) -> SparseCenters:
+def merge_duplicates(centers: SparseCenters, newest_segment: bool = False) -> SparseCenters:
     """Merge support rows that are the same data row of the same center (summing their coefficients).
 
     Only rows with a known index merge; the result stays sorted by owner. Used by the untruncated version,
-    whose support would otherwise grow by a batch per step.
+    whose support would otherwise grow by a batch per step, and by the truncated one (``newest_segment``: a merged
+    row takes the newest segment of its copies and the support stays sorted by owner and segment), so that a row
+    that a center keeps receiving is one support row, never dropped while it keeps coming: dropping its older
+    copies would shrink the center towards the origin of the feature space (on small data, where every center
+    receives the same few rows again and again, far enough to lose its rows to a neighbour).
     """
     known = centers.row_index >= 0
     if known.sum() < 2:
@@ -123,8 +127,23 @@ def merge_duplicates(centers: SparseCenters) -> SparseCenters:
     merged = centers.take(first)
     merged.coef = coef
     merged.segment = np.zeros(len(first), dtype=np.int64)
+    if newest_segment:
+        np.maximum.at(merged.segment, inverse, centers.segment)
+        return merged.take(np.lexsort((merged.segment, merged.owner)))
     order = np.argsort(merged.owner, kind="stable")
     return merged.take(order)
+
+
+def keep_kept_rows_copies(keep, owner, row_index):
+    """``keep`` with every copy of a kept support row of the same center kept too (rows of known index): the
+    copies are merged after the step (:func:`merge_duplicates`), so the center loses nothing of a row it keeps."""
+    known = row_index >= 0
+    if keep.all() or known.sum() < 2:
+        return keep
+    n_rows = int(row_index.max()) + 1
+    key = owner * n_rows + row_index
+    kept_keys = np.unique(key[keep & known])
+    return keep | (known & np.isin(key, kept_keys))
 
 
 def batch_kernel_blocks(rows, support, kernel, batch_row_norms, support_row_norms, pool=None):
@@ -259,7 +278,7 @@ def kernel_minibatch_step(
     n_dropped = 0
     gram = None
     if truncate:
-        keep = truncation_mask(owner, segment, int(tau))
+        keep = keep_kept_rows_copies(truncation_mask(owner, segment, int(tau)), owner, row_index)
         old_gram = centers.gram if centers.gram is not None else center_grams(centers, kernel)
         gram, center_dot_dropped, dropped_dot_dropped = truncated_center_grams(
             old_gram, centers.owner, batch_to_support, batch_kernel, order, owner, coef, keep, k
@@ -282,8 +301,10 @@ def kernel_minibatch_step(
         row_norms=row_norms,
         gram=gram,
     )
-    if not truncate:
-        combined = merge_duplicates(combined)
+    merged = merge_duplicates(combined, newest_segment=truncate)
+    if truncate and merged is not combined:  # copies of rows merged: the Gram blocks of the merged support
+        merged.gram = center_grams(merged, kernel)
+    combined = merged
     _, after_dist2 = nearest_from_inner(diag, new_inner, combined.norms)
     after = float(weights @ after_dist2) / total if weighted else float(after_dist2.mean())
     record = {

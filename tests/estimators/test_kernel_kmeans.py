@@ -489,3 +489,17 @@ def test_a_run_of_fewer_steps_is_the_start_of_the_longer_run(circle_data):
     assert [[entry[key] for key in keys] for entry in short.history_] == [
         [entry[key] for key in keys] for entry in full.history_[:7]
     ]
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_as_many_clusters_as_distinct_rows_gives_one_row_each(truncate):
+    """40 clusters on 40 distinct rows: one row each, as scikit-learn's KMeans gives. Every batch brings the same
+    rows again; the truncation keeps a row a center keeps receiving as one support row (its copies merged), so no
+    center shrinks towards the origin of the feature space and loses its row to a neighbour."""
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    model = MiniBatchKernelKMeans(n_clusters=40, truncate=truncate, random_state=0).fit(rows)
+    labels = np.asarray(model.labels_)
+    assert sorted(np.bincount(labels, minlength=40).tolist()) == [1] * 40
+    assert model.support_rows_.shape[0] == 40  # each center is its row
+    np.testing.assert_array_equal(model.predict(rows), labels)
+    assert model.history_[-1]["energy"] < 1e-12
