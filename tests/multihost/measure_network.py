@@ -13,9 +13,11 @@ S3.
 Bytes: each worker's traffic is counted by peer with traffic control on its interface and its bridge port (an
 ``htb`` queue of two classes, the S3 host's address in one, everything else in the other), so the reads from S3
 are apart from the traffic with the scheduler, the client and the other worker. Each algorithm is fitted with
-``N`` and ``2N`` iterations (``tol=0``, the same seed): the difference of the two fits' bytes over ``N`` is what
-one iteration costs, the per-fit costs (seeding, start, the end) cancel. A fit that stopped before its iterations
-is marked in the table.
+``N`` iterations (``tol=0``), paused after each iteration (its progress callback waits) while the counters, the
+S3 server's request log and the scheduler's graph count are read: an iteration's cost is the median over the
+iterations after the first, so seeding, the start and the end of a fit are left out, and so is an iteration in
+which Dask moved blocks between workers to balance them (the mean is in ``network.json``). A fit that stopped
+before its iterations is marked in the table.
 
 Time: an iteration's seconds (the median step of the fit's ``history_`` wall times) at each RTT, set with
 ``tc netem`` on every host's outgoing traffic (delay RTT/2, rate 1 Gbit/s); where the kernel has no netem, only
@@ -30,6 +32,7 @@ into ``--out``. The client-side process is this file run with ``--serve`` on the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -48,6 +51,11 @@ FORCED = {"driver_rows": 0, "tol": 0.0, "max_no_improvement": None}
 ITERATION_PARAMETER = {"vrkm": "max_epochs", "vrkm++": "max_epochs", "vrkm++-reference": "max_epochs"}
 #: Algorithms that hold a kernel matrix of every pair of rows on the driver (refused above this n by default).
 QUADRATIC = {"kernel-kmeans": 50_000}
+#: The row of the bytes table for exact k-means on the blocks daskmeans chooses by default (Zarr chunks under
+#: ``config.MIN_BLOCK_BYTES`` merged into larger blocks), where the other rows have one block per Zarr chunk.
+MERGED = "kmeans, default blocks"
+#: The method of a request in the S3 server's log (werkzeug's access lines).
+S3_REQUEST = re.compile(r'"(GET|HEAD|PUT|POST|DELETE) ')
 #: An htb rate that never limits (the classes only count).
 UNLIMITED = ["rate", "100gbit", "burst", "16mb", "cburst", "16mb"]
 #: A class and its bytes sent in ``tc -s class show`` (this tc prints no JSON for classes).
@@ -86,8 +94,18 @@ def serve(scheduler: str, storage_options: str) -> None:
         return dask_worker.state.transfer_incoming_count_total
 
     def fit(client, options: dict, request: dict) -> dict:
-        data = daskmeans.open_input(request["url"], array="X", storage_options=options)
-        estimator = make_estimator(request["algorithm"], **request["params"], progress=False)
+        """Fit; with ``pause``, after each iteration tell the measuring side and wait for its go-ahead (it reads
+        the counters meanwhile)."""
+
+        def iteration_done(step):
+            state = client.run_on_scheduler(counts)  # the scheduler only: no traffic of the workers
+            print(json.dumps({"iteration": step.get("iteration"), **state}), flush=True)
+            sys.stdin.readline()
+
+        chunk_rows = request.get("chunk_rows")
+        data = daskmeans.open_input(request["url"], array="X", chunk_rows=chunk_rows, storage_options=options)
+        progress = iteration_done if request.get("pause") else False
+        estimator = make_estimator(request["algorithm"], **request["params"], progress=progress)
         estimator.set_params(client=client)
         started = time.perf_counter()
         estimator.fit(data)
@@ -165,24 +183,44 @@ class ClientProcess:
         self.process = cluster.popen("client", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         self.ask_raw(None)
 
-    def ask_raw(self, request: dict | None) -> dict:
-        if request is not None:
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+    def send(self, request) -> None:
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+
+    def answer(self) -> dict:
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"the client-side process ended; its output is in {self.log.name}")
         return json.loads(line)
 
-    def fit(self, algorithm: str, url: str, params: dict) -> dict:
-        return self.ask_raw({"action": "fit", "algorithm": algorithm, "url": url, "params": params})
+    def ask_raw(self, request: dict | None) -> dict:
+        if request is not None:
+            self.send(request)
+        return self.answer()
+
+    def fit(self, algorithm: str, url: str, params: dict, chunk_rows: int | None, on_iteration=None) -> dict:
+        """Fit on the cluster, the input in blocks of ``chunk_rows`` rows (None: daskmeans's choice). With
+        ``on_iteration``, the fit waits after each iteration while ``on_iteration(message)`` runs (the message has
+        the iteration and the scheduler's graph counts)."""
+        request = {"action": "fit", "algorithm": algorithm, "url": url, "params": params, "chunk_rows": chunk_rows}
+        self.send({**request, "pause": on_iteration is not None})
+        while "iteration" in (message := self.answer()):
+            on_iteration(message)
+            self.send("go on")
+        return message
 
     def counts(self) -> dict:
         return self.ask_raw({"action": "counts"})
 
     def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+        """End the process: at once when a fit is under way (an interrupted measurement)."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
         self.log.close()
 
 
@@ -205,40 +243,82 @@ def difference(after: dict, before: dict) -> dict:
     return {worker: {key: after[worker][key] - before[worker][key] for key in after[worker]} for worker in after}
 
 
-def measured_fit(cluster, client: ClientProcess, algorithm: str, url: str, params: dict) -> dict:
-    """One fit with the bytes each worker exchanged during it and the graphs the scheduler received."""
-    counts_before, bytes_before = client.counts(), worker_snapshot(cluster)
-    result = client.fit(algorithm, url, params)
-    counts_after, bytes_after = client.counts(), worker_snapshot(cluster)
-    result["bytes"] = difference(bytes_after, bytes_before)
-    result["graphs"] = counts_after["graphs"] - counts_before["graphs"]
-    result["tasks"] = counts_after["tasks"] - counts_before["tasks"]
-    result["transfers"] = counts_after["transfers"] - counts_before["transfers"]
+def s3_requests(cluster) -> dict[str, int]:
+    """The requests the S3 server has logged from the workers so far, by method (``GET``, ``HEAD``, ...)."""
+    workers = tuple(f"{cluster.address(worker)} " for worker in cluster.worker_names)
+    found: dict[str, int] = {}
+    for line in cluster.log_path("s3").read_text(errors="replace").splitlines():
+        method = S3_REQUEST.search(line)
+        if method and line.startswith(workers):
+            found[method.group(1)] = found.get(method.group(1), 0) + 1
+    return found
+
+
+def measured_fit(cluster, client: ClientProcess, algorithm: str, url: str, params: dict, chunk_rows) -> dict:
+    """One fit, paused after each iteration to read what each worker exchanged (by peer), the requests the S3
+    server got from the workers and the graphs the scheduler received; and the transfers of results between
+    workers over the whole fit."""
+    snapshots = []
+
+    def snapshot(message):
+        snapshots.append({"bytes": worker_snapshot(cluster), "s3": s3_requests(cluster), **message})
+
+    transfers = client.counts()["transfers"]
+    result = client.fit(algorithm, url, params, chunk_rows, on_iteration=snapshot)
+    if "error" not in result:
+        result["snapshots"] = snapshots
+        result["transfers"] = client.counts()["transfers"] - transfers
     return result
 
 
-def per_iteration(short: dict, long: dict, iterations: int) -> dict:
-    """What one iteration costs: the difference of a fit of ``2 * iterations`` and one of ``iterations``."""
-    workers = {}
-    for worker in long["bytes"]:
-        delta = {
-            key: (long["bytes"][worker][key] - short["bytes"][worker][key]) / iterations
-            for key in long["bytes"][worker]
-        }
-        workers[worker] = {
-            "cluster_tx": delta["other_tx"],
-            "cluster_rx": delta["other_rx"],
-            "s3_tx": delta["peer_tx"],
-            "s3_rx": delta["peer_rx"],
-        }
-    steps = long["n_iter"] - short["n_iter"]
+def per_iteration(fit: dict, iterations: int) -> dict:
+    """What one iteration costs: the median, over the iterations after the first, of what was exchanged between
+    the end of one iteration and the end of the next (the median leaves out an iteration where Dask moved blocks
+    between workers to balance them, which the mean shows)."""
+    snapshots = fit["snapshots"]
+    steps = []
+    for before, after in zip(snapshots[:-1], snapshots[1:]):
+        step = {}
+        for worker in after["bytes"]:
+            delta = {key: after["bytes"][worker][key] - before["bytes"][worker][key] for key in after["bytes"][worker]}
+            step[worker] = {
+                "cluster_tx": delta["other_tx"],
+                "cluster_rx": delta["other_rx"],
+                "s3_tx": delta["peer_tx"],
+                "s3_rx": delta["peer_rx"],
+            }
+        step["total"] = {key: sum(step[w][key] for w in after["bytes"]) for key in step[next(iter(after["bytes"]))]}
+        step["graphs"] = after["graphs"] - before["graphs"]
+        step["tasks"] = after["tasks"] - before["tasks"]
+        for method in set(after["s3"]) | set(before["s3"]):
+            step[f"s3_{method}"] = after["s3"].get(method, 0) - before["s3"].get(method, 0)
+        steps.append(step)
+    if not steps:
+        return {"complete": False, "iterations": fit["n_iter"], "steps": 0}
+
+    def median(*path):
+        values = []
+        for step in steps:
+            value = step
+            for key in path:
+                value = value.get(key, 0) if isinstance(value, dict) else 0
+            values.append(value)
+        return statistics.median(values), statistics.fmean(values)
+
+    workers = [key for key in steps[0] if key.startswith("worker-")]
+    keys = ("cluster_tx", "cluster_rx", "s3_tx", "s3_rx")
+    methods = sorted({key[3:] for step in steps for key in step if key.startswith("s3_") and key[3:].isupper()})
     return {
-        "workers": workers,
-        "iterations": [short["n_iter"], long["n_iter"]],
-        "complete": short["n_iter"] == iterations and long["n_iter"] == 2 * iterations,
-        "graphs_per_iteration": (long["graphs"] - short["graphs"]) / max(1, steps),
-        "tasks_per_iteration": (long["tasks"] - short["tasks"]) / max(1, steps),
-        "transfers_per_iteration": (long["transfers"] - short["transfers"]) / max(1, steps),
+        "complete": fit["n_iter"] == iterations,
+        "iterations": fit["n_iter"],
+        "steps": len(steps),
+        "workers": {worker: {key: median(worker, key)[0] for key in keys} for worker in workers},
+        "total": {key: median("total", key)[0] for key in keys},
+        "total_mean": {key: median("total", key)[1] for key in keys},
+        "graphs_per_iteration": median("graphs")[0],
+        "tasks_per_iteration": median("tasks")[0],
+        "s3_requests_per_iteration": {method: median(f"s3_{method}")[1] for method in methods},  # the mean
+        "transfers_per_fit": fit["transfers"],
     }
 
 
@@ -313,23 +393,28 @@ def failed(algorithm: str, result: dict, record: dict) -> bool:
 
 
 def measure_bytes(cluster, client: ClientProcess, urls: dict, args, record: dict) -> None:
-    """Bytes per iteration of each algorithm at each size: fits of N and 2N iterations, counted by peer."""
+    """Bytes per iteration of each algorithm at each size, counted by peer after each iteration of a fit."""
     for worker in cluster.worker_names:
         classify_by_peer(cluster, worker, "s3")
     for url in urls.values():  # the workers' first reads of each store (file system objects, metadata)
-        client.fit("kmeans", url, fit_params("kmeans", args.k, 1, args.seed))
-    n = args.iterations
-    for algorithm in args.algorithms:
+        client.fit("kmeans", url, fit_params("kmeans", args.k, 1, args.seed), args.chunk_rows)
+    runs = [(algorithm, algorithm, args.chunk_rows) for algorithm in args.algorithms]
+    if "kmeans" in args.algorithms:  # the blocks daskmeans makes of small Zarr chunks by default
+        runs.insert(args.algorithms.index("kmeans") + 1, (MERGED, "kmeans", None))
+    for label, algorithm, chunk_rows in runs:
         for rows, url in urls.items():
             if left_out(algorithm, rows, record):
                 continue
-            params = [fit_params(algorithm, args.k, m, args.seed) for m in (n, 2 * n)]
-            fits = [measured_fit(cluster, client, algorithm, url, each) for each in params]
-            if any(failed(algorithm, fit, record) for fit in fits):
+            params = fit_params(algorithm, args.k, args.iterations, args.seed)
+            fit = measured_fit(cluster, client, algorithm, url, params, chunk_rows)
+            if failed(label, fit, record):
                 break
-            entry = per_iteration(*fits, n)
-            record["bytes"].setdefault(algorithm, {})[str(rows)] = entry
-            log(f"{algorithm} {rows} rows: {summary_line(entry)}")
+            entry = per_iteration(fit, args.iterations)
+            if not entry["steps"]:
+                record["notes"].append(f"{label} at {rows:,} rows ran {entry['iterations']} iteration(s): not measured")
+                continue
+            record["bytes"].setdefault(label, {})[str(rows)] = entry
+            log(f"{label} {rows} rows: {summary_line(entry)}")
     for worker in cluster.worker_names:
         cluster.restore(worker)
 
@@ -349,7 +434,8 @@ def measure_times(cluster, client: ClientProcess, url: str, args, record: dict) 
             for algorithm in args.time_algorithms or args.algorithms:
                 if left_out(algorithm, rows, record):
                     continue
-                result = client.fit(algorithm, url, fit_params(algorithm, args.k, args.time_iterations, args.seed))
+                params = fit_params(algorithm, args.k, args.time_iterations, args.seed)
+                result = client.fit(algorithm, url, params, args.chunk_rows)
                 if failed(algorithm, result, record):
                     continue
                 seconds, passes = iteration_seconds(result)
@@ -361,6 +447,15 @@ def measure_times(cluster, client: ClientProcess, url: str, args, record: dict) 
                 log(f"{algorithm} at RTT {rtt} ms: {seconds} s per iteration, {passes} passes per iteration")
     finally:
         shape_every_host(cluster, None, args.rate_mbit)
+
+
+def counted_round_trips(entry: dict, n_workers: int = 2) -> float:
+    """Round trips an iteration waits for at least, counted rather than timed: two per graph the client submits
+    (client to scheduler and back, scheduler to a worker and back) and one per S3 request of a worker (its one
+    thread reads its blocks one after the other), the requests shared by the workers. Transfers of results between
+    workers (a reduction's) add to it; they are counted per fit only, so they are left out."""
+    requests = sum((entry.get("s3_requests_per_iteration") or {}).values())
+    return 2 * entry["graphs_per_iteration"] + requests / n_workers
 
 
 def round_trips(times: dict) -> dict:
@@ -376,10 +471,11 @@ def round_trips(times: dict) -> dict:
 
 
 def summary_line(entry: dict) -> str:
-    workers = entry["workers"].values()
-    cluster = sum(w["cluster_tx"] + w["cluster_rx"] for w in workers) / len(entry["workers"])
-    s3 = sum(w["s3_rx"] for w in workers)
-    return f"{cluster / 1e3:.1f} kB per worker with the cluster, {s3 / 1e6:.2f} MB from S3 (all workers) per iteration"
+    total = entry["total"]
+    return (
+        f"per iteration, both workers: {total['cluster_tx'] / 1e3:.1f} kB sent and {total['cluster_rx'] / 1e3:.1f} kB "
+        f"received with the cluster, {total['s3_rx'] / 1e6:.2f} MB from S3"
+    )
 
 
 def log(text: str) -> None:
@@ -419,33 +515,31 @@ def markdown(record: dict) -> str:
         "",
         f"Command: `{record['command']}`",
         "",
-        f"Data: blobs of {settings['features']} features on S3, chunks of {settings['chunk_rows']} rows, "
+        f"Data: blobs of {settings['features']} features on S3, Zarr chunks of {settings['chunk_rows']} rows, one "
+        f"block each (but in '{MERGED}'), "
         f"k = {settings['k']}, 2 workers (one thread each), every iteration on the workers, read from S3 each pass. "
-        f"Bytes per iteration are the difference of fits of {settings['iterations']} and "
-        f"{2 * settings['iterations']} iterations over {settings['iterations']}.",
+        f"Per iteration: the median over iterations 2 to {settings['iterations']} of a fit paused after each "
+        "iteration while the counters are read.",
         "",
-        "## Bytes per iteration, per worker",
+        "## Bytes per iteration",
         "",
-        "cluster: with the scheduler, the client and the other worker; S3: with the S3 host (the reads of the "
-        "blocks, which grow with n). Mean of the two workers, in kB.",
+        "Both workers together, in kB. Cluster: with the scheduler, the client and the other worker; S3: with the "
+        "S3 host (the reads of the blocks, which grow with n). Graphs: graphs the client submitted to the "
+        "scheduler; transfers: results one worker fetched from the other in the whole fit (seeding included).",
         "",
         "| algorithm | rows | cluster sent | cluster received | S3 received | S3 sent | graphs/it | tasks/it | "
-        "transfers/it | iterations |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "transfers/fit | S3 requests/it | iterations |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for algorithm, by_rows in record["bytes"].items():
         for rows, entry in by_rows.items():
-            workers = list(entry["workers"].values())
-
-            def mean(key, workers=workers):
-                return sum(w[key] for w in workers) / len(workers) / 1e3
-
+            total = {key: value / 1e3 for key, value in entry["total"].items()}
             done = "" if entry["complete"] else " (stopped early)"
             lines.append(
-                f"| {algorithm} | {int(rows):,} | {mean('cluster_tx'):.1f} | {mean('cluster_rx'):.1f} | "
-                f"{mean('s3_rx'):.1f} | {mean('s3_tx'):.1f} | {entry['graphs_per_iteration']:.1f} | "
-                f"{entry['tasks_per_iteration']:.1f} | {entry['transfers_per_iteration']:.1f} | "
-                f"{entry['iterations'][0]}, {entry['iterations'][1]}{done} |"
+                f"| {algorithm} | {int(rows):,} | {total['cluster_tx']:.1f} | {total['cluster_rx']:.1f} | "
+                f"{total['s3_rx']:.1f} | {total['s3_tx']:.1f} | {entry['graphs_per_iteration']:.1f} | "
+                f"{entry['tasks_per_iteration']:.1f} | {entry['transfers_per_fit']} | "
+                f"{requests_text(entry)} | {entry['iterations']}{done} |"
             )
     rtts = sorted({float(rtt) for by_rtt in record["time"].values() for rtt in by_rtt})
     lines += [
@@ -453,10 +547,14 @@ def markdown(record: dict) -> str:
         "## Seconds per iteration against the RTT",
         "",
         f"netem on every host's outgoing traffic: delay RTT/2, rate {settings['rate_mbit']} Mbit/s; "
-        f"{settings['rows'][0]:,} rows. Round trips: the slope of seconds per iteration over the RTT.",
+        f"{settings['rows'][0]:,} rows. Round trips timed: the slope of seconds per iteration over the RTT; "
+        "counted (a lower bound): 2 per graph the client submits, plus a worker's share of the S3 requests (from the "
+        "bytes table).",
         "",
-        "| algorithm | " + " | ".join(f"RTT {rtt:g} ms" for rtt in rtts) + " | passes/it | round trips/it |",
-        "|---|" + "---:|" * (len(rtts) + 2),
+        "| algorithm | "
+        + " | ".join(f"RTT {rtt:g} ms" for rtt in rtts)
+        + " | passes/it | round trips/it (timed) | round trips/it (counted) |",
+        "|---|" + "---:|" * (len(rtts) + 3),
     ]
     for algorithm, by_rtt in record["time"].items():
         cells = []
@@ -466,13 +564,21 @@ def markdown(record: dict) -> str:
             cells.append("" if seconds is None else f"{seconds:.3f}")
         passes = next((e["passes_per_iteration"] for e in by_rtt.values() if e["passes_per_iteration"]), None)
         slope = record["round_trips"].get(algorithm)
+        entry = record["bytes"].get(algorithm, {}).get(str(settings["rows"][0]))
+        counted = "" if entry is None else f"{counted_round_trips(entry):.1f}"
         lines.append(
             f"| {algorithm} | {' | '.join(cells)} | {'' if passes is None else f'{passes:g}'} | "
-            f"{'' if slope is None else f'{slope:.1f}'} |"
+            f"{'' if slope is None else f'{slope:.1f}'} | {counted} |"
         )
     if record["notes"]:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in record["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def requests_text(entry: dict) -> str:
+    """``GET 4, HEAD 4``: the S3 requests of the workers per iteration."""
+    found = entry.get("s3_requests_per_iteration") or {}
+    return ", ".join(f"{method} {count:g}" for method, count in sorted(found.items()) if count) or "0"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -490,7 +596,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-k", type=int, default=16)
     parser.add_argument("--blobs", type=int, default=400, help="blobs in the data (many more than k: long fits)")
     parser.add_argument("--chunk-rows", type=int, default=10_000)
-    parser.add_argument("--iterations", type=int, default=None, help="N: fits of N and 2N iterations")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations of each fit that counts bytes")
     parser.add_argument("--time-iterations", type=int, default=None)
     parser.add_argument("--rtts", type=lambda text: [float(v) for v in text.split(",")], default=[0.2, 2.0, 10.0])
     parser.add_argument("--rate-mbit", type=int, default=1000)
@@ -508,7 +614,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown algorithms {', '.join(unknown)}; choose from {', '.join(algorithm_names())}")
     args.rows = args.rows or ([20_000, 80_000] if quick else [100_000, 400_000])
-    args.iterations = args.iterations or (2 if quick else 4)
+    args.iterations = args.iterations or (5 if quick else 8)
     args.time_iterations = args.time_iterations or (4 if quick else 10)
     if quick:
         args.chunk_rows = min(args.chunk_rows, 5_000)
