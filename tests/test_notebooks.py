@@ -1,7 +1,8 @@
 """The notebooks: committed clean (kernel metadata, a `parameters` cell, no outputs) and executed end to end.
 
 Execution needs nbclient, nbformat and ipykernel (skipped with the reason when they are missing); each notebook
-runs in a fresh kernel in a temporary folder, on its own local cluster, with its small default parameters.
+runs in a fresh kernel in a temporary folder, on its own local cluster, at its shipped defaults (the out-of-core
+notebook also with small injected parameters, for a quick check of its cells).
 """
 
 from __future__ import annotations
@@ -161,6 +162,25 @@ def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
         not in read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb").cells[1].source
     )
     assert images(notebook) == 1
+    assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
+
+
+@pytest.mark.timeout(1200)
+def test_out_of_core_runs_at_its_shipped_defaults(tmp_path):
+    """The notebook as a user's first try runs it: data larger than the two workers' memory together, every run
+    (VRKM++ at its default epoch of half the rows included) within its budget, no worker lost."""
+    notebook = execute_notebook(
+        ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb",
+        tmp_path,
+        env={name: None for name in CLUSTER_VARIABLES},
+        timeout=900,
+    )
+    output = text_output(notebook)
+    assert "connected to a local cluster: 2 workers" in output
+    assert float(re.search(r"and ([0-9.]+)x the memory of all workers", output).group(1)) > 1.0
+    for run in parameters(read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb"))["RUNS"]:
+        assert f"{run}: " in output
+    assert "best: " in output and images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
 
 
