@@ -20,8 +20,9 @@ which Dask moved blocks between workers to balance them (the mean is in ``networ
 before its iterations is marked in the table.
 
 Time: an iteration's seconds (the median step of the fit's ``history_`` wall times) at each RTT, set with
-``tc netem`` on every host's outgoing traffic (delay RTT/2, rate 1 Gbit/s); where the kernel has no netem, only
-the unshaped time is measured and the table says so. The slope of seconds per iteration against the RTT is the
+``tc netem`` on every host's outgoing traffic (delay RTT/2, rate 1 Gbit/s); where the kernel has no netem, the
+delay is emulated in the processes (:mod:`tests.multihost.latency`: Dask messages and S3 requests held back) and
+the notes say so. The slope of seconds per iteration against the RTT is the
 number of round trips an iteration waits for; the passes (graphs submitted) per iteration, counted by the fit
 itself and by a scheduler plugin, say where they come from.
 
@@ -118,6 +119,10 @@ def serve(scheduler: str, storage_options: str) -> None:
             "passes": [step.get("passes") for step in history],
         }
 
+    import cloudpickle
+    import latency  # this file's folder is first on sys.path: it runs as a script
+
+    cloudpickle.register_pickle_by_value(latency)  # the workers and the scheduler have no such module
     options = json.loads(storage_options)
     with Client(scheduler, set_as_default=False) as client:
         client.register_plugin(GraphCounter())
@@ -127,6 +132,11 @@ def serve(scheduler: str, storage_options: str) -> None:
             if request["action"] == "counts":
                 answer = client.run_on_scheduler(counts)
                 answer["transfers"] = sum(client.run(transfers).values())
+            elif request["action"] == "latency":
+                seconds = latency.set_one_way_delay(request["one_way"])
+                client.run_on_scheduler(latency.set_one_way_delay, request["one_way"])
+                client.run(latency.set_one_way_delay, request["one_way"])
+                answer = {"one_way": seconds}
             else:
                 try:
                     answer = fit(client, options, request)
@@ -211,6 +221,10 @@ class ClientProcess:
 
     def counts(self) -> dict:
         return self.ask_raw({"action": "counts"})
+
+    def set_latency(self, rtt_ms: float) -> None:
+        """Delay every Dask message and S3 request by half ``rtt_ms`` in every process (:mod:`latency`)."""
+        self.ask_raw({"action": "latency", "one_way": rtt_ms / 2000})
 
     def close(self) -> None:
         """End the process: at once when a fit is under way (an interrupted measurement)."""
@@ -420,17 +434,22 @@ def measure_bytes(cluster, client: ClientProcess, urls: dict, args, record: dict
 
 
 def measure_times(cluster, client: ClientProcess, url: str, args, record: dict) -> None:
-    """Seconds per iteration at each RTT (netem on every host; without netem, the link's own RTT only)."""
+    """Seconds per iteration at each RTT: netem on every host, or where the kernel has none, the delay emulated
+    in the processes (:mod:`latency`)."""
     rows = args.rows[0]
-    rtts = args.rtts if cluster.netem_available else [0.0]
-    if not cluster.netem_available:
+    emulated = not cluster.netem_available
+    if emulated:
         record["notes"].append(
-            "this kernel has no netem: no delay could be set, so the times are at the link's own RTT (veth pairs "
-            f"on a bridge, tens of microseconds) with a {args.rate_mbit} Mbit/s token bucket on every host"
+            "this kernel has no netem: the RTT was emulated in the processes (tests/multihost/latency.py: every "
+            "Dask message held RTT/2 after it arrived, every S3 request started one RTT late), with a "
+            f"{args.rate_mbit} Mbit/s token bucket on every host; TCP's own round trips (connection set-up, slow "
+            "start) were not delayed"
         )
     try:
-        for rtt in rtts:
-            shape_every_host(cluster, rtt, args.rate_mbit)
+        for rtt in args.rtts:
+            shape_every_host(cluster, 0 if emulated else rtt, args.rate_mbit)
+            if emulated:
+                client.set_latency(rtt)
             for algorithm in args.time_algorithms or args.algorithms:
                 if left_out(algorithm, rows, record):
                     continue
@@ -447,6 +466,8 @@ def measure_times(cluster, client: ClientProcess, url: str, args, record: dict) 
                 log(f"{algorithm} at RTT {rtt} ms: {seconds} s per iteration, {passes} passes per iteration")
     finally:
         shape_every_host(cluster, None, args.rate_mbit)
+        if emulated:
+            client.set_latency(0)
 
 
 def counted_round_trips(entry: dict, n_workers: int = 2) -> float:
@@ -546,7 +567,8 @@ def markdown(record: dict) -> str:
         "",
         "## Seconds per iteration against the RTT",
         "",
-        f"netem on every host's outgoing traffic: delay RTT/2, rate {settings['rate_mbit']} Mbit/s; "
+        f"netem on every host's outgoing traffic (or emulated: see the notes): delay RTT/2, rate "
+        f"{settings['rate_mbit']} Mbit/s; "
         f"{settings['rows'][0]:,} rows. Round trips timed: the slope of seconds per iteration over the RTT; "
         "counted (a lower bound): 2 per graph the client submits, plus a worker's share of the S3 requests (from the "
         "bytes table).",
