@@ -165,7 +165,7 @@ def test_out_of_core_runs_on_a_local_cluster_when_none_is_configured(tmp_path):
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)
 def test_out_of_core_runs_at_its_shipped_defaults(tmp_path):
     """The notebook as a user's first try runs it: data larger than the two workers' memory together, every run
     (VRKM++ at its default epoch of half the rows included) within its budget, no worker lost."""
@@ -173,7 +173,7 @@ def test_out_of_core_runs_at_its_shipped_defaults(tmp_path):
         ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb",
         tmp_path,
         env={name: None for name in CLUSTER_VARIABLES},
-        timeout=900,
+        timeout=1200,
     )
     output = text_output(notebook)
     assert "connected to a local cluster: 2 workers" in output
