@@ -11,7 +11,8 @@ not 0 and one line on stderr that says what happened; either way the bucket hold
 is not: the model and the labels are complete and load, or are absent, or are refused by ``daskmeans.load`` as
 "not completely written". Every fault here is one Dask recovers from (a cut worker's connections resume when it
 is back, the tasks of a killed worker run again on the other one, reads of S3 are retried), so each test asserts
-the same result, and that the fit ends within a deadline of its own.
+the same result, and that the fit ends within a deadline of its own. The scheduler host killed is a fault no fit
+survives without a checkpoint: that test asserts the clean stop.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ FAULT_AT_ITERATION = 8
 #: Seconds a fit may take beyond three times the fit without a fault plus the fault itself, before it counts as
 #: hung: Linux retransmits a silently dropped TCP segment with a back-off that reaches tens of seconds.
 DEADLINE_MARGIN = 180
+#: Seconds from the scheduler's death to the end of the command (the client's attempts to reconnect included).
+STOP_DEADLINE = 150
 ITERATIONS = re.compile(r"iterations: (\d+) of")
 
 
@@ -188,6 +191,13 @@ def whole_cluster(multihost):
     yield multihost
     for host in multihost.host_names:
         multihost.restore(host)
+    if not multihost.pids("scheduler"):  # a new scheduler, and workers that join it
+        for worker in multihost.worker_names:
+            multihost.kill(worker)
+            deadline = time.monotonic() + 30
+            while multihost.pids(worker) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        multihost.start_scheduler()
     for worker in multihost.worker_names:
         if not multihost.pids(worker):
             multihost.start_worker(worker)
@@ -198,15 +208,10 @@ def check_outcome(cluster, fit: FitOnClient, reference: dict, fault_seconds: flo
     """The fit ended in time with the reference's result, its outputs complete; the bucket holds nothing else of
     it and the client's working directory is empty."""
     returncode, stdout, seconds = fit.finish(timeout=3 * reference["seconds"] + fault_seconds + DEADLINE_MARGIN)
-    outputs = read_outputs(cluster, fit)
-    if returncode != 0:  # a clean stop: one line that says what happened, no output that looks valid
-        last = fit.lines[-1] if fit.lines else ""
-        assert "Traceback" not in "\n".join(fit.lines), "\n".join(fit.lines[-30:])
-        assert last.startswith("Error"), f"the last line of stderr is not the error: {last!r}"
-        for key, entry in outputs.items():
-            assert entry["state"] in ("absent", "refused"), f"the failed fit left a {key} that loads"
-            assert entry["state"] == "absent" or "not completely written" in entry["message"], entry
+    if returncode != 0:
+        last = check_clean_stop(cluster, fit)
         pytest.fail(f"the fit stopped (exit status {returncode}) instead of recovering: {last}")
+    outputs = read_outputs(cluster, fit)
     assert outputs["model"]["state"] == outputs["labels"]["state"] == "complete", outputs
     assert same_bits(outputs["model"]["value"], reference["centers"]), "the centers differ from the fit without a fault"
     assert same_bits(outputs["labels"]["value"], reference["labels"]), "the labels differ from the fit without a fault"
@@ -216,6 +221,18 @@ def check_outcome(cluster, fit: FitOnClient, reference: dict, fault_seconds: flo
         f"{name}-model.zarr",
     ], "the fit left something besides its model and labels in the bucket"
     assert cluster.listdir("client") == [], "the fit left files in the client host's working directory"
+
+
+def check_clean_stop(cluster, fit: FitOnClient) -> str:
+    """The failed fit's last line of stderr is one error line, there is no traceback, and its model and labels
+    are absent or refused as not completely written; returns the line."""
+    last = fit.lines[-1] if fit.lines else ""
+    assert "Traceback" not in "\n".join(fit.lines), "\n".join(fit.lines[-30:])
+    assert last.startswith("Error: "), f"the last line of stderr is not the error: {last!r}"
+    for key, entry in read_outputs(cluster, fit).items():
+        assert entry["state"] in ("absent", "refused"), f"the failed fit left a {key} that loads"
+        assert entry["state"] == "absent" or "not completely written" in entry["message"], entry
+    return last
 
 
 def test_worker_cut_off_for_20_seconds_mid_fit_gives_the_same_centers(whole_cluster, bucket, reference):
@@ -248,3 +265,18 @@ def test_s3_unreachable_for_10_seconds_mid_fit_gives_the_same_centers(whole_clus
     time.sleep(10)
     whole_cluster.restore("s3")
     check_outcome(whole_cluster, fit, reference, 10, bucket)
+
+
+def test_scheduler_killed_mid_fit_stops_with_one_line_and_no_output(whole_cluster, bucket):
+    """Every process of the scheduler host SIGKILLed: the fit cannot end as without the fault (the scheduler held
+    every task's state and the workers' results; a new one knows nothing of the fit, and this fit keeps no
+    checkpoint), so it must stop within :data:`STOP_DEADLINE` s with one line that says the scheduler was lost,
+    and leave no model or labels that load."""
+    fit = FitOnClient(whole_cluster, bucket, "killed-scheduler")
+    fit.wait_for_iteration(FAULT_AT_ITERATION)
+    killed = time.monotonic()
+    assert whole_cluster.kill("scheduler"), "the scheduler host ran nothing to kill"
+    returncode, _, _ = fit.finish(timeout=killed - fit.started + STOP_DEADLINE)
+    assert returncode != 0, "the fit ended well without its scheduler"
+    last = check_clean_stop(whole_cluster, fit)
+    assert "scheduler" in last.lower(), f"the error does not say the scheduler was lost: {last!r}"
