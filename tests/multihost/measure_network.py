@@ -584,7 +584,9 @@ def markdown(record: dict) -> str:
             entry = by_rtt.get(str(rtt)) or {}
             seconds = entry.get("seconds_per_iteration")
             cells.append("" if seconds is None else f"{seconds:.3f}")
-        passes = next((e["passes_per_iteration"] for e in by_rtt.values() if e["passes_per_iteration"]), None)
+        passes = next(
+            (e["passes_per_iteration"] for e in by_rtt.values() if e["passes_per_iteration"] is not None), None
+        )
         slope = record["round_trips"].get(algorithm)
         entry = record["bytes"].get(algorithm, {}).get(str(settings["rows"][0]))
         counted = "" if entry is None else f"{counted_round_trips(entry):.1f}"
