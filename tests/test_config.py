@@ -783,6 +783,13 @@ def _vrkm(attribute, on_worker=False, **nested):
     return observe
 
 
+def _vrkm_pools(mp):
+    from daskmeans import VRKMeans
+
+    model = VRKMeans(4, max_epochs=2, tol=0.0, random_state=0).fit(_data(3000))
+    return [record.get("pools") for record in model.history_]
+
+
 def _kernel_energy(mp):
     from daskmeans import MiniBatchKernelKMeans
 
@@ -891,6 +898,7 @@ CHECKS = {
     "COARSE_INDEX_SEED": (1, _coarse_index),
     "MIN_SEGMENTS": (1, _vrkm("history", on_worker=True, VRKM_COST_WINDOW=16, REMAKE_COST=1)),
     "REMAKE_COST": (1, _vrkm("history", VRKM_COST_WINDOW=16)),
+    "VRKM_POOL_BYTES": (20_000, _vrkm_pools),
     "POOL_BYTES": (3200, _steps_per_pool),
     "KERNEL_DRIVER_BYTES": (16 * 100, _kernel_driver_rows),
     "INIT_SAMPLE_ROWS": (200, _kernel_energy),
