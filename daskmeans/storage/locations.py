@@ -40,9 +40,9 @@ def filesystem(path: str, storage_options: dict | None = None):
     >>> type(fs).__name__, key
     ('MemoryFileSystem', '/outputs/model.zarr')
     """
-    import fsspec
+    from .remote import filesystem as opened  # remote's errors: an unknown protocol, an option it does not take
 
-    fs, key = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    fs, key = opened(path, storage_options)
     return fs, key.rstrip("/")
 
 
