@@ -4,7 +4,8 @@ A billion rows of 128 features in blocks of about 32 MB are 16,384 blocks. The d
 few rows each, so the compute is negligible and what is measured is the overhead of a pass's graph: building it on
 the driver, scheduling its tasks, and the driver's and the scheduler's memory while it runs. An exact k-means
 iteration (:class:`~daskmeans.KMeans`) and an nmbatch iteration on the workers with the whole data as its batch
-(:class:`~daskmeans.NestedMiniBatchKMeans`, ``driver_rows=0``) are timed over a few iterations from the same
+(:class:`~daskmeans.NestedMiniBatchKMeans`, ``driver_rows=0``, its batch rows where ``batch_rows="auto"`` puts them)
+are timed over a few iterations from the same
 initial centers. The per-block overhead is set against the compute one 32 MB block carries (the sizing workload's
 fitted cost per row), and projects an iteration at a billion rows on many workers.
 """
@@ -75,6 +76,7 @@ def _timed_fit(estimator, path, client, n_blocks) -> dict:
         "driver_baseline_rss": memory.result["driver_baseline_rss"],
         "scheduler_rss_before": scheduler_before["rss"],
         "scheduler_rss_after": scheduler_after["rss"],
+        "batch_rows": getattr(estimator, "batch_rows_", None),
     }
 
 
@@ -116,7 +118,6 @@ def measure_graph_overhead(client, work_dir, n_features, n_blocks=BILLION_ROW_BL
         **common,
         initial_batch_size=n_samples,
         driver_rows=0,
-        batch_rows="reread",
         client=client,
         chunk_rows=ROWS_PER_BLOCK,
     )
@@ -169,7 +170,10 @@ def graph_lines(record) -> list:
     graph = record.get("graph")
     if not graph:
         return []
-    names = {"kmeans": "exact k-means (KMeans)", "nmbatch": "nmbatch, whole data as batch, on the workers"}
+    names = {
+        "kmeans": "exact k-means (KMeans)",
+        "nmbatch": f"nmbatch, whole data as batch, {graph['nmbatch'].get('batch_rows', 'cached')} on the workers",
+    }
     measured = table_lines(
         [
             "iteration",

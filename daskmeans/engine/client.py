@@ -255,10 +255,22 @@ def _own_graph(objects, watch=None, client=None):
     Its keys already name the tasks uniquely, so no token of its contents is needed.
     """
     keys = [o.key for o in objects]
-    graph = cull(convert_legacy_graph(dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in objects)))), keys)
+    graph = cull(convert_legacy_graph(_flat_graph(objects)), keys)
     if watch is not None:
         watch.submitted(graph, client)
     return LLGExpr(fuse_linear_task_spec(graph, keys), _determ_token=uuid.uuid4().hex), keys
+
+
+def _flat_graph(objects) -> dict:
+    """The tasks of ``objects``' graphs as one dict, merged layer by layer.
+
+    Each task of a pass is a layer of its own, and a high-level graph finds a key by asking each layer in turn:
+    ``dict(graph)`` would take time quadratic in the tasks of a pass, most of a pass's time at thousands of blocks.
+    """
+    graph = {}
+    for layer in HighLevelGraph.merge(*(o.__dask_graph__() for o in objects)).layers.values():
+        graph.update(layer)
+    return graph
 
 
 def _graph_of(objects):

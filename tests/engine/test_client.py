@@ -141,3 +141,19 @@ def test_own_graphs_are_submitted_without_tokenizing_every_task(cluster_client):
     parts = [delayed(_plus, pure=False)(i, _NotTokenizable(10)) for i in range(64)]
     total = delayed(sum, pure=False)(parts)
     assert compute_now(total, client=cluster_client) == (sum(range(64)) + 64 * 10,)
+
+
+def test_a_passes_graph_is_flattened_layer_by_layer_into_the_same_tasks():
+    from dask import delayed
+
+    from daskmeans.engine.client import _flat_graph
+    from daskmeans.engine.graph import task, tree_reduce
+
+    parts = [task(("daskmeans-part", i), _plus, i, _NotTokenizable(1)) for i in range(40)]
+    total = tree_reduce(parts, sum, "sum")
+    other = delayed(sum, pure=False)([1, 2])
+    flat = _flat_graph((total, other))
+    graph = dict(total.__dask_graph__())
+    graph.update(other.__dask_graph__())
+    assert flat.keys() == graph.keys()
+    assert all(flat[key] is graph[key] for key in graph)
