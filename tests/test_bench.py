@@ -450,8 +450,18 @@ def test_sizing_quick(scheduler, tmp_path):
     assert record["model"]["b_per_thread"] > 0 and record["model"]["tau"] > 0
     assert [row["workers"] for row in record["extrapolation"]] == [1, 4, 16, 64, 256]
     assert all(row["kmeans_seconds"] > row["pass_seconds"] > 0 for row in record["extrapolation"])
+    graph = record["graph"]
+    assert graph["n_blocks"] == 512 and graph["rows_per_block"] == 8
+    for name in ("kmeans", "nmbatch"):
+        assert graph[name]["n_iter"] == 4 and graph[name]["iteration_seconds"] > 0
+        assert graph[name]["driver_cpu_seconds_per_iteration"] > 0
+    assert [row["algorithm"] for row in record["graph_projection"]] == ["kmeans", "nmbatch"]
+    for row in record["graph_projection"]:
+        assert [i["workers"] for i in row["iterations"]] == [16, 64, 256]
+        assert row["iterations"][0]["seconds"] > row["iterations"][-1]["seconds"] > 0
     with open(paths["md"]) as f:
-        assert "1,000,000,000 rows" in f.read()
+        report = f.read()
+    assert "1,000,000,000 rows" in report and "## A pass over 512 blocks" in report
     with open(paths["png"], "rb") as f:
         assert f.read(8) == PNG_SIGNATURE
 
