@@ -3,7 +3,8 @@
 ``parametrize_with_checks`` runs scikit-learn's API and legacy checks (54 per estimator with scikit-learn 1.9; the
 array API check is skipped unless ``SCIPY_ARRAY_API`` is set); the clustering checks, which scikit-learn runs only on
 subclasses of its ``ClusterMixin``, are run by ``test_sklearn_clustering_checks``. Every estimator passes them all
-but ``check_sample_weight_equivalence_on_dense_data``, which fits once with integer sample weights and once with each
+(``CoresetGaussianMixture`` included, whose coreset of a small dataset is every row once with its weight) but
+``check_sample_weight_equivalence_on_dense_data``, which fits once with integer sample weights and once with each
 row repeated that many times, and asks for the same model. daskmeans draws its random numbers per stored row (keyed
 by the seed and the row's index), so a row of weight 2 is one draw where its two copies are two: the weighted and the
 repeated fits start from different seeds (or batches) and reach different local optima. ``EXPECTED_FAILURES`` says
@@ -59,11 +60,8 @@ EXPECTED_FAILURES = {
         WEIGHT_CHECK: SEEDING + "; mini-batches draw stored rows uniformly and weights only scale "
         "their share, as in scikit-learn's MiniBatchKMeans"
     },
-    CoresetGaussianMixture: {
-        WEIGHT_CHECK: "the coreset (coreset_size='auto': at most the number of stored rows) and "
-        "the AFK-MC2 seeding draw per stored row, so weighted and repeated rows "
-        "give different coresets and seeds"
-    },
+    # passes: on data of at most 10,000 rows, coreset_size='auto' takes every row once with its weight
+    CoresetGaussianMixture: {},
     MiniBatchKernelKMeans: {
         WEIGHT_CHECK: "the seeding sample (which also sets the RBF width kappa='auto') is drawn "
         "from the stored rows, and mini-batches draw stored rows uniformly with "

@@ -52,15 +52,16 @@ def test_rows_dots_are_the_dot_products_of_each_row_with_the_chunks_centers(d, g
 def test_transposed_groups_put_each_groups_centers_side_by_side_in_member_order():
     rng = np.random.default_rng(0)
     centers = rng.standard_normal((45, 6)).astype(np.float32)
-    groups = make_groups(centers, "yinyang", 2)  # groups of 22 and 23: two chunks each
+    groups = make_groups(centers, "yinyang", 2)  # groups of 22 and 23
     transposed, slot_center, chunks_per_group = transposed_groups(centers, groups)
-    assert chunks_per_group == 2 and transposed.shape == (4, 6, LANES)
+    chunks = -(-23 // LANES)  # the machine's vector width sets the lanes: 8 with AVX2, 16 with AVX-512
+    assert chunks_per_group == chunks and transposed.shape == (2 * chunks, 6, LANES)
     for g in range(2):
         members = groups.members[groups.ptr[g] : groups.ptr[g + 1]]
-        lanes = slot_center[g * 2 * LANES : (g + 1) * 2 * LANES]
+        lanes = slot_center[g * chunks * LANES : (g + 1) * chunks * LANES]
         np.testing.assert_array_equal(lanes[: members.size], members)
         assert np.all(lanes[members.size :] == -1)
-        block = np.concatenate([transposed[g * 2], transposed[g * 2 + 1]], axis=1).T
+        block = np.concatenate([transposed[g * chunks + c] for c in range(chunks)], axis=1).T
         np.testing.assert_array_equal(block[: members.size], centers[members])
         assert np.all(block[members.size :] == 0)
 

@@ -47,6 +47,29 @@ __all__ = ["Host", "MultiHostCluster", "NamespacesUnavailable", "ShapingUnsuppor
 PRIVATE_TMP = "/tmp"
 WORK = "/tmp/work"
 HOME = "/tmp/home"
+#: Where a host's mount namespace keeps the machine's /tmp while its own tmpfs covers /tmp (in that namespace only).
+HIDDEN_TMP = "/mnt"
+
+
+def _paths_under_tmp() -> list[str]:
+    """The checkout and the Python environment where they lie under /tmp (a CI clone): the hosts' private /tmp
+    would hide them, so each host's namespace mounts them back in place."""
+    needed = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return sorted(str(path) for path in needed if path.is_relative_to(PRIVATE_TMP))
+
+
+def _keep_visible_script() -> str:
+    return f"mount --bind {PRIVATE_TMP} {HIDDEN_TMP} && " if _paths_under_tmp() else ""
+
+
+def _restore_visible_script() -> str:
+    parts = []
+    for path in _paths_under_tmp():
+        inside = os.path.join(HIDDEN_TMP, os.path.relpath(path, PRIVATE_TMP))
+        parts.append(f"mkdir -p {shlex.quote(path)} && mount --bind {shlex.quote(inside)} {shlex.quote(path)} && ")
+    return "".join(parts)
+
+
 #: Environment variables the hosts do not inherit from the process that starts the cluster (by prefix).
 NOT_INHERITED = ("AWS_", "DASK_", "PYTEST_")
 DRIVER = Path(__file__).resolve().parent / "driver.py"
@@ -214,8 +237,8 @@ class MultiHostCluster:
     def _start_anchor(self, host: Host) -> int:
         """Start the process that holds ``host``'s mount namespace (tmpfs on /tmp); return its pid."""
         script = (
-            f"mount -t tmpfs -o size=2g,mode=1777 tmpfs {PRIVATE_TMP} && mkdir -p {WORK} {HOME} "
-            "&& echo $$ && exec sleep infinity"
+            f"{_keep_visible_script()}mount -t tmpfs -o size=2g,mode=1777 tmpfs {PRIVATE_TMP} && "
+            f"{_restore_visible_script()}mkdir -p {WORK} {HOME} && echo $$ && exec sleep infinity"
         )
         argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--propagation", "private", "--fork"]
         anchor = subprocess.Popen(
