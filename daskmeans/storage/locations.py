@@ -40,9 +40,9 @@ def filesystem(path: str, storage_options: dict | None = None):
     >>> type(fs).__name__, key
     ('MemoryFileSystem', '/outputs/model.zarr')
     """
-    from .remote import filesystem as opened  # remote's errors: an unknown protocol, an option it does not take
+    import fsspec
 
-    fs, key = opened(path, storage_options)
+    fs, key = fsspec.core.url_to_fs(path, **(storage_options or {}))
     return fs, key.rstrip("/")
 
 
