@@ -9,6 +9,8 @@ import os
 import uuid
 import warnings
 
+from ..exceptions import InvalidParameterError
+
 #: A Zarr node's metadata documents, in the order they are published (``zarr.json`` and ``.zmetadata`` last).
 METADATA_NAMES = (".zattrs", ".zarray", ".zgroup", "zarr.json", ".zmetadata")
 
@@ -34,6 +36,11 @@ def local_path(path: str) -> str:
 def filesystem(path: str, storage_options: dict | None = None):
     """``(fsspec filesystem, path without the protocol)`` of a URL, with ``storage_options``.
 
+    Raises
+    ------
+    InvalidParameterError
+        An unknown protocol (or one whose package is not installed), or an option its filesystem does not take.
+
     Examples
     --------
     >>> fs, key = filesystem("memory://outputs/model.zarr")
@@ -42,7 +49,18 @@ def filesystem(path: str, storage_options: dict | None = None):
     """
     import fsspec
 
-    fs, key = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    try:
+        fs, key = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    except (ImportError, ValueError) as error:  # an unknown protocol, or one whose package is not installed
+        raise InvalidParameterError(
+            f"Cannot open {path!r}: {error}. Install the fsspec package of its protocol (s3fs for s3://, gcsfs for "
+            "gs://, ...)."
+        ) from error
+    except TypeError as error:  # an option the filesystem does not take
+        raise InvalidParameterError(
+            f"Cannot open {path!r} with storage options {sorted(storage_options or {})}: {error}. Pass only options "
+            "its fsspec filesystem takes."
+        ) from error
     return fs, key.rstrip("/")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ..exceptions import InvalidParameterError
-from .publish import is_local
+from .locations import filesystem, is_local
 
 
 def is_url(path) -> bool:
@@ -60,31 +60,6 @@ def check_storage_options(storage_options, name: str = "storage_options") -> dic
             f"{type(storage_options).__name__}."
         )
     return dict(storage_options)
-
-
-def filesystem(url: str, storage_options=None):
-    """The fsspec filesystem of ``url`` with ``storage_options``, and the path inside it.
-
-    Returns
-    -------
-    fs : fsspec.AbstractFileSystem
-    path : str
-        ``url`` as the filesystem names it (``bucket/key`` for S3).
-    """
-    import fsspec
-
-    try:
-        return fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as error:  # an unknown protocol, or one whose package is not installed
-        raise InvalidParameterError(
-            f"Cannot open {url!r}: {error}. Install the fsspec package of its protocol (s3fs for s3://, gcsfs for "
-            "gs://, ...)."
-        ) from error
-    except TypeError as error:  # an option the filesystem does not take
-        raise InvalidParameterError(
-            f"Cannot open {url!r} with storage options {sorted(storage_options or {})}: {error}. Pass only options "
-            "its fsspec filesystem takes."
-        ) from error
 
 
 def _is_connection_failure(error: BaseException) -> bool:
