@@ -211,7 +211,7 @@ ALGORITHM = {"nmbatch-reread": "nmbatch"}
 
 
 @pytest.mark.timeout(900)
-def test_every_algorithm_fits_data_larger_than_worker_memory_without_spilling(big_store, tmp_path):
+def test_streaming_algorithms_fit_data_larger_than_worker_memory_without_spilling(big_store, tmp_path):
     from distributed import Client, LocalCluster
 
     path, init = big_store
