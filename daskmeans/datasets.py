@@ -288,9 +288,10 @@ def resampled_attrs(source, n_samples, noise_std, seed, array_name="X") -> dict:
     }
 
 
-def _write_resampled(start, stop, path, array_name, seed, source, noise_std):
+def _write_resampled(start, stop, path, array_name, seed, source, noise_std, storage_options=None):
     values, _ = resampled_rows(seed, source, noise_std, start, stop)
-    zarr.open_array(store=path, path=array_name, mode="r+")[start:stop] = values
+    options = zarr_options(path, storage_options)
+    zarr.open_array(store=path, path=array_name, mode="r+", storage_options=options)[start:stop] = values
 
 
 def make_resampled_zarr(
@@ -304,6 +305,7 @@ def make_resampled_zarr(
     array_name="X",
     overwrite=False,
     client=None,
+    storage_options=None,
 ) -> str:
     """Write ``n_samples`` rows resampled from real ones, with noise, to a chunked Zarr group, a chunk at a time.
 
@@ -328,7 +330,11 @@ def make_resampled_zarr(
     array_name : str, default "X"
     overwrite : bool, default False
     client : distributed.Client, optional
-        Write the chunks in parallel on this cluster (its workers must see ``path``); else local threads.
+        Write the chunks in parallel on this cluster (its workers must see ``path``, or reach its object store
+        with ``storage_options``); else local threads.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path`` (as for :func:`make_blobs_zarr`); they go with every
+        chunk's write. Ignored for a local path.
 
     Returns
     -------
@@ -357,9 +363,10 @@ def make_resampled_zarr(
     seed = seed_from_random_state(random_state)
     n_features = source.shape[1]
     chunk_rows = min(chunk_rows or default_chunk_rows(n_samples, n_features), n_samples)
+    storage_options = check_storage_options(storage_options)
 
-    with atomic_output(path, overwrite) as tmp:
-        group = zarr.open_group(store=tmp, mode="w", zarr_format=3)
+    with atomic_output(path, overwrite, storage_options=storage_options) as tmp:
+        group = zarr.open_group(store=tmp, mode="w", zarr_format=3, storage_options=zarr_options(tmp, storage_options))
         group.create_array(
             array_name,
             shape=(n_samples, n_features),
@@ -371,6 +378,8 @@ def make_resampled_zarr(
         ranges = [[start, min(start + chunk_rows, n_samples)] for start in range(0, n_samples, chunk_rows)]
         # on a cluster, sent to every worker once, not inside the graph
         held = source if client is None else client.scatter([source], broadcast=True, hash=False)[0]
-        writes = map_blocks_delayed(_write_resampled, "make-resampled", ranges, tmp, array_name, seed, held, noise_std)
+        writes = map_blocks_delayed(
+            _write_resampled, "make-resampled", ranges, tmp, array_name, seed, held, noise_std, storage_options
+        )
         compute_writes(writes, client)
     return os.fspath(path)

@@ -82,6 +82,33 @@ def test_the_options_reach_worker_processes_without_aws_settings(s3_server, s3_d
     np.testing.assert_array_equal(labels.result(), from_disk.predict(values))
 
 
+def test_resampled_data_written_to_s3_by_worker_processes_equals_a_local_copy(
+    s3_server, s3_bucket, cluster_client, tmp_path
+):
+    """``make_resampled_zarr`` with storage options: the workers, which have no AWS setting, write the chunks to
+    S3, and the store holds the values a local write gives."""
+    from daskmeans.datasets import make_resampled_zarr
+
+    source = np.random.default_rng(5).integers(0, 256, size=(200, N_FEATURES), dtype=np.uint8)
+    settings = {"chunk_rows": 700, "random_state": 4}
+    url = make_resampled_zarr(
+        f"{s3_bucket}/resampled.zarr",
+        source,
+        N_SAMPLES,
+        client=cluster_client,
+        storage_options=s3_server.storage_options(),
+        **settings,
+    )
+    local = make_resampled_zarr(tmp_path / "resampled.zarr", source, N_SAMPLES, **settings)
+    stored = zarr.open_group(store=url, mode="r", storage_options=s3_server.storage_options())
+    expected = zarr.open_group(local, mode="r")
+    np.testing.assert_array_equal(stored["X"][...], expected["X"][...])
+    assert stored.attrs["daskmeans"] == expected.attrs["daskmeans"]
+    assert stored["X"].dtype == np.uint8
+    data = daskmeans.open_input(url, storage_options=s3_server.storage_options())
+    assert (data.n_samples, data.n_features) == (N_SAMPLES, N_FEATURES)
+
+
 def test_a_model_saved_to_s3_loads_back(s3_server, s3_bucket, no_aws_environment):
     model = KMeans(3, random_state=0, progress=False).fit(uniform()[:600])
     url = model.save(f"{s3_bucket}/model.zarr", storage_options=s3_server.storage_options())
