@@ -154,6 +154,14 @@ def test_bad_storage_options_are_refused(tmp_path):
         KMeans(2).fit(np.zeros((10, 2)), storage_options=["anon"])
     with pytest.raises(InputDataError, match=r"\.npy/\.npz file at a URL"):
         open_input("s3://bucket/data.npy", storage_options={"anon": True})
+    from daskmeans.datasets import make_blobs_zarr, make_resampled_zarr
+
+    with pytest.raises(InvalidParameterError, match="storage_options must be a dict"):
+        make_blobs_zarr(tmp_path / "blobs.zarr", 100, 2, 3, storage_options="anon=true")
+    source = np.zeros((10, 2), dtype=np.uint8)
+    with pytest.raises(InvalidParameterError, match="storage_options must be a dict"):
+        make_resampled_zarr(tmp_path / "resampled.zarr", source, 100, storage_options="anon=true")
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
 def test_options_are_ignored_for_a_local_path(tmp_path):
