@@ -43,8 +43,8 @@ def task_memory_bytes(
     Returns
     -------
     int
-        The block as stored, twice (the block a task works on and the next one, read while it works); per row of
-        the block, its label and distance (the outputs of a labels pass); per slab, the rows as computed, one
+        The block as stored, twice (Zarr reads a chunk's bytes, then copies them into the block it returns); per
+        row of the block, its label and distance (the outputs of a labels pass); per slab, the rows as computed, one
         float64 temporary of them (the summary's deviations) and the per-row vectors of the assign kernels; the
         score slab of the assign kernel (with its tile of rows); the centers (two casts), their squared norms and the
         float64 sums and counts of the statistics.

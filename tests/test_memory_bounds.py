@@ -33,6 +33,7 @@ from daskmeans.memory import (
     minibatch_state_bytes,
     nmbatch_state_bytes,
     task_memory_bytes,
+    vrkm_state_bytes,
     worker_memory_bound,
 )
 from daskmeans.registry import make_estimator
@@ -177,10 +178,19 @@ def _pid():
     return os.getpid()
 
 
-#: VRKM and VRKM++ are not among the cases yet: with an epoch larger than the worker holds, streamed in pools, they
-#: stayed under their bound in some runs and spilled about 120 MB to disk in others.
+#: VRKM++ at its default epoch (half the rows: a sample of about 500 MB as stored, more than the worker can hold)
+#: streams it in pools to the driver, with the batched inner loop; VRKM runs the per-sample loop (candidate lists) on
+#: the worker (driver_sample_bytes=0), its pools kept there.
 CASES = {
     "kmeans": ({"max_iter": 1, "tol": 0.0}, lambda model: 0),
+    "vrkm++": (
+        {"max_epochs": 1},
+        lambda model: vrkm_state_bytes(model.history_[0]["epoch_size"], N_FEATURES, 0, compute_itemsize=1),
+    ),
+    "vrkm": (
+        {"max_epochs": 1, "epoch_size": 1_000_000, "inner_batch_size": 1, "driver_sample_bytes": 0},
+        lambda model: vrkm_state_bytes(1_000_000, N_FEATURES, 16, compute_itemsize=1),
+    ),
     # driver_rows=0: the batch's state on the workers from the first step ("auto" would step batches this small on
     # the driver)
     "nmbatch": (

@@ -258,7 +258,32 @@ def _own_graph(objects, watch=None, client=None):
     graph = cull(convert_legacy_graph(_flat_graph(objects)), keys)
     if watch is not None:
         watch.submitted(graph, client)
-    return LLGExpr(fuse_linear_task_spec(graph, keys), _determ_token=uuid.uuid4().hex), keys
+    return LLGExpr(fuse_linear_task_spec(_dependencies_first(graph), keys), _determ_token=uuid.uuid4().hex), keys
+
+
+def _dependencies_first(graph: dict) -> dict:
+    """``graph`` with every task after the tasks it depends on.
+
+    Dask's linear fusion walks the graph in its order and never fuses a task it has already passed: a block
+    task whose result goes to several tasks (a sample cut into segments) would be passed first from one of them
+    and stay apart from the read of its block, which then waits in the worker's memory as a result of its own.
+    Taken from the reads up, each read is fused with the task that works on it. Keys of futures the graph refers
+    to are not tasks of it and stay out.
+    """
+    ordered = {}
+    for root in graph:
+        stack = [root]
+        while stack:
+            key = stack[-1]
+            if key in ordered:
+                stack.pop()
+                continue
+            waiting = [dep for dep in graph[key].dependencies if dep in graph and dep not in ordered]
+            if waiting:
+                stack.extend(waiting)
+            else:
+                ordered[key] = graph[stack.pop()]
+    return ordered
 
 
 def _flat_graph(objects) -> dict:

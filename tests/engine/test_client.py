@@ -157,3 +157,27 @@ def test_a_passes_graph_is_flattened_layer_by_layer_into_the_same_tasks():
     graph.update(other.__dask_graph__())
     assert flat.keys() == graph.keys()
     assert all(flat[key] is graph[key] for key in graph)
+
+
+def test_every_read_is_fused_with_the_block_task_even_when_its_result_goes_to_several_tasks(tmp_path):
+    """A VRKM pool's block task is read by one segment task per segment: the read of its block still runs inside
+    it (no block is held in a worker's memory as a result of its own), whatever order the keys come in."""
+    import dask.array as da
+    import numpy as np
+    import zarr
+
+    from daskmeans.engine.client import _own_graph
+    from daskmeans.passes.epoch import epoch_pass_graph, pool_pass_graph
+
+    path = str(tmp_path / "x.zarr")
+    zarr.create_array(path, shape=(4000, 8), chunks=(1000, 8), dtype="f4")[:] = np.ones((4000, 8), "f4")
+    data = da.from_zarr(path)
+    centers, draws = np.zeros((3, 8), "f4"), np.array([5, 1500, 2500, 3999, 7])
+    stats, epoch_segments = epoch_pass_graph(data, centers, draws, segment_rows=2)
+    pool_segments = pool_pass_graph(data, centers, draws, segment_rows=2)
+    for objects in ([stats, *sum(epoch_segments, [])], sum(pool_segments, [])):
+        for order in (objects, objects[::-1]):
+            expression, _ = _own_graph(order)
+            keys = [str(key) for key in dict(expression.__dask_graph__())]
+            reads = [key for key in keys if "from-zarr" in key and not key.startswith("original-")]
+            assert len(reads) == 4 and all("daskmeans-vrkm-" in key for key in reads), reads
