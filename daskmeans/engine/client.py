@@ -12,7 +12,7 @@ import uuid
 
 import dask
 from dask._expr import LLGExpr
-from dask._task_spec import convert_legacy_graph, cull, fuse_linear_task_spec
+from dask._task_spec import DataNode, Task, convert_legacy_graph, cull, fuse_linear_task_spec
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
@@ -258,32 +258,48 @@ def _own_graph(objects, watch=None, client=None):
     graph = cull(convert_legacy_graph(_flat_graph(objects)), keys)
     if watch is not None:
         watch.submitted(graph, client)
-    return LLGExpr(fuse_linear_task_spec(_dependencies_first(graph), keys), _determ_token=uuid.uuid4().hex), keys
+    fused = fuse_linear_task_spec(_reads_inside_their_tasks(graph, set(keys)), keys)
+    return LLGExpr(fused, _determ_token=uuid.uuid4().hex), keys
 
 
-def _dependencies_first(graph: dict) -> dict:
-    """``graph`` with every task after the tasks it depends on.
+def _reads_inside_their_tasks(graph: dict, keys) -> dict:
+    """``graph`` with each read of the input (a task of the input's own graph that depends on stored data alone,
+    such as the read of a Zarr chunk) fused into the one daskmeans task that uses it, when only one does.
 
-    Dask's linear fusion walks the graph in its order and never fuses a task it has already passed: a block
-    task whose result goes to several tasks (a sample cut into segments) would be passed first from one of them
-    and stay apart from the read of its block, which then waits in the worker's memory as a result of its own.
-    Taken from the reads up, each read is fused with the task that works on it. Keys of futures the graph refers
-    to are not tasks of it and stay out.
+    Dask's linear fusion fuses a read with its task only when that task depends on nothing else and its result goes
+    to one task: a step that also takes the block's state from the last iteration, or a block task whose result
+    goes to several (a sample cut into segments), would leave the block a result of its own, held in the worker's
+    memory (and counted, and spilled) while the next block is read, and a task more for the scheduler. Reads that
+    feed several tasks, and requested keys, stay as they are; daskmeans' own tasks are never fused here, so the
+    block tasks of a reduction stay tasks of their own.
     """
-    ordered = {}
-    for root in graph:
-        stack = [root]
-        while stack:
-            key = stack[-1]
-            if key in ordered:
-                stack.pop()
-                continue
-            waiting = [dep for dep in graph[key].dependencies if dep in graph and dep not in ordered]
-            if waiting:
-                stack.extend(waiting)
-            else:
-                ordered[key] = graph[stack.pop()]
-    return ordered
+    dependents = {}
+    for key, node in graph.items():
+        for dependency in node.dependencies:
+            dependents.setdefault(dependency, []).append(key)
+    reads = {
+        key: node
+        for key, node in graph.items()
+        if isinstance(node, Task)
+        and key not in keys
+        and not _is_own(key)
+        and len(dependents.get(key, ())) == 1
+        and _is_own(dependents[key][0])
+        and all(isinstance(graph.get(dependency), DataNode) for dependency in node.dependencies)
+    }
+    fused = {}
+    for key, node in graph.items():
+        if key in reads:
+            continue
+        mine = [reads[dependency] for dependency in node.dependencies if dependency in reads]
+        fused[key] = Task.fuse(*mine, node, key=key) if mine else node
+    return fused
+
+
+def _is_own(key) -> bool:
+    """Whether ``key`` names a task of daskmeans (its name starts with ``daskmeans-``)."""
+    name = key[0] if isinstance(key, tuple) else key
+    return isinstance(name, str) and name.startswith("daskmeans-")
 
 
 def _flat_graph(objects) -> dict:

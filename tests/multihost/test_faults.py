@@ -12,7 +12,8 @@ is not: the model and the labels are complete and load, or are absent, or are re
 "not completely written". Every fault here is one Dask recovers from (a cut worker's connections resume when it
 is back, the tasks of a killed worker run again on the other one, reads of S3 are retried), so each test asserts
 the same result, and that the fit ends within a deadline of its own. The scheduler host killed is a fault no fit
-survives without a checkpoint: that test asserts the clean stop.
+survives without a checkpoint: that test asserts the clean stop. The client host killed, with the fit's checkpoint in
+S3, is survived by running the same command on another host: it resumes from the checkpoint to the same result.
 """
 
 from __future__ import annotations
@@ -53,19 +54,19 @@ def daskmeans_executable() -> str:
 
 
 class FitOnClient:
-    """``daskmeans fit`` running on the client host, its stderr read as it comes (progress bars end lines with
-    carriage returns, so both end a line here)."""
+    """``daskmeans fit`` running on the client host (or ``host``), with ``extra`` arguments, its stderr read as it
+    comes (progress bars end lines with carriage returns, so both end a line here)."""
 
-    def __init__(self, cluster, bucket: str, name: str):
+    def __init__(self, cluster, bucket: str, name: str, extra: tuple = (), host: str = "client"):
         self.cluster = cluster
         self.model, self.labels = f"{bucket}/{name}-model.zarr", f"{bucket}/{name}-labels.zarr"
         argv = [daskmeans_executable(), "fit", f"{bucket}/data.zarr", "--array", "X", "-k", str(K)]
         argv += ["--max-iter", "500", "--param", "tol=0", "--param", "driver_rows=0", "--random-state", str(SEED)]
         argv += ["--scheduler", cluster.scheduler_address, "--storage-option", f"endpoint_url={cluster.s3_endpoint}"]
-        argv += ["--out", self.model, "--labels", self.labels]
+        argv += ["--out", self.model, "--labels", self.labels, *extra]
         self.lines: list[str] = []
         self.started = time.monotonic()
-        self.process = cluster.popen("client", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.process = cluster.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -175,7 +176,7 @@ def bucket(multihost):
 
 @pytest.fixture(scope="module")
 def reference(multihost, bucket):
-    """The fit without a fault: ``{"centers", "labels", "seconds", "iterations"}``."""
+    """The fit without a fault: ``{"centers", "labels", "seconds"}``."""
     fit = FitOnClient(multihost, bucket, "reference")
     returncode, stdout, seconds = fit.finish(timeout=900)
     assert returncode == 0, "\n".join(fit.lines[-20:]) + f"\n{logs_of(multihost)}"
@@ -280,3 +281,21 @@ def test_scheduler_killed_mid_fit_stops_with_one_line_and_no_output(whole_cluste
     assert returncode != 0, "the fit ended well without its scheduler"
     last = check_clean_stop(whole_cluster, fit)
     assert "scheduler" in last.lower(), f"the error does not say the scheduler was lost: {last!r}"
+
+
+def test_driver_killed_mid_fit_resumes_from_its_s3_checkpoint_on_another_host(whole_cluster, bucket, reference):
+    """Every process of the client host SIGKILLed during a fit with ``--checkpoint s3://...``: the same command
+    run on another host (the scheduler's, which never saw the first driver's files) resumes from the checkpoint in
+    S3, without seeding again, and ends as the fit without the fault, bit for bit."""
+    extra = ("--checkpoint", f"{bucket}/checkpoint-of-resumed-elsewhere.ckpt")
+    fit = FitOnClient(whole_cluster, bucket, "resumed-elsewhere", extra)
+    fit.wait_for_iteration(FAULT_AT_ITERATION)
+    assert whole_cluster.kill("client"), "the client host ran nothing to kill"
+    returncode, _, _ = fit.finish(timeout=time.monotonic() - fit.started + 60)
+    assert returncode != 0, "the fit ended well although its driver was killed"
+    assert {entry["state"] for entry in read_outputs(whole_cluster, fit).values()} == {"absent"}
+    resumed = FitOnClient(whole_cluster, bucket, "resumed-elsewhere", extra, host="scheduler")
+    check_outcome(whole_cluster, resumed, reference, 0, bucket)
+    assert not [line for line in resumed.lines if "seeding" in line], "the resumed fit seeded again"
+    shown = [int(found.group(1)) for line in resumed.lines if (found := ITERATIONS.search(line))]
+    assert min(count for count in shown if count > 0) > FAULT_AT_ITERATION // 2, f"it counted from the start: {shown}"
