@@ -8,10 +8,12 @@ Workers, the client and command-line runs reach it over HTTP like any object sto
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -22,6 +24,10 @@ TEST_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+#: A request in the server's log: ``"GET /bucket/key HTTP/1.1"``.
+_REQUEST = re.compile(r'"([A-Z]+) (\S+) HTTP/')
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,6 +76,7 @@ class S3Server:
         self.host = host
         self.port = port or free_port(host)
         self.process: subprocess.Popen | None = None
+        self.log_path: str | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -89,12 +96,11 @@ class S3Server:
 
     def start(self) -> S3Server:
         env = {**os.environ, **TEST_CREDENTIALS}
-        self.process = subprocess.Popen(
-            moto_server_command(self.host, self.port),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        handle, self.log_path = tempfile.mkstemp(prefix="moto-server-", suffix=".log")
+        with os.fdopen(handle, "wb") as log:  # the server logs one line per request on stderr
+            self.process = subprocess.Popen(
+                moto_server_command(self.host, self.port), stdout=subprocess.DEVNULL, stderr=log, env=env
+            )
         wait_until_answering(f"{self.endpoint_url}/moto-api/", process=self.process)
         return self
 
@@ -107,6 +113,14 @@ class S3Server:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        if self.log_path is not None:
+            os.unlink(self.log_path)
+            self.log_path = None
+
+    def requests(self) -> list[tuple[str, str]]:
+        """Every request the server has answered so far, in order, as ``(method, path)``."""
+        with open(self.log_path, errors="replace") as log:
+            return [found.groups() for found in map(_REQUEST.search, log) if found]
 
     def filesystem(self):
         """A new s3fs filesystem on this server (no instance cache, so no state crosses tests)."""

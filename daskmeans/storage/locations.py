@@ -28,6 +28,31 @@ def zarr_options(path, storage_options):
     return None if is_local(os.fspath(path)) else storage_options
 
 
+#: Protocols of s3fs, which sizes an object (a HEAD request) before reading it whole, to split large objects into
+#: concurrent range requests, unless its ``max_concurrency`` is 1.
+S3_PROTOCOLS = ("s3", "s3a")
+
+
+def reading_options(path, storage_options):
+    """:func:`zarr_options` for reading an input's chunks: on S3, ``max_concurrency=1`` unless given, so that a
+    chunk is read by one GET request, without the HEAD request that s3fs would send first to size it (a round trip
+    per block read, for chunks that the workers read in parallel anyway).
+
+    Examples
+    --------
+    >>> reading_options("s3://bucket/data.zarr", {"anon": True})
+    {'anon': True, 'max_concurrency': 1}
+    >>> reading_options("s3://bucket/data.zarr", {"max_concurrency": 8})
+    {'max_concurrency': 8}
+    >>> reading_options("data.zarr", {"anon": True}) is None
+    True
+    """
+    options = zarr_options(path, storage_options)
+    if is_local(os.fspath(path)) or os.fspath(path).split("://", 1)[0] not in S3_PROTOCOLS:
+        return options
+    return {**(options or {}), "max_concurrency": 1} if "max_concurrency" not in (options or {}) else options
+
+
 def local_path(path: str) -> str:
     """``path`` without its ``file://`` scheme."""
     return path[len("file://") :] if path.startswith("file://") else path

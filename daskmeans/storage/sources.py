@@ -12,7 +12,8 @@ import numpy as np
 import zarr
 
 from ..exceptions import InputDataError
-from .publish import check_complete, is_local, local_path, zarr_options
+from .locations import reading_options
+from .publish import check_complete, is_local, local_path
 from .remote import check_storage_options, missing_bucket, store_error
 
 
@@ -91,7 +92,7 @@ def open_source(source, array_name: str | None, storage_options: dict | None = N
     if not is_url and not os.access(path, os.R_OK | os.X_OK):
         raise PermissionError(f"Cannot read the Zarr store at {path!r}: permission denied. Fix its permissions.")
     try:
-        node = zarr.open(store=path, mode="r", storage_options=zarr_options(path, storage_options))
+        node = zarr.open(store=path, mode="r", storage_options=reading_options(path, storage_options))
     except (zarr.errors.NodeNotFoundError, FileNotFoundError) as error:
         if is_url:
             missing = missing_bucket(path, storage_options)

@@ -56,6 +56,19 @@ def test_open_input_reads_a_store_with_storage_options_only(s3_server, s3_data, 
     assert stored_bytes(url) is None  # an object store's size is not listed
 
 
+def test_each_chunk_is_read_by_one_get_request_and_nothing_else(s3_server, s3_data, no_aws_environment):
+    """A pass over the data sends the S3 server one GET per chunk and no HEAD (s3fs sizes an object before reading
+    it unless its max_concurrency is 1: a round trip per block); a max_concurrency given is the user's."""
+    url, values = s3_data
+    data = open_input(url, storage_options=s3_server.storage_options(), chunk_rows=CHUNK_ROWS)
+    before = len(s3_server.requests())
+    np.testing.assert_array_equal(data.array.compute(scheduler="sync"), values)
+    chunks = [(method, path) for method, path in s3_server.requests()[before:] if "/data.zarr/X/c/" in path]
+    assert sorted(chunks) == [("GET", f"{url[len('s3:/') :]}/X/c/{i}/0") for i in range(3)], chunks
+    array, _ = open_source(url, "X", {**s3_server.storage_options(), "max_concurrency": 4})
+    assert array.store.fs.max_concurrency == 4
+
+
 @pytest.mark.slow
 def test_the_options_reach_worker_processes_without_aws_settings(s3_server, s3_data, cluster_client, tmp_path):
     """A fit from S3 on worker processes that have no AWS setting gives bitwise the centers of a fit of the same
