@@ -193,6 +193,55 @@ def test_faiss_two_level_finds_known_centers_of_well_separated_blobs_and_seeds_i
     assert on_a_center.mean() >= 0.75
 
 
+# -- faiss SuperKMeans ------------------------------------------------------------------------------------------------
+def test_superkmeans_seeds_itself_and_climbs_a_ladder_to_the_blobs_on_the_default_subsample_or_every_row():
+    """SuperKMeans (faiss >= 1.15) as a peer: each rung is a fit of its own with m iterations and the same seed, so
+    the rungs are deterministic and the initial centers given play no part (it seeds itself, and says so); at its
+    defaults it trains on faiss's subsample, the -all variant on every row; its energy never rises from rung to rung,
+    and it ends on a fixed point of Lloyd's iteration (every center the mean of its rows)."""
+    faiss = pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    if not hasattr(faiss, "SuperKMeans"):
+        pytest.skip(f"faiss {faiss.__version__} has no SuperKMeans (faiss-cpu >= 1.15 has)")
+    rng = np.random.default_rng(4)
+    k, d = 4, 32
+    truth = rng.uniform(-20, 20, size=(k, d))
+    X = (truth[rng.integers(0, k, 3000)] + rng.normal(size=(3000, d))).astype(np.float32)
+    init = X[:k].copy()
+    default = PEERS["superkmeans"].run(PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=1.0))
+    every = PEERS["superkmeans-all"].run(PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=1.0))
+    assert default.params["training_rows"] == k * 256 < len(X) and every.params["training_rows"] == len(X)
+    assert isinstance(every.params["init"], str) and "seeds itself" in every.notes[0]
+    rungs = [c for c in every.candidates if c.kind in ("rung", "final")]
+    assert [c.iteration for c in rungs][:3] == [1, 2, 3] and all(c.passes == c.iteration for c in rungs)
+    other_init = PEERS["superkmeans-all"].run(
+        PeerContext(X=X, array=None, client=None, init=init + 5, k=k, seed=0, budget=1.0)
+    )
+    np.testing.assert_array_equal(other_init.extend(3).centers, every.extend(3).centers)
+    energies = [energy_of(X, every.extend(m).centers) for m in (1, 2, 5, 20)]
+    assert all(later <= earlier * (1 + 1e-6) for earlier, later in zip(energies, energies[1:])), energies
+    final = every.extend(20).centers  # Lloyd's fixed point: every center the mean of the rows nearest to it
+    labels = ((X[:, None, :] - final[None]) ** 2).sum(-1).argmin(1)
+    means = np.stack([X[labels == j].mean(axis=0) for j in range(k)])
+    np.testing.assert_allclose(final, means, atol=1e-3)
+    assert default.candidates[0].passes == pytest.approx(k * 256 / len(X))
+
+
+def test_a_faiss_without_superkmeans_is_reported_with_the_fix():
+    pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    older = dataclasses.replace(PEERS["superkmeans"], attribute="SuperKMeansOfTheFuture")
+    ok, reason = availability(older)
+    assert not ok and "has no SuperKMeansOfTheFuture" in reason and "pip install -U" in reason
+
+
+def test_superkmeans_refuses_data_narrower_than_it_can_prune_in_words(blobs):
+    faiss = pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    if not hasattr(faiss, "SuperKMeans"):
+        pytest.skip(f"faiss {faiss.__version__} has no SuperKMeans (faiss-cpu >= 1.15 has)")
+    X, init = blobs
+    with pytest.raises(ValueError, match="needs at least 32 features .* this data has 6"):
+        PEERS["superkmeans"].run(context(X, init))
+
+
 # -- E*: the converged Lloyd energy ----------------------------------------------------------------------------------
 def test_converged_lloyd_reference_is_computed_once_and_cached(blobs, tmp_path, cluster_client):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install daskmeans[test])")

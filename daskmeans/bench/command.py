@@ -75,7 +75,8 @@ class BenchCommand(click.Command):
     "--peers",
     help="Peers to run, comma-separated: sklearn-lloyd, sklearn-elkan, sklearn-minibatch, "
     "sklearn-intelex, faiss (its default subsample), faiss-all (every row), "
-    "faiss-two-level (faiss's large-k clustering), dask-ml (default: the workload's; "
+    "faiss-two-level (faiss's large-k clustering), superkmeans (faiss SuperKMeans, its default subsample), "
+    "superkmeans-all (every row), dask-ml (default: the workload's; "
     "'none').",
 )
 @click.option("--data", "data_path", type=click.Path(), help="Your data: a .npy/.npz file or a Zarr store (needs -k).")

@@ -25,22 +25,24 @@ METHOD = f"""\
   k and seed and kept in `reference-energies.json`. Records on the older yardstick (`--reference best`) take the
   lowest energy any of their runs reached, which is easier to come within 1% or 2% of; their tables say so.
 - **Initial centers** are shared: each seed draws k distinct rows, and every daskmeans run and every peer of that
-  seed starts from them. A run given `--param ALGORITHM:init=two-level` and the `faiss-two-level` peer seed
-  themselves, and their times include the seeding.
+  seed starts from them. A run given `--param ALGORITHM:init=two-level`, the `faiss-two-level` peer and the
+  SuperKMeans peers (which take no initial centers) seed themselves, and their times include the seeding.
 - **Energies** are exact, on all rows, and computed outside every timed region.
 - **Times** are the wall time of the call, from the start of a fit until its centers could be returned. A
   daskmeans fit hands out its centers after every iteration; a snapshot's time counts the closing pass the fit
-  makes after its last iteration. scikit-learn `KMeans`, scikit-learn-intelex, faiss on its default subsample and
-  dask-ml run as ladders of complete fits with growing iteration limits, each point a fit of its own. faiss on
-  every row (`faiss-all`) and on a sample (`faiss-sample`) make one iteration per `train` call from the centroids
-  the last call left: the iterates of one fit of that many iterations. scikit-learn's `MiniBatchKMeans` counts the
-  time spent in `partial_fit`. Times to 1% and 2% of E\\* are refined by bisection between evaluated points,
-  except in records made with `--no-refine`, where they are upper bounds.
+  makes after its last iteration. scikit-learn `KMeans`, scikit-learn-intelex, faiss on its default subsample, faiss
+  `SuperKMeans` and dask-ml run as ladders of complete fits with growing iteration limits, each point a fit of its
+  own. faiss on every row (`faiss-all`) and on a sample (`faiss-sample`) make one iteration per `train` call from
+  the centroids the last call left: the iterates of one fit of that many iterations. scikit-learn's
+  `MiniBatchKMeans` counts the time spent in `partial_fit`. Times to 1% and 2% of E\\* are refined by bisection
+  between evaluated points, except in records made with `--no-refine`, where they are upper bounds.
 - **Peers** run in the driver process on every core: scikit-learn `KMeans` (Lloyd) and `MiniBatchKMeans` (batches
   of 1,024 rows), scikit-learn-intelex's oneDAL `KMeans` (scikit-learn left unpatched), faiss `Kmeans` on its
   default subsample of 256 rows per centroid, on every row, or on the largest sample of whole chunks the driver's
-  memory holds, and faiss's two-level clustering for large k (round(sqrt(k)) coarse centroids). dask-ml's `KMeans`
-  runs on the cluster.
+  memory holds, faiss's two-level clustering for large k (round(sqrt(k)) coarse centroids), and faiss's
+  `SuperKMeans` (faiss-cpu 1.15 or later: distances pruned on a prefix of rotated dimensions; at least 32
+  features) on its default subsample (`superkmeans`) or on every row (`superkmeans-all`). dask-ml's `KMeans` runs on
+  the cluster.
 - **Ratios are taken within one record**, seed by seed: both runs made by one command on one machine. Times of
   different records (other days, machines or loads) do not compare.
 - **The machine** of each record is named in the table below and in the record's header, with the code's commit,

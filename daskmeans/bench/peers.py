@@ -19,6 +19,7 @@ from ..algorithms.two_level import default_coarse_clusters
 from ..engine.blas import machine_threads
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
+from .superkmeans_peer import superkmeans_peer
 from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
 
 #: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
@@ -84,6 +85,8 @@ class Peer:
         (``sklearnex`` reports a placeholder).
     iterates : bool
         Its candidates are numbered iterates (``--versus NAME@ITERATION`` can name one).
+    attribute : str, optional
+        A name the module must have (a class that only newer versions ship).
     """
 
     name: str
@@ -93,6 +96,7 @@ class Peer:
     run: Callable[[PeerContext], Trace]
     distribution: str | None = None
     iterates: bool = True
+    attribute: str | None = None
 
 
 def availability(peer: Peer) -> tuple[bool, str]:
@@ -101,12 +105,15 @@ def availability(peer: Peer) -> tuple[bool, str]:
         module = importlib.import_module(peer.module)
     except ImportError as error:
         return False, f"{peer.module} is not installed ({error}); install it (pip install daskmeans[bench])."
+    version = str(getattr(module, "__version__", "unknown"))
     if peer.distribution is not None:
         try:
-            return True, importlib.metadata.version(peer.distribution)
+            version = importlib.metadata.version(peer.distribution)
         except importlib.metadata.PackageNotFoundError:
             pass
-    return True, str(getattr(module, "__version__", "unknown"))
+    if peer.attribute is not None and not hasattr(module, peer.attribute):
+        return False, f"{peer.module} {version} has no {peer.attribute}; a newer {peer.module} has it (pip install -U)."
+    return True, version
 
 
 def run_peer(peer: Peer, context: PeerContext) -> Trace:
@@ -498,6 +505,22 @@ PEERS: dict[str, Peer] = {
     ),
     "faiss-two-level": Peer(
         "faiss-two-level", "faiss two-level clustering", "faiss", True, _faiss_two_level, iterates=False
+    ),
+    "superkmeans": Peer(
+        "superkmeans",
+        "faiss SuperKMeans (default subsample)",
+        "faiss",
+        True,
+        superkmeans_peer(every_row=False),
+        attribute="SuperKMeans",
+    ),
+    "superkmeans-all": Peer(
+        "superkmeans-all",
+        "faiss SuperKMeans (all rows)",
+        "faiss",
+        True,
+        superkmeans_peer(every_row=True),
+        attribute="SuperKMeans",
     ),
     "dask-ml": Peer("dask-ml", "dask-ml KMeans", "dask_ml", False, _dask_ml),
 }
