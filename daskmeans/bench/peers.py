@@ -20,7 +20,7 @@ from ..engine.blas import machine_threads
 from ..engine.client import compute_now
 from ..engine.random import stage_generator
 from .superkmeans_peer import superkmeans_peer
-from .traces import LADDER, Candidate, Trace, ladder_extender, run_ladder
+from .traces import LADDER, Candidate, Trace, ladder_trace
 
 #: Snapshots a streaming (mini-batch) peer keeps, spread evenly in log(time) over its budget.
 STREAM_SNAPSHOTS = 64
@@ -155,18 +155,11 @@ def _sklearn_kmeans(algorithm):
             n_iter = int(model.n_iter_)
             return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1))
 
-        candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-        last = candidates[-1]
-        return Trace(
-            candidates=candidates,
-            fit_seconds=last.time,
-            timed_seconds=total,
-            extend=ladder_extender(fit_rung),
-            n_iter=last.iteration,
-            passes=last.passes,
-            stop_reason=stop,
-            params={"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
-            notes=["passes = iterations + the final labelling pass"],
+        return ladder_trace(
+            fit_rung,
+            ctx.budget,
+            {"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
+            ["passes = iterations + the final labelling pass"],
         )
 
     return run
@@ -232,18 +225,11 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
         n_iter = int(model.n_iter_)
         return (np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1))
 
-    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-    last = candidates[-1]
-    return Trace(
-        candidates=candidates,
-        fit_seconds=last.time,
-        timed_seconds=total,
-        extend=ladder_extender(fit_rung),
-        n_iter=last.iteration,
-        passes=last.passes,
-        stop_reason=stop,
-        params={"algorithm": "lloyd", "tol": 1e-4, "n_init": 1, "backend": "oneDAL"},
-        notes=[
+    return ladder_trace(
+        fit_rung,
+        ctx.budget,
+        {"algorithm": "lloyd", "tol": 1e-4, "n_init": 1, "backend": "oneDAL"},
+        [
             "sklearnex.cluster.KMeans (oneDAL), scikit-learn left unpatched; passes = iterations + the "
             "final labelling pass"
         ],
@@ -271,28 +257,22 @@ def _faiss_default_subsample(ctx: PeerContext) -> Trace:
         n_train = min(n, ctx.k * model.cp.max_points_per_centroid)
         return np.array(model.centroids, dtype=np.float32), m, seconds, False, m * n_train / n
 
-    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-    last = candidates[-1]
     # faiss trains on a random subsample of k * max_points_per_centroid rows when the data has more; each rung
     # draws it again, so the rungs cannot be chained
     probe = faiss.Kmeans(d, ctx.k)
     n_train = min(n, ctx.k * probe.cp.max_points_per_centroid)
-    return Trace(
-        candidates=candidates,
-        fit_seconds=last.time,
-        timed_seconds=total,
-        extend=ladder_extender(fit_rung),
-        n_iter=last.iteration,
-        passes=last.passes,
-        stop_reason=stop,
-        params={
-            "niter": last.iteration,
+    trace = ladder_trace(
+        fit_rung,
+        ctx.budget,
+        {
             "max_points_per_centroid": probe.cp.max_points_per_centroid,
             "training_rows": n_train,
             "threads": faiss.omp_get_max_threads(),
         },
-        notes=[f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x that fraction"],
+        [f"trains on {n_train:,} of {n:,} rows (faiss default subsample); passes = iterations x that fraction"],
     )
+    trace.params["niter"] = trace.n_iter
+    return trace
 
 
 def _faiss_every_row(ctx: PeerContext) -> Trace:
@@ -471,19 +451,7 @@ def _dask_ml(ctx: PeerContext) -> Trace:
         n_iter = int(model.n_iter_)
         return np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1)
 
-    candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-    last = candidates[-1]
-    return Trace(
-        candidates=candidates,
-        fit_seconds=last.time,
-        timed_seconds=total,
-        extend=ladder_extender(fit_rung),
-        n_iter=last.iteration,
-        passes=last.passes,
-        stop_reason=stop,
-        params={"tol": 1e-4},
-        notes=["on the same cluster and dask array as daskmeans"],
-    )
+    return ladder_trace(fit_rung, ctx.budget, {"tol": 1e-4}, ["on the same cluster and dask array as daskmeans"])
 
 
 PEERS: dict[str, Peer] = {

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .traces import Trace, ladder_extender, run_ladder
+from .traces import Trace, ladder_trace
 
 
 def _parameters(ctx, n_iterations: int, every_row: bool):
@@ -55,29 +55,23 @@ def superkmeans_peer(every_row: bool):
             centers = faiss.vector_to_array(model.centroids).reshape(ctx.k, d).astype(np.float32)
             return centers, m, seconds, False, m * n_train / n
 
-        candidates, total, stop = run_ladder(fit_rung, ctx.budget)
-        last = candidates[-1]
         where = f"all {n:,} rows" if every_row else f"{n_train:,} of {n:,} rows (faiss default subsample)"
-        return Trace(
-            candidates=candidates,
-            fit_seconds=last.time,
-            timed_seconds=total,
-            extend=ladder_extender(fit_rung),
-            n_iter=last.iteration,
-            passes=last.passes,
-            stop_reason=stop,
-            params={
+        trace = ladder_trace(
+            fit_rung,
+            ctx.budget,
+            {
                 "init": f"its own (SuperKMeansParameters.init_method={defaults.init_method})",
-                "niter": last.iteration,
                 "max_points_per_centroid": defaults.max_points_per_centroid,
                 "training_rows": n_train,
                 "d_prime_fraction": defaults.d_prime_fraction,
                 "threads": faiss.omp_get_max_threads(),
             },
-            notes=[
+            [
                 f"faiss.SuperKMeans at its defaults, trained on {where}; seeds itself (it takes no initial "
                 "centers); each rung a fit of its own; passes = iterations x the fraction trained on"
             ],
         )
+        trace.params["niter"] = trace.n_iter
+        return trace
 
     return run

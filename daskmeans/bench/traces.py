@@ -244,6 +244,24 @@ def run_ladder(fit_rung, budget, *, max_iter=300, total_factor=2.5):
     return candidates, total, stop_reason
 
 
+def ladder_trace(fit_rung, budget, params: dict, notes: list) -> Trace:
+    """The :class:`Trace` of a peer run as a ladder (:func:`run_ladder`): every rung a candidate, the last one its
+    result, and :func:`ladder_extender` to run more rungs when the bench refines it."""
+    candidates, total, stop = run_ladder(fit_rung, budget)
+    last = candidates[-1]
+    return Trace(
+        candidates=candidates,
+        fit_seconds=last.time,
+        timed_seconds=total,
+        extend=ladder_extender(fit_rung),
+        n_iter=last.iteration,
+        passes=last.passes,
+        stop_reason=stop,
+        params=params,
+        notes=notes,
+    )
+
+
 def ladder_extender(fit_rung):
     """``extend(m)`` for :func:`refine`: one more timed rung as a Candidate."""
 
