@@ -26,8 +26,9 @@ def energy_timeline(model, fit_started=None) -> dict:
     model : daskmeans estimator
         Fitted (its ``history_`` and ``fit_phases_``).
     fit_started : float, optional
-        ``time.perf_counter()`` taken right before ``fit``: times are then counted from it, and the input check
-        (the summary pass ``fit`` makes before seeding) is a phase too. Default: from the start of seeding.
+        ``time.perf_counter()`` taken before ``fit``: times are then counted from it. Default: from the call to
+        ``fit``, the start of the fit's own clock (``history_``'s ``wall_time`` and ``max_time`` count from there
+        too). The input check (the summary pass ``fit`` makes before seeding) is the first phase.
 
     Returns
     -------
@@ -42,7 +43,8 @@ def energy_timeline(model, fit_started=None) -> dict:
     phases = list(getattr(model, "fit_phases_", []))
     clock = getattr(model, "_fit_clock", None)
     offset = 0.0 if fit_started is None or clock is None else clock.start - fit_started
-    spans = [{"phase": "input check", "start": 0.0, "end": offset}] if offset > 0 else []
+    checked = min((p["start"] for p in phases), default=0.0) + offset
+    spans = [{"phase": "input check", "start": 0.0, "end": checked}] if checked > 0 else []
     spans += [
         {"phase": p["phase"], "start": p["start"] + offset, "end": p["end"] + offset}
         for p in phases

@@ -453,6 +453,7 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, context=None, *, max_i
     stop_reason = "max_iter"
     rows = np.arange(n)
     n_iter = 0
+    clock.begin_laps()
     for iteration in range(1, max_iter + 1):
         mass = np.bincount(labels, weights=weights, minlength=k)
         for j in np.flatnonzero(mass == 0):
@@ -483,7 +484,7 @@ def full_kernel_kmeans(X, centers: SparseCenters, kernel, context=None, *, max_i
         if changed == 0:
             stop_reason = "converged"
             break
-        if clock.out_of_time():
+        if clock.out_of_time(clock.lap()):  # the next iteration, as long as this one, would end past max_time
             stop_reason = "max_time"
             break
     mass = np.bincount(labels, weights=weights, minlength=k)

@@ -240,6 +240,7 @@ def lloyd(array, centers, plan=None, context=None, driver=None):
             )
     elif context.checkpoint is not None:
         context.checkpoint.save(_state(0, centers, state.history, state.passes, None, None))
+    context.clock.begin_laps()
     if driver is not None:
         with driver.threads():
             on_driver = replace(context, client=None, weights=driver.weights)
@@ -387,7 +388,8 @@ class _Run:
         }
         state.history.append(record)
         context.report(record, centers=step.new_centers)
-        stop = "converged" if step.shift <= self.plan.tol else "max_time" if clock.out_of_time() else None
+        # the next iteration starts only if one as long as this one still ends within max_time
+        stop = "converged" if step.shift <= self.plan.tol else "max_time" if clock.out_of_time(clock.lap()) else None
         if checkpoint is not None:
             final = stop or ("max_iter" if step.iteration == self.plan.max_iter else None)
             checkpoint.save(

@@ -411,6 +411,7 @@ class _NestedRun:
             self.restore()
         elif checkpoint is not None:
             checkpoint.save(self.checkpoint_state(None))
+        clock.begin_laps()
         for iteration in range(state.n_iter + 1, plan.max_iter + 1):
             if state.finished is not None:
                 break
@@ -460,8 +461,13 @@ class _NestedRun:
             elif batch.size == n and counters["new"] == 0 and record["center_shift"] <= plan.tol:
                 stop = "tol"
             else:
-                stop = "max_time" if clock.out_of_time() else None
-            if stop is None and ratio > plan.rho and state.size < n:
+                stop = None
+            grows = ratio > plan.rho and state.size < n
+            # the next iteration starts only if it ends within max_time: as long as this one, twice as long when
+            # the batch doubles (its new rows are assigned from scratch)
+            if stop is None and clock.out_of_time(clock.lap() * (2.0 if grows else 1.0)):
+                stop = "max_time"
+            if stop is None and grows:
                 state.size = min(2 * state.size, n)
             if checkpoint is not None:
                 final = stop or ("max_iter" if iteration == plan.max_iter else None)

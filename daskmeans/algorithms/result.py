@@ -72,11 +72,33 @@ class FitResult:
 
 
 class Clock:
-    """Wall time since the start of a fit, and the ``max_time`` budget."""
+    """Wall time since ``fit`` was called, and the ``max_time`` budget.
 
-    def __init__(self, max_time=None):
-        self.start = time.perf_counter()
+    A fit keeps to its budget by not starting work it expects to end past it: each iteration closes a lap
+    (:meth:`lap`), and the next one starts only if a lap as long as the last (scaled by how much more work it has)
+    still ends within the budget (:meth:`out_of_time` with ``ahead``). A fit therefore overruns ``max_time`` only
+    by what no earlier lap predicted: its first iteration, or an iteration slower than the one before it.
+
+    Parameters
+    ----------
+    max_time : float, optional
+        The budget in seconds (None: no budget).
+    start : float, optional
+        ``time.perf_counter()`` when ``fit`` was called (default: now).
+
+    Examples
+    --------
+    >>> clock = Clock(max_time=10.0)
+    >>> clock.out_of_time()
+    False
+    >>> clock.out_of_time(ahead=60.0)  # an iteration of a minute would end past the budget
+    True
+    """
+
+    def __init__(self, max_time=None, start=None):
+        self.start = time.perf_counter() if start is None else start
         self.max_time = max_time
+        self._lap_start = self.start
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -85,8 +107,19 @@ class Clock:
         """Seconds left of the budget (never negative), or None without a budget."""
         return None if self.max_time is None else max(0.0, self.max_time - self.elapsed())
 
-    def out_of_time(self) -> bool:
-        return self.max_time is not None and self.elapsed() >= self.max_time
+    def out_of_time(self, ahead=0.0) -> bool:
+        """Whether the budget is spent, or would be after ``ahead`` more seconds of work."""
+        return self.max_time is not None and self.elapsed() + ahead >= self.max_time
+
+    def begin_laps(self):
+        """Start the first lap now (an algorithm calls it before its first iteration)."""
+        self._lap_start = time.perf_counter()
+
+    def lap(self) -> float:
+        """Seconds since the previous lap (or :meth:`begin_laps`); the next lap starts now."""
+        now = time.perf_counter()
+        seconds, self._lap_start = now - self._lap_start, now
+        return seconds
 
 
 def restore_clock(clock, elapsed):

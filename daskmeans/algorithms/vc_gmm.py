@@ -273,6 +273,7 @@ def truncated_em(points, means, plan, context=None):
         neighbours, truncations, initial_steps, initial_distances = _initial_esteps(array, weights, means, plan, runner)
         if checkpoint is not None:
             save(0, None)
+    clock.begin_laps()
     for iteration in range(n_iter + 1, max_iter + 1):
         explore_key = stage_key(seed, "explore", iteration) if random_exploration else None
         estep_parts = runner.persist(
@@ -329,7 +330,7 @@ def truncated_em(points, means, plan, context=None):
             stop = "converged"
         else:
             previous = free_energy
-            if clock.out_of_time():
+            if clock.out_of_time(clock.lap()):  # the next iteration, as long as this one, would end past max_time
                 stop = "max_time"
         if checkpoint is not None:
             save(iteration, stop or ("max_iter" if iteration == max_iter else None))

@@ -276,6 +276,7 @@ def _epochs(array, centers, plan, context, driver=None):
     elif checkpoint is not None:
         checkpoint.save(_state(0, centers, state.history, state.passes, None, None, None))
     history = state.history
+    inner_seconds_per_step = 0.0  # unknown until an inner loop has run
     for epoch in range(state.n_epochs + 1, plan.max_epochs + 1):
         centers = state.centers
         steps = int(sizes(epoch))
@@ -302,7 +303,8 @@ def _epochs(array, centers, plan, context, driver=None):
         state.n_epochs = epoch
         previous_energy = state.previous_energy
         converged = previous_energy is not None and abs(previous_energy - energy) <= plan.tol * previous_energy
-        if converged or clock.out_of_time():
+        # the inner loop starts only if, as long per step as the last epoch's, it ends within max_time
+        if converged or clock.out_of_time(inner_seconds_per_step * steps):
             # these centers are the result: their energy is known, no inner loop nor final pass is needed
             stop_reason = "converged" if converged else "max_time"
             final_stats = stats
@@ -347,7 +349,8 @@ def _epochs(array, centers, plan, context, driver=None):
         history.append(record)
         context.report(record, centers=centers)
         state.previous_energy = energy
-        out_of_time = clock.out_of_time()
+        inner_seconds_per_step = record["inner_time"] / max(1, steps)
+        out_of_time = clock.out_of_time(record["pass_time"])  # the next epoch's pass would end past max_time
         if checkpoint is not None:
             final = "max_time" if out_of_time else "max_epochs" if epoch == plan.max_epochs else None
             if final is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Self
 
 import dask.array as da
@@ -15,6 +16,7 @@ from dask.base import tokenize
 from .._validation import check_int
 from ..algorithms.coarse_index import build_coarse_index
 from ..algorithms.lloyd import final_inertia
+from ..algorithms.result import Clock
 from ..engine.blas import one_blas_thread_for
 from ..engine.client import compute_now, resolve_client
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
@@ -290,17 +292,25 @@ class ClusteringEstimator:
         -------
         self
         """
+        self._fit_called_at = time.perf_counter()  # max_time counts from here: opening the data is part of the fit
         self._validate_params()
         storage_options = check_storage_options(storage_options)
         if checkpoint is not None:
             check_supported(self)
         client = resolve_client(getattr(self, "client", None))
-        with one_blas_thread_for(client):
-            data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
+        try:
+            with one_blas_thread_for(client):
+                data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
+        finally:
+            self._fit_called_at = None
         self.n_features_in_ = data.n_features
         self._fitted_data = data
         self._fitted_weights = weights
         return self
+
+    def _clock(self) -> Clock:
+        """The ``max_time`` clock of the fit under way, started when :meth:`fit` was called."""
+        return Clock(getattr(self, "max_time", None), start=getattr(self, "_fit_called_at", None))
 
     def _fit_in(self, X, sample_weight, client, checkpoint, storage_options=None):
         """:meth:`fit`'s work: open and check the data, then fit (with the checkpoint, when one is given)."""

@@ -25,7 +25,7 @@ from ..algorithms.kernel_kmeans import (
     minibatch_kernel_kmeans,
     seeding_sample_rows,
 )
-from ..algorithms.result import Clock, RunContext
+from ..algorithms.result import RunContext
 from ..engine.blas import one_blas_thread
 from ..engine.client import compute_now, resolve_client
 from ..engine.driver import DriverCopy
@@ -316,7 +316,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
         stored bytes fit in ``config.KERNEL_DRIVER_BYTES`` (64 MB, one pool of batch rows); 0: never. The
         clustering is the same either way.
     max_time : float, optional
-        Wall-clock budget in seconds.
+        Wall-clock budget in seconds, counted from the call to ``fit``; the steps stop when it is spent.
     random_state : int, numpy Generator or None
         Fixes the sample, the seeding and every batch: same value, same result on any scheduler or worker count.
     chunk_rows : int, optional
@@ -498,7 +498,7 @@ class MiniBatchKernelKMeans(_KernelClustering):
         (the driver's copy of them, and no client, for the copy)."""
         array = data.array if array is None else array
         client, weights = where.client, where.weights
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         recorder = SnapshotRecorder(
             self,

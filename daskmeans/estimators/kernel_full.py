@@ -17,7 +17,7 @@ from ..algorithms.kernel_kmeans import (
     kernel_seeding,
     seeding_sample_rows,
 )
-from ..algorithms.result import Clock, RunContext
+from ..algorithms.result import RunContext
 from ..engine.client import compute_now
 from ..engine.random import stage_key
 from ..exceptions import InputDataError
@@ -67,6 +67,8 @@ class KernelKMeans(_KernelClustering):
         Larger inputs are refused before any work (the kernel matrix would need ``4 n^2`` bytes). Default (None):
         :data:`~daskmeans.config.MAX_FULL_BATCH_SAMPLES` (50,000) when the fit starts.
     max_time : float, optional
+        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long
+        as the last still ends within it.
     random_state : int, numpy Generator or None
     chunk_rows : int, optional
     client : distributed.Client, optional
@@ -174,7 +176,7 @@ class KernelKMeans(_KernelClustering):
 
     def _fit(self, data, weights, summary, client):
         check_init(self.init, self.n_clusters, data.n_features, methods=KERNEL_INIT_METHODS)
-        start = FitStart(None, self.random_state, Clock(self.max_time))
+        start = FitStart(None, self.random_state, self._clock())
         recorder = SnapshotRecorder(self, start.clock, total=self.max_iter, desc="kernel k-means")
         plan = FullKernelPlan(
             max_iter=self.max_iter,

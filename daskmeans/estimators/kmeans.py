@@ -8,7 +8,7 @@ from .. import config
 from .._validation import check_driver_rows
 from ..algorithms.init import check_init
 from ..algorithms.lloyd import LloydPlan, final_inertia, lloyd
-from ..algorithms.result import Clock, RunContext, result_from_state, result_to_state
+from ..algorithms.result import RunContext, result_from_state, result_to_state
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.placement import held_by_workers
@@ -180,7 +180,8 @@ class KMeans(ClusteringEstimator):
         Relative tolerance: stop when the sum of squared center shifts is below ``tol`` times the mean
         per-feature variance of the data (as scikit-learn).
     max_time : float, optional
-        Wall-clock budget in seconds; the run stops after the iteration that exceeds it.
+        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long
+        as the last still ends within it.
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     init_rounds : int, default 5
@@ -337,7 +338,7 @@ class KMeans(ClusteringEstimator):
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
         plan = plan_kmeans(self, data, summary, client)
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None

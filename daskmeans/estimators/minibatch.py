@@ -16,7 +16,7 @@ from ..algorithms.minibatch import (
     minibatch_plan,
 )
 from ..algorithms.nested import BATCH_ROWS, NestedPlan, nested_minibatch, nested_plan, resumed_plan
-from ..algorithms.result import Clock, RunContext
+from ..algorithms.result import RunContext
 from ..engine.client import resolve_client
 from ..engine.random import seed_from_random_state, stage_key
 from ..exceptions import InputDataError
@@ -90,7 +90,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).
     max_time : float, optional
-        Wall-clock budget in seconds; the run stops after the iteration that exceeds it.
+        Seconds from the call to ``fit``; an iteration starts only if one like the last ends within them.
     tol : float, default 1e-4
         Once the batch holds every sample, stop when the sum of squared center moves is below ``tol`` times
         the mean per-feature variance (0 disables).
@@ -279,7 +279,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
         plan = self._plan(data, summary, client, start)
@@ -348,7 +348,7 @@ class MiniBatchKMeans(ClusteringEstimator):
         by class). ``"auto"``: ``"chunks"`` when uniform draws would read at least 4 times more blocks per pool
         (``daskmeans.config.CHUNK_SAMPLING_MIN_SAVING``), i.e. for data in many more blocks than a pool needs.
     max_time : float, optional
-        Wall-clock budget in seconds.
+        Wall-clock budget in seconds, counted from the call to ``fit``; the steps stop when it is spent.
     random_state : int, numpy Generator or None
         Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler or worker
         count, and (with ``sampling="rows"``) any chunking; with ``"chunks"`` the block sizes are part of the
@@ -500,7 +500,7 @@ class MiniBatchKMeans(ClusteringEstimator):
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
         plan = self._plan(data, summary, client, start)

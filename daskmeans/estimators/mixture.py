@@ -14,12 +14,11 @@ from .. import config
 from .._validation import check_int
 from ..algorithms.coreset import draw_coreset, every_row
 from ..algorithms.init import afkmc2_distributed, afkmc2_in_memory, check_init, initial_centers
-from ..algorithms.result import Clock, RunContext
+from ..algorithms.result import RunContext
 from ..algorithms.vc_gmm import PLACEMENTS, GMMPlan, gmm_plan, truncated_em
 from ..engine.client import compute_now, resolve_client
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
-from ..passes.assign import assign_stats_graph, finish_stats
 from ..passes.gmm import lazy_dense_posterior, log_likelihood_graph, sparse_posterior_parts
 from ..progress import SnapshotRecorder
 from .base import ClusteringEstimator, raise_damaged
@@ -89,7 +88,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
     init : {"afk-mc2", "k-means||", "k-means++", "two-level", "random"} or ndarray of shape (k, d), default "afk-mc2"
         Seeding of the means, made on the coreset (AFK-MC2 runs its chains on the driver), or given means.
     max_time : float, optional
-        Wall-clock budget in seconds for the EM iterations (the coreset and the final pass always run).
+        Wall-clock budget in seconds, counted from the call to ``fit`` (the coreset and the seeding always run):
+        an EM iteration starts only if one as long as the last still ends within it.
     random_state : int, numpy Generator or None
         Fixes the coreset, the seeding and the EM's random choices: same value, same result on any scheduler and
         any number of workers (for a given chunking of the data).
@@ -119,7 +119,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         log-likelihood per sample).
     inertia_ : float
         Quantization error: (weighted) sum of squared distances of every training sample to its nearest mean
-        (its MAP cluster), from the final pass over all the data.
+        (its MAP cluster). It takes one pass over all the data, made on first access, so that ``fit`` returns
+        with the means.
     labels_ : ndarray or dask array (n_samples,)
     n_iter_ : int
     converged_ : bool
@@ -331,7 +332,7 @@ class CoresetGaussianMixture(ClusteringEstimator):
     def _fit(self, data, weights, summary, client, checkpoint=None):
         k = self.n_components
         check_init(self.init, k, data.n_features)
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
 
         def in_data_dtype(record):  # the means as means_ will hold them
@@ -390,16 +391,12 @@ class CoresetGaussianMixture(ClusteringEstimator):
             )
             result = truncated_em(points, means, plan, context)
         means = np.ascontiguousarray(result.centers, dtype=data.dtype)
-        # MAP cluster of an isotropic equal-weight GMM = nearest mean: one assign pass gives the quantization error
-        with recorder.final_pass("quantization error of the means"):
-            (raw,) = compute_now(assign_stats_graph(data.array, means, weights), client=client)
         recorder.keep(self)
-        stats = finish_stats(raw)
         self.means_ = means
         self.covariance_ = result.sigma2
         self.weights_ = np.full(k, 1.0 / k)
         self.lower_bound_ = result.lower_bound
-        self.inertia_ = stats.inertia
+        self.inertia_ = None  # the quantization error is one more pass over all the data, made on first access
         self.n_iter_ = result.n_iter
         self.history_ = result.history
         self.stop_reason_ = result.stop_reason

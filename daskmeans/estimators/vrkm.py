@@ -9,7 +9,7 @@ import numpy as np
 from .. import config
 from .._validation import check_choice, check_driver_rows, check_float, check_int
 from ..algorithms.init import check_init
-from ..algorithms.result import Clock, RunContext
+from ..algorithms.result import RunContext
 from ..algorithms.vrkm import VARIANTS, VRKMPlan, vrkm, vrkm_plan
 from ..engine.driver import DriverCopy, driver_rows
 from ..engine.slabs import stored_form
@@ -88,7 +88,9 @@ class VRKMeans(ClusteringEstimator):
         smaller default.
     init : {"k-means||", "k-means++", "afk-mc2", "two-level", "random"} or ndarray of shape (k, d), default "k-means||"
     max_time : float, optional
-        Wall-clock budget in seconds; the run stops after the pass or inner loop that exceeds it.
+        Wall-clock budget in seconds, counted from the call to ``fit``: an epoch's inner loop starts only if,
+        as long per step as the last one, it still ends within it, and an epoch's pass only if one as long as the
+        last does.
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     agree_rule : {"paper", "reference"}, default "paper"
@@ -302,7 +304,7 @@ class VRKMeans(ClusteringEstimator):
 
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        clock = Clock(self.max_time)
+        clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         hook = start.hook()
         plan = self._plan(data, client, start.seed)

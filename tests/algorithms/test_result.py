@@ -55,6 +55,20 @@ def test_clock_time_left():
     assert Clock(max_time=1e-9).time_left() == 0.0 or Clock(max_time=1e-9).out_of_time()
 
 
+def test_clock_counts_from_its_start_and_looks_ahead_by_laps():
+    import time
+
+    clock = Clock(max_time=10.0, start=time.perf_counter() - 9.5)  # a fit called 9.5 s ago
+    assert 9.5 <= clock.elapsed() < 10.0 and not clock.out_of_time()
+    assert clock.out_of_time(ahead=1.0)  # work of a second more would end past the budget
+    assert not Clock().out_of_time(ahead=1e9)  # no budget, nothing is ever out of time
+    clock.begin_laps()
+    time.sleep(0.05)
+    first = clock.lap()
+    second = clock.lap()
+    assert first >= 0.05 and 0.0 <= second < first  # each lap counts from the end of the previous one
+
+
 def test_an_algorithm_takes_its_data_centers_parameters_and_one_context():
     X = np.random.default_rng(0).normal(size=(300, 2))
     seen = []
