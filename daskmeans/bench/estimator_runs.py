@@ -26,9 +26,22 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
     """Fit a daskmeans algorithm from ``init`` (with the estimator parameters ``params`` besides its defaults);
     its center snapshots become the candidates."""
     params = {"init": init, **(params or {})}
-    estimator = make_estimator(
-        name, n_clusters=k, max_time=budget, random_state=seed, client=client, progress=False, **params
-    )
+
+    def estimator_with(max_time):
+        return make_estimator(
+            name, n_clusters=k, max_time=max_time, random_state=seed, client=client, progress=False, **params
+        )
+
+    def refit(max_time) -> Candidate:
+        """The whole fit again with ``max_time``, timed from the call to its return."""
+        again = estimator_with(max_time)
+        started = time.perf_counter()
+        again.fit(data.fit_input)
+        seconds = time.perf_counter() - started
+        centers = np.asarray(again.cluster_centers_)
+        return Candidate(step=-1, time=seconds, centers=centers, iteration=getattr(again, "n_iter_", None), kind="fit")
+
+    estimator = estimator_with(budget)
     snapshots_supported = "snapshot_centers" in estimator.get_params()
     if snapshots_supported:
         estimator.set_params(snapshot_centers=True)
@@ -84,6 +97,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
         candidates=candidates,
         fit_seconds=fit_seconds,
         timed_seconds=fit_seconds,
+        refit=refit,
         n_iter=getattr(estimator, "n_iter_", None),
         passes=max(passes) if passes else None,
         stop_reason=getattr(estimator, "stop_reason_", None),

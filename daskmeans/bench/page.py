@@ -30,12 +30,15 @@ METHOD = f"""\
 - **Energies** are exact, on all rows, and computed outside every timed region.
 - **Times** are the wall time of the call, from the start of a fit until its centers could be returned. A
   daskmeans fit hands out its centers after every iteration; a snapshot's time counts the closing pass the fit
-  makes after its last iteration. scikit-learn `KMeans`, scikit-learn-intelex, faiss on its default subsample, faiss
-  `SuperKMeans` and dask-ml run as ladders of complete fits with growing iteration limits, each point a fit of its
-  own. faiss on every row (`faiss-all`) and on a sample (`faiss-sample`) make one iteration per `train` call from
-  the centroids the last call left: the iterates of one fit of that many iterations. scikit-learn's
-  `MiniBatchKMeans` counts the time spent in `partial_fit`. Times to 1% and 2% of E\\* are refined by bisection
-  between evaluated points, except in records made with `--no-refine`, where they are upper bounds.
+  makes after its last iteration. In records that time whole fits, the first snapshot within a target only
+  gives the `max_time` of a fit made again, longer until its result is within the target: the time shown is
+  that fit's, from the call to its return, with the snapshot's beside it when that was earlier. scikit-learn
+  `KMeans`, scikit-learn-intelex, faiss on its default subsample, faiss `SuperKMeans` and dask-ml run as ladders of
+  complete fits with growing iteration limits, each point a fit of its own. faiss on every row (`faiss-all`) and
+  on a sample (`faiss-sample`) make one iteration per `train` call from the centroids the last call left: the
+  iterates of one fit of that many iterations. scikit-learn's `MiniBatchKMeans` counts the time spent in
+  `partial_fit`. Times to 1% and 2% of E\\* are refined by bisection between evaluated points, except in records
+  made with `--no-refine`, where they are upper bounds.
 - **Peers** run in the driver process on every core: scikit-learn `KMeans` (Lloyd) and `MiniBatchKMeans` (batches
   of 1,024 rows), scikit-learn-intelex's oneDAL `KMeans` (scikit-learn left unpatched), faiss `Kmeans` on its
   default subsample of 256 rows per centroid, on every row, or on the largest sample of whole chunks the driver's

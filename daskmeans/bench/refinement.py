@@ -4,7 +4,7 @@ when each run first reached each target of E* and each reference energy (k-means
 from __future__ import annotations
 
 from . import report
-from .traces import refine
+from .traces import evaluate, refine
 
 
 def refine_all(runs, energy, budget, targets, lloyd_energies=(), versus=()):
@@ -29,9 +29,8 @@ def refine_all(runs, energy, budget, targets, lloyd_energies=(), versus=()):
         refine_to_reference(runs, energy, budget, spec)
 
 
-def refine_to_reference(runs, energy, budget, spec):
-    """Pin down when each run first reached (within ``spec["within"]``) the energy the run ``spec["name"]`` of its
-    seed ended with (or had after ``spec["iteration"]`` iterations)."""
+def references_by_seed(runs, spec) -> dict:
+    """Per seed, the energy the run ``spec["name"]`` ended with (or had after ``spec["iteration"]`` iterations)."""
     reference = {}
     for run in runs:
         if run.name == spec["name"] and run.trace is not None:
@@ -42,6 +41,13 @@ def refine_to_reference(runs, energy, budget, spec):
             ]
             if energies:
                 reference[run.seed] = min(energies)
+    return reference
+
+
+def refine_to_reference(runs, energy, budget, spec):
+    """Pin down when each run first reached (within ``spec["within"]``) the energy the run ``spec["name"]`` of its
+    seed ended with (or had after ``spec["iteration"]`` iterations)."""
+    reference = references_by_seed(runs, spec)
     for run in runs:
         if run.trace is None or run.seed not in reference:
             continue
@@ -64,3 +70,59 @@ def best_energy(runs, lloyd_energies=()):
         c.energy for run in runs if run.trace is not None for c in run.trace.candidates if c.energy is not None
     ] + list(lloyd_energies)
     return min(energies) if energies else None
+
+
+#: A fit again with ``max_time`` this much longer, when the last one stopped short of the target.
+REFIT_GROWTH = 1.25
+#: Fits tried per target and run.
+REFIT_TRIES = 4
+#: Candidates that are what a user holds when ``fit`` returns.
+WHOLE_FITS = ("init", "final", "fit", "rung")
+
+
+def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
+    """For every run that can be fitted again (daskmeans): the wall time of a whole fit, call to return, that
+    reaches each target of E* and each reference energy (k-means' final, ``--versus``).
+
+    The first snapshot within a target gives the first ``max_time`` to try; a fit that stops short of the target
+    is tried again with a budget :data:`REFIT_GROWTH` times longer, at most :data:`REFIT_TRIES` times. The run's
+    own fit, with the workload's budget, is the last resort: its final point is a whole fit too.
+    """
+    best = best_energy(runs, lloyd_energies)
+    if best is None:
+        return
+    thresholds = {None: [best * (1 + target) for target in sorted(targets, reverse=True)]}
+    for spec in ({"name": report.KMEANS_REFERENCE, "iteration": None}, *versus):
+        for seed, reference in references_by_seed(runs, spec).items():
+            thresholds.setdefault(seed, []).append(report.reach_threshold(reference, spec.get("within", 0.0)))
+    for run in runs:
+        if run.trace is None or run.trace.refit is None:
+            continue
+        for threshold in thresholds[None] + thresholds.get(run.seed, []):
+            try:
+                fit_until_reached(run.trace, threshold, energy)
+            except Exception as exc:  # noqa: BLE001 - a failing fit ends the confirmation of this run
+                run.trace.notes.append(f"wall times not confirmed: {type(exc).__name__}: {exc}")
+                break
+
+
+def fit_until_reached(trace, threshold, energy):
+    """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold``, longer until the
+    fit's result is within it (its candidates join the trace)."""
+    reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
+    if not reached or reached[0].kind in WHOLE_FITS:
+        return
+    seconds = reached[0].time
+    whole = [c for c in reached if c.kind in WHOLE_FITS]
+    if whole and whole[0].time <= seconds:
+        return
+    for _ in range(REFIT_TRIES):
+        if seconds >= trace.fit_seconds:
+            return  # the run's own fit is that fit
+        candidate = trace.refit(seconds)
+        evaluate([candidate], energy)
+        trace.candidates.append(candidate)
+        trace.timed_seconds += candidate.time
+        if candidate.energy <= threshold:
+            return
+        seconds *= REFIT_GROWTH

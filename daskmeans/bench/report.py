@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 
-from ..plots import plot_energy_curves
 from .common import (
     gib,
     machine_text,
@@ -21,12 +20,22 @@ from .common import (
     write_report,
     write_text,
 )
+from .record_plots import plot_energy, plot_excess
 from .reference import describe
 
-
 # -- figures -----------------------------------------------------------------------------------------------------------
-def time_to_reach(points, threshold):
-    """First time at which an evaluated point has ``energy <= threshold`` (None when never)."""
+#: Points that are what a user holds when ``fit`` returns (a snapshot is not).
+WHOLE_FITS = ("init", "final", "fit", "rung")
+
+
+def time_to_reach(points, threshold, snapshots=False):
+    """First time at which an evaluated point has ``energy <= threshold`` (None when never).
+
+    A run fitted again with ``max_time`` (points of kind ``"fit"``) is timed by its whole fits only, call to return;
+    ``snapshots=True`` counts its snapshots too.
+    """
+    if not snapshots and any(p.get("kind") == "fit" for p in points):
+        points = [p for p in points if p.get("kind") in WHOLE_FITS]
     times = [p["time"] for p in points if p["energy"] is not None and p["energy"] <= threshold]
     return min(times) if times else None
 
@@ -184,6 +193,10 @@ def summarize(record) -> dict:
         entry = {"name": run["name"], "seed": run["seed"], "status": run["status"]}
         if run["status"] == "ok":
             entry["time_to"] = {str(t): time_to_reach(run["points"], e_star * (1 + t)) for t in targets}
+            if any(p.get("kind") == "fit" for p in run["points"]):
+                entry["snapshot_time_to"] = {
+                    str(t): time_to_reach(run["points"], e_star * (1 + t), snapshots=True) for t in targets
+                }
             ref = reference.get(run["seed"])
             if ref is not None:
                 entry["time_to_kmeans_final"], entry["speedup_vs_kmeans"] = _time_and_speedup(run["points"], ref)
@@ -212,6 +225,10 @@ def summarize(record) -> dict:
             runs = [r for r, _ in ok_pairs]
             entries = [e for _, e in ok_pairs]
             algorithm["time_to"] = {str(t): _spread([e["time_to"][str(t)] for e in entries]) for t in targets}
+            if all("snapshot_time_to" in e for e in entries):
+                algorithm["snapshot_time_to"] = {
+                    str(t): _spread([e["snapshot_time_to"][str(t)] for e in entries]) for t in targets
+                }
             if reference:
                 algorithm["time_to_kmeans_final"] = _spread([e.get("time_to_kmeans_final") for e in entries])
                 algorithm["speedup_vs_kmeans"] = _spread([e.get("speedup_vs_kmeans") for e in entries])
@@ -269,6 +286,19 @@ def spread_text(spread, formatter, many):
 def speedup_text(value):
     """A speedup as ``2.94x`` (empty for None)."""
     return "" if value is None else f"{value:.2f}x"
+
+
+def time_to_cell(algorithm, target, many):
+    """Time to a target: the whole fit's wall time, and beside it the first snapshot's when that was earlier."""
+    text = spread_text(algorithm["time_to"][target], seconds_text, many)
+    snapshot = (algorithm.get("snapshot_time_to") or {}).get(target)
+    if (
+        snapshot is not None
+        and snapshot["median"] is not None
+        and snapshot["median"] != algorithm["time_to"][target]["median"]
+    ):
+        text += f" (snapshot {spread_text(snapshot, seconds_text, many)})"
+    return text
 
 
 def kmeans_reference_cell(algorithm, many):
@@ -453,7 +483,7 @@ def markdown_table(record) -> str:
         else:
             status = "ok" if a["ok"] == a["runs"] else f"{a['ok']}/{a['runs']} ok"
             cells = [a["label"], status]
-            cells += [spread_text(a["time_to"][str(t)], seconds_text, many) for t in order]
+            cells += [time_to_cell(a, str(t), many) for t in order]
             if with_reference:
                 cells.append(kmeans_reference_cell(a, many))
             cells += [versus_cell(a, key, many) for key in versus]
@@ -468,90 +498,26 @@ def markdown_table(record) -> str:
             ]
         rows.append(cells)
     lines = header_lines(record) + [""] + table_lines(columns, rows)
-    lines += [
-        "",
-        "Times are seconds from the start of a fit until its centers could be returned: a daskmeans "
-        "snapshot counts the closing pass the fit makes after its last iteration; a scikit-learn KMeans, "
-        "scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that iteration limit; a "
-        "MiniBatchKMeans point is the time spent in "
-        "partial_fit so far. Time used: the timed seconds of the result each run ended with.",
-    ]
+    lines += ["", times_note(record)]
     return "\n".join(lines) + "\n"
 
 
-# -- plot --------------------------------------------------------------------------------------------------------------
-def _run_curve_name(run, record):
-    return run["label"] if len(record["seeds"]) == 1 else f"{run['label']}, seed {run['seed']}"
-
-
-def plot_energy(record, path):
-    """Energy over wall time, one line per run on shared axes (:func:`daskmeans.plots.plot_energy_curves`).
-
-    The shared initial centers (time 0) are left out so that the scale shows the runs.
-    """
-    curves = {
-        _run_curve_name(run, record): [
-            {"energy": p["energy"], "wall_time": p["time"]} for p in run["points"] if p["kind"] != "init"
-        ]
-        for run in record["runs"]
-        if run["status"] == "ok" and len(run["points"]) > 1
-    }
-    w = record["workload"]
-    title = f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}"
-    if not curves:
-        curves = {"no run finished": [{"energy": 0.0, "wall_time": 0.0}]}
-    plot_energy_curves(curves, path, title)
-
-
-def plot_excess(record, path):
-    """Energy relative to E* (``E / E* - 1``, log scale) over wall time (log scale), with the 1% and 2% targets.
-
-    One color per algorithm, a line per seed; the shared initial centers are drawn at the left edge.
-    """
-    from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    e_star = record["summary"]["E_star"]
-    runs = [r for r in record["runs"] if r["status"] == "ok" and r["points"]]
-    positive = [p["time"] for r in runs for p in r["points"] if p["time"] > 0]
-    floor = min(positive) / 2 if positive else 1e-3
-    figure = Figure(figsize=(8.0, 5.0), dpi=110)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    colors = colormaps["tab10"]
-    names = []
-    for run in runs if e_star else []:
-        if run["name"] not in names:
-            names.append(run["name"])
-        times = [max(p["time"], floor) for p in run["points"]]
-        excess = [max(p["energy"] / e_star - 1, 1e-6) for p in run["points"]]
-        axes.step(
-            times,
-            excess,
-            where="post",
-            color=colors(names.index(run["name"]) % 10),
-            marker="o",
-            markersize=3,
-            label=run["label"] if run["seed"] == record["seeds"][0] else None,
-        )
-    for target in record.get("targets", []):
-        axes.axhline(target, color="grey", linewidth=0.8, linestyle="--")
-        axes.annotate(
-            f"{target:.0%} ", (1.0, target), xycoords=("axes fraction", "data"), ha="right", va="bottom", color="grey"
-        )
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("wall time since the start of the fit (s)")
-    axes.set_ylabel("energy / E* - 1")
-    axes.grid(True, alpha=0.3, which="both")
-    if names:
-        axes.legend(fontsize=8)
-    w = record["workload"]
-    star = f"E* = {e_star:,.6g}" if e_star else "no energy"
-    axes.set_title(f"{w['output_name']}: {w['n_samples']:,} x {w['n_features']}, k = {w['k']}; {star}")
-    figure.tight_layout()
-    figure.savefig(path, format="png")
+def times_note(record) -> str:
+    """What the times of a record's table are (a record whose daskmeans runs were fitted again says so)."""
+    whole_fits = any(p.get("kind") == "fit" for run in record["runs"] for p in run.get("points", []))
+    daskmeans = (
+        "a daskmeans time is that of a whole fit, from the call to its return, given the max_time at which a "
+        "snapshot of the run first was within the target (longer until the fit's result was), with the "
+        "snapshot's time beside it when that was earlier"
+        if whole_fits
+        else "a daskmeans snapshot counts the closing pass the fit makes after its last iteration"
+    )
+    return (
+        f"Times are seconds from the start of a fit until its centers could be returned: {daskmeans}; a "
+        "scikit-learn KMeans, scikit-learn-intelex KMeans, faiss or dask-ml point is a complete run with that "
+        "iteration limit; a MiniBatchKMeans point is the time spent in partial_fit so far. Time used: the timed "
+        "seconds of the result each run ended with."
+    )
 
 
 # -- files ------------------------------------------------------------------------------------------------------------

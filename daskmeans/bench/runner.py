@@ -35,7 +35,7 @@ from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability, run_peer
 from .reference import DEFAULT_CACHE_NAME, check_reference, describe, reference_energies, reference_or_failure
-from .refinement import refine_all
+from .refinement import confirm_wall_times, refine_all
 from .run_options import check_params, check_versus
 from .traces import Candidate, Trace, drop_repeats, evaluate, release_centers, select_spread
 from .workloads import SIZING, Workload, _parse_memory, load_data, resolve_workloads, scatter_rows
@@ -375,10 +375,12 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
     if options.refine:
         refine_all(runs, energy, workload.time_budget, TARGETS, reference_energies(references), options.versus)
         say("refined the times to the targets")
+        confirm_wall_times(runs, energy, TARGETS, reference_energies(references), options.versus)
+        say("timed whole fits to the targets")
     for run in runs:
         if run.trace is not None:
             release_centers(run.trace)
-            run.trace.extend = None
+            run.trace.extend = run.trace.refit = None
 
     record = {
         "schema": SCHEMA,

@@ -9,7 +9,10 @@ Two kinds of runs give candidates:
   separately timed run, exactly what a user setting ``max_iter=m`` gets.
 
 After E* is known, :func:`refine` bisects between the last candidate above a target and the first one below
-it, so the time to reach the target is resolved to one snapshot (or one iteration for ladders).
+it, so the time to reach the target is resolved to one snapshot (or one iteration for ladders). A snapshot is not
+what a user gets, though: a daskmeans run is then fitted again with ``max_time`` set to the snapshot's time
+(:func:`daskmeans.bench.refinement.confirm_wall_times`), and that fit's wall time, from the call to its return,
+is the run's time to the target (candidates of kind ``"fit"``).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Candidate:
     passes : float or None
         Full passes over the data spent so far (fractional for sampling methods).
     kind : str
-        ``"init"``, ``"snapshot"``, ``"rung"`` or ``"final"``.
+        ``"init"``, ``"snapshot"``, ``"rung"``, ``"final"`` or ``"fit"`` (a whole fit with a ``max_time``,
+        timed from the call to its return).
     energy : float or None
         Exact energy on the full data, once evaluated.
     available_time : float or None
@@ -86,6 +90,8 @@ class Trace:
         All timed seconds the run spent (ladders: every rung together).
     extend : callable, optional
         Ladder runs: ``extend(m) -> Candidate`` runs one more rung (timed) for refinement.
+    refit : callable, optional
+        daskmeans runs: ``refit(max_time) -> Candidate`` fits again with that budget (a ``"fit"`` candidate).
     n_iter, passes, stop_reason : final figures of the run
     history : list of dict
         The algorithm's own per-iteration records (daskmeans algorithms), without arrays.
@@ -96,6 +102,7 @@ class Trace:
     fit_seconds: float
     timed_seconds: float
     extend: Callable[[int], Candidate] | None = None
+    refit: Callable[[float], Candidate] | None = None
     n_iter: int | None = None
     passes: float | None = None
     stop_reason: str | None = None

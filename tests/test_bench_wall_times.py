@@ -1,0 +1,63 @@
+"""The bench times a daskmeans run to a target as a user would: by a whole fit, call to return, given the
+``max_time`` at which a snapshot first was within the target (longer until its result is)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from conftest import make_blobs
+
+from daskmeans.bench import report
+from daskmeans.bench.energy import InMemoryEnergy
+from daskmeans.bench.estimator_runs import run_daskmeans
+from daskmeans.bench.refinement import REFIT_TRIES, fit_until_reached
+from daskmeans.bench.traces import evaluate
+
+
+def test_a_target_is_timed_by_a_whole_fit_that_returns_within_it():
+    X, _, _ = make_blobs(n=100_000, d=16, k=60, spread=4.0, seed=4, dtype=np.float32)
+    init = X[np.random.default_rng(0).choice(len(X), 60, replace=False)]
+    trace = run_daskmeans("kmeans", SimpleNamespace(fit_input=X), init, 60, 0, 20.0, None, {"tol": 0.0})
+    energy = InMemoryEnergy(X)
+    evaluate(trace.candidates, energy)
+    snapshots = [c for c in trace.candidates if c.kind == "snapshot"]
+    assert len(snapshots) >= 6
+    middle = snapshots[len(snapshots) // 2]
+    threshold = middle.energy * (1 + 1e-12)
+
+    fit_until_reached(trace, threshold, energy)
+
+    fits = [c for c in trace.candidates if c.kind == "fit"]
+    assert 1 <= len(fits) <= REFIT_TRIES
+    assert fits[-1].energy <= threshold  # the last fit returned within the target ...
+    assert all(c.energy > threshold for c in fits[:-1])  # ... and every fit before it stopped short of it
+    points = [c.as_record() for c in trace.candidates if c.energy is not None]
+    snapshot_time = report.time_to_reach(points, threshold, snapshots=True)
+    assert report.time_to_reach(points, threshold) == fits[-1].time
+    assert snapshot_time <= middle.time
+    # a second call finds the target already timed by a whole fit
+    fit_until_reached(trace, threshold, energy)
+    assert len([c for c in trace.candidates if c.kind == "fit"]) == len(fits)
+
+
+def test_whole_fits_time_a_run_that_has_them_and_snapshots_stand_beside_them():
+    points = [
+        {"kind": "init", "time": 0.0, "energy": 10.0},
+        {"kind": "snapshot", "time": 1.0, "energy": 5.0},
+        {"kind": "snapshot", "time": 2.0, "energy": 4.0},
+        {"kind": "fit", "time": 1.8, "energy": 4.4},
+        {"kind": "fit", "time": 2.6, "energy": 4.0},
+        {"kind": "final", "time": 3.0, "energy": 3.9},
+    ]
+    assert report.time_to_reach(points, 4.0) == 2.6
+    assert report.time_to_reach(points, 4.0, snapshots=True) == 2.0
+    assert report.time_to_reach(points, 3.95) == 3.0  # no fit within it: the run's own fit, at its end
+    # a record without whole fits of its own (a peer, an older record) is timed by its points as before
+    without = [p for p in points if p["kind"] != "fit"]
+    assert report.time_to_reach(without, 4.0) == 2.0
+    algorithm = {
+        "time_to": {"0.01": report._spread([2.6])},
+        "snapshot_time_to": {"0.01": report._spread([2.0])},
+    }
+    assert report.time_to_cell(algorithm, "0.01", many=False) == "2.6 s (snapshot 2 s)"
