@@ -254,6 +254,7 @@ class _Run:
 
     def __init__(self, array, plan, context, state, driver=None):
         self.array, self.plan, self.context, self.state, self.driver = array, plan, context, state, driver
+        self.laps = []  # seconds of each iteration, for max_time
 
     def phases(self):
         """The iterations from ``state.n_iter + 1`` on: the plan's plain ones first, then those of its scheme (the
@@ -388,8 +389,11 @@ class _Run:
         }
         state.history.append(record)
         context.report(record, centers=step.new_centers)
-        # the next iteration starts only if one as long as this one still ends within max_time
-        stop = "converged" if step.shift <= self.plan.tol else "max_time" if clock.out_of_time(clock.lap()) else None
+        # an iteration costs no more than the one before it, except the first with bounds (it sets them up): the
+        # next starts only if one as long as the shorter of the last two still ends within max_time
+        self.laps.append(clock.lap())
+        out_of_time = clock.out_of_time(min(self.laps[-2:]))
+        stop = "converged" if step.shift <= self.plan.tol else "max_time" if out_of_time else None
         if checkpoint is not None:
             final = stop or ("max_iter" if step.iteration == self.plan.max_iter else None)
             checkpoint.save(

@@ -189,7 +189,7 @@ SUITE = (
         "descriptors",
         "Descriptors, k = 1000: time to a good clustering, peers in the same run",
         ("descriptors",),
-        (*_SPEED, "--peers", "sklearn-lloyd,faiss,faiss-all", *_PROCESSES),
+        (*_SPEED, "--peers", "sklearn-lloyd,faiss,faiss-all,superkmeans,superkmeans-all", *_PROCESSES),
         "The library's main case: 960,000 real SIFT descriptors held by 2 worker processes; the peers run in the "
         "driver on every core.",
     ),
