@@ -210,7 +210,11 @@ def headline_table(root="docs/benchmarks", entry_name=HEADLINE_ENTRY) -> str:
             fastest_peer = _fastest(peers, target)
             if key == best and seconds and fastest_peer:
                 ratio = peers[fastest_peer]["time_to"][str(target)]["median"] / seconds
-                text += f" ({ratio:.2f}x sooner than the fastest peer)"
+                text += (
+                    f" ({ratio:.2f}x sooner than the fastest peer)"
+                    if ratio >= 1
+                    else f" (behind the fastest peer: {1 / ratio:.2f}x its time)"
+                )
             cells.append(text)
         cells.append(report.ratio_text(a["final_relative"]["median"]))
         rows.append(cells)
