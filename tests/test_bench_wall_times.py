@@ -11,7 +11,7 @@ from conftest import make_blobs
 from daskmeans.bench import report
 from daskmeans.bench.energy import InMemoryEnergy
 from daskmeans.bench.estimator_runs import run_daskmeans
-from daskmeans.bench.refinement import REFIT_TRIES, fit_until_reached
+from daskmeans.bench.refinement import REFIT_GROWTH, REFIT_TRIES, fit_until_reached
 from daskmeans.bench.traces import evaluate
 
 
@@ -30,15 +30,18 @@ def test_a_target_is_timed_by_a_whole_fit_that_returns_within_it():
 
     fits = [c for c in trace.candidates if c.kind == "fit"]
     assert 1 <= len(fits) <= REFIT_TRIES
-    assert fits[-1].energy <= threshold  # the last fit returned within the target ...
-    assert all(c.energy > threshold for c in fits[:-1])  # ... and every fit before it stopped short of it
+    assert all(c.energy > threshold for c in fits[:-1])  # every fit but the last stopped short of the target
     points = [c.as_record() for c in trace.candidates if c.energy is not None]
-    snapshot_time = report.time_to_reach(points, threshold, snapshots=True)
-    assert report.time_to_reach(points, threshold) == fits[-1].time
-    assert snapshot_time <= middle.time
-    # a second call finds the target already timed by a whole fit
-    fit_until_reached(trace, threshold, energy)
-    assert len([c for c in trace.candidates if c.kind == "fit"]) == len(fits)
+    assert report.time_to_reach(points, threshold, snapshots=True) <= middle.time
+    if fits[-1].energy <= threshold:  # the last fit returned within the target: its time is the run's
+        assert report.time_to_reach(points, threshold) == fits[-1].time
+        # a second call finds the target already timed by a whole fit
+        fit_until_reached(trace, threshold, energy)
+        assert len([c for c in trace.candidates if c.kind == "fit"]) == len(fits)
+    else:  # on a loaded machine every fit may stop short: the run's own fit, the last resort, is its time
+        budgets = middle.time * REFIT_GROWTH ** len(fits)
+        assert len(fits) == REFIT_TRIES or budgets >= trace.fit_seconds
+        assert report.time_to_reach(points, threshold) == trace.final().time
 
 
 def test_whole_fits_time_a_run_that_has_them_and_snapshots_stand_beside_them():

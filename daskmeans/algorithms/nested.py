@@ -325,6 +325,41 @@ class NestedState:
         )
 
 
+class LapForecast:
+    """How long nmbatch's next iteration will take, from the iterations so far.
+
+    An iteration over its cached batch costs about what the last one that added no rows did; each row a doubling adds
+    costs what the last added rows cost beyond that (they are assigned from scratch, without bounds).
+
+    Examples
+    --------
+    >>> laps = LapForecast()
+    >>> laps.add(1.0, new_rows=1000)  # the first batch: every row new
+    >>> laps.add(0.25, new_rows=0)
+    >>> laps.next(new_rows=0), laps.next(new_rows=2000)
+    (0.25, 2.25)
+    """
+
+    def __init__(self):
+        self.last = 0.0
+        self.cached = None  # seconds of the last iteration that added no rows
+        self.per_new_row = None  # seconds per added row, beyond the cached batch's cost
+
+    def add(self, seconds, new_rows):
+        """Take in an iteration of ``seconds`` that added ``new_rows`` rows to the batch."""
+        self.last = seconds
+        if new_rows:
+            self.per_new_row = max(seconds - (self.cached or 0.0), 0.0) / new_rows
+        else:
+            self.cached = seconds
+
+    def next(self, new_rows) -> float:
+        """Expected seconds of the next iteration, which adds ``new_rows`` rows."""
+        if not new_rows or self.per_new_row is None:
+            return self.last
+        return (self.last if self.cached is None else self.cached) + new_rows * self.per_new_row
+
+
 class _NestedRun:
     """One run of nmbatch: the prepared problem (rows, plan, run context), its batch and the state it carries."""
 
@@ -412,6 +447,7 @@ class _NestedRun:
         elif checkpoint is not None:
             checkpoint.save(self.checkpoint_state(None))
         clock.begin_laps()
+        laps = LapForecast()
         for iteration in range(state.n_iter + 1, plan.max_iter + 1):
             if state.finished is not None:
                 break
@@ -463,9 +499,9 @@ class _NestedRun:
             else:
                 stop = None
             grows = ratio > plan.rho and state.size < n
-            # the next iteration starts only if it ends within max_time: as long as this one, twice as long when
-            # the batch doubles (its new rows are assigned from scratch)
-            if stop is None and clock.out_of_time(clock.lap() * (2.0 if grows else 1.0)):
+            laps.add(clock.lap(), counters["new"])
+            # the next iteration starts only if it is expected to end within max_time
+            if stop is None and clock.out_of_time(laps.next(min(2 * state.size, n) - state.size if grows else 0)):
                 stop = "max_time"
             if stop is None and grows:
                 state.size = min(2 * state.size, n)

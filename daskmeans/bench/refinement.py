@@ -108,14 +108,12 @@ def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
 
 def fit_until_reached(trace, threshold, energy):
     """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold``, longer until the
-    fit's result is within it (its candidates join the trace)."""
+    fit's result is within it (its candidates join the trace). Nothing is fitted when the first point within it is
+    a whole fit, or when a fit made again for a looser target is within it too."""
     reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
-    if not reached or reached[0].kind in WHOLE_FITS:
+    if not reached or reached[0].kind in WHOLE_FITS or any(c.kind == "fit" for c in reached):
         return
     seconds = reached[0].time
-    whole = [c for c in reached if c.kind in WHOLE_FITS]
-    if whole and whole[0].time <= seconds:
-        return
     for _ in range(REFIT_TRIES):
         if seconds >= trace.fit_seconds:
             return  # the run's own fit is that fit

@@ -90,7 +90,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).
     max_time : float, optional
-        Seconds from the call to ``fit``; an iteration starts only if one like the last ends within them.
+        Seconds from the call to ``fit``; an iteration starts only if it is expected to end within them.
     tol : float, default 1e-4
         Once the batch holds every sample, stop when the sum of squared center moves is below ``tol`` times
         the mean per-feature variance (0 disables).

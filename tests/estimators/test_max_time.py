@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import make_blobs
 
+from daskmeans.algorithms.nested import LapForecast
 from daskmeans.registry import make_estimator
 
 #: Seconds each iteration's progress callback sleeps: the laps are this long, give or take the (tiny) compute.
@@ -71,3 +72,15 @@ def test_vc_gmm_returns_with_its_means_and_makes_the_quantization_pass_on_first_
     distances = ((X[:, None, :] - model.means_[None, :, :]) ** 2).sum(axis=2)
     np.testing.assert_allclose(model.inertia_, distances.min(axis=1).sum(), rtol=1e-5)
     assert [phase["phase"] for phase in model.fit_phases_].count("final pass") == 1
+
+
+def test_nmbatch_forecasts_a_doubling_by_what_its_last_added_rows_cost():
+    laps = LapForecast()
+    laps.add(2.0, new_rows=1000)  # the first batch: every row new
+    assert laps.next(0) == 2.0
+    laps.add(0.5, new_rows=0)  # an iteration over the cached batch
+    assert laps.next(0) == 0.5
+    assert laps.next(1000) == pytest.approx(0.5 + 1000 * 0.002)
+    laps.add(1.5, new_rows=1000)  # a doubling: 1 s beyond the cached batch's cost, for 1000 rows
+    laps.add(0.8, new_rows=0)
+    assert laps.next(2000) == pytest.approx(0.8 + 2000 * 0.001)
