@@ -76,8 +76,6 @@ def best_energy(runs, lloyd_energies=()):
 REFIT_GROWTH = 1.25
 #: Fits tried per target and run.
 REFIT_TRIES = 4
-#: Candidates that are what a user holds when ``fit`` returns.
-WHOLE_FITS = ("init", "final", "fit", "rung")
 
 
 def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
@@ -111,7 +109,7 @@ def fit_until_reached(trace, threshold, energy):
     fit's result is within it (its candidates join the trace). Nothing is fitted when the first point within it is
     a whole fit, or when a fit made again for a looser target is within it too."""
     reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
-    if not reached or reached[0].kind in WHOLE_FITS or any(c.kind == "fit" for c in reached):
+    if not reached or reached[0].kind in report.WHOLE_FITS or any(c.kind == "fit" for c in reached):
         return
     seconds = reached[0].time
     for _ in range(REFIT_TRIES):

@@ -28,13 +28,18 @@ from .reference import describe
 WHOLE_FITS = ("init", "final", "fit", "rung")
 
 
+def refitted(points) -> bool:
+    """Whether a run's points include whole fits made again with ``max_time`` (kind ``"fit"``)."""
+    return any(p.get("kind") == "fit" for p in points)
+
+
 def time_to_reach(points, threshold, snapshots=False):
     """First time at which an evaluated point has ``energy <= threshold`` (None when never).
 
     A run fitted again with ``max_time`` (points of kind ``"fit"``) is timed by its whole fits only, call to return;
     ``snapshots=True`` counts its snapshots too.
     """
-    if not snapshots and any(p.get("kind") == "fit" for p in points):
+    if not snapshots and refitted(points):
         points = [p for p in points if p.get("kind") in WHOLE_FITS]
     times = [p["time"] for p in points if p["energy"] is not None and p["energy"] <= threshold]
     return min(times) if times else None
@@ -193,7 +198,7 @@ def summarize(record) -> dict:
         entry = {"name": run["name"], "seed": run["seed"], "status": run["status"]}
         if run["status"] == "ok":
             entry["time_to"] = {str(t): time_to_reach(run["points"], e_star * (1 + t)) for t in targets}
-            if any(p.get("kind") == "fit" for p in run["points"]):
+            if refitted(run["points"]):
                 entry["snapshot_time_to"] = {
                     str(t): time_to_reach(run["points"], e_star * (1 + t), snapshots=True) for t in targets
                 }
@@ -504,7 +509,7 @@ def markdown_table(record) -> str:
 
 def times_note(record) -> str:
     """What the times of a record's table are (a record whose daskmeans runs were fitted again says so)."""
-    whole_fits = any(p.get("kind") == "fit" for run in record["runs"] for p in run.get("points", []))
+    whole_fits = any(refitted(run.get("points", [])) for run in record["runs"])
     daskmeans = (
         "a daskmeans time is that of a whole fit, from the call to its return, given the max_time at which a "
         "snapshot of the run first was within the target (longer until the fit's result was), with the "
