@@ -52,6 +52,13 @@ SHARED_INLINE_BYTES = 256 * 2**10
 #: the driver, saving one dispatch and one transfer between workers per pass
 #: (:func:`daskmeans.engine.graph.tree_reduce`).
 DRIVER_COMBINE_BYTES = 4 * 2**20
+#: Group tasks per worker thread, at least, that a pass over data read by each pass makes on a cluster: each reads
+#: a run of consecutive blocks one after the other, so the scheduler handles a few tasks per thread instead of one
+#: per block (:func:`daskmeans.engine.grouped.map_reduce_blocks`); more make the threads' shares more even.
+GROUP_TASKS_PER_THREAD = 2
+#: Bytes of partial results a group task may hold while it reduces its blocks (``SPLIT_EVERY - 1`` per tree
+#: level); passes whose partials are larger (large k) make smaller groups, or one task per block.
+GROUP_PARTIALS_BYTES = 64 * 2**20
 #: Seconds to wait, after a write task fails on a cluster, for the other writes still running to end before the
 #: error is raised and the output's temporary folder removed (:func:`daskmeans.engine.writes.compute_writes`).
 WRITES_SETTLE_SECONDS = 120.0

@@ -273,6 +273,12 @@ def _tree_shape(mp):
     return repr(reduce_in_tree(list(range(20)), tuple))
 
 
+def _group_level(mp):
+    from daskmeans.engine.grouped import group_levels
+
+    return group_levels(16_384, 4, 6_000)
+
+
 def _shared_kind(mp):
     from daskmeans.engine.graph import shared
 
@@ -833,6 +839,8 @@ CHECKS = {
     "SPLIT_EVERY": (4, _tree_shape),
     "SHARED_INLINE_BYTES": (0, _shared_kind),
     "DRIVER_COMBINE_BYTES": (0, _last_combine),
+    "GROUP_TASKS_PER_THREAD": (64, _group_level),
+    "GROUP_PARTIALS_BYTES": (6_000, _group_level),
     "WRITES_SETTLE_SECONDS": (3.0, _writes_settling),
     "WRITES_POLL_SECONDS": (0.5, _writes_settling),
     "ZARR_SETTLE_SECONDS": (2.0, _zarr_settle_timeout),

@@ -49,7 +49,9 @@ class _PlainPasses:
         if self.driver is not None:
             raw = assign_stats_on_driver(self.driver, centers)
         else:
-            (raw,) = compute_now(assign_stats_graph(self.array, centers, self.weights), client=self.client)
+            (raw,) = compute_now(
+                assign_stats_graph(self.array, centers, self.weights, client=self.client), client=self.client
+            )
         return finish_stats(raw), self.array.shape[0] * centers.shape[0]
 
     def submit(self, centers, n_clusters, after=None, shift=None):
@@ -468,5 +470,5 @@ def _state(iteration, centers, history, passes, stop_reason, inertia):
 
 def final_inertia(array, centers, weights=None, client=None) -> float:
     """Inertia of ``centers`` on the data: one assign + stats pass."""
-    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights, client=client), client=client)
     return finish_stats(raw).inertia

@@ -278,7 +278,7 @@ def minibatch_partial_step(array, centers, seen_counts, learning_rate, weights=N
     batch_inertia : float
         Weighted SSE of the batch for the centers before the update.
     """
-    (raw,) = compute_now(assign_stats_graph(array, centers, weights), client=client)
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights, client=client), client=client)
     stats = finish_stats(raw)
     total = float(stats.counts.sum())
     rates = learning_rates(learning_rate, stats.counts, total, seen_counts)

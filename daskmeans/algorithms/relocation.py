@@ -21,7 +21,7 @@ def with_enough_far_rows(stats, array, centers, weights, client):
     n_empty = int(np.sum(stats.counts <= 0))
     if n_empty <= stats.far_rows.shape[0]:
         return stats, 0
-    (raw,) = compute_now(assign_stats_graph(array, centers, weights, n_far=n_empty), client=client)
+    (raw,) = compute_now(assign_stats_graph(array, centers, weights, n_far=n_empty, client=client), client=client)
     return finish_stats(raw), 1
 
 

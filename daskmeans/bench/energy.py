@@ -139,7 +139,7 @@ def measure_assign_pass(array, centers, client, repeats=3, max_seconds=30.0) -> 
         # centers moved by a different tiny offset each time: new task keys, so no result of an earlier
         # repetition still held by the scheduler can be reused
         moved = (centers + np.float32(len(seconds) * 1e-3)).astype(centers.dtype)
-        seconds.append(_timed(lambda: compute_now(assign_stats_graph(array, moved), client=client)))
+        seconds.append(_timed(lambda: compute_now(assign_stats_graph(array, moved, client=client), client=client)))
         if sum(seconds) + seconds[-1] > max_seconds:
             break
     median = float(np.median(seconds))

@@ -105,26 +105,57 @@ def report_block(function, pass_name, energy_of, *args):
     """Run ``function(*args)`` (a block task), then report its end and its rows to the watch of ``pass_name``, with
     ``energy_of(result)`` (the block's weighted sum of squared distances and its weight) when given."""
     result = function(*args)
-    rows = rows_of(args[0]) if args else 0
-    sse, weight = energy_of(result) if energy_of is not None else (0.0, 0.0)
-    watch = _LOCAL_WATCHES.get(pass_name)
-    if watch is not None:
-        watch.block_done(pass_name, rows, sse, weight)
+    message = _block_message(pass_name, energy_of, args[0] if args else None, result)
+    if _reported_here(message):
         return result
-    try:
-        from distributed import get_worker
-        from distributed.worker import thread_state
-
-        worker = get_worker()
-    except (ImportError, ValueError):
+    worker = _this_worker()
+    if worker is None:
         return result
-    message = {"pass": pass_name, "rows": rows, "sse": float(sse), "weight": float(weight)}
-    key = getattr(thread_state, "key", None)
+    key = getattr(_thread_state(), "key", None)
     if _REPORTS_BY_PLUGIN.is_set() and key is not None:
         _PENDING_REPORTS[key] = message
     else:
         worker.log_event(TOPIC, message)
     return result
+
+
+def report_group_block(pass_name, energy_of, block, result):
+    """Report one block of a group task (:func:`daskmeans.engine.grouped.run_group`) as it ends: a group task
+    runs many blocks, so its reports go out one by one while it runs, not with its end."""
+    message = _block_message(pass_name, energy_of, block, result)
+    if not _reported_here(message):
+        worker = _this_worker()
+        if worker is not None:
+            worker.log_event(TOPIC, message)
+
+
+def _block_message(pass_name, energy_of, block, result) -> dict:
+    sse, weight = energy_of(result) if energy_of is not None else (0.0, 0.0)
+    return {"pass": pass_name, "rows": rows_of(block), "sse": float(sse), "weight": float(weight)}
+
+
+def _reported_here(message) -> bool:
+    """Give ``message`` to a watch of this process (threads of the driver's process); False when there is none."""
+    watch = _LOCAL_WATCHES.get(message["pass"])
+    if watch is None:
+        return False
+    watch.block_done(message["pass"], message["rows"], message["sse"], message["weight"])
+    return True
+
+
+def _this_worker():
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def _thread_state():
+    from distributed.worker import thread_state
+
+    return thread_state
 
 
 class PassWatch:
@@ -157,6 +188,7 @@ class PassWatch:
         self.passes = []
         self._lock = threading.Condition()
         self._names = set()
+        self._group_blocks: dict[str, int] = {}
         self._client = None
         self._token = None
         self._reset()
@@ -189,11 +221,14 @@ class PassWatch:
             self._client = None
         return False
 
-    def register(self, pass_name: str):
-        """Make tasks of this process that report for ``pass_name`` report here."""
+    def register(self, pass_name: str, blocks: int | None = None):
+        """Make tasks of this process that report for ``pass_name`` report here; ``blocks``: the pass's tasks are
+        group tasks (:func:`daskmeans.engine.grouped.map_reduce_blocks`) that report this many blocks in all."""
         with _LOCAL_LOCK:
             _LOCAL_WATCHES[pass_name] = self
         self._names.add(pass_name)
+        if blocks is not None:
+            self._group_blocks[pass_name] = int(blocks)
 
     # -- what the submitting functions tell ---------------------------------------------------------------------
     def submitted(self, graph, client=None):
@@ -204,7 +239,8 @@ class PassWatch:
             for key, value in graph.items()
             if getattr(value, "func", None) is report_block and isinstance(key, tuple) and key[0] in self._names
         ]
-        if not mine:
+        groups = {key[0] for key in graph if isinstance(key, tuple) and key[0] in self._group_blocks}
+        if not mine and not groups:
             return
         if client is not None and self._client is None:
             install_block_reports(client)
@@ -213,8 +249,8 @@ class PassWatch:
         with self._lock:
             if self.started is None:
                 self.started = time.perf_counter()
-            self.total += len(mine)
-            for name in dict.fromkeys(key[0] for key in mine):
+            self.total += len(mine) + sum(self._group_blocks.pop(name) for name in groups)
+            for name in [*dict.fromkeys(key[0] for key in mine), *sorted(groups)]:
                 if name not in self.current_names:
                     self.current_names.append(name)
             if self.bar is not None:

@@ -401,7 +401,7 @@ class ClusteringEstimator:
         data = self._check_predict_input(X)
         weights = self._weights(sample_weight, data)
         client = resolve_client(getattr(self, "client", None))
-        graph = assign_stats_graph(data.array, self._centers_for(data), weights, check_finite=True)
+        graph = assign_stats_graph(data.array, self._centers_for(data), weights, check_finite=True, client=client)
         (raw,) = compute_now(graph, client=client)
         return -finish_stats(raw).inertia
 

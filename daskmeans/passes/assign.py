@@ -9,7 +9,9 @@ import dask.array as da
 import numpy as np
 
 from .. import config
-from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
+from ..engine.client import resolve_client
+from ..engine.graph import block_args, chained_group_pass, reduce_in_tree, shared
+from ..engine.grouped import map_reduce_blocks
 from ..engine.slabs import compute_dtype, is_aligned, map_rows, row_slabs, slab_rows, slabs
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
@@ -163,27 +165,30 @@ def far_rows(n_clusters: int) -> int:
     return int(min(config.N_FAR_MAX, max(config.N_FAR, int(n_clusters) // config.N_FAR_PER_CLUSTERS)))
 
 
-def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=False):
+def assign_stats_graph(array, centers, weights=None, n_far=None, check_finite=False, client=None):
     """The delayed assign + stats pass of ``array`` against ``centers``.
 
     ``n_far`` far rows are reported (default :func:`far_rows` of the number of centers).
 
     ``check_finite`` validates the values on the way (for data that no summary pass has checked, e.g. ``score``).
+
+    ``client`` is where the pass will run (None: :func:`~daskmeans.engine.client.resolve_client`'s choice): on a
+    cluster, blocks that each pass reads run as one task per group of blocks
+    (:func:`~daskmeans.engine.grouped.map_reduce_blocks`), with the same statistics to the last bit.
     """
     centers = np.ascontiguousarray(centers, dtype=array.dtype)
     n_far = far_rows(centers.shape[0]) if n_far is None else int(n_far)
-    parts = map_blocks_delayed(
+    return map_reduce_blocks(
         _assign_stats_block,
         "assign",
         block_args(array, weights),
         shared(centers, "centers"),
         n_far,
         bool(check_finite),
-        reads_data=True,
+        combine=partial(_combine_stats, n_far=int(n_far)),
+        client=resolve_client(client),
+        part_bytes=stats_part_bytes(*centers.shape, n_far),
         energy_of=block_energy,
-    )
-    return tree_reduce(
-        parts, partial(_combine_stats, n_far=int(n_far)), "assign", part_bytes=stats_part_bytes(*centers.shape, n_far)
     )
 
 

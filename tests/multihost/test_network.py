@@ -1,16 +1,16 @@
 """The bytes an iteration exchanges between the hosts do not grow with the number of rows (S3 reads apart).
 
 The workers read blocks from the S3 host; what they exchange with the scheduler, the client and each other in an
-iteration is per-block statistics (sums, counts, a few far rows: ``k x d`` values each) and task messages, so it
-depends on k, d and the number of blocks, not on the rows in a block. Each worker's traffic is counted by peer
-(the S3 host apart from the others) with traffic control on its interface and bridge port, after each iteration
-of a fit paused by its progress callback (:mod:`measure_network`, which makes the record's tables the same way);
-an iteration's bytes are the median over the iterations after the first.
+iteration is task messages and partial statistics (sums, counts, a few far rows: ``k x d`` values each). Each
+worker's traffic is counted by peer (the S3 host apart from the others) with traffic control on its interface and
+bridge port, after each iteration of a fit paused by its progress callback (:mod:`measure_network`, which makes the
+record's tables the same way); an iteration's bytes are the median over the iterations after the first.
 
 nmbatch keeps its growing batch in the workers' memory and exchanges the same bytes per iteration at any n with
-the same chunk size. Exact k-means sends per-block statistics every iteration: with Zarr chunks of a fixed size,
-4x the rows are 4x the blocks and about 4x the bytes (the strict xfail below records it), so its test holds the
-number of blocks fixed and grows the rows in a block.
+the same chunk size. Exact k-means reads its blocks at each pass in a few tasks per worker thread, each combining
+the statistics of its blocks where it ran (:mod:`daskmeans.engine.grouped`): with Zarr chunks of a fixed size, 4x
+the rows are 4x the blocks but not more tasks or partial statistics. With the blocks fixed and the rows in a block
+grown, no per-block cost can grow either.
 """
 
 from __future__ import annotations
@@ -85,13 +85,7 @@ def growth(cluster, client, urls, algorithm: str, blocks_fixed: bool) -> tuple[f
     [
         ("nmbatch", False),
         ("kmeans", True),
-        pytest.param(
-            "kmeans",
-            False,
-            marks=pytest.mark.xfail(
-                strict=True, reason="exact k-means exchanges per-block statistics: its bytes grow with the blocks"
-            ),
-        ),
+        ("kmeans", False),
     ],
     ids=["nmbatch-same-chunks", "kmeans-same-blocks", "kmeans-same-chunks"],
 )

@@ -1,0 +1,176 @@
+"""A reduction pass over data read by each pass, as one task per group of consecutive blocks on a cluster.
+
+A pass of one task per block costs the scheduler a few milliseconds per block and sends each block's partial result
+(``k x d`` sums for an assign pass) to the task that combines it, often on another host: at a billion rows in
+32 MB blocks that is 16,384 tasks and as many partial results per iteration. :func:`map_reduce_blocks` gives each
+worker thread a few tasks instead, each reading its blocks one after the other (:class:`BlockRead`: one block in
+memory at a time) and reducing their results where they were made. The groups are whole subtrees of
+:func:`~daskmeans.engine.graph.tree_reduce`'s tree (their first block a multiple of ``SPLIT_EVERY**levels``), and a
+group task combines its blocks in that tree's order (:class:`TreeAccumulator`), so the result is the same to the
+last bit whatever the groups, the workers and their threads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from dask._task_spec import DataNode, Task, convert_legacy_graph, cull, execute_graph
+from dask.delayed import Delayed
+from dask.sizeof import sizeof
+
+from .. import config
+from .client import _flat_graph
+from .graph import map_blocks_delayed, task, tree_reduce
+from .pass_progress import active_watch, report_group_block
+
+
+@dataclass(frozen=True)
+class BlockRead:
+    """The tasks that make one input block (a culled task-spec graph) and the block's key: the group task that
+    comes to the block runs them, so that only one block of its group is in memory at a time."""
+
+    graph: dict
+    key: object
+
+    def __call__(self):
+        return execute_graph(self.graph, keys=[self.key])[self.key]
+
+
+class TreeAccumulator:
+    """Combines partial results as they come, in the fixed tree of :func:`~daskmeans.engine.graph.reduce_in_tree`:
+    ``split_every`` consecutive partials of a level make one of the next, so at most ``split_every - 1`` wait at
+    each level.
+
+    Examples
+    --------
+    >>> acc = TreeAccumulator(sum, split_every=2)
+    >>> for part in [1, 2, 3]:
+    ...     acc.add(part)
+    >>> acc.finish(levels=2)
+    6
+    """
+
+    def __init__(self, combine, split_every: int):
+        self.combine, self.split_every = combine, int(split_every)
+        self.levels: list[list] = [[]]
+
+    def add(self, part, level: int = 0):
+        while True:
+            if len(self.levels) == level:
+                self.levels.append([])
+            self.levels[level].append(part)
+            if len(self.levels[level]) < self.split_every:
+                return
+            part, self.levels[level] = self.combine(self.levels[level]), []
+            level += 1
+
+    def finish(self, levels: int):
+        """The node ``levels`` levels up that holds every partial added (the group's subtree root): each level's
+        unfinished partials are combined into one of the next, as the tree does with the last, shorter group."""
+        for level in range(levels):
+            waiting = self.levels[level] if level < len(self.levels) else []
+            if waiting:
+                self.levels[level] = []
+                self.add(self.combine(waiting), level + 1)
+        (root,) = self.levels[levels]
+        return root
+
+
+def run_group(function, blocks, common_args, reduction, progress):
+    """Apply ``function(*block_args, *common_args)`` to each block of a group in turn (its reads run just before)
+    and reduce the results into the group's subtree root; ``progress`` is ``(pass_name, energy_of)`` or None."""
+    combine, split_every, levels = reduction
+    accumulator = TreeAccumulator(combine, split_every)
+    for args in blocks:
+        values = [arg() if isinstance(arg, BlockRead) else arg for arg in args]
+        result = function(*values, *common_args)
+        if progress is not None:
+            report_group_block(*progress, values[0] if values else None, result)
+        del values
+        accumulator.add(result)
+    return accumulator.finish(levels)
+
+
+def group_levels(n_blocks: int, n_threads: int, part_bytes: int | None) -> int:
+    """The tree level of a pass's groups: each group is one node of it, ``SPLIT_EVERY**level`` blocks. The highest
+    level that still leaves :data:`~daskmeans.config.GROUP_TASKS_PER_THREAD` groups per worker thread, below the
+    tree's root, and whose waiting partials (``SPLIT_EVERY - 1`` a level) stay within
+    :data:`~daskmeans.config.GROUP_PARTIALS_BYTES`; 0 means one task per block.
+
+    Examples
+    --------
+    >>> group_levels(16_384, n_threads=4, part_bytes=6_000)
+    3
+    >>> group_levels(16, n_threads=4, part_bytes=6_000)
+    0
+    """
+    split_every = config.SPLIT_EVERY
+    wanted = max(1, int(n_threads)) * config.GROUP_TASKS_PER_THREAD
+    most = config.GROUP_PARTIALS_BYTES // max(1, (split_every - 1) * int(part_bytes or 0)) if part_bytes else 64
+    level = 0
+    while level < most and -(-n_blocks // split_every ** (level + 1)) >= max(wanted, 2):
+        level += 1
+    return level
+
+
+def block_reads(block_args: list[list]) -> list[list] | None:
+    """``block_args`` with each delayed argument replaced by its :class:`BlockRead`, or None when a block cannot be
+    read on its own: its tasks share one with another block's (a value computed from several blocks), depend on
+    results held by the cluster, or hold a large value of their own."""
+    delayed = [arg for args in block_args for arg in args if isinstance(arg, Delayed)]
+    if not delayed:
+        return None
+    graph = convert_legacy_graph(_flat_graph(delayed))
+    seen: dict = {}
+    reads = {}
+    for arg in delayed:
+        if not isinstance(graph.get(arg.key), Task):  # a result held by the cluster (a future), or a value
+            return None
+        sub = cull(graph, [arg.key])
+        for key, node in sub.items():
+            if not isinstance(node, (Task, DataNode)) or any(dep not in graph for dep in node.dependencies):
+                return None
+            if isinstance(node, DataNode) and sizeof(node.value) > config.SHARED_INLINE_BYTES:
+                return None
+            if isinstance(node, Task) and seen.setdefault(key, arg.key) != arg.key:
+                return None
+        reads[arg.key] = BlockRead(sub, arg.key)
+    return [[reads[arg.key] if isinstance(arg, Delayed) else arg for arg in args] for args in block_args]
+
+
+def map_reduce_blocks(function, name, block_args, *common_args, combine, client, part_bytes=None, energy_of=None):
+    """:func:`~daskmeans.engine.graph.map_blocks_delayed` of a pass over the data (``reads_data``) reduced by
+    :func:`~daskmeans.engine.graph.tree_reduce`, with the same result to the last bit: on a distributed
+    ``client``, as one task per group of consecutive blocks (:func:`group_levels`) where every block can be read
+    on its own (:func:`block_reads`); otherwise one task per block.
+
+    Returns
+    -------
+    Delayed or DriverCombine
+        As :func:`~daskmeans.engine.graph.tree_reduce` (``part_bytes`` as there).
+    """
+    levels = 0
+    if client is not None and hasattr(client, "nthreads"):
+        levels = group_levels(len(block_args), sum(client.nthreads().values()), part_bytes)
+    reads = block_reads(block_args) if levels else None
+    if reads is None:
+        parts = map_blocks_delayed(function, name, block_args, *common_args, reads_data=True, energy_of=energy_of)
+        return tree_reduce(parts, combine, name, part_bytes=part_bytes)
+    size = config.SPLIT_EVERY**levels
+    watch = active_watch()
+    progress = None
+    # each pass is new work: a fresh key costs nothing, where hashing the reads' graphs costs the driver time
+    key = f"daskmeans-{name}-{uuid.uuid4().hex}"
+    if watch is not None:
+        watch.register(key, blocks=len(reads))
+        progress = (key, energy_of)
+    reduction = (combine, config.SPLIT_EVERY, levels)
+    groups = [
+        task((key, g), run_group, function, reads[start : start + size], list(common_args), reduction, progress)
+        for g, start in enumerate(range(0, len(reads), size))
+    ]
+    return tree_reduce(groups, combine, name, part_bytes=part_bytes)
+
+
+__all__ = ["BlockRead", "TreeAccumulator", "group_levels", "block_reads", "map_reduce_blocks", "run_group"]
