@@ -18,7 +18,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import config
 from ..exceptions import SchedulerConnectionError
-from .graph import DriverCombine, unfold_driver_combines
+from .graph import DriverCombine, map_blocks_delayed, tree_reduce, unfold_driver_combines
 from .pass_progress import active_watch
 
 
@@ -322,6 +322,53 @@ def _graph_of(objects):
 def submit_now(*objects, client):
     """Submit daskmeans' own delayed graphs to ``client`` in one message; their futures, in order."""
     return client.get(*_own_graph(objects, active_watch(), client), sync=False)
+
+
+def persist_and_compute(kept, wanted, client):
+    """Submit daskmeans' own delayed graphs ``kept`` (their results stay on the cluster) and ``wanted`` (their
+    values come back, :class:`~daskmeans.engine.graph.DriverCombine` accepted) to ``client`` in one graph: one
+    round trip to the scheduler where a persist and a compute made two.
+
+    Returns
+    -------
+    kept : tuple of Delayed
+        One per ``kept``, each holding its future (as :func:`persist_now` gives them).
+    values : tuple
+        The values of ``wanted``.
+    """
+    flat, finish = unfold_driver_combines(wanted)
+    watch = active_watch()
+    try:
+        futures = submit_now(*kept, *flat, client=client)
+        values = client.gather(list(futures[len(kept) :]))
+    finally:
+        if watch is not None:
+            watch.finished()
+    held = tuple(Delayed(future.key, {future.key: future}) for future in futures[: len(kept)])
+    return held, finish(values)
+
+
+def keep_and_reduce(outputs, report_of, combine, name: str, part_bytes: int, client):
+    """Keep the block (or group) ``outputs`` of an iterative pass on the cluster, and reduce ``report_of`` of each
+    in :func:`~daskmeans.engine.graph.tree_reduce`'s tree: one graph (:func:`persist_and_compute`), or a persist
+    and a compute on the local scheduler (``client`` None).
+
+    Returns
+    -------
+    outputs : tuple of Delayed
+        Held where they were computed.
+    reduced : object
+        The reduction of the reports (tasks ``daskmeans-NAME-report-...`` and ``daskmeans-NAME-combine-...``).
+    """
+    if client is None:  # the reports of the persisted outputs: of the graphs, they would compute them again
+        outputs = persist_now(*outputs, client=None)
+    reports = map_blocks_delayed(report_of, f"{name}-report", [[o] for o in outputs])
+    reduction = tree_reduce(reports, combine, name, part_bytes=part_bytes)
+    if client is None:
+        (reduced,) = compute_now(reduction, client=None)
+        return outputs, reduced
+    outputs, (reduced,) = persist_and_compute(outputs, [reduction], client)
+    return outputs, reduced
 
 
 def persist_now(*objects, client=None):

@@ -77,19 +77,70 @@ class TreeAccumulator:
         return root
 
 
-def run_group(function, blocks, common_args, reduction, progress):
+def run_group(function, blocks, common_args, reduction, progress, keeps_state=False):
     """Apply ``function(*block_args, *common_args)`` to each block of a group in turn (its reads run just before)
-    and reduce the results into the group's subtree root; ``progress`` is ``(pass_name, energy_of)`` or None."""
+    and reduce the results into the group's subtree root; ``progress`` is ``(pass_name, energy_of)`` or None.
+
+    With ``keeps_state``, ``function`` returns ``(state, result)`` and the group's output is ``(states, root)``:
+    the states of its blocks, in order, for the next pass (:func:`revisit_group`)."""
     combine, split_every, levels = reduction
     accumulator = TreeAccumulator(combine, split_every)
+    states = []
     for args in blocks:
         values = [arg() if isinstance(arg, BlockRead) else arg for arg in args]
-        result = function(*values, *common_args)
+        output = function(*values, *common_args)
         if progress is not None:
-            report_group_block(*progress, values[0] if values else None, result)
+            report_group_block(*progress, values[0] if values else None, output)
         del values
-        accumulator.add(result)
-    return accumulator.finish(levels)
+        if keeps_state:
+            states.append(output[0])
+            output = output[1]
+        accumulator.add(output)
+    root = accumulator.finish(levels)
+    return (states, root) if keeps_state else root
+
+
+def run_group_keeping_states(function, blocks, common_args, reduction, progress):
+    """:func:`run_group` with ``keeps_state``: the first pass of a chain over states held by the workers."""
+    return run_group(function, blocks, common_args, reduction, progress, keeps_state=True)
+
+
+def revisit_group(function, previous, common_args, reduction, progress):
+    """The next pass over the states of a group (``previous``, a :func:`run_group_keeping_states` output):
+    ``function(state, *common_args) -> (state, result)`` on each in turn."""
+    return run_group(function, [[state] for state in previous[0]], common_args, reduction, progress, True)
+
+
+def group_pass(runner, function, name, groups, *common_args, combine, levels, n_blocks, energy_of=None) -> list:
+    """One task per group: ``runner(function, groups[g], common_args, ...)`` (:func:`run_group` or one of its
+    forms), each reducing its blocks ``levels`` levels up the tree; the tasks report each of the ``n_blocks``
+    blocks to the active :class:`~daskmeans.engine.pass_progress.PassWatch`, if any."""
+    # each pass is new work: a fresh key costs nothing, where hashing the reads' graphs costs the driver time
+    key = f"daskmeans-{name}-{uuid.uuid4().hex}"
+    watch = active_watch()
+    progress = None
+    if watch is not None:
+        watch.register(key, blocks=n_blocks)
+        progress = (key, energy_of)
+    reduction = (combine, config.SPLIT_EVERY, levels)
+    return [
+        task((key, g), runner, function, group, list(common_args), reduction, progress)
+        for g, group in enumerate(groups)
+    ]
+
+
+def in_groups(block_args, client, part_bytes) -> tuple[list, int] | None:
+    """How a pass over ``block_args`` runs on ``client`` in groups: ``(groups of block reads, levels)``, or None
+    for one task per block (no distributed client, too few blocks for :func:`group_levels`, or blocks that
+    cannot be read on their own: :func:`block_reads`)."""
+    if client is None or not hasattr(client, "nthreads"):
+        return None
+    levels = group_levels(len(block_args), sum(client.nthreads().values()), part_bytes)
+    reads = block_reads(block_args) if levels else None
+    if reads is None:
+        return None
+    size = config.SPLIT_EVERY**levels
+    return [reads[start : start + size] for start in range(0, len(reads), size)], levels
 
 
 def group_levels(n_blocks: int, n_threads: int, part_bytes: int | None) -> int:
@@ -150,27 +201,34 @@ def map_reduce_blocks(function, name, block_args, *common_args, combine, client,
     Delayed or DriverCombine
         As :func:`~daskmeans.engine.graph.tree_reduce` (``part_bytes`` as there).
     """
-    levels = 0
-    if client is not None and hasattr(client, "nthreads"):
-        levels = group_levels(len(block_args), sum(client.nthreads().values()), part_bytes)
-    reads = block_reads(block_args) if levels else None
-    if reads is None:
+    layout = in_groups(block_args, client, part_bytes)
+    if layout is None:
         parts = map_blocks_delayed(function, name, block_args, *common_args, reads_data=True, energy_of=energy_of)
         return tree_reduce(parts, combine, name, part_bytes=part_bytes)
-    size = config.SPLIT_EVERY**levels
-    watch = active_watch()
-    progress = None
-    # each pass is new work: a fresh key costs nothing, where hashing the reads' graphs costs the driver time
-    key = f"daskmeans-{name}-{uuid.uuid4().hex}"
-    if watch is not None:
-        watch.register(key, blocks=len(reads))
-        progress = (key, energy_of)
-    reduction = (combine, config.SPLIT_EVERY, levels)
-    groups = [
-        task((key, g), run_group, function, reads[start : start + size], list(common_args), reduction, progress)
-        for g, start in enumerate(range(0, len(reads), size))
-    ]
-    return tree_reduce(groups, combine, name, part_bytes=part_bytes)
+    groups, levels = layout
+    tasks = group_pass(
+        run_group,
+        function,
+        name,
+        groups,
+        *common_args,
+        combine=combine,
+        levels=levels,
+        n_blocks=len(block_args),
+        energy_of=energy_of,
+    )
+    return tree_reduce(tasks, combine, name, part_bytes=part_bytes)
 
 
-__all__ = ["BlockRead", "TreeAccumulator", "group_levels", "block_reads", "map_reduce_blocks", "run_group"]
+__all__ = [
+    "BlockRead",
+    "TreeAccumulator",
+    "group_levels",
+    "block_reads",
+    "in_groups",
+    "group_pass",
+    "map_reduce_blocks",
+    "run_group",
+    "run_group_keeping_states",
+    "revisit_group",
+]

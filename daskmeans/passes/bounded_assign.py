@@ -21,8 +21,9 @@ from functools import partial
 
 import numpy as np
 
-from ..engine.client import compute_now, persist_now, resolve_client, submit_now
-from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared, tree_reduce
+from ..engine.client import keep_and_reduce, resolve_client, submit_now
+from ..engine.graph import block_args, chained_group_pass, map_blocks_delayed, reduce_in_tree, shared
+from ..engine.grouped import group_pass, in_groups, revisit_group, run_group_keeping_states
 from ..engine.recycle import RecycledState, Recycler
 from ..engine.slabs import compute_dtype, converted_rows
 from ..kernels.exact_assign import assign_with_bounds
@@ -162,18 +163,21 @@ class BoundedAssignment:
         self.client = client if client is not None or driver is not None else resolve_client(None)
         self.n_far = far_rows(len(groups.group_of)) if n_far is None else int(n_far)
         self.outputs = None
+        self.layout = None  # groups of block reads and their tree level, when the passes run in groups
 
     def _run(self, outputs):
-        outputs = persist_now(*outputs, client=self.client)
-        reports = map_blocks_delayed(_report_of, "bounded-report", [[o] for o in outputs])
-        part_bytes = stats_part_bytes(len(self.groups.group_of), self.array.shape[1], self.n_far)
-        (reduced,) = compute_now(
-            tree_reduce(reports, partial(_combine_reports, n_far=self.n_far), "bounded-stats", part_bytes=part_bytes),
-            client=self.client,
+        """Keep ``outputs`` (block or group states) on the cluster and reduce their reports, in one submission."""
+        outputs, (stats, computed) = keep_and_reduce(
+            outputs, _report_of, self._combine(), "bounded-stats", self._part_bytes(), self.client
         )
         self.outputs = list(outputs)
-        stats, computed = reduced
         return finish_stats(stats), int(computed)
+
+    def _combine(self):
+        return partial(_combine_reports, n_far=self.n_far)
+
+    def _part_bytes(self):
+        return stats_part_bytes(len(self.groups.group_of), self.array.shape[1], self.n_far)
 
     def step(self, centers, shift=None):
         """Assign every row to ``centers`` (exactly) and return the pass's statistics.
@@ -194,6 +198,10 @@ class BoundedAssignment:
         centers = np.ascontiguousarray(centers, dtype=self.array.dtype)
         if self.driver is not None:
             return self._step_on_driver(centers, shift)
+        if self.outputs is None:
+            self.layout = in_groups(block_args(self.array, self.weights), self.client, self._part_bytes())
+        if self.layout is not None:
+            return self._run(self._group_tasks(centers, shift))
         if self.outputs is None:
             parts = map_blocks_delayed(
                 _start_block,
@@ -218,6 +226,30 @@ class BoundedAssignment:
                 energy_of=_output_energy,
             )
         return self._run(parts)
+
+    def _group_tasks(self, centers, shift):
+        """One task per group of blocks (:func:`~daskmeans.engine.grouped.in_groups`): the first pass reads each
+        group's blocks in turn and keeps their states in its output, each later one revisits them there."""
+        groups, levels = self.layout
+        common = [shared(centers, "bounded-centers")]
+        if self.outputs is None:
+            runner, function, name, per_group = run_group_keeping_states, _start_block, "bounded-start", groups
+        else:
+            runner, function, name, per_group = revisit_group, _revisit_state, "bounded-revisit", self.outputs
+            common.append(shared(np.asarray(shift, dtype=np.float64), "bounded-shift"))
+        return group_pass(
+            runner,
+            function,
+            name,
+            per_group,
+            *common,
+            shared(self.groups, "bounded-groups"),
+            self.n_far,
+            combine=self._combine(),
+            levels=levels,
+            n_blocks=sum(len(group) for group in groups),
+            energy_of=_output_energy,
+        )
 
     def _step_on_driver(self, centers, shift):
         if self.outputs is None:

@@ -21,8 +21,8 @@ import os
 
 import numpy as np
 
-from ..engine.client import compute_now, persist_now
-from ..engine.graph import map_blocks_delayed, shared, tree_reduce
+from ..engine.client import compute_now, keep_and_reduce, persist_now
+from ..engine.graph import map_blocks_delayed, shared
 from ..engine.sizes import SizedSlots
 from ..engine.slabs import converted_rows, slab_rows
 from ..exceptions import CheckpointError
@@ -201,11 +201,8 @@ class RereadBatch(NestedBatch):
             self.use_bounds,
             reads_data=True,
         )
-        outputs = persist_now(*outputs, client=self.client)
-        reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-        (report,) = compute_now(
-            tree_reduce(reports, _combine_reports, "nmbatch-deltas", part_bytes=stats_part_bytes(*centers.shape, 0)),
-            client=self.client,
+        outputs, report = keep_and_reduce(
+            outputs, _report_of, _combine_reports, "nmbatch-deltas", stats_part_bytes(*centers.shape, 0), self.client
         )
         self.outputs = list(outputs)
         self.chunks_in_batch = chunks

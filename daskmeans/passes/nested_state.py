@@ -24,8 +24,8 @@ import uuid
 import numpy as np
 
 from .. import config
-from ..engine.client import compute_now, persist_now, resolve_client
-from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks, tree_reduce
+from ..engine.client import compute_now, keep_and_reduce, persist_now, resolve_client
+from ..engine.graph import block_offsets, blocks_of, map_blocks_delayed, shared, stored_blocks
 from ..engine.random import stage_generator, stage_key
 from ..engine.slabs import stored_form
 from ..exceptions import CheckpointError
@@ -269,13 +269,13 @@ class NestedBatch:
                 *common[2:],
                 reads_data=True,
             )
-            outputs = persist_now(*outputs, client=self.client)
-            reports = map_blocks_delayed(_report_of, "nmbatch-report", [[o] for o in outputs])
-            (report,) = compute_now(
-                tree_reduce(
-                    reports, _combine_reports, "nmbatch-deltas", part_bytes=stats_part_bytes(*centers.shape, 0)
-                ),
-                client=self.client,
+            outputs, report = keep_and_reduce(
+                outputs,
+                _report_of,
+                _combine_reports,
+                "nmbatch-deltas",
+                stats_part_bytes(*centers.shape, 0),
+                self.client,
             )
         self.outputs = list(outputs)
         self.on_driver = here

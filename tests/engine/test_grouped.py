@@ -14,7 +14,9 @@ from daskmeans.engine.client import compute_now, persist_now
 from daskmeans.engine.graph import reduce_in_tree
 from daskmeans.engine.grouped import TreeAccumulator, block_reads, group_levels, map_reduce_blocks
 from daskmeans.engine.pass_progress import PassWatch
+from daskmeans.kernels.nested_groups import make_groups
 from daskmeans.passes.assign import assign_stats_graph
+from daskmeans.passes.bounded_assign import BoundedAssignment
 from daskmeans.storage.io import open_input
 
 N_ROWS, D, K = 24_000, 8, 5
@@ -120,9 +122,10 @@ def test_blocks_that_share_a_computation_or_are_held_by_the_cluster_run_one_task
     assert stats[2].sum() == pytest.approx(nearest.sum(), rel=1e-5)
 
 
-def test_a_kmeans_fit_from_zarr_in_groups_equals_the_fits_of_one_task_per_block_bitwise(stored, cluster_client):
+@pytest.mark.parametrize("bounds", ["lloyd", "elkan", "yinyang"])
+def test_a_kmeans_fit_from_zarr_in_groups_equals_the_fits_of_one_task_per_block_bitwise(stored, cluster_client, bounds):
     path, _, centers = stored
-    common = {"n_clusters": K, "init": centers, "max_iter": 6, "tol": 0.0, "algorithm": "lloyd", "driver_rows": 0}
+    common = {"n_clusters": K, "init": centers, "max_iter": 6, "tol": 0.0, "algorithm": bounds, "driver_rows": 0}
     in_groups = KMeans(**common, client=cluster_client, chunk_rows=N_ROWS // 96).fit(path)
     with config.set(GROUP_TASKS_PER_THREAD=10**6):
         by_blocks = KMeans(**common, client=cluster_client, chunk_rows=N_ROWS // 96).fit(path)
@@ -138,3 +141,69 @@ def test_map_reduce_blocks_without_a_cluster_is_one_task_per_block():
     parts = [[block] for block in array.to_delayed().ravel()]
     result = map_reduce_blocks(np.sum, "ones", parts, combine=sum, client=None)
     assert compute_now(result, client=None) == (128.0,)
+
+
+def test_bounded_passes_in_groups_keep_their_states_in_the_groups_and_match_one_task_per_block(stored, cluster_client):
+    path, X, centers = stored
+    array = open_input(path, chunk_rows=N_ROWS // 96).array
+    groups = make_groups(centers, "elkan", K)
+    moved = centers + np.float32(0.05)
+    shift = np.sqrt(((moved - centers).astype(np.float64) ** 2).sum(axis=1)) * 1.001
+    results = []
+    for tasks_per_thread in (config.GROUP_TASKS_PER_THREAD, 10**6):
+        with config.set(GROUP_TASKS_PER_THREAD=tasks_per_thread):
+            state = BoundedAssignment(array, groups, client=cluster_client)
+            first = state.step(centers)
+            second = state.step(moved, shift)
+            results.append((first, second, state.layout, len(state.outputs)))
+            state.release()
+    (in_groups_first, in_groups_second, layout, held), (by_blocks_first, by_blocks_second, no_layout, per_block) = (
+        results
+    )
+    assert layout is not None and held == 12, "12 groups of 8 blocks hold the states"
+    assert no_layout is None and per_block == 96
+    for mine, theirs in ((in_groups_first, by_blocks_first), (in_groups_second, by_blocks_second)):
+        np.testing.assert_array_equal(mine[0].sums, theirs[0].sums)
+        np.testing.assert_array_equal(mine[0].sse, theirs[0].sse)
+        assert mine[1] == theirs[1], "the same distances computed"
+    assert in_groups_second[1] < N_ROWS * K, "the revisit used the bounds kept in the groups"
+
+
+class GraphCounter:
+    """A scheduler plugin that counts the graphs submitted to it."""
+
+    name = "test-graph-counter"
+
+    def __init__(self):
+        self.graphs = 0
+
+    def update_graph(self, scheduler, **kwargs):
+        self.graphs += 1
+
+
+def _add_counter(dask_scheduler=None):
+    dask_scheduler.add_plugin(GraphCounter(), name=GraphCounter.name)
+
+
+def _graphs_counted(dask_scheduler=None):
+    return dask_scheduler.plugins[GraphCounter.name].graphs
+
+
+@pytest.mark.parametrize("tasks_per_thread", [2, 10**6], ids=["in groups", "one task per block"])
+def test_a_bounded_pass_is_one_graph_keeping_the_states_and_reducing_the_statistics(
+    stored, cluster_client, tasks_per_thread
+):
+    path, _, centers = stored
+    array = open_input(path, chunk_rows=N_ROWS // 96).array
+    cluster_client.run_on_scheduler(_add_counter)
+    try:
+        with config.set(GROUP_TASKS_PER_THREAD=tasks_per_thread):
+            state = BoundedAssignment(array, make_groups(centers, "elkan", K), client=cluster_client)
+            counts = [cluster_client.run_on_scheduler(_graphs_counted)]
+            for _ in range(3):
+                state.step(centers, np.zeros(K))
+                counts.append(cluster_client.run_on_scheduler(_graphs_counted))
+            state.release()
+    finally:
+        cluster_client.run_on_scheduler(lambda dask_scheduler=None: dask_scheduler.remove_plugin(GraphCounter.name))
+    assert np.diff(counts).tolist() == [1, 1, 1]
