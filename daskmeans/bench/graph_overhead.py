@@ -18,7 +18,9 @@ import time
 import numpy as np
 import psutil
 
+from .. import config
 from ..engine.client import compute_now
+from ..engine.grouped import group_levels
 from ..estimators.kmeans import KMeans
 from ..estimators.minibatch import NestedMiniBatchKMeans
 from ..storage.io import open_input
@@ -123,6 +125,7 @@ def measure_graph_overhead(client, work_dir, n_features, n_blocks=BILLION_ROW_BL
     )
     return {
         "n_blocks": n_blocks,
+        "threads": sum(client.nthreads().values()),
         "rows_per_block": ROWS_PER_BLOCK,
         "k": CLUSTERS,
         "kmeans": _timed_fit(kmeans, path, client, n_blocks),
@@ -130,12 +133,12 @@ def measure_graph_overhead(client, work_dir, n_features, n_blocks=BILLION_ROW_BL
     }
 
 
-def project(graph, per_row_thread_seconds, threads_per_worker, target_rows) -> list:
+def project(graph, per_row_thread_seconds, threads_per_worker, target_rows, tau=None) -> list:
     """Each algorithm's overhead against the compute of its blocks at ``target_rows``, and an iteration's time there.
 
-    The overhead of a pass is serial (one scheduler): ``n_blocks x per-block seconds``, the same at any size of
-    block. The compute of a block of ``target_rows / n_blocks`` rows is ``rows x per_row_thread_seconds`` on one
-    thread, and spreads over ``W x threads_per_worker`` threads. An iteration takes at most the sum of both.
+    The compute of a block of ``target_rows / n_blocks`` rows is ``rows x per_row_thread_seconds`` on one thread,
+    and spreads over ``W x threads_per_worker`` threads; an iteration takes at most the compute plus the overhead
+    (:func:`overhead_on`).
     """
     rows_per_block = target_rows / graph["n_blocks"]
     block_compute = rows_per_block * per_row_thread_seconds
@@ -144,19 +147,57 @@ def project(graph, per_row_thread_seconds, threads_per_worker, target_rows) -> l
         measured = graph[name]
         overhead = graph["n_blocks"] * measured["per_block_seconds"]
         compute_cpu = graph["n_blocks"] * block_compute
+        iterations = []
+        for workers in PROJECT_WORKERS:
+            threads = workers * threads_per_worker
+            iterations.append(
+                {"workers": workers, "seconds": compute_cpu / threads + overhead_on(graph, name, threads, tau)}
+            )
         projected.append(
             {
                 "algorithm": name,
                 "overhead_seconds": overhead,
                 "block_compute_seconds": block_compute,
                 "overhead_fraction": measured["per_block_seconds"] / block_compute,
-                "iterations": [
-                    {"workers": workers, "seconds": compute_cpu / (workers * threads_per_worker) + overhead}
-                    for workers in PROJECT_WORKERS
-                ],
+                "iterations": iterations,
             }
         )
     return projected
+
+
+def overhead_on(graph, name, threads, tau=None) -> float:
+    """The overhead of a pass of ``name`` over the graph's blocks on ``threads`` worker threads.
+
+    An exact k-means pass on a cluster is a few group tasks per thread (:mod:`daskmeans.engine.grouped`): its
+    measured overhead is the scheduler's ``tau`` per task, serial, and the rest, each block's own cost inside the
+    group tasks, spread over the measuring run's threads; at ``threads`` threads the tasks are those
+    :func:`~daskmeans.engine.grouped.group_levels` makes there, and the per-block part spreads over them. Without
+    ``tau`` or the measuring run's threads (records made before), or for nmbatch, the whole measured overhead is
+    taken as serial: the same at any number of threads.
+    """
+    overhead = graph["n_blocks"] * graph[name]["per_block_seconds"]
+    measured_threads = graph.get("threads")
+    if name != "kmeans" or tau is None or not measured_threads:
+        return overhead
+    n_blocks = graph["n_blocks"]
+    in_tasks = max(overhead - exact_pass_tasks(n_blocks, measured_threads) * tau, 0.0) * measured_threads
+    return exact_pass_tasks(n_blocks, threads) * tau + in_tasks / threads
+
+
+def exact_pass_tasks(n_blocks, threads) -> int:
+    """The block tasks of an exact pass over ``n_blocks`` blocks on ``threads`` worker threads (small k)."""
+    return -(-int(n_blocks) // config.SPLIT_EVERY ** group_levels(n_blocks, threads, None))
+
+
+def _overhead_note(graph) -> str:
+    if graph.get("threads"):
+        return (
+            f"Exact k-means runs each pass as a few group tasks per worker thread: its overhead at W workers is the "
+            f"scheduler's time per task (the record's tau) times the tasks made there, plus the per-block work inside "
+            f"the tasks measured here on {graph['threads']} threads, spread over the W workers' threads. nmbatch's "
+            "overhead is taken as serial."
+        )
+    return "The overhead of a pass is taken as serial: the same at any number of workers."
 
 
 def _shared_process_note(graph) -> str:
@@ -227,8 +268,9 @@ def graph_lines(record) -> list:
         "",
         *measured,
         "",
-        "Projected: the overhead of a pass is serial; the compute of a 32 MB block is the k-means iteration's fitted "
-        "cost per row above times its rows, spread over the workers' threads; an iteration takes at most the sum.",
+        "Projected: the compute of a 32 MB block is the k-means iteration's fitted cost per row above times its "
+        "rows, spread over the workers' threads; an iteration takes at most the compute plus the overhead. "
+        + _overhead_note(graph),
         "",
         *projection,
     ]

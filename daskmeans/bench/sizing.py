@@ -18,7 +18,9 @@ from dask import delayed
 
 from .. import config
 from ..engine.client import compute_now
+from ..engine.grouped import group_levels
 from ..estimators.kmeans import KMeans
+from ..passes.assign import stats_part_bytes
 from ..storage.io import open_input
 from ..storage.sources import stored_bytes
 from .common import (
@@ -59,16 +61,26 @@ def measure_task_overhead(client, n_tasks=500) -> float:
     return (time.perf_counter() - start) / n_tasks
 
 
-def fit_pass_model(n_samples, seconds, chunk_rows, threads, tau) -> dict:
-    """Least-squares ``seconds = a + slope * n``; the per-thread row cost is the slope less the task share."""
+def pass_tasks(n_samples, chunk_rows, threads, k, d) -> int:
+    """The block tasks of an exact pass over ``n_samples`` rows in blocks of ``chunk_rows`` on ``threads`` worker
+    threads: one per group of blocks (:func:`~daskmeans.engine.grouped.group_levels`), one per block when the
+    blocks are too few to group."""
+    blocks = -(-int(n_samples) // int(chunk_rows))
+    levels = group_levels(blocks, threads, stats_part_bytes(k, d))
+    return -(-blocks // config.SPLIT_EVERY**levels)
+
+
+def fit_pass_model(n_samples, seconds, tasks, threads, tau) -> dict:
+    """Least-squares ``seconds - tau * tasks = a + slope * n``: the per-thread row cost is the slope once the
+    scheduler's share of each size (``tasks`` of its pass, ``tau`` each) is taken out."""
     n = np.asarray(n_samples, dtype=np.float64)
-    t = np.asarray(seconds, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64) - tau * np.asarray(tasks, dtype=np.float64)
     if len(n) >= 2 and np.ptp(n) > 0:
         slope, intercept = np.polyfit(n, t, 1)
     else:
         slope, intercept = t[0] / n[0], 0.0
     intercept = max(float(intercept), 0.0)
-    per_row = max(float(slope) - tau / chunk_rows, 1e-12)
+    per_row = max(float(slope), 1e-12)
     return {"a": intercept, "slope": float(slope), "b_per_thread": per_row * threads, "tau": tau}
 
 
@@ -148,15 +160,15 @@ def run_sizing(options, client, machine, sgemm) -> dict:
             }
         )
     rows = [m["n_samples"] for m in measured]
-    model = fit_pass_model(rows, [m["assign_seconds"] for m in measured], chunk_rows, threads, tau)
-    iteration_model = fit_pass_model(rows, [m["iteration_seconds"] for m in measured], chunk_rows, threads, tau)
+    tasks = [pass_tasks(n, chunk_rows, threads, k, d) for n in rows]
+    model = fit_pass_model(rows, [m["assign_seconds"] for m in measured], tasks, threads, tau)
+    iteration_model = fit_pass_model(rows, [m["iteration_seconds"] for m in measured], tasks, threads, tau)
     per_worker = max(cluster["threads_per_worker"] or [1])
-    model.update({"tau_tasks": 500, "threads_per_worker": per_worker})
+    model.update({"tau_tasks": 500, "threads_per_worker": per_worker, "pass_tasks": tasks})
 
     def extrapolate(fitted, workers):
-        return (
-            fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker) + TARGET_ROWS / chunk_rows * tau
-        )
+        target_tasks = pass_tasks(TARGET_ROWS, chunk_rows, workers * per_worker, k, d)
+        return fitted["a"] + TARGET_ROWS * fitted["b_per_thread"] / (workers * per_worker) + target_tasks * tau
 
     graph = measure_graph_overhead(client, work_dir, d, n_blocks=512 if quick else BILLION_ROW_BLOCKS)
     extrapolation = []
@@ -192,8 +204,8 @@ def run_sizing(options, client, machine, sgemm) -> dict:
         "target_iterations": TARGET_ITERATIONS,
         "extrapolation": extrapolation,
         "graph": graph,
-        "graph_projection": project(graph, iteration_model["b_per_thread"], per_worker, TARGET_ROWS),
-        "assumptions": "t(n, W) = a + n b / (W T) + (n / rows_per_block) tau, fitted separately for the assign "
+        "graph_projection": project(graph, iteration_model["b_per_thread"], per_worker, TARGET_ROWS, tau),
+        "assumptions": "t(n, W) = a + n b / (W T) + tasks(n, W T) tau, fitted separately for the assign "
         "pass and the k-means iteration; k-means = 2 passes (summary, final statistics) + iterations; "
         "worker memory independent of n; storage bandwidth scales with W.",
     }
@@ -220,12 +232,14 @@ def markdown_table(record) -> str:
     iteration = record["iteration_model"]
     lines += [
         "",
-        f"Model: t(n, W) = a + n * b / (W * T) + (n / rows_per_block) * tau, fitted on the sizes above: assign pass "
+        f"Model: t(n, W) = a + n * b / (W * T) + tasks(n, W * T) * tau, fitted on the sizes above: assign pass "
         f"a = {model['a']:.3f} s, b = {model['b_per_thread'] * 1e6:.3f} s per million rows per thread; k-means "
         f"iteration a = {iteration['a']:.3f} s, b = {iteration['b_per_thread'] * 1e6:.3f} s per million rows per "
         f"thread; tau = {model['tau'] * 1e3:.2f} ms of scheduler time per task (measured with {model['tau_tasks']} "
         f"empty tasks), {record['chunk_rows']:,} rows per block, T = {model['threads_per_worker']} thread(s) per "
-        f"worker. A k-means fit = 2 passes (summary, final statistics) + {record['target_iterations']} iterations. "
+        f"worker; tasks(n, W * T) is a pass's block tasks: one per group of blocks on a cluster (a few per worker "
+        f"thread), one per block when there are too few blocks to group ({_tasks_text(record)} at the sizes above). "
+        f"A k-means fit = 2 passes (summary, final statistics) + {record['target_iterations']} iterations. "
         "Assumptions: work per pass scales with n / W; the scheduler's per-task time is serial; the worker memory "
         "peak does not grow with n (blocks are streamed from Zarr); storage bandwidth grows with W.",
         "",
@@ -233,6 +247,14 @@ def markdown_table(record) -> str:
     lines += extrapolation_lines(record)
     lines += graph_lines(record)
     return "\n".join(lines) + "\n"
+
+
+def _tasks_text(record) -> str:
+    tasks = record["model"].get("pass_tasks")
+    if tasks is None:  # a record made when every block was a task of its own
+        return "one per block"
+    blocks = [-(-size["n_samples"] // record["chunk_rows"]) for size in record["sizes"]]
+    return ", ".join(f"{t} for {b} blocks" for t, b in zip(tasks, blocks))
 
 
 def sizes_lines(record) -> list:
@@ -312,9 +334,10 @@ def plot_sizing(record, path):
     model = record["model"]
     grid = np.linspace(0, max(n), 50)
     threads = record["cluster"]["threads"]
+    tasks = [pass_tasks(n, record["chunk_rows"], threads, record["k"], record["n_features"]) for n in grid]
     axis.plot(
         grid,
-        model["a"] + grid * model["b_per_thread"] / threads + grid / record["chunk_rows"] * model["tau"],
+        model["a"] + grid * model["b_per_thread"] / threads + np.asarray(tasks) * model["tau"],
         linestyle="--",
         color="grey",
         label="model",
