@@ -22,6 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 from .. import config
 from .pass_progress import active_watch, report_block
 from .slabs import stored_form
+from .tree import root_of, subtree_nodes
 
 #: Attribute of a dask array holding its per-block delayed objects (computed once per array).
 _BLOCKS_ATTRIBUTE = "_daskmeans_blocks"
@@ -263,13 +264,15 @@ def chained_group_pass(
     """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
     blocks one worker holds), chained to the pass before it without a round trip through one task.
 
-    The task of a group reduces the previous pass's block results itself (:func:`reduce_in_tree` in block order:
-    every group gets the same value), computes ``carried = finish(reduced, previous_carried, *finish_args)``,
-    the value its blocks take (an iteration's new centers), and applies ``function`` to each of its blocks. A
-    pass is then one task per worker instead of one per block, and the next pass starts as soon as the workers
-    have exchanged their results, without waiting for one task to combine them and for its result to be moved
-    back. The reduction tree is :func:`tree_reduce`'s whatever the grouping, so results do not depend on where the
-    blocks are (tested). No progress reports.
+    The task of a group reduces the previous pass's results itself (every group gets the same value), computes
+    ``carried = finish(reduced, previous_carried, *finish_args)``, the value its blocks take (an iteration's new
+    centers), and applies ``function`` to each of its blocks. A pass is then one task per worker instead of one per
+    block, and the next pass starts as soon as the workers have exchanged their results, without waiting for one
+    task to combine them and for its result to be moved back. What a group hands the others is the nodes of
+    :func:`tree_reduce`'s tree that its blocks cover (:func:`~daskmeans.engine.tree.subtree_nodes`): a few when its
+    blocks are consecutive, as :func:`~daskmeans.engine.placement.blocks_by_worker` makes them of blocks placed in
+    runs, so the bytes exchanged do not grow with the blocks. The tree is the same whatever the grouping, so
+    results do not depend on where the blocks are (tested). No progress reports.
 
     Parameters
     ----------
@@ -301,7 +304,8 @@ def chained_group_pass(
         raise ValueError(f"groups must partition the {n_blocks} block indices once each, got {groups}")
     if start is None and previous is None:
         raise ValueError("the first pass of a chain needs start")
-    reduction = (combine, config.SPLIT_EVERY if split_every is None else split_every, finish, finish_args)
+    split_every = config.SPLIT_EVERY if split_every is None else split_every
+    reduction = (combine, split_every, finish, finish_args, n_blocks)
     settings = config.carried()
     # each pass of a chain is new work: a fresh key costs nothing, where hashing the arguments costs the driver
     # time on every pass
@@ -340,11 +344,9 @@ def _share(output):
 
 
 def _reduce_groups(outputs, reduction):
-    combine, split_every, finish, finish_args = reduction
-    parts = [
-        result for _, result in sorted((pair for output in outputs for pair in output[1]), key=lambda pair: pair[0])
-    ]
-    return finish(reduce_in_tree(parts, combine, split_every), outputs[0][0], *finish_args)
+    combine, split_every, finish, finish_args, n_blocks = reduction
+    nodes = [node for output in outputs for node in output[1]]
+    return finish(root_of(nodes, n_blocks, combine, split_every), outputs[0][0], *finish_args)
 
 
 def _group_pass(function, indices, group_args, own_previous, previous, start, reduction, keeps_state, *common_args):
@@ -352,9 +354,12 @@ def _group_pass(function, indices, group_args, own_previous, previous, start, re
     if group_args is None:
         group_args = [[state] for state in own_previous[2]]
     outputs = [function(*args, carried, *common_args) for args in group_args]
-    if not keeps_state:
-        return carried, list(zip(indices, outputs)), None
-    return carried, [(i, out[1]) for i, out in zip(indices, outputs)], [out[0] for out in outputs]
+    combine, split_every, _, _, n_blocks = reduction
+    results = outputs if not keeps_state else [out[1] for out in outputs]
+    # the nodes of the tree this group's blocks cover: a few per group whose blocks are consecutive, which is
+    # what the other groups fetch, instead of one result per block
+    nodes = subtree_nodes(indices, results, n_blocks, combine, split_every)
+    return carried, nodes, None if not keeps_state else [out[0] for out in outputs]
 
 
 def block_offsets(array) -> np.ndarray:

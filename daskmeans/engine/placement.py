@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dask.core import flatten
-from distributed import futures_of
+from distributed import futures_of, wait
 
 from .slabs import stored_form
 
@@ -28,6 +28,8 @@ def blocks_by_worker(array, client) -> list[list[int]]:
     """
     stored = stored_form(array)
     futures = {future.key: future for future in futures_of(stored)}
+    with client.as_current():  # a block still being computed is held nowhere yet
+        wait(list(futures.values()))
     keys = [key for key in flatten(stored.__dask_keys__())]
     holders = client.who_has([futures[key] for key in keys if key in futures])
     threads = client.nthreads()

@@ -19,9 +19,10 @@ import dask
 import dask.array as da
 import numpy as np
 import zarr
+from dask.highlevelgraph import HighLevelGraph
 
 from .. import config
-from ..engine.client import persist_now, resolve_client
+from ..engine.client import resolve_client
 from ..engine.slabs import compute_dtype, is_aligned, stored_form, with_stored_form
 from ..engine.writes import compute_writes
 from ..exceptions import InputDataError, InputDtypeError, InvalidParameterError
@@ -414,9 +415,12 @@ def spread_on_workers(array: da.Array, client) -> da.Array:
 
     Persisting the converted array's graph instead sent the whole source through the scheduler inside the graph
     (which Dask warns about for large arrays), kept the float32 blocks and left their placement to the scheduler.
-    The blocks go straight to the workers (``Client.scatter``, round-robin) and are copied once there into aligned
-    memory (a block deserialized in a worker can start at any byte, and the passes would copy it at every read).
-    Values, and so results, do not depend on where the blocks are.
+    The blocks go straight to the workers (``Client.scatter``), each worker a run of consecutive blocks in
+    proportion to its threads, and are copied once there into aligned memory (a block deserialized in a worker can
+    start at any byte, and the passes would copy it at every read). Runs make the passes that reduce where the
+    blocks are exchange a few partial results per worker, not one per block
+    (:func:`daskmeans.engine.graph.chained_group_pass`). Values, and so results, do not depend on where the blocks
+    are.
 
     Parameters
     ----------
@@ -431,12 +435,37 @@ def spread_on_workers(array: da.Array, client) -> da.Array:
     """
     stored = stored_form(array)
     values = dask.compute(*(stored.blocks[i] for i in range(stored.numblocks[0])), scheduler="sync")
-    futures = client.scatter(list(values))
-    placed = da.concatenate(
-        [da.from_delayed(future, shape=value.shape, dtype=value.dtype) for future, value in zip(futures, values)]
-    )
-    (placed,) = persist_now(placed.map_blocks(_aligned, dtype=placed.dtype, token="daskmeans-aligned"), client=client)
+    name = f"daskmeans-aligned-{dask.base.tokenize(stored)}"
+    held = {}
+    for worker, (start, stop) in runs_of_blocks(len(values), client.nthreads()):
+        scattered = client.scatter(list(values[start:stop]), workers=[worker])
+        # aligned where the block arrived: the run stays whole (a copy made elsewhere would move the block too)
+        keys = [(name, i, 0) for i in range(start, stop)]
+        held.update(zip(keys, client.map(_aligned, scattered, key=keys, workers=[worker], pure=False)))
+    graph = HighLevelGraph.from_collections(name, held, dependencies=())
+    placed = da.Array(graph, name, stored.chunks, dtype=stored.dtype, meta=np.empty((0, 0), dtype=stored.dtype))
     return placed if placed.dtype == array.dtype else with_stored_form(placed.astype(array.dtype), placed)
+
+
+def runs_of_blocks(n_blocks: int, threads: dict) -> list:
+    """``[(worker, (start, stop)), ...]``: consecutive runs of ``n_blocks`` blocks, one per worker (by address) in
+    proportion to its ``threads``; workers whose share rounds to nothing get no run.
+
+    Examples
+    --------
+    >>> runs_of_blocks(10, {"tcp://a": 1, "tcp://b": 1})
+    [('tcp://a', (0, 5)), ('tcp://b', (5, 10))]
+    """
+    workers = sorted(threads)
+    total = sum(max(1, int(threads[w])) for w in workers)
+    runs, start, done = [], 0, 0
+    for worker in workers:
+        done += max(1, int(threads[worker]))
+        stop = round(n_blocks * done / total)
+        if stop > start:
+            runs.append((worker, (start, stop)))
+        start = stop
+    return runs
 
 
 def write_labels(

@@ -74,3 +74,27 @@ def test_only_data_held_by_the_workers_runs_ahead(cluster_client, tmp_path):
     assert held_by_workers(placed, cluster_client)
     assert not held_by_workers(placed, None)  # the threaded scheduler: no driver round trip to hide
     assert not held_by_workers(da.from_array(X, chunks=500), cluster_client)  # read by each pass
+
+
+def _bytes_sent_to_other_workers(dask_worker=None):
+    return dask_worker.transfer_outgoing_bytes_total
+
+
+@pytest.mark.parametrize("algorithm", ["lloyd", "elkan"])
+def test_workers_exchange_tree_nodes_so_their_bytes_do_not_grow_with_the_blocks(cluster_client, algorithm):
+    """Each worker holds a run of consecutive blocks and hands the other the tree nodes its run covers, not one
+    result per block: with runs of 8 and 64 blocks (one node each), 8x the blocks, about the same bytes."""
+    X = np.random.default_rng(7).normal(size=(25_600, 16)).astype(np.float32)
+    k = 32
+    sent, centers = {}, {}
+    for chunk_rows in (1_600, 200):  # 16 and 128 blocks
+        array = spread_on_workers(open_input(X, chunk_rows=chunk_rows).array, cluster_client)
+        assert held_by_workers(array, cluster_client)
+        before = sum(cluster_client.run(_bytes_sent_to_other_workers).values())
+        fitted = KMeans(k, init=X[:k], max_iter=8, tol=0.0, algorithm=algorithm, driver_rows=0, client=cluster_client)
+        fitted.fit(array)
+        sent[chunk_rows] = sum(cluster_client.run(_bytes_sent_to_other_workers).values()) - before
+        centers[chunk_rows] = fitted.cluster_centers_
+    assert sent[200] < 1.5 * sent[1_600], f"bytes between the workers: {sent}"
+    threaded = KMeans(k, init=X[:k], max_iter=8, tol=0.0, algorithm=algorithm, driver_rows=0, chunk_rows=200).fit(X)
+    np.testing.assert_array_equal(centers[200], threaded.cluster_centers_)
