@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from daskmeans import KMeans
-from daskmeans.algorithms.lloyd import held_by_workers
+from daskmeans.algorithms.lloyd import _advance, held_by_workers
+from daskmeans.engine.client import submit_now
+from daskmeans.engine.placement import blocks_by_worker
+from daskmeans.passes.assign import assign_stats_chained
 from daskmeans.storage.io import open_input, spread_on_workers
 
 HISTORY_KEYS = ("iteration", "energy", "inertia", "center_shift", "relocated", "distances_computed", "passes")
@@ -76,25 +79,19 @@ def test_only_data_held_by_the_workers_runs_ahead(cluster_client, tmp_path):
     assert not held_by_workers(da.from_array(X, chunks=500), cluster_client)  # read by each pass
 
 
-def _bytes_sent_to_other_workers(dask_worker=None):
-    return dask_worker.transfer_outgoing_bytes_total
-
-
-@pytest.mark.parametrize("algorithm", ["lloyd", "elkan"])
-def test_workers_exchange_tree_nodes_so_their_bytes_do_not_grow_with_the_blocks(cluster_client, algorithm):
-    """Each worker holds a run of consecutive blocks and hands the other the tree nodes its run covers, not one
-    result per block: with runs of 8 and 64 blocks (one node each), 8x the blocks, about the same bytes."""
+@pytest.mark.parametrize("n_blocks", [16, 128])
+def test_an_input_spread_in_runs_makes_each_worker_share_one_tree_node(cluster_client, n_blocks):
+    """A NumPy input on a cluster is placed as one run of consecutive blocks per worker, and a pass run ahead of the
+    driver hands the other worker the tree nodes its run covers: runs of 8 and of 64 blocks are one node each,
+    where one result per block would be 8 and 64."""
     X = np.random.default_rng(7).normal(size=(25_600, 16)).astype(np.float32)
-    k = 32
-    sent, centers = {}, {}
-    for chunk_rows in (1_600, 200):  # 16 and 128 blocks
-        array = spread_on_workers(open_input(X, chunk_rows=chunk_rows).array, cluster_client)
-        assert held_by_workers(array, cluster_client)
-        before = sum(cluster_client.run(_bytes_sent_to_other_workers).values())
-        fitted = KMeans(k, init=X[:k], max_iter=8, tol=0.0, algorithm=algorithm, driver_rows=0, client=cluster_client)
-        fitted.fit(array)
-        sent[chunk_rows] = sum(cluster_client.run(_bytes_sent_to_other_workers).values()) - before
-        centers[chunk_rows] = fitted.cluster_centers_
-    assert sent[200] < 1.5 * sent[1_600], f"bytes between the workers: {sent}"
-    threaded = KMeans(k, init=X[:k], max_iter=8, tol=0.0, algorithm=algorithm, driver_rows=0, chunk_rows=200).fit(X)
-    np.testing.assert_array_equal(centers[200], threaded.cluster_centers_)
+    array = spread_on_workers(open_input(X, chunk_rows=25_600 // n_blocks).array, cluster_client)
+    groups = blocks_by_worker(array, cluster_client)
+    assert groups == [list(range(n_blocks // 2)), list(range(n_blocks // 2, n_blocks))]
+    centers = np.ascontiguousarray(X[:32])
+    chained = assign_stats_chained(array, 32, groups, _advance, (np.float32,), start=(centers, centers))
+    submitted = chained.submitted(submit_now(*chained.objects(), client=cluster_client))
+    outputs = cluster_client.gather(submitted.groups)
+    assert [len(nodes) for _, nodes, _ in outputs] == [1, 1]
+    (level, index), _ = outputs[1][1][0]
+    assert 8**level == n_blocks // 2 and index == 1, "each run is one whole subtree"
