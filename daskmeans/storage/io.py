@@ -409,13 +409,12 @@ def _aligned(block: np.ndarray) -> np.ndarray:
 
 
 def spread_on_workers(array: da.Array, client) -> da.Array:
-    """An in-memory array (built from a NumPy array in this process) held by the workers, its row blocks dealt to
-    them in turn, as stored: a uint8 input stays uint8 there (MNIST's 70,000 x 784: 55 MB in the workers instead of
+    """An in-memory array (built from a NumPy array in this process) held by the workers, each a run of its row
+    blocks, as stored: a uint8 input stays uint8 there (MNIST's 70,000 x 784: 55 MB in the workers instead of
     220 MB as float32), and the passes convert it slab by slab as they do a Zarr store's chunks.
 
-    Persisting the converted array's graph instead sent the whole source through the scheduler inside the graph
-    (which Dask warns about for large arrays), kept the float32 blocks and left their placement to the scheduler.
-    The blocks go straight to the workers (``Client.scatter``), each worker a run of consecutive blocks in
+    The blocks are not persisted from a graph, which would send the whole source through the scheduler (Dask warns
+    about that for large arrays), keep float32 blocks and leave their placement to the scheduler. They go straight to the workers (``Client.scatter``), each worker a run of consecutive blocks in
     proportion to its threads, and are copied once there into aligned memory (a block deserialized in a worker can
     start at any byte, and the passes would copy it at every read). Runs make the passes that reduce where the
     blocks are exchange a few partial results per worker, not one per block
