@@ -414,12 +414,12 @@ def spread_on_workers(array: da.Array, client) -> da.Array:
     220 MB as float32), and the passes convert it slab by slab as they do a Zarr store's chunks.
 
     The blocks are not persisted from a graph, which would send the whole source through the scheduler (Dask warns
-    about that for large arrays), keep float32 blocks and leave their placement to the scheduler. They go straight to the workers (``Client.scatter``), each worker a run of consecutive blocks in
-    proportion to its threads, and are copied once there into aligned memory (a block deserialized in a worker can
-    start at any byte, and the passes would copy it at every read). Runs make the passes that reduce where the
-    blocks are exchange a few partial results per worker, not one per block
-    (:func:`daskmeans.engine.graph.chained_group_pass`). Values, and so results, do not depend on where the blocks
-    are.
+    about that for large arrays), keep float32 blocks and leave their placement to the scheduler. They go straight
+    to the workers (``Client.scatter``), each worker a run of consecutive blocks in proportion to its threads, and
+    are copied once there into aligned memory (a block deserialized in a worker can start at any byte, and the
+    passes would copy it at every read). Runs make the passes that reduce where the blocks are exchange a few
+    partial results per worker, not one per block (:func:`daskmeans.engine.graph.chained_group_pass`). Values, and
+    so results, do not depend on where the blocks are.
 
     Parameters
     ----------
