@@ -918,6 +918,7 @@ CHECKS = {
     "VRKM_INNER_BATCH_SIZE": (16, _vrkm("cluster_centers_")),
     "AUTO_CORESET_PER_COMPONENT": (3000, _gmm("coreset_size_")),
     "AUTO_CORESET_MIN": (1000, _gmm("coreset_size_")),
+    "AUTO_CORESET_MAX_BYTES": (32 * 5000, _gmm("coreset_size_")),
     "MAX_FULL_BATCH_SAMPLES": (100, _full_batch_limit),
     "TARGET_CHUNK_BYTES": (2**16, _chunk_rows),
     "GENERATION_BLOCK_VALUES": (400, _generation_rows),

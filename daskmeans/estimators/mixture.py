@@ -46,6 +46,34 @@ def _check_coreset_size(value, name, estimator):
             )
 
 
+def auto_coreset_size(n_samples, n_components, row_bytes) -> int:
+    """Rows of ``CoresetGaussianMixture(coreset_size="auto")``.
+
+    :data:`~daskmeans.config.AUTO_CORESET_PER_COMPONENT` rows per component, at least
+    :data:`~daskmeans.config.AUTO_CORESET_MIN`; fewer where the rows would take more than
+    :data:`~daskmeans.config.AUTO_CORESET_MAX_BYTES` on the driver (but never fewer than one per component); never
+    more than the data has. The error of a coreset fit falls with its rows per component, its time grows with them.
+
+    Parameters
+    ----------
+    n_samples, n_components : int
+    row_bytes : int
+        Bytes of one row as stored (``n_features * itemsize``).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> auto_coreset_size(960_000, 1000, 128), auto_coreset_size(70_000, 50, 784)
+    (100000, 10000)
+    """
+    rows = max(config.AUTO_CORESET_MIN, config.AUTO_CORESET_PER_COMPONENT * n_components)
+    rows = min(rows, max(n_components, config.AUTO_CORESET_MAX_BYTES // max(1, row_bytes)))
+    return int(min(n_samples, rows))
+
+
 class CoresetGaussianMixture(ClusteringEstimator):
     """vc-GMM: an isotropic Gaussian mixture fitted by truncated variational EM on a lightweight coreset.
 
@@ -61,8 +89,9 @@ class CoresetGaussianMixture(ClusteringEstimator):
     n_components : int, default 8
         Number of Gaussians (clusters).
     coreset_size : int, "auto" or None, default "auto"
-        Rows drawn (with replacement) for the lightweight coreset; ``"auto"``: ``max(10000, 20 n_components)``,
-        at most the number of samples; None: no coreset, EM runs on all the data with the sample weights (or 1).
+        Rows drawn (with replacement) for the lightweight coreset; ``"auto"``: ``max(10000, 100 n_components)``,
+        fewer where they would pass 1 GiB, at most the number of samples (:func:`auto_coreset_size`); None: no
+        coreset, EM runs on all the data with the sample weights (or 1).
         Must be at least ``n_components``. A size of at least the number of samples takes every row once, with its
         weight, into memory instead of drawing that many rows.
     n_truncated : int, default 5
@@ -288,9 +317,9 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 f"n_samples={data.n_samples}: a Gaussian mixture needs at least 2 samples to estimate its variance."
             )
 
-    def _coreset_rows(self, n_samples):
+    def _coreset_rows(self, data):
         if self.coreset_size == "auto":
-            return min(n_samples, max(config.AUTO_CORESET_MIN, config.AUTO_CORESET_PER_COMPONENT * self.n_components))
+            return auto_coreset_size(data.n_samples, self.n_components, data.n_features * data.dtype.itemsize)
         return self.coreset_size
 
     def _plan(self, data, client, start) -> GMMPlan:
@@ -303,10 +332,11 @@ class CoresetGaussianMixture(ClusteringEstimator):
         elif self.coreset_size is None:
             rows, why = data.n_samples, "coreset_size=None: every row, with its weight"
         else:
-            rows = int(self._coreset_rows(data.n_samples))
+            rows = int(self._coreset_rows(data))
             why = f"coreset_size={self.coreset_size!r}" + (
                 f": max(AUTO_CORESET_MIN={config.AUTO_CORESET_MIN}, AUTO_CORESET_PER_COMPONENT="
-                f"{config.AUTO_CORESET_PER_COMPONENT} k), at most n"
+                f"{config.AUTO_CORESET_PER_COMPONENT} k), at most AUTO_CORESET_MAX_BYTES="
+                f"{config.AUTO_CORESET_MAX_BYTES} of rows (never under k) and at most n"
                 if self.coreset_size == "auto"
                 else ""
             )
