@@ -15,6 +15,7 @@ import numpy as np
 from .. import config
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import slabs, stored_form
+from ..kernels.distance import exact_dist2
 
 
 def _weights_of(block, weights):
@@ -22,8 +23,9 @@ def _weights_of(block, weights):
 
 
 def _dist2_to(block, point):
-    diff = np.asarray(block, dtype=np.float64) - point
-    return np.einsum("ij,ij->i", diff, diff)
+    # the exact float64 distance of every row, without a float64 copy of the rows
+    rows = np.asarray(block)
+    return exact_dist2(rows, np.asarray(point, dtype=np.float64)[None, :], np.zeros(rows.shape[0], dtype=np.int32))
 
 
 def _masses_block(block, offset, weights, point):
