@@ -8,7 +8,7 @@ block (:mod:`daskmeans.passes.gmm`), the variational E-step
 its block from one iteration to the next.
 
 Where the blocks run: a coreset of at most :data:`~daskmeans.config.GMM_DRIVER_MAX_ROWS` rows is iterated on
-the driver (Dask's synchronous scheduler, no transfers); a larger one, or ``where="workers"``, is spread over the
+the driver (Dask's threaded scheduler, no transfers); a larger one, or ``where="workers"``, is spread over the
 Dask workers, which keep its blocks and their ``K_n`` in memory. Both run the very same
 block tasks and the same fixed reduction tree, so they give the same numbers.
 
@@ -48,19 +48,20 @@ PLACEMENTS = ("auto", "driver", "workers")
 
 # -- the loop -------------------------------------------------------------------------------------------------------
 class _Runner:
-    """Computes graphs on the driver (synchronous scheduler) or on the cluster."""
+    """Computes graphs on the driver (Dask's threaded scheduler: the block kernels release the GIL, so the blocks
+    of a step run on every core) or on the cluster."""
 
     def __init__(self, client):
         self.client = client
 
     def persist(self, objects):
         if self.client is None:
-            return list(dask.persist(*objects, scheduler="sync"))
+            return list(dask.persist(*objects, scheduler="threads"))
         return list(self.client.persist(list(objects)))
 
     def compute(self, *objects):
         if self.client is None:
-            return dask.compute(*objects, scheduler="sync")
+            return dask.compute(*objects, scheduler="threads")
         return tuple(self.client.gather(self.client.compute(list(objects))))
 
 
