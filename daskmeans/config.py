@@ -293,8 +293,9 @@ VRKM_INNER_BATCH_SIZE = 1024
 AUTO_CORESET_PER_COMPONENT = 100
 #: Fewest rows of ``CoresetGaussianMixture(coreset_size="auto")`` (never more than the data has).
 AUTO_CORESET_MIN = 10_000
-#: Most bytes (as stored) of the rows of ``CoresetGaussianMixture(coreset_size="auto")``: the coreset is gathered on
-#: the driver, so at large ``n_components`` it holds fewer rows per component rather than outgrow the driver's memory.
+#: Most bytes (in the dtype the data is computed in) of the rows of ``CoresetGaussianMixture(coreset_size="auto")``:
+#: the coreset is gathered on the driver, so at large ``n_components`` it holds fewer rows per component rather than
+#: outgrow the driver's memory.
 AUTO_CORESET_MAX_BYTES = 2**30
 #: Largest n that ``KernelKMeans`` accepts by default (``max_samples``): its kernel matrix takes ``4 n^2`` bytes.
 MAX_FULL_BATCH_SAMPLES = 50_000

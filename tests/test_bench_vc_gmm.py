@@ -42,19 +42,30 @@ def test_the_study_compares_vc_gmm_with_both_baselines(cluster_client, tmp_path)
     record = json.loads(json_path.read_text())
     methods = [run["method"] for run in record["runs"]]
     assert methods.count("k-means++") == 1
-    assert methods.count("vc-gmm") == len(coreset_tradeoff.coreset_sizes(6000, 10))
-    assert methods.count("vc-gmm-previous") == methods.count("vc-gmm")  # judged beside the previous defaults
-    assert methods.count("lwcs") == methods.count("uniform") == len(coreset_tradeoff.baseline_sizes(6000, 10))
+    vc_gmm = [run for run in record["runs"] if run["method"] == "vc-gmm"]
+    assert [run["size"] for run in vc_gmm] == coreset_tradeoff.coreset_sizes(6000, 10, 4 * 4)
+    # the default size (every row here) is fitted with coreset_size="auto", and so is the former default's
+    assert [run["size"] for run in vc_gmm if run["default"]] == [6000]
+    assert [run["size"] for run in vc_gmm if run["previous_default"]] == [6000]
+    slowest = max(run["seconds"] for run in vc_gmm)
+    for method in coreset_tradeoff.BASELINES:
+        ladder = [run for run in record["runs"] if run["method"] == method]
+        assert ladder and ladder[0]["size"] == min(coreset_tradeoff.baseline_sizes(6000, 10))
+        assert ladder[0]["max_iter"] == coreset_tradeoff.BASELINE_MAX_ITER[0]
+        # a ladder goes on only while its runs end within the time limit
+        assert all(run["seconds"] <= coreset_tradeoff.LADDER_TIME_FACTOR * slowest for run in ladder[:-1])
     for run in record["runs"]:
         assert np.isfinite(run["error"]) and run["seconds"] > 0 and run["distances"] > 0
-        if run["method"] == "vc-gmm":
-            assert "lwcs_error_at_same_time" in run and "uniform_error_at_same_time" in run
+    for run in vc_gmm:
+        for method in coreset_tradeoff.BASELINES:
+            key = coreset_tradeoff.same_time_key(method)
+            ladder = [r for r in record["runs"] if r["method"] == method and r["seconds"] <= run["seconds"]]
+            assert run[key] == (min(r["error"] for r in ladder) if ladder else None)
     assert record["command"].startswith("daskmeans bench")
     table = json_path.with_suffix(".md").read_text()
-    assert "| vc-GMM |" in table and "LWCS + k-means++" in table and "uniform sample + k-means++" in table
-    assert table.count("- vc-GMM, coreset") == methods.count("vc-gmm")
-    assert table.count("- defaults vs previous defaults, coreset") == methods.count("vc-gmm")
-    assert "| vc-GMM, previous defaults (G = 5, plain AFK-MC2) |" in table
+    assert "| vc-GMM" in table and "LWCS + k-means++" in table and "uniform sample + k-means (random init)" in table
+    assert table.count("- vc-GMM, coreset") == len(vc_gmm)
+    assert "(default, former default size)" in table
     assert json_path.with_suffix(".png").read_bytes()[:8] == PNG_SIGNATURE
     # only the study ran: no energy-over-time record for this workload
     assert sorted(p.name for p in out.glob("*.json")) == [json_path.name]
@@ -65,3 +76,25 @@ def test_error_at_equal_time_is_the_best_baseline_run_that_was_as_fast():
     assert coreset_tradeoff.at_time(ladder, 0.5) is None
     assert coreset_tradeoff.at_time(ladder, 1.5) == 0.3
     assert coreset_tradeoff.at_time(ladder, 10.0) == 0.1
+
+
+def test_a_ladder_stops_at_the_first_slow_size_and_at_a_converged_or_slow_run():
+    made = []
+
+    def run(method, size, max_iter):
+        seconds = {10: 1.0, 20: 2.0 * max_iter, 40: 100.0}[size]
+        made.append((size, max_iter))
+        return {"seconds": seconds, "n_iter": min(max_iter, 5 if size == 10 else 300)}
+
+    coreset_tradeoff.run_ladder("uniform", [10, 20, 40, 80], 30.0, run)
+    limits = coreset_tradeoff.BASELINE_MAX_ITER
+    converged_at = next(i for i, m in enumerate(limits) if m > 5)
+    slow_at = next(i for i, m in enumerate(limits) if 2.0 * m > 30.0)
+    assert made == (
+        [(10, m) for m in limits[: converged_at + 1]] + [(20, m) for m in limits[: slow_at + 1]] + [(40, limits[0])]
+    )
+
+
+def test_the_lowest_error_by_time_never_rises():
+    runs = [{"seconds": 3.0, "error": 0.2}, {"seconds": 1.0, "error": 0.3}, {"seconds": 2.0, "error": 0.4}]
+    assert coreset_tradeoff.best_by_time(runs) == [(1.0, 0.3), (2.0, 0.3), (3.0, 0.2)]

@@ -1,25 +1,29 @@
-"""vc-GMM's error-against-speedup trade-off, beside the two simple baselines it improves on.
+"""vc-GMM's error-against-speedup trade-off, beside the simple baselines it improves on.
 
 ``daskmeans bench WORKLOAD --algorithms vc-gmm`` runs, on the workload's data:
 
 - the reference: scikit-learn ``KMeans(init="k-means++", n_init=1)`` on all rows (in the driver);
-- vc-GMM (:class:`daskmeans.CoresetGaussianMixture`) for several coreset sizes, at its defaults and at its
-  previous defaults (:data:`PREVIOUS_DEFAULTS`: plain AFK-MC2, ``G = 5``), so that a change of defaults is judged
+- vc-GMM (:class:`daskmeans.CoresetGaussianMixture`) at several coreset sizes, all its other parameters at their
+  defaults: 10, 20, 50 and 100 rows per cluster, its default size (``coreset_size="auto"``) and the size of the
+  former default rule (:data:`PREVIOUS_AUTO_PER_COMPONENT` rows per cluster), so that a change of defaults is judged
   in the same run;
-- "LWCS": scikit-learn k-means++ ``KMeans`` on a lightweight coreset (:func:`daskmeans.lightweight_coreset`,
-  coreset weights as ``sample_weight``), for a ladder of coreset sizes;
-- "uniform": the same on a uniform sample of rows (with replacement), for a ladder of sample sizes.
+- three baselines, each a ladder of sample sizes (:func:`baseline_sizes`) by iteration limits
+  (:data:`BASELINE_MAX_ITER`): scikit-learn ``KMeans`` (its default k-means++ seeding) on a lightweight coreset
+  (:func:`daskmeans.lightweight_coreset`, its weights as ``sample_weight``: "lwcs") and on a uniform sample of rows
+  (with replacement: "uniform"); and ``KMeans(init="random")`` on a uniform sample ("uniform-random"), the cheapest
+  seeding there is. A ladder stops at the first size whose shortest run takes longer than
+  :data:`LADDER_TIME_FACTOR` times the slowest vc-GMM run, and a size's iteration limits stop where a run already
+  converged or took that long.
 
-Every run but the reference includes, inside its timed region, the one pass over all rows that labels them
-(the quantization error comes from that pass); the reference's own fit labels all rows. Relative error is
-``E / E_ref - 1`` with ``E`` the sum of squared distances of all rows to their nearest center, evaluated the same
-way for every run (a daskmeans assign pass, float64 sums). The baselines run over a ladder of sizes so that their
-error is known as a function of wall time; "at equal time" is the lowest error a baseline reached with a run that
-took no longer than the vc-GMM run (none: no run of the ladder was that fast).
+Every run but the reference includes, inside its timed region, its sampling and the one pass over all rows that
+labels them (the quantization error comes from that pass); the reference's own fit labels all rows. Relative error
+is ``E / E_ref - 1`` with ``E`` the sum of squared distances of all rows to their nearest center, evaluated the same
+way for every run (a daskmeans assign pass, float64 sums). "At equal time" is the lowest error a baseline reached
+with a run that took no longer than the vc-GMM run (none: no run of its ladder was that fast).
 
-Distance evaluations (training only, the final labelling pass excluded; ``n`` rows, ``m`` coreset rows, ``k``
-clusters): k-means++ seeding of scikit-learn ``n k (2 + ln k)``, each Lloyd iteration ``n k``; a coreset ``n``;
-vc-GMM the AFK-MC2 chains and its E-steps as counted (:attr:`CoresetGaussianMixture.history_`).
+Distance evaluations (training only, the final labelling pass excluded; ``n`` rows, ``m`` sample rows, ``k``
+clusters): k-means++ seeding of scikit-learn ``n k (2 + ln k)``, random seeding none, each Lloyd iteration ``n k``;
+a coreset ``n``; vc-GMM the AFK-MC2 chains and its E-steps as counted (:attr:`CoresetGaussianMixture.history_`).
 """
 
 from __future__ import annotations
@@ -32,21 +36,39 @@ import numpy as np
 from .._version import __version__
 from ..algorithms.lloyd import final_inertia
 from ..engine.client import compute_now
+from ..engine.slabs import compute_dtype
 from ..estimators.coreset import lightweight_coreset
-from ..estimators.mixture import CoresetGaussianMixture
+from ..estimators.mixture import CoresetGaussianMixture, auto_coreset_size
 from ..passes.sampling import finish_gather, gather_rows_graph, uniform_indices_with_replacement
 from .common import code_commit, created, load_average, machine_text, provenance_lines, table_lines, write_report
 
 #: The algorithm name that asks for this study.
 NAME = "vc-gmm"
-#: vc-GMM's former defaults (plain AFK-MC2 seeding, 5 neighbour clusters), run beside the defaults so that each
-#: study compares the two.
-PREVIOUS_DEFAULTS = {"search_size": 5, "oversampling": 1.0}
+#: Rows per cluster of ``coreset_size="auto"`` before the current rule (:func:`~daskmeans.estimators.mixture.
+#: auto_coreset_size`), with the same floor of 10,000 rows: its run stands for the former defaults.
+PREVIOUS_AUTO_PER_COMPONENT = 20
+#: Iteration limits of each baseline sample size (scikit-learn's own default, 300, last).
+BASELINE_MAX_ITER = (3, 6, 12, 25, 300)
+#: A baseline ladder goes on while its runs take at most this multiple of the slowest vc-GMM run.
+LADDER_TIME_FACTOR = 1.25
+#: The baselines: (how the sample is drawn, scikit-learn's ``init``).
+BASELINES = {
+    "lwcs": ("lwcs", "k-means++"),
+    "uniform": ("uniform", "k-means++"),
+    "uniform-random": ("uniform", "random"),
+}
 
 
-def coreset_sizes(n, k):
-    """vc-GMM coreset sizes: 10, 25, 50, 100 and 200 rows per cluster (at most ``n / 2``)."""
-    return sorted({int(min(n // 2, f * k)) for f in (10, 25, 50, 100, 200)})
+def coreset_sizes(n, k, row_bytes):
+    """vc-GMM coreset sizes: 10, 20, 50 and 100 rows per cluster, the default and the former default size (all at
+    most ``n / 2``, except a default that takes every row)."""
+    sizes = {int(min(n // 2, f * k)) for f in (10, 20, 50, 100)}
+    return sorted(sizes | {auto_coreset_size(n, k, row_bytes), previous_default_size(n, k)})
+
+
+def previous_default_size(n, k):
+    """The coreset size of the former ``coreset_size="auto"``: ``max(10000, 20 k)``, at most ``n``."""
+    return int(min(n, max(10_000, PREVIOUS_AUTO_PER_COMPONENT * k)))
 
 
 def baseline_sizes(n, k):
@@ -54,15 +76,17 @@ def baseline_sizes(n, k):
     return sorted({int(min(n // 2, f * k)) for f in (5, 10, 25, 50, 100, 200, 400)})
 
 
-def kmeanspp_distances(n, k, n_iter):
-    """Distance evaluations of scikit-learn's greedy k-means++ seeding and ``n_iter`` Lloyd iterations."""
-    return int(n * k * (2 + int(math.log(k))) + n * k * n_iter)
+def kmeanspp_distances(n, k, n_iter, init="k-means++"):
+    """Distance evaluations of scikit-learn's seeding (greedy k-means++, or none for random) and ``n_iter`` Lloyd
+    iterations."""
+    seeding = n * k * (2 + int(math.log(k))) if init == "k-means++" else 0
+    return int(seeding + n * k * n_iter)
 
 
-def _sklearn_kmeans(k, seed):
+def _sklearn_kmeans(k, seed, init="k-means++", max_iter=300):
     from sklearn.cluster import KMeans as SKLearnKMeans
 
-    return SKLearnKMeans(k, init="k-means++", n_init=1, random_state=seed)
+    return SKLearnKMeans(k, init=init, n_init=1, max_iter=max_iter, random_state=seed)
 
 
 def run_reference(X, k, seed):
@@ -73,10 +97,10 @@ def run_reference(X, k, seed):
     return model.cluster_centers_, time.perf_counter() - start, int(model.n_iter_)
 
 
-def run_vc_gmm(array, k, m, seed, client, **params):
-    """vc-GMM with coreset size ``m`` (and ``params``); returns the record fields, timed with the labelling pass
-    that gives its quantization error (``inertia_``), as the baselines are."""
-    model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client, **params)
+def run_vc_gmm(array, k, m, seed, client):
+    """vc-GMM at its defaults with coreset size ``m`` (``"auto"``: the default size); returns the record fields,
+    timed with the labelling pass that gives its quantization error (``inertia_``), as the baselines are."""
+    model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client)
     start = time.perf_counter()
     model.fit(array)
     inertia = float(model.inertia_)
@@ -84,6 +108,7 @@ def run_vc_gmm(array, k, m, seed, client, **params):
     em_distances = sum(r["distances"] + r["initial_distances"] for r in model.history_)
     return {
         "centers": model.means_,
+        "size": int(model.coreset_size_),
         "seconds": seconds,
         "inertia": inertia,
         "n_iter": int(model.n_iter_),
@@ -94,11 +119,12 @@ def run_vc_gmm(array, k, m, seed, client, **params):
     }
 
 
-def run_baseline(kind, array, k, m, seed, client):
-    """k-means++ (scikit-learn) on a lightweight coreset (``"lwcs"``) or a uniform sample (``"uniform"``) of ``m``
-    rows, then one labelling pass over all rows, all timed."""
+def run_baseline(method, array, k, m, seed, client, max_iter=300):
+    """A baseline (:data:`BASELINES`) on ``m`` sampled rows with at most ``max_iter`` Lloyd iterations, then one
+    labelling pass over all rows, all timed."""
+    sampling, init = BASELINES[method]
     start = time.perf_counter()
-    if kind == "lwcs":
+    if sampling == "lwcs":
         points, weights = lightweight_coreset(array, m, random_state=seed, client=client)
         extra_distances = array.shape[0]
     else:
@@ -108,7 +134,7 @@ def run_baseline(kind, array, k, m, seed, client):
         points = finish_gather(raw, len(unique), array.shape[1], array.dtype)[inverse]
         weights = None
         extra_distances = 0
-    model = _sklearn_kmeans(k, seed).fit(points, sample_weight=weights)
+    model = _sklearn_kmeans(k, seed, init, max_iter).fit(points, sample_weight=weights)
     centers = model.cluster_centers_.astype(array.dtype)
     inertia = final_inertia(array, centers, None, client)
     seconds = time.perf_counter() - start
@@ -117,8 +143,21 @@ def run_baseline(kind, array, k, m, seed, client):
         "seconds": seconds,
         "inertia": float(inertia),
         "n_iter": int(model.n_iter_),
-        "distances": int(extra_distances + kmeanspp_distances(m, k, int(model.n_iter_))),
+        "max_iter": int(max_iter),
+        "distances": int(extra_distances + kmeanspp_distances(m, k, int(model.n_iter_), init)),
     }
+
+
+def run_ladder(method, sizes, time_limit, run):
+    """Run baseline ``method`` over ``sizes`` by :data:`BASELINE_MAX_ITER`, as far as ``time_limit`` allows (see the
+    module docstring); ``run(method, size, max_iter)`` makes and records one run and returns it."""
+    for size in sizes:
+        for position, max_iter in enumerate(BASELINE_MAX_ITER):
+            result = run(method, size, max_iter)
+            if result["seconds"] > time_limit and position == 0:
+                return
+            if result["seconds"] > time_limit or result["n_iter"] < max_iter:
+                break
 
 
 def at_time(points, seconds):
@@ -137,7 +176,7 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
 
     k, n = workload.k, data.n_samples
     record = {
-        "schema": "daskmeans-bench-vc-gmm/1",
+        "schema": "daskmeans-bench-vc-gmm/2",
         "created": created(),
         **code_commit(),
         "workload": {
@@ -156,71 +195,99 @@ def run_tradeoff(workload, data, client, machine, seeds=(0,), echo=print, sizes=
             f"the reference (scikit-learn on all rows) needs the data in the driver: {data.in_driver_reason}"
         )
         return record
-    sizes = sizes or coreset_sizes(n, k)
-    ladder = baseline_sizes(n, k)
+    row_bytes = data.n_features * compute_dtype(data.array.dtype).itemsize
+    default_size = auto_coreset_size(n, k, row_bytes)
+    sizes = sizes or coreset_sizes(n, k, row_bytes)
     # compile the kernels and import scikit-learn before anything is timed
     run_vc_gmm(data.array[: 20 * 8], 8, 100, 0, client)
-    run_baseline("lwcs", data.array[: 20 * 8], 8, 50, 0, client)
-    run_baseline("uniform", data.array[: 20 * 8], 8, 50, 0, client)
+    for method in BASELINES:
+        run_baseline(method, data.array[: 20 * 8], 8, 50, 0, client, max_iter=2)
     for seed in seeds:
-        centers, ref_seconds, ref_iter = run_reference(data.X, k, seed)
-        ref_inertia = final_inertia(data.array, centers.astype(data.array.dtype), None, client)
-        ref_distances = kmeanspp_distances(n, k, ref_iter)
-        record["runs"].append(
-            {
-                "method": "k-means++",
-                "seed": seed,
-                "size": n,
-                "seconds": ref_seconds,
-                "load_average_after": load_average(),
-                "inertia": ref_inertia,
-                "error": 0.0,
-                "speedup": 1.0,
-                "n_iter": ref_iter,
-                "distances": ref_distances,
-                "distance_speedup": 1.0,
-            }
-        )
-        say(f"k-means++ on all rows (seed {seed}): {ref_seconds:.1f} s, {ref_iter} iterations")
+        reference = run_reference_record(data, k, seed, client)
+        record["runs"].append(reference)
+        say(f"k-means++ on all rows (seed {seed}): {reference['seconds']:.1f} s, {reference['n_iter']} iterations")
 
         def add(method, size, result):
             result.pop("centers")
             result["load_average_after"] = load_average()
+            result.setdefault("size", size)
             result.update(
                 {
                     "method": method,
                     "seed": seed,
-                    "size": size,
-                    "error": result["inertia"] / ref_inertia - 1.0,
-                    "speedup": ref_seconds / result["seconds"],
-                    "distance_speedup": ref_distances / max(1, result["distances"]),
+                    "error": result["inertia"] / reference["inertia"] - 1.0,
+                    "speedup": reference["seconds"] / result["seconds"],
+                    "distance_speedup": reference["distances"] / max(1, result["distances"]),
                 }
             )
             record["runs"].append(result)
-            say(f"{method} size {size}: {result['seconds']:.2f} s, error {100 * result['error']:.2f}%")
+            limit = f" (max_iter {result['max_iter']})" if "max_iter" in result else ""
+            say(f"{method} size {size}{limit}: {result['seconds']:.2f} s, error {100 * result['error']:.2f}%")
+            return result
 
         for m in sizes:
-            add("vc-gmm", m, run_vc_gmm(data.array, k, m, seed, client))
-            add("vc-gmm-previous", m, run_vc_gmm(data.array, k, m, seed, client, **PREVIOUS_DEFAULTS))
-        for kind in ("lwcs", "uniform"):
-            for m in ladder:
-                add(kind, m, run_baseline(kind, data.array, k, m, seed, client))
-        for run in record["runs"]:
-            if run["method"] == "vc-gmm" and run["seed"] == seed:
-                for kind in ("lwcs", "uniform"):
-                    ladder_points = [r for r in record["runs"] if r["method"] == kind and r["seed"] == seed]
-                    run[f"{kind}_error_at_same_time"] = at_time(ladder_points, run["seconds"])
+            run = add("vc-gmm", m, run_vc_gmm(data.array, k, "auto" if m == default_size else m, seed, client))
+            run["default"] = m == default_size
+            run["previous_default"] = m == previous_default_size(n, k)
+        time_limit = LADDER_TIME_FACTOR * max(r["seconds"] for r in record["runs"] if r["method"] == "vc-gmm")
+        for method in BASELINES:
+            run_ladder(
+                method,
+                baseline_sizes(n, k),
+                time_limit,
+                lambda method, size, max_iter: add(
+                    method, size, run_baseline(method, data.array, k, size, seed, client, max_iter)
+                ),
+            )
+        compare_at_same_time(record["runs"], seed)
     return record
+
+
+def run_reference_record(data, k, seed, client):
+    """The reference run (:func:`run_reference`) as a record entry, its energy evaluated as every other run's."""
+    centers, seconds, n_iter = run_reference(data.X, k, seed)
+    inertia = final_inertia(data.array, centers.astype(data.array.dtype), None, client)
+    return {
+        "method": "k-means++",
+        "seed": seed,
+        "size": data.n_samples,
+        "seconds": seconds,
+        "load_average_after": load_average(),
+        "inertia": inertia,
+        "error": 0.0,
+        "speedup": 1.0,
+        "n_iter": n_iter,
+        "distances": kmeanspp_distances(data.n_samples, k, n_iter),
+        "distance_speedup": 1.0,
+    }
+
+
+def compare_at_same_time(runs, seed):
+    """Give every vc-GMM run of ``seed`` each baseline's lowest error in no more time
+    (``METHOD_error_at_same_time``, with ``-`` as ``_`` in ``METHOD``)."""
+    for run in runs:
+        if run["method"] == "vc-gmm" and run["seed"] == seed:
+            for method in BASELINES:
+                ladder = [r for r in runs if r["method"] == method and r["seed"] == seed]
+                run[same_time_key(method)] = at_time(ladder, run["seconds"])
+
+
+def same_time_key(method):
+    """The record key of baseline ``method``'s error at a vc-GMM run's time."""
+    return f"{method.replace('-', '_')}_error_at_same_time"
 
 
 # -- outputs -----------------------------------------------------------------------------------------------------------
 LABELS = {
     "k-means++": "k-means++ (all rows)",
     "vc-gmm": "vc-GMM",
-    "vc-gmm-previous": "vc-GMM, previous defaults (G = 5, plain AFK-MC2)",
     "lwcs": "LWCS + k-means++",
     "uniform": "uniform sample + k-means++",
+    "uniform-random": "uniform sample + k-means (random init)",
 }
+#: The baselines vc-GMM's claim is judged against (the paper's): a lightweight coreset and a uniform sample, each
+#: clustered by scikit-learn's k-means at its default seeding.
+CLAIM_BASELINES = ("lwcs", "uniform")
 
 
 def output_name(workload_name) -> str:
@@ -230,6 +297,13 @@ def output_name(workload_name) -> str:
 
 def _percent(value):
     return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def method_label(run) -> str:
+    """The table's name of a run: its method, and for vc-GMM whether it is the default (or former default) size."""
+    label = LABELS[run["method"]]
+    marks = [name for key, name in (("default", "default"), ("previous_default", "former default")) if run.get(key)]
+    return label + (f" ({', '.join(marks)} size)" if marks else "")
 
 
 def markdown_table(record) -> str:
@@ -247,106 +321,116 @@ def markdown_table(record) -> str:
     columns = [
         "method",
         "size",
+        "max_iter",
         "time (s)",
         "speedup",
         "rel. error",
         "EM/Lloyd iterations",
         "distance evals",
         "distance speedup",
-        "LWCS error at same time",
-        "uniform error at same time",
+        *(f"{LABELS[method]} error at same time" for method in BASELINES),
     ]
     rows = [
         [
-            LABELS[run["method"]],
+            method_label(run),
             f"{run['size']:,}",
+            f"{run.get('max_iter', '')}",
             f"{run['seconds']:.2f}",
             f"{run['speedup']:.1f}x",
             _percent(run["error"]),
             f"{run['n_iter']}",
             f"{run['distances']:.3g}",
             f"{run['distance_speedup']:.1f}x",
-            _percent(run.get("lwcs_error_at_same_time")) if run["method"] == "vc-gmm" else "",
-            _percent(run.get("uniform_error_at_same_time")) if run["method"] == "vc-gmm" else "",
+            *(_percent(run.get(same_time_key(m))) if run["method"] == "vc-gmm" else "" for m in BASELINES),
         ]
         for run in record["runs"]
     ]
     lines += table_lines(columns, rows, right=range(1, len(columns)))
     lines.append("")
-    for run in record["runs"]:
-        if run["method"] != "vc-gmm":
-            continue
-        others = [run.get("lwcs_error_at_same_time"), run.get("uniform_error_at_same_time")]
-        if all(o is None or run["error"] < o for o in others):
-            verdict = "lower error than both baselines at the same time"
-            if any(o is None for o in others):
-                verdict += " (a baseline has no run that fast)"
-        else:
-            verdict = "NOT below both baselines at the same time"
-        lines.append(
-            f"- vc-GMM, coreset {run['size']:,}: {_percent(run['error'])} at {run['speedup']:.1f}x: {verdict}."
-        )
-    lines += previous_defaults_verdicts(record["runs"])
+    lines += [f"- {verdict(run)}" for run in record["runs"] if run["method"] == "vc-gmm"]
     return "\n".join(lines) + "\n"
 
 
+def ahead_of(run, methods) -> bool:
+    """Whether a vc-GMM run's error is below each of ``methods``' lowest error in no more time (a baseline with no
+    run that fast counts as behind)."""
+    return all(run.get(same_time_key(m)) is None or run["error"] < run[same_time_key(m)] for m in methods)
+
+
+def verdict(run) -> str:
+    """One line on a vc-GMM run: its error and speedup, against the claim's baselines and against k-means with random
+    seeding on a uniform sample, at the same time."""
+    claim = "lower error than" if ahead_of(run, CLAIM_BASELINES) else "NOT lower error than"
+    random_init = "below" if ahead_of(run, ("uniform-random",)) else "NOT below"
+    slow = [LABELS[m] for m in BASELINES if run.get(same_time_key(m)) is None]
+    name = method_label(run).replace("vc-GMM", f"vc-GMM, coreset {run['size']:,}")
+    return (
+        f"{name}: {_percent(run['error'])} "
+        f"at {run['speedup']:.1f}x: {claim} both k-means++ baselines at the same time; {random_init} k-means with "
+        f"random seeding on a uniform sample" + (f" (no run that fast: {', '.join(slow)})" if slow else "") + "."
+    )
+
+
 def baselines_at_time(run) -> str:
-    """The lowest error of the LWCS and uniform-sample baselines in no more time than a vc-GMM run, as
-    ``5.8% / 12.5%`` (``none that fast`` where a baseline has no run that fast)."""
+    """The lowest error of each baseline in no more time than a vc-GMM run, as ``5.8% / 12.5% / 3.1%``
+    (:data:`BASELINES` order; ``none that fast`` where a baseline has no run that fast)."""
     if run["method"] != "vc-gmm":
         return ""
-    values = [run.get("lwcs_error_at_same_time"), run.get("uniform_error_at_same_time")]
+    values = [run.get(same_time_key(method)) for method in BASELINES]
     return " / ".join("none that fast" if value is None else f"{100 * value:.1f}%" for value in values)
 
 
-def previous_defaults_verdicts(runs) -> list:
-    """One line per coreset size: the defaults against the previous defaults (error, time), and against the
-    previous defaults' error at the same time (the lowest error a previous-defaults run reached in no more
-    time; linear interpolation would flatter neither)."""
-    lines = []
-    previous = [r for r in runs if r["method"] == "vc-gmm-previous"]
-    for run in runs:
-        if run["method"] != "vc-gmm":
-            continue
-        same = [r for r in previous if r["size"] == run["size"] and r["seed"] == run["seed"]]
-        if not same:
-            continue
-        at_same_time = at_time([r for r in previous if r["seed"] == run["seed"]], run["seconds"])
-        lines.append(
-            f"- defaults vs previous defaults, coreset {run['size']:,}: {_percent(run['error'])} in "
-            f"{run['seconds']:.2f} s against {_percent(same[0]['error'])} in {same[0]['seconds']:.2f} s; "
-            f"previous defaults' best error in that time: {_percent(at_same_time)}."
-        )
-    return lines
+def best_by_time(runs):
+    """The lowest error reached in at most each run's time: ``(seconds, error)`` pairs, fastest first."""
+    envelope, best = [], math.inf
+    for run in sorted(runs, key=lambda r: r["seconds"]):
+        best = min(best, run["error"])
+        envelope.append((run["seconds"], best))
+    return envelope
 
 
 def plot(record, path):
-    """Relative error against wall-clock speedup, one line per method."""
+    """Relative error against wall-clock speedup: vc-GMM by coreset size, each baseline as the lowest error its ladder
+    reached in each time (its runs as faint marks)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
+    reference = next(r for r in record["runs"] if r["method"] == "k-means++")["seconds"]
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for method, style in (("vc-gmm", "o-"), ("vc-gmm-previous", "o:"), ("lwcs", "s--"), ("uniform", "^:")):
-        runs = sorted((r for r in record["runs"] if r["method"] == method), key=lambda r: r["speedup"])
+    vc_gmm = sorted((r for r in record["runs"] if r["method"] == "vc-gmm"), key=lambda r: r["size"])
+    axes.plot([r["speedup"] for r in vc_gmm], [100 * r["error"] for r in vc_gmm], "o-", label=LABELS["vc-gmm"])
+    for r in vc_gmm:
+        text = f"{r['size']:,}" + (" (default)" if r.get("default") else "")
+        axes.annotate(text, (r["speedup"], 100 * r["error"]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+    for method, style in zip(BASELINES, ("s--", "^:", "v-.")):
+        runs = [r for r in record["runs"] if r["method"] == method]
         if runs:
-            axes.plot([r["speedup"] for r in runs], [100 * r["error"] for r in runs], style, label=LABELS[method])
-            for r in runs:
-                axes.annotate(
-                    f"{r['size']:,}",
-                    (r["speedup"], 100 * r["error"]),
-                    fontsize=7,
-                    textcoords="offset points",
-                    xytext=(3, 3),
-                )
+            envelope = best_by_time(runs)
+            line = axes.plot(
+                [reference / t for t, _ in envelope], [100 * e for _, e in envelope], style, label=LABELS[method]
+            )
+            axes.plot(
+                [r["speedup"] for r in runs],
+                [100 * r["error"] for r in runs],
+                ".",
+                color=line[0].get_color(),
+                alpha=0.3,
+            )
     axes.set_xscale("log")
+    axes.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (axes.xaxis, axes.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
     axes.set_xlabel("wall-clock speedup over k-means++ on all rows (scikit-learn)")
     axes.set_ylabel("relative quantization error (%)")
     workload = record["workload"]
     axes.set_title(f"{workload['name']} (n={workload['n_samples']:,}, k={workload['k']}): error vs speedup")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
+    axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

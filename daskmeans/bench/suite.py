@@ -250,8 +250,8 @@ SUITE = (
         "vc-GMM: error against speedup on KDD",
         ("kdd",),
         ("--algorithms", "vc-gmm", "--peers", "none"),
-        "vc-GMM at several coreset sizes against k-means++ on all rows, with k-means++ on a lightweight coreset "
-        "and on a uniform sample as baselines.",
+        "vc-GMM at several coreset sizes against k-means++ on all rows, with scikit-learn's k-means on a "
+        "lightweight coreset and on a uniform sample (sizes and iteration limits searched) as baselines.",
     ),
     Entry(
         "vc-gmm-descriptors",
@@ -259,6 +259,13 @@ SUITE = (
         ("descriptors",),
         ("--algorithms", "vc-gmm", "--peers", "none", *_PROCESSES),
         "The same study at k = 1000.",
+    ),
+    Entry(
+        "vc-gmm-mnist",
+        "vc-GMM: error against speedup on MNIST",
+        ("mnist",),
+        ("--algorithms", "vc-gmm", "--peers", "none"),
+        "The same study on MNIST's 784 pixels, k = 50.",
     ),
     Entry(
         "nmbatch-descriptors",

@@ -58,7 +58,7 @@ def auto_coreset_size(n_samples, n_components, row_bytes) -> int:
     ----------
     n_samples, n_components : int
     row_bytes : int
-        Bytes of one row as stored (``n_features * itemsize``).
+        Bytes of one coreset row (``n_features`` times the itemsize of the dtype the data is computed in).
 
     Returns
     -------

@@ -2,7 +2,7 @@
 
 Each function of a block is a plain NumPy function; the graph builders map it over the blocks of a dask array
 (with its weights and per-block state) and tree-reduce the parts, under names that start with
-``daskmeans-vc-gmm-``. The same tasks run on the driver (synchronous scheduler) or on the workers.
+``daskmeans-vc-gmm-``. The same tasks run on the driver (threaded scheduler) or on the workers.
 """
 
 from __future__ import annotations

@@ -367,3 +367,30 @@ def test_a_coreset_of_fewer_rows_than_n_is_still_drawn():
     rows = np.random.default_rng(1).normal(size=(400, 2))
     model = CoresetGaussianMixture(n_components=4, coreset_size=100, random_state=0).fit(rows)
     assert model.coreset_size_ == 100 and "every row" not in model.fit_plan_.reasons["coreset_rows"]
+
+
+def test_the_auto_coreset_takes_rows_per_component_within_a_floor_a_byte_cap_and_n():
+    from daskmeans import config
+    from daskmeans.estimators.mixture import auto_coreset_size
+
+    per, floor = config.AUTO_CORESET_PER_COMPONENT, config.AUTO_CORESET_MIN
+    assert auto_coreset_size(10**9, 1000, 128) == per * 1000
+    assert auto_coreset_size(10**9, 3, 128) == floor  # few components: the floor
+    assert auto_coreset_size(5000, 1000, 128) == 5000  # never more rows than the data has
+    with config.set(AUTO_CORESET_MAX_BYTES=128 * 20_000):
+        assert auto_coreset_size(10**9, 1000, 128) == 20_000  # rows of 128 bytes, at most the cap
+        assert auto_coreset_size(10**9, 1000, 4 * 128) == 5_000  # the same rows as float32 take four times more
+        assert auto_coreset_size(10**9, 30_000, 128) == 30_000  # never fewer rows than components
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
+def test_a_fit_with_the_auto_coreset_draws_the_rows_its_rule_gives_for_the_rows_it_holds(dtype):
+    from daskmeans import config
+
+    rows = np.random.default_rng(2).integers(0, 200, size=(3000, 4)).astype(dtype)
+    with config.set(AUTO_CORESET_MIN=10, AUTO_CORESET_PER_COMPONENT=100, AUTO_CORESET_MAX_BYTES=4 * 1000):
+        model = CoresetGaussianMixture(n_components=5, max_iter=2, random_state=0).fit(rows)
+    # 500 rows per the rule; 4,000 bytes hold 250 rows of 4 features in float32 (integer rows are drawn as float32)
+    # and 125 in float64
+    assert model.coreset_size_ == {np.uint8: 250, np.float32: 250, np.float64: 125}[dtype]
+    assert "AUTO_CORESET_MAX_BYTES" in model.fit_plan_.reasons["coreset_rows"]
