@@ -272,8 +272,13 @@ KERNEL_DRIVER_BYTES = POOL_BYTES
 INIT_SAMPLE_ROWS = 5000
 #: Coreset rows up to which vc-GMM iterates on the driver; larger coresets are iterated on the Dask workers.
 GMM_DRIVER_MAX_ROWS = 200_000
-#: Rows per vc-GMM E-step block (the unit of work, on the driver as on the workers).
+#: Most rows per vc-GMM E-step block (the unit of work, on the driver as on the workers).
 GMM_BLOCK_ROWS = 20_000
+#: Blocks that vc-GMM cuts a smaller coreset into, so that each thread of the driver (or of a small cluster) gets
+#: one; the count depends on the coreset alone, so the result does not depend on the machine.
+GMM_MIN_BLOCKS = 4
+#: Fewest rows per vc-GMM E-step block: below, a block's task costs more to schedule than to run.
+GMM_MIN_BLOCK_ROWS = 2000
 #: Most initial E-steps (without M-step) of vc-GMM before its first M-step.
 MAX_INITIAL_ESTEPS = 20
 #: Relative improvement of the weighted sum of nearest distances under which vc-GMM stops its initial E-steps.

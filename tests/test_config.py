@@ -781,6 +781,8 @@ def _vrkm(attribute, on_worker=False, **nested):
             kw.update(client=cluster, driver_rows=0, driver_sample_bytes=1)
         with config.set(**nested):
             model = VRKMeans(40, max_epochs=2, random_state=0, **kw).fit(_data(3000))
+        if attribute == "block_rows":
+            return model.fit_plan_.block_rows
         if attribute == "history":
             return [(r["lists_remade"], r["distances_per_step"]) for r in model.history_]
         return getattr(model, attribute).tobytes() if attribute == "cluster_centers_" else getattr(model, attribute)
@@ -826,6 +828,8 @@ def _gmm(attribute, client=False):
         model = CoresetGaussianMixture(20, n_truncated=3, search_size=5, max_iter=2, random_state=0, **kw).fit(
             _data(12_000)
         )
+        if attribute == "block_rows":
+            return model.fit_plan_.block_rows
         if attribute == "history":
             return [(r["initial_esteps"], r["passes"]) for r in model.history_], model.means_.tobytes()
         return getattr(model, attribute)
@@ -911,7 +915,9 @@ CHECKS = {
     "KERNEL_DRIVER_BYTES": (16 * 100, _kernel_driver_rows),
     "INIT_SAMPLE_ROWS": (200, _kernel_energy),
     "GMM_DRIVER_MAX_ROWS": (100, _gmm("estep_on_", client=True)),
-    "GMM_BLOCK_ROWS": (1000, _gmm("history")),
+    "GMM_BLOCK_ROWS": (1000, _gmm("block_rows")),
+    "GMM_MIN_BLOCKS": (2, _gmm("block_rows")),
+    "GMM_MIN_BLOCK_ROWS": (3000, _gmm("block_rows")),
     "MAX_INITIAL_ESTEPS": (0, _gmm("history")),
     "INITIAL_ESTEP_RTOL": (0.9, _gmm("history")),
     "AUTO_LEARNING_RATE": (1.0, _vrkm("eta_")),

@@ -27,14 +27,15 @@ def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
     -------
     indices : int64 (m,)
         Global row of each draw (block order; a row drawn twice appears twice).
-    points : ndarray (m, d), dtype of ``array``
+    points : ndarray (m, d)
+        The drawn rows in the compute dtype (float32 for integer rows).
     coreset_weights : float64 (m,)
     passes : int
         Passes over the data made here (2: masses and draws; the draws read only the blocks that got some).
     """
     (masses,) = compute_now(block_masses_graph(array, mean, weights, name="lwcs-masses"), client=client)
-    (drawn,) = compute_now(coreset_pass.draw_graph(array, masses, mean, m, seed, weights), client=client)
-    indices, points, coreset_weights = drawn
+    parts = compute_now(*coreset_pass.draw_parts(array, masses, mean, m, seed, weights), client=client)
+    indices, points, coreset_weights = coreset_pass.concatenate_draws(parts)
     return indices, np.ascontiguousarray(points), coreset_weights, 2
 
 

@@ -125,15 +125,19 @@ class GMMPlan(FitPlan):
 
 def gmm_plan(n_rows, n_clusters, client=None, *, where="auto", block_rows=None, **given) -> GMMPlan:
     """The plan of truncated EM on ``n_rows`` points with ``n_clusters`` means: where the E-step blocks run
-    (``where``, :func:`choose_placement`), their rows (``block_rows`` None: :data:`~daskmeans.config.GMM_BLOCK_ROWS`)
-    and the initial E-steps (:data:`~daskmeans.config.MAX_INITIAL_ESTEPS`, none when ``n_truncated`` is
+    (``where``, :func:`choose_placement`), their rows (``block_rows`` None: :func:`gmm_block_rows`) and the initial
+    E-steps (:data:`~daskmeans.config.MAX_INITIAL_ESTEPS`, none when ``n_truncated`` is
     ``n_clusters``); the other fields of :class:`GMMPlan` are taken from ``given`` (``n_truncated`` and
     ``search_size`` are required)."""
     placement, why = _choose_placement(n_rows, where, client)
     reasons = {"where": why}
     if block_rows is None:
-        block_rows = config.GMM_BLOCK_ROWS
-        reasons["block_rows"] = "GMM_BLOCK_ROWS"
+        block_rows = gmm_block_rows(n_rows)
+        reasons["block_rows"] = (
+            f"{n_rows:,} rows in GMM_MIN_BLOCKS={config.GMM_MIN_BLOCKS} blocks, at least "
+            f"GMM_MIN_BLOCK_ROWS={config.GMM_MIN_BLOCK_ROWS:,} and at most "
+            f"GMM_BLOCK_ROWS={config.GMM_BLOCK_ROWS:,} rows each"
+        )
     initial = 0 if given["n_truncated"] == n_clusters else config.MAX_INITIAL_ESTEPS
     reasons["max_initial_esteps"] = "every point keeps every cluster" if initial == 0 else "MAX_INITIAL_ESTEPS"
     return GMMPlan(
@@ -144,6 +148,20 @@ def gmm_plan(n_rows, n_clusters, client=None, *, where="auto", block_rows=None, 
         reasons=reasons,
         **given,
     )
+
+
+def gmm_block_rows(n_rows) -> int:
+    """Rows per E-step block of ``n_rows`` points: a :data:`~daskmeans.config.GMM_MIN_BLOCKS`-th of them, so that the
+    threads of the driver share the work of a small coreset, between :data:`~daskmeans.config.GMM_MIN_BLOCK_ROWS` and
+    :data:`~daskmeans.config.GMM_BLOCK_ROWS`.
+
+    Examples
+    --------
+    >>> gmm_block_rows(10_000), gmm_block_rows(1_000_000), gmm_block_rows(500)
+    (2500, 20000, 2000)
+    """
+    wanted = -(-int(n_rows) // config.GMM_MIN_BLOCKS)
+    return int(min(config.GMM_BLOCK_ROWS, max(config.GMM_MIN_BLOCK_ROWS, wanted)))
 
 
 def initial_neighbours(n_clusters, search_size, rng):

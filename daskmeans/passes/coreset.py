@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
+from ..engine.graph import block_args, map_blocks_delayed, shared
 from ..engine.random import stage_generator, stage_key
 from ..engine.slabs import converted_rows, slabs
 from .proposal import block_probabilities, row_probabilities
@@ -48,17 +48,20 @@ def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weigh
     rng = np.random.default_rng(stage_key(seed, "lwcs", "block", int(offset), int(block.shape[0])))
     local = np.searchsorted(cumulative, rng.random(int(n_draws)) * cumulative[-1], side="right")
     local = np.minimum(local, block.shape[0] - 1)
-    return offset + local, converted_rows(block, local), w[local] / (m * q[local])
+    return offset + local, block[local], w[local] / (m * q[local])
 
 
-def _concatenate(parts):
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+def concatenate_draws(parts) -> tuple:
+    """``(row_indices, rows, coreset_weights)`` of all the draws from :func:`draw_parts`' computed parts, the rows in
+    the compute dtype."""
+    indices, rows, weights = (np.concatenate([part[i] for part in parts]) for i in range(3))
+    return indices, converted_rows(rows, slice(None)), weights
 
 
-def draw_graph(array, masses, mean, m: int, seed: int, weights=None):
-    """Delayed ``(row_indices, rows, coreset_weights)`` of ``m`` draws, in block order.
-
-    Only the blocks that received at least one draw are read.
+def draw_parts(array, masses, mean, m: int, seed: int, weights=None) -> list:
+    """Delayed ``(row_indices, rows, coreset_weights)`` of the ``m`` draws, one per block that received draws, in
+    block order, the rows as stored (a uint8 row travels as one byte per value); :func:`concatenate_draws` joins them
+    on the driver. Only the blocks that received at least one draw are read.
     """
     counts = allocate_draws(masses, m, seed)
     total_spread, total_weight = float(masses[:, 0].sum()), float(masses[:, 1].sum())
@@ -75,4 +78,4 @@ def draw_graph(array, masses, mean, m: int, seed: int, weights=None):
         int(seed),
         reads_data=True,
     )
-    return tree_reduce(parts, _concatenate, "lwcs-draw")
+    return parts

@@ -65,7 +65,7 @@ def _combine_summaries(parts, n_clusters):
 
 
 def _stats_block(block, weights, part, sigma2, n_clusters):
-    block = converted_rows(block, slice(None))  # coreset points, in blocks of GMM_BLOCK_ROWS
+    block = converted_rows(block, slice(None))  # coreset points, in blocks of at most GMM_BLOCK_ROWS
     w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     return kernels.posterior_stats(block, w, part[0], part[1], sigma2, n_clusters)
 

@@ -133,6 +133,17 @@ def test_same_seed_same_result_on_a_cluster_and_synchronously(cluster_client):
     assert [r["distances"] for r in local.history_] == [r["distances"] for r in remote.history_]
 
 
+def test_a_small_coreset_is_cut_into_a_block_per_thread():
+    from daskmeans import config
+    from daskmeans.algorithms.vc_gmm import gmm_block_rows, gmm_plan
+
+    assert gmm_block_rows(10_000) == -(-10_000 // config.GMM_MIN_BLOCKS)
+    assert gmm_block_rows(10**7) == config.GMM_BLOCK_ROWS
+    assert gmm_block_rows(100) == config.GMM_MIN_BLOCK_ROWS
+    plan = gmm_plan(10_000, 50, n_truncated=5, search_size=10)
+    assert plan.block_rows == gmm_block_rows(10_000) and "GMM_MIN_BLOCKS" in plan.reasons["block_rows"]
+
+
 @pytest.mark.slow
 def test_the_e_step_blocks_give_the_same_numbers_on_the_driver_and_on_the_workers(cluster_client):
     """A coreset of several E-step blocks: one block or several, driver or workers, same result."""

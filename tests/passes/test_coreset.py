@@ -69,6 +69,14 @@ def test_weights_are_one_over_m_q():
     assert passes == 2 and len(indices) == 64
 
 
+def test_stored_integer_rows_travel_as_stored_and_arrive_in_the_compute_dtype():
+    X = np.random.default_rng(2).integers(0, 255, size=(300, 8), dtype=np.uint8)
+    array = da.from_array(X, chunks=(70, 8))
+    indices, points, _, _ = draw_coreset(array, 50, 1, mean=X.mean(0, dtype=np.float64))
+    assert points.dtype == np.float32 and points.flags.c_contiguous
+    np.testing.assert_array_equal(points, X[indices].astype(np.float32))
+
+
 def test_rows_of_zero_weight_are_never_drawn():
     X = skewed_data()
     sample_weight = (np.arange(len(X)) % 3 == 0).astype(float)
