@@ -98,3 +98,53 @@ def test_a_ladder_stops_at_the_first_slow_size_and_at_a_converged_or_slow_run():
 def test_the_lowest_error_by_time_never_rises():
     runs = [{"seconds": 3.0, "error": 0.2}, {"seconds": 1.0, "error": 0.3}, {"seconds": 2.0, "error": 0.4}]
     assert coreset_tradeoff.best_by_time(runs) == [(1.0, 0.3), (2.0, 0.3), (3.0, 0.2)]
+
+
+def _two_seed_record():
+    """A study record of two seeds, made by hand: vc-GMM at two sizes, every baseline at two times."""
+    runs = []
+    for seed, (default_error, default_seconds) in enumerate([(0.02, 1.0), (0.04, 2.0)]):
+        base = {"seed": seed, "distances": 1, "distance_speedup": 1.0, "n_iter": 3}
+        runs.append({**base, "method": "k-means++", "size": 1000, "seconds": 10.0, "error": 0.0, "speedup": 1.0})
+        for size, error, seconds in ((100, 0.1, 0.5), (400, default_error, default_seconds)):
+            runs.append(
+                {**base, "method": "vc-gmm", "size": size, "seconds": seconds, "error": error, "default": size == 400}
+            )
+            runs[-1]["speedup"] = 10.0 / seconds
+        for method in coreset_tradeoff.BASELINES:
+            for seconds, error in ((0.4, 0.2), (1.5, 0.03)):
+                runs.append({**base, "method": method, "size": 200, "max_iter": 3, "seconds": seconds, "error": error})
+                runs[-1]["speedup"] = 10.0 / seconds
+        coreset_tradeoff.compare_at_same_time(runs, seed)
+    return {
+        "workload": {"name": "blobs", "description": "blobs", "k": 4, "n_samples": 1000, "n_features": 2},
+        "machine": {"cpu": "test CPU", "cpus": 2, "memory_bytes": 2**30},
+        "created": "2026-01-01T00:00:00+00:00",
+        "runs": runs,
+    }
+
+
+def test_a_study_of_several_seeds_names_each_seed_and_sums_up_each_size(tmp_path):
+    record = _two_seed_record()
+    table = coreset_tradeoff.markdown_table(record)
+    assert "| vc-GMM (default size), seed 1 |" in table
+    assert "- vc-GMM, coreset 400 (default size), seed 0: 2.00% at 10.0x: lower error than" in table
+    # seed 0's default run (1 s) beats the baselines' 0.4 s runs; seed 1's (2 s) does not beat their 1.5 s runs
+    assert (
+        "- vc-GMM, coreset 400 (default size), over 2 seeds: mean error 3.00% at a mean speedup of 7.5x; lower error "
+        "than both k-means++ baselines at the same time in 1 of 2 seeds, below k-means with random seeding on a "
+        "uniform sample in 1." in table
+    )
+    from daskmeans.bench.page import _size_text
+
+    by_size = coreset_tradeoff.vc_gmm_by_size(record)
+    assert [_size_text(runs) for runs in by_size.values()] == ["10.0% at 20.0x", "3.0% at 7.5x (default, over 2 seeds)"]
+    coreset_tradeoff.plot(record, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_a_record_of_one_seed_has_no_seed_names():
+    record = _two_seed_record()
+    record["runs"] = [run for run in record["runs"] if run["seed"] == 0]
+    table = coreset_tradeoff.markdown_table(record)
+    assert ", seed 0" not in table and "over 1 seeds" not in table

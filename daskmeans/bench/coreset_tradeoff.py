@@ -28,6 +28,7 @@ a coreset ``n``; vc-GMM the AFK-MC2 chains and its E-steps as counted (:attr:`Co
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 
@@ -83,6 +84,13 @@ def kmeanspp_distances(n, k, n_iter, init="k-means++"):
     return int(seeding + n * k * n_iter)
 
 
+def _start_clock():
+    """``time.perf_counter()`` after a full garbage collection, so that no timed run pays for collecting what the runs
+    before it left (the energy runs collect between runs too)."""
+    gc.collect()
+    return time.perf_counter()
+
+
 def _sklearn_kmeans(k, seed, init="k-means++", max_iter=300):
     from sklearn.cluster import KMeans as SKLearnKMeans
 
@@ -92,7 +100,7 @@ def _sklearn_kmeans(k, seed, init="k-means++", max_iter=300):
 def run_reference(X, k, seed):
     """scikit-learn k-means++ + Lloyd on all rows: ``(centers, seconds, n_iter)``."""
     model = _sklearn_kmeans(k, seed)
-    start = time.perf_counter()
+    start = _start_clock()
     model.fit(X)
     return model.cluster_centers_, time.perf_counter() - start, int(model.n_iter_)
 
@@ -101,7 +109,7 @@ def run_vc_gmm(array, k, m, seed, client):
     """vc-GMM at its defaults with coreset size ``m`` (``"auto"``: the default size); returns the record fields,
     timed with the labelling pass that gives its quantization error (``inertia_``), as the baselines are."""
     model = CoresetGaussianMixture(k, coreset_size=m, random_state=seed, client=client)
-    start = time.perf_counter()
+    start = _start_clock()
     model.fit(array)
     inertia = float(model.inertia_)
     seconds = time.perf_counter() - start
@@ -123,7 +131,7 @@ def run_baseline(method, array, k, m, seed, client, max_iter=300):
     """A baseline (:data:`BASELINES`) on ``m`` sampled rows with at most ``max_iter`` Lloyd iterations, then one
     labelling pass over all rows, all timed."""
     sampling, init = BASELINES[method]
-    start = time.perf_counter()
+    start = _start_clock()
     if sampling == "lwcs":
         points, weights = lightweight_coreset(array, m, random_state=seed, client=client)
         extra_distances = array.shape[0]
@@ -299,11 +307,48 @@ def _percent(value):
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
 
-def method_label(run) -> str:
-    """The table's name of a run: its method, and for vc-GMM whether it is the default (or former default) size."""
+def method_label(run, with_seed=False) -> str:
+    """The table's name of a run: its method, for vc-GMM whether it is the default (or former default) size, and
+    its seed where the record has several."""
     label = LABELS[run["method"]]
     marks = [name for key, name in (("default", "default"), ("previous_default", "former default")) if run.get(key)]
-    return label + (f" ({', '.join(marks)} size)" if marks else "")
+    return label + (f" ({', '.join(marks)} size)" if marks else "") + (f", seed {run['seed']}" if with_seed else "")
+
+
+def several_seeds(record) -> bool:
+    """Whether the record holds the study for more than one seed."""
+    return len({run["seed"] for run in record["runs"]}) > 1
+
+
+def vc_gmm_by_size(record) -> dict:
+    """The vc-GMM runs of every seed, by coreset size (smallest first)."""
+    sizes = {}
+    for run in record["runs"]:
+        if run["method"] == "vc-gmm":
+            sizes.setdefault(run["size"], []).append(run)
+    return dict(sorted(sizes.items()))
+
+
+def size_means(runs) -> tuple:
+    """``(mean error, mean speedup)`` of one coreset size's runs over the seeds."""
+    return float(np.mean([r["error"] for r in runs])), float(np.mean([r["speedup"] for r in runs]))
+
+
+def seed_summary(record) -> list:
+    """One line per vc-GMM coreset size over the seeds: the mean error and speedup, and in how many seeds it was
+    ahead of the claim's baselines and of random-seeded k-means at the same time."""
+    lines = []
+    for runs in vc_gmm_by_size(record).values():
+        error, speedup = size_means(runs)
+        claim = sum(ahead_of(run, CLAIM_BASELINES) for run in runs)
+        random_init = sum(ahead_of(run, ("uniform-random",)) for run in runs)
+        name = method_label(runs[0]).replace("vc-GMM", f"vc-GMM, coreset {runs[0]['size']:,}")
+        lines.append(
+            f"{name}, over {len(runs)} seeds: mean error {_percent(error)} at a mean speedup of {speedup:.1f}x; lower "
+            f"error than both k-means++ baselines at the same time in {claim} of {len(runs)} seeds, below k-means "
+            f"with random seeding on a uniform sample in {random_init}."
+        )
+    return lines
 
 
 def markdown_table(record) -> str:
@@ -318,6 +363,7 @@ def markdown_table(record) -> str:
     ]
     if record.get("skipped"):
         return "\n".join(lines + [f"Skipped: {record['skipped']}", ""])
+    many = several_seeds(record)
     columns = [
         "method",
         "size",
@@ -332,7 +378,7 @@ def markdown_table(record) -> str:
     ]
     rows = [
         [
-            method_label(run),
+            method_label(run, many),
             f"{run['size']:,}",
             f"{run.get('max_iter', '')}",
             f"{run['seconds']:.2f}",
@@ -347,7 +393,9 @@ def markdown_table(record) -> str:
     ]
     lines += table_lines(columns, rows, right=range(1, len(columns)))
     lines.append("")
-    lines += [f"- {verdict(run)}" for run in record["runs"] if run["method"] == "vc-gmm"]
+    lines += [f"- {verdict(run, many)}" for run in record["runs"] if run["method"] == "vc-gmm"]
+    if many:
+        lines += ["", *(f"- {line}" for line in seed_summary(record))]
     return "\n".join(lines) + "\n"
 
 
@@ -357,13 +405,13 @@ def ahead_of(run, methods) -> bool:
     return all(run.get(same_time_key(m)) is None or run["error"] < run[same_time_key(m)] for m in methods)
 
 
-def verdict(run) -> str:
+def verdict(run, with_seed=False) -> str:
     """One line on a vc-GMM run: its error and speedup, against the claim's baselines and against k-means with random
-    seeding on a uniform sample, at the same time."""
+    seeding on a uniform sample, at the same time (``with_seed``: its seed named)."""
     claim = "lower error than" if ahead_of(run, CLAIM_BASELINES) else "NOT lower error than"
     random_init = "below" if ahead_of(run, ("uniform-random",)) else "NOT below"
     slow = [LABELS[m] for m in BASELINES if run.get(same_time_key(m)) is None]
-    name = method_label(run).replace("vc-GMM", f"vc-GMM, coreset {run['size']:,}")
+    name = method_label(run, with_seed).replace("vc-GMM", f"vc-GMM, coreset {run['size']:,}")
     return (
         f"{name}: {_percent(run['error'])} "
         f"at {run['speedup']:.1f}x: {claim} both k-means++ baselines at the same time; {random_init} k-means with "
@@ -390,28 +438,38 @@ def best_by_time(runs):
 
 
 def plot(record, path):
-    """Relative error against wall-clock speedup: vc-GMM by coreset size, each baseline as the lowest error its ladder
-    reached in each time (its runs as faint marks)."""
+    """Relative error against wall-clock speedup: vc-GMM by coreset size (the mean over the seeds, each seed's run as a
+    dot), each baseline as the lowest error its ladder reached in each time, one line per seed (its runs as faint
+    marks)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    reference = next(r for r in record["runs"] if r["method"] == "k-means++")["seconds"]
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    vc_gmm = sorted((r for r in record["runs"] if r["method"] == "vc-gmm"), key=lambda r: r["size"])
-    axes.plot([r["speedup"] for r in vc_gmm], [100 * r["error"] for r in vc_gmm], "o-", label=LABELS["vc-gmm"])
-    for r in vc_gmm:
-        text = f"{r['size']:,}" + (" (default)" if r.get("default") else "")
-        axes.annotate(text, (r["speedup"], 100 * r["error"]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+    by_size = vc_gmm_by_size(record)
+    means = [size_means(runs) for runs in by_size.values()]
+    many = several_seeds(record)
+    line = axes.plot([s for _, s in means], [100 * e for e, _ in means], "o-", label=LABELS["vc-gmm"])
+    for runs, (error, speedup) in zip(by_size.values(), means):
+        text = f"{runs[0]['size']:,}" + (" (default)" if runs[0].get("default") else "")
+        axes.annotate(text, (speedup, 100 * error), fontsize=7, textcoords="offset points", xytext=(3, 3))
+        if many:
+            axes.plot([r["speedup"] for r in runs], [100 * r["error"] for r in runs], ".", color=line[0].get_color())
     for method, style in zip(BASELINES, ("s--", "^:", "v-.")):
         runs = [r for r in record["runs"] if r["method"] == method]
         if runs:
-            envelope = best_by_time(runs)
-            line = axes.plot(
-                [reference / t for t, _ in envelope], [100 * e for _, e in envelope], style, label=LABELS[method]
-            )
+            reference = {r["seed"]: r["seconds"] for r in record["runs"] if r["method"] == "k-means++"}
+            for number, seed in enumerate(sorted({r["seed"] for r in runs})):
+                envelope = best_by_time([r for r in runs if r["seed"] == seed])
+                line = axes.plot(
+                    [reference[seed] / t for t, _ in envelope],
+                    [100 * e for _, e in envelope],
+                    style,
+                    label=None if number else LABELS[method],
+                    **({"color": line[0].get_color()} if number else {}),
+                )
             axes.plot(
                 [r["speedup"] for r in runs],
                 [100 * r["error"] for r in runs],

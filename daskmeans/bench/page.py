@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import statistics
 
+from . import coreset_tradeoff
 from . import records as rec
 from .common import machine_text, table_lines, write_text
 from .reference import REFERENCE_MAX_ITER
@@ -216,19 +217,23 @@ def nmbatch_claim(found) -> list | None:
 VC_GMM_ENTRIES = ("vc-gmm-descriptors", "vc-gmm-mnist", "vc-gmm-kdd")
 
 
+def _size_text(runs) -> str:
+    """One coreset size's mean relative error at its mean speedup (over the seeds), as the claim line says it."""
+    error, speedup = coreset_tradeoff.size_means(runs)
+    seeds = f", over {len(runs)} seeds" if len(runs) > 1 else ""
+    return f"{100 * error:.1f}% at {speedup:.1f}x" + (" (default" + seeds + ")" if runs[0].get("default") else "")
+
+
 def vc_gmm_claim(found) -> list | None:
-    """vc-GMM's relative error at its speedup over k-means++, per coreset size."""
+    """vc-GMM's relative error at its speedup over k-means++, per coreset size (means over the seeds)."""
     texts = []
     for entry_name in VC_GMM_ENTRIES:
         for name, record in _records_of(found, entry_name):
-            runs = sorted((r for r in record["runs"] if r["method"] == "vc-gmm"), key=lambda r: r["size"])
-            if runs:
+            by_size = coreset_tradeoff.vc_gmm_by_size(record)
+            if by_size:
                 texts.append(
                     f"{_pretty(name)} (k = {record['workload']['k']}): "
-                    + ", ".join(
-                        f"{100 * r['error']:.1f}% at {r['speedup']:.1f}x" + (" (default)" if r.get("default") else "")
-                        for r in runs
-                    )
+                    + ", ".join(_size_text(runs) for runs in by_size.values())
                 )
     if not texts:
         return None

@@ -140,9 +140,10 @@ def tradeoff_table(record) -> list:
     """vc-GMM's relative error against its speedup, with each baseline's error in the same time."""
     if record.get("skipped"):
         return [f"Skipped: {record['skipped']}"]
+    many = coreset_tradeoff.several_seeds(record)
     rows = [
         [
-            coreset_tradeoff.method_label(run),
+            coreset_tradeoff.method_label(run, many),
             f"{run['size']:,}",
             f"{run['seconds']:.2f} s",
             f"{run['speedup']:.1f}x",
