@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import config
 from .assign import all_dist2, nearest_centers
-from .distance import pair_dist2
+from .distance import exact_dist2, pair_dist2
 from .score_error import score_error_allowance
 
 #: Chains per block: each proposal is measured pair by pair against the centers chosen earlier in its block (on
@@ -201,8 +201,9 @@ def proposal_distribution(points, weights, first_center):
     first_center : ndarray (d,)
     """
     weights = np.asarray(weights, dtype=np.float64)
-    diff = np.asarray(points, dtype=np.float64) - np.asarray(first_center, dtype=np.float64)
-    d2 = np.einsum("ij,ij->i", diff, diff)
+    # the exact distance kernel reads the points as they are: no float64 copy of them (as large as a coreset)
+    first = np.ascontiguousarray(first_center, dtype=np.float64)[None, :]
+    d2 = exact_dist2(np.ascontiguousarray(points), first, np.zeros(points.shape[0], dtype=np.int32))
     weighted = weights * d2
     total = float(weighted.sum())
     uniform_part = 0.5 * weights / weights.sum()
