@@ -36,7 +36,7 @@ def draw_coreset(array, m: int, seed: int, *, mean, weights=None, client=None):
     (masses,) = compute_now(block_masses_graph(array, mean, weights, name="lwcs-masses"), client=client)
     parts = compute_now(*coreset_pass.draw_parts(array, masses, mean, m, seed, weights), client=client)
     indices, points, coreset_weights = coreset_pass.concatenate_draws(parts)
-    return indices, np.ascontiguousarray(points), coreset_weights, 2
+    return indices, points, coreset_weights, 2
 
 
 def every_row(array, weights=None, client=None):

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import config
 from .assign import all_dist2, nearest_centers
-from .distance import exact_dist2, pair_dist2
+from .distance import dist2_to_point, pair_dist2
 from .score_error import score_error_allowance
 
 #: Chains per block: each proposal is measured pair by pair against the centers chosen earlier in its block (on
@@ -201,9 +201,7 @@ def proposal_distribution(points, weights, first_center):
     first_center : ndarray (d,)
     """
     weights = np.asarray(weights, dtype=np.float64)
-    # the exact distance kernel reads the points as they are: no float64 copy of them (as large as a coreset)
-    first = np.ascontiguousarray(first_center, dtype=np.float64)[None, :]
-    d2 = exact_dist2(np.ascontiguousarray(points), first, np.zeros(points.shape[0], dtype=np.int32))
+    d2 = dist2_to_point(points, first_center)  # no float64 copy of the points (as large as a coreset)
     weighted = weights * d2
     total = float(weighted.sum())
     uniform_part = 0.5 * weights / weights.sum()

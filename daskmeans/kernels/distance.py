@@ -124,3 +124,16 @@ def exact_dist2(X, centers, labels):
     for i in range(X.shape[0]):
         out[i] = pair_dist2(X[i], centers[labels[i]])
     return out
+
+
+def dist2_to_point(X, point):
+    """Squared distance of every row of ``X`` to one ``point`` (:func:`pair_dist2`, float64), reading the rows as
+    they are stored: no float64 copy of ``X``.
+
+    Examples
+    --------
+    >>> dist2_to_point(np.array([[0, 0], [3, 4]], dtype=np.uint8), np.zeros(2)).tolist()
+    [0.0, 25.0]
+    """
+    rows = np.ascontiguousarray(X)
+    return exact_dist2(rows, np.asarray(point, dtype=np.float64).reshape(1, -1), np.zeros(rows.shape[0], np.int32))

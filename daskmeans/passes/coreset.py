@@ -35,7 +35,7 @@ def allocate_draws(masses, m: int, seed: int) -> np.ndarray:
 
 
 def _draw_block(block, offset, weights, n_draws, mean, total_spread, total_weight, m, seed):
-    block = np.asarray(block)  # as stored: q is computed a slab at a time, only the drawn rows are converted
+    block = np.asarray(block)  # as stored: q is computed a slab at a time, the drawn rows leave as stored
     w = np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     q = np.concatenate(
         [

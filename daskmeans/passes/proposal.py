@@ -15,24 +15,18 @@ import numpy as np
 from .. import config
 from ..engine.graph import block_args, map_blocks_delayed, shared, tree_reduce
 from ..engine.slabs import slabs, stored_form
-from ..kernels.distance import exact_dist2
+from ..kernels.distance import dist2_to_point
 
 
 def _weights_of(block, weights):
     return np.ones(block.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
 
 
-def _dist2_to(block, point):
-    # the exact float64 distance of every row, without a float64 copy of the rows
-    rows = np.asarray(block)
-    return exact_dist2(rows, np.asarray(point, dtype=np.float64)[None, :], np.zeros(rows.shape[0], dtype=np.int32))
-
-
 def _masses_block(block, offset, weights, point):
     mass, total = 0.0, 0.0
     for _, rows, w in slabs(block, weights):
         w = _weights_of(rows, w)
-        mass += float(w @ _dist2_to(rows, point))
+        mass += float(w @ dist2_to_point(rows, point))
         total += float(w.sum())
     return np.array([[mass, total]])
 
@@ -67,7 +61,7 @@ def row_probabilities(block, weights, point, total_d2, total_w) -> np.ndarray:
     w = _weights_of(block, weights)
     q = 0.5 * w / total_w
     if total_d2 > 0:
-        return q + 0.5 * w * _dist2_to(block, point) / total_d2
+        return q + 0.5 * w * dist2_to_point(block, point) / total_d2
     return 2.0 * q
 
 

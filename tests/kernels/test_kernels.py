@@ -5,7 +5,7 @@ import pytest
 
 from daskmeans.engine.random import row_uniforms, stage_key
 from daskmeans.kernels.assign import all_dist2, nearest_centers, nearest_direct, nearest_gemm
-from daskmeans.kernels.distance import exact_dist2, pair_dist2
+from daskmeans.kernels.distance import dist2_to_point, exact_dist2, pair_dist2
 from daskmeans.kernels.stats import cluster_stats, column_moments
 
 
@@ -104,6 +104,9 @@ def test_exact_distance_is_the_same_sum_for_bytes_and_strided_vectors(d):
     np.testing.assert_array_equal(
         exact_dist2(X, C.astype(np.float32), labels),
         [reference_pair_dist2(X[i], C.astype(np.float32)[labels[i]]) for i in range(30)],
+    )
+    np.testing.assert_array_equal(
+        dist2_to_point(np.asfortranarray(X), C[2]), [reference_pair_dist2(row, C[2]) for row in X]
     )
     strided_X, strided_C = np.asfortranarray(X), np.asfortranarray(C)
     assert pair_dist2(strided_X[4], strided_C[1]) == reference_pair_dist2(X[4], C[1])
