@@ -36,13 +36,16 @@ def _names(text):
     return None if text is None else tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _sizes(text):
+def _sizes(text, option="--sizes"):
+    """Whole numbers separated by commas (``250000,1e6``) as a tuple of int."""
     if text is None:
         return None
     try:
         return tuple(int(float(part)) for part in text.split(",") if part.strip())
     except ValueError as error:
-        raise click.BadParameter(f"write row counts separated by commas, e.g. 250000,1e6; got {text!r}") from error
+        raise click.BadParameter(
+            f"{option}: write whole numbers separated by commas, e.g. 250000,1e6; got {text!r}"
+        ) from error
 
 
 class BenchCommand(click.Command):
@@ -108,6 +111,12 @@ class BenchCommand(click.Command):
     help="memory: data persisted on the workers; zarr: read from a Zarr store at every pass.",
 )
 @click.option("--batch-size", type=int, help="Batch size of the MiniBatchKMeans peer (default 1024).")
+@click.option(
+    "--sweep-n",
+    help="Sweep: row counts, comma-separated (with --sweep-k); each workload runs once per (n, k) cell and writes "
+    "one record NAME-sweep.",
+)
+@click.option("--sweep-k", help="Sweep: numbers of clusters, comma-separated (with --sweep-n).")
 @click.option("--sizes", help="Row counts of the sizing workload, comma-separated (e.g. 250000,1e6,2e6).")
 @click.option(
     "--max-points",
@@ -191,6 +200,8 @@ def bench(
     n_features,
     storage,
     batch_size,
+    sweep_n,
+    sweep_k,
     sizes,
     max_points,
     refine,
@@ -250,6 +261,8 @@ def bench(
         storage=storage,
         batch_size=batch_size,
         sizes=_sizes(sizes),
+        sweep_n=_sizes(sweep_n, "--sweep-n"),
+        sweep_k=_sizes(sweep_k, "--sweep-k"),
         max_points=max_points,
         refine=refine,
         reference=reference,

@@ -12,7 +12,7 @@ import math
 import os
 import posixpath
 
-from . import coreset_tradeoff, kernel_quality, report, sizing
+from . import coreset_tradeoff, kernel_quality, report, sizing, sweep
 from .common import machine_text, table_lines
 from .suite import SUITE, entry_named
 
@@ -172,7 +172,13 @@ def sizing_table(record) -> list:
     return sizing.sizes_lines(record) + [""] + sizing.extrapolation_lines(record)
 
 
-TABLES = {"energy": energy_table, "quality": quality_table, "vc-gmm": tradeoff_table, "sizing": sizing_table}
+TABLES = {
+    "energy": energy_table,
+    "sweep": sweep.sweep_table,
+    "quality": quality_table,
+    "vc-gmm": tradeoff_table,
+    "sizing": sizing_table,
+}
 
 
 # -- the README's headline -------------------------------------------------------------------------------------------

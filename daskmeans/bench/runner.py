@@ -15,7 +15,7 @@ from .._version import __version__
 from ..engine.cluster import ClusterSpec
 from ..exceptions import InvalidParameterError
 from ..registry import ALGORITHMS, energy_algorithm_names
-from . import coreset_tradeoff, report, sizing
+from . import coreset_tradeoff, report, sizing, sweep
 from .common import (
     check_out_dir,
     check_seeds,
@@ -66,6 +66,8 @@ class BenchOptions:
     storage: str | None = None
     batch_size: int | None = None
     sizes: tuple | None = None
+    sweep_n: tuple | None = None
+    sweep_k: tuple | None = None
     max_points: int = 10
     refine: bool = True
     driver_memory: str | None = None
@@ -114,6 +116,9 @@ def check_options(options: BenchOptions) -> BenchOptions:
             raise InvalidParameterError("--sizes applies to the 'sizing' workload; add 'sizing' to the workloads.")
         if not options.sizes or any(not isinstance(s, int) or s < 2 for s in options.sizes):
             raise InvalidParameterError(f"--sizes must be row counts >= 2, e.g. 250000,1000000; got {options.sizes!r}.")
+    options.sweep_n, options.sweep_k = sweep.check_grid(options.sweep_n, options.sweep_k)
+    if _sweep_asked(options):
+        _check_sweep(options)
     options.resolved = resolve_workloads(
         options.workloads,
         quick=options.quick,
@@ -131,6 +136,8 @@ def check_options(options: BenchOptions) -> BenchOptions:
         options.reference_cache = os.path.join(options.out_dir, DEFAULT_CACHE_NAME)
     check_reference(options.reference, options.reference_cache)
     outputs = [(w.output_name, report.PLOTS) for w in options.resolved if _regular_runs(options, w)]
+    if _sweep_asked(options):
+        outputs = [(sweep.output_name(w.output_name), sweep.PLOTS) for w in options.resolved]
     if _tradeoff_asked(options):
         outputs += [(coreset_tradeoff.output_name(w.output_name), coreset_tradeoff.PLOTS) for w in options.resolved]
     if SIZING in options.workloads:
@@ -138,6 +145,23 @@ def check_options(options: BenchOptions) -> BenchOptions:
     if not options.overwrite:
         refuse_existing(path for name, plots in outputs for path in output_paths(options.out_dir, name, plots).values())
     return options
+
+
+def _sweep_asked(options: BenchOptions) -> bool:
+    """``--sweep-n`` and ``--sweep-k`` were given: each workload runs as a grid of cells (see :mod:`.sweep`)."""
+    return options.sweep_n is not None
+
+
+def _check_sweep(options: BenchOptions):
+    """Refuse what a sweep cannot combine with: a single size or k, and the other kinds of benchmark."""
+    if options.n_samples is not None or options.k is not None:
+        raise InvalidParameterError(
+            "A sweep takes its sizes and k from --sweep-n and --sweep-k; drop --n-samples and -k."
+        )
+    if options.quality or SIZING in options.workloads or _tradeoff_asked(options):
+        raise InvalidParameterError(
+            "--sweep-n and --sweep-k make energy records; run --quality, 'sizing' and vc-gmm's study without them."
+        )
 
 
 def _tradeoff_asked(options: BenchOptions) -> bool:
@@ -499,6 +523,18 @@ def _run_tradeoff(workload, options: BenchOptions, machine, echo) -> list:
     return coreset_tradeoff.write_outputs(record, options.out_dir)
 
 
+def _run_sweep(workload, options: BenchOptions, machine, sgemm, echo) -> list:
+    """The n x k sweep of one workload, each cell on a cluster of its own."""
+
+    def run_cell(cell):
+        with cluster_for(options, cell.worker_memory).client() as client:
+            return run_workload(cell, options, client, machine, sgemm, echo=echo)
+
+    record = sweep.run_sweep(workload, options.sweep_n, options.sweep_k, run_cell, echo=echo)
+    echo("\n".join(sweep.sweep_table(record)))
+    return sweep.write_outputs(record, options.out_dir)
+
+
 # -- the whole command -------------------------------------------------------------------------------------------------
 def run_benchmark(options: BenchOptions, echo=print) -> list:
     """Check the options, run every workload and write its JSON record, Markdown table and plot.
@@ -524,6 +560,9 @@ def run_benchmark(options: BenchOptions, echo=print) -> list:
         if _tradeoff_asked(options):
             written.extend(_run_tradeoff(workload, options, machine, echo))
         if not _regular_runs(options, workload):
+            continue
+        if _sweep_asked(options):
+            written.extend(_run_sweep(workload, options, machine, sgemm, echo))
             continue
         with cluster_for(options, workload.worker_memory).client() as client:
             record = run_workload(workload, options, client, machine, sgemm, echo=echo)

@@ -17,7 +17,7 @@ import posixpath
 from dataclasses import dataclass
 
 from ..exceptions import InvalidParameterError
-from . import coreset_tradeoff, kernel_quality, report, sizing
+from . import coreset_tradeoff, kernel_quality, report, sizing, sweep
 from .common import output_paths, refuse_existing
 from .reference import DEFAULT_CACHE_NAME
 from .workloads import SIZING, WORKLOADS
@@ -63,10 +63,12 @@ class Entry:
 
     @property
     def kind(self) -> str:
-        """``"energy"`` (energy over time), ``"quality"`` (ARI/NMI), ``"vc-gmm"`` (the error-vs-speedup study) or
-        ``"sizing"``."""
+        """``"energy"`` (energy over time), ``"sweep"`` (energy over time in a grid of n and k), ``"quality"``
+        (ARI/NMI), ``"vc-gmm"`` (the error-vs-speedup study) or ``"sizing"``."""
         if SIZING in self.workloads:
             return "sizing"
+        if "--sweep-n" in self.options:
+            return "sweep"
         if "--quality" in self.options:
             return "quality"
         algorithms = _option_value(self.options, "--algorithms") or ""
@@ -74,8 +76,9 @@ class Entry:
 
     @property
     def yardstick(self) -> str | None:
-        """E* of an energy record: ``"lloyd"`` (the converged Lloyd energy) or ``"best"`` (the older yardstick)."""
-        if self.kind != "energy":
+        """E* of an energy or sweep record: ``"lloyd"`` (the converged Lloyd energy) or ``"best"`` (the older
+        yardstick)."""
+        if self.kind not in ("energy", "sweep"):
             return None
         return _option_value(self.options, "--reference") or "lloyd"
 
@@ -88,11 +91,14 @@ class Entry:
             return [kernel_quality.output_name(name) for name in names]
         if self.kind == "vc-gmm":
             return [coreset_tradeoff.output_name(name) for name in names]
+        if self.kind == "sweep":
+            return [sweep.output_name(name) for name in names]
         return names
 
     def plots(self) -> dict:
         """The plots each record of the entry has (see :func:`.common.output_paths`)."""
-        return {"energy": report.PLOTS, "vc-gmm": coreset_tradeoff.PLOTS, "sizing": sizing.PLOTS}.get(self.kind, {})
+        plots = {"energy": report.PLOTS, "sweep": sweep.PLOTS, "vc-gmm": coreset_tradeoff.PLOTS, "sizing": sizing.PLOTS}
+        return plots.get(self.kind, {})
 
     def needs_data_files(self) -> bool:
         """Whether a workload reads a dataset file from ``--data-dir``."""
