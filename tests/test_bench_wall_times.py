@@ -9,6 +9,7 @@ import numpy as np
 from conftest import make_blobs
 
 from daskmeans.bench import report
+from daskmeans.bench.common import settle
 from daskmeans.bench.energy import InMemoryEnergy
 from daskmeans.bench.estimator_runs import run_daskmeans
 from daskmeans.bench.refinement import REFIT_GROWTH, REFIT_TRIES, fit_until_reached
@@ -64,3 +65,27 @@ def test_whole_fits_time_a_run_that_has_them_and_snapshots_stand_beside_them():
         "snapshot_time_to": {"0.01": report._spread([2.0])},
     }
     assert report.time_to_cell(algorithm, "0.01", many=False) == "2.6 s (snapshot 2 s)"
+
+
+def _sleep_then_return(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def _executing(dask_worker):
+    return dask_worker.state.executing_count
+
+
+def test_a_timed_run_starts_only_once_no_worker_runs_what_an_earlier_fit_abandoned(cluster_client):
+    future = cluster_client.submit(_sleep_then_return, 1.5, pure=False)
+    while not any(cluster_client.run(_executing).values()):
+        pass
+    future.cancel()  # as a fit returning on max_time cancels a pass: the worker still runs the task to its end
+    assert any(cluster_client.run(_executing).values())
+
+    settle(cluster_client)
+
+    assert not any(cluster_client.run(_executing).values())
+    settle(None)  # without a client (the threaded scheduler) there is nothing to wait for

@@ -10,12 +10,14 @@ tables and plots can be rebuilt from it), ``NAME.md`` (its table) and its plots 
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib.metadata
 import json
 import os
 import platform
 import socket
 import subprocess
+import time
 
 import dask
 import dask.array as da
@@ -245,6 +247,29 @@ def warm_up(client, algorithms, n_features, dtype=np.float32, n_clusters=32):
                 estimator.fit(da.from_array(np.ascontiguousarray(X[:, :d]), chunks=(n_rows // 4, d)))
             except Exception:  # noqa: BLE001 - a failing algorithm is recorded by its real run
                 pass
+
+
+#: The longest :func:`settle` waits for the workers to finish what they run.
+SETTLE_TIMEOUT = 120.0
+
+
+def _tasks_executing(dask_worker) -> int:
+    return dask_worker.state.executing_count
+
+
+def settle(client):
+    """Collect garbage and wait until no worker runs a task, before a timed run.
+
+    A fit that returns on ``max_time`` cancels the passes it submitted ahead, but a task already running on a
+    worker runs to its end: the next timed run (a fit, or a peer sharing the machine's cores) must not pay for it.
+    Without a client (Dask's threaded scheduler) only the garbage is collected.
+    """
+    gc.collect()
+    if client is None:
+        return
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while any(client.run(_tasks_executing).values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 # -- outputs -----------------------------------------------------------------------------------------------------------

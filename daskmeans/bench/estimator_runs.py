@@ -9,6 +9,7 @@ import numpy as np
 
 from ..registry import make_estimator
 from ..storage.zarr_safe import to_jsonable
+from .common import settle
 from .traces import Candidate, Trace
 
 
@@ -35,6 +36,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
     def refit(max_time) -> Candidate:
         """The whole fit again with ``max_time``, timed from the call to its return."""
         again = estimator_with(max_time)
+        settle(client)
         started = time.perf_counter()
         again.fit(data.fit_input)
         seconds = time.perf_counter() - started
@@ -45,6 +47,7 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
     snapshots_supported = "snapshot_centers" in estimator.get_params()
     if snapshots_supported:
         estimator.set_params(snapshot_centers=True)
+    settle(client)
     start = time.perf_counter()
     estimator.fit(data.fit_input)
     fit_seconds = time.perf_counter() - start

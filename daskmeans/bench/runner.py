@@ -26,6 +26,7 @@ from .common import (
     machine_info,
     output_paths,
     refuse_existing,
+    settle,
     split_names,
     warm_up,
 )
@@ -383,6 +384,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                     max_iter=max(named) if named and None not in named else None,
                     driver_memory=_driver_memory(options),
                 )
+                settle(client)
                 trace, error, memory, caught = _guarded(lambda: run_peer(peer, context), (client, 0.05, processes))
                 run.status, run.reason, run.trace, run.memory, run.warnings = (
                     "ok" if trace else "failed",
