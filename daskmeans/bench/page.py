@@ -47,6 +47,10 @@ METHOD = f"""\
   `SuperKMeans` (faiss-cpu 1.15 or later: distances pruned on a prefix of rotated dimensions; at least 32
   features) on its default subsample (`superkmeans`) or on every row (`superkmeans-all`). dask-ml's `KMeans` runs on
   the cluster.
+- **A sweep** (`--sweep-n` and `--sweep-k`) runs a workload's subsamples at several sizes, each into several k:
+  every cell is an energy benchmark of its own, with its own E\*, the largest cell gets the time budget and every
+  other cell a share proportional to its n x k (at least 5 s). Its table compares, cell by cell, the fastest
+  daskmeans algorithm with the fastest peer, and flags the cells that fall short of a goal.
 - **Ratios are taken within one record**, seed by seed: both runs made by one command on one machine. Times of
   different records (other days, machines or loads) do not compare.
 - **The machine** of each record is named in the table below and in the record's header, with the code's commit,
