@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daskmeans.bench import coreset_tradeoff, kernel_quality, report, sizing
+from daskmeans.bench import coreset_tradeoff, kernel_quality, report, sizing, sweep
 from daskmeans.bench.command import bench, suite_command
 from daskmeans.bench.page import render_page
 from daskmeans.bench.records import entry_records, headline_table
@@ -30,6 +30,7 @@ DOCS_LIMIT_BYTES = 15 * 2**20
 BUILT = {"_build", "_notebooks", "generated"}
 RENDERERS = {
     "energy": report.markdown_table,
+    "sweep": sweep.markdown_table,
     "quality": kernel_quality.markdown_table,
     "vc-gmm": coreset_tradeoff.markdown_table,
     "sizing": sizing.markdown_table,
