@@ -48,7 +48,7 @@ METHOD = f"""\
   features) on its default subsample (`superkmeans`) or on every row (`superkmeans-all`). dask-ml's `KMeans` runs on
   the cluster.
 - **A sweep** (`--sweep-n` and `--sweep-k`) runs a workload's subsamples at several sizes, each into several k:
-  every cell is an energy benchmark of its own, with its own E\*, the largest cell gets the time budget and every
+  every cell is an energy benchmark of its own, with its own E\\*, the largest cell gets the time budget and every
   other cell a share proportional to its n x k (at least 5 s). Its table compares, cell by cell, the fastest
   daskmeans algorithm with the fastest peer, and flags the cells that fall short of a goal.
 - **Ratios are taken within one record**, seed by seed: both runs made by one command on one machine. Times of

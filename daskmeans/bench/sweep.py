@@ -330,7 +330,7 @@ def plot(record, path):
     import numpy as np
 
     sizes, clusters = record["grid"]["n"], record["grid"]["k"]
-    figure, panels = plt.subplots(1, 2, figsize=(10, 0.9 * len(sizes) + 2.2))
+    figure, panels = plt.subplots(1, 2, figsize=(10, 0.9 * len(sizes) + 2.2), layout="constrained")
     for axes, target, goal in zip(panels, ("0.02", "0.01"), (LEAD_AT_2, LEAD_AT_1)):
         grid = np.full((len(sizes), len(clusters)), np.nan)
         labels = {}
