@@ -150,6 +150,9 @@ class RunContext:
         Sample weights, chunked like the data (NumPy for the algorithms that run on the driver).
     total_weight : float, optional
         Sum of the weights (n without weights), to report energies as means.
+    final_pass : bool
+        The caller makes one pass over the final centers (the inertia of one of several runs) within the
+        ``max_time`` budget: the algorithm counts it when it decides whether its next iteration still ends in time.
     """
 
     clock: Clock = field(default_factory=Clock)
@@ -159,6 +162,7 @@ class RunContext:
     checkpoint: Any = None
     weights: Any = None
     total_weight: float | None = None
+    final_pass: bool = False
 
     @property
     def resume(self):

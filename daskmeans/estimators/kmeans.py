@@ -351,7 +351,7 @@ class KMeans(ClusteringEstimator):
                 hook = start.hook(
                     "run_state", fresh=run != first_run, run=run, best=None if best is None else result_to_state(best)
                 )
-                centers, passes = None, 0
+                centers, passes, run_start = None, 0, clock.elapsed()
                 if hook is None or hook.resume is None:
                     centers, passes = seed_centers(
                         self, data, weights, client, start.seed, plan=plan.seeding, run=run, recorder=recorder
@@ -365,6 +365,7 @@ class KMeans(ClusteringEstimator):
                     checkpoint=hook,
                     weights=weights,
                     total_weight=summary.total_weight,
+                    final_pass=self.n_init > 1,
                 )
                 if plan.on_driver and driver is None:
                     driver = DriverCopy.gather(data.array, weights, client)
@@ -374,7 +375,8 @@ class KMeans(ClusteringEstimator):
                         result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
-                out_of_time = clock.out_of_time()
+                # the next run starts only if one as long as this one still ends within max_time
+                out_of_time = clock.out_of_time(clock.elapsed() - run_start)
                 if checkpoint is not None:
                     start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best), run_state=None)
                 if out_of_time:

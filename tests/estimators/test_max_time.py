@@ -12,8 +12,12 @@ import pytest
 import zarr
 from conftest import make_blobs
 
+from daskmeans.algorithms.init import kmeans_parallel
+from daskmeans.algorithms.lloyd import next_lap_forecast
 from daskmeans.algorithms.nested import LapForecast, nested_minibatch, nested_plan, next_growth
+from daskmeans.algorithms.plan import SeedingPlan
 from daskmeans.algorithms.result import Clock, RunContext
+from daskmeans.algorithms.sample_kmeans import weighted_lloyd
 from daskmeans.registry import make_estimator
 
 #: Seconds each iteration's progress callback sleeps: the laps are this long, give or take the (tiny) compute.
@@ -105,6 +109,36 @@ def test_nmbatch_cuts_a_doubling_to_the_rows_that_fit_in_the_time_left():
     assert next_growth(laps, 10_000, 2000, seconds_left=0.8, min_rows=4096) == 2000  # all it asks for fits
     assert next_growth(laps, 10_000, 0, seconds_left=0.6, min_rows=4096) == 0  # no growth asked: a revisit
     assert next_growth(laps, 10_000, 10_000, seconds_left=0.4, min_rows=4096) is None  # not even a revisit
+
+
+def test_lloyd_counts_the_final_pass_of_a_run_with_its_last_iteration():
+    # the next lap: the shorter of the last two; the final pass: as long as the first lap (every distance)
+    assert next_lap_forecast([4.0]) == 4.0
+    assert next_lap_forecast([4.0, 1.0, 1.5]) == 1.0
+    assert next_lap_forecast([4.0, 1.0, 1.5], final_pass=True) == 5.0
+    clock = Clock(max_time=10.0, start=time.perf_counter() - 6.0)  # a fit called 6 s ago
+    assert not clock.out_of_time(next_lap_forecast([4.0, 1.0, 1.5]))
+    assert clock.out_of_time(next_lap_forecast([4.0, 1.0, 1.5], final_pass=True))
+
+
+def test_kmeans_parallel_starts_no_round_once_the_budget_is_spent():
+    X, _, _ = make_blobs(n=2000, d=3, k=6, spread=0.3, seed=4)
+    array = da.from_array(X, chunks=(500, 3))
+    plan = SeedingPlan(rounds=5)
+    _, passes = kmeans_parallel(array, 6, 0, plan)
+    assert passes == 12  # the first row, then a cost and a sampling pass per round, and the last cost pass
+    spent = RunContext(clock=Clock(max_time=1.0, start=time.perf_counter() - 2.0))  # a fit called 2 s ago
+    centers, passes = kmeans_parallel(array, 6, 0, plan, context=spent)
+    # one round gives far more than 6 distinct candidates: no further round starts
+    assert passes == 4
+    assert centers.shape == (6, 3) and np.isfinite(centers).all()
+
+
+def test_reclustering_keeps_its_centers_once_the_budget_is_spent():
+    points = np.random.default_rng(0).standard_normal((200, 2))
+    start = points[:5].copy()
+    np.testing.assert_array_equal(weighted_lloyd(points, np.ones(200), start, out_of_time=lambda: True), start)
+    assert not np.array_equal(weighted_lloyd(points, np.ones(200), start), start)
 
 
 class ScriptedClock(Clock):
