@@ -180,8 +180,11 @@ class KMeans(ClusteringEstimator):
         Relative tolerance: stop when the sum of squared center shifts is below ``tol`` times the mean
         per-feature variance of the data (as scikit-learn).
     max_time : float, optional
-        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long
-        as the last still ends within it.
+        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long as the
+        shorter of the last two still ends within it (with ``n_init > 1``, together with the pass that gives the run's
+        inertia, and a run starts only if one as long as the last does); so does a round of k-means|| seeding. A fit
+        returns past it by no more than the opening of the data, the seeding and the first iteration when they take it
+        all, plus the time the last iteration took beyond that forecast (:class:`~daskmeans.algorithms.result.Clock`).
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     init_rounds : int, default 5

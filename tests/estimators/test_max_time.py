@@ -186,3 +186,30 @@ def test_a_doubling_cut_short_gives_a_valid_batch_and_centers(cluster_client, tm
     for j in np.unique(labels):
         np.testing.assert_allclose(result.centers[j], X[index[labels == j]].astype(np.float64).mean(axis=0), rtol=1e-5)
     result.batch.release()
+
+
+@pytest.mark.parametrize("name", ["kmeans", "nmbatch"])
+def test_a_fit_on_a_cluster_returns_within_max_time_and_a_pass(name, cluster_client, tmp_path):
+    n, d, k, rows = 120_000, 32, 64, 10_000
+    path = str(tmp_path / "X.zarr")
+    store = zarr.open_array(path, mode="w", shape=(n, d), chunks=(rows, d), dtype="f4")
+    store[:] = np.random.default_rng(6).uniform(size=(n, d)).astype(np.float32)  # no clusters: no early convergence
+    # every iteration on the workers, a pass over the store's blocks
+    options = dict(n_clusters=k, init="random", tol=0.0, driver_rows=0, random_state=0, client=cluster_client)
+    warm = make_estimator(name, **options, max_iter=3).fit(path)  # compiled on the workers beforehand
+    # the blocks' work: one assign pass over the data's blocks on the workers
+    start = time.perf_counter()
+    warm.score(path)
+    pass_seconds = time.perf_counter() - start
+    # a budget that ends after a few iterations, past the opening, the seeding and the first iteration
+    budget = 2 * warm.history_[0]["wall_time"] + 4 * pass_seconds
+    model = make_estimator(name, **options, max_iter=100_000, max_time=budget)
+    start = time.perf_counter()
+    model.fit(path)
+    seconds = time.perf_counter() - start
+    assert model.stop_reason_ == "max_time" and model.n_iter_ > 1
+    # past the budget: what the last iteration took beyond its forecast, at most an iteration, itself about a pass
+    # over the blocks (a growth of the nested batch: its revisit and at most half the rows); twice the pass measured,
+    # and a second for the scheduling noise of a shared machine
+    assert seconds <= budget + 2 * pass_seconds + 1.0, f"{seconds:.2f} s for max_time={budget:.2f} s"
+    assert np.isfinite(model.cluster_centers_).all()
