@@ -194,6 +194,9 @@ POOL_BLOCK_OVERSAMPLING = 2
 CHUNK_SAMPLING_MIN_SAVING = 4
 #: Fewest rows each half of a nested mini-batch state block must keep for the block to be split.
 MIN_BLOCK_ROWS = 4096
+#: Fewest rows a growth of the nested mini-batch cut short by ``max_time`` adds (rows): a smaller growth is not
+#: worth reading the chunks it touches, and the iteration revisits the batch it has instead.
+MIN_GROWTH_ROWS = 4096
 #: Most lanes the chunks are dealt to in nested mini-batch (the first batches mix this many chunks).
 MAX_LANES = 64
 #: Multiply-adds (``rows x k x d``) of a full assignment up to which ``driver_rows="auto"`` (exact k-means, nmbatch)

@@ -679,6 +679,15 @@ def _nested_batch(mp):
     return batch.n_lanes, batch.min_block_rows
 
 
+def _cut_growth(mp):
+    from daskmeans.algorithms.nested import LapForecast, next_growth
+
+    laps = LapForecast()
+    laps.add(1.0, new_rows=10_000, size=10_000)
+    laps.add(0.5, new_rows=0, size=10_000)
+    return next_growth(laps, 10_000, 10_000, seconds_left=0.8)  # room for 3000 new rows
+
+
 def _driver_rows(mp):
     from daskmeans.engine.driver import driver_rows
 
@@ -889,6 +898,7 @@ CHECKS = {
     "CHUNK_SAMPLING_MIN_SAVING": (1000, _sampling),
     "MIN_BLOCK_ROWS": (100, _nested_batch),
     "MAX_LANES": (4, _nested_batch),
+    "MIN_GROWTH_ROWS": (1000, _cut_growth),
     "DRIVER_WORK": (100 * 500, _driver_rows),
     "DRIVER_WORK_FEW_THREADS": (10**6, _driver_work),
     "DRIVER_BYTES": (1000 * 1000, _driver_rows),

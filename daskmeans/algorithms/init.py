@@ -4,6 +4,8 @@ rows, or given centers."""
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,9 +41,7 @@ def _no_progress(done, total, note=None):
     """The default ``on_progress`` of the seeding functions: nothing is shown."""
 
 
-def kmeans_parallel(
-    array, n_clusters, seed, plan=None, *, weights=None, client=None, recluster_iter=30, on_progress=_no_progress
-):
+def kmeans_parallel(array, n_clusters, seed, plan=None, *, context=None, recluster_iter=30, on_progress=_no_progress):
     """k-means|| seeding (Bahmani et al. 2012) as distributed passes.
 
     One uniform row, then ``plan.rounds`` rounds that each keep every row independently with probability
@@ -55,6 +55,10 @@ def kmeans_parallel(
     ``on_progress(passes_done, passes_expected, note)`` is called after every pass (``2 + 2 * rounds`` passes
     unless extra rounds are needed for ``n_clusters`` candidates) and before the reclustering on the driver.
 
+    ``context`` (:class:`~daskmeans.algorithms.result.RunContext`) gives the cluster, the sample weights and the
+    fit's clock: once there are ``n_clusters`` distinct candidates, no further round starts that, as long as the
+    last, would end past the clock's ``max_time``, and the reclustering keeps the centers it has once that is spent.
+
     Returns
     -------
     centers : ndarray (n_clusters, d)
@@ -62,6 +66,8 @@ def kmeans_parallel(
         Full passes over the data spent.
     """
     plan = plan or SeedingPlan()
+    context = context or RunContext()
+    weights, client, clock = context.weights, context.client, context.clock
     rounds, max_extra_rounds = plan.rounds, MAX_EXTRA_ROUNDS
     scale_l = plan.oversampling_factor * n_clusters
     (first,) = compute_now(
@@ -73,7 +79,7 @@ def kmeans_parallel(
     on_progress(passes, expected, "first center")
     states = None
     n_done = 0
-    round_index = 0
+    round_index, round_start = 0, None
     while True:
         new = candidates[n_done:]
         if new.shape[0] or states is None:
@@ -94,6 +100,11 @@ def kmeans_parallel(
         enough = _count_distinct(candidates) >= n_clusters
         if round_index >= rounds and (enough or round_index >= rounds + max_extra_rounds):
             break
+        # the next round (a sampling pass and the cost pass after it) starts only if one as long as the last ends
+        # in time
+        if enough and clock.out_of_time(0.0 if round_start is None else time.perf_counter() - round_start):
+            break
+        round_start = time.perf_counter()
         key = stage_key(seed, "k-means||", "round", round_index)
         ((_, rows),) = compute_now(
             oversample.oversample_graph(array, weights, states, key, scale_l / phi), client=client
@@ -112,7 +123,7 @@ def kmeans_parallel(
     points, point_weights = candidates[keep], candidate_weights[keep]
     on_progress(passes, passes, f"reclustering {len(points)} candidates on the driver")
     centers = weighted_kmeans_plusplus(points, point_weights, n_clusters, rng)
-    centers = weighted_lloyd(points, point_weights, centers, max_iter=recluster_iter)
+    centers = weighted_lloyd(points, point_weights, centers, max_iter=recluster_iter, out_of_time=clock.out_of_time)
     return centers.astype(array.dtype), passes
 
 
@@ -171,7 +182,7 @@ def seeding_plan(
     )
 
 
-def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None, client=None, on_progress=_no_progress):
+def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, context=None, on_progress=_no_progress):
     """:func:`kmeans_parallel` on every row when ``plan.sample_rows`` (:func:`seeding_plan`, which is called
     without a plan) is the data's number of rows, else on a uniform sample of about that many rows, drawn in one
     pass and held by the workers (:func:`daskmeans.passes.row_sample.sampled_rows`; weighted rows keep their
@@ -187,11 +198,12 @@ def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None,
         Passes over the data: the sample pass plus k-means||'s passes over the sample times its share of the rows.
     """
     n = int(array.shape[0])
+    context = context or RunContext()
+    weights, client = context.weights, context.client
     plan = plan or seeding_plan(array, n_clusters, client=client)
     rounds = plan.rounds
-    options = dict(weights=weights, client=client)
     if plan.sample_rows >= n:
-        return kmeans_parallel(array, n_clusters, seed, plan, **options, on_progress=on_progress)
+        return kmeans_parallel(array, n_clusters, seed, plan, context=context, on_progress=on_progress)
     m = plan.sample_rows
     on_progress(0, 3 + 2 * rounds, f"sampling about {m:,} of {n:,} rows")
     sample, sample_weights = sampled_rows(array, weights, m / n, stage_key(seed, "k-means||", "sample"), client)
@@ -203,8 +215,9 @@ def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None,
     if kept >= n_clusters:
         on_sample(0, 2 + 2 * rounds)
         try:
+            on_the_sample = replace(context, weights=sample_weights)
             centers, passes = kmeans_parallel(
-                sample, n_clusters, seed, plan, weights=sample_weights, client=client, on_progress=on_sample
+                sample, n_clusters, seed, plan, context=on_the_sample, on_progress=on_sample
             )
             return centers, 1 + passes * kept / n
         except InputDataError:
@@ -212,7 +225,7 @@ def kmeans_parallel_bounded(array, n_clusters, seed, plan=None, *, weights=None,
             if _count_distinct(values) >= n_clusters:
                 raise
     on_progress(1, 3 + 2 * rounds, f"fewer than {n_clusters} distinct rows in the sample of {kept:,}: every row")
-    centers, passes = kmeans_parallel(array, n_clusters, seed, plan, **options)
+    centers, passes = kmeans_parallel(array, n_clusters, seed, plan, context=context)
     return centers, 1 + passes
 
 
@@ -404,7 +417,8 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=No
             centers, rows, candidate_w, candidate_q, n_clusters, stage_generator(seed, "afk-mc2", "reduce")
         )
     if _count_distinct(centers) < n_clusters:
-        centers, passes = kmeans_parallel(array, n_clusters, seed, weights=weights, client=client)
+        where = RunContext(client=client, weights=weights)
+        centers, passes = kmeans_parallel(array, n_clusters, seed, context=where)
         return centers, AFKMC2_PASSES + passes
     return centers.astype(array.dtype), AFKMC2_PASSES
 
@@ -440,14 +454,16 @@ def check_init(init, n_clusters, n_features=None, methods=INIT_METHODS):
     return centers
 
 
-def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None, plan=None, on_progress=_no_progress):
+def initial_centers(array, n_clusters, init, seed, *, context=None, plan=None, on_progress=_no_progress):
     """Initial centers by the chosen method; returns ``(centers, passes_over_data)``.
 
     ``plan`` (:class:`~daskmeans.algorithms.plan.SeedingPlan`, default :func:`seeding_plan` at its defaults) gives
     k-means||' rounds, oversampling factor and rows, and k-means++'s sample.
 
     ``on_progress(passes_done, passes_expected, note)`` follows the seeding's passes (AFK-MC2: once before
-    its passes and chains, once after).
+    its passes and chains, once after). ``context`` (:class:`~daskmeans.algorithms.result.RunContext`) gives the
+    cluster, the sample weights and the fit's clock: k-means|| starts no round that would end past its ``max_time``
+    and stops its reclustering once it is spent (:func:`kmeans_parallel`); the other methods run to their end.
 
     ``"two-level"`` (:func:`daskmeans.algorithms.two_level.two_level_centers`, for large k) takes none of the
     k-means|| and k-means++ options; when one of its coarse clusters has fewer distinct rows than the fine centers
@@ -457,22 +473,21 @@ def initial_centers(array, n_clusters, init, seed, *, weights=None, client=None,
     if not isinstance(init, str):
         on_progress(0, 0)
         return np.array(init, dtype=array.dtype), 0
+    context = context or RunContext()
+    weights, client = context.weights, context.client
     plan = plan or seeding_plan(array, n_clusters, init, client)
     if init == "k-means||":
-        return kmeans_parallel_bounded(
-            array, n_clusters, seed, plan, weights=weights, client=client, on_progress=on_progress
-        )
+        return kmeans_parallel_bounded(array, n_clusters, seed, plan, context=context, on_progress=on_progress)
     if init == "afk-mc2":
         on_progress(0, AFKMC2_PASSES, "proposal passes, then the Markov chains on the driver")
         centers, passes = afkmc2_distributed(array, n_clusters, seed, weights=weights, client=client)
         on_progress(passes, passes)
         return centers, passes
     if init == "two-level":
-        where = RunContext(client=client, weights=weights)
-        centers, passes = two_level_centers(array, n_clusters, seed, context=where, on_progress=on_progress)
+        centers, passes = two_level_centers(array, n_clusters, seed, context=context, on_progress=on_progress)
         if centers.shape[0] < n_clusters:  # about n_clusters distinct rows: k-means|| looks at every row
             on_progress(passes, passes + 2 + 2 * plan.rounds, "too few distinct rows in a coarse cluster: k-means||")
-            centers, more = kmeans_parallel(array, n_clusters, seed, plan, weights=weights, client=client)
+            centers, more = kmeans_parallel(array, n_clusters, seed, plan, context=context)
             passes += more
             on_progress(passes, passes)
         return centers, passes

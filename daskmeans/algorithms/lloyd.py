@@ -391,10 +391,8 @@ class _Run:
         }
         state.history.append(record)
         context.report(record, centers=step.new_centers)
-        # an iteration costs no more than the one before it, except the first with bounds (it sets them up): the
-        # next starts only if one as long as the shorter of the last two still ends within max_time
         self.laps.append(clock.lap())
-        out_of_time = clock.out_of_time(min(self.laps[-2:]))
+        out_of_time = clock.out_of_time(next_lap_forecast(self.laps, context.final_pass))
         stop = "converged" if step.shift <= self.plan.tol else "max_time" if out_of_time else None
         if checkpoint is not None:
             final = stop or ("max_iter" if step.iteration == self.plan.max_iter else None)
@@ -410,6 +408,24 @@ class _Run:
             )
         state.centers, state.n_iter = step.new_centers, step.iteration
         return stop
+
+
+def next_lap_forecast(laps, final_pass=False) -> float:
+    """Seconds the next iteration is expected to take, from the ``laps`` of those so far (at least one), with the
+    pass over the final centers that follows the run when ``final_pass`` is true.
+
+    An iteration costs no more than the one before it, except the first with bounds (it sets them up): the next is
+    taken as long as the shorter of the last two. The final pass computes every distance, as the first iteration
+    did (with or without bounds): it is taken as long as the first lap.
+
+    Examples
+    --------
+    >>> next_lap_forecast([3.0, 1.0, 2.0])
+    1.0
+    >>> next_lap_forecast([3.0, 1.0, 2.0], final_pass=True)
+    4.0
+    """
+    return min(laps[-2:]) + (laps[0] if final_pass else 0.0)
 
 
 def _advance(raw, centers, dtype):

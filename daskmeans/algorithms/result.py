@@ -75,9 +75,23 @@ class Clock:
     """Wall time since ``fit`` was called, and the ``max_time`` budget.
 
     A fit keeps to its budget by not starting work it expects to end past it: each iteration closes a lap
-    (:meth:`lap`), and the next one starts only if a lap as long as the last (scaled by how much more work it has)
-    still ends within the budget (:meth:`out_of_time` with ``ahead``). A fit therefore overruns ``max_time`` only
-    by what no earlier lap predicted: its first iteration, or an iteration slower than the one before it.
+    (:meth:`lap`), and the next one starts only if its forecast from the laps so far still ends within the budget
+    (:meth:`out_of_time` with ``ahead``). What the fit does after its last iteration within the budget (the pass
+    that gives each run's inertia when ``KMeans`` keeps the best of several runs) is part of that forecast, and
+    nested mini-batch k-means cuts a growth of its batch to the rows that still fit (:meth:`time_left`).
+
+    What bounds the overrun: the work a fit cannot do without, which no lap has timed yet, and the misses of the
+    forecasts. A fit returns past ``max_time`` by no more than the sum of
+
+    - the opening of the data (its summary pass) and the seeding, which run to their end, except that k-means||
+      starts no further round that one as long as the last says would end past the budget (once it has
+      ``n_clusters`` distinct candidates) and stops reclustering its candidates on the driver when it is spent;
+    - its first iteration (nothing has been timed before it; on a fresh process it includes Numba's compilation);
+    - the time the last iteration it started (and the final pass counted with it) took beyond its forecast: an
+      iteration slower than those it was forecast from, as on a machine that other work slows down.
+
+    Mini-batch k-means asks the clock at each step instead of forecasting one: after its seeding and first step, it
+    overruns by at most the step, or the reading of a pool of rows, under way when the budget runs out.
 
     Parameters
     ----------
@@ -150,6 +164,9 @@ class RunContext:
         Sample weights, chunked like the data (NumPy for the algorithms that run on the driver).
     total_weight : float, optional
         Sum of the weights (n without weights), to report energies as means.
+    final_pass : bool
+        The caller makes one pass over the final centers (the inertia of one of several runs) within the
+        ``max_time`` budget: the algorithm counts it when it decides whether its next iteration still ends in time.
     """
 
     clock: Clock = field(default_factory=Clock)
@@ -159,6 +176,7 @@ class RunContext:
     checkpoint: Any = None
     weights: Any = None
     total_weight: float | None = None
+    final_pass: bool = False
 
     @property
     def resume(self):

@@ -80,10 +80,11 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     return centers
 
 
-def weighted_lloyd(points, weights, centers, max_iter=30):
+def weighted_lloyd(points, weights, centers, max_iter=30, out_of_time=None):
     """Lloyd iterations on a small weighted point set on the driver (reclustering of k-means|| candidates).
 
-    A center that loses all its points keeps its position.
+    A center that loses all its points keeps its position. ``out_of_time``, when given, is asked before each
+    iteration; the iterations stop when it returns true (the fit's ``max_time`` is spent).
     """
     points = np.asarray(points, dtype=np.float64)
     centers = np.array(centers, dtype=np.float64)
@@ -92,6 +93,8 @@ def weighted_lloyd(points, weights, centers, max_iter=30):
     slab_rows = max(1, config.RECLUSTER_SLAB_BYTES // (8 * centers.shape[0]))
     labels = None
     for _ in range(max_iter):
+        if out_of_time is not None and out_of_time():
+            break
         centers_sq = np.einsum("ij,ij->i", centers, centers)[None, :]
         new_labels = np.empty(points.shape[0], dtype=np.intp)
         for r0 in range(0, points.shape[0], slab_rows):

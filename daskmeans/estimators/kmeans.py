@@ -180,8 +180,11 @@ class KMeans(ClusteringEstimator):
         Relative tolerance: stop when the sum of squared center shifts is below ``tol`` times the mean
         per-feature variance of the data (as scikit-learn).
     max_time : float, optional
-        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long
-        as the last still ends within it.
+        Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long as the
+        shorter of the last two still ends within it (with ``n_init > 1``, together with the pass that gives the run's
+        inertia, and a run starts only if one as long as the last does); so does a round of k-means|| seeding. A fit
+        returns past it by no more than the opening of the data, the seeding and the first iteration when they take it
+        all, plus the time the last iteration took beyond that forecast (:class:`~daskmeans.algorithms.result.Clock`).
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     init_rounds : int, default 5
@@ -351,7 +354,7 @@ class KMeans(ClusteringEstimator):
                 hook = start.hook(
                     "run_state", fresh=run != first_run, run=run, best=None if best is None else result_to_state(best)
                 )
-                centers, passes = None, 0
+                centers, passes, run_start = None, 0, clock.elapsed()
                 if hook is None or hook.resume is None:
                     centers, passes = seed_centers(
                         self, data, weights, client, start.seed, plan=plan.seeding, run=run, recorder=recorder
@@ -365,6 +368,7 @@ class KMeans(ClusteringEstimator):
                     checkpoint=hook,
                     weights=weights,
                     total_weight=summary.total_weight,
+                    final_pass=self.n_init > 1,
                 )
                 if plan.on_driver and driver is None:
                     driver = DriverCopy.gather(data.array, weights, client)
@@ -374,7 +378,8 @@ class KMeans(ClusteringEstimator):
                         result.inertia = final_inertia(data.array, result.centers, weights, client)
                 if best is None or result.inertia < best.inertia:
                     best = result
-                out_of_time = clock.out_of_time()
+                # the next run starts only if one as long as this one still ends within max_time
+                out_of_time = clock.out_of_time(clock.elapsed() - run_start)
                 if checkpoint is not None:
                     start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best), run_state=None)
                 if out_of_time:

@@ -81,16 +81,19 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         memory (the batch may grow to n), else re-read.
     driver_rows : "auto" or int, default "auto"
         On a cluster, a cached batch of at most this many rows is stepped on the driver: its new rows come from the
-        workers once, and an iteration costs no round trip to the workers (more than the work of a small
-        batch). The batch moves to the workers when it grows past this
-        size and stays there. ``"auto"``: the largest batch whose full assignment takes at most
-        ``config.DRIVER_WORK`` multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` when the workers
-        run no more threads than the driver has cores, as on a local cluster) and whose state takes at most
-        ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates are the same either way.
+        workers once, and an iteration costs no round trip to the workers (more than the work of a small batch). The
+        batch moves to the workers when it grows past this size and stays there. ``"auto"``: the largest batch whose
+        full assignment takes at most ``config.DRIVER_WORK`` multiply-adds (rows x k x d;
+        ``config.DRIVER_WORK_FEW_THREADS`` when the workers run no more threads than the driver has cores, as on a local
+        cluster) and whose state takes at most ``config.DRIVER_BYTES``; 0: every iteration on the workers. The iterates
+        are the same either way.
     max_iter : int, default 1000
         Iterations (each revisits the whole batch).
     max_time : float, optional
-        Seconds from the call to ``fit``; an iteration starts only if it is expected to end within them.
+        Seconds from the call to ``fit``; an iteration starts only if expected to end within them (a doubling that
+        would not is cut to the rows that fit, or left out). A fit returns past them by no more than the opening
+        of the data, the seeding and the first iteration when they take them all, plus what the last iteration
+        took beyond its forecast (:class:`~daskmeans.algorithms.result.Clock`).
     tol : float, default 1e-4
         Once the batch holds every sample, stop when the sum of squared center moves is below ``tol`` times
         the mean per-feature variance (0 disables).
@@ -348,11 +351,11 @@ class MiniBatchKMeans(ClusteringEstimator):
         by class). ``"auto"``: ``"chunks"`` when uniform draws would read at least 4 times more blocks per pool
         (``daskmeans.config.CHUNK_SAMPLING_MIN_SAVING``), i.e. for data in many more blocks than a pool needs.
     max_time : float, optional
-        Wall-clock budget in seconds, counted from the call to ``fit``; the steps stop when it is spent.
+        Wall-clock budget in seconds, counted from the call to ``fit``; the steps stop when it is spent (past it:
+        the step under way; the seeding and the first step when they take it all).
     random_state : int, numpy Generator or None
-        Fixes the seeding, every batch and every reassignment: same value, same result on any scheduler or worker
-        count, and (with ``sampling="rows"``) any chunking; with ``"chunks"`` the block sizes are part of the
-        draw.
+        Fixes the seeding, the batches and the reassignments: same value, same result on any scheduler or worker
+        count, and (``sampling="rows"``) any chunking; with ``"chunks"`` the block sizes are part of the draw.
     init_rounds, oversampling_factor, init_sample_size :
         Seeding options, as for :class:`KMeans`.
     chunk_rows : int, optional
@@ -564,14 +567,8 @@ class MiniBatchKMeans(ClusteringEstimator):
                     "the first batch must hold at least n_clusters samples to seed the centers."
                 )
             check_init(self.init, self.n_clusters, data.n_features)
-            centers, _ = seed_centers(
-                self,
-                data,
-                weights,
-                client,
-                seed_from_random_state(self.random_state),
-                plan=plan_seeding(self, data, client),
-            )
+            seed = seed_from_random_state(self.random_state)
+            centers, _ = seed_centers(self, data, weights, client, seed, plan=plan_seeding(self, data, client))
             self.counts_ = np.zeros(self.n_clusters)
             self.n_steps_ = 0
             self.history_ = []

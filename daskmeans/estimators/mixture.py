@@ -459,7 +459,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
         if in_memory:
             array = da.from_array(points, chunks=(max(1, points.shape[0]),) + points.shape[1:])
             weights = da.from_array(np.asarray(point_weights, dtype=np.float64), chunks=array.chunks[0])
-            means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), weights=weights, client=None)
+            where = RunContext(weights=weights)
+            means, _ = initial_centers(array, k, self.init, stage_key(seed, "init"), context=where)
             return means.astype(np.float64), 0, 0
         if self.init == "afk-mc2":
             means, spent = afkmc2_distributed(
@@ -472,9 +473,8 @@ class CoresetGaussianMixture(ClusteringEstimator):
                 client=client,
             )
             return means.astype(np.float64), 0, spent
-        means, spent = initial_centers(
-            points, k, self.init, stage_key(seed, "init"), weights=point_weights, client=client
-        )
+        where = RunContext(client=client, weights=point_weights)
+        means, spent = initial_centers(points, k, self.init, stage_key(seed, "init"), context=where)
         return means.astype(np.float64), 0, spent
 
     # -- the model on new data -------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..algorithms.init import initial_centers, seeding_plan
 from ..algorithms.plan import SeedingPlan
-from ..algorithms.result import restore_clock
+from ..algorithms.result import RunContext, restore_clock
 from ..engine.random import seed_from_random_state, stage_key
 
 
@@ -91,10 +91,12 @@ def seed_centers(estimator, data, weights, client, seed, *, plan, run=0, recorde
     With a :class:`~daskmeans.progress.SnapshotRecorder`, the seeding is its seeding phase (a bar over the passes)
     and the initial centers its first snapshot.
     """
-    options = dict(weights=weights, client=client, plan=plan)
     key = stage_key(seed, "init", run)
     if recorder is None:
-        return initial_centers(data.array, estimator.n_clusters, estimator.init, key, **options)
+        where = RunContext(client=client, weights=weights)
+        return initial_centers(data.array, estimator.n_clusters, estimator.init, key, context=where, plan=plan)
+    # on the fit's clock: k-means|| starts no round that would end past max_time, nor reclusters once it is spent
+    options = dict(context=RunContext(clock=recorder.clock, client=client, weights=weights), plan=plan)
     with recorder.seeding(estimator.init) as phase:
         centers, passes = initial_centers(
             data.array, estimator.n_clusters, estimator.init, key, on_progress=phase.seeding_callback(), **options

@@ -12,6 +12,7 @@ import zarr
 
 from daskmeans import InputDataError, KMeans, config, open_input
 from daskmeans.algorithms.init import kmeans_parallel, kmeans_parallel_bounded, kmeans_parallel_rows, seeding_plan
+from daskmeans.algorithms.result import RunContext
 from daskmeans.config import KMEANS_PARALLEL_MIN_ROWS, KMEANS_PARALLEL_ROWS_PER_CENTER
 from daskmeans.engine.capacity import cluster_memory_bytes
 from daskmeans.engine.random import row_uniforms, stage_key
@@ -53,7 +54,7 @@ def test_the_sample_is_bounded_by_the_workers_memory(uint8_store, cluster_client
     monkeypatch.setattr(config, "KMEANS_PARALLEL_MEMORY_FRACTION", fraction)
     rows = kmeans_parallel_rows(60_000, 5, row_bytes=18, memory_bytes=memory)
     assert 2_990 <= rows <= 3_000
-    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, client=cluster_client)
+    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, context=RunContext(client=cluster_client))
     sample, _ = sampled_rows(data.array, None, rows / 60_000, stage_key(21, "k-means||", "sample"))
     np.testing.assert_array_equal(seeded, kmeans_parallel(sample, 5, 21)[0])
 
@@ -85,7 +86,7 @@ def test_kmeans_parallel_on_a_sample_is_kmeans_parallel_on_those_rows(uint8_stor
     path, values, centers = uint8_store
     data = open_input(path)
     plan = seeding_plan(data.array, 5, client=cluster_client, sample_size=4_000)
-    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, plan, client=cluster_client)
+    seeded, passes = kmeans_parallel_bounded(data.array, 5, 21, plan, context=RunContext(client=cluster_client))
     sample, _ = sampled_rows(data.array, None, 4_000 / 60_000, stage_key(21, "k-means||", "sample"))
     on_sample, sample_passes = kmeans_parallel(sample, 5, 21)
     np.testing.assert_array_equal(seeded, on_sample)
