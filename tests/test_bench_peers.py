@@ -374,3 +374,15 @@ def test_e_star_is_the_converged_lloyd_energy_unless_a_run_goes_lower():
     assert report.e_star_lines(best)[0].startswith(
         "E* = 4.05, the lowest energy any run reached (sklearn-lloyd, seed 0): the older yardstick (--reference best)"
     )
+
+
+def test_scikit_learns_mini_batch_peer_takes_batches_of_at_least_k_rows():
+    X = np.random.default_rng(0).standard_normal((3000, 4)).astype(np.float32)
+    k = 40
+    init = X[:k].copy()
+    trace = PEERS["sklearn-minibatch"].run(
+        PeerContext(X=X, array=None, client=None, init=init, k=k, seed=0, budget=0.2, batch_size=16)
+    )
+    assert trace.params["batch_size"] == k
+    assert trace.notes == [f"batch {k} (raised to k); passes = rows seen / n"]
+    assert trace.passes == trace.n_iter * k / len(X)

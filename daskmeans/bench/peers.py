@@ -169,7 +169,9 @@ def _sklearn_kmeans(algorithm):
 def _sklearn_minibatch(ctx: PeerContext) -> Trace:
     from sklearn.cluster import MiniBatchKMeans
 
-    model = MiniBatchKMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, batch_size=ctx.batch_size, random_state=ctx.seed)
+    # scikit-learn needs a batch of at least as many rows as clusters
+    batch = max(ctx.batch_size, ctx.k)
+    model = MiniBatchKMeans(n_clusters=ctx.k, init=ctx.init, n_init=1, batch_size=batch, random_state=ctx.seed)
     rng = np.random.default_rng(ctx.seed)
     n = ctx.X.shape[0]
     marks = np.geomspace(min(0.02, ctx.budget / 100), ctx.budget, STREAM_SNAPSHOTS)
@@ -179,7 +181,7 @@ def _sklearn_minibatch(ctx: PeerContext) -> Trace:
     mark = 0
     while elapsed < ctx.budget:
         start = time.perf_counter()
-        model.partial_fit(ctx.X[rng.integers(0, n, ctx.batch_size)])
+        model.partial_fit(ctx.X[rng.integers(0, n, batch)])
         elapsed += time.perf_counter() - start
         steps += 1
         if elapsed >= marks[mark] or elapsed >= ctx.budget:
@@ -189,7 +191,7 @@ def _sklearn_minibatch(ctx: PeerContext) -> Trace:
                     time=elapsed,
                     centers=model.cluster_centers_.astype(np.float32),
                     iteration=steps,
-                    passes=steps * ctx.batch_size / n,
+                    passes=steps * batch / n,
                     kind="snapshot",
                 )
             )
@@ -201,10 +203,10 @@ def _sklearn_minibatch(ctx: PeerContext) -> Trace:
         fit_seconds=elapsed,
         timed_seconds=elapsed,
         n_iter=steps,
-        passes=steps * ctx.batch_size / n,
+        passes=steps * batch / n,
         stop_reason="time_budget",
-        params={"batch_size": ctx.batch_size, "method": "partial_fit on uniform random batches"},
-        notes=[f"batch {ctx.batch_size}; passes = rows seen / n"],
+        params={"batch_size": batch, "method": "partial_fit on uniform random batches"},
+        notes=[f"batch {batch}{' (raised to k)' if batch > ctx.batch_size else ''}; passes = rows seen / n"],
     )
 
 
