@@ -56,6 +56,14 @@ def test_a_quick_sweep_keeps_the_corners_scaled_to_the_quick_workload():
     assert clusters[0] >= 2 and all(4 * k <= sizes[0] for k in clusters)
 
 
+def test_a_lead_is_finite_and_a_bound_where_no_peer_reached():
+    algorithms = {"faiss": {"kind": "peer", "ok": 1, "fit_seconds": {"median": 3.0}}}
+    assert sweep.lead({"time": 0.5}, {"time": 1.0}, algorithms) == {"ratio": 2.0, "at_least": False}
+    assert sweep.lead({"time": 0.5}, None, algorithms) == {"ratio": 6.0, "at_least": True}
+    assert sweep.lead(None, {"time": 1.0}, algorithms) == {"ratio": None, "at_least": False}
+    assert sweep.lead({"time": 0.0}, {"time": 1.0}, algorithms)["ratio"] == 1.0 / sweep.SHORTEST_TIME
+
+
 # -- bad input: refused before any work, nothing written -------------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "message"),
