@@ -132,6 +132,13 @@ PANEL_TILE_BYTES = 512 * 2**10
 #: Most features per row for the panel scan (``PANEL_TILE_BYTES``): a panel of 32 float32 rows must fit the L1 cache;
 #: wider rows use BLAS tiles, which are faster there.
 PANEL_MAX_FEATURES = 256
+#: How float32 rows are scored: by the panel scan (``"panels"``), by BLAS tiles (``"blas"``), or by the faster of the
+#: two on this processor, measured once per process and number of features (``"auto"``,
+#: :func:`daskmeans.kernels.one_group_assign.panels_pay`). The results are the same to the last bit either way.
+PANEL_SCAN = "auto"
+#: Rows and centers of the measurement that ``PANEL_SCAN="auto"`` makes (a few hundredths of a second at d = 128).
+PANEL_CALIBRATION_ROWS = 4096
+PANEL_CALIBRATION_CENTERS = 512
 #: Bytes of one GEMM tile of scores in nearest-center assignment: small enough that the reductions after the GEMM
 #: (argmin, second best, group minima) read it from the L2 cache (2 MiB is 512 rows at k = 1000 in float32).
 ASSIGN_TILE_BYTES = 2 * 2**20

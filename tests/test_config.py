@@ -515,10 +515,21 @@ def _one_group_tiles(dtype, name):
 
         calls = _counting(mp, one_group_assign, name)
         X = _data(1000, dtype=dtype)
-        assign_with_bounds(X, X[:10], make_groups(X[:10], "none", 1), with_bounds=False)
+        with config.set(PANEL_SCAN="panels"):
+            assign_with_bounds(X, X[:10], make_groups(X[:10], "none", 1), with_bounds=False)
         return len(calls)
 
     return observe
+
+
+def _panel_choice(mp):
+    """How many times the choice between the panels and BLAS tiles was measured, and its shapes."""
+    from daskmeans.kernels import one_group_assign
+
+    mp.setattr(one_group_assign, "_PANELS_MEASURED", {})
+    calls = _counting(mp, one_group_assign, "_assign_one_group")
+    one_group_assign.panels_pay(4)
+    return [args[0].shape + args[1].shape for args, _ in calls]
 
 
 def _column_blocks(mp):
@@ -875,6 +886,9 @@ CHECKS = {
     "ASSIGN_SLAB_BYTES": (400, _score_rows(10)),
     "PANEL_TILE_BYTES": (1, _one_group_tiles(np.float32, "best_and_lowest_other_by_panels")),
     "PANEL_MAX_FEATURES": (0, _one_group_tiles(np.float32, "best_and_lowest_other_by_panels")),
+    "PANEL_SCAN": ("blas", _panel_choice),
+    "PANEL_CALIBRATION_ROWS": (100, _panel_choice),
+    "PANEL_CALIBRATION_CENTERS": (20, _panel_choice),
     "ASSIGN_TILE_BYTES": (4000, _score_rows(10)),
     "ASSIGN_MIN_TILE_ROWS": (1, _score_rows(26_214)),
     "ASSIGN_COLUMN_BLOCK": (16, _column_blocks),

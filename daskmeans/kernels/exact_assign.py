@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import config
 from .group_scan import scan_groups
-from .one_group_assign import RowTiles, _assign_one_group
+from .one_group_assign import RowTiles, _assign_one_group, panels_pay
 from .packed_bounds import LOWER_DTYPE
 from .panel_scan import PANEL_ROWS, best_of_groups_by_panels, padded
 from .score_error import _gamma, row_sq_norms, score_error_allowance
@@ -313,7 +313,7 @@ def _assign_tiles(
             sse,
         )
     dtype = slots.dtype
-    if panels and dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
+    if panels and dtype == np.float32 and panels_pay(d):
         return _assign_groups_by_panels(
             X,
             centers,

@@ -5,7 +5,7 @@ it.
 The scores are laid out center by center (``scores_t[column, row]``), the columns slot by slot (column
 ``t * n_groups + g`` holds slot ``t`` of group ``g``), so that the loop over the rows is innermost and
 branch-free and runs on vectors of rows, as the plain assignment's scan does
-(:func:`daskmeans.kernels.one_group_assign._best_and_lowest_other`). It replaces NumPy's ``argmin``, a minimum per
+(:func:`daskmeans.kernels.tile_scan._best_and_lowest_other`). It replaces NumPy's ``argmin``, a minimum per
 slot over strided views and a second-smallest reduction, which read the tile four times and can cost as much as
 the GEMM itself.
 """

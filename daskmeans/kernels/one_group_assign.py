@@ -7,190 +7,28 @@ the rows), and settles the rows while the tile is in cache: the exact nearest ce
 distances), its exact distance, the cluster's float64 sums and the bound. Labels and distances are those of every
 other assignment kernel (:mod:`daskmeans.kernels.exact_assign`).
 
-In float32 with at most ``PANEL_MAX_FEATURES`` features the scores are not written at all: the GEMM and the scan
-are one register-blocked loop (:mod:`daskmeans.kernels.panel_scan`, :func:`_assign_by_panels`).
+In float32 with at most ``PANEL_MAX_FEATURES`` features the scores need not be written at all: the GEMM and the
+scan can be one register-blocked loop (:mod:`daskmeans.kernels.panel_scan`, :func:`_assign_by_panels`). Which of the
+two is faster depends on the processor (the panels run well ahead of BLAS tiles on some, 2-3 times behind on
+others), so it is measured once per process (:func:`panels_pay`); both give the same results to the last bit.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numba
 import numpy as np
 
 from .. import config
+from ..exceptions import InvalidParameterError
 from .distance import pair_dist2
-from .packed_bounds import store_lower
+from .packed_bounds import LOWER_DTYPE, store_lower
 from .panel_scan import PANEL_ROWS, best_and_lowest_other_by_panels, padded
-from .score_error import _gamma
+from .score_error import _gamma, row_sq_norms
 from .stats import _cluster_stats, add_to_cluster
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _take_score(value, low, column, best, best_col, best_low, other_low):
-    """One score ``value`` of column ``column`` (``low``: the score less its error) folded into a row's running
-    summary ``(best, best_col, best_low, other_low)`` of :func:`_best_and_lowest_other`; the new summary.
-
-    Parameters
-    ----------
-    value, low, column, best, best_col, best_low, other_low : IN
-        Scalars; the new summary is returned.
-    """
-    new = value < best
-    other_low = min(other_low, best_low if new else low)
-    best_low = low if new else best_low
-    best_col = column if new else best_col
-    return min(best, value), best_col, best_low, other_low
-
-
-@numba.njit(cache=True, nogil=True)
-def _best_and_lowest_other(scores_t, column_add, err_sq, err_x, x_norm, best, best_col, best_low, other_low):
-    """For every row ``i`` of the scores ``v[c, i] = scores_t[c, i] + column_add[c]`` (laid out center by
-    center): the position of the smallest (the first among equals, as ``argmin``) and its value, written to
-    ``best_col`` and ``best``, and the smallest of ``v[c, i] - err_sq[c] - x_norm[i] * err_x[c]`` over the other
-    columns, written to ``other_low`` (``best_low`` is scratch: that value at the best column so far).
-
-    With ``err_sq[c] + x_norm[i] * err_x[c]`` the proven error of score ``c`` of row ``i``, ``other_low`` is a
-    lower bound on every other center's score. The loop over the rows is innermost and branch-free, so that it
-    runs on vectors of rows: every operand is in the data's precision (``x_norm`` too, and ``best_col`` int32),
-    which for float32 doubles the lanes against float64 or int64 ones. Rounding ``x_norm`` and its product with
-    ``err_x[c]`` to float32 makes the error term smaller by a relative ``2 * 2**-24`` at most, far inside the
-    ``1.0001`` margin of :func:`center_errors`.
-
-    Four columns are taken per sweep over the rows, in column order (the same values as one column per sweep):
-    a row's summary is then loaded and stored once per four scores instead of once per score, which makes the
-    scan faster.
-
-    Parameters
-    ----------
-    scores_t, column_add, err_sq, err_x, x_norm : IN (columns, rows), (columns,) x 3, (rows,)
-        The scores, what each column adds, each column's error terms, the rows' norms.
-    best, best_col, other_low : OUT (rows,)
-        The summary described above.
-    best_low : OUT (rows,)
-        Scratch.
-    """
-    columns, rows = scores_t.shape
-    for i in range(rows):
-        best[i] = np.inf
-        best_low[i] = np.inf
-        other_low[i] = np.inf
-        best_col[i] = 0
-    swept = columns - columns % 4
-    for c in range(0, swept, 4):
-        add0, add1, add2, add3 = column_add[c], column_add[c + 1], column_add[c + 2], column_add[c + 3]
-        sq0, sq1, sq2, sq3 = err_sq[c], err_sq[c + 1], err_sq[c + 2], err_sq[c + 3]
-        x0, x1, x2, x3 = err_x[c], err_x[c + 1], err_x[c + 2], err_x[c + 3]
-        col0, col1, col2, col3 = np.int32(c), np.int32(c + 1), np.int32(c + 2), np.int32(c + 3)
-        for i in range(rows):
-            norm = x_norm[i]
-            top, top_col, top_low, low = best[i], best_col[i], best_low[i], other_low[i]
-            value = scores_t[c, i] + add0
-            top, top_col, top_low, low = _take_score(value, value - sq0 - norm * x0, col0, top, top_col, top_low, low)
-            value = scores_t[c + 1, i] + add1
-            top, top_col, top_low, low = _take_score(value, value - sq1 - norm * x1, col1, top, top_col, top_low, low)
-            value = scores_t[c + 2, i] + add2
-            top, top_col, top_low, low = _take_score(value, value - sq2 - norm * x2, col2, top, top_col, top_low, low)
-            value = scores_t[c + 3, i] + add3
-            best[i], best_col[i], best_low[i], other_low[i] = _take_score(
-                value, value - sq3 - norm * x3, col3, top, top_col, top_low, low
-            )
-    for c in range(swept, columns):
-        add = column_add[c]
-        sq_part = err_sq[c]
-        x_part = err_x[c]
-        for i in range(rows):
-            value = scores_t[c, i] + add
-            best[i], best_col[i], best_low[i], other_low[i] = _take_score(
-                value,
-                value - sq_part - x_norm[i] * x_part,
-                np.int32(c),
-                best[i],
-                best_col[i],
-                best_low[i],
-                other_low[i],
-            )
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _take_plain_score(value, column, best, best_col, second):
-    """One score folded into a row's running ``(best, best_col, second)`` of :func:`_best_and_second`."""
-    new = value < best
-    second = min(second, best if new else value)
-    best_col = column if new else best_col
-    return min(best, value), best_col, second
-
-
-@numba.njit(cache=True, nogil=True)
-def _best_and_second(scores_t, column_add, best, best_col, second):
-    """For every row ``i`` of the scores ``v[c, i] = scores_t[c, i] + column_add[c]``: the smallest and its column
-    (the first among equals), and the smallest of the other columns, ``second`` (equal to ``best`` on a tie).
-
-    The scan of an assignment without bounds: a third fewer operations per score than
-    :func:`_best_and_lowest_other`, whose ``other_low`` the near-tie test then needs only for rows close to a tie
-    (:func:`_lowest_other_where_near`). Four columns per sweep over the rows, in column order.
-    """
-    columns, rows = scores_t.shape
-    for i in range(rows):
-        best[i] = np.inf
-        second[i] = np.inf
-        best_col[i] = 0
-    swept = columns - columns % 4
-    for c in range(0, swept, 4):
-        add0, add1, add2, add3 = column_add[c], column_add[c + 1], column_add[c + 2], column_add[c + 3]
-        col0, col1, col2, col3 = np.int32(c), np.int32(c + 1), np.int32(c + 2), np.int32(c + 3)
-        for i in range(rows):
-            top, top_col, low = best[i], best_col[i], second[i]
-            top, top_col, low = _take_plain_score(scores_t[c, i] + add0, col0, top, top_col, low)
-            top, top_col, low = _take_plain_score(scores_t[c + 1, i] + add1, col1, top, top_col, low)
-            top, top_col, low = _take_plain_score(scores_t[c + 2, i] + add2, col2, top, top_col, low)
-            best[i], best_col[i], second[i] = _take_plain_score(scores_t[c + 3, i] + add3, col3, top, top_col, low)
-    for c in range(swept, columns):
-        add = column_add[c]
-        for i in range(rows):
-            best[i], best_col[i], second[i] = _take_plain_score(
-                scores_t[c, i] + add, np.int32(c), best[i], best_col[i], second[i]
-            )
-
-
-@numba.njit(cache=True, nogil=True)
-def _lowest_other_where_near(
-    scores_t, column_add, err_sq, err_x, x_norm, x_norm_scan, x_sq, best, best_col, second, other_low
-):
-    """``other_low`` of :func:`_best_and_lowest_other` (the other scores less their own errors, in the data's
-    precision), computed exactly only for the rows it could make near ties in :func:`_settle_one_group`.
-
-    Elsewhere ``second`` less the largest error of all centers stands in for it, computed in the same precision and
-    order: every rounding is monotone, so it is at most the exact ``other_low``, and it is already above the tie
-    limit, so the near-tie test decides as it would with the exact value.
-
-    Parameters
-    ----------
-    scores_t, column_add, err_sq, err_x : IN
-        As :func:`_best_and_lowest_other`.
-    x_norm, x_norm_scan, x_sq : IN (rows,)
-        The rows' norms in float64 and in the data's precision, their squared norms.
-    best, best_col, second : IN (rows,)
-        The summary of :func:`_best_and_second`.
-    other_low : OUT (rows,)
-    """
-    columns, rows = scores_t.shape
-    largest_sq = err_sq.max()
-    largest_x = err_x.max()
-    for i in range(rows):
-        col = best_col[i]
-        row_err = 1e-12 * x_sq[i]
-        limit = np.float64(best[i]) + np.float64(err_sq[col]) + x_norm[i] * np.float64(err_x[col]) + row_err
-        low = second[i] - largest_sq - x_norm_scan[i] * largest_x
-        if np.float64(low) - row_err > limit:
-            other_low[i] = low
-            continue
-        low = np.inf
-        for c in range(columns):
-            if c != col:
-                value = scores_t[c, i] + column_add[c]
-                low = min(low, value - err_sq[c] - x_norm_scan[i] * err_x[c])
-        other_low[i] = low
+from .tile_scan import _best_and_lowest_other, _best_and_second, _lowest_other_where_near
 
 
 @numba.njit(cache=True, nogil=True)
@@ -222,10 +60,11 @@ def _settle_one_group(
     center of column ``c`` being ``slot_center[c]``; ``column_sq[c]`` its squared norm is added here, in the data's
     precision): each row's norm (``norms_here``; else ``x_sq`` is given; ``x_norm`` float64 and ``x_norm_scan`` in
     the data's precision are filled), its best score and a lower bound on the others
-    (:func:`_best_and_lowest_other`; without bounds :func:`_best_and_second`, then
-    :func:`_lowest_other_where_near`), then each row settled while the tile is in cache: the exact nearest
-    center (near ties by exact distances, lowest center index among equals), its exact distance, its cluster's
-    float64 sums and (``lower`` not ``(n, 0)``) the lower bound on its distance to every other center.
+    (:func:`~daskmeans.kernels.tile_scan._best_and_lowest_other`; without bounds
+    :func:`~daskmeans.kernels.tile_scan._best_and_second`, then
+    :func:`~daskmeans.kernels.tile_scan._lowest_other_where_near`), then each row settled while the tile is in cache:
+    the exact nearest center (near ties by exact distances, lowest center index among equals), its exact distance,
+    its cluster's float64 sums and (``lower`` not ``(n, 0)``) the lower bound on its distance to every other center.
 
     The score of column ``c`` is within ``err_sq[c] + ||x|| err_x[c] + 1e-12 ||x||^2`` of its exact value
     (:func:`center_errors`): a row is a near tie when some other center's score, less its own error, is not above
@@ -315,8 +154,9 @@ def center_errors(column_sq, n_features, dtype):
 
     The per-center form of :func:`daskmeans.kernels.score_error.score_error_allowance` (there with the largest
     center norm for every center): ``2 gamma (||x|| ||c|| + ||c||^2)``, with ``gamma`` for two more terms, which
-    covers rounding the score less its error to the data's precision (:func:`_best_and_lowest_other`). One far
-    center (kdd has a center 22 times the median norm) then no longer widens every row's near-tie test.
+    covers rounding the score less its error to the data's precision
+    (:func:`~daskmeans.kernels.tile_scan._best_and_lowest_other`). One far center (kdd has a center 22 times the
+    median norm) then no longer widens every row's near-tie test.
     """
     norm = np.sqrt(np.asarray(column_sq, dtype=np.float64))
     factor = 2.0 * _gamma(n_features + 2, dtype) * 1.0001
@@ -344,20 +184,34 @@ class RowTiles:
 
 
 def _assign_one_group(
-    X, centers, slots, slot_center, x_sq, slab_bytes, labels, dist2, lower, norms_here, weights, sums, counts, sse
+    X,
+    centers,
+    slots,
+    slot_center,
+    x_sq,
+    slab_bytes,
+    labels,
+    dist2,
+    lower,
+    norms_here,
+    weights,
+    sums,
+    counts,
+    sse,
+    panels=None,
 ):
     """:func:`_assign_tiles` for one group of centers (no padding slots): tiles of ``ONE_GROUP_TILE_ROWS`` rows
     (fewer when their scores would pass ``slab_bytes``), each one GEMM of the centers scaled by -2 against the
     tile's rows, laid out center by center, then :func:`_settle_one_group`. Rows of another dtype than the slots'
-    (integers as stored) are converted a tile at a time (:class:`RowTiles`). In float32 with at most
-    ``PANEL_MAX_FEATURES`` features, the scores are never written: :func:`_assign_by_panels`."""
+    (integers as stored) are converted a tile at a time (:class:`RowTiles`). In float32, where the panel scan is the
+    faster here (``panels`` None: :func:`panels_pay`), the scores are never written: :func:`_assign_by_panels`."""
     n, d = X.shape
     dtype = slots.dtype
     columns = slots.shape[1]
     scaled_centers = np.ascontiguousarray(slots[:d].T)
     column_sq = np.ascontiguousarray(slots[d])
     err_sq, err_x = center_errors(column_sq, d, dtype)
-    if dtype == np.float32 and d <= config.PANEL_MAX_FEATURES:
+    if dtype == np.float32 and (panels_pay(d) if panels is None else panels):
         return _assign_by_panels(
             X,
             centers,
@@ -568,3 +422,71 @@ def _settle_near_ties(X, at, centers, scaled_centers, column_sq, slot_center, er
     dist2[at] = row_dist2
     lower[at] = row_lower
     return rechecked
+
+
+#: Per number of features, whether the panel scan assigned float32 rows faster than BLAS tiles in this process
+#: (:func:`panels_pay` measures it once).
+_PANELS_MEASURED: dict = {}
+
+
+def panels_pay(n_features: int) -> bool:
+    """Whether float32 rows of ``n_features`` features are scored by the panel scan
+    (:mod:`~daskmeans.kernels.panel_scan`, scores never written) rather than by BLAS tiles.
+
+    Never above ``config.PANEL_MAX_FEATURES`` features. ``config.PANEL_SCAN`` decides: ``"panels"``, ``"blas"``, or
+    ``"auto"``, measured once per process and number of features (:func:`panel_seconds`): the register-blocked scan runs
+    ahead of a BLAS GEMM plus a scan of its scores on some processors and 2-3 times behind it on others. Both give
+    the same labels, distances, bounds and sums to the last bit, so the choice changes only the time. The
+    grouped (yinyang) assignment follows the same choice.
+
+    Examples
+    --------
+    >>> from daskmeans import config
+    >>> with config.set(PANEL_SCAN="blas"):
+    ...     panels_pay(128)
+    False
+
+    Raises
+    ------
+    InvalidParameterError
+        ``config.PANEL_SCAN`` is none of the three.
+    """
+    setting = config.PANEL_SCAN
+    if setting not in ("auto", "panels", "blas"):
+        raise InvalidParameterError(f"config.PANEL_SCAN must be 'auto', 'panels' or 'blas', not {setting!r}.")
+    if n_features > config.PANEL_MAX_FEATURES:
+        return False
+    if setting != "auto":
+        return setting == "panels"
+    if n_features not in _PANELS_MEASURED:
+        panels, tiles = panel_seconds(n_features)
+        _PANELS_MEASURED[n_features] = panels < tiles
+    return _PANELS_MEASURED[n_features]
+
+
+def panel_seconds(n_features: int, repeats: int = 3) -> tuple[float, float]:
+    """Seconds of the plain float32 assignment of ``config.PANEL_CALIBRATION_ROWS`` random rows of ``n_features``
+    features to ``config.PANEL_CALIBRATION_CENTERS`` of them, by the panel scan and by BLAS tiles: the best of
+    ``repeats`` runs each, taken in turns (after one run each that compiles and warms the caches)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((config.PANEL_CALIBRATION_ROWS, n_features), dtype=np.float32)
+    centers = np.ascontiguousarray(X[: config.PANEL_CALIBRATION_CENTERS])
+    n, k = X.shape[0], centers.shape[0]
+    slots = np.empty((n_features + 1, k), dtype=np.float32)
+    slots[:n_features] = -2 * centers.T
+    slots[n_features] = row_sq_norms(centers)
+    out = (np.empty(n, dtype=np.int32), np.empty(n), np.empty((n, 0), dtype=LOWER_DTYPE))
+    no_stats = (np.empty(0), np.empty((0, n_features)), np.empty(0), np.empty(0))
+
+    def seconds(panels):
+        started = time.perf_counter()
+        _assign_one_group(
+            X, centers, slots, np.arange(k), np.empty(n), config.ASSIGN_SLAB_BYTES, *out, True, *no_stats, panels
+        )
+        return time.perf_counter() - started
+
+    best = {True: np.inf, False: np.inf}
+    for _ in range(repeats + 1):
+        for panels in best:
+            best[panels] = min(best[panels], seconds(panels))
+    return best[True], best[False]

@@ -3,7 +3,7 @@ register-blocked float32 GEMM whose accumulators are scanned where they are.
 
 The exact assignment against one group of centers needs, per row, only its best score ``||c||^2 - 2 x.c``, the
 center that gives it and the smallest of the other scores less their proven errors
-(:func:`daskmeans.kernels.one_group_assign._best_and_lowest_other`). A BLAS GEMM writes every score of a tile to
+(:func:`daskmeans.kernels.tile_scan._best_and_lowest_other`). A BLAS GEMM writes every score of a tile to
 memory and a second pass reads them back to find these; at k = 1000 and d = 128 the scores of a tile of 512 rows
 are 2 MiB, the whole L2 cache. Here the rows are taken a *panel* at a time (``PANEL_ROWS`` rows, converted to
 float32 and laid out feature by feature, so that one vector holds one feature of ``LANES`` rows), and the centers
@@ -64,7 +64,7 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
     other_low, start, stop, n_groups, group_min, group_second)`` that folds the scores of centers
     ``start .. stop - 1`` (``stop - start`` a multiple of ``centers_per_step``), in order, into the running
     summary of the panel's ``PANEL_ROWS`` rows (float32, the columns int32), as
-    :func:`daskmeans.kernels.one_group_assign._take_score` does: the best score and its column, the best score less
+    :func:`daskmeans.kernels.tile_scan._take_score` does: the best score and its column, the best score less
     its error (``best_low``) and the smallest of the other scores less their errors (``other_low``), the error of
     column ``c``'s score being ``err_sq[c] + x_norm * err_x[c]``.
 
@@ -261,7 +261,7 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     ``X[i] . scaled[c] + column_add[c]`` over the columns ``c`` and its column (the first among equals), and the
     smallest over the other columns of the score less its error ``err_sq[c] + ||X[i]|| err_x[c]``, written to
     ``best``, ``best_col`` and ``other_low``: the values of
-    :func:`daskmeans.kernels.one_group_assign._best_and_lowest_other` on scores that are never stored.
+    :func:`daskmeans.kernels.tile_scan._best_and_lowest_other` on scores that are never stored.
 
     ``scaled``, ``column_add``, ``err_sq`` and ``err_x`` as :func:`padded` returns them.
 

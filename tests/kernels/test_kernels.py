@@ -148,7 +148,7 @@ def test_cluster_stats_matches_numpy(dtype, weighted):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_best_and_lowest_other_match_argmin_and_the_smallest_other_score_less_its_error(dtype):
-    from daskmeans.kernels.one_group_assign import _best_and_lowest_other
+    from daskmeans.kernels.tile_scan import _best_and_lowest_other
 
     rng = np.random.default_rng(8)
     scores = rng.integers(0, 6, size=(400, 7)).astype(dtype)  # many ties, within and across rows
@@ -184,7 +184,7 @@ def test_best_and_second_and_the_lowest_other_where_near_match_numpy(dtype):
     """The unbounded pass's scan: the best score, its column and the smallest other score (NumPy's argmin and
     min); then ``other_low`` is exact wherever the near-tie test could pass with it, and elsewhere a lower bound
     that keeps the test failing, so every row is decided as with the exact value."""
-    from daskmeans.kernels.one_group_assign import _best_and_lowest_other, _best_and_second, _lowest_other_where_near
+    from daskmeans.kernels.tile_scan import _best_and_lowest_other, _best_and_second, _lowest_other_where_near
 
     rng = np.random.default_rng(9)
     for n, columns, spread in ((600, 7, 6), (500, 9, 3), (10, 1, 6)):

@@ -1,15 +1,24 @@
-"""The register-blocked scan of the float32 assignment (daskmeans.kernels.panel_scan) against NumPy, and the
-assignment built on it against the BLAS path."""
+"""The register-blocked scan of the float32 assignment (daskmeans.kernels.panel_scan) against NumPy, the
+assignment built on it against the BLAS path, and the measured choice between the two."""
 
 import numpy as np
 import pytest
 
-from daskmeans.kernels import panel_scan
+from daskmeans import config
+from daskmeans.exceptions import InvalidParameterError
+from daskmeans.kernels import one_group_assign, panel_scan
 from daskmeans.kernels.assign import nearest_centers
 from daskmeans.kernels.exact_assign import assign_with_bounds
 from daskmeans.kernels.nested_groups import make_groups
 from daskmeans.kernels.one_group_assign import center_errors
 from daskmeans.kernels.packed_bounds import unpack_bounds
+
+
+@pytest.fixture(autouse=True)
+def _panels_on():
+    """The assignments here take the panels wherever they can (``"auto"`` may measure BLAS tiles faster here)."""
+    with config.set(PANEL_SCAN="panels"):
+        yield
 
 
 def _reference_summary(X, scaled, column_add, err_sq, err_x):
@@ -229,3 +238,53 @@ def test_the_vector_width_is_chosen_without_failing_where_llvm_cannot_read_the_h
 
     monkeypatch.setattr(binding, "get_host_cpu_features", unreadable)
     assert panel_scan._has_wide_vectors() is False
+
+
+def test_the_panel_scan_is_taken_as_set_and_measured_once_per_process_and_width(monkeypatch):
+    """``"panels"`` and ``"blas"`` decide; ``"auto"`` takes the faster of the two as :func:`panel_seconds` measured
+    them, once per number of features; wider rows than ``PANEL_MAX_FEATURES`` never take the panels."""
+    measured = []
+
+    def seconds(n_features):
+        measured.append(n_features)
+        return (1.0, 2.0) if n_features == 8 else (2.0, 1.0)
+
+    monkeypatch.setattr(one_group_assign, "_PANELS_MEASURED", {})
+    monkeypatch.setattr(one_group_assign, "panel_seconds", seconds)
+    with config.set(PANEL_SCAN="blas"):
+        assert not one_group_assign.panels_pay(8)
+    with config.set(PANEL_SCAN="auto"):
+        assert [one_group_assign.panels_pay(d) for d in (8, 16, 8, 16)] == [True, False, True, False]
+        assert measured == [8, 16]
+        with config.set(PANEL_MAX_FEATURES=4):
+            assert not one_group_assign.panels_pay(8)
+    assert one_group_assign.panels_pay(8)
+    with config.set(PANEL_MAX_FEATURES=4):
+        assert not one_group_assign.panels_pay(8)
+
+
+def test_the_measurement_times_both_ways_and_an_unknown_setting_is_refused():
+    with config.set(PANEL_CALIBRATION_ROWS=300, PANEL_CALIBRATION_CENTERS=40):
+        panels, tiles = one_group_assign.panel_seconds(16, repeats=1)
+    assert 0 < panels < np.inf and 0 < tiles < np.inf
+    with config.set(PANEL_SCAN="fastest"), pytest.raises(InvalidParameterError, match="'auto', 'panels' or 'blas'"):
+        one_group_assign.panels_pay(16)
+
+
+def test_either_choice_gives_the_same_assignment_to_the_last_bit():
+    """The choice changes only the time: the labels, distances, group bounds and sums of the panels and of the BLAS
+    tiles are equal, and labels, distances and sums are those of the float64 reference."""
+    X, centers = _descriptors_like(1500, 40, 50, 4)
+    k, d = centers.shape
+    groups = make_groups(centers, "yinyang", 6)
+
+    def assign(dtype, setting):
+        stats = (np.zeros((k, d)), np.zeros(k), np.zeros(k))
+        with config.set(PANEL_SCAN=setting):
+            return assign_with_bounds(X.astype(dtype), centers.astype(dtype), groups, stats=stats), stats
+
+    panels, blas, reference = assign(np.float32, "panels"), assign(np.float32, "blas"), assign(np.float64, "blas")
+    for ours, theirs in zip((*panels[0], *panels[1]), (*blas[0], *blas[1])):
+        np.testing.assert_array_equal(ours, theirs)
+    for ours, theirs in zip((*panels[0][:2], *panels[1]), (*reference[0][:2], *reference[1])):
+        np.testing.assert_array_equal(ours, theirs)
