@@ -16,6 +16,7 @@ others), so it is measured once per process (:func:`panels_pay`); both give the 
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import numba
@@ -427,6 +428,8 @@ def _settle_near_ties(X, at, centers, scaled_centers, column_sq, slot_center, er
 #: Per number of features, whether the panel scan assigned float32 rows faster than BLAS tiles in this process
 #: (:func:`panels_pay` measures it once).
 _PANELS_MEASURED: dict = {}
+#: Held while a measurement runs: the threads of a process measure one at a time, and each width once.
+_MEASURING = threading.Lock()
 
 
 def panels_pay(n_features: int) -> bool:
@@ -459,8 +462,10 @@ def panels_pay(n_features: int) -> bool:
     if setting != "auto":
         return setting == "panels"
     if n_features not in _PANELS_MEASURED:
-        panels, tiles = panel_seconds(n_features)
-        _PANELS_MEASURED[n_features] = panels < tiles
+        with _MEASURING:
+            if n_features not in _PANELS_MEASURED:
+                panels, tiles = panel_seconds(n_features)
+                _PANELS_MEASURED[n_features] = panels < tiles
     return _PANELS_MEASURED[n_features]
 
 

@@ -263,6 +263,30 @@ def test_the_panel_scan_is_taken_as_set_and_measured_once_per_process_and_width(
         assert not one_group_assign.panels_pay(8)
 
 
+def test_threads_that_ask_at_once_wait_for_one_measurement(monkeypatch):
+    """A worker's threads that meet the same width at once measure it once, one thread at a time."""
+    import threading
+    import time
+
+    measured = []
+
+    def seconds(n_features):
+        measured.append(n_features)
+        time.sleep(0.05)
+        return 1.0, 2.0
+
+    monkeypatch.setattr(one_group_assign, "_PANELS_MEASURED", {})
+    monkeypatch.setattr(one_group_assign, "panel_seconds", seconds)
+    answers = []
+    with config.set(PANEL_SCAN="auto"):
+        threads = [threading.Thread(target=lambda: answers.append(one_group_assign.panels_pay(8))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert answers == [True] * 4 and measured == [8]
+
+
 def test_the_measurement_times_both_ways_and_an_unknown_setting_is_refused():
     with config.set(PANEL_CALIBRATION_ROWS=300, PANEL_CALIBRATION_CENTERS=40):
         panels, tiles = one_group_assign.panel_seconds(16, repeats=1)
