@@ -12,8 +12,8 @@ from daskmeans.bench import report
 from daskmeans.bench.common import settle
 from daskmeans.bench.energy import InMemoryEnergy
 from daskmeans.bench.estimator_runs import run_daskmeans
-from daskmeans.bench.refinement import REFIT_GROWTH, REFIT_TRIES, fit_until_reached
-from daskmeans.bench.traces import evaluate
+from daskmeans.bench.refinement import REFIT_GROWTH, REFIT_TRIES, confirm_wall_times, fit_until_reached
+from daskmeans.bench.traces import Candidate, Trace, evaluate
 
 
 def test_a_target_is_timed_by_a_whole_fit_that_returns_within_it():
@@ -89,3 +89,48 @@ def test_a_timed_run_starts_only_once_no_worker_runs_what_an_earlier_fit_abandon
 
     assert not any(cluster_client.run(_executing).values())
     settle(None)  # without a client (the threaded scheduler) there is nothing to wait for
+
+
+class _EnergyOfCenters:
+    """Exact energies of scripted candidates: their "centers" hold the energy itself."""
+
+    def __call__(self, centers):
+        return float(centers[0])
+
+
+def test_a_looser_reference_target_is_timed_by_its_own_earlier_fit_not_by_one_for_a_tighter_target():
+    """A reference energy (a peer's final, here one Lloyd iteration's) looser than 2% of E* is timed by a fit
+    given the max_time of the first snapshot within it, not by the later fit made for 2%."""
+    asked = []
+
+    def refit(max_time):
+        asked.append(max_time)
+        energy = 60.0 if max_time < 2.0 else 10.3 if max_time < 6.0 else 10.1
+        return Candidate(step=-1, time=max_time + 0.1, centers=np.array([energy]), kind="fit")
+
+    snapshots = [(1.0, 60.0), (2.0, 43.0), (4.0, 12.0), (6.0, 10.15), (9.0, 10.0)]
+    ours = Trace(
+        candidates=[Candidate(step=0, time=0.0, centers=np.array([100.0]), kind="init")]
+        + [Candidate(step=i + 1, time=s, centers=np.array([e]), kind="snapshot") for i, (s, e) in enumerate(snapshots)],
+        fit_seconds=9.5,
+        timed_seconds=9.5,
+        refit=refit,
+    )
+    peer = Trace(
+        candidates=[Candidate(step=1, time=7.0, centers=np.array([43.0]), kind="rung")],
+        fit_seconds=7.0,
+        timed_seconds=7.0,
+    )
+    runs = [
+        SimpleNamespace(name="nmbatch", seed=0, trace=ours),
+        SimpleNamespace(name="sklearn-lloyd", seed=0, trace=peer),
+    ]
+    energy = _EnergyOfCenters()
+    for run in runs:
+        evaluate(run.trace.candidates, energy)
+    confirm_wall_times(runs, energy, [0.02], versus=[{"name": "sklearn-lloyd", "iteration": None, "within": 1e-4}])
+
+    points = [c.as_record() for c in ours.candidates if c.energy is not None]
+    assert asked[0] == 2.0  # the loosest target (the peer's 43.0) first, from its first snapshot
+    assert report.time_to_reach(points, report.reach_threshold(43.0, 1e-4)) == 2.1
+    assert report.time_to_reach(points, 10.0 * 1.02) == 6.1

@@ -84,7 +84,9 @@ def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
 
     The first snapshot within a target gives the first ``max_time`` to try; a fit that stops short of the target
     is tried again with a budget :data:`REFIT_GROWTH` times longer, at most :data:`REFIT_TRIES` times. The run's
-    own fit, with the workload's budget, is the last resort: its final point is a whole fit too.
+    own fit, with the workload's budget, is the last resort: its final point is a whole fit too. The targets are
+    timed from the loosest to the tightest (a reference energy such as one Lloyd iteration can be looser than 2%
+    of E*).
     """
     best = best_energy(runs, lloyd_energies)
     if best is None:
@@ -96,7 +98,9 @@ def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
     for run in runs:
         if run.trace is None or run.trace.refit is None:
             continue
-        for threshold in thresholds[None] + thresholds.get(run.seed, []):
+        # loosest target first: a fit made for a looser target that is within a tighter one times both, while a fit
+        # made for a tighter target is later than the looser one needs
+        for threshold in sorted(thresholds[None] + thresholds.get(run.seed, []), reverse=True):
             try:
                 fit_until_reached(run.trace, threshold, energy)
             except Exception as exc:  # noqa: BLE001 - a failing fit ends the confirmation of this run
