@@ -136,7 +136,7 @@ PANEL_MAX_FEATURES = 256
 #: two on this processor, measured once per process and number of features (``"auto"``,
 #: :func:`daskmeans.kernels.one_group_assign.panels_pay`). The results are the same to the last bit either way.
 PANEL_SCAN = "auto"
-#: Rows and centers of the measurement that ``PANEL_SCAN="auto"`` makes (a few hundredths of a second at d = 128).
+#: Rows and centers of the measurement that ``PANEL_SCAN="auto"`` makes.
 PANEL_CALIBRATION_ROWS = 4096
 PANEL_CALIBRATION_CENTERS = 512
 #: Bytes of one GEMM tile of scores in nearest-center assignment: small enough that the reductions after the GEMM

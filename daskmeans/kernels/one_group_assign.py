@@ -9,8 +9,8 @@ other assignment kernel (:mod:`daskmeans.kernels.exact_assign`).
 
 In float32 with at most ``PANEL_MAX_FEATURES`` features the scores need not be written at all: the GEMM and the
 scan can be one register-blocked loop (:mod:`daskmeans.kernels.panel_scan`, :func:`_assign_by_panels`). Which of the
-two is faster depends on the processor (the panels run well ahead of BLAS tiles on some, 2-3 times behind on
-others), so it is measured once per process (:func:`panels_pay`); both give the same results to the last bit.
+two is faster depends on the processor (the panels run ahead of BLAS tiles on some and behind them on others),
+so it is measured once per process (:func:`panels_pay`); both give the same results to the last bit.
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ def panels_pay(n_features: int) -> bool:
 
     Never above ``config.PANEL_MAX_FEATURES`` features. ``config.PANEL_SCAN`` decides: ``"panels"``, ``"blas"``, or
     ``"auto"``, measured once per process and number of features (:func:`panel_seconds`): the register-blocked scan runs
-    ahead of a BLAS GEMM plus a scan of its scores on some processors and 2-3 times behind it on others. Both give
+    ahead of a BLAS GEMM plus a scan of its scores on some processors and behind it on others. Both give
     the same labels, distances, bounds and sums to the last bit, so the choice changes only the time. The
     grouped (yinyang) assignment follows the same choice.
 
