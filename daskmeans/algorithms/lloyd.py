@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import config
 from ..engine.client import compute_now, submit_now
-from ..engine.placement import blocks_by_worker, held_by_workers
+from ..engine.placement import held_by_workers, placed_groups
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
 from ..passes.bounded_assign import BoundedAssignment
@@ -43,7 +43,7 @@ class _PlainPasses:
 
     def __init__(self, array, weights, client, driver=None):
         self.array, self.weights, self.client, self.driver = array, weights, client, driver
-        self.blocks = None
+        self.placed = None
 
     def step(self, centers, previous):
         if self.driver is not None:
@@ -58,17 +58,18 @@ class _PlainPasses:
         """Submit one iteration whole to the cluster: the pass over ``centers`` (an array, or the previous
         iteration's :class:`_Submitted`, from whose passes' results each task of this pass computes them) and the
         update that ends it (``after`` and ``shift`` are for bounds)."""
-        if self.blocks is None:
-            self.blocks = blocks_by_worker(self.array, self.client)
+        if self.placed is None:
+            self.placed = placed_groups(self.array, self.client)
         dtype = self.array.dtype
         if isinstance(centers, _Submitted):
             previous, start = centers.chained, None
         else:
             previous, start = None, (np.ascontiguousarray(centers, dtype=dtype), centers)
+        groups, workers = self.placed
         chained = assign_stats_chained(
-            self.array, n_clusters, self.blocks, _advance, (dtype,), self.weights, previous=previous, start=start
+            self.array, n_clusters, groups, _advance, (dtype,), self.weights, previous, start, workers
         )
-        chained = chained.submitted(submit_now(*chained.objects(), client=self.client))
+        chained = chained.submitted(submit_now(*chained.objects(), client=self.client, placement=chained.placement))
         return _Submitted(chained.result, chained=chained)
 
     def release(self):
@@ -83,30 +84,67 @@ class _BoundedPasses:
         self.state = BoundedAssignment(
             array, make_groups(centers, self.scheme, self.n_groups), weights=weights, client=client, driver=driver
         )
-        self.blocks = None
+        self.placed = None
 
     def step(self, centers, previous):
         shift = None if previous is None else center_displacement(centers, previous) * SHIFT_SAFETY
         return self.state.step(centers, shift)
 
     def submit(self, centers, n_clusters, after=None, shift=None):
-        """:meth:`_PlainPasses.submit` revisiting the states kept by the iteration ``after`` (None: the first
-        pass), with ``shift`` the bound on the centers' moves when ``centers`` is an array."""
-        if self.blocks is None:
-            self.blocks = blocks_by_worker(self.state.array, self.state.client)
+        """:meth:`_PlainPasses.submit` revisiting the states kept by the iteration ``after``, with ``shift`` the
+        bound on the centers' moves when ``centers`` is an array; without ``after``, the pass sets the bounds up,
+        from an array or from the update of an iteration of plain passes (chained to it on the cluster)."""
+        if self.placed is None:
+            self.placed = placed_groups(self.state.array, self.state.client)
         dtype = self.state.array.dtype
-        start = (
-            None
-            if isinstance(centers, _Submitted)
-            else (np.ascontiguousarray(centers, dtype=dtype), centers, {}, shift)
-        )
+        if isinstance(centers, _Submitted):
+            start, previous = None, centers.chained
+        else:
+            start = (np.ascontiguousarray(centers, dtype=dtype), centers, {}, shift)
+            previous = None if after is None else after.chained
         chained = self.state.submit_chained(
-            None if after is None else after.chained, start, self.blocks, _advance_with_bounds, (dtype,)
+            previous, start, self.placed, _advance_with_bounds, (dtype,), revisit=after is not None
         )
         return _Submitted(chained.result, chained=chained)
 
     def release(self):
         self.state.release()
+
+
+class _AheadPasses:
+    """The passes of a run submitted ahead of the driver: plain ones up to iteration ``last_plain``, then those of
+    the plan's scheme, whose first pass (it sets the bounds up) is chained on the cluster to the last plain one, so
+    that the workers go on without waiting for the driver at the switch. Its bounds' groups are made from the
+    centers the last plain iteration starts from (any grouping keeps the bounds exact)."""
+
+    def __init__(self, run, last_plain):
+        self.run, self.last_plain = run, last_plain
+        self.plain, self.bounded = run.passes_of("none"), None
+
+    def of(self, iteration):
+        """The passes of ``iteration``."""
+        if self.run.plan.scheme == "none" or iteration <= self.last_plain:
+            return self.plain
+        if self.bounded is None:
+            self.bounded = self.run.passes_of(self.run.plan.scheme)
+        return self.bounded
+
+    def full(self, iteration) -> int:
+        """1 when the pass of ``iteration`` computes every distance (plain, or setting the bounds up), else 0."""
+        return int(self.of(iteration).scheme == "none" or iteration == self.last_plain + 1)
+
+    def submit(self, iteration, centers, after=None, shift=None):
+        """Submit ``iteration``'s pass over ``centers`` (an array, or the previous iteration's :class:`_Submitted`);
+        ``after`` and ``shift`` as :meth:`_BoundedPasses.submit`, for passes of the same kind as ``after``'s."""
+        engine = self.of(iteration)
+        if after is not None and self.of(iteration - 1) is not engine:
+            after, shift = None, None
+        return engine.submit(centers, self.run.state.centers.shape[0], after=after, shift=shift)
+
+    def release(self):
+        self.plain.release()
+        if self.bounded is not None:
+            self.bounded.release()
 
 
 @dataclass
@@ -262,26 +300,28 @@ class _Run:
         """The iterations from ``state.n_iter + 1`` on: the plan's plain ones first, then those of its scheme (the
         same iterates either way)."""
         plan = self.plan
+        if self.driver is None and plan.ahead:
+            return self.iterate_ahead(_AheadPasses(self, last_plain=max(plan.plain_iterations, self.state.n_iter)))
         if self.state.n_iter < plan.plain_iterations:
             result = self.run("none", last=plan.plain_iterations)
             if result.stop_reason != "max_iter" or result.n_iter == plan.max_iter:
                 return result
         return self.run(plan.scheme, last=plan.max_iter)
 
-    def run(self, scheme, last):
-        """Iterations ``state.n_iter + 1 .. last`` with the passes of ``scheme``; ``stop_reason`` is
-        ``"max_iter"`` when they all ran."""
+    def passes_of(self, scheme):
+        """The passes of ``scheme`` over the run's rows (bounds made from the state's centers)."""
         context = self.context
-        engine = (
-            _PlainPasses(self.array, context.weights, context.client, self.driver)
-            if scheme == "none"
-            else _BoundedPasses(
-                self.array, self.state.centers, context.weights, context.client, scheme, self.plan.n_groups, self.driver
-            )
+        if scheme == "none":
+            return _PlainPasses(self.array, context.weights, context.client, self.driver)
+        return _BoundedPasses(
+            self.array, self.state.centers, context.weights, context.client, scheme, self.plan.n_groups, self.driver
         )
+
+    def run(self, scheme, last):
+        """Iterations ``state.n_iter + 1 .. last`` with the passes of ``scheme``, one after the other;
+        ``stop_reason`` is ``"max_iter"`` when they all ran."""
+        engine = self.passes_of(scheme)
         try:
-            if self.driver is None and self.plan.ahead:
-                return self.iterate_ahead(engine, last)
             return self.iterate(engine, last)
         finally:
             engine.release()
@@ -317,54 +357,61 @@ class _Run:
         inertia = stats.inertia if shift == 0.0 else None
         return FitResult(state.centers, inertia, state.n_iter, state.history, stop_reason, state.passes)
 
-    def iterate_ahead(self, engine, last):
+    def iterate_ahead(self, passes):
         """:meth:`iterate` with each iteration submitted whole before the driver has seen the one before it.
 
         An iteration's pass is one task per worker thread over the blocks its worker holds
         (:func:`~daskmeans.engine.graph.chained_group_pass`), and each such task computes its centers itself from
         the previous pass's statistics (:func:`_advance`, the same update as :func:`lloyd_update`), so that the
-        workers never wait for a round trip to the driver or to one combining task. The driver records, reports,
+        workers never wait for a round trip to the driver or to one combining task; the pass that sets the bounds
+        up is chained to the last plain one in the same way (:class:`_AheadPasses`). The driver records, reports,
         checkpoints and decides to stop as :meth:`iterate` does, iteration by iteration, and drops the one
         submitted ahead when it stops: the same iterates and the same history (the passes report no progress of
         their own: ``rows_per_second`` is the data's rows over the time since the previous record). A pass whose
         far rows cannot refill its empty clusters is redone on the driver
         (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
         """
-        array, state = self.array, self.state
+        array, state, last = self.array, self.state, self.plan.max_iter
         client, weights, clock = self.context.client, self.context.weights, self.context.clock
         stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
-        k, first = state.centers.shape[0], state.n_iter + 1
-        iteration = first
-        current = engine.submit(state.centers, k) if iteration <= last else None
-        while current is not None:
-            centers = state.centers
-            ahead = engine.submit(current, k, after=current) if iteration < last else None
-            _, new_centers, summary, _ = current.update.result()
-            extra = 0
-            if "stats" in summary:
-                ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
-                stats, extra = with_enough_far_rows(finish_stats(summary["stats"]), array, centers, weights, client)
-                new_centers, shift, relocated = lloyd_update(stats, centers)
-                summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
-                moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
-                ahead = engine.submit(new_centers, k, after=current, shift=moves) if iteration < last else None
-            state.passes += (1 if iteration == first or engine.scheme == "none" else 0) + extra
-            shift, inertia = summary["shift"], summary["inertia"]
-            seconds, started = clock.elapsed() - started, clock.elapsed()
-            step = _Step(
-                iteration,
-                new_centers,
-                inertia,
-                shift,
-                summary["relocated"],
-                summary.get("computed", array.shape[0] * k),
-                {"rows_per_second": (1 + extra) * array.shape[0] / seconds},
-            )
-            stop = self.close_iteration(engine, step)
-            current, iteration = ahead, iteration + 1
-            if stop is not None:
-                stop_reason = stop
-                break
+        iteration = state.n_iter + 1
+        try:
+            current = passes.submit(iteration, state.centers) if iteration <= last else None
+            while current is not None:
+                centers = state.centers
+                ahead = passes.submit(iteration + 1, current, after=current) if iteration < last else None
+                _, new_centers, summary, _ = current.update.result()
+                extra = 0
+                if "stats" in summary:
+                    ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
+                    stats, extra = with_enough_far_rows(finish_stats(summary["stats"]), array, centers, weights, client)
+                    new_centers, shift, relocated = lloyd_update(stats, centers)
+                    summary = {**summary, "inertia": stats.inertia, "shift": shift, "relocated": relocated}
+                    moves = center_displacement(new_centers, centers) * SHIFT_SAFETY
+                    ahead = (
+                        passes.submit(iteration + 1, new_centers, after=current, shift=moves)
+                        if iteration < last
+                        else None
+                    )
+                state.passes += passes.full(iteration) + extra
+                shift, inertia = summary["shift"], summary["inertia"]
+                seconds, started = clock.elapsed() - started, clock.elapsed()
+                step = _Step(
+                    iteration,
+                    new_centers,
+                    inertia,
+                    shift,
+                    summary["relocated"],
+                    summary.get("computed", array.shape[0] * new_centers.shape[0]),
+                    {"rows_per_second": (1 + extra) * array.shape[0] / seconds},
+                )
+                stop = self.close_iteration(passes.of(iteration), step)
+                current, iteration = ahead, iteration + 1
+                if stop is not None:
+                    stop_reason = stop
+                    break
+        finally:
+            passes.release()
         return FitResult(
             state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason, state.passes
         )

@@ -9,6 +9,7 @@ scheduler do without it.
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 
 import dask
 from dask._expr import LLGExpr
@@ -319,9 +320,20 @@ def _graph_of(objects):
     return HighLevelGraph.merge(*(o.__dask_graph__() for o in objects))
 
 
-def submit_now(*objects, client):
-    """Submit daskmeans' own delayed graphs to ``client`` in one message; their futures, in order."""
-    return client.get(*_own_graph(objects, active_watch(), client), sync=False)
+def submit_now(*objects, client, placement=None):
+    """Submit daskmeans' own delayed graphs to ``client`` in one message; their futures, in order.
+
+    ``placement`` maps task keys to the address of the worker each runs on (a pass's task to the worker holding
+    its blocks and states: the scheduler, left to itself, may send it to a worker that is idle now and have the
+    blocks moved), loosely: a task whose worker has left runs elsewhere.
+    """
+    graph = _own_graph(objects, active_watch(), client)
+    if not placement:
+        return client.get(*graph, sync=False)
+    # a callable annotation is evaluated per key on the scheduler; an empty list leaves a task unrestricted
+    workers = defaultdict(list, {key: [address] for key, address in placement.items()})
+    with dask.annotate(workers=workers.__getitem__, allow_other_workers=True):
+        return client.get(*graph, sync=False)
 
 
 def persist_and_compute(kept, wanted, client):

@@ -232,11 +232,15 @@ class GroupPass:
     """One pass of :func:`chained_group_pass`: its group tasks (each ``(carried, results, states)``), the
     ``(carried, results)`` of each for the other groups (None when the pass keeps no state: the group tasks'
     outputs are small then), and the reduced result for the driver. Delayed objects, or futures once
-    submitted (:meth:`submitted`)."""
+    submitted (:meth:`submitted`). ``reduction`` is how its results are reduced and finished, by the driver's
+    result and by the pass chained after it; ``placement`` the worker of each group's task, by key
+    (:func:`~daskmeans.engine.client.submit_now`)."""
 
     groups: list
     shares: list | None
     result: object
+    reduction: tuple = ()
+    placement: dict | None = None
 
     def objects(self) -> list:
         """Everything to submit, in the order :meth:`submitted` takes the futures back."""
@@ -244,7 +248,8 @@ class GroupPass:
 
     def submitted(self, futures) -> GroupPass:
         n = len(self.groups)
-        return GroupPass(list(futures[1 : 1 + n]), None if self.shares is None else list(futures[1 + n :]), futures[0])
+        shares = None if self.shares is None else list(futures[1 + n :])
+        return GroupPass(list(futures[1 : 1 + n]), shares, futures[0], self.reduction, self.placement)
 
 
 def chained_group_pass(
@@ -260,6 +265,7 @@ def chained_group_pass(
     start=None,
     keeps_state=False,
     split_every: int | None = None,
+    workers: list | None = None,
 ) -> GroupPass:
     """One pass of an iterative algorithm over blocks held by the workers, one task per group of blocks (the
     blocks one worker holds), chained to the pass before it without a round trip through one task.
@@ -291,12 +297,16 @@ def chained_group_pass(
     finish : callable
         ``finish(reduced, carried, *finish_args) -> carried`` of the next pass.
     previous : GroupPass, optional
-        The pass before (submitted).
+        The pass before (submitted). Its results are reduced and finished as its own ``combine`` and ``finish``
+        say, so that a chain may go on with a pass of another kind (bounds set up after plain passes).
     start : object, optional
         The value this pass's blocks take instead of the one ``previous`` gives (required without ``previous``).
     keeps_state : bool
         ``function`` returns a state per block, kept in the group task's output for the next pass; each group
         then also has a small task with its results alone, which is what the other groups' tasks fetch.
+    workers : list, optional
+        The address of the worker holding each group's blocks (None: any), where its task is placed
+        (:func:`~daskmeans.engine.placement.placed_groups`, the pass's ``placement``).
     """
     covered = sorted(i for group in groups for i in group)
     n_blocks = len(covered) if block_args is None else len(block_args)
@@ -310,7 +320,7 @@ def chained_group_pass(
     # each pass of a chain is new work: a fresh key costs nothing, where hashing the arguments costs the driver
     # time on every pass
     key = f"daskmeans-{name}-{uuid.uuid4().hex}"
-    from_previous = None if previous is None else (previous.shares or previous.groups)
+    from_previous = None if previous is None else (previous.shares or previous.groups, previous.reduction)
     tasks = []
     for g, group in enumerate(groups):
         args = None if block_args is None else [block_args[i] for i in group]
@@ -334,9 +344,9 @@ def chained_group_pass(
     shares = (
         [task((f"{key}-share", g), _share, t, settings=settings) for g, t in enumerate(tasks)] if keeps_state else None
     )
-    return GroupPass(
-        tasks, shares, task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction, settings=settings)
-    )
+    result = task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction, settings=settings)
+    placement = {t.key: worker for t, worker in zip(tasks, workers or ()) if worker is not None}
+    return GroupPass(tasks, shares, result, reduction, placement)
 
 
 def _share(output):
@@ -350,7 +360,7 @@ def _reduce_groups(outputs, reduction):
 
 
 def _group_pass(function, indices, group_args, own_previous, previous, start, reduction, keeps_state, *common_args):
-    carried = start if previous is None else _reduce_groups(previous, reduction)
+    carried = start if previous is None else _reduce_groups(*previous)
     if group_args is None:
         group_args = [[state] for state in own_previous[2]]
     outputs = [function(*args, carried, *common_args) for args in group_args]

@@ -26,6 +26,12 @@ def blocks_by_worker(array, client) -> list[list[int]]:
     given one group ran its pass on one of them). Where the blocks are does not change any result: it decides only
     which blocks a pass computes in one task (:func:`daskmeans.engine.graph.chained_group_pass`).
     """
+    return placed_groups(array, client)[0]
+
+
+def placed_groups(array, client) -> tuple[list[list[int]], list[str | None]]:
+    """:func:`blocks_by_worker`'s groups and the address of the worker that holds each group's blocks (None for a
+    block held nowhere), where a pass places the group's task (:func:`daskmeans.engine.client.submit_now`)."""
     stored = stored_form(array)
     futures = {future.key: future for future in futures_of(stored)}
     with client.as_current():  # a block still being computed is held nowhere yet
@@ -41,13 +47,14 @@ def blocks_by_worker(array, client) -> list[list[int]]:
             groups.setdefault(sorted(where)[0], []).append(i)
         else:
             alone.append([i])
-    split = []
+    split, workers = [], []
     for worker in sorted(groups):
         blocks = groups[worker]
         parts = max(1, min(len(blocks), int(threads.get(worker, 1))))
         edges = [round(p * len(blocks) / parts) for p in range(parts + 1)]
         split.extend(blocks[a:b] for a, b in zip(edges[:-1], edges[1:]))
-    return split + alone
+        workers.extend([worker] * parts)
+    return split + alone, workers + [None] * len(alone)
 
 
-__all__ = ["held_by_workers", "blocks_by_worker"]
+__all__ = ["held_by_workers", "blocks_by_worker", "placed_groups"]

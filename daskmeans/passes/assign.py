@@ -202,7 +202,9 @@ def assign_stats_on_driver(driver, centers, n_far=None):
     return reduce_in_tree(parts, partial(_combine_stats, n_far=n_far))
 
 
-def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None, start=None):
+def assign_stats_chained(
+    array, n_clusters, groups, finish, finish_args=(), weights=None, previous=None, start=None, workers=None
+):
     """:func:`assign_stats_graph` as one task per group of blocks, each pass chained to the one before on the
     cluster (:func:`~daskmeans.engine.graph.chained_group_pass`), without progress reports: the passes of
     iterations submitted ahead of the driver on blocks held by the workers
@@ -211,7 +213,8 @@ def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weig
     The blocks take a tuple whose first element is the centers in the data's dtype: ``start`` for the first pass,
     else ``finish(statistics of the previous pass, its tuple, *finish_args)``, which each group's task computes
     from the previous pass's ``previous`` group tasks (the same statistics, reduced in the same tree as
-    :func:`assign_stats_graph`'s).
+    :func:`assign_stats_graph`'s). ``workers``: the worker of each group's task
+    (:func:`~daskmeans.engine.placement.placed_groups`).
 
     Returns
     -------
@@ -231,6 +234,7 @@ def assign_stats_chained(array, n_clusters, groups, finish, finish_args=(), weig
         finish_args=finish_args,
         previous=previous,
         start=start,
+        workers=workers,
     )
 
 

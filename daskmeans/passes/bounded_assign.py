@@ -267,7 +267,7 @@ class BoundedAssignment:
         stats, computed = reduce_in_tree([_report_of(o) for o in outputs], partial(_combine_reports, n_far=self.n_far))
         return finish_stats(stats), int(computed)
 
-    def submit_chained(self, previous, start, blocks, finish, finish_args):
+    def submit_chained(self, previous, start, placed, finish, finish_args, revisit=True):
         """Submit one pass whole as one task per group of blocks, chained to the pass before on the cluster
         (:func:`~daskmeans.engine.graph.chained_group_pass`), without waiting for it: the passes of iterations
         run ahead of the driver on blocks held by the workers. Each group's task keeps its blocks' states for
@@ -276,12 +276,16 @@ class BoundedAssignment:
         Parameters
         ----------
         previous : GroupPass or None
-            The submitted pass whose states this pass revisits; None: the first pass.
+            The submitted pass before this one, whose states this pass revisits; None: the first pass.
         start : tuple or None
             The value the blocks take, centers in the data's dtype first and (when revisiting) the bound on each
-            center's move fourth; None: from ``previous``'s statistics by ``finish``.
-        blocks : list of lists of int
-            The groups of blocks (:func:`~daskmeans.engine.placement.blocks_by_worker`), the same for every pass.
+            center's move fourth; None: from ``previous``'s statistics by its own ``finish``.
+        revisit : bool
+            False: ``previous`` is a pass of another kind (a plain pass, :func:`~daskmeans.passes.assign.
+            assign_stats_chained`) whose update gives this pass's centers, and this pass sets the bounds up.
+        placed : tuple
+            The groups of blocks and the worker of each (:func:`~daskmeans.engine.placement.placed_groups`), the
+            same for every pass.
         finish, finish_args :
             ``finish((stats, computed), carried, *finish_args)``: the update that gives the next pass's
             ``carried`` (:func:`daskmeans.algorithms.lloyd._advance_with_bounds`).
@@ -291,37 +295,26 @@ class BoundedAssignment:
         GroupPass
             Submitted: futures.
         """
-        combine = partial(_combine_reports, n_far=self.n_far)
-        if previous is None:
-            chained = chained_group_pass(
-                _start_block_carried,
-                "bounded-start",
-                block_args(self.array, self.weights),
-                self.groups,
-                self.n_far,
-                groups=blocks,
-                combine=combine,
-                finish=finish,
-                finish_args=finish_args,
-                start=start,
-                keeps_state=True,
-            )
+        if previous is None or not revisit:
+            function, name, args = _start_block_carried, "bounded-start", block_args(self.array, self.weights)
         else:
-            chained = chained_group_pass(
-                _revisit_state_carried,
-                "bounded-revisit",
-                None,
-                self.groups,
-                self.n_far,
-                groups=blocks,
-                combine=combine,
-                finish=finish,
-                finish_args=finish_args,
-                previous=previous,
-                start=start,
-                keeps_state=True,
-            )
-        return chained.submitted(submit_now(*chained.objects(), client=self.client))
+            function, name, args = _revisit_state_carried, "bounded-revisit", None
+        chained = chained_group_pass(
+            function,
+            name,
+            args,
+            self.groups,
+            self.n_far,
+            groups=placed[0],
+            workers=placed[1],
+            combine=partial(_combine_reports, n_far=self.n_far),
+            finish=finish,
+            finish_args=finish_args,
+            previous=previous,
+            start=start,
+            keeps_state=True,
+        )
+        return chained.submitted(submit_now(*chained.objects(), client=self.client, placement=chained.placement))
 
     def release(self):
         """Drop the state blocks (the workers free their memory)."""

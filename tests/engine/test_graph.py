@@ -203,6 +203,99 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
         )
 
 
+def max_parts(parts):
+    return np.maximum.reduce(parts)
+
+
+def halved(total, carried):
+    return (carried[0] / 2.0, total)
+
+
+def test_a_chain_goes_on_with_a_pass_of_another_kind(cluster_client):
+    """A pass chained to one of another kind (another block function, combine and finish, as the pass that sets
+    bounds up after plain passes) takes the value the previous pass's own combine and finish give, on the
+    cluster, without a round trip to the driver."""
+    from daskmeans.engine.graph import chained_group_pass, reduce_in_tree
+    from daskmeans.engine.placement import placed_groups
+
+    values = [np.arange(3.0) + i for i in range(6)]
+    held = da.concatenate([da.from_delayed(f, shape=(3,), dtype=float) for f in cluster_client.scatter(values)])
+    groups, workers = placed_groups(held, cluster_client)
+    blocks = [[v] for v in cluster_client.scatter(values)]
+    first = chained_group_pass(
+        scaled_sums,
+        "sums",
+        blocks,
+        0.5,
+        groups=groups,
+        combine=combine_sums,
+        finish=next_factor,
+        finish_args=(1e-7,),
+        start=(2.0, None),
+        workers=workers,
+    )
+    first = first.submitted(submit_now(*first.objects(), client=cluster_client, placement=first.placement))
+    second = chained_group_pass(
+        scaled_sums, "max", blocks, 0.0, groups=groups, combine=max_parts, finish=halved, previous=first
+    )
+    second = second.submitted(submit_now(*second.objects(), client=cluster_client))
+    factor, total = first.result.result()
+    expected_total = reduce_in_tree([partial_sums(v * 2.0 + 0.5) for v in values], combine_sums)
+    np.testing.assert_array_equal(total, expected_total)
+    assert factor == 2.0 * (1.0 + 1e-7)
+    halved_factor, maximum = second.result.result()
+    assert halved_factor == factor / 2.0, "the second pass's blocks took the first pass's finish"
+    np.testing.assert_array_equal(maximum, partial_sums(values[-1] * factor))
+
+
+def test_a_pass_runs_each_group_where_its_placement_says():
+    """A pass's group tasks run on the workers its placement names (:func:`placed_groups` names the worker holding
+    each group's blocks; a worker busy when the pass becomes ready may otherwise lose its group to an idle one,
+    and with it the blocks and states of every later pass). Named the other way round here, so that the
+    scheduler's own choice, by where the blocks are, would differ; work stealing, which may still move a task
+    whose worker is busy, is off."""
+    import dask
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from daskmeans.engine.graph import chained_group_pass, reduce_in_tree, stored_blocks
+    from daskmeans.engine.placement import placed_groups
+    from daskmeans.storage.io import open_input, spread_on_workers
+
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing": False}),
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        X = np.arange(800_000.0).reshape(-1, 1)
+        array = spread_on_workers(open_input(X, chunk_rows=200_000).array, client)
+        groups, holders = placed_groups(array, client)
+        assert groups == [[0, 1], [2, 3]] and sorted(holders) == sorted(client.nthreads())
+        gone = ["tcp://127.0.0.1:9", "tcp://127.0.0.1:9"]  # a worker that has left: its tasks run elsewhere
+        for workers in (holders, holders[::-1], gone):
+            chained = chained_group_pass(
+                scaled_sums,
+                "placed",
+                [[b] for b in stored_blocks(array)],
+                0.0,
+                groups=groups,
+                combine=combine_sums,
+                finish=next_factor,
+                finish_args=(0.0,),
+                start=(1.0, None),
+                workers=workers,
+            )
+            with get_task_stream(client) as stream:
+                futures = submit_now(*chained.objects(), client=client, placement=chained.placement)
+                _, total = chained.submitted(futures).result.result()
+            ran = {entry["key"]: entry["worker"] for entry in stream.data}
+            ran = [ran[group.key] for group in chained.groups]
+            assert ran == workers if workers is not gone else set(ran) <= set(holders)
+            expected = reduce_in_tree(
+                [partial_sums(X[i : i + 200_000]) for i in range(0, 800_000, 200_000)], combine_sums
+            )
+            np.testing.assert_array_equal(total, expected)
+
+
 def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
     """A pass is one task per group: a threaded worker of 3 threads holding 8 blocks gets 3 groups of consecutive
     blocks (sizes at most one apart), so that every thread has a task; 2 blocks make 2 groups."""
