@@ -276,7 +276,7 @@ def chained_group_pass(
     block, and the next pass starts as soon as the workers have exchanged their results, without waiting for one
     task to combine them and for its result to be moved back. What a group hands the others is the nodes of
     :func:`tree_reduce`'s tree that its blocks cover (:func:`~daskmeans.engine.tree.subtree_nodes`): a few when its
-    blocks are consecutive, as :func:`~daskmeans.engine.placement.blocks_by_worker` makes them of blocks placed in
+    blocks are consecutive, as :func:`~daskmeans.engine.placement.placed_groups` makes them of blocks placed in
     runs, so the bytes exchanged do not grow with the blocks. The tree is the same whatever the grouping, so
     results do not depend on where the blocks are (tested). No progress reports.
 

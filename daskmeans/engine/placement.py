@@ -17,21 +17,17 @@ def held_by_workers(array, client) -> bool:
     return len(futures_of(stored)) == stored.numblocks[0]
 
 
-def blocks_by_worker(array, client) -> list[list[int]]:
+def placed_groups(array, client) -> tuple[list[list[int]], list[str | None]]:
     """The row blocks of ``array`` (as stored, held by the workers: :func:`held_by_workers`) grouped by the worker
     that holds each, and a worker's blocks split into one group per thread it runs (consecutive blocks, sizes at
-    most one apart), in block order within a group; a block held nowhere (being moved) is a group of its own.
+    most one apart), in block order within a group; a block held nowhere (being moved) is a group of its own. With
+    the groups, the address of the worker holding each (None for a block held nowhere), where a pass places the
+    group's task (:func:`daskmeans.engine.client.submit_now`).
 
     A group is one task of a pass: one per worker thread keeps every thread busy (a threaded worker of 2 threads
     given one group ran its pass on one of them). Where the blocks are does not change any result: it decides only
     which blocks a pass computes in one task (:func:`daskmeans.engine.graph.chained_group_pass`).
     """
-    return placed_groups(array, client)[0]
-
-
-def placed_groups(array, client) -> tuple[list[list[int]], list[str | None]]:
-    """:func:`blocks_by_worker`'s groups and the address of the worker that holds each group's blocks (None for a
-    block held nowhere), where a pass places the group's task (:func:`daskmeans.engine.client.submit_now`)."""
     stored = stored_form(array)
     futures = {future.key: future for future in futures_of(stored)}
     with client.as_current():  # a block still being computed is held nowhere yet
@@ -57,4 +53,4 @@ def placed_groups(array, client) -> tuple[list[list[int]], list[str | None]]:
     return split + alone, workers + [None] * len(alone)
 
 
-__all__ = ["held_by_workers", "blocks_by_worker", "placed_groups"]
+__all__ = ["held_by_workers", "placed_groups"]

@@ -208,7 +208,7 @@ def assign_stats_chained(
     """:func:`assign_stats_graph` as one task per group of blocks, each pass chained to the one before on the
     cluster (:func:`~daskmeans.engine.graph.chained_group_pass`), without progress reports: the passes of
     iterations submitted ahead of the driver on blocks held by the workers
-    (:func:`daskmeans.engine.placement.held_by_workers`, :func:`~daskmeans.engine.placement.blocks_by_worker`).
+    (:func:`daskmeans.engine.placement.held_by_workers`, :func:`~daskmeans.engine.placement.placed_groups`).
 
     The blocks take a tuple whose first element is the centers in the data's dtype: ``start`` for the first pass,
     else ``finish(statistics of the previous pass, its tuple, *finish_args)``, which each group's task computes

@@ -280,15 +280,16 @@ class BoundedAssignment:
         start : tuple or None
             The value the blocks take, centers in the data's dtype first and (when revisiting) the bound on each
             center's move fourth; None: from ``previous``'s statistics by its own ``finish``.
-        revisit : bool
-            False: ``previous`` is a pass of another kind (a plain pass, :func:`~daskmeans.passes.assign.
-            assign_stats_chained`) whose update gives this pass's centers, and this pass sets the bounds up.
         placed : tuple
             The groups of blocks and the worker of each (:func:`~daskmeans.engine.placement.placed_groups`), the
             same for every pass.
         finish, finish_args :
             ``finish((stats, computed), carried, *finish_args)``: the update that gives the next pass's
             ``carried`` (:func:`daskmeans.algorithms.lloyd._advance_with_bounds`).
+        revisit : bool
+            False: ``previous`` is a pass of another kind (a plain pass,
+            :func:`~daskmeans.passes.assign.assign_stats_chained`) whose update gives this pass's centers, and this
+            pass sets the bounds up.
 
         Returns
         -------

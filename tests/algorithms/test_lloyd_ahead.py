@@ -10,7 +10,7 @@ import pytest
 from daskmeans import KMeans
 from daskmeans.algorithms.lloyd import _advance, held_by_workers
 from daskmeans.engine.client import submit_now
-from daskmeans.engine.placement import blocks_by_worker
+from daskmeans.engine.placement import placed_groups
 from daskmeans.passes.assign import assign_stats_chained
 from daskmeans.storage.io import open_input, spread_on_workers
 
@@ -86,7 +86,7 @@ def test_an_input_spread_in_runs_makes_each_worker_share_one_tree_node(cluster_c
     where one result per block would be 8 and 64."""
     X = np.random.default_rng(7).normal(size=(25_600, 16)).astype(np.float32)
     array = spread_on_workers(open_input(X, chunk_rows=25_600 // n_blocks).array, cluster_client)
-    groups = blocks_by_worker(array, cluster_client)
+    groups, _ = placed_groups(array, cluster_client)
     assert groups == [list(range(n_blocks // 2)), list(range(n_blocks // 2, n_blocks))]
     centers = np.ascontiguousarray(X[:32])
     chained = assign_stats_chained(array, 32, groups, _advance, (np.float32,), start=(centers, centers))

@@ -135,7 +135,7 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
     are those of per-block tasks and tree_reduce (the same tree, bit for bit) for any partition of the blocks,
     with the blocks held by the workers; a grouping that is not a partition is refused."""
     from daskmeans.engine.graph import chained_group_pass, reduce_in_tree
-    from daskmeans.engine.placement import blocks_by_worker
+    from daskmeans.engine.placement import placed_groups
 
     rng = np.random.default_rng(5)
     for n_blocks in (1, 8, 19):
@@ -158,7 +158,7 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
             carried = next_factor(total, carried, 1e-7)
             expected.append(carried)
         placed = da.concatenate([da.from_delayed(f, shape=(5,), dtype=float) for f in held])
-        by_worker = blocks_by_worker(placed, cluster_client)
+        by_worker, _ = placed_groups(placed, cluster_client)
         assert sorted(i for g in by_worker for i in g) == list(range(n_blocks))
         shuffled = list(rng.permutation(n_blocks))
         for groups in (
@@ -301,7 +301,7 @@ def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
     blocks (sizes at most one apart), so that every thread has a task; 2 blocks make 2 groups."""
     from distributed import Client, LocalCluster, futures_of, wait
 
-    from daskmeans.engine.placement import blocks_by_worker
+    from daskmeans.engine.placement import placed_groups
 
     with (
         LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster,
@@ -310,4 +310,4 @@ def test_a_worker_of_several_threads_gets_one_group_of_blocks_per_thread():
         for n_blocks, expected in ((8, [[0, 1, 2], [3, 4], [5, 6, 7]]), (2, [[0], [1]])):
             placed = client.persist(da.from_array(np.arange(n_blocks * 8.0).reshape(-1, 2), chunks=(4, 2)))
             wait(futures_of(placed))
-            assert blocks_by_worker(placed, client) == expected
+            assert placed_groups(placed, client)[0] == expected
