@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import config
 from ..engine.client import compute_now, submit_now
+from ..engine.deadline import BudgetSpent, budget_until, wait_for_futures
 from ..engine.placement import held_by_workers, placed_groups
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
@@ -281,11 +282,12 @@ def lloyd(array, centers, plan=None, context=None, driver=None):
     elif context.checkpoint is not None:
         context.checkpoint.save(_state(0, centers, state.history, state.passes, None, None))
     context.clock.begin_laps()
-    if driver is not None:
-        with driver.threads():
-            on_driver = replace(context, client=None, weights=driver.weights)
-            return _Run(driver.array, plan, on_driver, state, driver).phases()
-    return _Run(array, plan, context, state).phases()
+    with budget_until(context.clock.end()):
+        if driver is not None:
+            with driver.threads():
+                on_driver = replace(context, client=None, weights=driver.weights)
+                return _Run(driver.array, plan, on_driver, state, driver).phases()
+        return _Run(array, plan, context, state).phases()
 
 
 class _Run:
@@ -335,23 +337,26 @@ class _Run:
         stop_reason, shift, stats = "max_iter", None, None
         previous = None
         started = clock.elapsed()
-        for iteration in range(state.n_iter + 1, last + 1):
-            centers = state.centers
-            stats, computed = engine.step(centers, previous)
-            stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
-            new_centers, shift, relocated = lloyd_update(stats, centers)
-            state.passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
-            previous = centers
-            more = {}
-            if self.driver is not None:
-                seconds, started = clock.elapsed() - started, clock.elapsed()
-                more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
-            stop = self.close_iteration(
-                engine, _Step(iteration, new_centers, stats.inertia, shift, relocated, computed, more)
-            )
-            if stop is not None:
-                stop_reason = stop
-                break
+        try:
+            for iteration in range(state.n_iter + 1, last + 1):
+                centers = state.centers
+                stats, computed = engine.step(centers, previous)
+                stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
+                new_centers, shift, relocated = lloyd_update(stats, centers)
+                state.passes += (1 if previous is None or engine.scheme == "none" else 0) + extra
+                previous = centers
+                more = {}
+                if self.driver is not None:
+                    seconds, started = clock.elapsed() - started, clock.elapsed()
+                    more["rows_per_second"] = (1 + extra) * array.shape[0] / max(seconds, 1e-9)
+                stop = self.close_iteration(
+                    engine, _Step(iteration, new_centers, stats.inertia, shift, relocated, computed, more)
+                )
+                if stop is not None:
+                    stop_reason = stop
+                    break
+        except BudgetSpent:
+            stop_reason = self.budget_spent()
         # centers that did not move have the inertia of the last pass; otherwise it is left to final_inertia,
         # so that a fit ends with its last iteration
         inertia = stats.inertia if shift == 0.0 else None
@@ -380,6 +385,7 @@ class _Run:
             while current is not None:
                 centers = state.centers
                 ahead = passes.submit(iteration + 1, current, after=current) if iteration < last else None
+                wait_for_futures([current.update])
                 _, new_centers, summary, _ = current.update.result()
                 extra = 0
                 if "stats" in summary:
@@ -410,11 +416,21 @@ class _Run:
                 if stop is not None:
                     stop_reason = stop
                     break
+        except BudgetSpent:
+            stop_reason = self.budget_spent()
         finally:
             passes.release()
         return FitResult(
             state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason, state.passes
         )
+
+    def budget_spent(self) -> str:
+        """End the run where the ``max_time`` budget cut its pass: the state stays that of the last iteration
+        completed (checkpointed as the run's end); the stop reason."""
+        state, checkpoint = self.state, self.context.checkpoint
+        if checkpoint is not None:
+            checkpoint.save(_state(state.n_iter, state.centers, state.history, state.passes, "max_time", None))
+        return "max_time"
 
     def close_iteration(self, engine, step):
         """Record ``step`` (with its ``more`` items), report it, checkpoint it, make its centers the state's and
@@ -535,3 +551,13 @@ def final_inertia(array, centers, weights=None, client=None) -> float:
     """Inertia of ``centers`` on the data: one assign + stats pass."""
     (raw,) = compute_now(assign_stats_graph(array, centers, weights, client=client), client=client)
     return finish_stats(raw).inertia
+
+
+def run_inertia(array, centers, weights, clock, client=None):
+    """:func:`final_inertia` within ``clock``'s ``max_time`` budget (the inertia that picks the best of several
+    runs): None when the budget ends before the pass does."""
+    with budget_until(clock.end()):
+        try:
+            return final_inertia(array, centers, weights, client)
+        except BudgetSpent:
+            return None

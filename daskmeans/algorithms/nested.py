@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import config
 from ..engine.capacity import cluster_memory_bytes
+from ..engine.deadline import BudgetSpent, budget_until
 from ..engine.driver import driver_rows as rows_on_driver
 from ..engine.driver import driver_work
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
@@ -255,11 +256,13 @@ def nested_minibatch(array, centers, plan, context=None):
     if resume is not None:
         plan = resumed_plan(plan, resume)
     run = _NestedRun(array, plan, context, state)
-    run.iterate()
+    with budget_until(context.clock.end()):
+        run.iterate()
     total_passes = state.passes + run.batch.rows_read / int(array.shape[0])
     # without convergence the inertia of the final centers is one pass, made by the estimator on demand
     inertia = float(state.sse.sum()) if state.converged else None
-    if not plan.keep_batch:
+    keep = plan.keep_batch and not run.cut
+    if not keep:
         run.batch.release()
     return FitResult(
         state.centers,
@@ -268,7 +271,7 @@ def nested_minibatch(array, centers, plan, context=None):
         state.history,
         state.stop_reason,
         total_passes,
-        batch=run.batch if plan.keep_batch else None,
+        batch=run.batch if keep else None,
         batch_rows=plan.batch_rows,
     )
 
@@ -437,6 +440,7 @@ class _NestedRun:
         else:
             self.batch = NestedBatch(array, plan.seed, groups, **options, driver_rows=plan.driver_rows)
         self.written_layouts = set()
+        self.cut = False  # whether the max_time budget cut a step short, leaving the batch's blocks half-stepped
 
     def checkpoint_state(self, final):
         """The checkpoint's state after the iterations done (``final``: the stop reason once the run has ended)."""
@@ -493,13 +497,21 @@ class _NestedRun:
         else:
             batch.size, batch.rows_read = resume["batch_size"], resume["rows_read"]
 
+    def budget_spent(self):
+        """End the run where the ``max_time`` budget cut its step: the state stays that of the last iteration
+        completed (checkpointed as the run's end, without the batch's blocks)."""
+        self.cut, self.state.stop_reason = True, "max_time"
+        if self.context.checkpoint is not None:
+            self.context.checkpoint.save(self.checkpoint_state("max_time"))
+
     def iterate(self):
         """The iterations from ``state.n_iter + 1`` on, until a stop (``state.stop_reason``)."""
         state, plan, context, batch = self.state, self.plan, self.context, self.batch
         clock, weights, checkpoint = context.clock, context.weights, context.checkpoint
         n = int(self.array.shape[0])
         if self.resume is not None:
-            self.restore()
+            with budget_until(None):  # the batch is read back whole, as it was saved
+                self.restore()
         elif checkpoint is not None:
             checkpoint.save(self.checkpoint_state(None))
         clock.begin_laps()
@@ -508,7 +520,13 @@ class _NestedRun:
             if state.finished is not None:
                 break
             centers = state.centers
-            d_sums, d_counts, d_sse, d_members, counters = batch.step(centers, state.shift * SHIFT_SAFETY, state.size)
+            try:
+                d_sums, d_counts, d_sse, d_members, counters = batch.step(
+                    centers, state.shift * SHIFT_SAFETY, state.size
+                )
+            except BudgetSpent:
+                self.budget_spent()
+                break
             state.sums += d_sums
             state.counts += d_counts
             state.sse += d_sse

@@ -80,15 +80,21 @@ class Clock:
     that gives each run's inertia when ``KMeans`` keeps the best of several runs) is part of that forecast, and
     nested mini-batch k-means cuts a growth of its batch to the rows that still fit (:meth:`time_left`).
 
-    What bounds the overrun: the work a fit cannot do without, which no lap has timed yet, and the misses of the
-    forecasts. A fit returns past ``max_time`` by no more than the sum of
+    Exact k-means and nested mini-batch k-means also run their iterations inside
+    :func:`~daskmeans.engine.deadline.budget_until` (:meth:`end`): a pass still under way when the budget ends (the
+    first iteration, which no lap has timed, or one slower than its forecast) is cut short there, and the fit
+    returns the last iteration it completed. Such a fit returns past ``max_time`` by no more than the sum of
 
     - the opening of the data (its summary pass) and the seeding, which run to their end, except that k-means||
       starts no further round that one as long as the last says would end past the budget (once it has
       ``n_clusters`` distinct candidates) and stops reclustering its candidates on the driver when it is spent;
-    - its first iteration (nothing has been timed before it; on a fresh process it includes Numba's compilation);
-    - the time the last iteration it started (and the final pass counted with it) took beyond its forecast: an
-      iteration slower than those it was forecast from, as on a machine that other work slows down.
+    - one block's work: on the driver's threads and on the local scheduler, the block tasks running when the budget
+      ends finish (no other starts); on a cluster the driver stops waiting at once, and the workers finish the
+      tasks they run in the background, their results unused.
+
+    VRKM cuts its epochs' passes so too, and its inner loop reads no pool once the budget has ended: it returns past
+    it also by the pool under way. The other algorithms keep to the budget by their forecasts alone: they also
+    return past it by their first iteration and by what the last iteration they started took beyond its forecast.
 
     Mini-batch k-means asks the clock at each step instead of forecasting one: after its seeding and first step, it
     overruns by at most the step, or the reading of a pool of rows, under way when the budget runs out.
@@ -116,6 +122,10 @@ class Clock:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def end(self):
+        """The ``time.perf_counter()`` time the budget ends at, or None without a budget."""
+        return None if self.max_time is None else self.start + self.max_time
 
     def time_left(self):
         """Seconds left of the budget (never negative), or None without a budget."""

@@ -38,6 +38,7 @@ import psutil
 
 from .. import config
 from ..engine.client import compute_now
+from ..engine.deadline import BudgetSpent, budget_until
 from ..passes.sampling import (
     uniform_indices_with_replacement,
     weight_totals_graph,
@@ -285,8 +286,17 @@ def _epochs(array, centers, plan, context, driver=None):
         on_worker = client is not None and steps * n_features * array.dtype.itemsize > plan.sample_bytes
         sampler = EpochSampler(array, client, on_worker, listed, driver)
         pools = epoch_pools(array, steps, listed)
-        stats, first = sampler.epoch_pass(centers, draws[: pools[0][1]], weights)
-        stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
+        try:
+            with budget_until(clock.end()):  # the epoch's pass is cut short when the budget ends
+                stats, first = sampler.epoch_pass(centers, draws[: pools[0][1]], weights)
+                stats, extra = with_enough_far_rows(stats, array, centers, weights, client)
+        except BudgetSpent:
+            stop_reason = "max_time"
+            if checkpoint is not None:
+                checkpoint.save(
+                    _state(state.n_epochs, centers, history, state.passes, state.previous_energy, stop_reason, None)
+                )
+            break
         state.passes += 1 + extra
         passes = state.passes
         energy = stats.inertia / total_weight

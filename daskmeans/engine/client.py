@@ -19,6 +19,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import config
 from ..exceptions import SchedulerConnectionError
+from .deadline import check_budget, local_callbacks, wait_for_futures
 from .graph import DriverCombine, map_blocks_delayed, tree_reduce, unfold_driver_combines
 from .pass_progress import active_watch
 
@@ -207,7 +208,9 @@ def compute_now(*objects, client=None):
     """Compute dask collections on ``client`` (or the local scheduler) and return their values.
 
     While a :class:`~daskmeans.engine.pass_progress.PassWatch` is active, the block tasks computed (and those
-    persisted since the last computation) are one pass to it, which ends when the values are here.
+    persisted since the last computation) are one pass to it, which ends when the values are here. Inside a fit's
+    ``max_time`` budget (:func:`~daskmeans.engine.deadline.budget_until`), nothing is started once it has ended and
+    the computation stops at its end, raising :class:`~daskmeans.engine.deadline.BudgetSpent`.
     """
     if client is None:
         client = resolve_client(None)
@@ -221,17 +224,20 @@ def compute_now(*objects, client=None):
 
 
 def _compute(objects, client, watch=None):
+    check_budget()  # a pass is not started once the fit's budget has ended
     if any(isinstance(o, DriverCombine) for o in objects):
         return _compute_with_driver_combines(objects, client, watch)
     if client is None:
         if watch is not None:
             watch.submitted(_graph_of(objects))
-        return dask.compute(*objects)
+        return dask.compute(*objects, callbacks=local_callbacks())
     if objects and all(isinstance(o, Delayed) for o in objects):
-        return tuple(client.get(*_own_graph(objects, watch, client), sync=True))
-    if watch is not None:
-        watch.submitted(_graph_of(objects), client)
-    futures = client.compute(list(objects))
+        futures = client.get(*_own_graph(objects, watch, client), sync=False)
+    else:
+        if watch is not None:
+            watch.submitted(_graph_of(objects), client)
+        futures = client.compute(list(objects))
+    wait_for_futures(futures)
     return tuple(client.gather(futures))
 
 
@@ -352,6 +358,7 @@ def persist_and_compute(kept, wanted, client):
     watch = active_watch()
     try:
         futures = submit_now(*kept, *flat, client=client)
+        wait_for_futures(futures)
         values = client.gather(list(futures[len(kept) :]))
     finally:
         if watch is not None:
@@ -391,7 +398,7 @@ def persist_now(*objects, client=None):
         watch = active_watch()
         if watch is not None:
             watch.submitted(_graph_of(objects))
-        return dask.persist(*objects)
+        return dask.persist(*objects, callbacks=local_callbacks())
     if objects and all(isinstance(o, Delayed) for o in objects):
         return tuple(Delayed(future.key, {future.key: future}) for future in submit_now(*objects, client=client))
     watch = active_watch()

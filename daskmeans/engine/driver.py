@@ -22,6 +22,7 @@ from dask.system import CPU_COUNT
 from .. import config
 from .blas import one_blas_thread
 from .client import compute_now
+from .deadline import map_within_budget
 from .graph import block_offsets, blocks_of, stored_blocks
 from .slabs import stored_form, with_stored_form
 
@@ -121,7 +122,7 @@ class DriverCopy:
         """``function(*per_block[i], *common)`` for every block, on the threads of :meth:`threads`, in block order:
         a pass over the blocks without a Dask graph (reduce the results with
         :func:`~daskmeans.engine.graph.reduce_in_tree`, the tree of the passes on the workers)."""
-        return list(self._pool.map(lambda args: function(*args, *common), per_block))
+        return map_within_budget(self._pool, lambda args: function(*args, *common), per_block)
 
 
 def _from_blocks(blocks, dtype):

@@ -7,7 +7,7 @@ import numpy as np
 from .. import config
 from .._validation import check_driver_rows
 from ..algorithms.init import check_init
-from ..algorithms.lloyd import LloydPlan, final_inertia, lloyd
+from ..algorithms.lloyd import LloydPlan, lloyd, run_inertia
 from ..algorithms.result import RunContext, result_from_state, result_to_state
 from ..engine.capacity import cluster_memory_bytes
 from ..engine.driver import DriverCopy, driver_rows
@@ -182,9 +182,10 @@ class KMeans(ClusteringEstimator):
     max_time : float, optional
         Wall-clock budget in seconds, counted from the call to ``fit``: an iteration starts only if one as long as the
         shorter of the last two still ends within it (with ``n_init > 1``, together with the pass that gives the run's
-        inertia, and a run starts only if one as long as the last does); so does a round of k-means|| seeding. A fit
-        returns past it by no more than the opening of the data, the seeding and the first iteration when they take it
-        all, plus the time the last iteration took beyond that forecast (:class:`~daskmeans.algorithms.result.Clock`).
+        inertia, and a run starts only if one as long as the last does); so does a round of k-means|| seeding. A pass
+        under way when the budget ends is cut short and the fit returns its last complete iteration. A fit returns past
+        the budget by no more than the opening of the data and the seeding when they take it all, plus one block's
+        work (:class:`~daskmeans.algorithms.result.Clock`).
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     init_rounds : int, default 5
@@ -375,11 +376,11 @@ class KMeans(ClusteringEstimator):
                 result = lloyd(data.array, centers, plan, context, driver)
                 if self.n_init > 1 and result.inertia is None:
                     with recorder.final_pass(f"inertia of run {run + 1}/{self.n_init}"):
-                        result.inertia = final_inertia(data.array, result.centers, weights, client)
-                if best is None or result.inertia < best.inertia:
+                        result.inertia = run_inertia(data.array, result.centers, weights, clock, client)
+                if best is None or (result.inertia is not None and result.inertia < best.inertia):
                     best = result
                 # the next run starts only if one as long as this one still ends within max_time
-                out_of_time = clock.out_of_time(clock.elapsed() - run_start)
+                out_of_time = result.inertia is None or clock.out_of_time(clock.elapsed() - run_start)
                 if checkpoint is not None:
                     start.save(run=self.n_init if out_of_time else run + 1, best=result_to_state(best), run_state=None)
                 if out_of_time:

@@ -91,9 +91,10 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         Iterations (each revisits the whole batch).
     max_time : float, optional
         Seconds from the call to ``fit``; an iteration starts only if expected to end within them (a doubling that
-        would not is cut to the rows that fit, or left out). A fit returns past them by no more than the opening
-        of the data, the seeding and the first iteration when they take them all, plus what the last iteration
-        took beyond its forecast (:class:`~daskmeans.algorithms.result.Clock`).
+        would not is cut to the rows that fit, or left out), and one still under way when they end is cut short (the
+        fit returns its last complete iteration). A fit returns past them by no more than the opening of the data
+        and the seeding when they take them all, plus one block's work
+        (:class:`~daskmeans.algorithms.result.Clock`).
     tol : float, default 1e-4
         Once the batch holds every sample, stop when the sum of squared center moves is below ``tol`` times
         the mean per-feature variance (0 disables).

@@ -90,7 +90,8 @@ class VRKMeans(ClusteringEstimator):
     max_time : float, optional
         Wall-clock budget in seconds, counted from the call to ``fit``: an epoch's inner loop starts only if,
         as long per step as the last one, it still ends within it, and an epoch's pass only if one as long as the
-        last does.
+        last does; a pass under way when the budget ends is cut short (the fit returns the centers of the last
+        epoch completed), and an inner loop reads no pool after it.
     random_state : int, numpy Generator or None
         Same value, same result on any scheduler and any number of workers.
     agree_rule : {"paper", "reference"}, default "paper"

@@ -24,6 +24,7 @@ from dask.system import CPU_COUNT
 from .. import config
 from ..engine.blas import one_blas_thread, one_blas_thread_in_this_thread
 from ..engine.client import persist_now
+from ..engine.deadline import map_within_budget
 from ..engine.graph import reduce_in_tree, task
 
 
@@ -42,7 +43,7 @@ def step_on_driver(step_block, block_args, common_args, combine):
     """
     threads = max(1, min(CPU_COUNT, len(block_args)))
     with one_blas_thread(), ThreadPoolExecutor(threads, initializer=one_blas_thread_in_this_thread) as pool:
-        outputs = list(pool.map(lambda args: step_block(*args, *common_args), block_args))
+        outputs = map_within_budget(pool, lambda args: step_block(*args, *common_args), block_args)
     return outputs, reduce_in_tree([output.report for output in outputs], combine)
 
 

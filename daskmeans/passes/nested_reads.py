@@ -11,6 +11,7 @@ import numpy as np
 from dask.delayed import Delayed
 
 from ..engine.client import submit_now
+from ..engine.deadline import wait_for_futures
 from ..engine.graph import map_blocks_delayed
 from .bounded_assign import kept_rows
 
@@ -86,5 +87,6 @@ class GrowthReads:
         extent, futures = self.pending.pop((lo, hi))
         self.pending = {}
         if here:
+            wait_for_futures(futures.values())
             return extent, dict(zip(futures, self.client.gather(list(futures.values()))))
         return extent, {c: Delayed(f.key, {f.key: f}) for c, f in futures.items()}

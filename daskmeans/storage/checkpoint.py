@@ -100,6 +100,7 @@ import uuid
 import numpy as np
 import zarr
 
+from ..engine.deadline import budget_until
 from ..exceptions import CheckpointError, CheckpointMismatchError, InvalidParameterError
 from .checkpoint_store import checkpoint_store
 from .fingerprint import content_differences, content_digest, differences, fit_fingerprint
@@ -211,8 +212,10 @@ class CheckpointHook:
         self._wrap = wrap
 
     def save(self, state: dict, extra_writer=None, keep_shared=()):
-        """Save the algorithm's ``state`` as the new checkpoint version (atomically)."""
-        self.checkpoint.save(self._wrap(state), extra_writer=extra_writer, keep_shared=keep_shared)
+        """Save the algorithm's ``state`` as the new checkpoint version (atomically), whole even when the fit's
+        ``max_time`` budget ends while it is written (:mod:`daskmeans.engine.deadline`)."""
+        with budget_until(None):
+            self.checkpoint.save(self._wrap(state), extra_writer=extra_writer, keep_shared=keep_shared)
 
     def shared_path(self, name):
         """See :meth:`Checkpoint.shared_path`."""

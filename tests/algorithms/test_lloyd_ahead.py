@@ -3,12 +3,15 @@ stops as one iteration at a time."""
 
 from __future__ import annotations
 
+import time
+
 import dask.array as da
 import numpy as np
 import pytest
 
 from daskmeans import KMeans
-from daskmeans.algorithms.lloyd import _advance, held_by_workers
+from daskmeans.algorithms.lloyd import _advance, final_inertia, held_by_workers, run_inertia
+from daskmeans.algorithms.result import Clock
 from daskmeans.engine.client import submit_now
 from daskmeans.engine.placement import placed_groups
 from daskmeans.passes.assign import assign_stats_chained
@@ -68,7 +71,9 @@ def test_a_pass_short_of_far_rows_is_redone_on_the_driver_and_the_run_goes_on(
 def test_a_run_out_of_time_stops_where_one_by_one_would(cluster_client):
     X = np.random.default_rng(5).normal(size=(3000, 4)).astype(np.float32)
     model = KMeans(6, init=X[:6].copy(), max_time=1e-9, tol=0, algorithm="lloyd", client=cluster_client).fit(X)
-    assert model.stop_reason_ == "max_time" and model.n_iter_ == 1 and len(model.history_) == 1
+    # the budget ended before the first pass did: it is cut, and the fit returns the centers it started from
+    assert model.stop_reason_ == "max_time" and model.n_iter_ == 0 and model.history_ == []
+    np.testing.assert_array_equal(model.cluster_centers_, X[:6])
 
 
 def test_only_data_held_by_the_workers_runs_ahead(cluster_client, tmp_path):
@@ -95,3 +100,10 @@ def test_an_input_spread_in_runs_makes_each_worker_share_one_tree_node(cluster_c
     assert [len(nodes) for _, nodes, _ in outputs] == [1, 1]
     (level, index), _ = outputs[1][1][0]
     assert 8**level == n_blocks // 2 and index == 1, "each run is one whole subtree"
+
+
+def test_the_inertia_that_picks_a_run_is_none_once_the_budget_has_ended():
+    X = np.random.default_rng(8).normal(size=(1000, 3))
+    array, centers = da.from_array(X, chunks=250), X[:4].copy()
+    assert run_inertia(array, centers, None, Clock()) == pytest.approx(final_inertia(array, centers), rel=1e-12)
+    assert run_inertia(array, centers, None, Clock(max_time=1.0, start=time.perf_counter() - 2.0)) is None

@@ -484,8 +484,9 @@ def test_doubling_epochs_weights_and_relocation():
 def test_max_time_stops_and_model_round_trips(tmp_path):
     X, _, _ = make_blobs(n=2000, d=3, k=5, spread=1.0, seed=9)
     model = make_estimator("vrkm", n_clusters=5, max_time=1e-9, random_state=3).fit(X)
-    assert model.variant == "vrkm" and model.stop_reason_ == "max_time" and model.n_iter_ == 1
-    assert model.history_[-1]["stop_reason"] == "max_time"
+    # the budget ended during the seeding: the first epoch's pass is cut, and the fit keeps the seeds
+    assert model.variant == "vrkm" and model.stop_reason_ == "max_time" and model.n_iter_ == 0
+    assert model.history_ == []
     model.save(tmp_path / "model.zarr")
     loaded = load(tmp_path / "model.zarr")
     assert type(loaded) is VRKMeans and loaded.variant == "vrkm" and loaded.eta_ == model.eta_ == 4.0 * 5 / 2000
