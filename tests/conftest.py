@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from pathlib import Path
 
+import dask
+import dask.array as da
 import numpy as np
 import pytest
 import zarr
@@ -86,6 +89,22 @@ def make_blobs(n=3000, d=4, k=5, spread=0.3, seed=0, dtype=np.float64):
     labels = rng.integers(0, k, size=n)
     X = centers[labels] + spread * rng.standard_normal((n, d))
     return X.astype(dtype), labels, centers
+
+
+def slow_blocks(X, seconds_per_block, rows_per_block, flag=None):
+    """``X`` as a dask array whose blocks take ``seconds_per_block`` each to make; with ``flag`` (a path), only while
+    that file exists (seen by worker processes too)."""
+
+    def block(start):
+        if flag is None or os.path.exists(flag):
+            time.sleep(seconds_per_block)
+        return X[start : start + rows_per_block]
+
+    blocks = [
+        da.from_delayed(dask.delayed(block)(start), (min(rows_per_block, len(X) - start), X.shape[1]), X.dtype)
+        for start in range(0, len(X), rows_per_block)
+    ]
+    return da.concatenate(blocks)
 
 
 @pytest.fixture

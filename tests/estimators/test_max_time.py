@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import time
 
-import dask
 import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from conftest import make_blobs
+from conftest import make_blobs, slow_blocks
 
 from daskmeans.algorithms.init import kmeans_parallel
 from daskmeans.algorithms.lloyd import next_lap_forecast
@@ -44,20 +43,6 @@ def test_no_iteration_starts_that_would_end_past_max_time(name):
     # fit ran until an iteration ended past the budget, at 3 LAP = BUDGET + 0.3 s)
     assert model.n_iter_ <= 2
     assert seconds < BUDGET + 0.1, f"{name} returned {seconds - BUDGET:.2f} s after its max_time"
-
-
-def slow_blocks(X, seconds_per_block, rows_per_block):
-    """``X`` as a dask array whose blocks take ``seconds_per_block`` each to make."""
-
-    def block(start):
-        time.sleep(seconds_per_block)
-        return X[start : start + rows_per_block]
-
-    blocks = [
-        da.from_delayed(dask.delayed(block)(start), (min(rows_per_block, len(X) - start), X.shape[1]), X.dtype)
-        for start in range(0, len(X), rows_per_block)
-    ]
-    return da.concatenate(blocks)
 
 
 @pytest.mark.parametrize("name", ["kmeans", "nmbatch", "minibatch", "vrkm++", "vc-gmm"])

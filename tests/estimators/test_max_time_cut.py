@@ -13,10 +13,9 @@ import time
 from contextlib import nullcontext
 
 import dask
-import dask.array as da
 import numpy as np
 import pytest
-from conftest import make_blobs
+from conftest import make_blobs, slow_blocks
 
 from daskmeans.registry import make_estimator
 
@@ -25,21 +24,6 @@ BLOCK = 0.5
 MAX_TIME = 4.0
 #: What a fit cut at its budget's end may take on top of one block: the scheduler's latency, the fit's return.
 LATENCY = 1.0
-
-
-def blocks_slow_once_flagged(X, flag, rows_per_block=100):
-    """``X`` as a dask array whose blocks take ``BLOCK`` seconds each to read once the file ``flag`` exists."""
-
-    def block(start):
-        if os.path.exists(flag):
-            time.sleep(BLOCK)
-        return X[start : start + rows_per_block]
-
-    blocks = [
-        da.from_delayed(dask.delayed(block)(start), (min(rows_per_block, len(X) - start), X.shape[1]), X.dtype)
-        for start in range(0, len(X), rows_per_block)
-    ]
-    return da.concatenate(blocks)
 
 
 def flag_after_the_first_iteration(flag):
@@ -66,7 +50,7 @@ def fit_until_cut(name, tmp_path, client=None, checkpoint=None):
     options = dict(n_clusters=6, random_state=0, init="random", client=client, **ESTIMATORS[name])
     make_estimator(name, progress=False, **{MOST[name]: 2}, **options).fit(X)  # compiled beforehand
     flag = str(tmp_path / "slow")
-    lazy = blocks_slow_once_flagged(X, flag)
+    lazy = slow_blocks(X, BLOCK, 100, flag)
     model = make_estimator(name, max_time=MAX_TIME, progress=flag_after_the_first_iteration(flag), **options)
     start = time.perf_counter()
     with dask.config.set(scheduler="threads", num_workers=2) if client is None else nullcontext():
@@ -114,7 +98,7 @@ def test_a_budget_spent_before_the_first_iteration_returns_the_initial_centers(n
     X, _, _ = make_blobs(n=800, d=2, k=6, spread=2.0, seed=5)
     flag = str(tmp_path / "slow")
     open(flag, "w").close()
-    lazy = blocks_slow_once_flagged(X, flag)  # the opening of the data alone takes 8 blocks of BLOCK s on 2 threads
+    lazy = slow_blocks(X, BLOCK, 100, flag)  # the opening of the data alone takes 8 blocks of BLOCK s on 2 threads
     init = X[:6].copy()
     options = {key: value for key, value in ESTIMATORS[name].items() if key != "driver_rows"}
     model = make_estimator(name, n_clusters=6, init=init, max_time=1.0, progress=False, **options)
