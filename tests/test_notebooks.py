@@ -180,6 +180,7 @@ def test_out_of_core_runs_at_its_shipped_defaults(tmp_path):
     assert float(re.search(r"and ([0-9.]+)x the memory of all workers", output).group(1)) > 1.0
     for run in parameters(read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb"))["RUNS"]:
         assert f"{run}: " in output
+    assert "no iteration within" not in output, "a run's seeding took its whole budget at the shipped defaults"
     assert "best: " in output and images(notebook) == 1
     assert (tmp_path / "daskmeans-out-of-core" / "labels.zarr").is_dir()
 

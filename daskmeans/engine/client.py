@@ -159,16 +159,28 @@ def scheduler_lost(client, error: BaseException) -> bool:
 
     Which error a lost scheduler raises depends on when the run next talks to it: a connection error, a future
     cancelled for the lost connection, or, once the client has given up reconnecting and closed itself, a
-    ``ClosedClientError`` from the next graph it is sent.
+    ``ClosedClientError`` from the next graph it is sent. A connection error can come before the client has
+    noticed (its status still ``"running"``, as when the scheduler dies while it gathers results): the scheduler
+    is then asked for a handshake (:func:`scheduler_answers`).
     """
     from distributed.client import ClosedClientError, FutureCancelledError
 
     if isinstance(error, FutureCancelledError) and error.reason == "scheduler-connection-lost":
         return True
-    return (
-        isinstance(error, (OSError, TimeoutError, FutureCancelledError, ClosedClientError))
-        and client.status != "running"
-    )
+    if not isinstance(error, (OSError, TimeoutError, FutureCancelledError, ClosedClientError)):
+        return False
+    return client.status != "running" or not scheduler_answers(client)
+
+
+def scheduler_answers(client, seconds: float = 2.0) -> bool:
+    """Whether ``client``'s scheduler answers a handshake within ``seconds`` (a live scheduler answers in
+    milliseconds; a dead one refuses the connection at once or, cut off, lets it time out)."""
+    try:
+        address = client.scheduler.address
+        await_handshake(address, seconds, client.security.get_connection_args("client"))
+    except (SchedulerConnectionError, AttributeError):
+        return False
+    return True
 
 
 def one_line(error: BaseException) -> str:

@@ -133,7 +133,8 @@ class ClusterSpec:
         from distributed import Client, LocalCluster
 
         if self.worker_log_level > logging.WARNING:  # after distributed's import, which sets its loggers' levels
-            for name in ("distributed.client", "distributed.worker"):
+            # distributed.batched logs a lost connection with its traceback, which a one-line error replaces
+            for name in ("distributed.client", "distributed.worker", "distributed.batched"):
                 logging.getLogger(name).setLevel(self.worker_log_level)
         if self.scheduler:
             timeout = None if self.connect_timeout is None else f"{self.connect_timeout:g}s"

@@ -182,3 +182,23 @@ def test_every_read_is_fused_with_the_block_task_even_when_its_result_goes_to_se
             assert not [key for key in keys if "from-zarr" in key and not key.startswith("original-")], keys
             block_tasks = [key for key in keys if "daskmeans-vrkm-epoch-" in key or "daskmeans-vrkm-pool-" in key]
             assert sum("segment" not in key and "stats" not in key for key in block_tasks) == 4, keys
+
+
+def test_a_connection_error_before_the_client_notices_counts_as_a_lost_scheduler_only_when_it_is():
+    """The scheduler killed while the client gathers results raises a connection error while the client's status is
+    still "running": the scheduler is asked for a handshake to tell a lost one from a passing error."""
+    from distributed import Client, LocalCluster
+    from distributed.comm.core import CommClosedError
+
+    from daskmeans.engine.client import scheduler_answers, scheduler_lost
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        assert scheduler_answers(client)
+        assert not scheduler_lost(client, CommClosedError("a passing error"))
+        cluster.close()
+        assert not scheduler_answers(client, seconds=1.0)
+        assert scheduler_lost(client, CommClosedError("the scheduler is gone"))
+    finally:
+        client.close()
