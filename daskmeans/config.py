@@ -257,6 +257,10 @@ TWO_LEVEL_POINTS_PER_CENTER = 256
 #: Most Lloyd iterations of each k-means on a sample of ``init="two-level"``, after its k-means++ seeding (faiss's
 #: default); with fewer, the coarse level can leave a cluster of the data without a center.
 TWO_LEVEL_LLOYD_ITER = 25
+#: Most Lloyd iterations of each fine k-means of ``init="two-level"`` (one per coarse cluster, on the workers), after
+#: its k-means++ seeding: fewer than the coarse level's, since a fine problem holds a few rows per center and nearly
+#: settles within them, and the fit's own iterations refine every center after it.
+TWO_LEVEL_FINE_LLOYD_ITER = 10
 #: Most first-level merge tasks of the fine samples' pass of ``init="two-level"`` (batches of coarse clusters times
 #: groups of ``SPLIT_EVERY`` blocks); more coarse clusters than that allows are batched together.
 TWO_LEVEL_MAX_MERGE_TASKS = 2**14

@@ -14,7 +14,8 @@ from .two_level import default_coarse_clusters, sample_kmeans
 def build_coarse_index(centers, n_lists=None) -> CoarseIndex:
     """Group ``centers`` into ``n_lists`` lists around the centers of a k-means of the centers.
 
-    The k-means is greedy k-means++ and up to ``TWO_LEVEL_LLOYD_ITER`` Lloyd iterations in float64, seeded by
+    The k-means is :func:`~daskmeans.algorithms.two_level.sample_kmeans` (greedy k-means++ with batched draws and
+    up to ``TWO_LEVEL_LLOYD_ITER`` Lloyd iterations) in float64, seeded by
     ``config.COARSE_INDEX_SEED``, so the index is a function of the centers alone (the same for every call, process
     and scheduler). Each center joins the list of its nearest coarse center.
 

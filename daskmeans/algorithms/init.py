@@ -21,7 +21,7 @@ from ..passes.row_sample import sampled_rows
 from ..passes.sampling import (
     finish_gather,
     gather_rows_graph,
-    sample_without_replacement_graph,
+    sample_rows,
     weighted_indices_with_replacement_graph,
 )
 from .plan import SeedingPlan
@@ -70,9 +70,7 @@ def kmeans_parallel(array, n_clusters, seed, plan=None, *, context=None, reclust
     weights, client, clock = context.weights, context.client, context.clock
     rounds, max_extra_rounds = plan.rounds, MAX_EXTRA_ROUNDS
     scale_l = plan.oversampling_factor * n_clusters
-    (first,) = compute_now(
-        sample_without_replacement_graph(array, 1, stage_key(seed, "k-means||", "first"), weights), client=client
-    )
+    first = sample_rows(array, 1, stage_key(seed, "k-means||", "first"), weights, client=client)
     candidates = np.asarray(first[2])
     passes = 1
     expected = 2 + 2 * rounds
@@ -240,9 +238,7 @@ def kmeans_plusplus_on_sample(
     n = array.shape[0]
     m = kmeans_plusplus_rows(n, n_clusters, sample_size)
     on_progress(0, 1, f"sampling {m} rows")
-    (sample,) = compute_now(
-        sample_without_replacement_graph(array, m, stage_key(seed, "k-means++", "sample"), weights), client=client
-    )
+    sample = sample_rows(array, m, stage_key(seed, "k-means++", "sample"), weights, client=client)
     rows = np.asarray(sample[2])
     on_progress(1, 1, f"k-means++ on {m} rows on the driver")
     rng = stage_generator(seed, "k-means++", "seed")
@@ -257,9 +253,7 @@ def random_rows(array, n_clusters, seed, *, weights=None, client=None, on_progre
     n = array.shape[0]
     m = min(n, max(2 * n_clusters, n_clusters + 100))
     on_progress(0, 1, f"sampling {m} rows")
-    (sample,) = compute_now(
-        sample_without_replacement_graph(array, m, stage_key(seed, "random", "sample"), weights), client=client
-    )
+    sample = sample_rows(array, m, stage_key(seed, "random", "sample"), weights, client=client)
     rows = np.asarray(sample[2])
     on_progress(1, 1)
     _, first_seen = np.unique(rows, axis=0, return_index=True)
@@ -381,9 +375,7 @@ def afkmc2_distributed(array, n_clusters, seed, *, weights=None, chain_length=No
     """
     chain_length = config.AFKMC2_CHAIN_LENGTH if chain_length is None else chain_length
     n_candidates = afkmc2_candidates(n_clusters, oversampling)
-    (first,) = compute_now(
-        sample_without_replacement_graph(array, 1, stage_key(seed, "afk-mc2", "first"), weights), client=client
-    )
+    first = sample_rows(array, 1, stage_key(seed, "afk-mc2", "first"), weights, client=client)
     first_center = np.asarray(first[2])[0].astype(np.float64)
     if n_clusters == 1:
         return first_center[None, :].astype(array.dtype), 1

@@ -30,7 +30,7 @@ from ..kernels.kernel_centers import SparseCenters, nearest_from_inner, single_p
 from ..kernels.kernel_functions import resolve_kernel
 from ..kernels.kernel_minibatch import run_kernel_steps
 from ..passes.kernel_pools import StepPools
-from ..passes.sampling import sample_without_replacement_graph
+from ..passes.sampling import sample_rows
 from .plan import FitPlan
 from .result import FitResult, RunContext
 
@@ -141,9 +141,7 @@ def kernel_seeding(array, n_clusters, kernel, init, seed, *, sample_size=None, c
         m = min(m, int(compute_now((weights > 0).sum(), client=client)[0]))
     drawn = pools.first_distinct_rows(m) if pools is not None and weights is None else None
     if drawn is None:
-        (sample,) = compute_now(
-            sample_without_replacement_graph(array, m, stage_key(seed, "kernel-init", "sample"), weights), client=client
-        )
+        sample = sample_rows(array, m, stage_key(seed, "kernel-init", "sample"), weights, client=client)
         drawn = sample[1], sample[2]
     index, rows = np.asarray(drawn[0]), np.ascontiguousarray(drawn[1])
     resolved = resolve_kernel(

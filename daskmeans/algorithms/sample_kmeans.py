@@ -1,7 +1,9 @@
-"""k-means on a weighted point set held in memory: greedy k-means++ and Lloyd iterations, in float64.
+"""k-means on a point set held in memory: greedy k-means++ and Lloyd iterations.
 
 Used on the driver (k-means|| reclustering its candidates, k-means++ on a sample, the coarse level of the
-two-level seeding) and inside tasks on the workers (the fine problems of the two-level seeding).
+two-level seeding) and inside tasks on the workers (the fine problems of the two-level seeding). The weighted
+functions compute in float64; the two-level seeding's (:func:`batched_kmeans_plusplus`, :func:`lloyd`) compute in
+the rows' compute dtype (float32 for descriptors), where their GEMMs run twice as fast.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 import numpy as np
 
 from .. import config
+from ..engine.slabs import compute_dtype
 from ..exceptions import InputDataError
 from ..kernels.assign import nearest_centers
 from ..kernels.stats import cluster_stats
@@ -80,6 +83,105 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     return centers
 
 
+def batched_kmeans_plusplus(points, n_clusters, rng, n_local_trials=None, batch=None):
+    """Greedy k-means++ on unweighted points, the candidates of a batch of centers drawn at once.
+
+    Greedy k-means++ (:func:`weighted_kmeans_plusplus`) draws ``n_local_trials`` candidates from the current
+    squared distances for every center and keeps the one that lowers the potential most: one skinny
+    ``(trials x d) @ (d x m)`` product per center, which BLAS runs far below its peak. Here the candidates of
+    ``batch`` centers are drawn from the same distances and their distances to every point computed in one
+    product; the centers are then chosen one by one, each among its own candidates, against the distances the
+    centers chosen before it left (as greedy k-means++ chooses). Only the draws are older: a later center of a
+    batch may draw a point near one chosen earlier in it: such a candidate is kept with probability its current
+    squared distance over the one it was drawn by (thinning), and new draws replace those not kept, so every
+    center's candidates are drawn from the current distances, as greedy k-means++ draws them. Distances are
+    expanded in the rows' compute dtype (float32 for descriptors) and clipped at zero; the potentials are summed
+    in float64.
+
+    Parameters
+    ----------
+    points : ndarray (m, d)
+        Holding more than ``n_clusters`` distinct rows (:func:`sample_kmeans` checks).
+    n_clusters : int
+    rng : numpy.random.Generator
+    n_local_trials : int, optional
+        Candidates per center; default ``2 + floor(log k)``, as in scikit-learn.
+    batch : int, optional
+        Centers whose candidates are drawn together; default about 128 candidates a product (where the product
+        runs near BLAS's peak), and at most ``n_clusters / 16`` centers so that few of a batch's candidates are
+        drawn again. With 1 (the default below 32 centers) the draws and choices are those of
+        :func:`weighted_kmeans_plusplus` with unit weights, up to the rounding of the distances.
+
+    Returns
+    -------
+    ndarray (n_clusters, d), the compute dtype of ``points``
+        Rows of ``points``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> points = np.array([[0.0, 0.0], [0.1, 0.0], [10.0, 0.0], [10.1, 0.0]])
+    >>> centers = batched_kmeans_plusplus(points, 2, np.random.default_rng(0))
+    >>> sorted(round(float(c[0])) for c in centers)
+    [0, 10]
+    """
+    rows = np.ascontiguousarray(points, dtype=compute_dtype(np.asarray(points).dtype))
+    m = rows.shape[0]
+    trials = 2 + int(math.log(n_clusters)) if n_local_trials is None else int(n_local_trials)
+    batch = max(1, min(128 // trials, n_clusters // 16)) if batch is None else int(batch)
+    squares = np.einsum("ij,ij->i", rows, rows)
+    first = int(rng.choice(m, p=np.full(m, 1.0 / m)))  # drawn as weighted_kmeans_plusplus draws it
+    picked = [first]
+    closest = _expanded_dist2(rows, squares, np.array([first]))[0]
+    closest[first] = 0.0
+    while len(picked) < n_clusters:
+        drawn = min(batch, n_clusters - len(picked))
+        drawn_from = closest
+        candidates = _draw(drawn_from, drawn * trials, rng)
+        keep = rng.random((drawn - 1) * trials) if drawn > 1 else None
+        distances = _expanded_dist2(rows, squares, candidates)
+        for j in range(drawn):
+            own, options = candidates[j * trials : (j + 1) * trials], distances[j * trials : (j + 1) * trials]
+            if j > 0:
+                # thinning: a candidate drawn from the batch's old distances stays with probability new / old,
+                # so the ones that stay are drawn from the current distances, as greedy k-means++ draws them;
+                # as many new draws replace those that do not
+                stays = keep[(j - 1) * trials : j * trials] * drawn_from[own] < closest[own]
+                if not stays.all():
+                    more = _draw(closest, trials - int(stays.sum()), rng)
+                    own = np.concatenate([own[stays], more])
+                    options = np.concatenate([options[stays], _expanded_dist2(rows, squares, more)])
+            closest = _choose(own, options, closest, picked)
+    return rows[np.array(picked)]
+
+
+def _draw(closest, count, rng):
+    """``count`` row indices drawn with probability proportional to ``closest`` (with replacement)."""
+    cumulative = np.cumsum(closest, dtype=np.float64)
+    targets = rng.random(count) * cumulative[-1]
+    return np.minimum(np.searchsorted(cumulative, targets, side="right"), len(closest) - 1)
+
+
+def _choose(candidates, distances, closest, picked):
+    """Append to ``picked`` the candidate whose squared distances (rows of ``distances``, overwritten) leave the
+    smallest potential with ``closest``; return the squared distances to the nearest picked row after it."""
+    options = np.minimum(distances, closest[None, :], out=distances)
+    best = int(np.argmin(options.sum(axis=1, dtype=np.float64)))
+    picked.append(int(candidates[best]))
+    closest = options[best]
+    closest[candidates[best]] = 0.0  # exactly, where the expansion leaves a rounding residue
+    return closest
+
+
+def _expanded_dist2(rows, squares, chosen):
+    """Squared distances of the rows ``chosen`` to every row, as ``|a|^2 + |b|^2 - 2 a.b`` clipped at zero."""
+    d2 = rows[chosen] @ rows.T
+    d2 *= -2.0
+    d2 += squares[chosen][:, None]
+    d2 += squares[None, :]
+    return np.maximum(d2, 0.0, out=d2)
+
+
 def weighted_lloyd(points, weights, centers, max_iter=30, out_of_time=None):
     """Lloyd iterations on a small weighted point set on the driver (reclustering of k-means|| candidates).
 
@@ -117,9 +219,43 @@ def count_distinct(rows) -> int:
     return int(np.unique(rows, axis=0).shape[0]) if len(rows) else 0
 
 
+def more_distinct_than(rows, count: int) -> bool:
+    """Whether ``rows`` holds more than ``count`` distinct rows (exact).
+
+    Sorting the rows (:func:`count_distinct`) costs as much as a few Lloyd iterations on them. Equal rows have
+    equal 64-bit hashes, so more distinct hashes than ``count`` answer at the cost of hashing; only when there
+    are not (few distinct rows, or a collision) are the rows sorted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> more_distinct_than(np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 4.0]]), 1)
+    True
+    >>> more_distinct_than(np.array([[1.0, 2.0], [1.0, 2.0], [-0.0, 4.0], [0.0, 4.0]]), 2)
+    False
+    """
+    rows = np.asarray(rows)
+    if len(rows) <= count:
+        return False
+    return len(np.unique(_row_hashes(rows))) > count or count_distinct(rows) > count
+
+
+def _row_hashes(rows):
+    """A 64-bit hash of each row's bytes (floats with -0.0 made 0.0 first, so that equal values hash equal)."""
+    values = rows + rows.dtype.type(0) if rows.dtype.kind == "f" else rows
+    raw = np.ascontiguousarray(values).view(np.uint8).reshape(len(rows), -1)
+    padded = np.zeros((len(rows), -(-raw.shape[1] // 8) * 8), dtype=np.uint8)
+    padded[:, : raw.shape[1]] = raw
+    words = padded.view(np.uint64)
+    multipliers = np.random.default_rng(0x5EED).integers(1, 2**63, size=words.shape[1], dtype=np.uint64) | 1
+    with np.errstate(over="ignore"):
+        return (words * multipliers).sum(axis=1, dtype=np.uint64)
+
+
 def lloyd(points, centers, max_iter=30):
-    """Unweighted Lloyd iterations on points in memory, by the passes' kernels: exact nearest centers
-    (:func:`daskmeans.kernels.assign.nearest_centers`, GEMM in slabs at large k) and float64 sums in row order
+    """Unweighted Lloyd iterations on points in memory, by the passes' kernels: exact nearest centers in the
+    points' compute dtype (:func:`daskmeans.kernels.assign.nearest_centers`, GEMM in slabs at large k; float32
+    for descriptors, as the passes over the data assign them) and float64 sums in row order
     (:func:`daskmeans.kernels.stats.cluster_stats`). Stops when no label changes; a center that loses all its
     points keeps its position.
 
@@ -135,9 +271,10 @@ def lloyd(points, centers, max_iter=30):
     """
     points = np.ascontiguousarray(points)
     centers = np.array(centers, dtype=np.float64)
+    assigned_as = compute_dtype(points.dtype)
     labels = None
     for _ in range(max_iter):
-        new_labels, dist2 = nearest_centers(points, centers)
+        new_labels, dist2 = nearest_centers(points, centers.astype(assigned_as, copy=False))
         if labels is not None and np.array_equal(new_labels, labels):
             break
         labels = new_labels

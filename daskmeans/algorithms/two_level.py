@@ -19,10 +19,10 @@ from ..engine.client import compute_now
 from ..engine.graph import task
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
-from ..passes.sampling import sample_without_replacement_graph
+from ..passes.sampling import sample_rows
 from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph, sample_thresholds
 from .result import RunContext
-from .sample_kmeans import count_distinct, lloyd, weighted_kmeans_plusplus
+from .sample_kmeans import batched_kmeans_plusplus, count_distinct, lloyd, more_distinct_than
 
 #: Passes over the data of :func:`two_level_centers` (coarse sample, rows per coarse cluster, fine samples).
 TWO_LEVEL_PASSES = 3
@@ -62,8 +62,9 @@ def check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter):
 
 
 def sample_kmeans(points, n_clusters, rng, n_iter=None):
-    """k-means on points in memory: greedy k-means++, then up to ``n_iter`` Lloyd iterations
-    (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`).
+    """k-means on points in memory: greedy k-means++ with batched draws
+    (:func:`~daskmeans.algorithms.sample_kmeans.batched_kmeans_plusplus`), then up to ``n_iter`` Lloyd iterations
+    (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`), both in the points' compute dtype.
 
     Parameters
     ----------
@@ -80,9 +81,9 @@ def sample_kmeans(points, n_clusters, rng, n_iter=None):
         there are fewer.
     """
     points = np.asarray(points)
-    if count_distinct(points) <= n_clusters:
+    if not more_distinct_than(points, n_clusters):
         return np.unique(points, axis=0)
-    centers = weighted_kmeans_plusplus(points, np.ones(points.shape[0]), n_clusters, rng)
+    centers = batched_kmeans_plusplus(points, n_clusters, rng)
     n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
     return lloyd(points, centers, max_iter=n_iter).astype(points.dtype)
 
@@ -200,7 +201,8 @@ def two_level_centers(
     3. One pass draws a sample of every coarse cluster, ``points_per_center`` rows per fine center it was given
        (all its rows when it has fewer; each block sends on only about its share of that,
        :func:`~daskmeans.passes.two_level.sample_thresholds`); a task per coarse cluster (or per batch of them, for
-       very many blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations) on the workers where the
+       very many blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations, by default
+       :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER`) on the workers where the
        sample lies, and returns its fine centers. They are concatenated in coarse-cluster order.
 
     The same ``seed`` gives the same centers on any scheduler, number of workers or chunking: every random draw
@@ -232,7 +234,8 @@ def two_level_centers(
         :data:`~daskmeans.config.TWO_LEVEL_POINTS_PER_CENTER`.
     n_iter : int, optional
         Most Lloyd iterations of each k-means on a sample (0: k-means++ only); default
-        :data:`~daskmeans.config.TWO_LEVEL_LLOYD_ITER`.
+        :data:`~daskmeans.config.TWO_LEVEL_LLOYD_ITER` at the coarse level and
+        :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER` at the fine one.
     on_progress : callable
         ``on_progress(passes_done, passes_expected, note)`` after each pass and before the driver's work.
 
@@ -255,16 +258,14 @@ def two_level_centers(
     context = context or RunContext()
     client, weights = context.client, context.weights
     points_per_center = config.TWO_LEVEL_POINTS_PER_CENTER if points_per_center is None else points_per_center
+    fine_iter = config.TWO_LEVEL_FINE_LLOYD_ITER if n_iter is None else n_iter
     n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
     check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter)
     n = array.shape[0]
     n_coarse = default_coarse_clusters(n_clusters) if n_coarse is None else int(n_coarse)
     m = min(n, points_per_center * n_coarse)
     on_progress(0, TWO_LEVEL_PASSES, f"coarse sample of {m} rows")
-    (sample,) = compute_now(
-        sample_without_replacement_graph(array, m, stage_key(seed, "two-level", "coarse-sample"), weights),
-        client=client,
-    )
+    sample = sample_rows(array, m, stage_key(seed, "two-level", "coarse-sample"), weights, client=client)
     rows = np.asarray(sample[2])
     distinct = count_distinct(rows)
     holds_every_row = len(rows) < m or m == n  # every row of positive weight is in the sample
@@ -290,9 +291,9 @@ def two_level_centers(
         array, coarse, caps, thresholds, batch_of, stage_key(seed, "two-level", "fine-sample"), weights
     )
     members = [np.flatnonzero(batch_of == b) for b in range(len(samples))]
-    name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, n_iter)}"
+    name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, fine_iter)}"
     fine = [
-        task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(n_iter))
+        task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(fine_iter))
         for b, sample in enumerate(samples)
     ]
     results = compute_now(*fine, client=client)

@@ -10,6 +10,7 @@ from functools import partial
 
 import numpy as np
 
+from ..engine.client import compute_now
 from ..engine.graph import block_args, block_offsets, blocks_of, map_blocks_delayed, tree_reduce
 from ..engine.random import row_uniforms, stage_generator
 from ..engine.slabs import converted_rows
@@ -33,12 +34,12 @@ def sample_keys(key: int, offset: int, count: int, weights=None) -> np.ndarray:
         return np.where(w > 0, -np.log(u) / np.where(w > 0, w, 1.0), np.inf)
 
 
-def _bottom_block(block, offset, weights, key, m):
+def _bottom_block(block, offset, weights, key, m, threshold=np.inf):
     block = np.asarray(block)  # as stored: only the chosen rows are converted
     keys = sample_keys(key, offset, block.shape[0], weights)
     index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
     order = _sort_keys(keys, index)[:m]
-    order = order[np.isfinite(keys[order])]
+    order = order[np.isfinite(keys[order]) & (keys[order] <= threshold)]
     return keys[order], index[order], converted_rows(block, order)
 
 
@@ -50,13 +51,61 @@ def _merge_bottom(parts, m):
     return keys[order], index[order], rows[order]
 
 
-def sample_without_replacement_graph(array, m: int, key: int, weights=None):
+def sample_without_replacement_graph(array, m: int, key: int, weights=None, threshold=np.inf):
     """Delayed sample of ``m`` distinct rows; weighted by Efraimidis-Spirakis keys when weights are given.
 
-    The result is ``(keys, row_indices, rows)`` in the order of the random keys.
+    The result is ``(keys, row_indices, rows)`` in the order of the random keys. With a ``threshold``, only rows
+    of key at most it are candidates: fewer than ``m`` rows when fewer pass it (:func:`sample_rows`).
     """
-    parts = map_blocks_delayed(_bottom_block, "sample", block_args(array, weights), key, int(m), reads_data=True)
+    parts = map_blocks_delayed(
+        _bottom_block, "sample", block_args(array, weights), key, int(m), float(threshold), reads_data=True
+    )
     return tree_reduce(parts, partial(_merge_bottom, m=int(m)), "sample")
+
+
+def uniform_threshold(n: int, m: int) -> float:
+    """A key that about ``m + 8 sqrt(m) + 64`` of ``n`` uniform keys lie below: fewer than ``m`` of them do with
+    a probability below 1e-15 (eight standard deviations)."""
+    return min(1.0, (m + 8.0 * np.sqrt(m) + 64.0) / max(1, n))
+
+
+def sample_rows(array, m: int, key: int, weights=None, client=None):
+    """The sample of :func:`sample_without_replacement_graph`, computed.
+
+    Without weights each block sends on only the rows whose key is below :func:`uniform_threshold`, about its
+    share of ``m``, not its ``m`` smallest (a block of half the data would send ``m`` rows, a few times what the
+    sample takes from it). In the rare case that fewer than ``m`` rows pass, the pass is made again without the
+    threshold: the sample is the same either way, the ``m`` rows of smallest key.
+
+    Parameters
+    ----------
+    array : dask.array.Array (n, d)
+    m : int
+    key : int
+        The stage key of the rows' random keys (:func:`daskmeans.engine.random.stage_key`).
+    weights : dask.array.Array (n,), optional
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    keys, row_indices, rows : ndarrays
+        In the order of the random keys; ``min(m, rows of positive weight)`` of them.
+
+    Examples
+    --------
+    >>> import dask, dask.array as da, numpy as np
+    >>> X = da.from_array(np.arange(20.0).reshape(10, 2), chunks=5)
+    >>> with dask.config.set(scheduler="sync"):
+    ...     keys, index, rows = sample_rows(X, 3, key=7)
+    >>> rows.shape, bool(np.all(rows[:, 0] == 2 * index))
+    ((3, 2), True)
+    """
+    n = array.shape[0]
+    threshold = uniform_threshold(n, m) if weights is None else np.inf
+    (sample,) = compute_now(sample_without_replacement_graph(array, m, key, weights, threshold), client=client)
+    if len(sample[0]) < min(m, n) and threshold < np.inf:
+        (sample,) = compute_now(sample_without_replacement_graph(array, m, key, weights), client=client)
+    return sample
 
 
 def _gather_block(block, offset, weights, wanted):

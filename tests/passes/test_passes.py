@@ -13,7 +13,9 @@ from daskmeans.passes.assign import assign_stats_graph, finish_stats, lazy_label
 from daskmeans.passes.sampling import (
     finish_gather,
     gather_rows_graph,
+    sample_rows,
     sample_without_replacement_graph,
+    uniform_threshold,
     weight_totals_graph,
     weighted_indices_with_replacement_graph,
 )
@@ -133,6 +135,45 @@ def test_sample_without_replacement_does_not_depend_on_chunking(weighted):
     keys, index, rows = picks[0]
     assert len(np.unique(index)) == 50
     np.testing.assert_array_equal(rows, X[index])
+
+
+@pytest.mark.parametrize("m", [1, 50, 1999, 2000, 2500])
+def test_sample_rows_is_the_sample_of_the_graph(m, cluster_client):
+    """With the threshold each block sends on about its share of the sample; the sample is the same rows."""
+    X = np.random.default_rng(8).normal(size=(2000, 3))
+    array = da.from_array(X, chunks=(700, 3))
+    key = stage_key(3, "rows")
+    keys, index, rows = sample_rows(array, m, key, client=cluster_client)
+    (expected,) = dask.compute(sample_without_replacement_graph(array, m, key))
+    np.testing.assert_array_equal(index, expected[1])
+    np.testing.assert_array_equal(rows, X[index])
+    assert len(index) == min(m, 2000)
+
+
+def test_blocks_send_on_about_their_share_below_the_threshold():
+    from daskmeans.passes.sampling import _bottom_block
+
+    block = np.zeros((10_000, 2))
+    threshold = uniform_threshold(100_000, 5_000)  # a tenth of the data, for a sample of 5,000
+    keys, _, _ = _bottom_block(block, 0, None, stage_key(1, "share"), 5_000, threshold)
+    assert 500 < len(keys) < 500 + 8 * np.sqrt(5_000) + 64 + 4 * np.sqrt(1_000), "about 500, not 5,000"
+    assert np.all(keys <= threshold)
+
+
+def test_too_few_rows_below_the_threshold_are_read_again_without_it(monkeypatch):
+    """Fewer than m rows below the threshold (here forced by a tiny one) make a second pass without it."""
+    import daskmeans.passes.sampling as sampling
+
+    X = np.arange(600.0).reshape(300, 2)
+    array = da.from_array(X, chunks=(70, 2))
+    key = stage_key(5, "again")
+    (short,) = dask.compute(sample_without_replacement_graph(array, 40, key, threshold=1e-6))
+    assert len(short[1]) < 40
+    monkeypatch.setattr(sampling, "uniform_threshold", lambda n, m: 1e-6)
+    with dask.config.set(scheduler="threads"):
+        _, index, _ = sample_rows(array, 40, key)
+    (expected,) = dask.compute(sample_without_replacement_graph(array, 40, key))
+    np.testing.assert_array_equal(index, expected[1])
 
 
 def test_weighted_sampling_never_picks_zero_weight_and_follows_weights():
