@@ -134,3 +134,25 @@ def test_a_looser_reference_target_is_timed_by_its_own_earlier_fit_not_by_one_fo
     assert asked[0] == 2.0  # the loosest target (the peer's 43.0) first, from its first snapshot
     assert report.time_to_reach(points, report.reach_threshold(43.0, 1e-4)) == 2.1
     assert report.time_to_reach(points, 10.0 * 1.02) == 6.1
+
+
+def test_a_snapshot_is_fitted_again_from_when_it_was_taken_not_when_its_run_returned():
+    """A run seeded at large k returns long after its last snapshot (its first pass cut by the budget): the
+    snapshot counts that tail, but the fit made again is given the snapshot's own time."""
+    asked = []
+
+    def refit(max_time):
+        asked.append(max_time)
+        return Candidate(step=-1, time=max_time + 0.5, centers=np.array([5.0]), kind="fit")
+
+    seeds = Candidate(step=0, time=30.0, centers=np.array([5.0]), kind="snapshot")
+    seeds.available_time = 14.0
+    trace = Trace(candidates=[seeds], fit_seconds=30.0, timed_seconds=30.0, refit=refit)
+    energy = _EnergyOfCenters()
+    evaluate(trace.candidates, energy)
+
+    fit_until_reached(trace, 5.0, energy)
+
+    assert asked == [14.0]
+    points = [c.as_record() for c in trace.candidates if c.energy is not None]
+    assert report.time_to_reach(points, 5.0) == 14.5

@@ -109,13 +109,17 @@ def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
 
 
 def fit_until_reached(trace, threshold, energy):
-    """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold``, longer until the
+    """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold`` (the time the
+    snapshot was taken in the run), longer until the
     fit's result is within it (its candidates join the trace). Nothing is fitted when the first point within it is
     a whole fit, or when a fit made again for a looser target is within it too."""
     reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
     if not reached or reached[0].kind in report.WHOLE_FITS or any(c.kind == "fit" for c in reached):
         return
-    seconds = reached[0].time
+    first = reached[0]
+    # from when the snapshot existed: its time also counts the fit's closing work after its last iteration, which
+    # is long when that work was a pass the budget cut (a fit seeded at large k stops in its first pass)
+    seconds = first.time if first.available_time is None else first.available_time
     for _ in range(REFIT_TRIES):
         if seconds >= trace.fit_seconds:
             return  # the run's own fit is that fit
