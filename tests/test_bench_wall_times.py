@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from conftest import make_blobs
 
 from daskmeans.bench import report
@@ -136,18 +137,23 @@ def test_a_looser_reference_target_is_timed_by_its_own_earlier_fit_not_by_one_fo
     assert report.time_to_reach(points, 10.0 * 1.02) == 6.1
 
 
-def test_a_snapshot_is_fitted_again_from_when_it_was_taken_not_when_its_run_returned():
-    """A run seeded at large k returns long after its last snapshot (its first pass cut by the budget): the
-    snapshot counts that tail, but the fit made again is given the snapshot's own time."""
-    asked = []
-
+def _refit_recording(asked):
     def refit(max_time):
         asked.append(max_time)
         return Candidate(step=-1, time=max_time + 0.5, centers=np.array([5.0]), kind="fit")
 
-    seeds = Candidate(step=0, time=30.0, centers=np.array([5.0]), kind="snapshot")
+    return refit
+
+
+@pytest.mark.parametrize("kind", ["snapshot", "final"])
+def test_a_snapshot_is_fitted_again_from_when_it_was_taken_not_when_its_run_returned(kind):
+    """A run seeded at large k returns long after its seeds (its first pass cut by the budget): their candidate
+    counts that tail (and is the run's final one when no iteration ended), but the fit made again is given the
+    time the seeds were held."""
+    asked = []
+    seeds = Candidate(step=0, time=30.0, centers=np.array([5.0]), kind=kind)
     seeds.available_time = 14.0
-    trace = Trace(candidates=[seeds], fit_seconds=30.0, timed_seconds=30.0, refit=refit)
+    trace = Trace(candidates=[seeds], fit_seconds=30.0, timed_seconds=30.0, refit=_refit_recording(asked))
     energy = _EnergyOfCenters()
     evaluate(trace.candidates, energy)
 
@@ -156,3 +162,13 @@ def test_a_snapshot_is_fitted_again_from_when_it_was_taken_not_when_its_run_retu
     assert asked == [14.0]
     points = [c.as_record() for c in trace.candidates if c.energy is not None]
     assert report.time_to_reach(points, 5.0) == 14.5
+
+
+def test_a_final_point_held_until_its_run_returned_is_not_fitted_again():
+    asked = []
+    final = Candidate(step=3, time=30.0, centers=np.array([5.0]), kind="final")
+    final.available_time = 29.9  # the last iteration ended just before the run returned
+    trace = Trace(candidates=[final], fit_seconds=30.0, timed_seconds=30.0, refit=_refit_recording(asked))
+    evaluate(trace.candidates, _EnergyOfCenters())
+    fit_until_reached(trace, 5.0, _EnergyOfCenters())
+    assert asked == []

@@ -210,13 +210,14 @@ def two_level_centers(
     centers, and each fine problem has its own generator. (With weights, the coarse clusters' masses are float
     sums whose last bits may follow the chunking.)
 
-    Memory: the driver holds ``O(n_clusters * d)`` for the centers, the coarse sample with its float64 copy
-    (``points_per_center * n_coarse * d`` values: with the defaults ``256 sqrt(k) d``), k-means++'s ``n_trials x
-    sample`` distances, Lloyd's assignment (in slabs of ``ASSIGN_SLAB_BYTES``), a few numbers per coarse cluster,
-    and the graph of the fine pass (one task per block, batch and group of blocks); nothing of size ``n`` or
-    ``n_clusters ** 2``. Measured under tracemalloc at k = 4096, d = 4 (tests/algorithms/test_two_level.py):
-    about 6 MiB, against a stated bound of 16 MiB plus 64 bytes per center value. A worker's fine task holds
-    its batch's samples (``points_per_center`` rows per fine center) and the k-means temporaries for them.
+    Memory: the driver holds ``O(n_clusters * d)`` for the centers, the coarse sample (``points_per_center *
+    n_coarse * d`` values: with the defaults ``256 sqrt(k) d``, and a copy in the compute dtype when it is stored
+    otherwise), the distances of a batch of k-means++ candidates (about ``128 x sample``), Lloyd's assignment (in
+    slabs of ``ASSIGN_SLAB_BYTES``), a few numbers per coarse cluster, and the graph of the fine pass (one task per
+    block, batch and group of blocks); nothing of size ``n`` or ``n_clusters ** 2``. Measured under tracemalloc at
+    k = 4096, d = 4 (tests/algorithms/test_two_level.py): about 6 MiB, against a stated bound of 16 MiB plus 64
+    bytes per center value. A worker's fine task holds its batch's samples (``points_per_center`` rows per fine
+    center) and the k-means temporaries for them.
 
     Parameters
     ----------

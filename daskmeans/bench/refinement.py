@@ -76,6 +76,18 @@ def best_energy(runs, lloyd_energies=()):
 REFIT_GROWTH = 1.25
 #: Fits tried per target and run.
 REFIT_TRIES = 4
+#: A run's final centers held by a snapshot before this fraction of the run's time are fitted again from the
+#: snapshot's time: the run spent the rest in closing work that returned nothing new (a pass the budget cut).
+LATE_FINAL = 0.8
+
+
+def timed_by_its_fit(candidate) -> bool:
+    """Whether a candidate's time is that of a whole fit returning it as early as a fit can: the points of whole
+    fits, except a run's final centers that a snapshot already held well before the run returned."""
+    if candidate.kind not in report.WHOLE_FITS:
+        return False
+    held = candidate.available_time
+    return not (candidate.kind == "final" and held is not None and held < LATE_FINAL * candidate.time)
 
 
 def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
@@ -112,9 +124,9 @@ def fit_until_reached(trace, threshold, energy):
     """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold`` (the time the
     snapshot was taken in the run), longer until the
     fit's result is within it (its candidates join the trace). Nothing is fitted when the first point within it is
-    a whole fit, or when a fit made again for a looser target is within it too."""
+    a whole fit (:func:`timed_by_its_fit`), or when a fit made again for a looser target is within it too."""
     reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
-    if not reached or reached[0].kind in report.WHOLE_FITS or any(c.kind == "fit" for c in reached):
+    if not reached or timed_by_its_fit(reached[0]) or any(c.kind == "fit" for c in reached):
         return
     first = reached[0]
     # from when the snapshot existed: its time also counts the fit's closing work after its last iteration, which
