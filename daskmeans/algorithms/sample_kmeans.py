@@ -69,9 +69,7 @@ def weighted_kmeans_plusplus(points, weights, n_clusters, rng, n_local_trials=No
     closest = _dist2_to(points, centers[0])
     points_sq = np.einsum("ij,ij->i", points, points)
     for c in range(1, n_clusters):
-        cumulative = np.cumsum(weights * closest)
-        targets = rng.random(n_local_trials) * cumulative[-1]
-        trials = np.minimum(np.searchsorted(cumulative, targets, side="right"), m - 1)
+        trials = _draw(weights * closest, n_local_trials, rng)
         trial_points = points[trials]
         d2 = points_sq[None, :] - 2.0 * trial_points @ points.T + points_sq[trials][:, None]
         np.maximum(d2, 0.0, out=d2)

@@ -251,7 +251,8 @@ def two_level_centers(
     Raises
     ------
     InvalidParameterError
-        An option out of range (:func:`check_two_level_options`).
+        An option out of range (:func:`check_two_level_options`), or
+        :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER` negative.
     InputDataError
         Fewer rows (or distinct rows, when the coarse sample holds them all) of positive weight than
         ``n_clusters``.
@@ -262,6 +263,11 @@ def two_level_centers(
     fine_iter = config.TWO_LEVEL_FINE_LLOYD_ITER if n_iter is None else n_iter
     n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
     check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter)
+    if not (isinstance(fine_iter, (int, np.integer)) and fine_iter >= 0):
+        raise InvalidParameterError(
+            f"config.TWO_LEVEL_FINE_LLOYD_ITER must be an integer >= 0, got {fine_iter!r}; set it with "
+            "daskmeans.config.set(TWO_LEVEL_FINE_LLOYD_ITER=10) or pass n_iter."
+        )
     n = array.shape[0]
     n_coarse = default_coarse_clusters(n_clusters) if n_coarse is None else int(n_coarse)
     m = min(n, points_per_center * n_coarse)

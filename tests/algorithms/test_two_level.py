@@ -15,7 +15,7 @@ import pytest
 import zarr
 from conftest import make_blobs
 
-from daskmeans import InputDataError, InvalidParameterError, KMeans
+from daskmeans import InputDataError, InvalidParameterError, KMeans, config
 from daskmeans.algorithms.init import INIT_METHODS, initial_centers
 from daskmeans.algorithms.result import RunContext
 from daskmeans.algorithms.sample_kmeans import lloyd
@@ -317,6 +317,12 @@ def test_driver_memory_at_k_4096_is_far_below_k_squared(cluster_client, tmp_path
 def test_options_are_validated(options, match):
     with pytest.raises(InvalidParameterError, match=match):
         two_level_centers(da.from_array(np.zeros((20, 2))), 10, 0, **options)
+
+
+def test_a_negative_fine_iteration_setting_is_a_clear_error():
+    with config.set(TWO_LEVEL_FINE_LLOYD_ITER=-1):
+        with pytest.raises(InvalidParameterError, match=r"TWO_LEVEL_FINE_LLOYD_ITER must be an integer >= 0"):
+            two_level_centers(da.from_array(np.zeros((20, 2))), 10, 0)
 
 
 def test_fewer_distinct_rows_than_clusters_is_a_clear_error():
