@@ -260,7 +260,11 @@ TWO_LEVEL_LLOYD_ITER = 25
 #: Most Lloyd iterations of each fine k-means of ``init="two-level"`` (one per coarse cluster, on the workers), after
 #: its k-means++ seeding: fewer than the coarse level's, since a fine problem holds a few rows per center and nearly
 #: settles within them, and the fit's own iterations refine every center after it.
-TWO_LEVEL_FINE_LLOYD_ITER = 10
+TWO_LEVEL_FINE_LLOYD_ITER = 6
+#: Candidates that greedy k-means++ tries per center in each fine k-means of ``init="two-level"`` (the coarse level
+#: tries ``2 + log k``, as scikit-learn): the candidates' distances cost as much as a Lloyd iteration per candidate,
+#: and the iterations that follow make up for most of what fewer candidates leave.
+TWO_LEVEL_FINE_TRIALS = 4
 #: Most first-level merge tasks of the fine samples' pass of ``init="two-level"`` (batches of coarse clusters times
 #: groups of ``SPLIT_EVERY`` blocks); more coarse clusters than that allows are batched together.
 TWO_LEVEL_MAX_MERGE_TASKS = 2**14

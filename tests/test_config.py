@@ -931,6 +931,7 @@ CHECKS = {
     "TWO_LEVEL_POINTS_PER_CENTER": (10, _fit_centers(_kmeans("two-level"))),
     "TWO_LEVEL_LLOYD_ITER": (0, _coarse_index),
     "TWO_LEVEL_FINE_LLOYD_ITER": (0, _fit_centers(_kmeans("two-level"))),
+    "TWO_LEVEL_FINE_TRIALS": (1, _fit_centers(_kmeans("two-level"))),
     "TWO_LEVEL_MAX_MERGE_TASKS": (1, _merge_batches),
     "COARSE_INDEX_SEED": (1, _coarse_index),
     "MIN_SEGMENTS": (1, _vrkm("history", on_worker=True, VRKM_COST_WINDOW=16, REMAKE_COST=1)),

@@ -8,14 +8,19 @@ the rows' compute dtype (float32 for descriptors), where their GEMMs run twice a
 
 from __future__ import annotations
 
+import contextlib
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .. import config
+from ..engine.blas import one_blas_thread, one_blas_thread_in_this_thread
 from ..engine.slabs import compute_dtype
 from ..exceptions import InputDataError
 from ..kernels.assign import nearest_centers
+from ..kernels.plusplus_choice import choose_candidate, choose_in_batch
+from ..kernels.row_hashes import row_hashes
 from ..kernels.stats import cluster_stats
 
 
@@ -128,28 +133,30 @@ def batched_kmeans_plusplus(points, n_clusters, rng, n_local_trials=None, batch=
     trials = 2 + int(math.log(n_clusters)) if n_local_trials is None else int(n_local_trials)
     batch = max(1, min(128 // trials, n_clusters // 16)) if batch is None else int(batch)
     squares = np.einsum("ij,ij->i", rows, rows)
-    first = int(rng.choice(m, p=np.full(m, 1.0 / m)))  # drawn as weighted_kmeans_plusplus draws it
-    picked = [first]
-    closest = _expanded_dist2(rows, squares, np.array([first]))[0]
-    closest[first] = 0.0
+    first = np.array([rng.choice(m, p=np.full(m, 1.0 / m))])  # drawn as weighted_kmeans_plusplus draws it
+    picked = [int(first[0])]
+    closest = np.full(m, np.inf, dtype=rows.dtype)
+    choose_candidate(_scaled_dots(rows, first), squares, first, closest)
     while len(picked) < n_clusters:
         drawn = min(batch, n_clusters - len(picked))
-        drawn_from = closest
+        drawn_from = closest.copy()
         candidates = _draw(drawn_from, drawn * trials, rng)
-        keep = rng.random((drawn - 1) * trials) if drawn > 1 else None
-        distances = _expanded_dist2(rows, squares, candidates)
-        for j in range(drawn):
-            own, options = candidates[j * trials : (j + 1) * trials], distances[j * trials : (j + 1) * trials]
-            if j > 0:
-                # thinning: a candidate drawn from the batch's old distances stays with probability new / old,
-                # so the ones that stay are drawn from the current distances, as greedy k-means++ draws them;
-                # as many new draws replace those that do not
-                stays = keep[(j - 1) * trials : j * trials] * drawn_from[own] < closest[own]
-                if not stays.all():
-                    more = _draw(closest, trials - int(stays.sum()), rng)
-                    own = np.concatenate([own[stays], more])
-                    options = np.concatenate([options[stays], _expanded_dist2(rows, squares, more)])
-            closest = _choose(own, options, closest, picked)
+        keep = rng.random((drawn - 1) * trials) if drawn > 1 else np.empty(0)
+        dots = _scaled_dots(rows, candidates)
+        chosen = np.empty(drawn, dtype=np.int64)
+        j = choose_in_batch(dots, candidates, keep, drawn_from, squares, closest, 0, chosen)
+        while j < drawn:
+            # thinning: a candidate drawn from the batch's old distances stays with probability new / old, so
+            # the ones that stay are drawn from the current distances, as greedy k-means++ draws them; as many
+            # new draws replace those that do not
+            own, options = candidates[j * trials : (j + 1) * trials], dots[j * trials : (j + 1) * trials]
+            stays = keep[(j - 1) * trials : j * trials] * drawn_from[own] < closest[own]
+            more = _draw(closest, trials - int(stays.sum()), rng)
+            own = np.concatenate([own[stays], more])
+            options = np.concatenate([options[stays], _scaled_dots(rows, more)])
+            chosen[j] = own[choose_candidate(options, squares, own, closest)]
+            j = choose_in_batch(dots, candidates, keep, drawn_from, squares, closest, j + 1, chosen)
+        picked.extend(chosen.tolist())
     return rows[np.array(picked)]
 
 
@@ -160,24 +167,9 @@ def _draw(closest, count, rng):
     return np.minimum(np.searchsorted(cumulative, targets, side="right"), len(closest) - 1)
 
 
-def _choose(candidates, distances, closest, picked):
-    """Append to ``picked`` the candidate whose squared distances (rows of ``distances``, overwritten) leave the
-    smallest potential with ``closest``; return the squared distances to the nearest picked row after it."""
-    options = np.minimum(distances, closest[None, :], out=distances)
-    best = int(np.argmin(options.sum(axis=1, dtype=np.float64)))
-    picked.append(int(candidates[best]))
-    closest = options[best]
-    closest[candidates[best]] = 0.0  # exactly, where the expansion leaves a rounding residue
-    return closest
-
-
-def _expanded_dist2(rows, squares, chosen):
-    """Squared distances of the rows ``chosen`` to every row, as ``|a|^2 + |b|^2 - 2 a.b`` clipped at zero."""
-    d2 = rows[chosen] @ rows.T
-    d2 *= -2.0
-    d2 += squares[chosen][:, None]
-    d2 += squares[None, :]
-    return np.maximum(d2, 0.0, out=d2)
+def _scaled_dots(rows, chosen):
+    """``-2 * rows[chosen] @ rows.T``, the dot products that :func:`choose_candidate` expands into distances."""
+    return (rows[chosen] * rows.dtype.type(-2)) @ rows.T
 
 
 def weighted_lloyd(points, weights, centers, max_iter=30, out_of_time=None):
@@ -235,48 +227,75 @@ def more_distinct_than(rows, count: int) -> bool:
     rows = np.asarray(rows)
     if len(rows) <= count:
         return False
-    return len(np.unique(_row_hashes(rows))) > count or count_distinct(rows) > count
+    return len(np.unique(row_hashes(rows))) > count or count_distinct(rows) > count
 
 
-def _row_hashes(rows):
-    """A 64-bit hash of each row's bytes (floats with -0.0 made 0.0 first, so that equal values hash equal)."""
-    values = rows + rows.dtype.type(0) if rows.dtype.kind == "f" else rows
-    raw = np.ascontiguousarray(values).view(np.uint8).reshape(len(rows), -1)
-    padded = np.zeros((len(rows), -(-raw.shape[1] // 8) * 8), dtype=np.uint8)
-    padded[:, : raw.shape[1]] = raw
-    words = padded.view(np.uint64)
-    multipliers = np.random.default_rng(0x5EED).integers(1, 2**63, size=words.shape[1], dtype=np.uint64) | 1
-    with np.errstate(over="ignore"):
-        return (words * multipliers).sum(axis=1, dtype=np.uint64)
+#: Rows a thread of :func:`lloyd` assigns at a time: the chunks, and the order their sums are added in, do not
+#: depend on the number of threads, so neither do the centers.
+LLOYD_CHUNK_ROWS = 16384
 
 
-def lloyd(points, centers, max_iter=30):
+def lloyd(points, centers, max_iter=30, threads=1):
     """Unweighted Lloyd iterations on points in memory, by the passes' kernels: exact nearest centers in the
     points' compute dtype (:func:`daskmeans.kernels.assign.nearest_centers`, GEMM in slabs at large k; float32
-    for descriptors, as the passes over the data assign them) and float64 sums in row order
-    (:func:`daskmeans.kernels.stats.cluster_stats`). Stops when no label changes; a center that loses all its
-    points keeps its position.
+    for descriptors, as the passes over the data assign them) and float64 sums
+    (:func:`daskmeans.kernels.stats.cluster_stats`), a chunk of :data:`LLOYD_CHUNK_ROWS` rows at a time on up to
+    ``threads`` threads, the chunks' sums added in chunk order. Stops when no label changes; a center that loses
+    all its points keeps its position.
 
     Parameters
     ----------
     points : ndarray (m, d), float32 or float64
     centers : ndarray (k, d)
     max_iter : int
+    threads : int
+        1 in a task on a worker (its thread is one of the worker's); the driver's cores on the driver.
 
     Returns
     -------
     float64 ndarray (k, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> points = np.array([[0.0], [1.0], [10.0], [11.0]])
+    >>> lloyd(points, np.array([[0.0], [1.0]])).ravel().tolist()
+    [0.5, 10.5]
     """
     points = np.ascontiguousarray(points)
     centers = np.array(centers, dtype=np.float64)
     assigned_as = compute_dtype(points.dtype)
+    k = centers.shape[0]
+    chunks = [points[start : start + LLOYD_CHUNK_ROWS] for start in range(0, len(points), LLOYD_CHUNK_ROWS)]
     labels = None
-    for _ in range(max_iter):
-        new_labels, dist2 = nearest_centers(points, centers.astype(assigned_as, copy=False))
-        if labels is not None and np.array_equal(new_labels, labels):
-            break
-        labels = new_labels
-        sums, counts, _ = cluster_stats(points, labels, dist2, centers.shape[0])
-        filled = counts > 0
-        centers[filled] = sums[filled] / counts[filled, None]
+    with _chunk_map(min(threads, len(chunks))) as map_chunks:
+        for _ in range(max_iter):
+            assigned_centers = centers.astype(assigned_as, copy=False)
+            parts = list(map_chunks(lambda rows, c=assigned_centers: _assign_and_sum(rows, c, k), chunks))
+            new_labels = np.concatenate([part[0] for part in parts])
+            if labels is not None and np.array_equal(new_labels, labels):
+                break
+            labels = new_labels
+            sums, counts = parts[0][1], parts[0][2]
+            for part in parts[1:]:
+                sums, counts = sums + part[1], counts + part[2]
+            filled = counts > 0
+            centers[filled] = sums[filled] / counts[filled, None]
     return centers
+
+
+def _assign_and_sum(rows, centers, k):
+    """Labels of ``rows`` and the sums and counts of the rows per label."""
+    labels, dist2 = nearest_centers(rows, centers)
+    sums, counts, _ = cluster_stats(rows, labels, dist2, k)
+    return labels, sums, counts
+
+
+@contextlib.contextmanager
+def _chunk_map(threads):
+    """``map`` on ``threads`` threads, each with one BLAS thread (the calling thread's own ``map`` for one)."""
+    if threads <= 1:
+        yield map
+        return
+    with one_blas_thread(), ThreadPoolExecutor(threads, initializer=one_blas_thread_in_this_thread) as pool:
+        yield pool.map

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 from dask.base import tokenize
+from dask.system import CPU_COUNT
 
 from .. import config
 from ..engine.client import compute_now
@@ -61,7 +62,7 @@ def check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter):
         raise InvalidParameterError(f"n_iter must be an integer >= 0, got {n_iter!r}.")
 
 
-def sample_kmeans(points, n_clusters, rng, n_iter=None):
+def sample_kmeans(points, n_clusters, rng, n_iter=None, threads=1, n_local_trials=None):
     """k-means on points in memory: greedy k-means++ with batched draws
     (:func:`~daskmeans.algorithms.sample_kmeans.batched_kmeans_plusplus`), then up to ``n_iter`` Lloyd iterations
     (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`), both in the points' compute dtype.
@@ -73,6 +74,10 @@ def sample_kmeans(points, n_clusters, rng, n_iter=None):
     rng : numpy.random.Generator
     n_iter : int, optional
         Default :data:`~daskmeans.config.TWO_LEVEL_LLOYD_ITER`.
+    threads : int
+        Threads of the Lloyd iterations (:func:`~daskmeans.algorithms.sample_kmeans.lloyd`).
+    n_local_trials : int, optional
+        Candidates per center of the k-means++ seeding; default ``2 + floor(log n_clusters)``.
 
     Returns
     -------
@@ -83,9 +88,9 @@ def sample_kmeans(points, n_clusters, rng, n_iter=None):
     points = np.asarray(points)
     if not more_distinct_than(points, n_clusters):
         return np.unique(points, axis=0)
-    centers = batched_kmeans_plusplus(points, n_clusters, rng)
+    centers = batched_kmeans_plusplus(points, n_clusters, rng, n_local_trials)
     n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
-    return lloyd(points, centers, max_iter=n_iter).astype(points.dtype)
+    return lloyd(points, centers, max_iter=n_iter, threads=threads).astype(points.dtype)
 
 
 def _quotas(n_clusters, mass, low, high):
@@ -169,14 +174,29 @@ def fine_batches(caps, n_blocks: int):
     return batch_of
 
 
-def _fine_batch(sample, clusters, fine_k, seed, n_iter):
+def _fine_batch(sample, clusters, fine_k, seed, n_iter, trials):
     """The fine k-means of each coarse cluster of a batch, on its sample (a task on a worker)."""
     labels, _, _, rows, _ = sample
     out = []
     for c, k in zip(clusters, fine_k):
         start, stop = np.searchsorted(labels, [c, c + 1])
-        out.append(sample_kmeans(rows[start:stop], int(k), stage_generator(seed, "two-level", "fine", int(c)), n_iter))
+        rng = stage_generator(seed, "two-level", "fine", int(c))
+        out.append(sample_kmeans(rows[start:stop], int(k), rng, n_iter, n_local_trials=trials))
     return out
+
+
+def _fine_settings(n_iter):
+    """The fine problems' Lloyd iterations (``n_iter``, else :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER`)
+    and k-means++ candidates per center (:data:`~daskmeans.config.TWO_LEVEL_FINE_TRIALS`), checked."""
+    fine_iter = config.TWO_LEVEL_FINE_LLOYD_ITER if n_iter is None else n_iter
+    trials = config.TWO_LEVEL_FINE_TRIALS
+    for name, value, low in (("TWO_LEVEL_FINE_LLOYD_ITER", fine_iter, 0), ("TWO_LEVEL_FINE_TRIALS", trials, 1)):
+        if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low):
+            raise InvalidParameterError(
+                f"config.{name} must be an integer >= {low}, got {value!r}; set it with "
+                f"daskmeans.config.set({name}=...)."
+            )
+    return int(fine_iter), int(trials)
 
 
 def two_level_centers(
@@ -201,7 +221,8 @@ def two_level_centers(
     3. One pass draws a sample of every coarse cluster, ``points_per_center`` rows per fine center it was given
        (all its rows when it has fewer; each block sends on only about its share of that,
        :func:`~daskmeans.passes.two_level.sample_thresholds`); a task per coarse cluster (or per batch of them, for
-       very many blocks) runs its k-means (k-means++, up to ``n_iter`` Lloyd iterations, by default
+       very many blocks) runs its k-means (k-means++ with :data:`~daskmeans.config.TWO_LEVEL_FINE_TRIALS`
+       candidates per center, up to ``n_iter`` Lloyd iterations, by default
        :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER`) on the workers where the
        sample lies, and returns its fine centers. They are concatenated in coarse-cluster order.
 
@@ -251,8 +272,9 @@ def two_level_centers(
     Raises
     ------
     InvalidParameterError
-        An option out of range (:func:`check_two_level_options`), or
-        :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER` negative.
+        An option out of range (:func:`check_two_level_options`),
+        :data:`~daskmeans.config.TWO_LEVEL_FINE_LLOYD_ITER` negative or
+        :data:`~daskmeans.config.TWO_LEVEL_FINE_TRIALS` below 1.
     InputDataError
         Fewer rows (or distinct rows, when the coarse sample holds them all) of positive weight than
         ``n_clusters``.
@@ -260,30 +282,23 @@ def two_level_centers(
     context = context or RunContext()
     client, weights = context.client, context.weights
     points_per_center = config.TWO_LEVEL_POINTS_PER_CENTER if points_per_center is None else points_per_center
-    fine_iter = config.TWO_LEVEL_FINE_LLOYD_ITER if n_iter is None else n_iter
-    n_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
-    check_two_level_options(n_clusters, n_coarse, points_per_center, n_iter)
-    if not (isinstance(fine_iter, (int, np.integer)) and fine_iter >= 0):
-        raise InvalidParameterError(
-            f"config.TWO_LEVEL_FINE_LLOYD_ITER must be an integer >= 0, got {fine_iter!r}; set it with "
-            "daskmeans.config.set(TWO_LEVEL_FINE_LLOYD_ITER=10) or pass n_iter."
-        )
+    coarse_iter = config.TWO_LEVEL_LLOYD_ITER if n_iter is None else n_iter
+    check_two_level_options(n_clusters, n_coarse, points_per_center, coarse_iter)
+    fine_iter, fine_trials = _fine_settings(n_iter)
     n = array.shape[0]
     n_coarse = default_coarse_clusters(n_clusters) if n_coarse is None else int(n_coarse)
     m = min(n, points_per_center * n_coarse)
     on_progress(0, TWO_LEVEL_PASSES, f"coarse sample of {m} rows")
     sample = sample_rows(array, m, stage_key(seed, "two-level", "coarse-sample"), weights, client=client)
     rows = np.asarray(sample[2])
-    distinct = count_distinct(rows)
     holds_every_row = len(rows) < m or m == n  # every row of positive weight is in the sample
-    if distinct == 0 or (holds_every_row and distinct < n_clusters):
+    if len(rows) == 0 or (holds_every_row and not more_distinct_than(rows, n_clusters - 1)):
         raise InputDataError(
-            f"The data has only {distinct} distinct row(s) (with positive weight) but n_clusters={n_clusters}; "
-            "lower n_clusters or remove duplicate rows."
+            f"The data has only {count_distinct(rows)} distinct row(s) (with positive weight) but "
+            f"n_clusters={n_clusters}; lower n_clusters or remove duplicate rows."
         )
-    n_coarse = min(n_coarse, distinct)
     on_progress(1, TWO_LEVEL_PASSES, f"coarse k-means: {n_coarse} centers on {len(rows)} rows on the driver")
-    coarse = sample_kmeans(rows, n_coarse, stage_generator(seed, "two-level", "coarse"), n_iter)
+    coarse = sample_kmeans(rows, n_coarse, stage_generator(seed, "two-level", "coarse"), coarse_iter, CPU_COUNT)
     (counts,) = compute_now(coarse_counts_graph(array, coarse, weights), client=client)
     fine_k = split_centers(n_clusters, counts[1], counts[0])
     caps = np.minimum(counts[0], points_per_center * fine_k)
@@ -298,9 +313,9 @@ def two_level_centers(
         array, coarse, caps, thresholds, batch_of, stage_key(seed, "two-level", "fine-sample"), weights
     )
     members = [np.flatnonzero(batch_of == b) for b in range(len(samples))]
-    name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, fine_iter)}"
+    name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, fine_iter, fine_trials)}"
     fine = [
-        task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), int(fine_iter))
+        task((name, b), _fine_batch, sample, members[b], fine_k[members[b]], int(seed), fine_iter, fine_trials)
         for b, sample in enumerate(samples)
     ]
     results = compute_now(*fine, client=client)

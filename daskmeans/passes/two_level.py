@@ -17,6 +17,11 @@ from ..engine.slabs import converted_rows, slabs
 from ..kernels.assign import nearest_centers
 from .sampling import sample_keys
 
+#: Groups of batches that each block's candidates are split into before the merges fetch them: a batch's merge
+#: waits for its group's part of every block, not for every block's candidates to reach its worker, and the other
+#: groups move while the first fine problems run.
+TRANSFER_GROUPS = 16
+
 
 def _coarse_labels(block, coarse):
     """The coarse cluster of every row of a stored block, slab by slab."""
@@ -171,19 +176,33 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
     )
     token = tokenize(block_parts, caps, thresholds, batch_of)
     split_every, settings = config.SPLIT_EVERY, config.carried()
-    batches = []
-    for b in range(n_batches):
-        name = f"daskmeans-two-level-merge-{token}-{b}"
-        first = [
-            task(
-                (name, j // split_every),
-                _merge_first,
-                block_parts[j : j + split_every],
-                b,
-                caps_node,
-                settings=settings,
-            )
-            for j in range(0, len(block_parts), split_every)
+    groups = np.array_split(np.arange(n_batches), min(n_batches, TRANSFER_GROUPS))
+    # each block's candidates split by group of batches, so that a batch's merge fetches only its group's
+    parts = [
+        [
+            task((f"daskmeans-two-level-group-{token}", j, g), _slice, part, int(members[0]), int(members[-1]) + 1)
+            for g, members in enumerate(groups)
         ]
-        batches.append(first[0] if len(first) == 1 else tree_reduce(first, _merge_next, f"two-level-merge-{b}"))
+        for j, part in enumerate(block_parts)
+    ]
+    batches = []
+    for g, members in enumerate(groups):
+        for b in members:
+            name = f"daskmeans-two-level-merge-{token}-{b}"
+            first = [
+                task(
+                    (name, j // split_every),
+                    _merge_first,
+                    [block[g] for block in parts[j : j + split_every]],
+                    int(b - members[0]),
+                    caps_node,
+                    settings=settings,
+                )
+                for j in range(0, len(parts), split_every)
+            ]
+            batches.append(first[0] if len(first) == 1 else tree_reduce(first, _merge_next, f"two-level-merge-{b}"))
     return batches
+
+
+def _slice(values, start, stop):
+    return values[start:stop]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from daskmeans.algorithms.sample_kmeans import (
+    LLOYD_CHUNK_ROWS,
     batched_kmeans_plusplus,
     count_distinct,
     lloyd,
@@ -126,6 +127,24 @@ def test_lloyd_assigns_in_the_rows_compute_dtype():
     found = lloyd(rows, start, max_iter=4)
     assert found.dtype == np.float64
     np.testing.assert_allclose(found, reference, rtol=1e-9)
+
+
+def test_lloyd_in_chunks_on_threads_is_numpy_lloyd_whatever_the_threads():
+    """Rows of several chunks: the centers are NumPy's Lloyd's, and the same to the last bit on 1 or 3 threads
+    (the chunks and the order of their sums do not follow the threads)."""
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(-20, 20, size=(9, 4))
+    rows = truth[rng.integers(0, 9, 3 * LLOYD_CHUNK_ROWS + 100)] + rng.normal(size=(3 * LLOYD_CHUNK_ROWS + 100, 4))
+    start = rows[:9].copy()
+    reference = start.copy()
+    for _ in range(5):
+        labels = np.argmin(((rows[:, None, :] - reference[None]) ** 2).sum(-1), axis=1)
+        for c in range(9):
+            if np.any(labels == c):
+                reference[c] = rows[labels == c].mean(axis=0)
+    one = lloyd(rows, start, max_iter=5)
+    np.testing.assert_allclose(one, reference, rtol=1e-9)
+    np.testing.assert_array_equal(lloyd(rows, start, max_iter=5, threads=3), one)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.uint8, np.int16])

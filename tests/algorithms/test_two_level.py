@@ -319,9 +319,16 @@ def test_options_are_validated(options, match):
         two_level_centers(da.from_array(np.zeros((20, 2))), 10, 0, **options)
 
 
-def test_a_negative_fine_iteration_setting_is_a_clear_error():
-    with config.set(TWO_LEVEL_FINE_LLOYD_ITER=-1):
-        with pytest.raises(InvalidParameterError, match=r"TWO_LEVEL_FINE_LLOYD_ITER must be an integer >= 0"):
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (dict(TWO_LEVEL_FINE_LLOYD_ITER=-1), r"TWO_LEVEL_FINE_LLOYD_ITER must be an integer >= 0"),
+        (dict(TWO_LEVEL_FINE_TRIALS=0), r"TWO_LEVEL_FINE_TRIALS must be an integer >= 1"),
+    ],
+)
+def test_a_fine_setting_out_of_range_is_a_clear_error(setting, message):
+    with config.set(**setting):
+        with pytest.raises(InvalidParameterError, match=message):
             two_level_centers(da.from_array(np.zeros((20, 2))), 10, 0)
 
 
