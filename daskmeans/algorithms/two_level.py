@@ -21,7 +21,7 @@ from ..engine.graph import task
 from ..engine.random import stage_generator, stage_key
 from ..exceptions import InputDataError, InvalidParameterError
 from ..passes.sampling import sample_rows
-from ..passes.two_level import cluster_samples_graphs, coarse_counts_graph, sample_thresholds
+from ..passes.two_level import cluster_samples_graphs, coarse_labels_and_counts, sample_thresholds
 from .result import RunContext
 from .sample_kmeans import batched_kmeans_plusplus, count_distinct, lloyd, more_distinct_than
 
@@ -299,7 +299,7 @@ def two_level_centers(
         )
     on_progress(1, TWO_LEVEL_PASSES, f"coarse k-means: {n_coarse} centers on {len(rows)} rows on the driver")
     coarse = sample_kmeans(rows, n_coarse, stage_generator(seed, "two-level", "coarse"), coarse_iter, CPU_COUNT)
-    (counts,) = compute_now(coarse_counts_graph(array, coarse, weights), client=client)
+    labelled, counts = coarse_labels_and_counts(array, coarse, weights, client)
     fine_k = split_centers(n_clusters, counts[1], counts[0])
     caps = np.minimum(counts[0], points_per_center * fine_k)
     batch_of = fine_batches(caps, array.numblocks[0])
@@ -310,7 +310,7 @@ def two_level_centers(
     )
     thresholds = sample_thresholds(caps, counts[0], counts[1], weights is not None)
     samples = cluster_samples_graphs(
-        array, coarse, caps, thresholds, batch_of, stage_key(seed, "two-level", "fine-sample"), weights
+        array, labelled, caps, thresholds, batch_of, stage_key(seed, "two-level", "fine-sample"), weights
     )
     members = [np.flatnonzero(batch_of == b) for b in range(len(samples))]
     name = f"daskmeans-two-level-fine-{tokenize(samples, fine_k, seed, fine_iter, fine_trials)}"

@@ -1,5 +1,6 @@
-"""The passes of the two-level seeding (:mod:`daskmeans.algorithms.two_level`): rows per coarse cluster, then a
-bounded random sample of every coarse cluster, delivered per batch of coarse clusters to the tasks that use it.
+"""The passes of the two-level seeding (:mod:`daskmeans.algorithms.two_level`): rows per coarse cluster (every row's
+coarse label kept where its block is), then a bounded random sample of every coarse cluster by those labels,
+delivered per batch of coarse clusters to the tasks that use it.
 
 Every row's coarse cluster is its exact nearest coarse center (:func:`daskmeans.kernels.assign.nearest_centers`)
 and its random key comes from its global index (:func:`daskmeans.passes.sampling.sample_keys`), so the counts and
@@ -12,6 +13,7 @@ import numpy as np
 from dask.base import tokenize
 
 from .. import config
+from ..engine.client import keep_and_reduce
 from ..engine.graph import block_args, map_blocks_delayed, shared, task, tree_reduce
 from ..engine.slabs import converted_rows, slabs
 from ..kernels.assign import nearest_centers
@@ -29,22 +31,30 @@ def _coarse_labels(block, coarse):
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _coarse_counts_block(block, offset, weights, coarse):
+def _coarse_labels_block(block, offset, weights, coarse):
+    """A block's coarse labels (compact) and its rows of positive weight and weight per coarse cluster."""
     labels = _coarse_labels(block, coarse)
     k = coarse.shape[0]
+    compact = labels.astype(np.uint16 if k <= np.iinfo(np.uint16).max else np.int32)
     if weights is None:
         rows = np.bincount(labels, minlength=k).astype(np.int64)
-        return rows, rows.astype(np.float64)
+        return compact, rows, rows.astype(np.float64)
     w = np.asarray(weights, dtype=np.float64)
-    return np.bincount(labels[w > 0], minlength=k).astype(np.int64), np.bincount(labels, weights=w, minlength=k)
+    positive = np.bincount(labels[w > 0], minlength=k).astype(np.int64)
+    return compact, positive, np.bincount(labels, weights=w, minlength=k)
+
+
+def _counts_of(labelled):
+    return labelled[1], labelled[2]
 
 
 def _sum_counts(parts):
     return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
 
-def coarse_counts_graph(array, coarse, weights=None):
-    """Delayed ``(rows, mass)`` per coarse cluster: its rows of positive weight (int64) and their total weight.
+def coarse_labels_and_counts(array, coarse, weights=None, client=None):
+    """The coarse cluster of every row, kept where its block is, and ``(rows, mass)`` per coarse cluster: its rows
+    of positive weight (int64) and their total weight, in one pass.
 
     Parameters
     ----------
@@ -53,16 +63,24 @@ def coarse_counts_graph(array, coarse, weights=None):
         The coarse centers.
     weights : dask.array.Array (n,), optional
         Without weights the mass is the number of rows.
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    labelled : tuple of Delayed
+        One per block, held on the cluster (in memory without a client): its labels (uint16 for up to 65,535
+        coarse centers) with its counts, for :func:`cluster_samples_graphs`.
+    counts : tuple (int64 ndarray, float64 ndarray)
     """
     coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
-    parts = map_blocks_delayed(
-        _coarse_counts_block,
-        "two-level-counts",
+    outputs = map_blocks_delayed(
+        _coarse_labels_block,
+        "two-level-labels",
         block_args(array, weights),
         shared(coarse, "coarse-centers"),
         reads_data=True,
     )
-    return tree_reduce(parts, _sum_counts, "two-level-counts")
+    return keep_and_reduce(outputs, _counts_of, _sum_counts, "two-level-counts", 16 * coarse.shape[0], client)
 
 
 def bottom_per_cluster(labels, keys, index, caps):
@@ -94,10 +112,10 @@ def sample_thresholds(caps, rows, mass, weighted: bool):
     return np.where(caps > 0, thresholds, -np.inf)
 
 
-def _cluster_sample_block(block, offset, weights, coarse, caps, thresholds, key, batch_of, n_batches):
+def _cluster_sample_block(block, offset, weights, labelled, caps, thresholds, key, batch_of, n_batches):
     """This block's candidates for every coarse cluster's sample, split by batch of coarse clusters."""
     block = np.asarray(block)  # as stored: only the kept rows are converted
-    labels = _coarse_labels(block, coarse)
+    labels = labelled[0].astype(np.intp)
     keys = sample_keys(key, offset, block.shape[0], weights)
     keys = np.where(keys <= thresholds[labels], keys, np.inf)  # inf: never kept
     index = np.arange(offset, offset + block.shape[0], dtype=np.int64)
@@ -127,7 +145,7 @@ def _merge_next(parts):
     return _merge_samples(parts, parts[0][4])
 
 
-def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weights=None):
+def cluster_samples_graphs(array, labelled, caps, thresholds, batch_of, key, weights=None):
     """Delayed samples of every coarse cluster, one per batch of coarse clusters, in one pass over the data.
 
     Coarse cluster ``c`` gets its ``caps[c]`` rows of smallest random key (uniform without weights,
@@ -139,7 +157,8 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
     Parameters
     ----------
     array : dask.array.Array (n, d)
-    coarse : ndarray (k_coarse, d)
+    labelled : sequence
+        Per block, its rows' coarse labels first (:func:`coarse_labels_and_counts`' ``labelled``).
     caps : int ndarray (k_coarse,)
         Rows to sample in each coarse cluster.
     thresholds : float ndarray (k_coarse,)
@@ -157,7 +176,6 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
         A worker holds each block's candidates (about the block's share of ``sum(caps)`` rows) until the
         batches' merges have read them.
     """
-    coarse = np.ascontiguousarray(coarse, dtype=array.dtype)
     caps = np.asarray(caps, dtype=np.int64)
     batch_of = np.asarray(batch_of, dtype=np.int64)
     n_batches = int(batch_of.max()) + 1 if len(batch_of) else 0
@@ -165,8 +183,7 @@ def cluster_samples_graphs(array, coarse, caps, thresholds, batch_of, key, weigh
     block_parts = map_blocks_delayed(
         _cluster_sample_block,
         "two-level-sample",
-        block_args(array, weights),
-        shared(coarse, "coarse-centers"),
+        block_args(array, weights, labelled),
         caps_node,
         shared(np.asarray(thresholds, dtype=np.float64), "two-level-thresholds"),
         int(key),

@@ -133,8 +133,9 @@ def test_fine_samples_hold_caps_rows_of_their_cluster_and_few_candidates(tmp_pat
     rows = np.bincount(labels, minlength=4)
     caps = np.minimum(rows, [300, 0, 5000, 40])
     thresholds = sample_thresholds(caps, rows, rows.astype(float), weighted=False)
+    labelled = [(labels[start : start + 3000],) for start in range(0, len(X), 3000)]
     graphs = cluster_samples_graphs(
-        da.from_array(X, chunks=3000), coarse, caps, thresholds, np.array([0, -1, 1, 1]), 77
+        da.from_array(X, chunks=3000), labelled, caps, thresholds, np.array([0, -1, 1, 1]), 77
     )
     with dask.config.set(scheduler="threads"):
         (first, second) = dask.compute(*graphs)
