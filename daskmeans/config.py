@@ -254,9 +254,10 @@ RECLUSTER_SLAB_BYTES = 8 * 2**20
 #: Rows sampled per center for each k-means on a sample of ``init="two-level"`` (the coarse level on the driver, each
 #: fine problem on a worker), as faiss's ``max_points_per_centroid``.
 TWO_LEVEL_POINTS_PER_CENTER = 256
-#: Most Lloyd iterations of each k-means on a sample of ``init="two-level"``, after its k-means++ seeding (faiss's
-#: default); with fewer, the coarse level can leave a cluster of the data without a center.
-TWO_LEVEL_LLOYD_ITER = 25
+#: Most Lloyd iterations of the coarse k-means of ``init="two-level"`` (on its sample, on the driver) and of the lists
+#: of ``predict(X, n_probe=...)``, after their k-means++ seeding: a coarse level only cuts the data into cells, which
+#: later iterations barely move; with 10 or fewer, a cluster of the data can be left without a center.
+TWO_LEVEL_LLOYD_ITER = 15
 #: Most Lloyd iterations of each fine k-means of ``init="two-level"`` (one per coarse cluster, on the workers), after
 #: its k-means++ seeding: fewer than the coarse level's, since a fine problem holds a few rows per center and nearly
 #: settles within them, and the fit's own iterations refine every center after it.
