@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from functools import partial
 
 import dask
 from dask._expr import LLGExpr
@@ -19,7 +20,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import config
 from ..exceptions import SchedulerConnectionError
-from .deadline import check_budget, local_callbacks, wait_for_futures
+from .deadline import GivenUp, check_budget, local_callbacks, wait_for_futures
 from .graph import DriverCombine, map_blocks_delayed, tree_reduce, unfold_driver_combines
 from .pass_progress import active_watch
 
@@ -393,13 +394,17 @@ def keep_and_reduce(outputs, report_of, combine, name: str, part_bytes: int, cli
     """
     if client is None:  # the reports of the persisted outputs: of the graphs, they would compute them again
         outputs = persist_now(*outputs, client=None)
-    reports = map_blocks_delayed(report_of, f"{name}-report", [[o] for o in outputs])
+    reports = map_blocks_delayed(partial(_report_unless_given_up, report_of), f"{name}-report", [[o] for o in outputs])
     reduction = tree_reduce(reports, combine, name, part_bytes=part_bytes)
     if client is None:
         (reduced,) = compute_now(reduction, client=None)
         return outputs, reduced
     outputs, (reduced,) = persist_and_compute(outputs, [reduction], client)
     return outputs, reduced
+
+
+def _report_unless_given_up(report_of, output):
+    return output if isinstance(output, GivenUp) else report_of(output)
 
 
 def persist_now(*objects, client=None):

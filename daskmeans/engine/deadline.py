@@ -22,11 +22,15 @@ import concurrent.futures
 import contextvars
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 from dask.callbacks import Callback
 
 _END = contextvars.ContextVar("daskmeans_budget_end", default=None)
+_STOP = contextvars.ContextVar("daskmeans_budget_stop", default=None)
+#: Least seconds between two looks of a group task at its budget's stop signal (each a round trip to the scheduler).
+STOP_CHECK_SECONDS = 0.1
 
 
 class BudgetSpent(Exception):  # noqa: N818 - a stop, not a failure: the fit returns normally
@@ -40,10 +44,60 @@ class BudgetSpent(Exception):  # noqa: N818 - a stop, not a failure: the fit ret
 def budget_until(end):
     """Stop the passes computed in the block at ``end`` (a ``time.perf_counter()`` time; None: never)."""
     token = _END.set(end)
+    stop = _STOP.set(None if end is None else f"daskmeans-stop-{uuid.uuid4().hex}")
     try:
         yield
     finally:
+        _STOP.reset(stop)
         _END.reset(token)
+
+
+class GivenUp:
+    """What a group task returns when it stops because the driver gave up its pass (:class:`StopCheck`): the tasks
+    after it hand it on without work (:func:`handed_on`), since nobody uses their results either."""
+
+    def __repr__(self):
+        return "GivenUp()"
+
+
+def handed_on(values):
+    """The :class:`GivenUp` among ``values``, if any (None otherwise)."""
+    return next((value for value in values if isinstance(value, GivenUp)), None)
+
+
+def stop_signal():
+    """The name of the budget's stop signal (a :class:`distributed.Event`), for the group tasks of the passes built
+    in it; None without an end."""
+    return _STOP.get()
+
+
+class StopCheck:
+    """Whether the driver has given up the pass of a group task (its budget's stop signal is set), asked on a
+    worker between two blocks, at most every :data:`STOP_CHECK_SECONDS`: a task that works through many blocks
+    then stops after the block it was on when the budget ended, instead of finishing a pass nobody waits for, and
+    returns a :class:`GivenUp`.
+
+    Parameters
+    ----------
+    name : str or None
+        :func:`stop_signal` where the pass was built (None: never stop).
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.last = time.perf_counter()
+
+    def __call__(self) -> bool:
+        if self.name is None or time.perf_counter() - self.last < STOP_CHECK_SECONDS:
+            return False
+        self.last = time.perf_counter()
+        from distributed import Event, get_client
+
+        try:
+            client = get_client()
+        except ValueError:  # not in a task of a distributed worker: nothing sets the signal
+            return False
+        return Event(self.name, client=client).is_set()
 
 
 def seconds_left():
@@ -79,7 +133,8 @@ def local_callbacks():
 
 def wait_for_futures(futures):
     """Wait for a cluster's ``futures`` until they are done or the budget ends (:class:`BudgetSpent`: the caller
-    drops them, and the scheduler releases what only they held)."""
+    drops them, the scheduler releases what only they held, and the budget's stop signal is set, so that the
+    group tasks still running stop after their block)."""
     left = seconds_left()
     if left is None:
         return
@@ -97,6 +152,11 @@ def wait_for_futures(futures):
     for future in futures:  # a future of any client (distributed.wait would take the default client's)
         future.add_done_callback(one_done)
     if not all_done.wait(max(left, 0.0)):
+        name = stop_signal()
+        if name is not None:
+            from distributed import Event
+
+            Event(name, client=futures[0].client).set()
         raise BudgetSpent
 
 

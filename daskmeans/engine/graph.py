@@ -20,6 +20,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from .. import config
+from .deadline import GivenUp, StopCheck, handed_on, stop_signal
 from .pass_progress import active_watch, report_block
 from .slabs import stored_form
 from .tree import root_of, subtree_nodes
@@ -208,11 +209,16 @@ def tree_reduce(parts: list[Delayed], combine, name: str, split_every: int | Non
         ):
             return DriverCombine(tuple(parts), combine)
         parts = [
-            task((key, i // split_every), combine, parts[i : i + split_every], settings=settings)
+            task((key, i // split_every), _combine_parts, combine, parts[i : i + split_every], settings=settings)
             for i in range(0, len(parts), split_every)
         ]
         level += 1
     return parts[0]
+
+
+def _combine_parts(combine, parts):
+    """``combine(parts)``, or the :class:`~daskmeans.engine.deadline.GivenUp` of a part whose pass was given up."""
+    return handed_on(parts) or combine(parts)
 
 
 def reduce_in_tree(parts: list, combine, split_every: int | None = None):
@@ -321,6 +327,7 @@ def chained_group_pass(
     # time on every pass
     key = f"daskmeans-{name}-{uuid.uuid4().hex}"
     from_previous = None if previous is None else (previous.shares or previous.groups, previous.reduction)
+    stop = stop_signal()
     tasks = []
     for g, group in enumerate(groups):
         args = None if block_args is None else [block_args[i] for i in group]
@@ -337,6 +344,7 @@ def chained_group_pass(
                 start,
                 reduction,
                 keeps_state,
+                stop,
                 *common_args,
                 settings=settings,
             )
@@ -350,20 +358,32 @@ def chained_group_pass(
 
 
 def _share(output):
-    return output[0], output[1]
+    return output if isinstance(output, GivenUp) else (output[0], output[1])
 
 
 def _reduce_groups(outputs, reduction):
+    given_up = handed_on(outputs)
+    if given_up is not None:
+        return given_up
     combine, split_every, finish, finish_args, n_blocks = reduction
     nodes = [node for output in outputs for node in output[1]]
     return finish(root_of(nodes, n_blocks, combine, split_every), outputs[0][0], *finish_args)
 
 
-def _group_pass(function, indices, group_args, own_previous, previous, start, reduction, keeps_state, *common_args):
+def _group_pass(
+    function, indices, group_args, own_previous, previous, start, reduction, keeps_state, stop, *common_args
+):
     carried = start if previous is None else _reduce_groups(*previous)
+    if isinstance(carried, GivenUp) or isinstance(own_previous, GivenUp):
+        return carried if isinstance(carried, GivenUp) else own_previous
     if group_args is None:
         group_args = [[state] for state in own_previous[2]]
-    outputs = [function(*args, carried, *common_args) for args in group_args]
+    given_up = StopCheck(stop)  # the budget's stop signal: the driver no longer waits for this pass
+    outputs = []
+    for args in group_args:
+        if outputs and given_up():
+            return GivenUp()
+        outputs.append(function(*args, carried, *common_args))
     combine, split_every, _, _, n_blocks = reduction
     results = outputs if not keeps_state else [out[1] for out in outputs]
     # the nodes of the tree this group's blocks cover: a few per group whose blocks are consecutive, which is

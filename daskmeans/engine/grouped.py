@@ -21,6 +21,7 @@ from dask.sizeof import sizeof
 
 from .. import config
 from .client import _flat_graph
+from .deadline import GivenUp, StopCheck, stop_signal
 from .graph import map_blocks_delayed, task, tree_reduce
 from .pass_progress import active_watch, report_group_block
 
@@ -77,16 +78,21 @@ class TreeAccumulator:
         return root
 
 
-def run_group(function, blocks, common_args, reduction, progress, keeps_state=False):
+def run_group(function, blocks, common_args, reduction, progress, stop=None, keeps_state=False):
     """Apply ``function(*block_args, *common_args)`` to each block of a group in turn (its reads run just before)
     and reduce the results into the group's subtree root; ``progress`` is ``(pass_name, energy_of)`` or None.
 
     With ``keeps_state``, ``function`` returns ``(state, result)`` and the group's output is ``(states, root)``:
-    the states of its blocks, in order, for the next pass (:func:`revisit_group`)."""
+    the states of its blocks, in order, for the next pass (:func:`revisit_group`). ``stop`` is the budget's stop
+    signal (:func:`~daskmeans.engine.deadline.stop_signal`): once the driver has given up the pass, the group stops
+    after the block it is on and returns a :class:`~daskmeans.engine.deadline.GivenUp`."""
     combine, split_every, levels = reduction
     accumulator = TreeAccumulator(combine, split_every)
     states = []
-    for args in blocks:
+    given_up = StopCheck(stop)
+    for i, args in enumerate(blocks):
+        if i and given_up():
+            return GivenUp()
         values = [arg() if isinstance(arg, BlockRead) else arg for arg in args]
         output = function(*values, *common_args)
         if progress is not None:
@@ -100,15 +106,15 @@ def run_group(function, blocks, common_args, reduction, progress, keeps_state=Fa
     return (states, root) if keeps_state else root
 
 
-def run_group_keeping_states(function, blocks, common_args, reduction, progress):
+def run_group_keeping_states(function, blocks, common_args, reduction, progress, stop=None):
     """:func:`run_group` with ``keeps_state``: the first pass of a chain over states held by the workers."""
-    return run_group(function, blocks, common_args, reduction, progress, keeps_state=True)
+    return run_group(function, blocks, common_args, reduction, progress, stop, keeps_state=True)
 
 
-def revisit_group(function, previous, common_args, reduction, progress):
+def revisit_group(function, previous, common_args, reduction, progress, stop=None):
     """The next pass over the states of a group (``previous``, a :func:`run_group_keeping_states` output):
     ``function(state, *common_args) -> (state, result)`` on each in turn."""
-    return run_group(function, [[state] for state in previous[0]], common_args, reduction, progress, True)
+    return run_group(function, [[state] for state in previous[0]], common_args, reduction, progress, stop, True)
 
 
 def group_pass(runner, function, name, groups, *common_args, combine, levels, n_blocks, energy_of=None) -> list:
@@ -123,8 +129,9 @@ def group_pass(runner, function, name, groups, *common_args, combine, levels, n_
         watch.register(key, blocks=n_blocks)
         progress = (key, energy_of)
     reduction = (combine, config.SPLIT_EVERY, levels)
+    stop = stop_signal()
     return [
-        task((key, g), runner, function, group, list(common_args), reduction, progress)
+        task((key, g), runner, function, group, list(common_args), reduction, progress, stop)
         for g, group in enumerate(groups)
     ]
 

@@ -1,8 +1,11 @@
-"""The budget's end stops the pass under way: no block task starts past it, and the driver stops waiting."""
+"""The budget's end stops the pass under way: no block task starts past it, the driver stops waiting, and a task
+working through a group of blocks stops after the block it is on."""
 
 from __future__ import annotations
 
+import pathlib
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
@@ -11,8 +14,18 @@ import numpy as np
 import pytest
 from dask.callbacks import Callback
 
-from daskmeans.engine.client import compute_now, persist_now
-from daskmeans.engine.deadline import BudgetSpent, budget_until, check_budget, map_within_budget, seconds_left
+from daskmeans.engine.client import compute_now, persist_now, submit_now
+from daskmeans.engine.deadline import (
+    BudgetSpent,
+    GivenUp,
+    budget_until,
+    check_budget,
+    map_within_budget,
+    seconds_left,
+    wait_for_futures,
+)
+from daskmeans.engine.graph import chained_group_pass
+from daskmeans.engine.grouped import run_group
 
 #: Seconds each slow block takes; the budgets below end well before a pass of them could.
 BLOCK = 0.5
@@ -99,3 +112,70 @@ def test_active_dask_callbacks_still_run_inside_a_budget():
     with Callback(pretask=lambda key, dsk, state: started.append(key)), budget_until(time.perf_counter() + 60.0):
         compute_now(slow_pass(4, 0.01), client=None)
     assert len(started) >= 4
+
+
+def counted_block(folder, i, *carried):
+    """A slow block that leaves a file behind, so that a test can count the blocks a group task worked through."""
+    time.sleep(0.2)
+    (pathlib.Path(folder) / str(i)).touch()
+    return i
+
+
+def total(parts):
+    return sum(parts)
+
+
+def kept(reduced, carried):
+    return reduced
+
+
+def blocks_done(folder):
+    return len(list(pathlib.Path(folder).iterdir()))
+
+
+def settle(client, seconds=30.0):
+    """Wait until no task runs on the cluster (the tasks of a dropped pass end on their own)."""
+    stop = time.perf_counter() + seconds
+    while any(client.processing().values()) and time.perf_counter() < stop:
+        time.sleep(0.05)
+
+
+def test_a_group_task_stops_after_its_block_once_its_pass_is_given_up(cluster_client, tmp_path):
+    """``run_group`` on a worker: every block while the pass's stop signal is not set; after the block it is on
+    once it is, and then it hands on a ``GivenUp`` instead of a result."""
+    from distributed import Event
+
+    name = f"daskmeans-stop-test-{uuid.uuid4().hex}"
+    whole, given_up = tmp_path / "whole", tmp_path / "given-up"
+    whole.mkdir(), given_up.mkdir()
+    reduction = (total, 8, 1)
+    blocks = [[str(whole), i] for i in range(5)]
+    assert cluster_client.submit(run_group, counted_block, blocks, [], reduction, None, name).result() == 10
+    assert blocks_done(whole) == 5
+    Event(name, client=cluster_client).set()
+    blocks = [[str(given_up), i] for i in range(5)]
+    result = cluster_client.submit(run_group, counted_block, blocks, [], reduction, None, name).result()
+    assert isinstance(result, GivenUp) and blocks_done(given_up) == 1
+
+
+def test_a_cut_pass_on_a_cluster_stops_its_group_tasks_after_their_block(cluster_client, tmp_path):
+    """A pass of one task per group of blocks (two groups of ten 0.2 s blocks) cut at 0.5 s: the driver sets the
+    budget's stop signal as it stops waiting, and each group task stops after the block it is on, instead of
+    working through the blocks of a pass nobody waits for."""
+    with budget_until(time.perf_counter() + 0.5), pytest.raises(BudgetSpent):
+        chained = chained_group_pass(  # built in the budget: its tasks take the budget's stop signal
+            counted_block,
+            "counted",
+            [[str(tmp_path), i] for i in range(20)],
+            groups=[list(range(10)), list(range(10, 20))],
+            combine=total,
+            finish=kept,
+            start=0,
+        )
+        futures = submit_now(*chained.objects(), client=cluster_client)
+        wait_for_futures([futures[0]])
+    del futures
+    settle(cluster_client)
+    assert blocks_done(tmp_path) < 20, "the group tasks stopped before their last block"
+    # the cluster goes on: the next pass runs whole
+    assert compute_now(slow_pass(4, 0.01), client=cluster_client)[0] == 10 * 2 * sum(range(4))
