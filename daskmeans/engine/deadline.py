@@ -152,12 +152,26 @@ def wait_for_futures(futures):
     for future in futures:  # a future of any client (distributed.wait would take the default client's)
         future.add_done_callback(one_done)
     if not all_done.wait(max(left, 0.0)):
-        name = stop_signal()
-        if name is not None:
-            from distributed import Event
-
-            Event(name, client=futures[0].client).set()
+        _signal_stop(futures[0].client)
         raise BudgetSpent
+
+
+def _signal_stop(client):
+    """Set the budget's stop signal on ``client``'s scheduler, from a thread of its own: the driver does not wait for
+    it, nor fail with it (it only spares the workers work; a scheduler that is gone has no workers to spare)."""
+    name = stop_signal()
+    if name is None:
+        return
+
+    def send():
+        from distributed import Event
+
+        try:
+            Event(name, client=client).set()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    threading.Thread(target=send, name="daskmeans-stop-signal", daemon=True).start()
 
 
 def map_within_budget(pool, function, items) -> list:
