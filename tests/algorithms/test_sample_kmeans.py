@@ -110,6 +110,17 @@ def test_batched_draws_seed_about_as_well_as_greedy():
     assert min(found) >= 240
 
 
+def numpy_lloyd(values, start, n_iter):
+    """Lloyd's iterations plainly: each center the mean of the rows nearest to it (kept where it has none)."""
+    centers = start.copy()
+    for _ in range(n_iter):
+        labels = np.argmin(((values[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
+        for c in range(len(centers)):
+            if np.any(labels == c):
+                centers[c] = values[labels == c].mean(axis=0)
+    return centers
+
+
 def test_lloyd_assigns_in_the_rows_compute_dtype():
     """uint8 rows are assigned with float32 centers (as the passes assign them) and summed in float64; the
     result is NumPy's Lloyd on the same rows."""
@@ -117,13 +128,7 @@ def test_lloyd_assigns_in_the_rows_compute_dtype():
     truth = rng.integers(20, 230, size=(12, 6))
     rows = np.clip(truth[rng.integers(0, 12, 4000)] + rng.normal(0, 4, (4000, 6)), 0, 255).astype(np.uint8)
     start = rows[rng.choice(4000, 12, replace=False)].astype(np.float64)
-    reference = start.copy()
-    values = rows.astype(np.float64)
-    for _ in range(4):
-        labels = np.argmin(((values[:, None, :] - reference[None]) ** 2).sum(-1), axis=1)
-        for c in range(12):
-            if np.any(labels == c):
-                reference[c] = values[labels == c].mean(axis=0)
+    reference = numpy_lloyd(rows.astype(np.float64), start, 4)
     found = lloyd(rows, start, max_iter=4)
     assert found.dtype == np.float64
     np.testing.assert_allclose(found, reference, rtol=1e-9)
@@ -136,12 +141,7 @@ def test_lloyd_in_chunks_on_threads_is_numpy_lloyd_whatever_the_threads():
     truth = rng.uniform(-20, 20, size=(9, 4))
     rows = truth[rng.integers(0, 9, 3 * LLOYD_CHUNK_ROWS + 100)] + rng.normal(size=(3 * LLOYD_CHUNK_ROWS + 100, 4))
     start = rows[:9].copy()
-    reference = start.copy()
-    for _ in range(5):
-        labels = np.argmin(((rows[:, None, :] - reference[None]) ** 2).sum(-1), axis=1)
-        for c in range(9):
-            if np.any(labels == c):
-                reference[c] = rows[labels == c].mean(axis=0)
+    reference = numpy_lloyd(rows, start, 5)
     one = lloyd(rows, start, max_iter=5)
     np.testing.assert_allclose(one, reference, rtol=1e-9)
     np.testing.assert_array_equal(lloyd(rows, start, max_iter=5, threads=3), one)
