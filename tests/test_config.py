@@ -691,7 +691,7 @@ def _nested_batch(mp):
 
 
 def _cut_growth(mp):
-    from daskmeans.algorithms.nested import LapForecast, next_growth
+    from daskmeans.algorithms.nested_growth import LapForecast, next_growth
 
     laps = LapForecast()
     laps.add(1.0, new_rows=10_000, size=10_000)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..engine.capacity import cluster_memory_bytes
+from ..engine.capacity import cluster_free_memory_bytes, cluster_memory_bytes
 from ..engine.deadline import BudgetSpent, budget_until
 from ..engine.driver import driver_rows as rows_on_driver
 from ..engine.driver import driver_work
@@ -30,6 +30,7 @@ from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
 from ..passes.nested_state import NestedBatch
 from .lloyd import SHIFT_SAFETY, center_displacement
+from .nested_growth import LapForecast, next_growth
 from .plan import FitPlan, SeedingPlan
 from .relocation import centers_from_sums
 from .result import FitResult, RunContext
@@ -98,6 +99,9 @@ class NestedPlan(FitPlan):
         Keep the batch's rows on the workers (:class:`~daskmeans.passes.nested_state.NestedBatch`) or re-read
         them from the store at every iteration (:class:`~daskmeans.passes.nested_reread.RereadBatch`: bounded
         memory at any n, one read of the batch's chunks per iteration). The iterates are the same.
+    reread_above : int, optional
+        With ``batch_rows="cached"``: the batch size past which its rows would no longer fit the cluster's memory,
+        so that a batch growing past it is re-read from then on (None: the batch stays cached).
     driver_rows : int
         Cached batches of at most this many rows are stepped on the driver, without a round trip to the workers
         per iteration (0: never). The iterates are the same.
@@ -123,6 +127,7 @@ class NestedPlan(FitPlan):
     scheme: str = "none"
     n_groups: int = 1
     batch_rows: str = "cached"
+    reread_above: int | None = None
     driver_rows: int = 0
     initial_batch_size: int = 5000
     rho: float = 2.0
@@ -140,18 +145,19 @@ def nested_plan(
 ) -> NestedPlan:
     """The plan of nmbatch over ``array`` with ``n_clusters`` centers, each choice made once.
 
-    ``bounds`` and ``batch_rows`` are resolved by :func:`choose_batch_rows` (with ``client``'s workers' memory),
-    ``driver_rows`` (``"auto"`` or rows) by :func:`~daskmeans.engine.driver.driver_rows` for a cached row and its
-    bounds, ``initial_batch_size`` (in ``given``; None: :func:`default_initial_batch_size`) capped at the rows;
-    the other fields of :class:`NestedPlan` are taken from ``given`` as they are (``reasons`` joins the reasons
-    of the choices made here).
+    ``bounds`` and ``batch_rows`` are resolved by :func:`choose_batch_rows` (with ``client``'s workers' memory);
+    where ``"auto"`` re-reads, the batch stays cached while its rows fit (:func:`cached_rows_within`) and is re-read
+    once it grows past them (``reread_above``). ``driver_rows`` (``"auto"`` or rows) is resolved by
+    :func:`~daskmeans.engine.driver.driver_rows` for a cached row and its bounds, ``initial_batch_size`` (in
+    ``given``; None: :func:`default_initial_batch_size`) capped at the rows; the other fields of
+    :class:`NestedPlan` are taken from ``given`` as they are (``reasons`` joins the reasons of the choices made
+    here).
     """
     n, d = (int(s) for s in array.shape)
     itemsize = array.dtype.itemsize
     setting = driver_rows
-    batch_rows, scheme, reasons = _choose_batch_rows(
-        batch_rows, bounds, n, d, n_clusters, itemsize, cluster_memory_bytes(client)
-    )
+    memory_bytes = cluster_memory_bytes(client)
+    chosen, scheme, reasons = _choose_batch_rows(batch_rows, bounds, n, d, n_clusters, itemsize, memory_bytes)
     # the scheme's own groups (a yinyang scheme takes its groups of about YINYANG_GROUP_SIZE centers)
     _, n_groups = choose_bounds(scheme, n_clusters, d * itemsize)
     reasons["n_groups"] = f"the groups of {scheme!r} for k={n_clusters}"
@@ -165,14 +171,40 @@ def nested_plan(
     reasons["initial_batch_size"] = f"initial_batch_size={asked}" if asked else "max(5000, 80 k)"
     if size == n:
         reasons["initial_batch_size"] += f", capped at the {n:,} rows"
+    reread_above = None
+    if batch_rows == "auto" and chosen == "reread":
+        # a batch stepped on the driver takes no worker memory; beyond, its cached state takes the workers' free memory
+        cached_rows = max(driver_rows, cached_rows_within(cluster_free_memory_bytes(client), d, n_groups, itemsize))
+        if cached_rows >= size:
+            chosen, reread_above = "cached", cached_rows
+            reasons["batch_rows"] += (
+                f"; cached while the batch holds at most {cached_rows:,} rows (stepped on the driver, or their "
+                f"cached state within {config.BOUNDS_MEMORY_FRACTION:g} of the workers' free memory), re-read once "
+                "it grows past them"
+            )
     return NestedPlan(
         scheme=scheme,
         n_groups=n_groups,
-        batch_rows=batch_rows,
+        batch_rows=chosen,
+        reread_above=reread_above,
         driver_rows=driver_rows,
         initial_batch_size=size,
         **{**given, "reasons": {**reasons, **given.get("reasons", {})}},
     )
+
+
+def cached_rows_within(memory_bytes, n_features, n_groups, itemsize) -> int:
+    """The most rows whose cached state (:func:`state_bytes_per_row`) takes at most ``BOUNDS_MEMORY_FRACTION`` of
+    ``memory_bytes``: how far a batch that ``"auto"`` re-reads may grow cached on the workers first, given their free
+    memory (:func:`~daskmeans.engine.capacity.cluster_free_memory_bytes`).
+
+    Examples
+    --------
+    >>> cached_rows_within(2 * 768 * 2**20, n_features=128, n_groups=1, itemsize=4)  # 2 x 542 bytes a row
+    742926
+    """
+    per_row = state_bytes_per_row(n_features, n_groups, itemsize, cached=True)
+    return int(config.BOUNDS_MEMORY_FRACTION * memory_bytes // per_row)
 
 
 def resumed_plan(plan, resume) -> NestedPlan:
@@ -183,7 +215,11 @@ def resumed_plan(plan, resume) -> NestedPlan:
         return plan
     why = "as the checkpoint's state blocks"
     return replace(
-        plan, scheme=scheme, batch_rows=batch_rows, reasons={**plan.reasons, "scheme": why, "batch_rows": why}
+        plan,
+        scheme=scheme,
+        batch_rows=batch_rows,
+        reread_above=None,
+        reasons={**plan.reasons, "scheme": why, "batch_rows": why},
     )
 
 
@@ -272,7 +308,7 @@ def nested_minibatch(array, centers, plan, context=None):
         state.stop_reason,
         total_passes,
         batch=run.batch if keep else None,
-        batch_rows=plan.batch_rows,
+        batch_rows=run.batch_rows,
     )
 
 
@@ -328,97 +364,6 @@ class NestedState:
         )
 
 
-class LapForecast:
-    """How long nmbatch's next iteration will take, from the iterations so far.
-
-    Revisiting the batch costs about what the last iteration that added no rows cost per row, times the rows
-    revisited, and no less than the last iteration when that one grew the batch (the first revisit of new rows is
-    not cheaper than adding them was); before any such iteration, what the last one cost. Each row a growth adds
-    costs what the last added rows cost beyond revisiting the batch they joined (they are assigned from scratch,
-    without bounds).
-
-    Examples
-    --------
-    >>> laps = LapForecast()
-    >>> laps.add(1.0, new_rows=1000, size=1000)  # the first batch: every row new
-    >>> laps.add(0.25, new_rows=0, size=1000)
-    >>> laps.next(new_rows=0, size=1000), laps.next(new_rows=2000, size=1000)
-    (0.25, 2.25)
-    >>> laps.rows_within(1.25, size=1000)  # the most new rows whose iteration ends within 1.25 s
-    1000
-    """
-
-    def __init__(self):
-        self.last = 0.0
-        self.grew = False  # whether the last iteration added rows
-        self.per_row = None  # seconds per row of the last iteration that added no rows
-        self.per_new_row = None  # seconds per added row, beyond revisiting the batch it joined
-
-    def add(self, seconds, new_rows, size):
-        """Take in an iteration of ``seconds`` that added ``new_rows`` rows to the batch, which then held ``size``."""
-        if new_rows:
-            revisit = 0.0 if self.per_row is None else self.per_row * (size - new_rows)
-            self.per_new_row = max(seconds - revisit, 0.0) / new_rows
-        else:
-            self.per_row = seconds / max(size, 1)
-        self.last, self.grew = seconds, bool(new_rows)
-
-    def revisit(self, size) -> float:
-        """Expected seconds of revisiting a batch of ``size`` rows."""
-        if self.per_row is None:
-            return self.last
-        return max(self.per_row * size, self.last if self.grew else 0.0)
-
-    def next(self, new_rows, size) -> float:
-        """Expected seconds of the next iteration, which revisits ``size`` rows and adds ``new_rows`` rows."""
-        if not new_rows or self.per_new_row is None:
-            return self.revisit(size)
-        return self.revisit(size) + new_rows * self.per_new_row
-
-    def rows_within(self, seconds, size) -> int | None:
-        """The most rows the next iteration over ``size`` rows can add and still take at most ``seconds``
-        (None: no limit is known yet; 0: no rows, or not even the revisit fits, which :meth:`next` tells)."""
-        if not self.per_new_row:
-            return None
-        return max(0, int((seconds - self.revisit(size)) / self.per_new_row))
-
-
-def next_growth(laps, size, wanted, seconds_left, min_rows=None):
-    """The rows nmbatch's next iteration adds to its batch of ``size`` rows, within ``seconds_left`` of the budget.
-
-    The growth rule asks for ``wanted`` new rows (0: none). All of them when no budget is set (``seconds_left``
-    None) or when the forecast (:class:`LapForecast`) says the iteration still ends in time; else as many as end in
-    time, when that is at least ``min(min_rows, wanted)`` (``min_rows`` None:
-    :data:`~daskmeans.config.MIN_GROWTH_ROWS`), else none. None when not even the revisit ends in time: the run
-    stops.
-
-    Examples
-    --------
-    >>> laps = LapForecast()
-    >>> laps.add(1.0, new_rows=1000, size=1000)
-    >>> laps.add(0.5, new_rows=0, size=1000)
-    >>> next_growth(laps, 1000, 1000, seconds_left=2.0, min_rows=100)  # 0.5 s + 1000 rows x 1 ms: in time
-    1000
-    >>> next_growth(laps, 1000, 1000, seconds_left=1.0, min_rows=100)  # the revisit and 500 rows
-    500
-    >>> next_growth(laps, 1000, 1000, seconds_left=0.55, min_rows=100)  # 50 rows: not worth it, revisit only
-    0
-    >>> next_growth(laps, 1000, 1000, seconds_left=0.4, min_rows=100) is None  # not even the revisit ends in time
-    True
-    """
-    if seconds_left is None:
-        return wanted
-    if laps.next(0, size) > seconds_left:
-        return None
-    if not wanted or laps.next(wanted, size) <= seconds_left:
-        return wanted
-    rows = laps.rows_within(seconds_left, size)
-    if rows is None:
-        return wanted
-    min_rows = config.MIN_GROWTH_ROWS if min_rows is None else min_rows
-    return rows if rows >= min(min_rows, wanted) else 0
-
-
 class _NestedRun:
     """One run of nmbatch: the prepared problem (rows, plan, run context), its batch and the state it carries."""
 
@@ -433,14 +378,42 @@ class _NestedRun:
             else CenterGroups(resume["group_of"], scheme)
         )
         self.groups = groups
-        layout = {} if plan.min_block_rows is None else {"min_block_rows": plan.min_block_rows}
-        options = dict(client=context.client, max_blocks=plan.max_blocks, weights=context.weights, **layout)
-        if plan.batch_rows == "reread":
-            self.batch = RereadBatch(array, plan.seed, groups, **options)
-        else:
-            self.batch = NestedBatch(array, plan.seed, groups, **options, driver_rows=plan.driver_rows)
+        self.batch = self._new_batch(plan.batch_rows)
         self.written_layouts = set()
         self.cut = False  # whether the max_time budget cut a step short, leaving the batch's blocks half-stepped
+
+    def _new_batch(self, batch_rows):
+        """An empty batch whose rows are kept (``"cached"``) or re-read (``"reread"``)."""
+        plan, context = self.plan, self.context
+        layout = {} if plan.min_block_rows is None else {"min_block_rows": plan.min_block_rows}
+        options = dict(client=context.client, max_blocks=plan.max_blocks, weights=context.weights, **layout)
+        if batch_rows == "reread":
+            return RereadBatch(self.array, plan.seed, self.groups, **options)
+        return NestedBatch(self.array, plan.seed, self.groups, **options, driver_rows=plan.driver_rows)
+
+    @property
+    def batch_rows(self) -> str:
+        """Where the batch's rows are now: ``"cached"`` or ``"reread"``."""
+        return "reread" if isinstance(self.batch, RereadBatch) else "cached"
+
+    def reread_past_memory(self):
+        """Re-read the batch from now on when it is about to grow past the rows whose cached state fits
+        (``plan.reread_above``).
+
+        The cached blocks are released before the re-read batch is made, so the two never take memory together.
+        The re-read batch starts empty and the coming step assigns all of its rows afresh against the current
+        centers: the labels a revisit would give (they are exact either way), so the running sums start again from
+        zero and the iterates stay nmbatch's, up to the order of the sums.
+        """
+        state, limit = self.state, self.plan.reread_above
+        if limit is None or self.batch_rows == "reread" or state.size <= limit:
+            return
+        cached = self.batch
+        cached.release()
+        self.batch = self._new_batch("reread")
+        self.batch.rows_read = cached.rows_read
+        for total in (state.sums, state.counts, state.sse, state.members):
+            total[...] = 0
 
     def checkpoint_state(self, final):
         """The checkpoint's state after the iterations done (``final``: the stop reason once the run has ended)."""
@@ -462,7 +435,7 @@ class _NestedRun:
             "converged": state.converged,
             "stop_reason": final,
             "layout_id": batch.layout_id,
-            "batch_rows": self.plan.batch_rows,
+            "batch_rows": self.batch_rows,
             "bounds": self.plan.scheme,
         }
 
@@ -506,7 +479,7 @@ class _NestedRun:
 
     def iterate(self):
         """The iterations from ``state.n_iter + 1`` on, until a stop (``state.stop_reason``)."""
-        state, plan, context, batch = self.state, self.plan, self.context, self.batch
+        state, plan, context = self.state, self.plan, self.context
         clock, weights, checkpoint = context.clock, context.weights, context.checkpoint
         n = int(self.array.shape[0])
         if self.resume is not None:
@@ -520,6 +493,8 @@ class _NestedRun:
             if state.finished is not None:
                 break
             centers = state.centers
+            self.reread_past_memory()
+            batch = self.batch
             try:
                 d_sums, d_counts, d_sse, d_members, counters = batch.step(
                     centers, state.shift * SHIFT_SAFETY, state.size

@@ -50,7 +50,7 @@ class FitResult:
     batch : NestedBatch, optional
         The state blocks of nested mini-batch k-means, kept when asked (``keep_batch=True``).
     batch_rows : str, optional
-        ``"cached"`` or ``"reread"``: where nested mini-batch k-means kept its batch's rows.
+        ``"cached"`` or ``"reread"``: where nested mini-batch k-means kept its batch's rows at the end.
     """
 
     centers: Any

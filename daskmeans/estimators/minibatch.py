@@ -78,7 +78,9 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
         only labels, distances and bounds stay (``2 (12 + 2 groups)`` bytes a row); every iteration re-reads
         the chunks the batch touches from the store, a slab at a time, so memory is bounded at any n. The
         iterates are the same. ``"auto"``: cached when all n rows' cached state fits in half the cluster's
-        memory (the batch may grow to n), else re-read.
+        memory (the batch may grow to n); else cached while the batch is small (stepped on the driver, or its cached
+        state within half the workers' free memory) and re-read once it grows past that
+        (``fit_plan_.reread_above``).
     driver_rows : "auto" or int, default "auto"
         On a cluster, a cached batch of at most this many rows is stepped on the driver: its new rows come from the
         workers once, and an iteration costs no round trip to the workers (more than the work of a small batch). The
@@ -121,7 +123,7 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     bounds_ : str
         The bound scheme used.
     batch_rows_ : str
-        ``"cached"`` or ``"reread"``: where the batch's rows lived (what ``"auto"`` chose).
+        ``"cached"`` or ``"reread"``: where the batch's rows were at the end of the fit.
     history_ : list of dict
         Per iteration: ``batch_size``, ``new_samples``, ``changed`` (reused samples that changed cluster),
         ``distances_computed`` and ``distances_skipped`` (against ``k`` per sample visited), ``energy`` and

@@ -13,7 +13,8 @@ from conftest import make_blobs, slow_blocks
 
 from daskmeans.algorithms.init import kmeans_parallel
 from daskmeans.algorithms.lloyd import next_lap_forecast
-from daskmeans.algorithms.nested import LapForecast, nested_minibatch, nested_plan, next_growth
+from daskmeans.algorithms.nested import nested_minibatch, nested_plan
+from daskmeans.algorithms.nested_growth import LapForecast, next_growth
 from daskmeans.algorithms.plan import SeedingPlan
 from daskmeans.algorithms.result import Clock, RunContext
 from daskmeans.algorithms.sample_kmeans import weighted_lloyd

@@ -631,8 +631,15 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
         )
         client = Client(cluster, set_as_default=False)
         try:
+            # every step on the workers (the driver would hold this batch); their free memory holds no cached rows
             model = NestedMiniBatchKMeans(
-                k, init=truth + 0.5, random_state=0, client=client, chunk_rows=25_000, initial_batch_size=20_000
+                k,
+                init=truth + 0.5,
+                random_state=0,
+                client=client,
+                chunk_rows=25_000,
+                initial_batch_size=20_000,
+                driver_rows=0,
             ).fit(str(tmp_path / "big.zarr"))
             written = client.run(_bytes_spilled)
         finally:
@@ -643,7 +650,7 @@ def test_out_of_core_under_a_worker_memory_limit(tmp_path):
     assert np.abs(np.sort(model.cluster_centers_, axis=0) - np.sort(truth, axis=0)).max() < 0.05
     # a worker's own footprint is above its limit, so everything it holds goes to its disk: the batch's state (its
     # rows re-read from the store each step, their labels and bounds kept), all n rows of it at the end
-    assert model.batch_rows_ == "reread"
+    assert (model.batch_rows_, model.fit_plan_.batch_rows) == ("reread", "reread")
     state = n * state_bytes_per_row(d, 4 if model.bounds_ == "elkan" else 1, 4, cached=False)
     assert sum(written.values()) >= state, (written, state)
 

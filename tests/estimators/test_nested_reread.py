@@ -3,14 +3,24 @@ the same iterates as with the rows cached on the workers, on bounded memory."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dask.array as da
 import numpy as np
 import pytest
 import zarr
 
 from daskmeans import NestedMiniBatchKMeans, open_input
-from daskmeans.algorithms.nested import choose_batch_rows, nested_minibatch, nested_plan, state_bytes_per_row
+from daskmeans.algorithms.nested import (
+    cached_rows_within,
+    choose_batch_rows,
+    nested_minibatch,
+    nested_plan,
+    resumed_plan,
+    state_bytes_per_row,
+)
 from daskmeans.algorithms.result import RunContext
+from daskmeans.engine.capacity import cluster_free_memory_bytes, cluster_memory_bytes
 from daskmeans.kernels.nested_groups import make_groups
 from daskmeans.passes.nested_reread import RereadBatch
 from daskmeans.passes.nested_state import NestedBatch
@@ -107,3 +117,50 @@ def test_reread_runs_through_the_algorithm_with_sample_weights(store):
     ]
     results = [nested_minibatch(array, centers, plan, RunContext(weights=weights)) for plan in plans]
     np.testing.assert_allclose(results[1].centers, results[0].centers, rtol=1e-9)
+
+
+def test_a_cached_batch_that_outgrows_its_memory_is_re_read_with_the_same_iterates(store):
+    path, X = store
+    array = open_input(path).array
+    centers = X[np.random.default_rng(5).choice(len(X), 12, replace=False)].astype(np.float32)
+    options = dict(seed=6, initial_batch_size=700, max_iter=20, tol=0.0, bounds="hamerly")
+    cached = nested_minibatch(array, centers, nested_plan(array, 12, batch_rows="cached", **options))
+    plan = replace(nested_plan(array, 12, batch_rows="cached", **options), reread_above=3000)
+    switched = nested_minibatch(array, centers, plan)
+    assert (cached.batch_rows, switched.batch_rows) == ("cached", "reread")
+    sizes = [record["batch_size"] for record in switched.history]
+    assert sizes == [record["batch_size"] for record in cached.history] and max(sizes) > 3000
+    first_reread = next(i for i, size in enumerate(sizes) if size > 3000)
+    assert switched.history[first_reread]["new_samples"] == sizes[first_reread], "the re-read batch starts afresh"
+    for a, b in zip(cached.history, switched.history):
+        assert a["inertia"] == pytest.approx(b["inertia"], rel=1e-9)
+    np.testing.assert_allclose(switched.centers, cached.centers, rtol=1e-9, atol=1e-9)
+    assert switched.passes > cached.passes, "the re-read chunks count as reads of the data"
+
+
+@pytest.mark.slow
+def test_auto_caches_the_batch_while_it_fits_the_workers_then_re_reads(store, cluster_client):
+    n, d = 10**8, 128  # every row's cached state far beyond the cluster's 4 GiB
+    array = da.zeros((n, d), dtype=np.float32, chunks=(2**20, d))
+    plan = nested_plan(array, 256, cluster_client, batch_rows="auto", driver_rows="auto", bounds="hamerly")
+    free = cluster_free_memory_bytes(cluster_client)
+    assert 0 < free < cluster_memory_bytes(cluster_client), "the worker processes hold some of their limits"
+    assert plan.batch_rows == "cached" and plan.reread_above == max(plan.driver_rows, cached_rows_within(free, d, 1, 4))
+    assert plan.initial_batch_size <= plan.reread_above < n
+    assert "re-read once it grows past them" in plan.reasons["batch_rows"]
+    explicit = nested_plan(array, 256, cluster_client, batch_rows="reread", bounds="hamerly")
+    assert (explicit.batch_rows, explicit.reread_above) == ("reread", None), "an explicit choice is kept"
+    path, X = store
+    params = dict(n_clusters=12, random_state=2, initial_batch_size=600, max_iter=12, tol=0.0)
+    fitted = NestedMiniBatchKMeans(client=cluster_client, **params).fit(path)
+    assert (fitted.batch_rows_, fitted.fit_plan_.reread_above) == ("cached", None), "small data stays cached"
+
+
+def test_a_resumed_run_keeps_the_batch_where_the_checkpoint_left_it(store):
+    path, _ = store
+    array = open_input(path).array
+    plan = replace(nested_plan(array, 12, batch_rows="cached", bounds="hamerly"), reread_above=3000)
+    still_cached = resumed_plan(plan, {"batch_rows": "cached", "bounds": "hamerly"})
+    assert still_cached.reread_above == 3000, "a batch saved while cached still moves to re-reading later"
+    re_read = resumed_plan(plan, {"batch_rows": "reread", "bounds": "hamerly"})
+    assert (re_read.batch_rows, re_read.reread_above) == ("reread", None)
