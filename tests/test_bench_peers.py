@@ -386,3 +386,22 @@ def test_scikit_learns_mini_batch_peer_takes_batches_of_at_least_k_rows():
     assert trace.params["batch_size"] == k
     assert trace.notes == [f"batch {k} (raised to k); passes = rows seen / n"]
     assert trace.passes == trace.n_iter * k / len(X)
+
+
+def test_faiss_sample_reads_a_store_in_the_driver_and_a_persisted_array_from_the_workers(tmp_path, cluster_client):
+    """The sample of a store is read by the driver's threads (a faiss user has no cluster; the workers may be too small
+    to hold it); that of an array the workers hold comes from them: the same rows either way."""
+    pytest.importorskip("faiss", reason="faiss is not installed (pip install daskmeans[bench])")
+    import zarr
+
+    from daskmeans.bench.peers import _read_sample, sample_chunks
+
+    X = np.random.default_rng(3).integers(0, 256, size=(5_000, 6)).astype(np.uint8)
+    zarr.create_array(store=str(tmp_path / "x.zarr"), data=X, chunks=(600, 6))
+    stored = da.from_zarr(str(tmp_path / "x.zarr"))
+    persisted = cluster_client.persist(stored)
+    chosen = sample_chunks(stored.chunks[0], 2_000, 4)
+    expected = np.concatenate([X[600 * chunk : 600 * chunk + rows] for chunk, rows in chosen]).astype(np.float32)
+    for array in (stored, persisted):
+        ctx = PeerContext(X=None, array=array, client=cluster_client, init=None, k=2, seed=4, budget=1)
+        np.testing.assert_array_equal(_read_sample(ctx, chosen, 2_000), expected)

@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import dask
 import numpy as np
+from dask.system import CPU_COUNT
+from distributed import futures_of
 
 from ..algorithms.two_level import default_coarse_clusters
 from ..engine.blas import machine_threads
@@ -363,26 +366,44 @@ def sample_chunks(chunk_rows, rows_wanted, seed) -> list:
     return chosen
 
 
+def _read_sample(ctx: PeerContext, chosen, rows) -> np.ndarray:
+    """The rows ``chosen`` (``(chunk, rows)`` pairs) of ``ctx.array`` as one float32 array of ``rows`` rows.
+
+    An array read from a store is read in this process, as a faiss user without a cluster reads it: a few chunks at a
+    time on this machine's threads, each copied into the sample as it arrives (the workers, which may have little
+    memory, hold none of it). An array whose blocks the workers hold comes from them.
+    """
+    blocks = [ctx.array.blocks[chunk][:taken] for chunk, taken in chosen]
+    if ctx.client is not None and futures_of(ctx.array):
+        groups, compute = [blocks], lambda *parts: compute_now(*parts, client=ctx.client)
+    else:
+        step = CPU_COUNT
+        groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
+        compute = lambda *parts: dask.compute(*parts, scheduler="threads", num_workers=step)  # noqa: E731
+    X = np.empty((rows, ctx.array.shape[1]), dtype=np.float32)
+    position = 0
+    for group in groups:
+        for part in compute(*group):
+            X[position : position + part.shape[0]] = part
+            position += part.shape[0]
+    return X
+
+
 def _faiss_sample(ctx: PeerContext) -> Trace:
     """faiss on the largest sample of the data the driver can hold, read as whole chunks of the store.
 
     Where the data does not fit in the driver (out of core), the best a faiss user can do is train on a sample:
     as many rows as ``ctx.driver_memory`` holds (as stored and as float32), whole chunks picked in a seeded random
-    order (sequential reads; on data whose rows are in random order, a uniform sample). Reading the sample is
-    inside the timed region; then one ``train`` call per iteration on all sampled rows.
+    order (sequential reads; on data whose rows are in random order, a uniform sample), read by this process
+    (:func:`_read_sample`). Reading the sample is inside the timed region; then one ``train`` call per iteration on
+    all sampled rows.
     """
     n, d = (int(s) for s in ctx.array.shape)
     itemsize = ctx.array.dtype.itemsize
     rows_wanted = int(min(n, max(ctx.k, ctx.driver_memory // (d * (4 + itemsize)))))
     chosen = sample_chunks(ctx.array.chunks[0], rows_wanted, ctx.seed)
     start = time.perf_counter()
-    parts = compute_now(*[ctx.array.blocks[chunk][:rows] for chunk, rows in chosen], client=ctx.client)
-    X = np.empty((rows_wanted, d), dtype=np.float32)
-    position = 0
-    for part in parts:
-        X[position : position + part.shape[0]] = part
-        position += part.shape[0]
-    del parts
+    X = _read_sample(ctx, chosen, rows_wanted)
     read_seconds = time.perf_counter() - start
     trace = _faiss_chained(
         ctx,
