@@ -88,6 +88,10 @@ LOCAL_WORKERS = ("auto", "processes", "threads", "scheduler")
 #: as fresh pages that are slow to touch again. Left alone when the user's Dask configuration sets its own
 #: ``MALLOC_TRIM_THRESHOLD_``.
 WORKER_MALLOC_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": 2**25, "MALLOC_TRIM_THRESHOLD_": 2**27}
+#: A worker whose process memory exceeds this fraction of its limit hands its heap's freed memory back to the operating
+#: system at the end of a fit, and when nmbatch's batch leaves the workers' memory
+#: (:func:`daskmeans.engine.worker_memory.release_freed_memory`).
+WORKER_TRIM_FRACTION = 0.5
 #: Seconds a pass over the data runs before it gets a progress bar of its own (chunks done, rows/s, time left) with
 #: ``progress=True``: long passes show how far they are, short ones do not flicker.
 PASS_BAR_DELAY_SECONDS = 2.0

@@ -415,6 +415,15 @@ def _worker_environ(mp):
         return os.environ.get("MALLOC_TRIM_THRESHOLD_")
 
 
+def _workers_trimmed(mp, client):
+    from daskmeans.engine.worker_memory import release_freed_memory
+
+    return len(release_freed_memory(client))  # no worker of the test cluster holds half its 2 GiB
+
+
+_workers_trimmed.needs_cluster = True
+
+
 def _bar_delay(mp):
     from daskmeans.engine.pass_progress import PassWatch
 
@@ -874,6 +883,7 @@ CHECKS = {
     "LOCAL_THREADS_MAX_BYTES": (10, _local_processes),
     "LOCAL_WORKERS": (("auto", "processes"), _local_workers),
     "WORKER_MALLOC_ENVIRON": ({"MALLOC_TRIM_THRESHOLD_": 2**20}, _worker_environ),
+    "WORKER_TRIM_FRACTION": (0.0, _workers_trimmed),
     "PASS_BAR_DELAY_SECONDS": (0.0, _bar_delay),
     "LATE_REPORT_SECONDS": (1.5, _late_report_wait),
     "TARGET_BLOCK_BYTES": (2**20, _chosen_rows(10**8, 16)),

@@ -25,6 +25,7 @@ from ..engine.capacity import cluster_free_memory_bytes, cluster_memory_bytes
 from ..engine.deadline import BudgetSpent, budget_until
 from ..engine.driver import driver_rows as rows_on_driver
 from ..engine.driver import driver_work
+from ..engine.worker_memory import release_freed_memory
 from ..kernels.nested_groups import CenterGroups, choose_bounds, make_groups
 from ..kernels.packed_bounds import LOWER_BYTES
 from ..passes.nested_reread import RereadBatch
@@ -400,7 +401,8 @@ class _NestedRun:
         """Re-read the batch from now on when it is about to grow past the rows whose cached state fits
         (``plan.reread_above``).
 
-        The cached blocks are released before the re-read batch is made, so the two never take memory together.
+        The cached blocks are released before the re-read batch is made, so the two never take memory together, and
+        the workers hand the memory they freed back (:func:`~daskmeans.engine.worker_memory.release_freed_memory`).
         The re-read batch starts empty and the coming step assigns all of its rows afresh against the current
         centers: the labels a revisit would give (they are exact either way), so the running sums start again from
         zero and the iterates stay nmbatch's, up to the order of the sums.
@@ -410,6 +412,7 @@ class _NestedRun:
             return
         cached = self.batch
         cached.release()
+        release_freed_memory(self.context.client)
         self.batch = self._new_batch("reread")
         self.batch.rows_read = cached.rows_read
         for total in (state.sums, state.counts, state.sse, state.members):

@@ -10,6 +10,8 @@ memory. :func:`worker_malloc_settings` gives the workers
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 
 import dask
@@ -46,3 +48,43 @@ def worker_malloc_settings():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def release_freed_memory(client) -> list[str]:
+    """Hand the memory that the heaps of ``client``'s fuller workers keep freed back to the operating system.
+
+    A worker process keeps memory its arrays freed for reuse (glibc keeps what lies below the heap's top chunk, and
+    :func:`worker_malloc_settings` raises the trim threshold), so its process memory only grows from fit to fit.
+    Dask counts that memory against the worker's limit: a worker whose limit is small next to its own footprint (a
+    few hundred MiB) reaches the pause threshold with nothing in it and stops running tasks, and the next pass waits
+    for it forever. Workers whose process memory (at their last heartbeat) exceeds
+    :data:`~daskmeans.config.WORKER_TRIM_FRACTION` of their limit run ``malloc_trim(0)``; the others are left alone,
+    so a fit on roomy workers pays no round trip. ``client`` None (the threaded scheduler): nothing to do.
+
+    Returns
+    -------
+    list of str
+        The addresses of the workers asked to trim.
+    """
+    if client is None or not hasattr(client, "run"):
+        return []
+    fuller = [
+        address
+        for address, worker in client.scheduler_info(n_workers=-1)["workers"].items()
+        if worker.get("memory_limit")
+        and worker.get("metrics", {}).get("memory", 0) > config.WORKER_TRIM_FRACTION * worker["memory_limit"]
+    ]
+    if fuller:
+        client.run(_trim_heap, workers=fuller)
+    return fuller
+
+
+def _trim_heap() -> bool:
+    """``malloc_trim(0)`` where the C library has it (glibc); whether it ran."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl, macOS: no malloc_trim; their allocators return memory themselves
+        return False
+    trim(0)
+    return True

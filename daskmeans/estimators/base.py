@@ -19,6 +19,8 @@ from ..algorithms.lloyd import final_inertia
 from ..algorithms.result import Clock
 from ..engine.blas import one_blas_thread_for
 from ..engine.client import compute_now, resolve_client
+from ..engine.placement import held_by_workers
+from ..engine.worker_memory import release_freed_memory
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_probe_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
@@ -303,6 +305,9 @@ class ClusteringEstimator:
                 data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
         finally:
             self._fit_called_at = None
+        if not data.in_memory and not held_by_workers(data.array, client):
+            # the workers read the data: small ones would otherwise carry the memory this fit freed into the next
+            release_freed_memory(client)
         self.n_features_in_ = data.n_features
         self._fitted_data = data
         self._fitted_weights = weights
