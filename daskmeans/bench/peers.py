@@ -374,12 +374,14 @@ def _read_sample(ctx: PeerContext, chosen, rows) -> np.ndarray:
     memory, hold none of it). An array whose blocks the workers hold comes from them.
     """
     blocks = [ctx.array.blocks[chunk][:taken] for chunk, taken in chosen]
-    if ctx.client is not None and futures_of(ctx.array):
-        groups, compute = [blocks], lambda *parts: compute_now(*parts, client=ctx.client)
-    else:
-        step = CPU_COUNT
-        groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
-        compute = lambda *parts: dask.compute(*parts, scheduler="threads", num_workers=step)  # noqa: E731
+    on_workers = ctx.client is not None and bool(futures_of(ctx.array))
+    groups = [blocks] if on_workers else [blocks[i : i + CPU_COUNT] for i in range(0, len(blocks), CPU_COUNT)]
+
+    def compute(*parts):
+        if on_workers:
+            return compute_now(*parts, client=ctx.client)
+        return dask.compute(*parts, scheduler="threads", num_workers=CPU_COUNT)
+
     X = np.empty((rows, ctx.array.shape[1]), dtype=np.float32)
     position = 0
     for group in groups:
