@@ -5,6 +5,8 @@ from __future__ import annotations
 import dask
 import psutil
 
+from .client import scheduler_workers
+
 
 def cluster_memory_bytes(client=None) -> int:
     """Total memory limit of the workers, or the memory available to this process on the threaded scheduler.
@@ -29,7 +31,7 @@ def cluster_free_memory_bytes(client=None) -> int:
         return int(psutil.virtual_memory().available)
     pause = dask.config.get("distributed.worker.memory.pause", default=0.8)
     fraction = float(pause) if pause else 1.0
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = scheduler_workers(client)
     limits = _worker_limits(client, workers)
     held = {address: int(w.get("metrics", {}).get("memory") or 0) for address, w in workers.items()}
     return int(sum(max(0, int(fraction * limit) - held[address]) for address, limit in limits.items()))
@@ -38,7 +40,7 @@ def cluster_free_memory_bytes(client=None) -> int:
 def _worker_limits(client, workers=None) -> dict:
     """``{address: memory limit}`` of the workers, a worker without a limit taking an equal share of the machine's
     total memory with the others that have none."""
-    workers = client.scheduler_info(n_workers=-1)["workers"] if workers is None else workers
+    workers = scheduler_workers(client) if workers is None else workers
     limits = {address: int(w.get("memory_limit") or 0) for address, w in workers.items()}
     unlimited = sum(1 for limit in limits.values() if limit <= 0)
     share = psutil.virtual_memory().total // max(1, unlimited) if unlimited else 0

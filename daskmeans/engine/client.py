@@ -173,6 +173,21 @@ def scheduler_lost(client, error: BaseException) -> bool:
     return client.status != "running" or not scheduler_answers(client)
 
 
+def scheduler_workers(client) -> dict:
+    """The scheduler's description of each worker, ``{address: info}``, asked of the scheduler now.
+
+    A client that has lost its scheduler answers ``scheduler_info()`` with an empty description (no ``"workers"``
+    entry): that is raised as the lost connection it is, so the caller's error names the scheduler
+    (:func:`scheduler_lost`), not a missing key.
+    """
+    info = client.scheduler_info(n_workers=-1)
+    if "workers" not in info:
+        raise SchedulerConnectionError(
+            f"the client has lost its Dask scheduler (status {client.status!r}): it describes no workers"
+        )
+    return info["workers"]
+
+
 def scheduler_answers(client, seconds: float = 2.0) -> bool:
     """Whether ``client``'s scheduler answers a handshake within ``seconds`` (a live scheduler answers in
     milliseconds; a dead one refuses the connection at once or, cut off, lets it time out)."""

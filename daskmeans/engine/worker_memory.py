@@ -17,6 +17,7 @@ import os
 import dask
 
 from .. import config
+from .client import scheduler_workers
 
 #: The ``MALLOC_TRIM_THRESHOLD_`` Dask's nanny gives its worker processes by default.
 _DASK_DEFAULT_TRIM_THRESHOLD = "65536"
@@ -70,7 +71,7 @@ def release_freed_memory(client) -> list[str]:
         return []
     fuller = [
         address
-        for address, worker in client.scheduler_info(n_workers=-1)["workers"].items()
+        for address, worker in scheduler_workers(client).items()
         if worker.get("memory_limit")
         and worker.get("metrics", {}).get("memory", 0) > config.WORKER_TRIM_FRACTION * worker["memory_limit"]
     ]

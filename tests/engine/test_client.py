@@ -202,3 +202,26 @@ def test_a_connection_error_before_the_client_notices_counts_as_a_lost_scheduler
         assert scheduler_lost(client, CommClosedError("the scheduler is gone"))
     finally:
         client.close()
+
+
+def test_the_workers_of_a_client_that_lost_its_scheduler_are_a_lost_scheduler_not_a_missing_key():
+    """A client whose scheduler is gone describes no workers: the memory planning that asks for them raises the
+    lost connection, which the command line reports as a lost scheduler."""
+    from distributed import Client, LocalCluster
+
+    from daskmeans.engine.capacity import cluster_free_memory_bytes, cluster_memory_bytes
+    from daskmeans.engine.client import scheduler_lost, scheduler_workers
+    from daskmeans.engine.worker_memory import release_freed_memory
+    from daskmeans.exceptions import SchedulerConnectionError
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        assert list(scheduler_workers(client)) == list(client.nthreads())
+        cluster.close()
+        for ask in (scheduler_workers, cluster_memory_bytes, cluster_free_memory_bytes, release_freed_memory):
+            with pytest.raises(SchedulerConnectionError, match="lost its Dask scheduler") as raised:
+                ask(client)
+            assert scheduler_lost(client, raised.value)
+    finally:
+        client.close()
