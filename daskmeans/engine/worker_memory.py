@@ -3,8 +3,9 @@
 Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so glibc hands every freed array over
 128 KiB back to the kernel at once, and an iterative pass that allocates the same arrays every iteration touches
 fresh pages every time, each a page fault, which costs most on a virtual machine whose host reclaims idle guest
-memory. :func:`worker_malloc_settings` gives the workers
-:data:`~daskmeans.config.WORKER_MALLOC_ENVIRON` instead.
+memory. :func:`worker_malloc_settings` gives the workers :data:`~daskmeans.config.WORKER_MALLOC_ENVIRON`
+instead. Memory a heap keeps freed counts against a worker's limit all the same: :func:`release_freed_memory` trims
+the fuller workers after a fit, and :class:`TrimWhenPaused` trims a worker that Dask has paused.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import weakref
 
 import dask
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 from .client import scheduler_workers
@@ -78,6 +81,63 @@ def release_freed_memory(client) -> list[str]:
     if fuller:
         client.run(_trim_heap, workers=fuller)
     return fuller
+
+
+class TrimWhenPaused(WorkerPlugin):
+    """A worker plugin that hands the heap's freed memory back to the operating system while Dask has paused the
+    worker.
+
+    Dask pauses a worker whose process memory passes ``distributed.worker.memory.pause`` of its limit and unpauses
+    it when spilling its data brings the memory back down. Memory the heap keeps freed is no data: spilling cannot
+    lower it, and a small worker that reached the threshold that way would stay paused, its pass waiting forever.
+    Every ``interval`` seconds a paused worker runs ``malloc_trim(0)``; Dask's memory monitor unpauses it at its
+    next check when that was enough.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=1, processes=False) as cluster, Client(cluster) as client:
+    ...     install_trim_when_paused(client)
+    ...     list(client.run(lambda dask_worker: TrimWhenPaused.name in dask_worker.plugins).values())
+    [True]
+    """
+
+    name = "daskmeans-trim-when-paused"
+    idempotent = True
+
+    def __init__(self, interval: float = 1.0):
+        self.interval = interval
+
+    def setup(self, worker):
+        from tornado.ioloop import PeriodicCallback
+
+        callback = PeriodicCallback(lambda: trim_if_paused(worker), self.interval * 1000)
+        worker.periodic_callbacks[self.name] = callback
+        callback.start()
+
+    def teardown(self, worker):
+        callback = worker.periodic_callbacks.pop(self.name, None)
+        if callback is not None:
+            callback.stop()
+
+
+def trim_if_paused(worker) -> bool:
+    """``malloc_trim(0)`` in ``worker``'s process when Dask has paused it; whether it ran."""
+    from distributed.core import Status
+
+    return worker.status == Status.paused and _trim_heap()
+
+
+_CLIENTS_WITH_TRIM: weakref.WeakSet = weakref.WeakSet()
+
+
+def install_trim_when_paused(client) -> None:
+    """Install :class:`TrimWhenPaused` on ``client``'s workers, once per client (the scheduler gives it to workers
+    that join later); ``client`` None (the threaded scheduler): nothing to do."""
+    if client is None or not hasattr(client, "register_plugin") or client in _CLIENTS_WITH_TRIM:
+        return
+    client.register_plugin(TrimWhenPaused(), name=TrimWhenPaused.name)
+    _CLIENTS_WITH_TRIM.add(client)
 
 
 def _trim_heap() -> bool:

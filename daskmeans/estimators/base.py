@@ -20,7 +20,7 @@ from ..algorithms.result import Clock
 from ..engine.blas import one_blas_thread_for
 from ..engine.client import compute_now, resolve_client
 from ..engine.placement import held_by_workers
-from ..engine.worker_memory import release_freed_memory
+from ..engine.worker_memory import install_trim_when_paused, release_freed_memory
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_probe_labels, lazy_transform
 from ..passes.summary import check_summary, finish_summary, summary_graph
@@ -300,6 +300,7 @@ class ClusteringEstimator:
         if checkpoint is not None:
             check_supported(self)
         client = resolve_client(getattr(self, "client", None))
+        install_trim_when_paused(client)  # a worker paused by memory its heap merely keeps would stall the fit
         try:
             with one_blas_thread_for(client):
                 data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
