@@ -189,6 +189,38 @@ _AT_SCALE = (
     "4GiB",
 )
 
+
+def _at_scale_20m(k: str, seconds: str) -> tuple:
+    """The arguments of a 20-million-row entry: nmbatch and mini-batch on 2 workers of 768 MiB against faiss on the
+    largest sample a 4 GiB driver holds, ``k`` centers, ``seconds`` per run."""
+    return (
+        "--n-samples",
+        "20000000",
+        "--n-clusters",
+        k,
+        "--algorithms",
+        "nmbatch,minibatch",
+        "--peers",
+        "faiss-sample",
+        "--time-budget",
+        seconds,
+        "--max-points",
+        "4",
+        "--reference",
+        "best",
+        "--driver-memory",
+        "4GiB",
+        "--memory-limit",
+        "768MiB",
+        *_TWO_WORKERS,
+    )
+
+
+_AT_SCALE_20M_TEXT = (
+    "20,000,000 resampled descriptors (2.56 GB of uint8 in Zarr) read from the store by 2 workers of 768 MiB, "
+    "k = {k}; faiss trains on the largest sample a 4 GiB driver holds, read inside its timed region."
+)
+
 #: Every record of the benchmarks page, in the page's order.
 SUITE = (
     Entry(
@@ -371,57 +403,15 @@ SUITE = (
         "descriptors-at-scale-20m",
         "20 million descriptors out of core on small workers",
         ("descriptors-at-scale",),
-        (
-            "--n-samples",
-            "20000000",
-            "--n-clusters",
-            "256",
-            "--algorithms",
-            "nmbatch,minibatch",
-            "--peers",
-            "faiss-sample",
-            "--time-budget",
-            "60",
-            "--max-points",
-            "4",
-            "--reference",
-            "best",
-            "--driver-memory",
-            "4GiB",
-            "--memory-limit",
-            "768MiB",
-            *_TWO_WORKERS,
-        ),
-        "20,000,000 resampled descriptors (2.56 GB of uint8 in Zarr) read from the store by 2 workers of 768 MiB, "
-        "k = 256; faiss trains on the largest sample a 4 GiB driver holds, read inside its timed region.",
+        _at_scale_20m("256", "60"),
+        _AT_SCALE_20M_TEXT.format(k="256"),
     ),
     Entry(
         "descriptors-at-scale-20m-k1000",
         "20 million descriptors out of core on small workers, k = 1,000",
         ("descriptors-at-scale",),
-        (
-            "--n-samples",
-            "20000000",
-            "--n-clusters",
-            "1000",
-            "--algorithms",
-            "nmbatch,minibatch",
-            "--peers",
-            "faiss-sample",
-            "--time-budget",
-            "120",
-            "--max-points",
-            "4",
-            "--reference",
-            "best",
-            "--driver-memory",
-            "4GiB",
-            "--memory-limit",
-            "768MiB",
-            *_TWO_WORKERS,
-        ),
-        "20,000,000 resampled descriptors (2.56 GB of uint8 in Zarr) read from the store by 2 workers of 768 MiB, "
-        "k = 1,000; faiss trains on the largest sample a 4 GiB driver holds, read inside its timed region.",
+        _at_scale_20m("1000", "120"),
+        _AT_SCALE_20M_TEXT.format(k="1,000"),
     ),
     Entry(
         "descriptors-at-scale-100m",
