@@ -10,7 +10,7 @@ from ..algorithms.init import check_init
 from ..algorithms.lloyd import LloydPlan, lloyd, run_inertia
 from ..algorithms.result import RunContext, result_from_state, result_to_state
 from ..engine.capacity import cluster_memory_bytes
-from ..engine.driver import DriverCopy, driver_rows
+from ..engine.driver import DriverCopy, driver_rows, driver_work
 from ..engine.placement import held_by_workers
 from ..engine.slabs import compute_dtype, stored_form
 from ..kernels.nested_groups import choose_bounds
@@ -75,14 +75,14 @@ def choose_algorithm(algorithm, n_samples, n_features, n_clusters, itemsize, mem
     return resolve_bounds(algorithm, n_samples, n_features, n_clusters, itemsize, memory_bytes)[0]
 
 
-def driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dtype) -> int:
-    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows`): a row takes its
-    stored bytes and, with bounds (``scheme`` not ``"none"``), the state of its ``n_groups`` bounds
-    (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
+def driver_rows_for(setting, scheme, n_groups, n_clusters, n_features, stored_dtype, max_work=None) -> int:
+    """Most rows whose iterations run on the driver (:func:`daskmeans.engine.driver.driver_rows`, whose
+    ``max_work`` this passes on): a row takes its stored bytes and, with bounds (``scheme`` not ``"none"``), the
+    state of its ``n_groups`` bounds (:func:`~daskmeans.passes.bounded_assign.state_bytes_per_row`)."""
     row_bytes = n_features * np.dtype(stored_dtype).itemsize
     if scheme != "none":
         row_bytes += state_bytes_per_row(n_features, n_groups, kept_dtype(stored_dtype).itemsize)
-    return driver_rows(setting, n_clusters, n_features, row_bytes)
+    return driver_rows(setting, n_clusters, n_features, row_bytes, max_work)
 
 
 def lloyd_driver_rows(setting, bounds, n_clusters, n_features, stored_dtype) -> int:
@@ -114,12 +114,14 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
         )
     tol = estimator.tol * summary.mean_variance
     reasons["tol"] = f"tol={estimator.tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"
-    limit = driver_rows_for(estimator.driver_rows, scheme, n_groups, k, d, stored_form(data.array).dtype)
+    max_work = driver_work(client)
+    limit = driver_rows_for(estimator.driver_rows, scheme, n_groups, k, d, stored_form(data.array).dtype, max_work)
     on_driver = n <= limit
     reasons["driver_rows"] = f"driver_rows={estimator.driver_rows!r}"
     if estimator.driver_rows == "auto":
+        work_setting = "DRIVER_WORK" if max_work == config.DRIVER_WORK else "DRIVER_WORK_FEW_THREADS"
         reasons["driver_rows"] += (
-            f": at most DRIVER_WORK={config.DRIVER_WORK:,} multiply-adds per pass and "
+            f": at most {work_setting}={max_work:,} multiply-adds per pass and "
             f"DRIVER_BYTES={config.DRIVER_BYTES:,} bytes of rows and bounds"
         )
     reasons["on_driver"] = f"{n:,} rows {'<=' if on_driver else '>'} {limit:,}"
@@ -171,8 +173,10 @@ class KMeans(ClusteringEstimator):
         cluster), and its iterations run on the driver's threads, block by block, without a Dask graph: an
         iteration then costs no round trip to the workers and no graph, which take longer than the work of a
         pass over small data. ``"auto"``: the most rows whose full assignment takes at most ``config.DRIVER_WORK``
-        multiply-adds (rows x k x d) and whose rows and bounds take at most ``config.DRIVER_BYTES``; 0: every
-        iteration on the workers. The iterates are the same either way.
+        multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` on a cluster whose workers run no more
+        threads than the driver has cores, such as a local cluster, whose workers compute no faster than the
+        driver's threads) and whose rows and bounds take at most ``config.DRIVER_BYTES``; 0: every iteration on
+        the workers. The iterates are the same either way.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import fit_driver_store, with_task_keys
 
-from daskmeans import InvalidParameterError, KMeans
+from daskmeans import InvalidParameterError, KMeans, config
 from daskmeans.config import DRIVER_BYTES, DRIVER_WORK
 from daskmeans.engine.client import resolve_client
 from daskmeans.estimators.kmeans import lloyd_driver_rows
@@ -55,6 +55,24 @@ def test_weighted_restarts_on_the_driver_are_those_on_the_workers(driver_store, 
     _assert_same_fit(
         _fit(driver_store, cluster_client, **params), _fit(driver_store, cluster_client, driver_rows=0, **params)
     )
+
+
+@pytest.mark.slow
+def test_a_cluster_of_few_threads_iterates_larger_data_on_the_driver(driver_store, cluster_client):
+    """Workers running no more threads than the driver has cores (2 processes of one thread here) compute no faster
+    than the driver's threads: passes up to DRIVER_WORK_FEW_THREADS multiply-adds run on the driver, not only up to
+    DRIVER_WORK."""
+    work = 5000 * 24 * 12  # rows x k x d of driver_store at k = 24
+    with config.set(DRIVER_WORK=work - 1, DRIVER_WORK_FEW_THREADS=work):
+        model, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client))
+    assert model.fit_plan_.on_driver
+    assert "DRIVER_WORK_FEW_THREADS" in model.fit_plan_.reasons["driver_rows"]
+    assert not any("daskmeans-bounded-revisit" in key for key in keys)
+    with config.set(DRIVER_WORK=work - 1, DRIVER_WORK_FEW_THREADS=work - 1):
+        past, keys = with_task_keys(cluster_client, lambda: _fit(driver_store, cluster_client))
+    assert not past.fit_plan_.on_driver
+    assert any("daskmeans-bounded-revisit" in key for key in keys)
+    _assert_same_fit(model, past)
 
 
 @pytest.mark.slow
