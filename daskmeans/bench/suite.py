@@ -152,6 +152,20 @@ _VRKM = (
     "--versus-within",
     "1e-3",
 )
+#: Every daskmeans algorithm and every peer of a sweep, on 2 worker processes.
+_SWEEP = (
+    "--algorithms",
+    "kmeans,nmbatch,minibatch",
+    "--peers",
+    "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,superkmeans,superkmeans-all",
+    "--versus",
+    "sklearn-lloyd",
+    "--versus-within",
+    "1e-4",
+    "--max-points",
+    "6",
+    *_PROCESSES,
+)
 _KERNEL = ("--quality", "--seeds", "3")
 _NMBATCH = (
     "--algorithms",
@@ -235,27 +249,17 @@ SUITE = (
         "sweep",
         "Descriptors at every size: n x k, every peer in the same run",
         ("descriptors",),
-        (
-            "--sweep-n",
-            "100000,300000,960000",
-            "--sweep-k",
-            "64,256,1000,4096",
-            "--algorithms",
-            "kmeans,nmbatch,minibatch",
-            "--peers",
-            "sklearn-lloyd,sklearn-minibatch,sklearn-intelex,faiss,faiss-all,superkmeans,superkmeans-all",
-            "--versus",
-            "sklearn-lloyd",
-            "--versus-within",
-            "1e-4",
-            "--time-budget",
-            "40",
-            "--max-points",
-            "6",
-            *_PROCESSES,
-        ),
+        ("--sweep-n", "100000,300000,960000", "--sweep-k", "64,256,1000,4096", *_SWEEP, "--time-budget", "45"),
         "Seeded uniform subsamples of the descriptors at three sizes, each clustered into four k, every daskmeans "
         "algorithm and peer in each cell; the cells where daskmeans is not ahead are flagged.",
+    ),
+    Entry(
+        "sweep-seeds",
+        "Descriptors at two sizes of the sweep, three seeds each",
+        ("descriptors",),
+        ("--sweep-n", "300000", "--sweep-k", "256,1000", "--seeds", "3", *_SWEEP, "--time-budget", "5"),
+        "Two cells of the sweep (300,000 rows, k = 256 and 1,000) from three seeds' initial centers: the medians "
+        "and the spread over seeds of the times the sweep gives from one seed.",
     ),
     Entry(
         "descriptors-threaded",
