@@ -165,6 +165,10 @@ VRKM_COST_WINDOW = 512
 VRKM_SLAB_BYTES = 8 * 2**20
 #: Centers per group, about, of yinyang bounds (``bounds="yinyang"``, or ``"auto"`` choosing it).
 YINYANG_GROUP_SIZE = 10
+#: Fewest groups of yinyang bounds (groups of at least two centers): at a few hundred centers, groups of
+#: ``YINYANG_GROUP_SIZE`` leave bounds too loose to skip rows in the first iterations (more groups are more bounds
+#: per row, within the memory limits of ``bounds="auto"``).
+YINYANG_MIN_GROUPS = 64
 #: Rows at the start of a block that are revisited first after the centers moved (exact k-means with bounds,
 #: nmbatch), to decide whether revisiting the rest pays (``REVISIT_GIVE_UP_FRACTION``).
 REVISIT_PROBE_ROWS = 2048

@@ -603,10 +603,13 @@ def _vrkm_slabs(mp):
     return len(calls)
 
 
-def _yinyang_groups(mp):
-    from daskmeans.kernels.nested_groups import choose_bounds
+def _yinyang_groups(k):
+    def observe(mp):
+        from daskmeans.kernels.nested_groups import choose_bounds
 
-    return choose_bounds("yinyang", 100, 10**9)
+        return choose_bounds("yinyang", k, 10**9)
+
+    return observe
 
 
 def _revisit(name, move=0.01, probe_rows=None):
@@ -907,7 +910,8 @@ CHECKS = {
     "KERNEL_STEP_SPLIT_WORK": (1, _kernel_step_split),
     "VRKM_COST_WINDOW": (64, _vrkm_cost_window),
     "VRKM_SLAB_BYTES": (800, _vrkm_slabs),
-    "YINYANG_GROUP_SIZE": (50, _yinyang_groups),
+    "YINYANG_GROUP_SIZE": (5, _yinyang_groups(1000)),
+    "YINYANG_MIN_GROUPS": (8, _yinyang_groups(256)),
     "REVISIT_PROBE_ROWS": (100, _revisit("_revisit_by_groups")),
     "REVISIT_GIVE_UP_FRACTION": (0.0, _revisit("assign_with_bounds", probe_rows=100)),
     "REVISIT_BLOCK_ROWS": (64, _revisit("_revisit_by_groups")),

@@ -159,7 +159,7 @@ def nested_plan(
     setting = driver_rows
     memory_bytes = cluster_memory_bytes(client)
     chosen, scheme, reasons = _choose_batch_rows(batch_rows, bounds, n, d, n_clusters, itemsize, memory_bytes)
-    # the scheme's own groups (a yinyang scheme takes its groups of about YINYANG_GROUP_SIZE centers)
+    # the scheme's own groups (yinyang's count from YINYANG_GROUP_SIZE and YINYANG_MIN_GROUPS)
     _, n_groups = choose_bounds(scheme, n_clusters, d * itemsize)
     reasons["n_groups"] = f"the groups of {scheme!r} for k={n_clusters}"
     row_bytes = state_bytes_per_row(d, n_groups, itemsize, cached=True) // 2

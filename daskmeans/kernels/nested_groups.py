@@ -63,7 +63,17 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
     O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
     :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers (fewer groups if they still would not fit), else
-    Hamerly's single bound.
+    Hamerly's single bound. Yinyang takes at least :data:`~daskmeans.config.YINYANG_MIN_GROUPS` groups where that
+    leaves two centers or more a group: smaller groups where ``k`` is a few hundred, whose bounds skip more rows.
+
+    Examples
+    --------
+    >>> choose_bounds("auto", 1000, 512)  # 128 float32 features: groups of 10 centers
+    ('yinyang', 100)
+    >>> choose_bounds("auto", 256, 512)  # at least YINYANG_MIN_GROUPS groups
+    ('yinyang', 64)
+    >>> choose_bounds("auto", 100, 512)  # 4 bytes a center fit the row: Elkan's bounds
+    ('elkan', 100)
     """
     if bounds == "none":
         return "none", 1
@@ -71,7 +81,9 @@ def choose_bounds(bounds, n_clusters, row_bytes):
         return "hamerly", 1
     if bounds == "elkan":
         return "elkan", n_clusters
-    yinyang_groups = max(1, -(-n_clusters // config.YINYANG_GROUP_SIZE))
+    yinyang_groups = max(
+        1, -(-n_clusters // config.YINYANG_GROUP_SIZE), min(config.YINYANG_MIN_GROUPS, n_clusters // 2)
+    )
     if bounds == "yinyang":
         return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
     if 4 * n_clusters <= row_bytes:
