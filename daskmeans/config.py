@@ -219,8 +219,9 @@ MAX_LANES = 64
 DRIVER_WORK = 4 * 10**9
 #: Multiply-adds (``rows x k x d``) of a full assignment up to which ``driver_rows="auto"`` (exact k-means, nmbatch's
 #: batches) steps the rows on the driver when the cluster's workers run no more threads than the driver has cores (a
-#: local cluster): such workers compute no faster than the driver, so larger passes gain from the round trips saved.
-DRIVER_WORK_FEW_THREADS = 5 * 10**10
+#: local cluster): such workers compute no faster than the driver, so larger passes gain from the round trips saved
+#: (300,000 descriptors at k = 4,096 included; on larger data ``DRIVER_BYTES`` is the bound).
+DRIVER_WORK_FEW_THREADS = 2 * 10**11
 #: Bytes of the driver's memory that the rows stepped there and their state (labels, distances, bounds) may take.
 DRIVER_BYTES = 256 * 2**20
 

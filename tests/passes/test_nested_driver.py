@@ -40,9 +40,11 @@ def test_the_driver_takes_on_more_work_when_the_workers_run_no_more_threads_than
         Client(many, set_as_default=False) as client,
     ):
         assert driver_work(client) == DRIVER_WORK
-    # descriptors, k = 1000: a batch of 320,000 rows (not 640,000) stays on the driver of a local cluster
-    rows = driver_rows("auto", 1000, 128, 356, DRIVER_WORK_FEW_THREADS)
-    assert rows == DRIVER_WORK_FEW_THREADS // (1000 * 128) and 320_000 <= rows < 640_000
+    # descriptors, k = 4096: 300,000 rows (not 600,000) are stepped on the driver of a local cluster
+    rows = driver_rows("auto", 4096, 128, 356, DRIVER_WORK_FEW_THREADS)
+    assert rows == DRIVER_WORK_FEW_THREADS // (4096 * 128) and 300_000 <= rows < 600_000
+    # at k = 1000 the driver's memory bounds them first
+    assert driver_rows("auto", 1000, 128, 356, DRIVER_WORK_FEW_THREADS) == DRIVER_BYTES // 356
     assert driver_rows("auto", 1000, 128, 10**4, DRIVER_WORK_FEW_THREADS) == DRIVER_BYTES // 10**4
 
 
