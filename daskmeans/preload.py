@@ -96,11 +96,17 @@ def _warm_revisit(dtype):
 
 
 def _warm_stats(dtype):
-    """``_cluster_stats`` without and with sample weights (one compiled signature serves both)."""
+    """``_cluster_stats`` without and with sample weights (one compiled signature serves both); the kept sums of
+    exact k-means with bounds moved by int32 labels (rows of the dtype and uint8) and its far rows."""
     block = _tiny_block(dtype)
     labels, dist2 = _warm_assign(dtype)
-    cluster_stats(block, labels, dist2, 2)
+    sums, counts, _ = cluster_stats(block, labels, dist2, 2)
     cluster_stats(block, labels, dist2, 2, weights=np.ones(block.shape[0]))
+    labels = labels.astype(np.int32)
+    for rows in (block, np.ascontiguousarray(block * 100, dtype=np.uint8)):
+        stats.move_rows(rows, labels, labels[::-1].copy(), sums, counts)
+    stats.cluster_sse(labels, dist2, np.zeros(2))
+    stats.largest_positions(dist2, 2)
 
 
 def _warm_random(dtype):
@@ -172,6 +178,9 @@ def _dispatchers():
         "kernels.revisit._revisit": revisit._revisit,
         "kernels.revisit._revisit_by_groups": revisit._revisit_by_groups,
         "kernels.stats._cluster_stats": stats._cluster_stats,
+        "kernels.stats.move_rows": stats.move_rows,
+        "kernels.stats.cluster_sse": stats.cluster_sse,
+        "kernels.stats.largest_positions": stats.largest_positions,
         "_random._row_uniforms": engine_random._row_uniforms,
         "kernels.afkmc2._nearest_by_scores": afkmc2._nearest_by_scores,
         "kernels.afkmc2._run_chains": afkmc2._run_chains,

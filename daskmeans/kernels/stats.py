@@ -45,6 +45,76 @@ def _cluster_stats(X, labels, dist2, weights, use_weights, sums, counts, sse):
     return sums, counts, sse
 
 
+@numba.njit(cache=True, nogil=True)
+def move_rows(X, old_labels, new_labels, sums, counts):
+    """Every row whose cluster changed taken out of its old cluster's sum and count and added to its new one's
+    (weight 1 each).
+
+    For rows of integers the float64 sums hold integers below ``2**53`` and every addition is exact, so sums kept
+    up to date this way equal, to the last bit, the sums :func:`cluster_stats` adds up anew.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+    old_labels, new_labels : int arrays (n,)
+    sums, counts : IN-OUT float64 (k, d), (k,)
+        The statistics of ``old_labels``, made those of ``new_labels``.
+    """
+    for i in range(X.shape[0]):
+        old = old_labels[i]
+        new = new_labels[i]
+        if old == new:
+            continue
+        counts[old] -= 1.0
+        counts[new] += 1.0
+        add_scaled_row(sums[old], -1.0, X[i])
+        add_scaled_row(sums[new], 1.0, X[i])
+
+
+@numba.njit(cache=True, nogil=True)
+def cluster_sse(labels, dist2, sse):
+    """``sse[j]`` plus the squared distances of cluster ``j``'s rows, added in row order (as :func:`cluster_stats`
+    adds them for rows of weight 1)."""
+    for i in range(labels.shape[0]):
+        sse[labels[i]] += dist2[i]
+    return sse
+
+
+@numba.njit(cache=True, nogil=True)
+def largest_positions(values, keep):
+    """Positions of the ``keep`` largest ``values``, largest first, equal values in position order.
+
+    One read of ``values``: each is compared with the smallest kept so far, and only the larger ones are inserted
+    into the short kept list, so a block's few farthest rows cost far less than a selection over the whole block
+    (which copies and partitions it).
+
+    Examples
+    --------
+    >>> largest_positions(np.array([1.0, 5.0, 3.0, 5.0, 0.5]), 3)
+    array([1, 3, 2])
+    """
+    size = min(max(keep, 0), values.shape[0])
+    kept_values = np.empty(size, dtype=np.float64)
+    kept = np.empty(size, dtype=np.int64)
+    filled = 0
+    for i in range(values.shape[0]):
+        value = np.float64(values[i])
+        if filled < size:
+            at = filled
+            filled += 1
+        elif size > 0 and value > kept_values[size - 1]:
+            at = size - 1  # the last kept: the smallest, the latest of equal smallest
+        else:
+            continue
+        while at > 0 and kept_values[at - 1] < value:
+            kept_values[at] = kept_values[at - 1]
+            kept[at] = kept[at - 1]
+            at -= 1
+        kept_values[at] = value
+        kept[at] = i
+    return kept
+
+
 def cluster_stats(X, labels, dist2, k, weights=None, out=None):
     """Sum of the (weighted) rows, total weight and weighted SSE of each of the ``k`` clusters.
 

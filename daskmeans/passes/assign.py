@@ -16,6 +16,7 @@ from ..engine.slabs import compute_dtype, is_aligned, map_rows, row_slabs, slab_
 from ..exceptions import InputDataError
 from ..kernels.assign import all_dist2, nearest_centers
 from ..kernels.probe import probe_nearest
+from ..kernels.stats import largest_positions
 
 
 @dataclass
@@ -49,10 +50,7 @@ class ClusterStats:
 
 def _farthest_order(dist2, keep):
     """Positions of the ``keep`` largest of ``dist2``, largest first (ties in position order)."""
-    if len(dist2) > keep:
-        top = np.argpartition(-dist2, keep - 1)[:keep]
-        return top[np.argsort(-dist2[top], kind="stable")]
-    return np.argsort(-dist2, kind="stable")
+    return largest_positions(np.asarray(dist2, dtype=np.float64), int(keep))
 
 
 def _farthest(dist2, rows, labels, weights, keep):

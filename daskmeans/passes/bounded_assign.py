@@ -7,7 +7,9 @@ group of centers. Each later pass revisits a block with the new centers
 and the labels stay the exact nearest centers. Every pass then computes the block's full statistics from its
 labels (the same :func:`daskmeans.kernels.stats.cluster_stats` and the same tree reduction as
 :func:`daskmeans.passes.assign.assign_stats_graph`), so the sums are those of a plain Lloyd pass over the same
-blocks, to the last bit, and never accumulate rounding across iterations.
+blocks, to the last bit, and never accumulate rounding across iterations. A block of integer rows without weights
+keeps its sums instead and moves only the rows that changed cluster (:func:`keeps_sums`): exact in float64, so the
+same sums to the last bit, without a read of every row once few rows change cluster.
 
 Memory: the state costs :func:`state_bytes_per_row` per row on the workers, on top of the persisted data. A
 revisit writes the new labels, distances and bounds into the arrays of the state two passes back, once that state
@@ -29,14 +31,31 @@ from ..engine.slabs import compute_dtype, converted_rows
 from ..kernels.exact_assign import assign_with_bounds
 from ..kernels.packed_bounds import LOWER_BYTES
 from ..kernels.revisit import revisit_with_bounds
-from ..kernels.stats import cluster_stats
+from ..kernels.stats import cluster_sse, cluster_stats, move_rows
 from .assign import _combine_stats, _farthest_eligible, block_energy, far_rows, finish_stats, stats_part_bytes
 
 
 def state_bytes_per_row(n_features: int, n_groups: int, itemsize: int = 4) -> int:
     """Worker memory one row's state takes: the row (``itemsize`` bytes a value: as computed, or as stored for
-    integers up to 16 bits, :func:`kept_rows`), label, distance, weight and group bounds (16 bits each)."""
+    integers up to 16 bits, :func:`kept_rows`), label, distance, weight (or its share of the block's kept sums,
+    :func:`keeps_sums`) and group bounds (16 bits each)."""
     return int(n_features * itemsize + 4 + 8 + 8 + LOWER_BYTES * n_groups)
+
+
+def keeps_sums(rows, weights, k) -> bool:
+    """Whether a block keeps its clusters' sums and counts between passes, moving only the rows that changed
+    cluster (:func:`~daskmeans.kernels.stats.move_rows`): rows of integers kept as stored and no weights (every
+    update is then exact), and sums that take no more than the weights the block does not hold (``k (d + 1)``
+    float64 values for at least as many rows).
+
+    Examples
+    --------
+    >>> keeps_sums(np.zeros((37_500, 128), dtype=np.uint8), None, 256)
+    True
+    >>> keeps_sums(np.zeros((37_500, 128), dtype=np.float32), None, 256)
+    False
+    """
+    return rows.dtype.kind in "iu" and weights is None and int(k) * (rows.shape[1] + 1) <= rows.shape[0]
 
 
 class BoundedBlock(RecycledState):
@@ -46,7 +65,7 @@ class BoundedBlock(RecycledState):
     and bounds there for the next revisit to fill (:mod:`daskmeans.engine.recycle`).
     """
 
-    __slots__ = ("rows", "weights", "labels", "dist2", "lower", "recycler")
+    __slots__ = ("rows", "weights", "labels", "dist2", "lower", "recycler", "kept_sums")
 
     def __init__(self, rows, weights, labels, dist2, lower, recycler=None):
         self.rows = rows
@@ -55,6 +74,7 @@ class BoundedBlock(RecycledState):
         self.dist2 = dist2
         self.lower = lower
         self.recycler = Recycler() if recycler is None else recycler
+        self.kept_sums = None  # (sums, counts) of its labels where it keeps them (keeps_sums)
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -64,9 +84,25 @@ class BoundedBlock(RecycledState):
             setattr(self, name, value)
 
 
-def _report(state, k, n_far, computed):
+def _block_stats(state, k, previous=None):
+    """The block's sums, counts and SSE: moved from ``previous``'s kept sums by the rows that changed cluster
+    where it kept them, else added up anew; kept in ``state`` where it keeps them (:func:`keeps_sums`)."""
+    kept = None if previous is None else previous.kept_sums
+    if kept is None:
+        sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
+    else:
+        sums, counts = kept[0].copy(), kept[1].copy()
+        move_rows(state.rows, previous.labels, state.labels, sums, counts)
+        sse = cluster_sse(state.labels, state.dist2, np.zeros(k))
+    if not keeps_sums(state.rows, state.weights, k):
+        return sums, counts, sse
+    state.kept_sums = (sums, counts)
+    return sums.copy(), counts.copy(), sse  # the report's own: its reduction and the update may change them
+
+
+def _report(state, k, n_far, computed, previous=None):
     """The block's statistics in the form of the assign pass, plus the distances computed."""
-    sums, counts, sse = cluster_stats(state.rows, state.labels, state.dist2, k, state.weights)
+    sums, counts, sse = _block_stats(state, k, previous)
     far_dist2, far_rows, far_labels, far_weights = _farthest_eligible(
         state.dist2, state.rows, state.labels, state.weights, n_far
     )
@@ -106,8 +142,8 @@ def _revisit_state(state, centers, shift, groups, n_far):
     labels, dist2, lower, computed = revisit_with_bounds(
         state.rows, centers, state.labels, state.lower, shift, groups, dist2=state.dist2, out=state.empty_like_state()
     )
-    state = BoundedBlock(state.rows, state.weights, labels, dist2, lower, state.recycler)
-    return state, _report(state, centers.shape[0], n_far, computed)
+    revisited = BoundedBlock(state.rows, state.weights, labels, dist2, lower, state.recycler)
+    return revisited, _report(revisited, centers.shape[0], n_far, computed, state)
 
 
 def _start_block_carried(block, offset, weights, carried, groups, n_far):
