@@ -80,13 +80,34 @@ def cluster_sse(labels, dist2, sse):
     return sse
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _worse(values, positions, a, b):
+    """Whether kept entry ``a`` ranks below kept entry ``b``: a smaller value, or an equal one later in order."""
+    return values[a] < values[b] or (values[a] == values[b] and positions[a] > positions[b])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sift_down(values, positions, at, size):
+    """Restore the heap (its worst entry first, :func:`_worse`) below ``at``."""
+    while True:
+        worst = at
+        for child in (2 * at + 1, 2 * at + 2):
+            if child < size and _worse(values, positions, child, worst):
+                worst = child
+        if worst == at:
+            return
+        values[at], values[worst] = values[worst], values[at]
+        positions[at], positions[worst] = positions[worst], positions[at]
+        at = worst
+
+
 @numba.njit(cache=True, nogil=True)
 def largest_positions(values, keep):
     """Positions of the ``keep`` largest ``values``, largest first, equal values in position order.
 
-    One read of ``values``: each is compared with the smallest kept so far, and only the larger ones are inserted
-    into the short kept list, so a block's few farthest rows cost far less than a selection over the whole block
-    (which copies and partitions it).
+    One read of ``values`` against a heap of the ``keep`` kept so far, its worst first: a value enters only when it
+    beats the worst, so a block's few farthest rows cost far less than a selection over the whole block (which
+    copies and partitions it), and at most ``n log keep`` steps whatever the order of the values.
 
     Examples
     --------
@@ -96,23 +117,25 @@ def largest_positions(values, keep):
     size = min(max(keep, 0), values.shape[0])
     kept_values = np.empty(size, dtype=np.float64)
     kept = np.empty(size, dtype=np.int64)
-    filled = 0
-    for i in range(values.shape[0]):
+    for i in range(size):  # the first ones, then made a heap
+        kept_values[i] = values[i]
+        kept[i] = i
+    for at in range(size // 2 - 1, -1, -1):
+        _sift_down(kept_values, kept, at, size)
+    for i in range(size, values.shape[0]):
         value = np.float64(values[i])
-        if filled < size:
-            at = filled
-            filled += 1
-        elif size > 0 and value > kept_values[size - 1]:
-            at = size - 1  # the last kept: the smallest, the latest of equal smallest
-        else:
-            continue
-        while at > 0 and kept_values[at - 1] < value:
-            kept_values[at] = kept_values[at - 1]
-            kept[at] = kept[at - 1]
-            at -= 1
-        kept_values[at] = value
-        kept[at] = i
-    return kept
+        if value > kept_values[0]:  # an equal value comes later in order: it ranks below the worst kept
+            kept_values[0] = value
+            kept[0] = i
+            _sift_down(kept_values, kept, 0, size)
+    order = np.argsort(-kept_values)
+    result = kept[order]
+    start = 0
+    for stop in range(1, size + 1):  # each run of equal values put in position order
+        if stop == size or kept_values[order[stop]] != kept_values[order[start]]:
+            result[start:stop] = np.sort(result[start:stop])
+            start = stop
+    return result
 
 
 def cluster_stats(X, labels, dist2, k, weights=None, out=None):
