@@ -97,7 +97,7 @@ def _block_stats(state, k, previous=None):
     if not keeps_sums(state.rows, state.weights, k):
         return sums, counts, sse
     state.kept_sums = (sums, counts)
-    return sums.copy(), counts.copy(), sse  # the report's own: its reduction and the update may change them
+    return sums.copy(), counts.copy(), sse  # the report gets its own: what leaves the task never aliases the state
 
 
 def _report(state, k, n_far, computed, previous=None):

@@ -17,10 +17,11 @@ from tests.conftest import shared_dataset
 
 
 @pytest.mark.parametrize("n,keep", [(0, 3), (5, 0), (5, 10), (200, 7), (5000, 32)])
-@pytest.mark.parametrize("tied", [False, True])
-def test_largest_positions_are_numpys_order_largest_first_ties_in_position_order(n, keep, tied):
+@pytest.mark.parametrize("order", ["random", "tied", "ascending"])
+def test_largest_positions_are_numpys_order_largest_first_ties_in_position_order(n, keep, order):
     rng = np.random.default_rng(n + keep)
-    values = rng.integers(0, 4, n).astype(np.float64) if tied else rng.random(n)
+    values = rng.integers(0, 4, n).astype(np.float64) if order == "tied" else rng.random(n)
+    values = np.sort(values) if order == "ascending" else values  # every value enters the heap
     expected = np.lexsort((np.arange(n), -values))[:keep]
     np.testing.assert_array_equal(largest_positions(values, keep), expected)
 
