@@ -92,17 +92,54 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
 
 
+#: Most power iterations :func:`principal_axis` takes (it stops sooner once the direction settles).
+AXIS_MAX_ITERATIONS = 50
+#: :func:`principal_axis` stops once no component of the unit direction moves more than this in a step.
+AXIS_TOLERANCE = 1e-4
+
+
 def principal_axis(centered):
     """Unit direction of largest variance of the rows of ``centered`` (mean zero), its largest component positive.
 
-    From the eigenvectors of the ``d x d`` scatter matrix when there are at least ``d`` rows (one GEMM, far
-    cheaper than an SVD of many rows), else from the SVD of the rows.
+    With fewer rows than features, exactly: from the top eigenvector ``u`` of the small Gram matrix of the rows
+    (``centered^T u`` is the scatter matrix's). Otherwise by power iteration on the scatter matrix, two
+    matrix-vector products a step (never the ``d x d`` matrix), from the row farthest from the mean, until the
+    direction settles (:data:`AXIS_TOLERANCE`, at most :data:`AXIS_MAX_ITERATIONS` steps). Both cost a small
+    fraction of an eigendecomposition of the scatter matrix or an SVD of the rows, for the hundreds of splits of
+    :func:`make_groups` at ``k`` in the thousands. Where the largest variances are close, the iteration converges
+    slowly and may stop at a direction of a little less variance (1% less in the tests), which splits the centers
+    about as well; any split keeps the bounds exact.
+
+    Examples
+    --------
+    >>> points = np.array([[-3.0, 1.0], [-3.0, -1.0], [3.0, 1.0], [3.0, -1.0]])  # variance 9 along x, 1 along y
+    >>> np.abs(np.round(principal_axis(points), 4))
+    array([1., 0.])
     """
-    if centered.shape[0] >= centered.shape[1]:
-        direction = np.linalg.eigh(centered.T @ centered)[1][:, -1]
+    centered = np.asarray(centered, dtype=np.float64)
+    norms = np.einsum("ij,ij->i", centered, centered)
+    if centered.shape[0] == 0 or norms.max() == 0.0:
+        direction = np.zeros(centered.shape[1])
+        direction[0] = 1.0
+        return direction
+    if centered.shape[0] < centered.shape[1]:
+        direction = centered.T @ np.linalg.eigh(centered @ centered.T)[1][:, -1]
+        direction /= np.linalg.norm(direction)
     else:
-        direction = np.linalg.svd(centered, full_matrices=False)[2][0]
+        direction = _power_iteration(centered, centered[np.argmax(norms)] / np.sqrt(norms.max()))
     return direction if direction[np.argmax(np.abs(direction))] >= 0 else -direction
+
+
+def _power_iteration(centered, direction):
+    """The top eigenvector of ``centered^T centered`` by power iteration from the unit vector ``direction``."""
+    for _ in range(AXIS_MAX_ITERATIONS):
+        step = centered.T @ (centered @ direction)
+        step /= np.linalg.norm(step)
+        settled = np.abs(step - direction).max() < AXIS_TOLERANCE
+        direction = step
+        if settled:
+            break
+    return direction
 
 
 def _bisect(points, index, n_groups, group_of, next_group):

@@ -156,21 +156,6 @@ def test_full_assignment_of_uint8_rows_converted_by_slabs_is_that_of_their_float
     assert results[1][3] > 0
 
 
-@pytest.mark.parametrize("n_rows, d", [(500, 12), (6, 12)])
-def test_principal_axis_is_the_first_right_singular_vector(n_rows, d):
-    """The yinyang groups' splitting direction: the SVD's first right singular vector (NumPy), up to its sign,
-    which is fixed (largest component positive); by the scatter matrix with more rows than features, by SVD
-    with fewer."""
-    rng = np.random.default_rng(9)
-    points = rng.standard_normal((n_rows, d)) * np.linspace(1, 4, d)
-    centered = points - points.mean(axis=0)
-    axis = nested_groups.principal_axis(centered)
-    reference = np.linalg.svd(centered, full_matrices=False)[2][0]
-    reference = reference if reference[np.argmax(np.abs(reference))] >= 0 else -reference
-    np.testing.assert_allclose(axis, reference, atol=1e-8)
-    assert axis[np.argmax(np.abs(axis))] > 0
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("scheme, n_groups", [("hamerly", 1), ("none", 1), ("yinyang", 5), ("yinyang", 7)])
