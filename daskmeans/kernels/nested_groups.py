@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
+from .packed_bounds import LOWER_BYTES
 
 #: Bound schemes accepted by ``bounds=``.
 BOUND_SCHEMES = ("auto", "elkan", "yinyang", "hamerly", "none")
@@ -62,9 +63,11 @@ def choose_bounds(bounds, n_clusters, row_bytes):
 
     ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
     O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
-    :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers (fewer groups if they still would not fit), else
-    Hamerly's single bound. Yinyang takes at least :data:`~daskmeans.config.YINYANG_MIN_GROUPS` groups where that
-    leaves two centers or more a group: smaller groups where ``k`` is a few hundred, whose bounds skip more rows.
+    :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers, as many as fit the row at 16 bits a bound
+    (:data:`~daskmeans.kernels.packed_bounds.LOWER_BYTES`), else Hamerly's single bound. Yinyang takes at least
+    :data:`~daskmeans.config.YINYANG_MIN_GROUPS` groups where that leaves two centers or more a group: smaller
+    groups where ``k`` is a few hundred, whose bounds skip more rows. (Elkan's bounds stop at ``4 k``: past that,
+    yinyang groups of a few centers skip as many rows with fewer bounds to keep.)
 
     Examples
     --------
@@ -74,6 +77,8 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     ('yinyang', 64)
     >>> choose_bounds("auto", 100, 512)  # 4 bytes a center fit the row: Elkan's bounds
     ('elkan', 100)
+    >>> choose_bounds("auto", 4096, 512)  # 410 groups of 10 would not fit: 256 groups of 16 bits, of 16 centers
+    ('yinyang', 256)
     """
     if bounds == "none":
         return "none", 1
@@ -88,7 +93,7 @@ def choose_bounds(bounds, n_clusters, row_bytes):
         return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
     if 4 * n_clusters <= row_bytes:
         return "elkan", n_clusters
-    n_groups = min(yinyang_groups, max(1, row_bytes // 4))
+    n_groups = min(yinyang_groups, max(1, row_bytes // LOWER_BYTES))
     return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
 
 
