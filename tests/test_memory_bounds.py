@@ -98,7 +98,7 @@ def test_nested_full_assignment_with_100k_centers_stays_in_its_slab(large_k):
     (labels, dist2, lower, _), peak = traced_peak(assign_with_bounds, block, centers, groups)
     bound = task_memory_bytes(64, D_LARGE, K_LARGE) + groups.slot_center.nbytes
     assert peak <= bound, f"peak {peak / MiB:.1f} MiB > bound {bound / MiB:.1f} MiB"
-    assert lower.shape == (64, n_groups) and n_groups * 4 <= D_LARGE * 4, "bounds no larger than a row"
+    assert lower.shape == (64, n_groups) and lower[0].nbytes <= D_LARGE * 4, "bounds no larger than a row"
     np.testing.assert_array_equal(labels, nearest_centers(block, centers)[0])
 
 
