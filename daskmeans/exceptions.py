@@ -116,6 +116,12 @@ class ModelFileError(DaskmeansError, ValueError):
 class OutputExistsError(DaskmeansError, FileExistsError):
     """An output path exists already and overwriting it was not asked for.
 
+    Attributes
+    ----------
+    unfinished : bool
+        What is there is an object-store output without its root metadata: another run is writing it, or an
+        interrupted run left it.
+
     Examples
     --------
     >>> import os, tempfile
@@ -131,6 +137,10 @@ class OutputExistsError(DaskmeansError, FileExistsError):
     >>> path = write_labels(np.array([1, 0]), path, overwrite=True)  # replaced once complete
     >>> folder.cleanup()
     """
+
+    def __init__(self, message: str, *, unfinished: bool = False):
+        super().__init__(message)
+        self.unfinished = unfinished
 
 
 class SchedulerConnectionError(DaskmeansError, ConnectionError):

@@ -99,6 +99,7 @@ def test_two_fits_at_once_on_a_local_disk(tmp_path, data):
 def test_two_fits_at_once_on_s3(tmp_path, data, s3_server, s3_bucket):
     model, labels = f"{s3_bucket}/model.zarr", f"{s3_bucket}/labels.zarr"
     results = fit_twice_at_once(data, model, labels, environment(**s3_server.environment()))
+    # refused at its claim, or (a command that starts late) at its check, which sees the other's claim
     winner = check_one_won(results, "another run is writing it")
     options = s3_server.storage_options()
     fitted = load(model, storage_options=options)

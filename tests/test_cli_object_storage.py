@@ -206,3 +206,18 @@ def test_info_says_when_nothing_or_a_part_is_there(s3_server, s3_bucket):
         invoke("info", f"{s3_bucket}/partial.zarr", *option_arguments(s3_server)), "was not completely written"
     )
     assert_one_line_error(invoke("info", f"{s3_bucket}/nothing.zarr", *option_arguments(s3_server)), "Nothing at")
+
+
+def test_an_s3_output_another_run_is_writing_is_refused_with_that_reason(s3_server, s3_bucket, small_input):
+    from daskmeans.storage.publish import CLAIM_NAME, UNFINISHED_OUTPUT
+
+    url = f"{s3_bucket}/being-written.zarr"
+    fs = s3_server.filesystem()
+    claim = f"{url.removeprefix('s3://')}/{CLAIM_NAME}"
+    fs.pipe_file(claim, b'{"token": "another run"}')
+    fitted = invoke(
+        "fit", small_input, "-k", 2, "--local-workers", "scheduler", "--labels", url, *option_arguments(s3_server)
+    )  # fmt: skip
+    assert_one_line_error(fitted, "--labels", f"exists already ({UNFINISHED_OUTPUT})", "--overwrite")
+    fs.invalidate_cache()
+    assert fs.cat_file(claim) == b'{"token": "another run"}'  # the other run's claim is left as it was

@@ -92,9 +92,10 @@ class Clock:
       ends finish (no other starts); on a cluster the driver stops waiting at once, and the workers finish the
       tasks they run in the background, their results unused.
 
-    VRKM cuts its epochs' passes so too, and its inner loop reads no pool once the budget has ended: it returns past
-    it also by the pool under way. The other algorithms keep to the budget by their forecasts alone: they also
-    return past it by their first iteration and by what the last iteration they started took beyond its forecast.
+    VRKM cuts its epochs' passes and its pools' reads so too, and reads a further pool only if one as long as the last
+    still ends in time: it returns past the budget also by the steps of the pool under way. The other algorithms keep
+    to the budget by their forecasts alone: they also return past it by their first iteration and by what the last
+    iteration they started took beyond its forecast.
 
     Mini-batch k-means asks the clock at each step instead of forecasting one: after its seeding and first step, it
     overruns by at most the step, or the reading of a pool of rows, under way when the budget runs out.

@@ -339,7 +339,7 @@ def _epochs(array, centers, plan, context, driver=None):
             plan.inner_batch_size,
             config.REMAKE_COST,
         )
-        progress, where, pools_run = epoch_inner_loop(sampler, draws, pools, first, task, clock)
+        progress, where, pools_run = epoch_inner_loop(sampler, draws, pools, first, task, clock, record["pass_time"])
         centers, counts = progress.loop.centers(), progress.loop.counts()
         state.centers = centers
         state.passes += pools_run - 1  # a read of the data per pool after the first

@@ -14,12 +14,14 @@ as it always was; a longer one costs a read per further pool, the price of bound
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import config
 from ..engine.client import compute_now, persist_now, run_pinned, submit_now
+from ..engine.deadline import BudgetSpent, budget_until, wait_for_futures
 from ..engine.pass_progress import active_watch
 from ..engine.slabs import stored_form
 from ..kernels.vrkm import InnerLoop
@@ -303,6 +305,7 @@ def _read_on_cluster(flat, client):
     from distributed import as_completed
 
     futures = submit_now(*flat, client=client)
+    wait_for_futures(futures)  # BudgetSpent when the budget ends first
     for _ in as_completed(futures, loop=client.loop):  # their results stay on the workers
         pass
     watch = active_watch()
@@ -311,8 +314,8 @@ def _read_on_cluster(flat, client):
     return futures
 
 
-def epoch_inner_loop(sampler, draws, pools, first, task, clock):
-    """Run an epoch's inner loop over its pools in draw order.
+def epoch_inner_loop(sampler, draws, pools, first, task, clock, read_seconds=0.0):
+    """Run an epoch's inner loop over its pools in draw order, within the fit's ``max_time``.
 
     Parameters
     ----------
@@ -326,7 +329,12 @@ def epoch_inner_loop(sampler, draws, pools, first, task, clock):
     task : InnerLoopTask
         Its ``starts`` and ``n_draws`` are set per pool.
     clock : Clock
-        Once it is out of time, no further pool is read: the loop ends after the pool under way.
+        A further pool is read only if a read as long as the last one and its steps, at the last pool's seconds
+        per draw, end within ``max_time``; a read under way when the budget ends is cut short. The loop then ends
+        after the pools it ran.
+    read_seconds : float
+        Seconds of the epoch's pass, which read the first pool: the forecast of the second pool's read (each pool
+        reads the blocks its draws fall in, nearly all of them).
 
     Returns
     -------
@@ -336,14 +344,23 @@ def epoch_inner_loop(sampler, draws, pools, first, task, clock):
     pools_run : int
     """
     progress, where = None, "driver"
+    seconds_per_draw = 0.0
     for p, (begin, end) in enumerate(pools):
         if p == 0:
             pieces, starts = first
             first.clear()  # the caller's reference: the pool is released once used
-        elif clock.out_of_time():
-            return progress, where, p
         else:
-            pieces, starts = sampler.pool(task.pass_centers, draws[begin:end])
+            if clock.out_of_time(read_seconds + seconds_per_draw * (end - begin)):
+                return progress, where, p
+            started = time.perf_counter()
+            try:
+                with budget_until(clock.end()):
+                    pieces, starts = sampler.pool(task.pass_centers, draws[begin:end])
+            except BudgetSpent:
+                return progress, where, p
+            read_seconds = time.perf_counter() - started
+        started = time.perf_counter()
         progress, where = sampler.run(pieces, replace(task, starts=starts, n_draws=end - begin), progress)
+        seconds_per_draw = (time.perf_counter() - started) / max(1, end - begin)
         del pieces
     return progress, where, len(pools)

@@ -236,7 +236,7 @@ def check_outputs(
     uncompressed size in bytes (:func:`check_free_space`); a warning for each output that may not fit goes to
     stderr.
     """
-    from ..storage.publish import is_local, prepare_output
+    from ..storage.publish import UNFINISHED_OUTPUT, is_local, prepare_output
 
     given = {option: os.fspath(path) for option, path in outputs.items() if path is not None}
     options = list(given)
@@ -262,8 +262,10 @@ def check_outputs(
         try:
             prepare_output(path, overwrite, storage_options if remote else None)
         except OutputExistsError as error:
+            why = f" ({UNFINISHED_OUTPUT})" if error.unfinished else ""
             raise OutputExistsError(
-                f"{option} {path!r} exists already; choose another path or add --overwrite to replace it."
+                f"{option} {path!r} exists already{why}; choose another path or add --overwrite to replace it.",
+                unfinished=error.unfinished,
             ) from error
         warning = check_free_space(option, path, (sizes or {}).get(option, 0))
         if not remote:

@@ -97,6 +97,8 @@ __all__ = [
 
 #: Name of the object that claims an object-store output while it is written.
 CLAIM_NAME = ".daskmeans-claim"
+#: What an object-store output without its root metadata is, in the error that refuses to write it.
+UNFINISHED_OUTPUT = "another run is writing it, or an interrupted run left it"
 #: Prefix (under the output's path) of the objects of an object-store output being written.
 STAGING_PREFIX = ".daskmeans-staging-"
 
@@ -169,7 +171,7 @@ class _Output:
                 self.fs.pipe_file(self.claim_key, record, mode="overwrite" if self.overwrite else "create")
             except FileExistsError:
                 raise OutputExistsError(
-                    f"{self.path!r} exists already (another run is writing it, or an interrupted run left it); "
+                    f"{self.path!r} exists already ({UNFINISHED_OUTPUT}); "
                     "choose another path or pass overwrite=True (CLI: --overwrite)."
                 ) from None
         if not self.nested:
@@ -471,8 +473,9 @@ def prepare_output(path, overwrite: bool, storage_options: dict | None = None) -
         unfinished = not is_local(path) and not has_root_metadata(path, storage_options)
         raise OutputExistsError(
             f"{path!r} exists already"
-            + (" (another run is writing it, or an interrupted run left it)" if unfinished else "")
-            + "; choose another path or pass overwrite=True (CLI: --overwrite)."
+            + (f" ({UNFINISHED_OUTPUT})" if unfinished else "")
+            + "; choose another path or pass overwrite=True (CLI: --overwrite).",
+            unfinished=unfinished,
         )
     if is_local(path):
         parent = os.path.dirname(os.path.abspath(local_path(path)))
