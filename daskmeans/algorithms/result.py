@@ -90,7 +90,9 @@ class Clock:
       ``n_clusters`` distinct candidates) and stops reclustering its candidates on the driver when it is spent;
     - one block's work: on the driver's threads and on the local scheduler, the block tasks running when the budget
       ends finish (no other starts); on a cluster the driver stops waiting at once, and the workers finish the
-      tasks they run in the background, their results unused.
+      tasks they run in the background, their results unused;
+    - the compilation of the kernels the fit is the first to use since the Numba cache was made (once: it caches
+      them on disk).
 
     VRKM cuts its epochs' passes and its pools' reads so too, and reads a further pool only if one as long as the last
     still ends in time: it returns past the budget also by the steps of the pool under way. The other algorithms keep
