@@ -172,7 +172,8 @@ class _Output:
             except FileExistsError:
                 raise OutputExistsError(
                     f"{self.path!r} exists already ({UNFINISHED_OUTPUT}); "
-                    "choose another path or pass overwrite=True (CLI: --overwrite)."
+                    "choose another path or pass overwrite=True (CLI: --overwrite).",
+                    unfinished=True,
                 ) from None
         if not self.nested:
             with _STAGING_LOCK:

@@ -281,8 +281,9 @@ def test_the_claim_is_a_conditional_create_on_the_server(s3_server, s3_bucket):
     first_output = publish._Output(url, False, options)
     second_output = publish._Output(url, False, options)  # both checked before either claimed
     first_output.claim()
-    with pytest.raises(OutputExistsError, match="another run is writing it"):
+    with pytest.raises(OutputExistsError, match="another run is writing it") as refused:
         second_output.claim()
+    assert refused.value.unfinished
     first.outputs.append(first_output)
     with first:
         zarr.create_array(first_output.staging, shape=(2,), dtype="i4", storage_options=options)[...] = 3
