@@ -39,6 +39,8 @@ _LAZY = {
     "Dataset": "daskmeans.storage.io",
     "write_labels": "daskmeans.storage.io",
     "load": "daskmeans.storage.model",
+    "warm_up": "daskmeans.warm",
+    "WarmReport": "daskmeans.warm",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from __getattr__
@@ -51,6 +53,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from
     from .estimators.vrkm import VRKMeans
     from .storage.io import Dataset, open_input, write_labels
     from .storage.model import load
+    from .warm import WarmReport, warm_up
 
 
 def __getattr__(name):

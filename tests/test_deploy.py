@@ -722,6 +722,14 @@ def test_dockerfile_runs_as_a_non_root_user_and_installs_daskmeans():
     sources = {source.rstrip("/") for copy_args in copies for source in copy_args[:-1] if not source.startswith("--")}
     assert {"pyproject.toml", "daskmeans"} <= sources
     assert any("pip install" in args and "/opt/daskmeans/src" in args for i, args in instructions if i == "RUN")
+    runs = [args for instruction, args in instructions if instruction == "RUN"]
+    warms = [i for i, args in enumerate(runs) if args == "daskmeans warm"]
+    assert warms, "the image does not compile the kernels (RUN daskmeans warm)"
+    installed = next(i for i, args in enumerate(runs) if "pip install" in args and "/opt/daskmeans/src" in args)
+    assert warms[0] > installed, "daskmeans warm runs before daskmeans is installed"
+    assert instructions.index(("RUN", "daskmeans warm")) > instructions.index(("USER", users[-1])), (
+        "daskmeans warm runs before USER: the cache files it writes would belong to root"
+    )
     ignore = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
     for source in sources:
         assert f"!{source}" in ignore or f"!{source}/" in ignore, f"{source} is excluded from the build context"

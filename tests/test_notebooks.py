@@ -177,6 +177,7 @@ def test_out_of_core_runs_at_its_shipped_defaults(tmp_path):
     )
     output = text_output(notebook)
     assert "connected to a local cluster: 2 workers" in output
+    assert re.search(r"warmed \d+ kernels in .*; 2 workers warmed", output), "the kernels were not warmed first"
     assert float(re.search(r"and ([0-9.]+)x the memory of all workers", output).group(1)) > 1.0
     for run in parameters(read(ROOT / "notebooks" / "02-out-of-core-on-a-cluster.ipynb"))["RUNS"]:
         assert f"{run}: " in output

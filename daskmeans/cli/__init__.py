@@ -1,4 +1,4 @@
-"""The ``daskmeans`` command line: make-data, fit, predict, info, demo (and bench where installed).
+"""The ``daskmeans`` command line: make-data, fit, predict, info, demo, warm (and bench where installed).
 
 Also reachable as ``python -m daskmeans`` and ``dask daskmeans``. Every mistake a user can make (a missing
 input, a bad k or option value, an existing output, a scheduler that does not answer, a file that is not a model)
@@ -24,6 +24,7 @@ from .commands import demo, fit, make_data, predict
 from .common import USER_ERRORS, CommandError, one_line
 from .info import info
 from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTED_MESSAGE, interrupts_with_deadline
+from .warm import warm
 
 #: Commands that live in optional modules: name -> (module, attribute). Imported only when used.
 LAZY_COMMANDS = {"bench": ("daskmeans.bench.command", "bench")}
@@ -165,5 +166,5 @@ def main(debug):
     """
 
 
-for _command in (make_data, fit, predict, info, demo):
+for _command in (make_data, fit, predict, info, demo, warm):
     main.add_command(_command)
