@@ -29,19 +29,20 @@ def environment(cache_dir):
     return env
 
 
-def warm_command(cache_dir, tmp_path):
-    """``daskmeans warm --json`` for the default dtypes and int16 in a new process with the Numba cache
-    ``cache_dir``; its report."""
+def run_python(args, cache_dir, tmp_path):
+    """``python ARGS`` in a new process with the Numba cache ``cache_dir``; the JSON of its last line of output."""
     done = subprocess.run(
-        [sys.executable, "-m", "daskmeans", "warm", "--json", "--dtypes", "float32,float64,uint8,int16"],
-        capture_output=True,
-        text=True,
-        env=environment(cache_dir),
-        cwd=tmp_path,
-        timeout=600,
+        [sys.executable, *args], capture_output=True, text=True, env=environment(cache_dir), cwd=tmp_path, timeout=900
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def warm_command(cache_dir, tmp_path):
+    """The report of ``daskmeans warm --json`` for the default dtypes and int16, with the Numba cache ``cache_dir``."""
+    return run_python(
+        ["-m", "daskmeans", "warm", "--json", "--dtypes", "float32,float64,uint8,int16"], cache_dir, tmp_path
+    )
 
 
 #: Fits a user makes, on sizes, dtypes and options the warm-up's own fits do not use, on worker processes (the
@@ -92,16 +93,7 @@ def test_after_warming_no_fit_compiles_a_kernel(tmp_path):
     first = warm_command(cache_dir, tmp_path)
     assert first["compiled"] > 0 and first["kernels"] > 0
     assert first["workers"] == {}
-    done = subprocess.run(
-        [sys.executable, "-c", FITS_AFTER_WARMING],
-        capture_output=True,
-        text=True,
-        env=environment(cache_dir),
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
-    statistics = json.loads(done.stdout.strip().splitlines()[-1])
+    statistics = run_python(["-c", FITS_AFTER_WARMING], cache_dir, tmp_path)
     assert len(statistics["workers"]) == 2
     for where, kernels in [("the driver", statistics["driver"]), *statistics["workers"].items()]:
         compiled = {name: counts[0] for name, counts in kernels.items() if counts[0]}
