@@ -6,8 +6,8 @@ the kernels on its code path inside ``fit`` (a second or more each, past any ``m
 each new process loads them from the cache. :func:`warm_up` does both ahead of time: it runs the worker preload's
 kernels (:func:`daskmeans.preload.warm_kernels`) and small fits of every algorithm along each of its code paths
 (bound schemes, seeding methods, kernels, input dtypes) on Dask's threaded scheduler in this process, which run the
-same kernels with the same argument types as the driver and the workers of a cluster do; given a ``client``, it
-also warms the preload's kernels on every worker.
+same kernels with the same argument types as the driver and the workers of a cluster do; given a ``client``, each
+worker does the same in a task of its own.
 
 Run ``daskmeans warm`` once after installing (the container image does it when it is built), and
 ``daskmeans.warm_up(client)`` at the start of a session whose first fit has a tight ``max_time``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import dask
@@ -67,7 +68,7 @@ class WarmReport:
     cache_dir : str or None
         Where Numba caches the kernels.
     workers : dict
-        Worker address -> seconds its preload warm-up took (empty without a client).
+        Worker address -> seconds its warm-up took (empty without a client).
 
     Examples
     --------
@@ -106,6 +107,11 @@ def kernel_dispatchers() -> dict[str, Dispatcher]:
             if isinstance(value, Dispatcher):
                 found[f"{value.py_func.__module__}.{value.py_func.__qualname__}"] = value
     return found
+
+
+def compiled_kernels() -> list[str]:
+    """The names of the daskmeans kernels with at least one signature compiled or loaded in this process."""
+    return sorted(name for name, dispatcher in kernel_dispatchers().items() if dispatcher.signatures)
 
 
 def cache_statistics() -> dict[str, tuple[int, int]]:
@@ -191,11 +197,25 @@ def warm_fits(dtypes):
                         estimator.transform(X[:50])
 
 
-def _warm_worker(dask_worker=None) -> float:
-    """Seconds the preload's warm-up takes on a worker."""
+def warm_here(dtypes) -> float:
+    """The preload's kernels and :func:`warm_fits` in this process (the driver, or a worker's thread); its seconds."""
     start = time.perf_counter()
     preload.warm_kernels()
+    with dask.config.set(scheduler="threads"):
+        warm_fits(dtypes)
     return time.perf_counter() - start
+
+
+def warm_workers(client, dtypes) -> dict:
+    """Worker address -> future of :func:`warm_here` run as a task on that worker (on its threads, so that its event
+    loop keeps answering the scheduler while the kernels compile)."""
+    token = uuid.uuid4().hex
+    return {
+        address: client.submit(
+            warm_here, dtypes, key=f"daskmeans-warm-{token}-{i}", workers=[address], allow_other_workers=False
+        )
+        for i, address in enumerate(client.scheduler_info(n_workers=-1)["workers"])
+    }
 
 
 def check_dtypes(dtypes) -> list:
@@ -227,19 +247,25 @@ def warm_up(client=None, dtypes=INPUT_DTYPES) -> WarmReport:
     Parameters
     ----------
     client : distributed.Client, optional
-        Also warm the preload's kernels on each of its workers (what ``--preload daskmeans.preload`` does when a
-        worker starts).
+        Also warm every kernel on each of its workers, in a task of its own there, while this process warms its
+        own (``--preload daskmeans.preload`` warms a worker's pass kernels when it starts, for float32, float64 and
+        uint8 rows).
     dtypes : sequence of dtypes, default :data:`INPUT_DTYPES`
         The dtypes the data comes in (as stored): each takes kernels compiled for it.
+
+    Returns
+    -------
+    WarmReport
 
     Raises
     ------
     InputDataError
         One of ``dtypes`` is not a real-number NumPy dtype.
 
-    Returns
-    -------
-    WarmReport
+    Notes
+    -----
+    Its own fits run on Dask's threaded scheduler, chosen by the Dask setting ``scheduler``, which holds for the
+    whole process while they run: call it before fitting, not beside a fit in another thread.
 
     Examples
     --------
@@ -251,18 +277,17 @@ def warm_up(client=None, dtypes=INPUT_DTYPES) -> WarmReport:
     dtypes = check_dtypes(dtypes)
     start = time.perf_counter()
     compiled, loaded = cache_counts()
-    preload.warm_kernels()
-    with dask.config.set(scheduler="threads"):
-        warm_fits(dtypes)
-    workers = client.run(_warm_worker) if client is not None else {}
+    on_workers = warm_workers(client, dtypes) if client is not None else {}
+    warm_here(dtypes)
+    workers = dict(zip(on_workers, client.gather(list(on_workers.values())))) if on_workers else {}
     now_compiled, now_loaded = cache_counts()
     dispatchers = kernel_dispatchers()
-    with_signatures = [dispatcher for dispatcher in dispatchers.values() if dispatcher.signatures]
+    with_signatures = [dispatchers[name] for name in compiled_kernels()]
     return WarmReport(
         seconds=time.perf_counter() - start,
         kernels=len(with_signatures),
         compiled=now_compiled - compiled,
         loaded=now_loaded - loaded,
         cache_dir=os.path.commonpath([d.stats.cache_path for d in with_signatures]) if with_signatures else None,
-        workers=dict(workers),
+        workers=workers,
     )

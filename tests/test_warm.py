@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import daskmeans
 from daskmeans import cli
-from daskmeans.warm import INPUT_DTYPES, cache_counts, kernel_dispatchers
+from daskmeans.warm import INPUT_DTYPES, cache_counts, compiled_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,11 +105,16 @@ def test_after_warming_no_fit_compiles_a_kernel(tmp_path):
 
 
 def test_warm_up_warms_every_worker_of_a_client(cluster_client):
+    """Each worker runs the small fits too, not only the preload's pass kernels: it then holds the kernels that
+    only fits run (VRKM's inner loop, nmbatch's batch changes)."""
     report = daskmeans.warm_up(cluster_client)
     assert set(report.workers) == set(cluster_client.scheduler_info()["workers"])
-    assert all(seconds >= 0 for seconds in report.workers.values())
-    dispatchers = kernel_dispatchers()
-    assert report.kernels == sum(1 for dispatcher in dispatchers.values() if dispatcher.signatures) > 10
+    assert all(seconds > 0 for seconds in report.workers.values())
+    assert report.kernels == len(compiled_kernels()) > 10
+    fits_only = {"daskmeans.kernels.vrkm_batched.batch_steps", "daskmeans.kernels.nested._batch_deltas"}
+    assert fits_only <= set(compiled_kernels())
+    for worker, names in cluster_client.run(compiled_kernels).items():
+        assert fits_only <= set(names), worker
     assert f"{len(report.workers)} workers warmed" in report.summary()
     compiled, loaded = cache_counts()
     assert compiled >= report.compiled and loaded >= report.loaded
