@@ -2,7 +2,7 @@
 
 daskmeans' kernels are Numba functions, compiled on first use for each combination of argument types and kept in
 Numba's on-disk cache (:mod:`daskmeans._numba_cache`). Without a warm-up, the first fit after installing compiles
-the kernels on its code path inside ``fit`` (a second or more each, past any ``max_time``), and the first fit of
+the kernels on its code path inside ``fit``, past any ``max_time``, and the first fit of
 each new process loads them from the cache. :func:`warm_up` does both ahead of time: it runs the worker preload's
 kernels (:func:`daskmeans.preload.warm_kernels`) and small fits of every algorithm along each of its code paths
 (bound schemes, seeding methods, kernels, input dtypes) on Dask's threaded scheduler in this process, which run the
@@ -219,13 +219,15 @@ def warm_workers(client, dtypes) -> dict:
 
 
 def check_dtypes(dtypes) -> list:
-    """``dtypes`` as NumPy dtypes, each one daskmeans computes with.
+    """``dtypes`` (a sequence of dtypes, or one) as NumPy dtypes, each one daskmeans computes with.
 
     Raises
     ------
     InputDataError
         A name that is not a NumPy dtype, a dtype that is not a real number, or no dtype at all.
     """
+    if isinstance(dtypes, (str, np.dtype, type)):
+        dtypes = [dtypes]  # one dtype, not a sequence of them (a string is not a sequence of one-letter codes)
     checked = []
     for dtype in dtypes:
         try:
@@ -250,7 +252,7 @@ def warm_up(client=None, dtypes=INPUT_DTYPES) -> WarmReport:
         Also warm every kernel on each of its workers, in a task of its own there, while this process warms its
         own (``--preload daskmeans.preload`` warms a worker's pass kernels when it starts, for float32, float64 and
         uint8 rows).
-    dtypes : sequence of dtypes, default :data:`INPUT_DTYPES`
+    dtypes : dtype or sequence of dtypes, default :data:`INPUT_DTYPES`
         The dtypes the data comes in (as stored): each takes kernels compiled for it.
 
     Returns

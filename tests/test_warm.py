@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import daskmeans
 from daskmeans import cli
-from daskmeans.warm import INPUT_DTYPES, cache_counts, compiled_kernels
+from daskmeans.warm import INPUT_DTYPES, cache_counts, check_dtypes, compiled_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,6 +151,13 @@ def test_warm_command_refuses_dtypes_it_cannot_warm(dtypes, fragment):
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert fragment in line
     assert "Traceback" not in result.output
+
+
+def test_one_dtype_is_taken_as_one_not_as_its_letters():
+    assert check_dtypes("int16") == [np.dtype("int16")]
+    assert check_dtypes(np.float32) == [np.dtype("float32")]
+    with pytest.raises(daskmeans.InputDataError, match="dtype 'object'"):
+        check_dtypes("object")
 
 
 def test_the_commands_default_dtypes_are_the_warm_ups():
