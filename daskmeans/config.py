@@ -167,8 +167,11 @@ VRKM_SLAB_BYTES = 8 * 2**20
 YINYANG_GROUP_SIZE = 10
 #: Fewest groups of yinyang bounds (groups of at least two centers): at a few hundred centers, groups of
 #: ``YINYANG_GROUP_SIZE`` leave bounds too loose to skip rows in the first iterations (more groups are more bounds
-#: per row, within the memory limits of ``bounds="auto"``).
-YINYANG_MIN_GROUPS = 64
+#: per row, within the memory limits of ``bounds="auto"``). More groups than this cost more than they skip: every
+#: revisit reads and writes each row's bounds, and at ``k = 256`` groups of 8 centers fill half the vector lanes
+#: of the grouped revisit (:func:`daskmeans.kernels.revisit.scores_by_groups`) where groups of 4 are scored one
+#: center at a time.
+YINYANG_MIN_GROUPS = 32
 #: Rows at the start of a block that are revisited first after the centers moved (exact k-means with bounds,
 #: nmbatch), to decide whether revisiting the rest pays (``REVISIT_GIVE_UP_FRACTION``).
 REVISIT_PROBE_ROWS = 2048

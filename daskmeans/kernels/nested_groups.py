@@ -74,7 +74,7 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     >>> choose_bounds("auto", 1000, 512)  # 128 float32 features: groups of 10 centers
     ('yinyang', 100)
     >>> choose_bounds("auto", 256, 512)  # at least YINYANG_MIN_GROUPS groups
-    ('yinyang', 64)
+    ('yinyang', 32)
     >>> choose_bounds("auto", 100, 512)  # 4 bytes a center fit the row: Elkan's bounds
     ('elkan', 100)
     >>> choose_bounds("auto", 4096, 512)  # 410 groups of 10 would not fit: 256 groups of 16 bits, of 16 centers

@@ -53,9 +53,9 @@ def test_bounds_give_lloyds_iterates_to_the_last_bit_on_real_descriptors(dtype, 
         np.testing.assert_array_equal(b_centers, p_centers)
         assert b["inertia"] == p["inertia"]
         assert b["bounds"] == bounds and p["bounds"] == "none" and p["bound_groups"] == 0
-        # 100 centers: one bound per center (Elkan), per group of two (yinyang's 50 groups, short of
-        # YINYANG_MIN_GROUPS), one per row (Hamerly)
-        assert b["bound_groups"] == {"elkan": 100, "yinyang": 50, "hamerly": 1}[bounds]
+        # 100 centers: one bound per center (Elkan), per group of about three (yinyang's YINYANG_MIN_GROUPS
+        # groups, more than groups of YINYANG_GROUP_SIZE), one per row (Hamerly)
+        assert b["bound_groups"] == {"elkan": 100, "yinyang": 32, "hamerly": 1}[bounds]
         # the labels behind each iterate are the exact nearest centers: their means are the next centers
         labels = exact_labels(X, previous)
         means = np.stack([X[labels == j].astype(np.float64).mean(0) for j in range(len(centers))])

@@ -366,8 +366,8 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
     assert nested_groups.choose_bounds("none", 10, 40) == ("none", 1)
     # a few hundred centers: YINYANG_MIN_GROUPS groups rather than groups of YINYANG_GROUP_SIZE, within the row's
     # bytes, and never groups of one center
-    assert nested_groups.choose_bounds("auto", 256, 128 * 4) == ("yinyang", 64)
-    assert nested_groups.choose_bounds("auto", 256, 64) == ("yinyang", 32)
+    assert nested_groups.choose_bounds("auto", 256, 128 * 4) == ("yinyang", 32)
+    assert nested_groups.choose_bounds("auto", 256, 32) == ("yinyang", 16)
     assert nested_groups.choose_bounds("yinyang", 40, 10**9) == ("yinyang", 20)
     assert nested_groups.choose_bounds("yinyang", 3, 10**9) == ("hamerly", 1)
 
