@@ -72,9 +72,9 @@ def one_blas_thread():
 
 
 def one_blas_thread_in_this_thread() -> None:
-    """One BLAS thread for the calling thread until it ends: the initializer of a pool's threads. An OpenBLAS built
-    on OpenMP (faiss's wheels) keeps its thread count per thread, so a limit taken by the thread that starts a pool
-    does not reach the pool's own threads; the limit is left in place, as the threads end with the pool."""
+    """One BLAS thread for the calling thread, left in place: for the threads of a pool that runs nothing else (its
+    initializer, or each step of the driver's pool). An OpenBLAS built on OpenMP (faiss's wheels) keeps its thread
+    count per thread, so a limit taken by the thread that starts a pool does not reach the pool's own threads."""
     one_blas_thread()
 
 

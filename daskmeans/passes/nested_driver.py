@@ -12,6 +12,9 @@ When the batch grows past the threshold, its blocks go to the workers and stay t
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,10 +44,50 @@ def step_on_driver(step_block, block_args, common_args, combine):
     report :
         The reduced report.
     """
-    threads = max(1, min(CPU_COUNT, len(block_args)))
-    with one_blas_thread(), ThreadPoolExecutor(threads, initializer=one_blas_thread_in_this_thread) as pool:
-        outputs = map_within_budget(pool, lambda args: step_block(*args, *common_args), block_args)
+    with one_blas_thread():
+        outputs = map_within_budget(
+            driver_threads(), lambda args: on_one_blas_thread(step_block, *args, *common_args), block_args
+        )
     return outputs, reduce_in_tree([output.report for output in outputs], combine)
+
+
+class _DriverThreads:
+    """The process's pool of step threads, one per core, made at first use and kept: a pool made per step costs
+    its threads' start and join every step, a large part of a step of a few milliseconds. A process forked from
+    this one makes its own (the threads do not follow a fork)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pool, self.pid = None, None
+
+    def get(self) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.pool is None or self.pid != os.getpid():
+                self.pool = ThreadPoolExecutor(CPU_COUNT, thread_name_prefix="daskmeans-driver-step")
+                self.pid = os.getpid()
+            return self.pool
+
+
+_DRIVER_THREADS = _DriverThreads()
+_LIMITED = threading.local()
+
+
+def driver_threads() -> ThreadPoolExecutor:
+    """The pool of one thread per core on which :func:`step_on_driver` steps the blocks (the same one for every
+    step of the process)."""
+    return _DRIVER_THREADS.get()
+
+
+def on_one_blas_thread(function, *args):
+    """``function(*args)`` with BLAS on one thread in this thread: an OpenBLAS built on OpenMP (faiss's wheels)
+    keeps its thread count per thread, so the limit taken by the thread that waits for the step does not reach the
+    pool's threads. Each pool thread takes it once, and again when modules were imported since (a BLAS loaded
+    later), and keeps it: the pool's threads run nothing but steps."""
+    modules = len(sys.modules)
+    if getattr(_LIMITED, "modules", None) != modules:
+        one_blas_thread_in_this_thread()
+        _LIMITED.modules = modules
+    return function(*args)
 
 
 def to_workers(values, client, name: str = "from-driver") -> list[Delayed]:

@@ -223,3 +223,76 @@ def test_driver_steps_run_blas_on_one_thread_with_an_openmp_blas_loaded():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == str([[1]] * 4)
+
+
+def test_driver_steps_keep_one_pool_of_threads():
+    """Every step runs on the same threads (no pool started and joined per step), one per core at most."""
+    import threading
+
+    from daskmeans.passes.nested_driver import driver_threads, step_on_driver
+
+    def names(parts):
+        return [name for part in parts for name in part]
+
+    seen = [
+        step_on_driver(lambda i: _Seen(threading.current_thread().name), [[i] for i in range(8)], (), names)[1]
+        for _ in range(3)
+    ]
+    assert driver_threads() is driver_threads()
+    threads = set(names(seen))
+    assert len(threads) <= CPU_COUNT
+    assert all(name.startswith("daskmeans-driver-step") for name in threads)
+
+
+def test_a_forked_process_steps_on_threads_of_its_own():
+    """The pool's threads do not follow a fork: a child forked after the parent stepped makes its own pool (with
+    the parent's pool it would wait forever for threads it does not have)."""
+    script = (
+        "import multiprocessing, sys\n"
+        "from daskmeans.passes.nested_driver import step_on_driver\n"
+        "class Seen:\n"
+        "    def __init__(self, value):\n"
+        "        self.report = [value]\n"
+        "def step():\n"
+        "    return step_on_driver(lambda i: Seen(i * i), [[i] for i in range(4)], (),\n"
+        "                          lambda parts: [s for part in parts for s in part])[1]\n"
+        "def child(queue):\n"
+        "    queue.put(step())\n"
+        "if __name__ == '__main__':\n"
+        "    assert step() == [0, 1, 4, 9]\n"
+        "    context = multiprocessing.get_context('fork')\n"
+        "    queue = context.Queue()\n"
+        "    process = context.Process(target=child, args=(queue,))\n"
+        "    process.start()\n"
+        "    print(queue.get(timeout=60))\n"
+        "    process.join(60)\n"
+        "    sys.exit(process.exitcode)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[0, 1, 4, 9]"
+
+
+def test_driver_steps_limit_a_blas_loaded_after_the_first_step():
+    """A pool thread limits BLAS again once modules were imported since its last limit: faiss's OpenMP BLAS,
+    imported after the pool's threads started, runs on one thread in each of them too."""
+    pytest.importorskip("faiss")
+    script = (
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "from daskmeans.passes.nested_driver import step_on_driver\n"
+        "class Seen:\n"
+        "    def __init__(self, threads):\n"
+        "        self.report = [threads]\n"
+        "def blas_threads():\n"
+        "    return sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
+        "def step():\n"
+        "    return step_on_driver(lambda i: Seen(blas_threads()), [[i] for i in range(4)], (),\n"
+        "                          lambda parts: [s for part in parts for s in part])[1]\n"
+        "step()\n"
+        "import faiss\n"
+        "with threadpool_limits(limits=2, user_api='blas'):\n"
+        "    print(step())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str([[1]] * 4)
