@@ -206,23 +206,25 @@ def test_driver_steps_run_blas_on_one_thread_with_an_openmp_blas_loaded():
     """An OpenBLAS built on OpenMP (faiss's wheels) keeps its thread count per thread: each step thread is limited
     itself. Run in a process of its own, as faiss's BLAS stays loaded once imported."""
     pytest.importorskip("faiss")
-    script = (
-        "import faiss\n"
-        "from threadpoolctl import threadpool_info, threadpool_limits\n"
-        "from daskmeans.passes.nested_driver import step_on_driver\n"
-        "class Seen:\n"
-        "    def __init__(self, threads):\n"
-        "        self.report = [threads]\n"
-        "def blas_threads():\n"
-        "    return sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
-        "with threadpool_limits(limits=2, user_api='blas'):\n"
-        "    _, seen = step_on_driver(lambda i: Seen(blas_threads()), [[i] for i in range(4)], (),\n"
-        "                             lambda parts: [s for part in parts for s in part])\n"
-        "print(seen)\n"
-    )
+    script = "import faiss\n" + _BLAS_STEP + "with threadpool_limits(limits=2, user_api='blas'):\n    print(step())\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == str([[1]] * 4)
+
+
+#: A script's start: ``step()`` steps four blocks on the driver, each reporting its thread's BLAS thread counts.
+_BLAS_STEP = (
+    "from threadpoolctl import threadpool_info, threadpool_limits\n"
+    "from daskmeans.passes.nested_driver import step_on_driver\n"
+    "class Seen:\n"
+    "    def __init__(self, threads):\n"
+    "        self.report = [threads]\n"
+    "def blas_threads():\n"
+    "    return sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
+    "def step():\n"
+    "    return step_on_driver(lambda i: Seen(blas_threads()), [[i] for i in range(4)], (),\n"
+    "                          lambda parts: [s for part in parts for s in part])[1]\n"
+)
 
 
 def test_driver_steps_keep_one_pool_of_threads():
@@ -278,20 +280,7 @@ def test_driver_steps_limit_a_blas_loaded_after_the_first_step():
     imported after the pool's threads started, runs on one thread in each of them too."""
     pytest.importorskip("faiss")
     script = (
-        "from threadpoolctl import threadpool_info, threadpool_limits\n"
-        "from daskmeans.passes.nested_driver import step_on_driver\n"
-        "class Seen:\n"
-        "    def __init__(self, threads):\n"
-        "        self.report = [threads]\n"
-        "def blas_threads():\n"
-        "    return sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
-        "def step():\n"
-        "    return step_on_driver(lambda i: Seen(blas_threads()), [[i] for i in range(4)], (),\n"
-        "                          lambda parts: [s for part in parts for s in part])[1]\n"
-        "step()\n"
-        "import faiss\n"
-        "with threadpool_limits(limits=2, user_api='blas'):\n"
-        "    print(step())\n"
+        _BLAS_STEP + "step()\nimport faiss\nwith threadpool_limits(limits=2, user_api='blas'):\n    print(step())\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
