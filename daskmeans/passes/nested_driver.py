@@ -52,9 +52,9 @@ def step_on_driver(step_block, block_args, common_args, combine):
 
 
 class _DriverThreads:
-    """The process's pool of step threads, one per core, made at first use and kept: a pool made per step costs
-    its threads' start and join every step, a large part of a step of a few milliseconds. A process forked from
-    this one makes its own (the threads do not follow a fork)."""
+    """The process's pool of step threads, one per core, made at first use and kept: a pool made per step would
+    start and join its threads at every step. A process forked from this one makes its own (the threads do not
+    follow a fork)."""
 
     def __init__(self):
         self.lock = threading.Lock()
