@@ -144,8 +144,8 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
             def minimum(a, b):
                 return builder.select(builder.fcmp_ordered("<", a, b), a, b)
 
-            def fold_into_group(column, h, value):
-                at = builder.add(builder.mul(builder.urem(column, groups), constant(PANEL_ROWS)), constant(h * LANES))
+            def fold_into_group(group, h, value):
+                at = builder.add(builder.mul(group, constant(PANEL_ROWS)), constant(h * LANES))
                 least, second = vector_at(p_group_min, at, floats), vector_at(p_group_second, at, floats)
                 least_now = builder.load(least, align=4)
                 larger = builder.select(builder.fcmp_ordered(">", least_now, value), least_now, value)
@@ -185,8 +185,14 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                         coefficient = splat(floats, builder.load(builder.gep(center_rows[j], [loop.index])))
                         for h in range(VECTORS_PER_PANEL):
                             builder.store(builder.call(fma, [xs[h], coefficient, builder.load(acc[j][h])]), acc[j][h])
+                # the group of column c0 + j by one division a step, then counting up (a division per column
+                # costs as much as a fifth of the step's multiply-adds)
+                group = builder.urem(c0, groups) if grouped else None
                 for j in range(centers_per_step):
                     column = builder.add(c0, constant(j))
+                    if grouped and j > 0:
+                        group = builder.add(group, constant(1))
+                        group = builder.select(builder.icmp_unsigned("==", group, groups), constant(0), group)
                     add, sq_part, x_part = (
                         splat(floats, builder.load(builder.gep(pointer, [column])))
                         for pointer in (p_add, p_err_sq, p_err_x)
@@ -197,7 +203,7 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                         best_now = builder.load(best_v)
                         new = builder.fcmp_ordered("<", value, best_now)
                         if grouped:
-                            fold_into_group(column, h, value)
+                            fold_into_group(group, h, value)
                         else:
                             low = builder.fsub(builder.fsub(value, sq_part), builder.fmul(norms[h], x_part))
                             best_low_now = builder.load(best_low_v)

@@ -138,7 +138,7 @@ def test_center_errors_are_what_the_panels_are_given():
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
-@pytest.mark.parametrize("n_groups, columns", [(2, 2), (3, 7), (5, 40), (4, 53)])
+@pytest.mark.parametrize("n_groups, columns", [(2, 2), (3, 7), (5, 40), (4, 53), (13, 60)])
 def test_best_of_groups_by_panels_match_numpy(dtype, n_groups, columns):
     """Yinyang's summary (best score and column, every group's smallest, the best group's second smallest and the
     smallest outside it, each row's squared norm and allowance) as NumPy computes it, with ties and padding
