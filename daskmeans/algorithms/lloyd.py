@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import config
 from ..engine.client import compute_now, submit_now
-from ..engine.deadline import BudgetSpent, budget_until, wait_for_futures
+from ..engine.deadline import BudgetSpent, budget_until, signal_stop, wait_for_futures
 from ..engine.placement import held_by_workers, placed_groups
 from ..kernels.nested_groups import choose_bounds, make_groups
 from ..passes.assign import assign_stats_chained, assign_stats_graph, assign_stats_on_driver, finish_stats
@@ -71,7 +71,7 @@ class _PlainPasses:
             self.array, n_clusters, groups, _advance, (dtype,), self.weights, previous, start, workers
         )
         chained = chained.submitted(submit_now(*chained.objects(), client=self.client, placement=chained.placement))
-        return _Submitted(chained.result, chained=chained)
+        return _Submitted(chained)
 
     def release(self):
         pass
@@ -106,7 +106,7 @@ class _BoundedPasses:
         chained = self.state.submit_chained(
             previous, start, self.placed, _advance_with_bounds, (dtype,), revisit=after is not None
         )
-        return _Submitted(chained.result, chained=chained)
+        return _Submitted(chained)
 
     def release(self):
         self.state.release()
@@ -150,12 +150,17 @@ class _AheadPasses:
 
 @dataclass
 class _Submitted:
-    """An iteration submitted ahead of the driver: the future of the update that ends it (:func:`_advance`) and
-    its pass, one task per worker thread (:class:`~daskmeans.engine.graph.GroupPass`, which keeps the bounds'
-    states)."""
+    """An iteration submitted ahead of the driver: its pass, one task per worker thread
+    (:class:`~daskmeans.engine.graph.GroupPass`, which keeps the bounds' states), whose reduced results the
+    update that ends the iteration (:func:`_advance`) turns into its centers."""
 
-    update: Any
-    chained: Any = None
+    chained: Any
+
+    def update(self):
+        """Wait for the pass (within the budget, :func:`~daskmeans.engine.deadline.wait_for_futures`) and return
+        its update, reduced on the driver from the groups' results."""
+        wait_for_futures(self.chained.handed_over())
+        return self.chained.result()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,22 +376,24 @@ class _Run:
         workers never wait for a round trip to the driver or to one combining task; the pass that sets the bounds
         up is chained to the last plain one in the same way (:class:`_AheadPasses`). The driver records, reports,
         checkpoints and decides to stop as :meth:`iterate` does, iteration by iteration, and drops the one
-        submitted ahead when it stops: the same iterates and the same history (the passes report no progress of
-        their own: ``rows_per_second`` is the data's rows over the time since the previous record). A pass whose
+        submitted ahead when it stops (with a ``max_time``, its group tasks stop after the block they are on,
+        :func:`~daskmeans.engine.deadline.signal_stop`): the same iterates and the same history (the passes report
+        no progress of their own: ``rows_per_second`` is the data's rows over the time since the previous record).
+        The driver reduces each pass's results itself as soon as its groups end
+        (:meth:`~daskmeans.engine.graph.GroupPass.result`), while the next pass runs. A pass whose
         far rows cannot refill its empty clusters is redone on the driver
         (:func:`~daskmeans.algorithms.relocation.with_enough_far_rows`).
         """
         array, state, last = self.array, self.state, self.plan.max_iter
         client, weights, clock = self.context.client, self.context.weights, self.context.clock
         stop_reason, shift, inertia, started = "max_iter", None, None, clock.elapsed()
-        iteration = state.n_iter + 1
+        iteration, current = state.n_iter + 1, None
         try:
             current = passes.submit(iteration, state.centers) if iteration <= last else None
             while current is not None:
                 centers = state.centers
                 ahead = passes.submit(iteration + 1, current, after=current) if iteration < last else None
-                wait_for_futures([current.update])
-                _, new_centers, summary, _ = current.update.result()
+                _, new_centers, summary, _ = current.update()
                 extra = 0
                 if "stats" in summary:
                     ahead = None  # released, not cancelled: with Client.cancel the redone pass lost its data blocks
@@ -418,7 +425,10 @@ class _Run:
                     break
         except BudgetSpent:
             stop_reason = self.budget_spent()
+            current = None  # the stop signal is set
         finally:
+            if current is not None:  # stopped with an iteration under way: its pass is not waited for
+                signal_stop(client)
             passes.release()
         return FitResult(
             state.centers, inertia if shift == 0.0 else None, state.n_iter, state.history, stop_reason, state.passes

@@ -152,13 +152,14 @@ def wait_for_futures(futures):
     for future in futures:  # a future of any client (distributed.wait would take the default client's)
         future.add_done_callback(one_done)
     if not all_done.wait(max(left, 0.0)):
-        _signal_stop(futures[0].client)
+        signal_stop(futures[0].client)
         raise BudgetSpent
 
 
-def _signal_stop(client):
+def signal_stop(client):
     """Set the budget's stop signal on ``client``'s scheduler, from a thread of its own: the driver does not wait for
-    it, nor fail with it (it only spares the workers work; a scheduler that is gone has no workers to spare)."""
+    it, nor fail with it (it only spares the workers work; a scheduler that is gone has no workers to spare). For
+    a run that stops while a pass it submitted ahead is under way: its group tasks stop after their block."""
     name = stop_signal()
     if name is None:
         return

@@ -235,27 +235,40 @@ def reduce_in_tree(parts: list, combine, split_every: int | None = None):
 
 @dataclass(frozen=True)
 class GroupPass:
-    """One pass of :func:`chained_group_pass`: its group tasks (each ``(carried, results, states)``), the
+    """One pass of :func:`chained_group_pass`: its group tasks (each ``(carried, results, states)``) and the
     ``(carried, results)`` of each for the other groups (None when the pass keeps no state: the group tasks'
-    outputs are small then), and the reduced result for the driver. Delayed objects, or futures once
-    submitted (:meth:`submitted`). ``reduction`` is how its results are reduced and finished, by the driver's
-    result and by the pass chained after it; ``placement`` the worker of each group's task, by key
-    (:func:`~daskmeans.engine.client.submit_now`)."""
+    outputs are small then). Delayed objects, or futures once submitted (:meth:`submitted`). ``reduction`` is how
+    its results are reduced and finished, by the driver (:meth:`result`) and by the pass chained after it;
+    ``placement`` the worker of each group's task, by key (:func:`~daskmeans.engine.client.submit_now`).
+
+    The driver reduces the results itself rather than in a task of their own on a worker: there such a task would
+    wait behind the next pass's group task whenever both became ready on one worker at once (Dask ranks a graph
+    submitted while another runs by the order within each graph), and the driver would hear of each pass only
+    when the next one ended."""
 
     groups: list
     shares: list | None
-    result: object
     reduction: tuple = ()
     placement: dict | None = None
 
     def objects(self) -> list:
         """Everything to submit, in the order :meth:`submitted` takes the futures back."""
-        return [self.result, *self.groups, *(self.shares or [])]
+        return [*self.groups, *(self.shares or [])]
 
     def submitted(self, futures) -> GroupPass:
         n = len(self.groups)
-        shares = None if self.shares is None else list(futures[1 + n :])
-        return GroupPass(list(futures[1 : 1 + n]), shares, futures[0], self.reduction, self.placement)
+        shares = None if self.shares is None else list(futures[n:])
+        return GroupPass(list(futures[:n]), shares, self.reduction, self.placement)
+
+    def handed_over(self) -> list:
+        """What the submitted pass hands on, one future per group (what :meth:`result` gathers)."""
+        return self.shares or self.groups
+
+    def result(self):
+        """The submitted pass's result, ``finish`` of its reduced results: gathered from the groups (waiting for
+        them) and reduced on the driver."""
+        handed = self.handed_over()
+        return _reduce_groups(handed[0].client.gather(handed), self.reduction)
 
 
 def chained_group_pass(
@@ -352,9 +365,8 @@ def chained_group_pass(
     shares = (
         [task((f"{key}-share", g), _share, t, settings=settings) for g, t in enumerate(tasks)] if keeps_state else None
     )
-    result = task((f"{key}-result", 0), _reduce_groups, shares or tasks, reduction, settings=settings)
     placement = {t.key: worker for t, worker in zip(tasks, workers or ()) if worker is not None}
-    return GroupPass(tasks, shares, result, reduction, placement)
+    return GroupPass(tasks, shares, reduction, placement)
 
 
 def _share(output):

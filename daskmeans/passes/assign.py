@@ -217,7 +217,8 @@ def assign_stats_chained(
     Returns
     -------
     GroupPass
-        Its ``result`` is ``finish`` of this pass's statistics, for the driver.
+        Its :meth:`~daskmeans.engine.graph.GroupPass.result` is ``finish`` of this pass's statistics, for the
+        driver.
     """
     n_far = far_rows(n_clusters)
     return chained_group_pass(

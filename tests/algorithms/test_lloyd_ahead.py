@@ -107,3 +107,30 @@ def test_the_inertia_that_picks_a_run_is_none_once_the_budget_has_ended():
     array, centers = da.from_array(X, chunks=250), X[:4].copy()
     assert run_inertia(array, centers, None, Clock()) == pytest.approx(final_inertia(array, centers), rel=1e-12)
     assert run_inertia(array, centers, None, Clock(max_time=1.0, start=time.perf_counter() - 2.0)) is None
+
+
+def _stop_signals_set(client) -> set:
+    """The budgets' stop signals set on ``client``'s scheduler (:func:`daskmeans.engine.deadline.signal_stop`)."""
+
+    def set_ones(dask_scheduler):
+        events = dask_scheduler.extensions["events"]._events
+        return {name for name, event in events.items() if name.startswith("daskmeans-stop-") and event.is_set()}
+
+    return set(client.run_on_scheduler(set_ones))
+
+
+def test_a_run_that_stops_with_a_pass_under_way_tells_its_group_tasks_to_stop(cluster_client):
+    """A run with a ``max_time`` that converges while the next iteration's pass, submitted ahead, is under way sets
+    its budget's stop signal: that pass's group tasks stop after the block they are on instead of keeping the
+    workers busy for a pass nobody waits for. A run that ends at ``max_iter`` submits nothing past its last
+    iteration and sets none."""
+    X = np.random.default_rng(9).normal(size=(6000, 5))
+    X[:2000] += 6
+    params = dict(init=X[:8].copy(), driver_rows=0, max_time=600.0, client=cluster_client)
+    before = _stop_signals_set(cluster_client)
+    converged = KMeans(8, tol=1e-2, **params).fit(X)
+    assert converged.stop_reason_ == "converged" and converged.n_iter_ > 1
+    assert len(_stop_signals_set(cluster_client) - before) == 1
+    before = _stop_signals_set(cluster_client)
+    assert KMeans(8, tol=0.0, max_iter=3, **params).fit(X).stop_reason_ == "max_iter"
+    assert _stop_signals_set(cluster_client) == before

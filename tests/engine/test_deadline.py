@@ -173,9 +173,29 @@ def test_a_cut_pass_on_a_cluster_stops_its_group_tasks_after_their_block(cluster
             start=0,
         )
         futures = submit_now(*chained.objects(), client=cluster_client)
-        wait_for_futures([futures[0]])
+        wait_for_futures(futures)
     del futures
     settle(cluster_client)
     assert blocks_done(tmp_path) < 20, "the group tasks stopped before their last block"
     # the cluster goes on: the next pass runs whole
     assert compute_now(slow_pass(4, 0.01), client=cluster_client)[0] == 10 * 2 * sum(range(4))
+
+
+def slept_block(seconds, i, carried):
+    time.sleep(seconds)
+    return i
+
+
+def test_the_driver_has_a_pass_s_result_while_the_pass_chained_after_it_runs(cluster_client):
+    """Two passes submitted at once, the second chained to the first (one group of 0.5 s blocks per worker): the
+    driver reduces the first pass's results as soon as its groups end, while the second pass's group tasks hold
+    both workers' only threads."""
+    blocks = [[0.5, i] for i in range(4)]
+    passes = {"groups": [[0, 1], [2, 3]], "combine": total, "finish": kept}
+    first = chained_group_pass(slept_block, "first", blocks, start=0, **passes)
+    first = first.submitted(submit_now(*first.objects(), client=cluster_client))
+    second = chained_group_pass(slept_block, "second", blocks, previous=first, **passes)
+    second = second.submitted(submit_now(*second.objects(), client=cluster_client))
+    assert first.result() == sum(range(4))
+    assert not any(group.done() for group in second.groups), "the first pass's result came before the second ended"
+    assert second.result() == sum(range(4))

@@ -182,7 +182,7 @@ def test_chained_group_passes_reduce_in_the_same_tree_whatever_the_grouping(clus
                     start=(1.0, None) if previous is None else None,
                 )
                 previous = chained.submitted(submit_now(*chained.objects(), client=cluster_client))
-                got.append(previous.result.result())
+                got.append(previous.result())
             for g, e in zip(got, expected):
                 assert g[0] == e[0]
                 np.testing.assert_array_equal(g[1], e[1])
@@ -239,11 +239,11 @@ def test_a_chain_goes_on_with_a_pass_of_another_kind(cluster_client):
         scaled_sums, "max", blocks, 0.0, groups=groups, combine=max_parts, finish=halved, previous=first
     )
     second = second.submitted(submit_now(*second.objects(), client=cluster_client))
-    factor, total = first.result.result()
+    factor, total = first.result()
     expected_total = reduce_in_tree([partial_sums(v * 2.0 + 0.5) for v in values], combine_sums)
     np.testing.assert_array_equal(total, expected_total)
     assert factor == 2.0 * (1.0 + 1e-7)
-    halved_factor, maximum = second.result.result()
+    halved_factor, maximum = second.result()
     assert halved_factor == factor / 2.0, "the second pass's blocks took the first pass's finish"
     np.testing.assert_array_equal(maximum, partial_sums(values[-1] * factor))
 
@@ -286,7 +286,7 @@ def test_a_pass_runs_each_group_where_its_placement_says():
             )
             with get_task_stream(client) as stream:
                 futures = submit_now(*chained.objects(), client=client, placement=chained.placement)
-                _, total = chained.submitted(futures).result.result()
+                _, total = chained.submitted(futures).result()
             ran = {entry["key"]: entry["worker"] for entry in stream.data}
             ran = [ran[group.key] for group in chained.groups]
             assert ran == workers if workers is not gone else set(ran) <= set(holders)
