@@ -1,5 +1,6 @@
-"""The bench times a daskmeans run to a target as a user would: by a whole fit, call to return, given the
-``max_time`` at which a snapshot first was within the target (longer until its result is)."""
+"""The bench times a daskmeans run to a target as a user would: by a whole fit, call to return, stopped after the
+iteration of the first snapshot within the target, or given the ``max_time`` at which that snapshot was taken
+(longer until its result is)."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def test_a_looser_reference_target_is_timed_by_its_own_earlier_fit_not_by_one_fo
     given the max_time of the first snapshot within it, not by the later fit made for 2%."""
     asked = []
 
-    def refit(max_time):
+    def refit(max_time, max_iter=None):
         asked.append(max_time)
         energy = 60.0 if max_time < 2.0 else 10.3 if max_time < 6.0 else 10.1
         return Candidate(step=-1, time=max_time + 0.1, centers=np.array([energy]), kind="fit")
@@ -138,7 +139,7 @@ def test_a_looser_reference_target_is_timed_by_its_own_earlier_fit_not_by_one_fo
 
 
 def _refit_recording(asked):
-    def refit(max_time):
+    def refit(max_time, max_iter=None):
         asked.append(max_time)
         return Candidate(step=-1, time=max_time + 0.5, centers=np.array([5.0]), kind="fit")
 
@@ -172,3 +173,31 @@ def test_a_final_point_held_until_its_run_returned_is_not_fitted_again():
     evaluate(trace.candidates, _EnergyOfCenters())
     fit_until_reached(trace, 5.0, _EnergyOfCenters())
     assert asked == []
+
+
+@pytest.mark.parametrize("iterates_repeat", [True, False])
+def test_a_target_is_timed_first_by_a_fit_stopped_after_the_snapshot_s_iteration(iterates_repeat):
+    """As the peers' ladders stop a fit after a given number of iterations, a daskmeans run is fitted again with
+    ``max_iter`` the iteration of its first snapshot within the target (and its own budget); where that fit's
+    result is not within it (iterates that depend on the time), with ``max_time`` from the snapshot's time."""
+    asked = []
+
+    def refit(max_time, max_iter=None):
+        asked.append((max_time, max_iter))
+        energy = 5.0 if max_iter is None or iterates_repeat else 6.0
+        return Candidate(step=-1, time=3.5 if max_iter else 4.5, centers=np.array([energy]), kind="fit")
+
+    snapshots = [
+        Candidate(step=i, time=float(i), centers=np.array([9.0 - i]), iteration=i, kind="snapshot") for i in range(1, 5)
+    ]
+    trace = Trace(candidates=snapshots, fit_seconds=30.0, timed_seconds=30.0, refit=refit)
+    energy = _EnergyOfCenters()
+    evaluate(trace.candidates, energy)
+
+    fit_until_reached(trace, 5.0, energy)
+
+    points = [c.as_record() for c in trace.candidates if c.energy is not None]
+    if iterates_repeat:
+        assert asked == [(None, 4)] and report.time_to_reach(points, 5.0) == 3.5
+    else:
+        assert asked == [(None, 4), (4.0, None)] and report.time_to_reach(points, 5.0) == 4.5

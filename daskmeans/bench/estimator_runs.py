@@ -33,15 +33,19 @@ def run_daskmeans(name, data, init, k, seed, budget, client, params=None) -> Tra
             name, n_clusters=k, max_time=max_time, random_state=seed, client=client, progress=False, **params
         )
 
-    def refit(max_time) -> Candidate:
-        """The whole fit again with ``max_time``, timed from the call to its return."""
-        again = estimator_with(max_time)
+    def refit(max_time, max_iter=None) -> Candidate:
+        """The whole fit again with ``max_time`` (None: the run's budget) and, when given, ``max_iter``, timed from
+        the call to its return."""
+        again = estimator_with(budget if max_time is None else max_time)
+        if max_iter is not None:
+            again.set_params(max_iter=max_iter)
         settle(client)
         started = time.perf_counter()
         again.fit(data.fit_input)
         seconds = time.perf_counter() - started
         centers = np.asarray(again.cluster_centers_)
-        return Candidate(step=-1, time=seconds, centers=centers, iteration=getattr(again, "n_iter_", None), kind="fit")
+        iteration = getattr(again, "n_iter_", None)
+        return Candidate(step=-1, time=seconds, centers=centers, iteration=iteration, kind="fit", max_iter=max_iter)
 
     estimator = estimator_with(budget)
     snapshots_supported = "snapshot_centers" in estimator.get_params()

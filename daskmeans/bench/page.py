@@ -32,8 +32,11 @@ METHOD = f"""\
 - **Times** are the wall time of the call, from the start of a fit until its centers could be returned. A
   daskmeans fit hands out its centers after every iteration; a snapshot's time counts the closing pass the fit
   makes after its last iteration. In records that time whole fits, the first snapshot within a target only
-  gives the `max_time` of a fit made again, longer until its result is within the target: the time shown is
-  that fit's, from the call to its return, with the snapshot's beside it when that was earlier. scikit-learn
+  says how to fit again: first with `max_iter` its iteration (the same iterates end there, as a peer's rung of
+  that many iterations), and where that fit's result is not within the target, with the snapshot's time as
+  `max_time`, longer until it is (records made before the `max_iter` fits took only the latter; their notes say
+  which). The time shown is that fit's, from the call to its return, with the snapshot's beside it when that was
+  earlier. scikit-learn
   `KMeans`, scikit-learn-intelex, faiss on its default subsample, faiss `SuperKMeans` and dask-ml run as ladders of
   complete fits with growing iteration limits, each point a fit of its own. faiss on every row (`faiss-all`) and
   on a sample (`faiss-sample`) make one iteration per `train` call from the centroids the last call left: the

@@ -121,24 +121,35 @@ def confirm_wall_times(runs, energy, targets, lloyd_energies=(), versus=()):
 
 
 def fit_until_reached(trace, threshold, energy):
-    """Fit ``trace``'s run again with ``max_time`` from its first snapshot within ``threshold`` (the time the
-    snapshot was taken in the run), longer until the
-    fit's result is within it (its candidates join the trace). Nothing is fitted when the first point within it is
-    a whole fit (:func:`timed_by_its_fit`), or when a fit made again for a looser target is within it too."""
+    """Fit ``trace``'s run again until a whole fit's result is within ``threshold`` (its candidates join the trace):
+    first with ``max_iter`` the iteration of its first snapshot within it (as the peers' ladders stop theirs after
+    a given number of iterations; the same iterates end there), then with ``max_time`` from that snapshot's time
+    (when it was taken in the run), longer until the fit's result is within it. Nothing is fitted when the first
+    point within it is a whole fit (:func:`timed_by_its_fit`), or when a fit made again for a looser target is
+    within it too."""
     reached = sorted((c for c in trace.evaluated() if c.energy <= threshold), key=lambda c: c.time)
     if not reached or timed_by_its_fit(reached[0]) or any(c.kind == "fit" for c in reached):
         return
     first = reached[0]
+    if first.iteration:
+        if _refit_reaches(trace, threshold, energy, None, max_iter=first.iteration):
+            return
     # from when the snapshot existed: its time also counts the fit's closing work after its last iteration, which
     # is long when that work was a pass the budget cut (a fit seeded at large k stops in its first pass)
     seconds = first.time if first.available_time is None else first.available_time
     for _ in range(REFIT_TRIES):
         if seconds >= trace.fit_seconds:
             return  # the run's own fit is that fit
-        candidate = trace.refit(seconds)
-        evaluate([candidate], energy)
-        trace.candidates.append(candidate)
-        trace.timed_seconds += candidate.time
-        if candidate.energy <= threshold:
+        if _refit_reaches(trace, threshold, energy, seconds):
             return
         seconds *= REFIT_GROWTH
+
+
+def _refit_reaches(trace, threshold, energy, max_time, max_iter=None) -> bool:
+    """Fit ``trace``'s run again (:attr:`~daskmeans.bench.traces.Trace.refit`), evaluate the fit and add it to the
+    trace; whether its result is within ``threshold``."""
+    candidate = trace.refit(max_time, max_iter=max_iter)
+    evaluate([candidate], energy)
+    trace.candidates.append(candidate)
+    trace.timed_seconds += candidate.time
+    return candidate.energy <= threshold

@@ -29,14 +29,14 @@ WHOLE_FITS = ("init", "final", "fit", "rung")
 
 
 def refitted(points) -> bool:
-    """Whether a run's points include whole fits made again with ``max_time`` (kind ``"fit"``)."""
+    """Whether a run's points include whole fits made again (kind ``"fit"``)."""
     return any(p.get("kind") == "fit" for p in points)
 
 
 def time_to_reach(points, threshold, snapshots=False):
     """First time at which an evaluated point has ``energy <= threshold`` (None when never).
 
-    A run fitted again with ``max_time`` (points of kind ``"fit"``) is timed by its whole fits only, call to return;
+    A run fitted again (points of kind ``"fit"``) is timed by its whole fits only, call to return;
     ``snapshots=True`` counts its snapshots too.
     """
     if not snapshots and refitted(points):
@@ -509,12 +509,18 @@ def markdown_table(record) -> str:
 
 def times_note(record) -> str:
     """What the times of a record's table are (a record whose daskmeans runs were fitted again says so)."""
-    whole_fits = any(refitted(run.get("points", [])) for run in record["runs"])
+    points = [point for run in record["runs"] for point in run.get("points", [])]
+    by_iterations = any(point.get("max_iter") is not None for point in points)
     daskmeans = (
-        "a daskmeans time is that of a whole fit, from the call to its return, given the max_time at which a "
-        "snapshot of the run first was within the target (longer until the fit's result was), with the "
-        "snapshot's time beside it when that was earlier"
-        if whole_fits
+        "a daskmeans time is that of a whole fit, from the call to its return, "
+        + (
+            "stopped after the iteration of the run's first snapshot within the target, or else given the "
+            "max_time at which that snapshot was taken"
+            if by_iterations
+            else "given the max_time at which a snapshot of the run first was within the target"
+        )
+        + " (longer until the fit's result was), with the snapshot's time beside it when that was earlier"
+        if refitted(points)
         else "a daskmeans snapshot counts the closing pass the fit makes after its last iteration"
     )
     return (

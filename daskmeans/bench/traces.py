@@ -51,6 +51,8 @@ class Candidate:
         Exact energy on the full data, once evaluated.
     available_time : float or None
         When the centers first existed in the run, if earlier than ``time``.
+    max_iter : int or None
+        A ``"fit"`` stopped after that many iterations (else it was stopped by its ``max_time``).
     """
 
     step: int
@@ -62,9 +64,12 @@ class Candidate:
     energy: float | None = None
     eval_seconds: float | None = None
     available_time: float | None = None
+    max_iter: int | None = None
 
     def as_record(self) -> dict:
+        limit = {} if self.max_iter is None else {"max_iter": self.max_iter}
         return {
+            **limit,
             "step": self.step,
             "time": self.time,
             "energy": self.energy,
@@ -91,7 +96,8 @@ class Trace:
     extend : callable, optional
         Ladder runs: ``extend(m) -> Candidate`` runs one more rung (timed) for refinement.
     refit : callable, optional
-        daskmeans runs: ``refit(max_time) -> Candidate`` fits again with that budget (a ``"fit"`` candidate).
+        daskmeans runs: ``refit(max_time, max_iter=None) -> Candidate`` fits again with that budget (None: the
+        run's), and at most ``max_iter`` iterations when given (a ``"fit"`` candidate).
     n_iter, passes, stop_reason : final figures of the run
     history : list of dict
         The algorithm's own per-iteration records (daskmeans algorithms), without arrays.
@@ -102,7 +108,7 @@ class Trace:
     fit_seconds: float
     timed_seconds: float
     extend: Callable[[int], Candidate] | None = None
-    refit: Callable[[float], Candidate] | None = None
+    refit: Callable[..., Candidate] | None = None
     n_iter: int | None = None
     passes: float | None = None
     stop_reason: str | None = None
