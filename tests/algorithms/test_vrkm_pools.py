@@ -19,8 +19,9 @@ from daskmeans.algorithms.vrkm import position_correction
 from daskmeans.algorithms.vrkm_pools import EpochSampler, InnerLoopTask, epoch_inner_loop, pool_bounds
 
 BLOCK = 0.25
-#: What the loop may take past its budget besides one block: the threads' start, the steps of one small pool.
-LATENCY = 0.5
+#: What the loop may take past its budget besides one block: the threads' start, the steps of one small pool, a
+#: round trip to a worker on a busy machine; half a pool's read (about 2 s), so a read run to its end still fails.
+LATENCY = 1.0
 BUDGET = 1.0
 
 
