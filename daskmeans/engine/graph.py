@@ -241,10 +241,9 @@ class GroupPass:
     its results are reduced and finished, by the driver (:meth:`result`) and by the pass chained after it;
     ``placement`` the worker of each group's task, by key (:func:`~daskmeans.engine.client.submit_now`).
 
-    The driver reduces the results itself rather than in a task of their own on a worker: there such a task would
-    wait behind the next pass's group task whenever both became ready on one worker at once (Dask ranks a graph
-    submitted while another runs by the order within each graph), and the driver would hear of each pass only
-    when the next one ended."""
+    The driver reduces the results itself rather than in a task of their own on a worker: there such a task can
+    wait behind the next pass's group task, which holds the worker's thread for a whole pass, and the driver would
+    then hear of each pass only when the next one ended."""
 
     groups: list
     shares: list | None

@@ -185,8 +185,7 @@ def _panel_scan_intrinsic(centers_per_step, grouped=False):
                         coefficient = splat(floats, builder.load(builder.gep(center_rows[j], [loop.index])))
                         for h in range(VECTORS_PER_PANEL):
                             builder.store(builder.call(fma, [xs[h], coefficient, builder.load(acc[j][h])]), acc[j][h])
-                # the group of column c0 + j by one division a step, then counting up (a division per column
-                # costs as much as a fifth of the step's multiply-adds)
+                # the group of column c0 + j: one division a step, then counting up (no division per column)
                 group = builder.urem(c0, groups) if grouped else None
                 for j in range(centers_per_step):
                     column = builder.add(c0, constant(j))
