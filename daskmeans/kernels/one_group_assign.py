@@ -21,6 +21,7 @@ import time
 
 import numba
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import config
 from ..exceptions import InvalidParameterError
@@ -472,7 +473,11 @@ def panels_pay(n_features: int) -> bool:
 def panel_seconds(n_features: int, repeats: int = 3) -> tuple[float, float]:
     """Seconds of the plain float32 assignment of ``config.PANEL_CALIBRATION_ROWS`` random rows of ``n_features``
     features to ``config.PANEL_CALIBRATION_CENTERS`` of them, by the panel scan and by BLAS tiles: the best of
-    ``repeats`` runs each, taken in turns (after one run each that compiles and warms the caches)."""
+    ``repeats`` runs each, taken in turns (after one run each that compiles and warms the caches).
+
+    BLAS runs on one thread here, as in every pass (one per task, :mod:`daskmeans.engine.blas`), whichever thread
+    measures: the panel scan runs on one, and a GEMM on every core of the driver's main thread would make the tiles
+    look faster than they are in the passes that use the choice."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((config.PANEL_CALIBRATION_ROWS, n_features), dtype=np.float32)
     centers = np.ascontiguousarray(X[: config.PANEL_CALIBRATION_CENTERS])
@@ -491,7 +496,8 @@ def panel_seconds(n_features: int, repeats: int = 3) -> tuple[float, float]:
         return time.perf_counter() - started
 
     best = {True: np.inf, False: np.inf}
-    for _ in range(repeats + 1):
-        for panels in best:
-            best[panels] = min(best[panels], seconds(panels))
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(repeats + 1):
+            for panels in best:
+                best[panels] = min(best[panels], seconds(panels))
     return best[True], best[False]

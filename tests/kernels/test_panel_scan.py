@@ -295,6 +295,29 @@ def test_the_measurement_times_both_ways_and_an_unknown_setting_is_refused():
         one_group_assign.panels_pay(16)
 
 
+def test_the_measurement_runs_blas_on_one_thread_as_the_passes_do(monkeypatch):
+    """The driver's main thread may run BLAS on every core; the tiles are measured on one BLAS thread anyway, as
+    every pass runs them, so the choice holds for the passes (the panel scan runs on one thread)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    seen = []
+    measure = one_group_assign._assign_one_group
+
+    def recording(*args):
+        seen.extend(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+        return measure(*args)
+
+    monkeypatch.setattr(one_group_assign, "_assign_one_group", recording)
+    with (
+        threadpool_limits(limits=2, user_api="blas"),
+        config.set(PANEL_CALIBRATION_ROWS=300, PANEL_CALIBRATION_CENTERS=40),
+    ):
+        one_group_assign.panel_seconds(16, repeats=1)
+        after = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert seen and set(seen) == {1}
+    assert set(after) == {2}  # the caller's setting is back
+
+
 def test_either_choice_gives_the_same_assignment_to_the_last_bit():
     """The choice changes only the time: the labels, distances, group bounds and sums of the panels and of the BLAS
     tiles are equal, and labels, distances and sums are those of the float64 reference."""
