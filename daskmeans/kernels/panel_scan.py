@@ -32,8 +32,8 @@ from llvmlite import binding, ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .distance import pair_dist2
-from .score_error import norm_and_allowance
+from .distance import sq_norm
+from .score_error import score_error
 
 
 def _has_wide_vectors() -> bool:
@@ -262,7 +262,7 @@ def _put_row(row, panel, r):
 @numba.njit(cache=True, nogil=True)
 def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, best, best_col, other_low):
     """For every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time), its squared norm
-    ``x_sq[i]`` (exact, :func:`~daskmeans.kernels.distance.pair_dist2`), the smallest score
+    ``x_sq[i]`` (:func:`~daskmeans.kernels.distance.sq_norm`), the smallest score
     ``X[i] . scaled[c] + column_add[c]`` over the columns ``c`` and its column (the first among equals), and the
     smallest over the other columns of the score less its error ``err_sq[c] + ||X[i]|| err_x[c]``, written to
     ``best``, ``best_col`` and ``other_low``: the values of
@@ -289,8 +289,9 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     no_groups = np.empty(0, dtype=np.float32)
     for r0 in range(0, n, PANEL_ROWS):
         rows = min(PANEL_ROWS, n - r0)
+        for r in range(rows):  # a loop of its own: with the transposition in it, LLVM leaves the sums scalar
+            x_sq[r0 + r] = sq_norm(X[r0 + r], zero)
         for r in range(rows):
-            x_sq[r0 + r] = pair_dist2(X[r0 + r], zero)
             x_norm[r] = math.sqrt(x_sq[r0 + r])
             _put_row(X[r0 + r], panel, r)
         run_best[:] = np.inf
@@ -356,10 +357,11 @@ def best_of_groups_by_panels(
 ):
     """Yinyang's summary of every row's scores against centers in ``n_groups`` groups, the scores never stored:
     for every row ``i`` of ``X`` (any real dtype, converted to float32 a panel at a time) its squared norm and
-    score allowance (:func:`~daskmeans.kernels.score_error.norm_and_allowance` for the largest center norm
-    ``center_norm``), the smallest score and its column (the first among equals), the smallest score of every
-    group ``group_min[i, g]`` (column ``c`` in group ``c % n_groups``), the second smallest of the best column's
-    group and the smallest outside it: the values of :func:`daskmeans.kernels.group_scan.scan_groups` for
+    score allowance (:func:`~daskmeans.kernels.distance.sq_norm` and
+    :func:`~daskmeans.kernels.score_error.score_error` for the largest center norm ``center_norm``), the smallest
+    score and its column (the first among equals), the smallest score of every group ``group_min[i, g]`` (column
+    ``c`` in group ``c % n_groups``), the second smallest of the best column's group and the smallest outside it:
+    the values of :func:`daskmeans.kernels.group_scan.scan_groups` for
     :func:`daskmeans.kernels.settle_scores._finish_best_of_groups`.
 
     ``scaled`` and ``column_add`` as :func:`padded` returns them (padding slots of the groups score ``inf``).
@@ -384,8 +386,10 @@ def best_of_groups_by_panels(
     unused = np.empty(PANEL_ROWS, dtype=np.float32)
     for r0 in range(0, n, PANEL_ROWS):
         rows = min(PANEL_ROWS, n - r0)
+        for r in range(rows):  # a loop of its own, as in best_and_lowest_other_by_panels
+            x_sq[r0 + r] = sq_norm(X[r0 + r], zero)
         for r in range(rows):
-            x_sq[r0 + r], allowance[r0 + r] = norm_and_allowance(X[r0 + r], zero, center_norm, gamma)
+            allowance[r0 + r] = score_error(math.sqrt(x_sq[r0 + r]), x_sq[r0 + r], center_norm, gamma)
             _put_row(X[r0 + r], panel, r)
         run_best[:] = np.inf
         run_col[:] = 0

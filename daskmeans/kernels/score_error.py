@@ -13,7 +13,7 @@ import math
 import numba
 import numpy as np
 
-from .distance import pair_dist2
+from .distance import pair_dist2, sq_norm
 
 #: Relative margin of every "bound beats distance" test, far above float64 rounding of the distances.
 TEST_MARGIN = 1e-9
@@ -26,7 +26,7 @@ def row_sq_norms(X):
     out = np.empty(X.shape[0], dtype=np.float64)
     zero = np.zeros(X.shape[1], dtype=X.dtype)
     for i in range(X.shape[0]):
-        out[i] = pair_dist2(X[i], zero)
+        out[i] = sq_norm(X[i], zero)
     return out
 
 

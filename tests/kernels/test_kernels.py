@@ -1,11 +1,12 @@
 """Numba kernels against plain NumPy references, in float32 and float64."""
 
+import numba
 import numpy as np
 import pytest
 
 from daskmeans.engine.random import row_uniforms, stage_key
 from daskmeans.kernels.assign import all_dist2, nearest_centers, nearest_direct, nearest_gemm
-from daskmeans.kernels.distance import dist2_to_point, exact_dist2, pair_dist2
+from daskmeans.kernels.distance import dist2_to_point, exact_dist2, pair_dist2, sq_norm
 from daskmeans.kernels.stats import cluster_stats, column_moments
 
 
@@ -111,6 +112,33 @@ def test_exact_distance_is_the_same_sum_for_bytes_and_strided_vectors(d):
     strided_X, strided_C = np.asfortranarray(X), np.asfortranarray(C)
     assert pair_dist2(strided_X[4], strided_C[1]) == reference_pair_dist2(X[4], C[1])
     assert pair_dist2(X[4], strided_C[1]) == pair_dist2(X[4], C[1])
+
+
+@numba.njit
+def _sq_norms_in_numba(X):
+    zero = np.zeros(X.shape[1], dtype=X.dtype)
+    return np.array([sq_norm(X[i], zero) for i in range(X.shape[0])])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 7, 128, 131])
+def test_squared_norm_is_the_documented_sum_for_every_dtype(dtype, d):
+    """Numba's integer path for values of up to 16 bits gives the exact integer sum, which is the documented float64
+    sum of :func:`pair_dist2` against zero to the last bit, extremes of the dtype included; other dtypes take that
+    sum itself."""
+    rng = np.random.default_rng(9)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        X = rng.integers(info.min, info.max, size=(20, d), endpoint=True, dtype=dtype)
+        X[0], X[1] = info.max, info.min
+    else:
+        X = (rng.normal(size=(20, d)) * 1e3).astype(dtype)
+    zero = np.zeros(d, dtype=dtype)
+    expected = [reference_pair_dist2(row, zero) for row in X]
+    np.testing.assert_array_equal(_sq_norms_in_numba(X), expected)
+    np.testing.assert_array_equal([sq_norm(row, zero) for row in X], expected)
+    if np.dtype(dtype).itemsize <= 2:
+        assert _sq_norms_in_numba(X).tolist() == [float(sum(int(v) ** 2 for v in row)) for row in X]
 
 
 def test_exact_distance_of_one_pair_is_symmetric_and_zero_on_itself():
