@@ -6,7 +6,8 @@ center that gives it and the smallest of the other scores less their proven erro
 (:func:`daskmeans.kernels.tile_scan._best_and_lowest_other`). A BLAS GEMM writes every score of a tile to
 memory and a second pass reads them back to find these; at k = 1000 and d = 128 the scores of a tile of 512 rows
 are 2 MiB, the whole L2 cache. Here the rows are taken a *panel* at a time (``PANEL_ROWS`` rows, converted to
-float32 and laid out feature by feature, so that one vector holds one feature of ``LANES`` rows), and the centers
+float32 and laid out feature by feature by :mod:`daskmeans.kernels.panel_rows`, so that one vector holds one
+feature of ``LANES`` rows), and the centers
 ``CENTERS_PER_STEP`` at a time: ``CENTERS_PER_STEP x VECTORS_PER_PANEL`` vector accumulators stay in registers over
 all the features (one fused multiply-add per center and vector of rows per feature, each center's coefficient
 broadcast from memory), and are then folded into the rows' running summary. Nothing else is stored. The loop is
@@ -33,6 +34,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .distance import sq_norm
+from .panel_rows import panel_filler
 from .score_error import score_error
 
 
@@ -226,6 +228,8 @@ _scan_steps = _panel_scan_intrinsic(CENTERS_PER_STEP)
 _scan_tail = _panel_scan_intrinsic(TAIL_CENTERS)
 _scan_groups_steps = _panel_scan_intrinsic(CENTERS_PER_STEP, grouped=True)
 _scan_groups_tail = _panel_scan_intrinsic(TAIL_CENTERS, grouped=True)
+#: ``fill(X, r0, rows, panel)``: rows ``r0 ..`` of ``X`` as the panel's first ``rows`` rows, in float32.
+_fill_panel = panel_filler(LANES, PANEL_ROWS)
 
 
 def padded(scaled, column_add, err_sq=0, err_x=0):
@@ -250,13 +254,6 @@ def _panel_buffers(X):
     """A zeroed float32 panel for rows of ``X`` (the rows past the last ones of a short panel stay finite) and a zero
     row of ``X``'s dtype (for the rows' norms)."""
     return np.zeros(X.shape[1] * PANEL_ROWS, dtype=np.float32), np.zeros(X.shape[1], dtype=X.dtype)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_row(row, panel, r):
-    """Row ``row`` converted to float32 (exactly, for integers and float32) as row ``r`` of the panel."""
-    for f in range(row.shape[0]):
-        panel[f * PANEL_ROWS + r] = row[f]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -289,11 +286,11 @@ def best_and_lowest_other_by_panels(X, scaled, column_add, err_sq, err_x, x_sq, 
     no_groups = np.empty(0, dtype=np.float32)
     for r0 in range(0, n, PANEL_ROWS):
         rows = min(PANEL_ROWS, n - r0)
-        for r in range(rows):  # a loop of its own: with the transposition in it, LLVM leaves the sums scalar
+        for r in range(rows):  # a loop of its own: with the panel's filling in it, LLVM leaves the sums scalar
             x_sq[r0 + r] = sq_norm(X[r0 + r], zero)
         for r in range(rows):
             x_norm[r] = math.sqrt(x_sq[r0 + r])
-            _put_row(X[r0 + r], panel, r)
+        _fill_panel(X, r0, rows, panel)
         run_best[:] = np.inf
         run_best_low[:] = np.inf
         run_other_low[:] = np.inf
@@ -390,7 +387,7 @@ def best_of_groups_by_panels(
             x_sq[r0 + r] = sq_norm(X[r0 + r], zero)
         for r in range(rows):
             allowance[r0 + r] = score_error(math.sqrt(x_sq[r0 + r]), x_sq[r0 + r], center_norm, gamma)
-            _put_row(X[r0 + r], panel, r)
+        _fill_panel(X, r0, rows, panel)
         run_best[:] = np.inf
         run_col[:] = 0
         run_min[:] = np.inf
