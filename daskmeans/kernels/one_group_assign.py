@@ -15,6 +15,7 @@ so it is measured once per process (:func:`panels_pay`); both give the same resu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -475,9 +476,11 @@ def panel_seconds(n_features: int, repeats: int = 3) -> tuple[float, float]:
     features to ``config.PANEL_CALIBRATION_CENTERS`` of them, by the panel scan and by BLAS tiles: the best of
     ``repeats`` runs each, taken in turns (after one run each that compiles and warms the caches).
 
-    BLAS runs on one thread here, as in every pass (one per task, :mod:`daskmeans.engine.blas`), whichever thread
-    measures: the panel scan runs on one, and a GEMM on every core of the driver's main thread would make the tiles
-    look faster than they are in the passes that use the choice."""
+    BLAS runs on one thread here, as in every pass (one per task, :mod:`daskmeans.engine.blas`): the panel scan
+    runs on one, and a GEMM on every core of the driver's main thread would make the tiles look faster than they
+    are in the passes that use the choice. Only the main thread sets that limit: other threads measure inside the
+    limit of the pool that runs them (a worker process's, or the driver's for its passes), and a limit set and
+    restored from them could undo the one their pool holds (some BLAS builds keep one count for all threads)."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((config.PANEL_CALIBRATION_ROWS, n_features), dtype=np.float32)
     centers = np.ascontiguousarray(X[: config.PANEL_CALIBRATION_CENTERS])
@@ -496,7 +499,8 @@ def panel_seconds(n_features: int, repeats: int = 3) -> tuple[float, float]:
         return time.perf_counter() - started
 
     best = {True: np.inf, False: np.inf}
-    with threadpool_limits(limits=1, user_api="blas"):
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    with threadpool_limits(limits=1, user_api="blas") if on_main_thread else contextlib.nullcontext():
         for _ in range(repeats + 1):
             for panels in best:
                 best[panels] = min(best[panels], seconds(panels))
