@@ -165,13 +165,17 @@ VRKM_COST_WINDOW = 512
 VRKM_SLAB_BYTES = 8 * 2**20
 #: Centers per group, about, of yinyang bounds (``bounds="yinyang"``, or ``"auto"`` choosing it).
 YINYANG_GROUP_SIZE = 10
-#: Fewest groups of yinyang bounds (groups of at least two centers): at a few hundred centers, groups of
-#: ``YINYANG_GROUP_SIZE`` leave bounds too loose to skip rows in the first iterations (more groups are more bounds
-#: per row, within the memory limits of ``bounds="auto"``). More groups than this cost more than they skip: every
-#: revisit reads and writes each row's bounds, and at ``k = 256`` groups of 8 centers fill half the vector lanes
-#: of the grouped revisit (:func:`daskmeans.kernels.revisit.scores_by_groups`) where groups of 4 are scored one
-#: center at a time.
+#: Fewest groups of yinyang bounds (groups of at least ``YINYANG_MIN_GROUP_SIZE`` centers): at a few hundred
+#: centers, groups of ``YINYANG_GROUP_SIZE`` leave bounds too loose to skip rows in the first iterations (more
+#: groups are more bounds per row, within the memory limits of ``bounds="auto"``). More groups than this cost more
+#: than they skip: every revisit reads and writes each row's bounds, and at ``k = 256`` groups of 8 centers fill
+#: half the vector lanes of the grouped revisit (:func:`daskmeans.kernels.revisit.scores_by_groups`) where groups of
+#: 4 are scored one center at a time.
 YINYANG_MIN_GROUPS = 32
+#: Fewest centers of a yinyang group that ``YINYANG_MIN_GROUPS`` makes: at ``k = 64`` or 128, groups of 8 centers
+#: take less time than smaller ones or Elkan's bound per center (which skip a few more distances, but every revisit
+#: reads and writes all their bounds).
+YINYANG_MIN_GROUP_SIZE = 8
 #: Rows at the start of a block that are revisited first after the centers moved (exact k-means with bounds,
 #: nmbatch), to decide whether revisiting the rest pays (``REVISIT_GIVE_UP_FRACTION``).
 REVISIT_PROBE_ROWS = 2048

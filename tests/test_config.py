@@ -912,6 +912,7 @@ CHECKS = {
     "VRKM_SLAB_BYTES": (800, _vrkm_slabs),
     "YINYANG_GROUP_SIZE": (5, _yinyang_groups(1000)),
     "YINYANG_MIN_GROUPS": (8, _yinyang_groups(256)),
+    "YINYANG_MIN_GROUP_SIZE": (2, _yinyang_groups(64)),
     "REVISIT_PROBE_ROWS": (100, _revisit("_revisit_by_groups")),
     "REVISIT_GIVE_UP_FRACTION": (0.0, _revisit("assign_with_bounds", probe_rows=100)),
     "REVISIT_BLOCK_ROWS": (64, _revisit("_revisit_by_groups")),

@@ -61,13 +61,13 @@ class CenterGroups:
 def choose_bounds(bounds, n_clusters, row_bytes):
     """Resolve ``bounds="auto"`` and return ``(scheme, n_groups)``.
 
-    ``"auto"`` keeps the bounds no larger than the rows they belong to (so the batch's memory stays
-    O(batch x d)): Elkan's k bounds when ``4 k <= row_bytes``, else yinyang groups of about
-    :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers, as many as fit the row at 16 bits a bound
-    (:data:`~daskmeans.kernels.packed_bounds.LOWER_BYTES`), else Hamerly's single bound. Yinyang takes at least
-    :data:`~daskmeans.config.YINYANG_MIN_GROUPS` groups where that leaves two centers or more a group: smaller
-    groups where ``k`` is a few hundred, whose bounds skip more rows. (Elkan's bounds stop at ``4 k``: past that,
-    yinyang groups of a few centers skip as many rows with fewer bounds to keep.)
+    Yinyang takes groups of about :data:`~daskmeans.config.YINYANG_GROUP_SIZE` centers, and at least
+    :data:`~daskmeans.config.YINYANG_MIN_GROUPS` groups where that leaves
+    :data:`~daskmeans.config.YINYANG_MIN_GROUP_SIZE` centers or more a group: smaller groups where ``k`` is a few
+    hundred, whose bounds skip more rows. ``"auto"`` takes those groups, as many as fit the row they belong to at 16
+    bits a bound (:data:`~daskmeans.kernels.packed_bounds.LOWER_BYTES`, so the batch's memory stays O(batch x d)),
+    else Hamerly's single bound. It never takes Elkan's bound per center: at small ``k`` they skip a few more
+    distances than groups of 8, but every revisit reads and writes all of them, which costs more.
 
     Examples
     --------
@@ -75,10 +75,12 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     ('yinyang', 100)
     >>> choose_bounds("auto", 256, 512)  # at least YINYANG_MIN_GROUPS groups
     ('yinyang', 32)
-    >>> choose_bounds("auto", 100, 512)  # 4 bytes a center fit the row: Elkan's bounds
-    ('elkan', 100)
+    >>> choose_bounds("auto", 64, 512)  # groups of at least YINYANG_MIN_GROUP_SIZE centers
+    ('yinyang', 8)
     >>> choose_bounds("auto", 4096, 512)  # 410 groups of 10 would not fit: 256 groups of 16 bits, of 16 centers
     ('yinyang', 256)
+    >>> choose_bounds("elkan", 64, 512)
+    ('elkan', 64)
     """
     if bounds == "none":
         return "none", 1
@@ -87,12 +89,12 @@ def choose_bounds(bounds, n_clusters, row_bytes):
     if bounds == "elkan":
         return "elkan", n_clusters
     yinyang_groups = max(
-        1, -(-n_clusters // config.YINYANG_GROUP_SIZE), min(config.YINYANG_MIN_GROUPS, n_clusters // 2)
+        1,
+        -(-n_clusters // config.YINYANG_GROUP_SIZE),
+        min(config.YINYANG_MIN_GROUPS, n_clusters // config.YINYANG_MIN_GROUP_SIZE),
     )
     if bounds == "yinyang":
         return ("yinyang", yinyang_groups) if yinyang_groups > 1 else ("hamerly", 1)
-    if 4 * n_clusters <= row_bytes:
-        return "elkan", n_clusters
     n_groups = min(yinyang_groups, max(1, row_bytes // LOWER_BYTES))
     return ("yinyang", n_groups) if n_groups > 1 else ("hamerly", 1)
 

@@ -90,10 +90,10 @@ def test_auto_takes_the_smaller_of_the_work_and_the_memory_limits():
     row = 8 + state_bytes_per_row(1, 1, 8)
     assert lloyd_driver_rows("auto", "none", 1, 1, np.float64) == DRIVER_BYTES // 8
     assert lloyd_driver_rows("auto", "hamerly", 1, 1, np.float64) == DRIVER_BYTES // row
-    # float64 rows of 40 bytes hold Elkan's 10 bounds (as the fit takes them), float32 ones of 20 bytes take
-    # yinyang's 5 groups of two centers
-    assert lloyd_driver_rows("auto", "auto", 10, 5, np.float64) == DRIVER_BYTES // (40 + state_bytes_per_row(5, 10, 8))
-    assert lloyd_driver_rows("auto", "auto", 10, 5, np.float32) == DRIVER_BYTES // (20 + state_bytes_per_row(5, 5, 4))
+    # as the fit takes them: 10 centers are one group (Hamerly's bound), 64 are 8 yinyang groups, whatever the dtype
+    assert lloyd_driver_rows("auto", "auto", 10, 5, np.float64) == DRIVER_BYTES // (40 + state_bytes_per_row(5, 1, 8))
+    assert lloyd_driver_rows("auto", "auto", 10, 5, np.float32) == DRIVER_BYTES // (20 + state_bytes_per_row(5, 1, 4))
+    assert lloyd_driver_rows("auto", "auto", 64, 5, np.float64) == DRIVER_BYTES // (40 + state_bytes_per_row(5, 8, 8))
 
 
 def test_a_local_scheduler_setting_takes_precedence_over_the_active_client(cluster_client):

@@ -354,9 +354,11 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
         slots = groups.slot_center.reshape(-1, groups.n_groups)
         np.testing.assert_array_equal(np.sort(slots[slots >= 0]), np.arange(57))
         assert np.all(groups.group_of[slots[0]] == np.arange(groups.n_groups))
-    # auto: k bounds when they are no larger than a row (at 4 bytes a bound), else as many yinyang groups as fit at
-    # 2 bytes a bound (packed bounds), else one bound
-    assert nested_groups.choose_bounds("auto", 50, 784 * 4) == ("elkan", 50)
+    # auto: yinyang groups, as many as fit at 2 bytes a bound (packed bounds), else one bound; never Elkan's bound
+    # per center, which only asking for it gives
+    assert nested_groups.choose_bounds("auto", 50, 784 * 4) == ("yinyang", 6)
+    assert nested_groups.choose_bounds("auto", 64, 128 * 4) == ("yinyang", 8)
+    assert nested_groups.choose_bounds("auto", 128, 128 * 4) == ("yinyang", 16)
     assert nested_groups.choose_bounds("auto", 1000, 128 * 4) == ("yinyang", 100)
     assert nested_groups.choose_bounds("auto", 4096, 128 * 4) == ("yinyang", 256)
     assert nested_groups.choose_bounds("auto", 1000, 16 * 4) == ("yinyang", 32)
@@ -365,11 +367,12 @@ def test_groups_partition_the_centers_and_auto_fits_the_memory_budget():
     assert nested_groups.choose_bounds("elkan", 1000, 4) == ("elkan", 1000)
     assert nested_groups.choose_bounds("none", 10, 40) == ("none", 1)
     # a few hundred centers: YINYANG_MIN_GROUPS groups rather than groups of YINYANG_GROUP_SIZE, within the row's
-    # bytes, and never groups of one center
+    # bytes, and never groups of fewer than YINYANG_MIN_GROUP_SIZE centers that way
     assert nested_groups.choose_bounds("auto", 256, 128 * 4) == ("yinyang", 32)
     assert nested_groups.choose_bounds("auto", 256, 32) == ("yinyang", 16)
-    assert nested_groups.choose_bounds("yinyang", 40, 10**9) == ("yinyang", 20)
+    assert nested_groups.choose_bounds("yinyang", 40, 10**9) == ("yinyang", 5)
     assert nested_groups.choose_bounds("yinyang", 3, 10**9) == ("hamerly", 1)
+    assert nested_groups.choose_bounds("yinyang", 12, 10**9) == ("yinyang", 2)
 
 
 # -- the doubling rule ---------------------------------------------------------------------------------------
