@@ -64,6 +64,38 @@ def test_a_lead_is_finite_and_a_bound_where_no_peer_reached():
     assert sweep.lead({"time": 0.0}, {"time": 1.0}, algorithms)["ratio"] == 1.0 / sweep.SHORTEST_TIME
 
 
+def _cell_with_lloyd(stop_reason, speedup):
+    """A cell's record as :func:`sweep.cell_summary` reads it: KMeans timed against scikit-learn's Lloyd, whose one
+    run stopped for ``stop_reason`` after 12 iterations."""
+    never = {"median": None}
+    kmeans = {
+        "kind": "daskmeans",
+        "ok": 1,
+        "time_to": {"0.02": {"median": 0.5}, "0.01": {"median": 1.0}},
+        "final_relative": {"median": 1.0},
+        "versus": {"sklearn-lloyd": {"time": {"median": 1.0}, "speedup": {"median": speedup}}},
+    }
+    lloyd = {"kind": "peer", "ok": 1, "time_to": {"0.02": never, "0.01": never}, "fit_seconds": {"median": 9.0}}
+    return {
+        "workload": {"n_samples": 1000, "k": 8, "time_budget": 5.0},
+        "summary": {"E_star": 1.0, "algorithms": {"kmeans": kmeans, "sklearn-lloyd": lloyd}},
+        "runs": [{"name": "sklearn-lloyd", "status": "ok", "stop_reason": stop_reason, "n_iter": 12}],
+    }
+
+
+def test_kmeans_over_lloyd_counts_only_against_a_lloyd_that_converged():
+    """A Lloyd stopped by the cell's time budget ended above its converged energy: the goal is then not shown,
+    whatever the speedup to the energy it ended with, and the table says so."""
+    converged = sweep.cell_summary(_cell_with_lloyd("converged", 2.5))
+    assert converged["short_of"] == [] and converged["over_lloyd"]["lloyd_converged"]
+    assert sweep.cell_summary(_cell_with_lloyd("converged", 1.5))["short_of"] == ["KMeans over Lloyd"]
+    cut_short = sweep.cell_summary(_cell_with_lloyd("time_budget", 12.0))
+    assert cut_short["short_of"] == ["KMeans over Lloyd (Lloyd not converged)"]
+    assert (
+        sweep._lloyd_text(cut_short["over_lloyd"]) == "1 s (12.00x); Lloyd not converged, stopped after 12 iterations"
+    )
+
+
 # -- bad input: refused before any work, nothing written -------------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "message"),

@@ -180,14 +180,21 @@ def lead(ours, peer, algorithms) -> dict:
     return {"ratio": peer["time"] / max(ours["time"], SHORTEST_TIME), "at_least": False}
 
 
-def _lloyd_lead(summary) -> dict | None:
-    """The default KMeans' speedup over scikit-learn's Lloyd to the energy Lloyd ended with (None when the cell
-    ran without ``--versus sklearn-lloyd`` or without KMeans)."""
-    algorithm = summary["algorithms"].get(DEFAULT_ALGORITHM)
+def _lloyd_lead(cell) -> dict | None:
+    """The default KMeans' speedup over scikit-learn's Lloyd to the energy Lloyd ended with, and whether Lloyd
+    ended converged (every seed's run stopped by its own tolerance, not by the cell's time budget) and after how
+    many iterations at most (None when the cell ran without ``--versus sklearn-lloyd`` or without KMeans)."""
+    algorithm = cell["summary"]["algorithms"].get(DEFAULT_ALGORITHM)
     figures = ((algorithm or {}).get("versus") or {}).get(LLOYD_PEER)
     if figures is None:
         return None
-    return {"time": figures["time"]["median"], "speedup": figures["speedup"]["median"]}
+    lloyd = [run for run in cell["runs"] if run["name"] == LLOYD_PEER and run["status"] == "ok"]
+    return {
+        "time": figures["time"]["median"],
+        "speedup": figures["speedup"]["median"],
+        "lloyd_converged": bool(lloyd) and all(run.get("stop_reason") == "converged" for run in lloyd),
+        "lloyd_iterations": max((run["n_iter"] for run in lloyd), default=None),
+    }
 
 
 def _best_final(algorithms) -> float | None:
@@ -214,8 +221,10 @@ def cell_summary(cell) -> dict:
         row[target] = {"daskmeans": ours, "peer": peer, "lead": ahead}
         if ahead["ratio"] is None or (not ahead["at_least"] and ahead["ratio"] < goal):
             short.append(f"{float(target):.0%} of E*")
-    row["over_lloyd"] = _lloyd_lead(summary)
-    if row["over_lloyd"] is not None and (row["over_lloyd"]["speedup"] or 0.0) < LEAD_OVER_LLOYD:
+    row["over_lloyd"] = over = _lloyd_lead(cell)
+    if over is not None and not over["lloyd_converged"]:
+        short.append("KMeans over Lloyd (Lloyd not converged)")
+    elif over is not None and (over["speedup"] or 0.0) < LEAD_OVER_LLOYD:
         short.append("KMeans over Lloyd")
     row["best_final"] = _best_final(algorithms)
     if row["best_final"] is None or row["best_final"] > 1 + FINAL_WITHIN:
@@ -245,9 +254,11 @@ def lead_text(ahead) -> str:
 def _lloyd_text(over) -> str:
     if over is None:
         return ""
-    if over["time"] is None:
-        return "not reached"
-    return f"{seconds_text(over['time'])} ({over['speedup']:.2f}x)"
+    reached = "not reached" if over["time"] is None else f"{seconds_text(over['time'])} ({over['speedup']:.2f}x)"
+    if over.get("lloyd_converged", True):
+        return reached
+    iterations = over["lloyd_iterations"]
+    return f"{reached}; Lloyd not converged, stopped after {iterations} iteration{'' if iterations == 1 else 's'}"
 
 
 def sweep_table(record) -> list:
@@ -293,7 +304,9 @@ def goals_text(record) -> str:
         f"A cell is short of a goal where the fastest daskmeans algorithm comes within 1% of E* less than "
         f"{goals['lead_at_1']:g}x sooner than the fastest peer, or within 2% of E* not sooner than every peer; where "
         f"the default KMeans reaches the energy scikit-learn's Lloyd ended with less than "
-        f"{goals['lead_over_lloyd']:g}x sooner than Lloyd did; or where no daskmeans algorithm ends within "
+        f"{goals['lead_over_lloyd']:g}x sooner than Lloyd did, or Lloyd did not converge within the cell's time "
+        "budget (the goal is then not shown: the energy is that of Lloyd's last run, not its converged one); or "
+        "where no daskmeans algorithm ends within "
         f"{goals['final_within']:.1%} of E*. A lead written '> x' is a bound: no peer reached the target, and "
         "x is the longest peer run over daskmeans' time."
     )
