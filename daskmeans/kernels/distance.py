@@ -30,14 +30,17 @@ from numba.extending import intrinsic, overload
 LANES = 8
 
 
-def _as_float64_lanes(builder, vector, dtype):
-    """Convert a vector of ``LANES`` values of ``dtype`` to float64 exactly (as ``np.float64(value)`` does)."""
-    float64_lanes = ir.VectorType(ir.DoubleType(), LANES)
+def as_float_lanes(builder, vector, dtype, float_type):
+    """A vector of values of ``dtype`` converted lane by lane to the LLVM float type ``float_type`` as NumPy converts
+    a value (``np.float64(value)``, ``np.float32(value)``): exactly where it can be, else rounded to nearest."""
+    lanes = ir.VectorType(float_type, vector.type.count)
     if isinstance(dtype, types.Float):
-        return vector if dtype.bitwidth == 64 else builder.fpext(vector, float64_lanes)
+        wider = isinstance(float_type, ir.DoubleType) and dtype.bitwidth == 32
+        narrower = isinstance(float_type, ir.FloatType) and dtype.bitwidth == 64
+        return builder.fpext(vector, lanes) if wider else builder.fptrunc(vector, lanes) if narrower else vector
     if isinstance(dtype, types.Integer) and dtype.signed:
-        return builder.sitofp(vector, float64_lanes)
-    return builder.uitofp(vector, float64_lanes)
+        return builder.sitofp(vector, lanes)
+    return builder.uitofp(vector, lanes)
 
 
 @intrinsic
@@ -58,7 +61,7 @@ def _lane_sums(typingctx, x, c, body):
             element = context.get_data_type(array_type.dtype)
             pointer = builder.bitcast(builder.gep(array.data, [first]), ir.VectorType(element, LANES).as_pointer())
             vector = builder.load(pointer, align=max(1, array_type.dtype.bitwidth // 8))
-            return _as_float64_lanes(builder, vector, array_type.dtype)
+            return as_float_lanes(builder, vector, array_type.dtype, ir.DoubleType())
 
         step = ir.Constant(args[2].type, LANES)
         with cgutils.for_range_slice(builder, ir.Constant(args[2].type, 0), args[2], step) as (first, _):

@@ -19,15 +19,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-
-def _as_float32(builder, vector, dtype, width):
-    """A vector of ``width`` values of ``dtype`` converted to float32 as ``np.float32(value)`` does."""
-    floats = ir.VectorType(ir.FloatType(), width)
-    if isinstance(dtype, types.Float):
-        return vector if dtype.bitwidth == 32 else builder.fptrunc(vector, floats)
-    if isinstance(dtype, types.Integer) and dtype.signed:
-        return builder.sitofp(vector, floats)
-    return builder.uitofp(vector, floats)
+from .distance import as_float_lanes
 
 
 def _transposed(builder, vectors, width):
@@ -83,7 +75,7 @@ def transpose_block_intrinsic(width, panel_rows):
                 at = builder.add(start, builder.mul(ir.Constant(i64, i), row_stride))
                 pointer = builder.bitcast(builder.gep(x_bytes, [at]), ir.VectorType(element, width).as_pointer())
                 loaded = builder.load(pointer, align=itemsize)
-                loads.append(_as_float32(builder, loaded, x_type.dtype, width))
+                loads.append(as_float_lanes(builder, loaded, x_type.dtype, ir.FloatType()))
             floats = ir.VectorType(ir.FloatType(), width)
             for j, vector in enumerate(_transposed(builder, loads, width)):
                 feature_j = builder.add(first_feature, ir.Constant(i64, j))
