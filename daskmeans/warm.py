@@ -174,8 +174,8 @@ def other_fits(n_clusters, init):
     return fits
 
 
-#: (features, clusters, fits): small k on few features (the direct loops, Elkan's bounds), k in the hundreds on
-#: more features (BLAS distances, yinyang groups, panel scans).
+#: (features, clusters, fits): small k on few features (the direct loops, two yinyang groups), k in the hundreds on
+#: more features (BLAS distances, many yinyang groups, panel scans).
 SHAPES = (
     (8, 20, (kmeans_fits, minibatch_fits, other_fits)),
     (32, 300, (kmeans_fits, minibatch_fits)),

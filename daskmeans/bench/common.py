@@ -220,8 +220,9 @@ def warm_up(client, algorithms, n_features, dtype=np.float32, n_clusters=32):
 
     ``algorithm="auto"`` picks its bounds from ``k`` and the row's bytes, so the warm-up fits rows of the
     workload's ``dtype`` (the same conversion paths) with ``k`` = 32 and the workload's ``n_clusters`` (at most
-    :data:`WARM_UP_MAX_CLUSTERS`), and ``k = d = 2``: at the descriptors' k = 1000 ``auto`` takes yinyang bounds,
-    which a warm-up at k = 32 (Elkan's) left to the first timed run to load.
+    :data:`WARM_UP_MAX_CLUSTERS`), and ``k = d = 2``: the number of yinyang groups, and with it the revisit's path
+    (:func:`daskmeans.kernels.revisit.scores_by_groups`), depends on ``k``, and a path the warm-up did not take is
+    left to the first timed run to load.
     """
     rng = np.random.default_rng(0)
     dtype = np.dtype(dtype)

@@ -164,7 +164,7 @@ class KMeans(ClusteringEstimator):
         The others keep each row, its label and lower bounds on its distances to groups of centers on the workers
         and compute only the distances the bounds cannot rule out: one bound per center (Elkan), per group of
         about ten nearby centers (yinyang, Ding et al. 2015) or one per row (Hamerly). ``"auto"`` takes bounds
-        (Elkan while they are no larger than a row, else yinyang) when they fit in half the cluster's memory,
+        (yinyang, as many groups as fit a row at 2 bytes a bound) when they fit in half the cluster's memory,
         ``k >= 8`` and ``k * d > 256``, else Lloyd; with bounds, its first ``config.AUTO_PLAIN_ITERATIONS``
         iterations are Lloyd's (bounds made while the centers move most rule out next to nothing) and the bounds
         start at the next.

@@ -69,8 +69,8 @@ class NestedMiniBatchKMeans(ClusteringEstimator):
     bounds : {"auto", "elkan", "yinyang", "hamerly", "none"}, default "auto"
         Distance bounds kept per sample. ``"elkan"``: one per center (k floats per sample); ``"yinyang"``:
         one per group of about 10 nearby centers; ``"hamerly"``: one; ``"none"``: every distance is computed.
-        ``"auto"`` takes Elkan when its bounds are no larger than a row of data (``4 k <= d * itemsize``),
-        else yinyang with at most that many groups, else Hamerly: memory stays O(batch x d). With
+        ``"auto"`` takes yinyang groups of at least 8 centers (``config.YINYANG_MIN_GROUP_SIZE``), at most as many
+        as fit a row of data at 2 bytes a bound, else Hamerly: memory stays O(batch x d). With
         ``batch_rows="reread"``, ``"auto"`` falls back to Hamerly when the groups' state would not fit.
     batch_rows : {"auto", "cached", "reread"}, default "auto"
         Where the active batch's rows live. ``"cached"``: on the workers, as floats, beside their labels,
