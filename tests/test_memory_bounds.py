@@ -198,10 +198,10 @@ CASES = {
         lambda model: nmbatch_state_bytes(max(r["batch_size"] for r in model.history_), N_FEATURES, N_CLUSTERS),
     ),
     # a batch of 1,000,000 rows: cached as floats with its bounds it would take about 1.1 GB (the worker has
-    # 768 MiB), so "auto" re-reads its rows from the store and keeps Hamerly's bound alone
+    # 768 MiB), so "auto" re-reads its rows from the store and keeps the bounds of its two yinyang groups
     "nmbatch-reread": (
         {"max_iter": 2, "initial_batch_size": 1_000_000, "tol": 0.0},
-        lambda model: 1_000_000 * state_bytes_per_row(N_FEATURES, 1, 4, cached=False),
+        lambda model: 1_000_000 * state_bytes_per_row(N_FEATURES, model.fit_plan_.n_groups, 4, cached=False),
     ),
     "minibatch": ({"max_time": 0.5, "max_no_improvement": None}, lambda model: minibatch_state_bytes(N_FEATURES)),
     # the coreset (10,000 rows) is drawn by two passes and iterated on the driver
@@ -277,7 +277,7 @@ def test_streaming_algorithms_fit_data_larger_than_worker_memory_without_spillin
                 assert record["inner_steps"] == record["epoch_size"] and record["pools"] > 1, record
                 assert record["inner_on"].startswith("tcp://") == (name == "vrkm"), record
             if name == "nmbatch-reread":
-                assert (model.batch_rows_, model.bounds_) == ("reread", "hamerly")
+                assert (model.batch_rows_, model.bounds_, model.fit_plan_.n_groups) == ("reread", "yinyang", 2)
                 assert model.history_[-1]["batch_size"] >= 1_000_000
             bound = worker_memory_bound(
                 CHUNK_ROWS, N_FEATURES, N_CLUSTERS, source_itemsize=1, state_bytes=state_of(model)
