@@ -117,8 +117,8 @@ def sq_norm(x, zero):
     """The squared norm of the vector ``x`` as :func:`pair_dist2` of ``x`` and ``zero`` (a zero vector of ``x``'s
     length and dtype) gives it.
 
-    For integers of up to 16 bits (uint8 descriptors) the squares are summed in int64, about a third of the time of
-    the float64 lanes, and the exact sum is rounded once to float64. With fewer than ``2**21`` features every
+    For integers of up to 16 bits (uint8 descriptors) the squares are summed in int64 on integer vector lanes, and
+    the exact sum is rounded once to float64. With fewer than ``2**21`` features every
     square and partial sum is an integer below ``2**53``, which float64 holds exactly in any order, so that is
     :func:`pair_dist2`'s value to the last bit; with more, it is the exact sum correctly rounded (the int64 sum
     holds up to ``2**31`` features). Numba code takes that path by the row's dtype; called from Python, this is

@@ -2,11 +2,10 @@
 
 The panel scan (:mod:`daskmeans.kernels.panel_scan`) reads one feature of a panel's rows as one vector, so a panel
 stores feature ``f`` of row ``r`` at ``f * rows + r``. Storing a row's values one at a time there is one scalar
-store per value, strided by the panel's width: most of the cost of a pass at small ``k``. Here a square block of
-``width`` rows by ``width`` features is loaded a row at a time (one vector load and one conversion per row),
-transposed in registers by ``log2(width)`` stages of two-vector shuffles, and stored a feature at a time (one vector
-store each). The values are those of ``np.float32(value)``: integers and float32 exactly, float64 rounded to
-nearest.
+store per value, strided by the panel's width. Here a square block of ``width`` rows by ``width`` features is
+loaded a row at a time (one vector load and one conversion per row), transposed in registers by ``log2(width)``
+stages of two-vector shuffles, and stored a feature at a time (one vector store each). The values are those of
+``np.float32(value)``: integers and float32 exactly, float64 rounded to nearest.
 
 The panel scan inlines the filling, and Numba's on-disk cache of a caller does not notice a change here: clear the
 caches (``__pycache__/*.nbi``, ``*.nbc``) after editing this module.
