@@ -405,3 +405,37 @@ def test_faiss_sample_reads_a_store_in_the_driver_and_a_persisted_array_from_the
     for array in (stored, persisted):
         ctx = PeerContext(X=None, array=array, client=cluster_client, init=None, k=2, seed=4, budget=1)
         np.testing.assert_array_equal(_read_sample(ctx, chosen, 2_000), expected)
+
+
+# -- a yardstick runs to convergence ---------------------------------------------------------------------------------
+def test_a_yardstick_lloyd_runs_on_past_its_budget_to_scikit_learns_own_converged_fit(blobs):
+    """``--versus sklearn-lloyd`` takes Lloyd's final energy as the yardstick: the ladder the budget stops gets one
+    more rung without an iteration limit, scikit-learn's converged fit bit for bit."""
+    from sklearn.cluster import KMeans
+
+    X, init = blobs
+    converged = KMeans(N_CLUSTERS, init=init, n_init=1, algorithm="lloyd").fit(X)  # scikit-learn's defaults
+    assert converged.n_iter_ > 2
+    cut = PEERS["sklearn-lloyd"].run(context(X, init, budget=1e-9))
+    assert cut.stop_reason == "time_budget" and cut.n_iter < converged.n_iter_
+    whole = PEERS["sklearn-lloyd"].run(dataclasses.replace(context(X, init, budget=1e-9), converge=True))
+    assert whole.stop_reason == "converged" and whole.n_iter == converged.n_iter_
+    np.testing.assert_array_equal(whole.final().centers, converged.cluster_centers_)
+    assert whole.fit_seconds == whole.final().time  # the converged fit's own time, not the ladder's sum
+    assert any("beyond the time budget" in note for note in whole.notes)
+    assert not any("beyond the time budget" in note for note in cut.notes)
+
+
+def test_a_yardstick_ladder_that_never_converges_says_it_stopped_at_max_iter():
+    from daskmeans.bench.traces import LADDER_MAX_ITER, ladder_trace
+
+    asked = []
+
+    def fit_rung(m):
+        asked.append(m)
+        return np.zeros((1, 1), dtype=np.float32), m, 0.1 * m, False, float(m)
+
+    trace = ladder_trace(fit_rung, 0.5, {}, [], converge=True)
+    assert asked == [1, 2, 3, 4, LADDER_MAX_ITER]
+    assert trace.stop_reason == "max_iter" and trace.n_iter == LADDER_MAX_ITER
+    assert trace.timed_seconds == pytest.approx(0.1 * (1 + 2 + 3 + 4 + LADDER_MAX_ITER))

@@ -14,7 +14,13 @@ from daskmeans.bench import report
 from daskmeans.bench.common import settle
 from daskmeans.bench.energy import InMemoryEnergy
 from daskmeans.bench.estimator_runs import run_daskmeans
-from daskmeans.bench.refinement import REFIT_GROWTH, REFIT_TRIES, confirm_wall_times, fit_until_reached
+from daskmeans.bench.refinement import (
+    REFIT_GROWTH,
+    REFIT_TRIES,
+    confirm_wall_times,
+    fit_exact_to_yardsticks,
+    fit_until_reached,
+)
 from daskmeans.bench.traces import Candidate, Trace, evaluate
 
 
@@ -201,3 +207,87 @@ def test_a_target_is_timed_first_by_a_fit_stopped_after_the_snapshot_s_iteration
         assert asked == [(None, 4)] and report.time_to_reach(points, 5.0) == 3.5
     else:
         assert asked == [(None, 4), (4.0, None)] and report.time_to_reach(points, 5.0) == 4.5
+
+
+# -- exact k-means against a converged yardstick ---------------------------------------------------------------------
+YARDSTICK = {"name": "sklearn-lloyd", "iteration": None, "within": 1e-4}
+
+
+def test_exact_kmeans_cut_by_its_budget_is_fitted_again_to_a_converged_lloyds_energy():
+    """A k-means run whose budget ended before Lloyd's converged energy is fitted once more, given the time Lloyd
+    took: a fit that returns within it is its time to Lloyd's energy (the same iterates converge there: a fit
+    without a time limit does), one that does not was slower than Lloyd."""
+    from daskmeans.bench.peers import PEERS, PeerContext
+
+    X, _, _ = make_blobs(n=20_000, d=8, k=40, spread=6.0, seed=5, dtype=np.float32)
+    init = X[np.random.default_rng(1).choice(len(X), 40, replace=False)]
+    energy = InMemoryEnergy(X)
+    context = PeerContext(X=X, array=None, client=None, init=init, k=40, seed=0, budget=1e-9, converge=True)
+    lloyd = PEERS["sklearn-lloyd"].run(context)
+    assert lloyd.stop_reason == "converged"
+    ours = run_daskmeans("kmeans", SimpleNamespace(fit_input=X), init, 40, 0, 1e-9, None)
+    runs = [
+        SimpleNamespace(name="kmeans", seed=0, trace=ours),
+        SimpleNamespace(name="sklearn-lloyd", seed=0, trace=lloyd),
+    ]
+    for run in runs:
+        evaluate(run.trace.candidates, energy)
+    threshold = report.reach_threshold(lloyd.final().energy, YARDSTICK["within"])
+    assert all(c.energy > threshold for c in ours.evaluated())  # the budget cut it short
+    asked, refit = [], ours.refit
+
+    def recording_refit(max_time, max_iter=None):
+        asked.append((max_time, max_iter))
+        return refit(max_time, max_iter)
+
+    ours.refit = recording_refit
+
+    fit_exact_to_yardsticks(runs, energy, [YARDSTICK])
+
+    assert asked == [(lloyd.final().time, None)]
+    fits = [c for c in ours.candidates if c.kind == "fit"]
+    assert len(fits) == 1
+    points = [c.as_record() for c in ours.candidates if c.energy is not None]
+    if fits[0].energy <= threshold:
+        assert report.time_to_reach(points, threshold) == fits[0].time
+    else:  # slower than Lloyd on such small data: not reached, which the table shows
+        assert report.time_to_reach(points, threshold) is None
+    unlimited = refit(3600.0)  # as long as it takes: converged
+    assert energy(unlimited.centers) <= threshold
+
+
+def test_only_exact_kmeans_short_of_a_final_yardstick_is_fitted_again_with_the_yardsticks_time():
+    def trace_asking(asked, energies):
+        def refit(max_time, max_iter=None):
+            asked.append(max_time)
+            return Candidate(step=-1, time=max_time * 0.4, centers=np.array([10.0]), kind="fit")
+
+        candidates = [Candidate(step=i, time=float(i), centers=np.array([e]), kind="snapshot") for i, e in energies]
+        return Trace(candidates=candidates, fit_seconds=2.0, timed_seconds=2.0, refit=refit)
+
+    asked = {name: [] for name in ("kmeans", "nmbatch", "kmeans-reached")}
+    lloyd = Trace(
+        candidates=[
+            Candidate(step=1, time=1.0, centers=np.array([30.0]), kind="rung"),
+            Candidate(step=300, time=7.0, centers=np.array([10.0]), kind="rung"),
+        ],
+        fit_seconds=7.0,
+        timed_seconds=8.0,
+    )
+    runs = [
+        SimpleNamespace(name="kmeans", seed=0, trace=trace_asking(asked["kmeans"], [(1, 40.0), (2, 20.0)])),
+        SimpleNamespace(name="nmbatch", seed=0, trace=trace_asking(asked["nmbatch"], [(1, 40.0), (2, 20.0)])),
+        SimpleNamespace(name="kmeans", seed=1, trace=trace_asking(asked["kmeans-reached"], [(1, 20.0), (2, 10.0)])),
+        SimpleNamespace(name="sklearn-lloyd", seed=0, trace=lloyd),
+        SimpleNamespace(name="sklearn-lloyd", seed=1, trace=lloyd),
+    ]
+    energy = _EnergyOfCenters()
+    for run in runs:
+        evaluate(run.trace.candidates, energy)
+
+    fit_exact_to_yardsticks(runs, energy, [{**YARDSTICK, "iteration": 1}])  # an iterate, not the final: nothing
+    assert asked == {"kmeans": [], "nmbatch": [], "kmeans-reached": []}
+    fit_exact_to_yardsticks(runs, energy, [YARDSTICK])
+    assert asked == {"kmeans": [7.0], "nmbatch": [], "kmeans-reached": []}
+    points = [c.as_record() for c in runs[0].trace.candidates if c.energy is not None]
+    assert report.time_to_reach(points, report.reach_threshold(10.0, 1e-4)) == pytest.approx(2.8)

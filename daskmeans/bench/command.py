@@ -157,7 +157,10 @@ class BenchCommand(click.Command):
     "--versus",
     help="Runs every run is also timed against, comma-separated: NAME (its final energy) or "
     "NAME@ITERATION (its energy after that many iterations, e.g. faiss-all@25 for faiss's "
-    "default); the table gets a column 'time to NAME's energy (speedup)' for each.",
+    "default); the table gets a column 'time to NAME's energy (speedup)' for each. A peer named by NAME "
+    "alone that runs as a ladder of fits (scikit-learn, scikit-learn-intelex, dask-ml) runs on past the time "
+    "budget to convergence (or 300 iterations), and exact k-means, where its run did not reach that energy, is "
+    "fitted once more with the peer's time as its max_time.",
 )
 @click.option(
     "--versus-within",

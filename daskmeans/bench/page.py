@@ -54,6 +54,10 @@ METHOD = f"""\
   every cell is an energy benchmark of its own, with its own E\\*, the largest cell gets the time budget and every
   other cell a share proportional to its n x k (at least 5 s). Its table compares, cell by cell, the fastest
   daskmeans algorithm with the fastest peer, and flags the cells that fall short of a goal.
+- **A yardstick run** (`--versus NAME`, e.g. scikit-learn's Lloyd) that runs as a ladder goes on past the time
+  budget to its converged fit (at most 300 iterations), so that its final energy is the converged one; exact
+  k-means, where its own run did not reach that energy, is fitted once more with the yardstick's time as its
+  `max_time`.
 - **Ratios are taken within one record**, seed by seed: both runs made by one command on one machine. Times of
   different records (other days, machines or loads) do not compare.
 - **The machine** of each record is named in the table below and in the record's header, with the code's commit,

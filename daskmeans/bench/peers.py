@@ -53,6 +53,10 @@ class PeerContext:
         it); None: as many as the budget allows, at most ``FAISS_MAX_ITER``.
     driver_memory : int
         Bytes the driver may use for data (``--driver-memory``): bounds the sample ``faiss-sample`` reads.
+    converge : bool
+        Run to convergence whatever the budget (a ladder of fits that report convergence: its last rung without
+        an iteration limit below its ``max_iter``): ``--versus NAME`` takes this run's final energy as the
+        yardstick, which must then be its converged one.
     """
 
     X: np.ndarray | None
@@ -65,6 +69,7 @@ class PeerContext:
     batch_size: int = 1024
     max_iter: int | None = None
     driver_memory: int = 2**30
+    converge: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,7 @@ def _sklearn_kmeans(algorithm):
             ctx.budget,
             {"algorithm": algorithm, "tol": 1e-4, "n_init": 1},
             ["passes = iterations + the final labelling pass"],
+            converge=ctx.converge,
         )
 
     return run
@@ -238,6 +244,7 @@ def _sklearnex_kmeans(ctx: PeerContext) -> Trace:
             "sklearnex.cluster.KMeans (oneDAL), scikit-learn left unpatched; passes = iterations + the "
             "final labelling pass"
         ],
+        converge=ctx.converge,
     )
 
 
@@ -476,7 +483,9 @@ def _dask_ml(ctx: PeerContext) -> Trace:
         n_iter = int(model.n_iter_)
         return np.array(model.cluster_centers_, dtype=np.float32), n_iter, seconds, n_iter < m, float(n_iter + 1)
 
-    return ladder_trace(fit_rung, ctx.budget, {"tol": 1e-4}, ["on the same cluster and dask array as daskmeans"])
+    return ladder_trace(
+        fit_rung, ctx.budget, {"tol": 1e-4}, ["on the same cluster and dask array as daskmeans"], converge=ctx.converge
+    )
 
 
 PEERS: dict[str, Peer] = {

@@ -36,7 +36,7 @@ from .kernel_quality import run_quality
 from .monitor import MemoryMonitor, worker_processes
 from .peers import PEERS, PeerContext, availability, run_peer
 from .reference import DEFAULT_CACHE_NAME, check_reference, describe, reference_energies, reference_or_failure
-from .refinement import confirm_wall_times, refine_all
+from .refinement import confirm_wall_times, fit_exact_to_yardsticks, refine_all
 from .run_options import check_params, check_versus
 from .traces import Candidate, Trace, drop_repeats, evaluate, release_centers, select_spread
 from .workloads import SIZING, Workload, _parse_memory, load_data, resolve_workloads, scatter_rows
@@ -383,6 +383,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
                     batch_size=workload.minibatch_batch_size,
                     max_iter=max(named) if named and None not in named else None,
                     driver_memory=_driver_memory(options),
+                    converge=None in named,
                 )
                 settle(client)
                 trace, error, memory, caught = _guarded(lambda: run_peer(peer, context), (client, 0.05, processes))
@@ -402,6 +403,7 @@ def run_workload(workload: Workload, options: BenchOptions, client, machine, sge
         refine_all(runs, energy, workload.time_budget, TARGETS, reference_energies(references), options.versus)
         say("refined the times to the targets")
         confirm_wall_times(runs, energy, TARGETS, reference_energies(references), options.versus)
+        fit_exact_to_yardsticks(runs, energy, options.versus)
         say("timed whole fits to the targets")
     for run in runs:
         if run.trace is not None:

@@ -182,8 +182,9 @@ def lead(ours, peer, algorithms) -> dict:
 
 def _lloyd_lead(cell) -> dict | None:
     """The default KMeans' speedup over scikit-learn's Lloyd to the energy Lloyd ended with, and whether Lloyd
-    ended converged (every seed's run stopped by its own tolerance, not by the cell's time budget) and after how
-    many iterations at most (None when the cell ran without ``--versus sklearn-lloyd`` or without KMeans)."""
+    ended converged (every seed's run stopped by its own tolerance: as a ``--versus`` run it runs on past the
+    cell's time budget, but not past its ``max_iter``) and after how many iterations at most (None when the cell
+    ran without ``--versus sklearn-lloyd`` or without KMeans)."""
     algorithm = cell["summary"]["algorithms"].get(DEFAULT_ALGORITHM)
     figures = ((algorithm or {}).get("versus") or {}).get(LLOYD_PEER)
     if figures is None:
@@ -304,8 +305,9 @@ def goals_text(record) -> str:
         f"A cell is short of a goal where the fastest daskmeans algorithm comes within 1% of E* less than "
         f"{goals['lead_at_1']:g}x sooner than the fastest peer, or within 2% of E* not sooner than every peer; where "
         f"the default KMeans reaches the energy scikit-learn's Lloyd ended with less than "
-        f"{goals['lead_over_lloyd']:g}x sooner than Lloyd did, or Lloyd did not converge within the cell's time "
-        "budget (the goal is then not shown: the energy is that of Lloyd's last run, not its converged one); or "
+        f"{goals['lead_over_lloyd']:g}x sooner than Lloyd did, or Lloyd did not converge (within its max_iter; in "
+        "records made before Lloyd ran on past the cell's time budget, within that budget): the goal is then not "
+        "shown, the energy being that of Lloyd's last run, not its converged one; or "
         "where no daskmeans algorithm ends within "
         f"{goals['final_within']:.1%} of E*. A lead written '> x' is a bound: no peer reached the target, and "
         "x is the longest peer run over daskmeans' time."

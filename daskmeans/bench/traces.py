@@ -26,6 +26,8 @@ import numpy as np
 
 #: Iteration limits tried by ladder runs (about x1.5 apart).
 LADDER = (1, 2, 3, 4, 6, 8, 12, 18, 27, 40, 60, 90, 135, 200, 300)
+#: The most iterations a ladder runs (scikit-learn's default ``max_iter``).
+LADDER_MAX_ITER = 300
 
 
 @dataclass
@@ -220,7 +222,7 @@ def refine(trace: Trace, threshold: float, energy, *, max_steps=6, ladder_budget
     return done
 
 
-def run_ladder(fit_rung, budget, *, max_iter=300, total_factor=2.5):
+def run_ladder(fit_rung, budget, *, max_iter=LADDER_MAX_ITER, total_factor=2.5):
     """Run rungs ``m = 1, 2, 3, 4, 6, ...`` until convergence or ``max_iter``, while the next rung is expected
     to take at most ``budget`` seconds and all rungs together at most ``total_factor * budget``.
 
@@ -257,10 +259,22 @@ def run_ladder(fit_rung, budget, *, max_iter=300, total_factor=2.5):
     return candidates, total, stop_reason
 
 
-def ladder_trace(fit_rung, budget, params: dict, notes: list) -> Trace:
+def ladder_trace(fit_rung, budget, params: dict, notes: list, converge=False) -> Trace:
     """The :class:`Trace` of a peer run as a ladder (:func:`run_ladder`): every rung a candidate, the last one its
-    result, and :func:`ladder_extender` to run more rungs when the bench refines it."""
+    result, and :func:`ladder_extender` to run more rungs when the bench refines it.
+
+    ``converge``: where the budget stopped the ladder, one more rung of :data:`LADDER_MAX_ITER` iterations runs,
+    whatever it costs, so that the run's result is its converged fit (as a ``--versus`` yardstick needs)."""
     candidates, total, stop = run_ladder(fit_rung, budget)
+    if converge and stop == "time_budget":
+        # the yardstick is the converged fit: one more rung without an iteration limit below the ladder's
+        centers, n_iter, seconds, converged, passes = fit_rung(LADDER_MAX_ITER)
+        total += seconds
+        candidates.append(
+            Candidate(step=LADDER_MAX_ITER, time=seconds, centers=centers, iteration=n_iter, passes=passes, kind="rung")
+        )
+        stop = "converged" if converged else "max_iter"
+        notes = [*notes, f"its last rung ran to {'convergence' if converged else 'max_iter'} beyond the time budget"]
     last = candidates[-1]
     return Trace(
         candidates=candidates,
