@@ -23,7 +23,7 @@ from ..engine.placement import held_by_workers
 from ..engine.worker_memory import install_trim_when_paused, release_freed_memory
 from ..exceptions import InputDataError, InvalidParameterError, ModelFileError, NotFittedError, not_fitted_error
 from ..passes.assign import assign_stats_graph, finish_stats, lazy_labels, lazy_probe_labels, lazy_transform
-from ..passes.summary import check_summary, finish_summary, summary_graph
+from ..passes.summary import check_summary, finish_summary, summary_graph, summary_on_driver
 from ..progress import LazyFinalPass
 from ..storage.checkpoint import check_supported, open_checkpoint
 from ..storage.io import Dataset, _is_path, open_input, spread_on_workers
@@ -81,6 +81,15 @@ def prepare_input(
     ``with_row_hash``: compute the data's row hash too (only a checkpoint's fingerprint needs it).
     ``storage_options``: for ``X`` given as a URL (ignored for any other input).
     """
+    data, weights = open_for_fit(
+        X, sample_weight, client, chunk_rows=chunk_rows, on_opened=on_opened, storage_options=storage_options
+    )
+    return data, weights, summarize(data, weights, client, with_row_hash)
+
+
+def open_for_fit(X, sample_weight, client, *, chunk_rows=None, on_opened=None, storage_options=None):
+    """:func:`prepare_input`'s first half: the input opened, its weights, ``on_opened`` run, an in-memory input
+    spread on the workers: ``(data, weights)``."""
     data = open_input(X, chunk_rows=chunk_rows, name="X", storage_options=storage_options if _is_path(X) else None)
     weights = sample_weights(sample_weight, data)
     if on_opened is not None:
@@ -88,10 +97,20 @@ def prepare_input(
     if data.in_memory and client is not None:
         # a new Dataset: the caller's (an ``open_input`` result fitted again, or predicted on) keeps its array
         data = dataclasses.replace(data, array=spread_on_workers(data.array, client))
-    (raw,) = compute_now(summary_graph(data.array, weights, with_row_hash), client=client)
+    return data, weights
+
+
+def summarize(data, weights, client, with_row_hash=False, driver=None):
+    """:func:`prepare_input`'s second half: the summary pass, checked. ``driver``: the data's
+    :class:`~daskmeans.engine.driver.DriverCopy`, when the fit made one; the pass then runs on it, the same values
+    without a round trip to the workers."""
+    if driver is None:
+        (raw,) = compute_now(summary_graph(data.array, weights, with_row_hash), client=client)
+    else:
+        raw = summary_on_driver(driver, with_row_hash)
     summary = finish_summary(raw, data.n_samples)
     check_summary(summary, data.dtype)
-    return data, weights, summary
+    return summary
 
 
 def tol_reason(tol, summary) -> dict:
@@ -306,6 +325,7 @@ class ClusteringEstimator:
                 data, weights = self._fit_in(X, sample_weight, client, checkpoint, storage_options)
         finally:
             self._fit_called_at = None
+            self.__dict__.pop("_prepared", None)  # what a subclass's _prepare handed to its _fit (rows copied, say)
         if not data.in_memory and not held_by_workers(data.array, client):
             # the workers read the data: small ones would otherwise carry the memory this fit freed into the next
             release_freed_memory(client)

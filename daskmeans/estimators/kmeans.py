@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import config
@@ -16,7 +18,7 @@ from ..engine.slabs import compute_dtype, stored_form
 from ..kernels.nested_groups import choose_bounds
 from ..passes.bounded_assign import kept_dtype, state_bytes_per_row
 from ..progress import SnapshotRecorder
-from .base import ClusteringEstimator
+from .base import ClusteringEstimator, open_for_fit, summarize
 from .constraints import SEEDING_CONSTRAINTS, Integer, Options, Real, Rule
 from .resume import FitStart, plan_seeding, seed_centers
 
@@ -100,6 +102,18 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
     """Every data-dependent choice of a :class:`KMeans` fit, made once: the bounds (``algorithm``), the iterations
     without bounds at the start, the absolute tolerance, whether the iterations run on the driver
     (``driver_rows``), whether they run ahead of the driver on the workers, and the seeding's sample."""
+    return with_tolerance(plan_iterations(estimator, data, client), estimator.tol, summary)
+
+
+def with_tolerance(plan: LloydPlan, tol, summary) -> LloydPlan:
+    """``plan`` with its absolute tolerance: the relative ``tol`` times the data's mean per-feature variance."""
+    reasons = {**plan.reasons, "tol": f"tol={tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"}
+    return dataclasses.replace(plan, tol=tol * summary.mean_variance, reasons=reasons)
+
+
+def plan_iterations(estimator, data, client) -> LloydPlan:
+    """:func:`plan_kmeans` but the tolerance (left at 0: :func:`with_tolerance` sets it): every choice that needs
+    no summary of the values, so that the fit knows before the summary pass whether its rows go to the driver."""
     k, d, n = estimator.n_clusters, data.n_features, data.n_samples
     choice, scheme, n_groups, why = resolve_bounds(
         estimator.algorithm, n, d, k, data.array.dtype.itemsize, cluster_memory_bytes(client)
@@ -112,8 +126,6 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
             f"algorithm='auto': AUTO_PLAIN_ITERATIONS={config.AUTO_PLAIN_ITERATIONS} "
             "plain iterations first, while the centers move most"
         )
-    tol = estimator.tol * summary.mean_variance
-    reasons["tol"] = f"tol={estimator.tol!r} times the mean per-feature variance {summary.mean_variance:.6g}"
     max_work = driver_work(client)
     limit = driver_rows_for(estimator.driver_rows, scheme, n_groups, k, d, stored_form(data.array).dtype, max_work)
     on_driver = n <= limit
@@ -138,7 +150,6 @@ def plan_kmeans(estimator, data, summary, client) -> LloydPlan:
         n_groups=n_groups,
         plain_iterations=plain,
         max_iter=estimator.max_iter,
-        tol=tol,
         driver_rows=limit,
         on_driver=on_driver,
         ahead=ahead,
@@ -169,14 +180,14 @@ class KMeans(ClusteringEstimator):
         iterations are Lloyd's (bounds made while the centers move most rule out next to nothing) and the bounds
         start at the next.
     driver_rows : "auto" or int, default "auto"
-        Data of at most this many rows is copied into the driver's memory after the seeding (from the workers on a
-        cluster), and its iterations run on the driver's threads, block by block, without a Dask graph: an
-        iteration then costs no round trip to the workers and no graph, which take longer than the work of a
-        pass over small data. ``"auto"``: the most rows whose full assignment takes at most ``config.DRIVER_WORK``
-        multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` on a cluster whose workers run no more
-        threads than the driver has cores, such as a local cluster, whose workers compute no faster than the
-        driver's threads) and whose rows and bounds take at most ``config.DRIVER_BYTES``; 0: every iteration on
-        the workers. The iterates are the same either way.
+        Data of at most this many rows is copied into the driver's memory first (from the workers on a cluster;
+        the summary pass then runs on the copy), and its iterations run on the driver's threads, block by block,
+        without a Dask graph: an iteration then costs no round trip to the workers and no graph, which take longer
+        than the work of a pass over small data. ``"auto"``: the most rows whose full assignment takes at most
+        ``config.DRIVER_WORK`` multiply-adds (rows x k x d; ``config.DRIVER_WORK_FEW_THREADS`` on a cluster whose
+        workers run no more threads than the driver has cores, such as a local cluster, whose workers compute no
+        faster than the driver's threads) and whose rows and bounds take at most ``config.DRIVER_BYTES``; 0: every
+        iteration on the workers. The iterates are the same either way.
     n_init : int, default 1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default 300
@@ -343,15 +354,28 @@ class KMeans(ClusteringEstimator):
     #: A record's energy is that of the centers its iteration started from (:func:`daskmeans.plots.energy_timeline`).
     _energy_before_update = True
 
+    def _prepare(self, X, sample_weight, client, on_opened=None, with_row_hash=False, storage_options=None):
+        """Open and summarize the input (:func:`~daskmeans.estimators.base.prepare_input`). Where the iterations
+        will run on the driver, the rows are copied there first and the summary pass runs on the copy: the copy's
+        round trip stands for the pass's. The plan and the copy are handed to :meth:`_fit`."""
+        chunk_rows = getattr(self, "chunk_rows", None)
+        data, weights = open_for_fit(
+            X, sample_weight, client, chunk_rows=chunk_rows, on_opened=on_opened, storage_options=storage_options
+        )
+        plan = plan_iterations(self, data, client)
+        driver = DriverCopy.gather(data.array, weights, client) if plan.on_driver else None
+        summary = summarize(data, weights, client, with_row_hash, driver)
+        self._prepared = (with_tolerance(plan, self.tol, summary), driver)
+        return data, weights, summary
+
     def _fit(self, data, weights, summary, client, checkpoint=None):
         check_init(self.init, self.n_clusters, data.n_features)
-        plan = plan_kmeans(self, data, summary, client)
+        plan, driver = self.__dict__.pop("_prepared", None) or (plan_kmeans(self, data, summary, client), None)
         clock = self._clock()
         start = FitStart(checkpoint, self.random_state, clock)
         saved = start.saved
         best = result_from_state(saved["best"]) if saved is not None and saved["best"] is not None else None
         first_run = saved["run"] if saved is not None else 0
-        driver = None
         with SnapshotRecorder(self, clock, total=self.max_iter, desc="k-means") as recorder:
             self._keep_plan(plan, recorder)
             for run in range(first_run, self.n_init):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.graph import block_args, map_blocks_delayed, tree_reduce
+from ..engine.graph import block_args, map_blocks_delayed, reduce_in_tree, tree_reduce
 from ..engine.slabs import slabs
 from ..exceptions import InputDataError
 from ..kernels.stats import column_moments
@@ -177,6 +177,15 @@ def summary_graph(array, weights=None, with_row_hash=True):
         _summarize_block, "summary", block_args(array, weights), bool(with_row_hash), reads_data=True
     )
     return tree_reduce(parts, _combine, "summary")
+
+
+def summary_on_driver(driver, with_row_hash=True):
+    """The summary's raw result (as :func:`summary_graph` computes it) of the blocks a
+    :class:`~daskmeans.engine.driver.DriverCopy` holds, on the driver's threads: the same block function and the
+    same tree, so the same values to the last bit, without a round trip to the workers."""
+    with driver.threads():
+        parts = driver.map(_summarize_block, driver.block_args, bool(with_row_hash))
+    return reduce_in_tree(parts, _combine)
 
 
 def finish_summary(result, n_total: int) -> Summary:

@@ -47,6 +47,9 @@ def test_iterations_on_the_driver_are_those_on_the_workers_and_on_the_threaded_s
     pass_name = "daskmeans-assign" if algorithm == "lloyd" else "daskmeans-bounded-revisit"
     assert any(pass_name in key for key in worker_keys)
     assert not any(pass_name in key for key in driver_keys)
+    # and so did the summary pass: on the driver it runs on the rows copied there, without a round trip of its own
+    assert any("summary" in key for key in worker_keys)
+    assert not any("summary" in key for key in driver_keys)
 
 
 @pytest.mark.slow

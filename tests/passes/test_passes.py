@@ -19,7 +19,7 @@ from daskmeans.passes.sampling import (
     weight_totals_graph,
     weighted_indices_with_replacement_graph,
 )
-from daskmeans.passes.summary import check_summary, finish_summary, summary_graph
+from daskmeans.passes.summary import check_summary, finish_summary, summary_graph, summary_on_driver
 
 
 def _summary(X, chunks, weights=None):
@@ -36,6 +36,25 @@ def test_summary_matches_numpy():
     np.testing.assert_allclose(s.variance, X.var(0), rtol=1e-10)
     assert s.n_nonfinite == 0 and s.first_nonfinite_row == -1 and s.total_weight == 1000
     assert s.max_abs == np.abs(X).max()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_summary_of_a_driver_copy_is_the_summary_pass_to_the_last_bit(weighted):
+    """The summary a fit on the driver takes from its copy of the rows: the same block function over the same blocks,
+    reduced in the same tree, so the same moments, counts and row hash as the pass over the cluster's blocks."""
+    from daskmeans.engine.driver import DriverCopy
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(50.0, 20.0, size=(2900, 7)).astype(np.float32)
+    X[[17, 2100], [2, 5]] = np.nan
+    array = da.from_array(X, chunks=(230, 7))  # 13 blocks: more than one level of the tree
+    weights = da.from_array(rng.uniform(0.5, 2.0, 2900), chunks=230) if weighted else None
+    (on_cluster,) = dask.compute(summary_graph(array, weights, True))
+    on_driver = summary_on_driver(DriverCopy.gather(array, weights, None), True)
+    assert len(on_driver) == len(on_cluster)
+    for ours, theirs in zip(on_driver, on_cluster):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert finish_summary(on_driver, len(X)).n_nonfinite == 2
 
 
 def test_summary_reports_nonfinite_count_and_first_row():
